@@ -1,0 +1,236 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void train_args_defaults(TrainArgs *a) {
+    memset(a, 0, sizeof *a);
+    fsdp_config_defaults(&a->fsdp);
+    a->fsdp.lr = 0.05f;
+    snprintf(a->model, sizeof a->model, "toy");
+    snprintf(a->profile, sizeof a->profile, "h100-nvlink");
+    a->ranks = 3;
+    a->steps = 100;
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < lo || x > hi)
+        return err_set(err, ERR_USAGE, "%s must be an integer from %ld to %ld (got '%s')", flag, lo,
+                       hi, v);
+    *out = x;
+    return 0;
+}
+
+static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, Err *err) {
+    long x;
+    int rc = parse_long(flag, v, lo, hi, &x, err);
+    if (!rc) *out = (int)x;
+    return rc;
+}
+
+static int parse_float(const char *flag, const char *v, double lo, double hi, float *out,
+                       Err *err) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (end == v || *end || errno || !isfinite(x) || x < lo || x > hi)
+        return err_set(err, ERR_USAGE, "%s must be a number from %g to %g (got '%s')", flag, lo, hi,
+                       v);
+    *out = (float)x;
+    return 0;
+}
+
+static int parse_bool(const char *flag, const char *v, int *out, Err *err) {
+    if (!strcmp(v, "true") || !strcmp(v, "1"))
+        *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "0"))
+        *out = 0;
+    else
+        return err_set(err, ERR_USAGE, "%s must be true or false (got '%s')", flag, v);
+    return 0;
+}
+
+static int parse_dtype(const char *flag, const char *v, DType *out, Err *err) {
+    if (dtype_parse(v, out))
+        return err_set(err, ERR_USAGE, "%s must be fp32, bf16 or fp16 (got '%s')", flag, v);
+    return 0;
+}
+
+static int copy_word(const char *flag, const char *v, char *dst, size_t n, Err *err) {
+    if (strlen(v) >= n) return err_set(err, ERR_USAGE, "%s value is too long (got '%s')", flag, v);
+    snprintf(dst, n, "%s", v);
+    return 0;
+}
+
+/* One flag with its value. Returns 0, or ERR_USAGE naming the flag. */
+static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
+    FsdpConfig *c = &a->fsdp;
+    if (!strcmp(f, "--model")) return copy_word(f, v, a->model, sizeof a->model, err);
+    if (!strcmp(f, "--profile")) return copy_word(f, v, a->profile, sizeof a->profile, err);
+    if (!strcmp(f, "--ranks")) return parse_int(f, v, 1, CLI_MAX_RANKS, &a->ranks, err);
+    if (!strcmp(f, "--steps")) return parse_long(f, v, 0, 1000000000L, &a->steps, err);
+    if (!strcmp(f, "--print-every")) return parse_int(f, v, 1, 1000000000L, &a->print_every, err);
+    if (!strcmp(f, "--batch-size")) return parse_int(f, v, 1, 1 << 20, &c->batch_size, err);
+    if (!strcmp(f, "--grad-accum")) return parse_int(f, v, 1, 4096, &c->grad_accum, err);
+    if (!strcmp(f, "--replicas")) return parse_int(f, v, 1, CLI_MAX_RANKS, &c->replicas, err);
+    if (!strcmp(f, "--prefetch-forward")) return parse_int(f, v, 0, 16, &c->prefetch_forward, err);
+    if (!strcmp(f, "--prefetch-backward"))
+        return parse_int(f, v, 0, 16, &c->prefetch_backward, err);
+    if (!strcmp(f, "--lr")) return parse_float(f, v, 0.0, 1e3, &c->lr, err);
+    if (!strcmp(f, "--weight-decay")) return parse_float(f, v, 0.0, 1e3, &c->weight_decay, err);
+    if (!strcmp(f, "--clip-grad-norm"))
+        return parse_float(f, v, 0.0, 1e30, &c->clip_grad_norm, err);
+    if (!strcmp(f, "--param-dtype")) return parse_dtype(f, v, &c->param_dtype, err);
+    if (!strcmp(f, "--reduce-dtype")) return parse_dtype(f, v, &c->reduce_dtype, err);
+    if (!strcmp(f, "--reshard-after-forward"))
+        return parse_bool(f, v, &c->reshard_after_forward, err);
+    if (!strcmp(f, "--seed")) {
+        long s;
+        int rc = parse_long(f, v, 0, 0x7fffffffffffffffL, &s, err);
+        c->seed = (uint64_t)s;
+        return rc;
+    }
+    if (!strcmp(f, "--strategy")) {
+        if (strategy_parse(v, &c->strategy))
+            return err_set(err, ERR_USAGE, "--strategy must be one of %s (got '%s')",
+                           strategy_names(), v);
+        return 0;
+    }
+    if (!strcmp(f, "--wrap")) {
+        if (wrap_parse(v, &c->wrap))
+            return err_set(err, ERR_USAGE,
+                           "--wrap must be layer, block:K, size:N or none (got '%s')", v);
+        return 0;
+    }
+    if (!strcmp(f, "--optim")) {
+        if (!strcmp(v, "adam"))
+            c->optim = OPTIM_ADAM;
+        else if (!strcmp(v, "adamw"))
+            c->optim = OPTIM_ADAMW;
+        else
+            return err_set(err, ERR_USAGE, "--optim must be adam or adamw (got '%s')", v);
+        return 0;
+    }
+    if (!strcmp(f, "--offload")) {
+        if (!strcmp(v, "none"))
+            c->offload = OFFLOAD_NONE;
+        else if (!strcmp(v, "cpu"))
+            c->offload = OFFLOAD_CPU;
+        else
+            return err_set(err, ERR_USAGE, "--offload must be none or cpu (got '%s')", v);
+        return 0;
+    }
+    if (!strcmp(f, "--dump-params")) {
+        a->dump_params = v;
+        return 0;
+    }
+    if (!strcmp(f, "--trace-out")) {
+        a->trace_out = v;
+        return 0;
+    }
+    return err_set(err, ERR_USAGE, "unknown flag %s (see ./fsdp train --help)", f);
+}
+
+/* Checks that need several flags at once. */
+static int check_combination(const TrainArgs *a, Err *err) {
+    const FsdpConfig *c = &a->fsdp;
+    if (strcmp(a->model, "toy") != 0)
+        return err_set(err, ERR_USAGE, "--model must be toy (got '%s')", a->model);
+    if (c->strategy == STRAT_HSDP && a->ranks % c->replicas != 0)
+        return err_set(err, ERR_USAGE, "--replicas %d does not divide --ranks %d", c->replicas,
+                       a->ranks);
+    if (c->strategy != STRAT_HSDP && c->replicas != 1)
+        return err_set(err, ERR_USAGE, "--replicas applies only to --strategy hsdp (got %d)",
+                       c->replicas);
+    if (c->offload == OFFLOAD_CPU && (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
+        return err_set(err, ERR_USAGE,
+                       "--offload cpu needs a sharded strategy (zero2, zero3 or hsdp), not %s",
+                       strategy_name(c->strategy));
+    return 0;
+}
+
+static int is_bool_flag(const char *f) {
+    return !strcmp(f, "--print-plan") || !strcmp(f, "--memory") || !strcmp(f, "--json");
+}
+
+static void set_bool_flag(TrainArgs *a, const char *f) {
+    if (!strcmp(f, "--print-plan")) a->print_plan = 1;
+    if (!strcmp(f, "--memory")) a->memory = 1;
+    if (!strcmp(f, "--json")) a->json = 1;
+}
+
+int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
+        if (is_bool_flag(f)) {
+            set_bool_flag(a, f);
+            continue;
+        }
+        if (strncmp(f, "--", 2) != 0)
+            return err_set(err, ERR_USAGE, "unexpected argument '%s' (flags start with --)", f);
+        const char *eq = strchr(f, '=');
+        char name[64];
+        const char *v;
+        if (eq) { /* --flag=value */
+            snprintf(name, sizeof name, "%.*s", (int)(eq - f < 63 ? eq - f : 63), f);
+            v = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%.63s", f);
+            if (i + 1 >= argc) {
+                err_set(err, ERR_USAGE, "%s needs a value (see ./fsdp train --help)", name);
+                /* an unknown flag is the better message when both apply */
+                parse_flag(a, name, "", err);
+                return ERR_USAGE;
+            }
+            v = argv[++i];
+        }
+        int rc = parse_flag(a, name, v, err);
+        if (rc) return rc;
+    }
+    return check_combination(a, err);
+}
+
+void train_args_help(FILE *f) {
+    fputs("usage: ./fsdp train [flags]\n"
+          "\n"
+          "Trains a model with FSDP on a simulated cluster of --ranks ranks (threads).\n"
+          "\n"
+          "model and data\n"
+          "  --model toy                    the workshop's La/Lb/Lc toy (3 scalars a layer)\n"
+          "  --steps K                      optimizer steps (default 100)\n"
+          "  --batch-size B                 samples per rank per micro-step (default 8)\n"
+          "  --seed S                       initialization and shuffling seed (default 1234)\n"
+          "cluster\n"
+          "  --ranks N                      simulated GPUs, 1 to 1024 (default 3)\n"
+          "  --profile P                    cost model: h100-nvlink, a100-nvlink, l4-pcie\n"
+          "FSDP\n"
+          "  --strategy S                   ddp, zero1, zero2, zero3 (default), hsdp\n"
+          "  --replicas R                   hsdp: replica groups; must divide --ranks\n"
+          "  --wrap W                       layer (default), block:K, size:N, none\n"
+          "  --reshard-after-forward B      true|false (default: true for zero3/hsdp)\n"
+          "  --prefetch-forward N           units gathered ahead in forward (default 1)\n"
+          "  --prefetch-backward N          units gathered ahead in backward (default 1)\n"
+          "  --grad-accum K                 micro-steps per step, gradient sync off between\n"
+          "  --param-dtype T                fp32 (default), bf16, fp16: gathered params\n"
+          "  --reduce-dtype T               fp32 (default), bf16, fp16: gradient reduction\n"
+          "  --offload none|cpu             keep shards, grads and Adam state in host memory\n"
+          "optimizer\n"
+          "  --optim adam|adamw             (default adam)\n"
+          "  --lr X                         learning rate (default 0.05)\n"
+          "  --weight-decay X               (default 0)\n"
+          "  --clip-grad-norm X             clip by global norm; 0 = off (default)\n"
+          "output\n"
+          "  --print-plan                   print units and who owns which elements, then exit\n"
+          "  --memory                       per rank: at-rest and peak bytes by category\n"
+          "  --json                         one JSON object per step on stdout\n"
+          "  --print-every N                log every N steps (default: ten lines a run)\n"
+          "  --dump-params FILE             final parameters: `name index value` lines\n"
+          "  --trace-out FILE.json          Chrome Trace Event JSON (open in Perfetto)\n",
+          f);
+}

@@ -1,0 +1,75 @@
+/* comm: the collectives the engine needs, NCCL-shaped (equal counts per rank, every rank
+ * issues the same collectives in the same order). The simulator (sim/comm_sim.c) runs them
+ * over shared buffers between rank threads; runtime/comm_nccl.c runs them on NCCL.
+ * Each has a start/wait pair so communication can overlap compute. */
+#ifndef FSDP_COMM_H
+#define FSDP_COMM_H
+
+#include <stddef.h>
+
+#include "../kernels/dtype.h"
+#include "device.h"
+#include "err.h"
+
+typedef enum {
+    COLL_ALL_GATHER = 0,
+    COLL_REDUCE_SCATTER,
+    COLL_ALL_REDUCE,
+    COLL_BROADCAST,
+    COLL_BARRIER,
+    COLL_KIND_COUNT
+} CollKind;
+
+typedef enum { REDUCE_SUM = 0, REDUCE_AVG, REDUCE_MAX } ReduceOp;
+
+const char *coll_kind_name(CollKind k); /* "all_gather", ... */
+
+/* One collective in flight. Fill the first block, pass to start, then to wait.
+ *   all_gather:     send has count elems, recv has size*count (rank r's block at r*count)
+ *   reduce_scatter: send has size*count, recv has count (this rank's block, reduced)
+ *   all_reduce:     send and recv have count (may alias)
+ *   broadcast:      recv has count; the root's recv is the source
+ * Reductions sum in rank order in fp32 and round once to dtype, so they are deterministic.
+ * send must stay valid and unchanged until wait returns. */
+typedef struct CommRequest {
+    CollKind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    DType dtype;
+    ReduceOp op;
+    int root;
+    int unit; /* FSDP unit this moves, for the trace; -1 if none */
+    /* filled by the backend */
+    long seq;                    /* position in this communicator's issue order */
+    double start_time, end_time; /* modelled (sim) or measured (cuda) */
+    DevEvent done;               /* completion on the comm stream: compute can stream_wait on it */
+    void *backend;               /* backend-private */
+} CommRequest;
+
+typedef struct Comm Comm;
+
+typedef struct CommOps {
+    int (*start)(Comm *c, CommRequest *req, Err *err);
+    int (*wait)(Comm *c, CommRequest *req, Err *err);
+} CommOps;
+
+struct Comm {
+    const CommOps *ops;
+    int rank; /* rank within this communicator */
+    int size;
+    int world_rank;
+    void *impl;
+};
+
+/* Blocking forms: start then wait. */
+int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t, int unit,
+                    Err *err);
+int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DType t, ReduceOp op,
+                        int unit, Err *err);
+int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t, ReduceOp op,
+                    int unit, Err *err);
+int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, int unit, Err *err);
+int comm_barrier(Comm *c, Err *err);
+
+#endif

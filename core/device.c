@@ -1,0 +1,16 @@
+#include "device.h"
+
+static const char *const category_names[MEM_CATEGORY_COUNT] = {
+    "param_shard", "param_unsharded", "grad_shard",  "grad_unsharded",
+    "optim_state", "activations",     "comm_buffer", "host_offload"};
+static const char *const category_labels[MEM_CATEGORY_COUNT] = {
+    "param shard", "unsharded params", "grad shard",   "unsharded grads",
+    "optim state", "activations",      "comm buffers", "host (offload)"};
+
+const char *mem_category_name(MemCategory c) {
+    return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_names[c] : "?";
+}
+
+const char *mem_category_label(MemCategory c) {
+    return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_labels[c] : "?";
+}

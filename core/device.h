@@ -1,0 +1,86 @@
+/* device: the memory, stream and clock interface the engine runs on. The simulator
+ * (sim/device_sim.c) charges every allocation to its rank and category and models time with
+ * a cost model; the CUDA runtime (runtime/) allocates device memory and times with events.
+ * core/ only ever talks to this table. */
+#ifndef FSDP_DEVICE_H
+#define FSDP_DEVICE_H
+
+#include <stddef.h>
+
+#include "err.h"
+
+/* What an allocation is for: the memory panel and the plan account by these. */
+typedef enum {
+    MEM_PARAM_SHARD = 0, /* this rank's rows of the fp32 master parameters */
+    MEM_PARAM_UNSHARDED, /* gathered (full) parameters of a unit, in param_dtype */
+    MEM_GRAD_SHARD,      /* this rank's rows of the reduced gradient */
+    MEM_GRAD_UNSHARDED,  /* full gradients of a unit before reduction */
+    MEM_OPTIM_STATE,     /* Adam moments for the rows this rank updates */
+    MEM_ACTIVATIONS,     /* saved forward values and their gradients */
+    MEM_COMM_BUFFER,     /* packed send/receive buffers of collectives */
+    MEM_HOST_OFFLOAD,    /* host memory holding offloaded shards, grads and state */
+    MEM_CATEGORY_COUNT
+} MemCategory;
+
+const char *mem_category_name(MemCategory c);  /* "param_shard", ... */
+const char *mem_category_label(MemCategory c); /* "param shard", ... for people */
+
+/* Streams are fixed: compute, collectives, host<->device copies. */
+typedef enum { STREAM_COMPUTE = 0, STREAM_COMM, STREAM_COPY, STREAM_COUNT } StreamId;
+
+/* A point on a stream's timeline; the compute stream can wait for one recorded on comm. */
+typedef struct DevEvent {
+    double time;  /* sim: modelled seconds; cuda: filled when resolved */
+    void *handle; /* cuda: cudaEvent_t */
+} DevEvent;
+
+/* Kinds of timed work (shared with the trace). */
+typedef enum {
+    WORK_FORWARD = 0,
+    WORK_BACKWARD,
+    WORK_OPTIMIZER,
+    WORK_COPY_H2D,
+    WORK_COPY_D2H,
+    WORK_PACK, /* casting/packing shards into a comm buffer and back */
+} WorkKind;
+
+/* Work handed to the clock: the sim turns flops and bytes into modelled seconds. */
+typedef struct Work {
+    WorkKind kind;
+    int unit;          /* FSDP unit index, -1 for none */
+    double flops;      /* floating point operations */
+    double bytes;      /* bytes read+written (memory-bound estimate) or copied */
+    int low_precision; /* 1 if the math runs in bf16/fp16 */
+    int on_host;       /* 1 if it runs on the host CPU (offloaded optimizer step) */
+} Work;
+
+typedef struct Device Device;
+
+typedef struct DeviceOps {
+    void *(*alloc)(Device *d, size_t bytes, MemCategory cat, int unit);
+    void (*free)(Device *d, void *p, int unit);
+    /* Synchronous copy; host/device direction is the backend's concern. */
+    void (*copy)(Device *d, void *dst, const void *src, size_t bytes);
+    /* Account work done on a stream (after the kernel has run on the CPU, or after it
+     * was launched on the GPU): advances the modelled clock / records CUDA events. */
+    void (*run)(Device *d, StreamId s, const Work *w);
+    void (*event_record)(Device *d, StreamId s, DevEvent *ev);
+    void (*stream_wait)(Device *d, StreamId s, const DevEvent *ev);
+    /* Current time of a stream (sim: modelled; cuda: after sync). */
+    double (*now)(Device *d, StreamId s);
+    /* Bytes currently charged to a category, and the peak of the total. */
+    size_t (*bytes_in_use)(Device *d, MemCategory c);
+    size_t (*peak_bytes)(Device *d);
+    /* The category breakdown at the moment the total peaked. */
+    size_t (*peak_bytes_by_category)(Device *d, MemCategory c);
+    /* Forget peaks so the next step's peak is measured alone. */
+    void (*reset_peak)(Device *d);
+} DeviceOps;
+
+struct Device {
+    const DeviceOps *ops;
+    int rank;
+    void *impl;
+};
+
+#endif

@@ -1,0 +1,15 @@
+#include "err.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int err_set(Err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+        err->code = code;
+    }
+    return code;
+}

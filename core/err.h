@@ -1,0 +1,17 @@
+/* err: how functions report failure. Every fallible function returns 0 on success or
+ * a negative code and fills an Err with one human-readable line; only main prints.
+ * Touches nothing else. */
+#ifndef FSDP_ERR_H
+#define FSDP_ERR_H
+
+enum { ERR_OK = 0, ERR_USAGE = -2, ERR_IO = -3, ERR_NOMEM = -4, ERR_INTERNAL = -5 };
+
+typedef struct Err {
+    int code;
+    char msg[256];
+} Err;
+
+/* Sets err (if not NULL) and returns code, so callers can write `return err_set(...)`. */
+int err_set(Err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

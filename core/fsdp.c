@@ -1,0 +1,886 @@
+#include "fsdp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Requests in flight, in issue order; a rank waits on them first-in first-out, the way
+ * one NCCL stream completes them. */
+#define MAX_PENDING 64
+
+typedef enum { PENDING_GATHER, PENDING_REDUCE } PendingKind;
+
+typedef struct Pending {
+    PendingKind kind;
+    int unit;
+} Pending;
+
+typedef struct UnitState {
+    float *param; /* fp32 master: this rank's rows (sharded) or the whole unit */
+    float *grad;  /* persistent gradient: rows or whole unit */
+    float *m, *v; /* Adam moments of the rows this rank updates */
+    size_t param_n, grad_n, optim_n;
+    size_t *param_local; /* per unit param: offset of its rows in `param` */
+    size_t *grad_local;
+    size_t *optim_local;
+    void *unsharded;   /* gathered params in param_dtype; NULL when resharded */
+    float *compute;    /* fp32 params the kernels read */
+    int compute_owned; /* compute is a cast copy we allocated */
+    DevEvent ready;    /* compute may read `compute` from this point of its stream */
+    float *ugrad;      /* unsharded grads (sharded grads), or `grad` itself */
+    int ugrad_owned;
+    float **param_ptrs; /* per unit param: into compute */
+    float **grad_ptrs;  /* per unit param: into ugrad */
+    CommRequest gather, reduce;
+    void *gather_send, *gather_recv, *reduce_buf, *reduce_send;
+    int gather_in_flight, reduce_in_flight;
+} UnitState;
+
+struct Engine {
+    FsdpConfig cfg;
+    const Plan *plan;
+    const ModelDesc *model;
+    RankEnv env;
+    Device *dev;
+    const Kernels *k;
+    UnitState *units;
+    ModelRun *run;
+    int *bwd_order;       /* units by last module, descending */
+    int *module_first_up; /* module -> index of its first parameter within its unit */
+    size_t *param_flat;   /* model param -> offset in the flat full-parameter vector */
+    int reshard;
+    int shard_rank, optim_rank, optim_size;
+    Pending pending[MAX_PENDING];
+    int npending;
+    long steps;
+    float loss_scale;
+    int good_steps;
+};
+
+/* ---------------------------------------------------------------- configuration */
+
+void fsdp_config_defaults(FsdpConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->strategy = STRAT_ZERO3;
+    c->replicas = 1;
+    c->wrap.kind = WRAP_LAYER;
+    c->reshard_after_forward = -1;
+    c->prefetch_forward = 1;
+    c->prefetch_backward = 1;
+    c->grad_accum = 1;
+    c->optim = OPTIM_ADAM;
+    c->lr = 1e-3f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.999f;
+    c->eps = 1e-8f;
+    c->param_dtype = DTYPE_FP32;
+    c->reduce_dtype = DTYPE_FP32;
+    c->batch_size = 8;
+    c->seed = 1234;
+}
+
+int fsdp_reshard_after_forward(const FsdpConfig *c) {
+    if (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1) return 0;
+    if (c->reshard_after_forward >= 0) return c->reshard_after_forward;
+    return c->strategy != STRAT_ZERO2;
+}
+
+int fsdp_uses_loss_scaling(const FsdpConfig *c) {
+    return c->param_dtype == DTYPE_FP16 || c->reduce_dtype == DTYPE_FP16;
+}
+
+/* ---------------------------------------------------------------- memory helpers */
+
+static int dev_alloc(Engine *e, void **out, size_t bytes, MemCategory cat, int unit, Err *err) {
+    *out = bytes ? e->dev->ops->alloc(e->dev, bytes, cat, unit) : NULL;
+    if (bytes && !*out)
+        return err_set(err, ERR_NOMEM, "rank %d: out of memory allocating %zu bytes of %s",
+                       e->env.rank, bytes, mem_category_label(cat));
+    return 0;
+}
+
+static void dev_free(Engine *e, void *p, int unit) {
+    if (p) e->dev->ops->free(e->dev, p, unit);
+}
+
+static MemCategory resting(const Engine *e, MemCategory cat) {
+    return e->cfg.offload == OFFLOAD_CPU ? MEM_HOST_OFFLOAD : cat;
+}
+
+static const ParamSpec *unit_param_spec(const Engine *e, int u, int i) {
+    return &e->model->params[e->plan->units[u].params[i].param];
+}
+
+static void set_phase(Engine *e, Phase p, int micro) {
+    if (!e->env.trace) return;
+    e->env.trace->phase = p;
+    e->env.trace->step = (int)e->steps;
+    e->env.trace->micro = micro;
+}
+
+static void run_work(Engine *e, StreamId s, Work w) {
+    e->dev->ops->run(e->dev, s, &w);
+}
+
+/* The stream `waiter` does not run ahead of what `source` has done so far. */
+static void stream_follow(Engine *e, StreamId waiter, StreamId source) {
+    DevEvent ev = {0};
+    e->dev->ops->event_record(e->dev, source, &ev);
+    e->dev->ops->stream_wait(e->dev, waiter, &ev);
+}
+
+/* ---------------------------------------------------------------- the pending queue */
+
+static int complete_gather(Engine *e, int u, Err *err);
+static int complete_reduce(Engine *e, int u, Err *err);
+
+static int pending_push(Engine *e, PendingKind kind, int u, Err *err) {
+    if (e->npending == MAX_PENDING)
+        return err_set(err, ERR_INTERNAL, "more than %d collectives in flight", MAX_PENDING);
+    e->pending[e->npending++] = (Pending){kind, u};
+    return 0;
+}
+
+/* Waits for the oldest request in flight and runs its completion. */
+static int pending_pop(Engine *e, Err *err) {
+    Pending p = e->pending[0];
+    memmove(e->pending, e->pending + 1, (size_t)(--e->npending) * sizeof *e->pending);
+    UnitState *us = &e->units[p.unit];
+    CommRequest *req = p.kind == PENDING_GATHER ? &us->gather : &us->reduce;
+    Comm *c =
+        p.kind == PENDING_GATHER || e->plan->grads_sharded ? e->env.shard_comm : e->env.world_comm;
+    int rc = c->ops->wait(c, req, err);
+    if (rc) return rc;
+    return p.kind == PENDING_GATHER ? complete_gather(e, p.unit, err)
+                                    : complete_reduce(e, p.unit, err);
+}
+
+static int pending_wait_for(Engine *e, PendingKind kind, int u, Err *err) {
+    for (;;) {
+        int found = 0;
+        for (int i = 0; i < e->npending; i++)
+            if (e->pending[i].kind == kind && e->pending[i].unit == u) found = 1;
+        if (!found) return 0;
+        int rc = pending_pop(e, err);
+        if (rc) return rc;
+    }
+}
+
+static int pending_drain(Engine *e, Err *err) {
+    while (e->npending) {
+        int rc = pending_pop(e, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- gathering parameters */
+
+/* Copies this rank's rows (cast to `t`) into its padded wire block; padding is zero. */
+static void pack_rows(Engine *e, int u, const float *src, const size_t *local, DType t,
+                      char *block) {
+    const Unit *unit = &e->plan->units[u];
+    size_t ds = dtype_size(t);
+    for (int i = 0; i < unit->nparams; i++) {
+        const ParamSpec *ps = unit_param_spec(e, u, i);
+        const UnitParam *up = &unit->params[i];
+        size_t begin, rows;
+        shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
+        char *dst = block + up->wire_offset * ds;
+        e->k->cast(dst, t, src + local[i], DTYPE_FP32, rows * ps->row_elems);
+        memset(dst + rows * ps->row_elems * ds, 0, (up->chunk_rows - rows) * ps->row_elems * ds);
+    }
+}
+
+/* Copies every rank's rows out of the gathered wire blocks into the unit's layout. */
+static void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
+    const Unit *unit = &e->plan->units[u];
+    size_t ds = dtype_size(t);
+    for (int q = 0; q < e->plan->shard_size; q++)
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            const UnitParam *up = &unit->params[i];
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
+            const char *src = recv + ((size_t)q * unit->wire_numel + up->wire_offset) * ds;
+            memcpy(dst + (up->offset + begin * ps->row_elems) * ds, src, rows * ps->row_elems * ds);
+        }
+}
+
+static int gather_start(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    DType t = e->cfg.param_dtype;
+    size_t block = unit->wire_numel * dtype_size(t);
+    int rc = dev_alloc(e, &us->gather_send, block, MEM_COMM_BUFFER, u, err);
+    if (!rc)
+        rc = dev_alloc(e, &us->gather_recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u,
+                       err);
+    if (rc) return rc;
+    if (e->cfg.offload == OFFLOAD_CPU) { /* the shard crosses PCIe before it goes on the wire */
+        run_work(e, STREAM_COPY,
+                 (Work){.kind = WORK_COPY_H2D,
+                        .unit = u,
+                        .bytes = (double)(us->param_n * sizeof(float))});
+        stream_follow(e, STREAM_COMM, STREAM_COPY);
+    }
+    pack_rows(e, u, us->param, us->param_local, t, us->gather_send);
+    us->gather = (CommRequest){.kind = COLL_ALL_GATHER,
+                               .send = us->gather_send,
+                               .recv = us->gather_recv,
+                               .count = unit->wire_numel,
+                               .dtype = t,
+                               .unit = u};
+    Comm *c = e->env.shard_comm;
+    if ((rc = c->ops->start(c, &us->gather, err))) return rc;
+    us->gather_in_flight = 1;
+    return pending_push(e, PENDING_GATHER, u, err);
+}
+
+/* Points the kernels at fp32 params: the gathered buffer itself, or a cast copy of it. */
+static int make_compute_view(Engine *e, int u, const void *src, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    if (e->cfg.param_dtype == DTYPE_FP32) {
+        us->compute = (float *)src;
+        us->compute_owned = 0;
+    } else {
+        int rc = dev_alloc(e, (void **)&us->compute, unit->numel * sizeof(float),
+                           MEM_PARAM_UNSHARDED, u, err);
+        if (rc) return rc;
+        e->k->cast(us->compute, DTYPE_FP32, src, e->cfg.param_dtype, unit->numel);
+        us->compute_owned = 1;
+    }
+    for (int i = 0; i < unit->nparams; i++)
+        us->param_ptrs[i] = us->compute ? us->compute + unit->params[i].offset : NULL;
+    return 0;
+}
+
+static int complete_gather(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    DType t = e->cfg.param_dtype;
+    us->gather_in_flight = 0;
+    int rc = dev_alloc(e, &us->unsharded, unit->numel * dtype_size(t), MEM_PARAM_UNSHARDED, u, err);
+    if (rc) return rc;
+    unpack_gathered(e, u, us->gather_recv, t, us->unsharded);
+    dev_free(e, us->gather_send, u);
+    dev_free(e, us->gather_recv, u);
+    us->gather_send = us->gather_recv = NULL;
+    us->ready = us->gather.done;
+    return make_compute_view(e, u, us->unsharded, err);
+}
+
+/* Replicated params need no collective, only a low-precision copy when asked for one. */
+static int replicated_params_ready(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    e->dev->ops->event_record(e->dev, STREAM_COMPUTE, &us->ready);
+    if (e->cfg.param_dtype == DTYPE_FP32) return make_compute_view(e, u, us->param, err);
+    int rc = dev_alloc(e, &us->unsharded, unit->numel * dtype_size(e->cfg.param_dtype),
+                       MEM_PARAM_UNSHARDED, u, err);
+    if (rc) return rc;
+    e->k->cast(us->unsharded, e->cfg.param_dtype, us->param, DTYPE_FP32, unit->numel);
+    return make_compute_view(e, u, us->unsharded, err);
+}
+
+static int unit_present(const Engine *e, int u) {
+    return e->units[u].compute != NULL || e->units[u].gather_in_flight;
+}
+
+/* Makes unit u's params available to compute, gathering them if nobody prefetched them. */
+static int unit_params_ready(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    if (us->compute) return 0;
+    if (!e->plan->params_sharded) return replicated_params_ready(e, u, err);
+    if (!us->gather_in_flight) {
+        /* not prefetched: the gather is issued only when compute gets here */
+        stream_follow(e, STREAM_COMM, STREAM_COMPUTE);
+        int rc = gather_start(e, u, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int unit_params_wait(Engine *e, int u, Err *err) {
+    int rc = pending_wait_for(e, PENDING_GATHER, u, err);
+    if (rc) return rc;
+    e->dev->ops->stream_wait(e->dev, STREAM_COMPUTE, &e->units[u].ready);
+    return 0;
+}
+
+/* Starts gathers for the next `depth` units of `order` after position `pos`. */
+static int prefetch(Engine *e, const int *order, int pos, int depth, Err *err) {
+    if (!e->plan->params_sharded) return 0;
+    for (int i = pos + 1; i < e->plan->nunits && i <= pos + depth; i++)
+        if (!unit_present(e, order[i])) {
+            int rc = gather_start(e, order[i], err);
+            if (rc) return rc;
+        }
+    return 0;
+}
+
+static void reshard(Engine *e, int u) {
+    UnitState *us = &e->units[u];
+    if (us->compute_owned) dev_free(e, us->compute, u);
+    dev_free(e, us->unsharded, u);
+    us->compute = NULL;
+    us->unsharded = NULL;
+    us->compute_owned = 0;
+}
+
+/* ---------------------------------------------------------------- reducing gradients */
+
+static int ugrad_ready(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    if (us->ugrad) return 0;
+    if (!e->plan->grads_sharded) {
+        us->ugrad = us->grad;
+    } else {
+        int rc = dev_alloc(e, (void **)&us->ugrad, unit->numel * sizeof(float), MEM_GRAD_UNSHARDED,
+                           u, err);
+        if (rc) return rc;
+        memset(us->ugrad, 0, unit->numel * sizeof(float));
+        us->ugrad_owned = 1;
+    }
+    for (int i = 0; i < unit->nparams; i++) us->grad_ptrs[i] = us->ugrad + unit->params[i].offset;
+    return 0;
+}
+
+/* Every rank's rows of the unsharded grads, cast, into its padded wire block. */
+static void pack_grads_for_scatter(Engine *e, int u, char *send) {
+    const Unit *unit = &e->plan->units[u];
+    UnitState *us = &e->units[u];
+    DType t = e->cfg.reduce_dtype;
+    size_t ds = dtype_size(t);
+    for (int q = 0; q < e->plan->shard_size; q++)
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            const UnitParam *up = &unit->params[i];
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
+            char *dst = send + ((size_t)q * unit->wire_numel + up->wire_offset) * ds;
+            e->k->cast(dst, t, us->ugrad + up->offset + begin * ps->row_elems, DTYPE_FP32,
+                       rows * ps->row_elems);
+            memset(dst + rows * ps->row_elems * ds, 0,
+                   (up->chunk_rows - rows) * ps->row_elems * ds);
+        }
+}
+
+static int reduce_start_sharded(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    DType t = e->cfg.reduce_dtype;
+    size_t block = unit->wire_numel * dtype_size(t);
+    int rc = dev_alloc(e, &us->reduce_send, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u,
+                       err);
+    if (!rc) rc = dev_alloc(e, &us->reduce_buf, block, MEM_COMM_BUFFER, u, err);
+    if (rc) return rc;
+    pack_grads_for_scatter(e, u, us->reduce_send);
+    dev_free(e, us->ugrad, u); /* the wire copy is all that is needed now */
+    us->ugrad = NULL;
+    us->ugrad_owned = 0;
+    us->reduce = (CommRequest){.kind = COLL_REDUCE_SCATTER,
+                               .send = us->reduce_send,
+                               .recv = us->reduce_buf,
+                               .count = unit->wire_numel,
+                               .dtype = t,
+                               .op = REDUCE_AVG,
+                               .unit = u};
+    return e->env.shard_comm->ops->start(e->env.shard_comm, &us->reduce, err);
+}
+
+/* DDP and zero1: every rank keeps whole grads, averaged with an all-reduce. */
+static int reduce_start_replicated(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    DType t = e->cfg.reduce_dtype;
+    void *buf = us->grad;
+    if (t != DTYPE_FP32) {
+        int rc =
+            dev_alloc(e, &us->reduce_buf, unit->numel * dtype_size(t), MEM_COMM_BUFFER, u, err);
+        if (rc) return rc;
+        e->k->cast(us->reduce_buf, t, us->grad, DTYPE_FP32, unit->numel);
+        buf = us->reduce_buf;
+    }
+    us->ugrad = NULL;
+    us->reduce = (CommRequest){.kind = COLL_ALL_REDUCE,
+                               .send = buf,
+                               .recv = buf,
+                               .count = unit->numel,
+                               .dtype = t,
+                               .op = REDUCE_AVG,
+                               .unit = u};
+    return e->env.world_comm->ops->start(e->env.world_comm, &us->reduce, err);
+}
+
+static int reduce_start(Engine *e, int u, Err *err) {
+    stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the grads must exist first */
+    int rc = e->plan->grads_sharded ? reduce_start_sharded(e, u, err)
+                                    : reduce_start_replicated(e, u, err);
+    if (rc) return rc;
+    e->units[u].reduce_in_flight = 1;
+    return pending_push(e, PENDING_REDUCE, u, err);
+}
+
+static int complete_reduce(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    DType t = e->cfg.reduce_dtype;
+    us->reduce_in_flight = 0;
+    DevEvent done = us->reduce.done;
+    if (e->plan->grads_sharded) {
+        if (e->env.replica_comm) { /* hsdp: average the shard across replica groups too */
+            int rc = comm_all_reduce(e->env.replica_comm, us->reduce_buf, us->reduce_buf,
+                                     unit->wire_numel, t, REDUCE_AVG, u, err);
+            if (rc) return rc;
+            e->dev->ops->event_record(e->dev, STREAM_COMM, &done);
+        }
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
+            e->k->cast(us->grad + us->grad_local[i], DTYPE_FP32,
+                       (char *)us->reduce_buf + unit->params[i].wire_offset * dtype_size(t), t,
+                       rows * ps->row_elems);
+        }
+        dev_free(e, us->reduce_send, u);
+        us->reduce_send = NULL;
+    } else if (us->reduce_buf) {
+        e->k->cast(us->grad, DTYPE_FP32, us->reduce_buf, t, unit->numel);
+    }
+    dev_free(e, us->reduce_buf, u);
+    us->reduce_buf = NULL;
+    if (e->cfg.offload == OFFLOAD_CPU) { /* the reduced shard goes home to host memory */
+        e->dev->ops->stream_wait(e->dev, STREAM_COPY, &done);
+        run_work(e, STREAM_COPY,
+                 (Work){.kind = WORK_COPY_D2H,
+                        .unit = u,
+                        .bytes = (double)(us->grad_n * sizeof(float))});
+        e->dev->ops->event_record(e->dev, STREAM_COPY, &done);
+    }
+    e->dev->ops->stream_wait(e->dev, STREAM_COMPUTE, &done);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forward and backward */
+
+static int position_in(const int *order, int n, int u) {
+    for (int i = 0; i < n; i++)
+        if (order[i] == u) return i;
+    return -1;
+}
+
+static int last_module_of(const Engine *e, int u) {
+    const Unit *unit = &e->plan->units[u];
+    return unit->modules[unit->nmodules - 1];
+}
+
+/* Units are numbered in order of first use, so forward order is 0, 1, 2, ... */
+static int enter_unit_forward(Engine *e, int u, Err *err) {
+    int rc = unit_params_ready(e, u, err);
+    if (rc) return rc;
+    for (int i = u + 1;
+         e->plan->params_sharded && i < e->plan->nunits && i <= u + e->cfg.prefetch_forward; i++)
+        if (!unit_present(e, i) && (rc = gather_start(e, i, err))) return rc;
+    return unit_params_wait(e, u, err);
+}
+
+static int forward_pass(Engine *e, int micro, float grad_scale, float *loss, Err *err) {
+    set_phase(e, PHASE_FORWARD, micro);
+    int prev = -1, rc;
+    for (int m = 0; m < e->model->nmodules; m++) {
+        int u = e->plan->module_unit[m];
+        UnitState *us = &e->units[u];
+        if (u != prev && (rc = enter_unit_forward(e, u, err))) return rc;
+        Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
+        rc = e->model->ops->forward(e->run, m, us->param_ptrs + e->module_first_up[m], &w, err);
+        if (rc) return rc;
+        w.unit = u;
+        run_work(e, STREAM_COMPUTE, w);
+        if (m == last_module_of(e, u) && e->reshard && !e->plan->units[u].is_root) reshard(e, u);
+        prev = u;
+    }
+    Work w = {.unit = -1};
+    *loss = e->model->ops->loss(e->run, grad_scale, &w);
+    run_work(e, STREAM_COMPUTE, w);
+    return 0;
+}
+
+static int enter_unit_backward(Engine *e, int u, Err *err) {
+    int rc = unit_params_ready(e, u, err);
+    if (rc) return rc;
+    int pos = position_in(e->bwd_order, e->plan->nunits, u);
+    if ((rc = prefetch(e, e->bwd_order, pos, e->cfg.prefetch_backward, err))) return rc;
+    if ((rc = unit_params_wait(e, u, err))) return rc;
+    return ugrad_ready(e, u, err);
+}
+
+static int backward_pass(Engine *e, int micro, int sync, Err *err) {
+    set_phase(e, PHASE_BACKWARD, micro);
+    int prev = -1, rc;
+    for (int m = e->model->nmodules - 1; m >= 0; m--) {
+        int u = e->plan->module_unit[m];
+        UnitState *us = &e->units[u];
+        if (u != prev && (rc = enter_unit_backward(e, u, err))) return rc;
+        Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
+        int first = e->module_first_up[m];
+        rc = e->model->ops->backward(e->run, m, us->param_ptrs + first, us->grad_ptrs + first, &w,
+                                     err);
+        if (rc) return rc;
+        w.unit = u;
+        run_work(e, STREAM_COMPUTE, w);
+        if (m == e->plan->units[u].modules[0]) { /* the unit's backward is complete */
+            if (sync && (rc = reduce_start(e, u, err))) return rc;
+            reshard(e, u);
+        }
+        prev = u;
+    }
+    return sync ? pending_drain(e, err) : 0;
+}
+
+/* ---------------------------------------------------------------- optimizer */
+
+/* Sum of squares of the gradient rows this rank is responsible for, over the group that
+ * together holds each element once. */
+static int grad_sq_norm(Engine *e, double *out, Err *err) {
+    double local = 0.0;
+    for (int u = 0; u < e->plan->nunits; u++)
+        local += e->k->sum_squares(e->units[u].grad, e->units[u].grad_n);
+    if (!e->plan->grads_sharded) { /* every rank holds identical whole grads */
+        *out = local;
+        return 0;
+    }
+    float f = (float)local;
+    set_phase(e, PHASE_OPTIMIZER, 0);
+    int rc = comm_all_reduce(e->env.shard_comm, &f, &f, 1, DTYPE_FP32, REDUCE_SUM, -1, err);
+    *out = f;
+    return rc;
+}
+
+static int grads_found_inf(Engine *e, int *found, Err *err) {
+    float flag = 0.0f;
+    for (int u = 0; u < e->plan->nunits; u++)
+        if (!e->k->all_finite(e->units[u].grad, e->units[u].grad_n)) flag = 1.0f;
+    int rc = 0;
+    if (e->plan->grads_sharded)
+        rc = comm_all_reduce(e->env.world_comm, &flag, &flag, 1, DTYPE_FP32, REDUCE_MAX, -1, err);
+    *found = flag != 0.0f;
+    return rc;
+}
+
+static void scale_grads(Engine *e, float s) {
+    for (int u = 0; u < e->plan->nunits; u++) e->k->scale(e->units[u].grad, s, e->units[u].grad_n);
+}
+
+/* Adam on the rows of unit u this rank updates. */
+static void adam_unit(Engine *e, int u, const AdamHyper *h) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    size_t total = 0;
+    for (int i = 0; i < unit->nparams; i++) {
+        const ParamSpec *ps = unit_param_spec(e, u, i);
+        size_t begin, rows;
+        shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
+        size_t n = rows * ps->row_elems, row0 = begin * ps->row_elems;
+        float *p = us->param + us->param_local[i] + (e->plan->params_sharded ? 0 : row0);
+        const float *g = us->grad + us->grad_local[i] + (e->plan->grads_sharded ? 0 : row0);
+        e->k->adam_step(p, g, us->m + us->optim_local[i], us->v + us->optim_local[i], n, h,
+                        e->steps + 1);
+        total += n;
+    }
+    run_work(e, STREAM_COMPUTE,
+             (Work){.kind = WORK_OPTIMIZER,
+                    .unit = u,
+                    .flops = 14.0 * total,
+                    .bytes = 28.0 * total,
+                    .on_host = e->cfg.offload == OFFLOAD_CPU});
+}
+
+/* zero1: each rank updated its rows of a replicated parameter; gather them back. */
+static int zero1_regather(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    void *send = NULL, *recv = NULL;
+    size_t block = unit->wire_numel * sizeof(float);
+    int rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
+    if (!rc) rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
+    if (!rc) {
+        size_t local[unit->nparams + 1];
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
+            local[i] = unit->params[i].offset + begin * ps->row_elems;
+        }
+        pack_rows(e, u, us->param, local, DTYPE_FP32, send);
+        rc = comm_all_gather(e->env.world_comm, send, recv, unit->wire_numel, DTYPE_FP32, u, err);
+        if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)us->param);
+    }
+    dev_free(e, send, u);
+    dev_free(e, recv, u);
+    return rc;
+}
+
+static int optimizer_step(Engine *e, StepStats *st, Err *err) {
+    set_phase(e, PHASE_OPTIMIZER, 0);
+    int rc;
+    st->skipped = 0;
+    st->loss_scale = e->loss_scale;
+    if (fsdp_uses_loss_scaling(&e->cfg)) {
+        int found_inf;
+        if ((rc = grads_found_inf(e, &found_inf, err))) return rc;
+        if (found_inf) { /* GradScaler: skip the step, back off the scale */
+            e->loss_scale *= 0.5f;
+            e->good_steps = 0;
+            st->skipped = 1;
+            return 0;
+        }
+        scale_grads(e, 1.0f / e->loss_scale);
+        if (++e->good_steps == 2000) {
+            e->loss_scale *= 2.0f;
+            e->good_steps = 0;
+        }
+    }
+    st->grad_norm = 0.0f;
+    if (e->cfg.clip_grad_norm > 0.0f) {
+        double sq;
+        if ((rc = grad_sq_norm(e, &sq, err))) return rc;
+        double norm = sqrt(sq);
+        st->grad_norm = (float)norm;
+        double coef = e->cfg.clip_grad_norm / (norm + 1e-6);
+        if (coef < 1.0) scale_grads(e, (float)coef);
+    }
+    AdamHyper h = {e->cfg.lr,  e->cfg.beta1,        e->cfg.beta2,
+                   e->cfg.eps, e->cfg.weight_decay, e->cfg.optim == OPTIM_ADAMW};
+    for (int u = 0; u < e->plan->nunits; u++) adam_unit(e, u, &h);
+    e->steps++;
+    if (e->plan->strategy == STRAT_ZERO1)
+        for (int u = 0; u < e->plan->nunits; u++)
+            if ((rc = zero1_regather(e, u, err))) return rc;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one training step */
+
+int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_loss, StepStats *st,
+                Err *err) {
+    memset(st, 0, sizeof *st);
+    for (int u = 0; u < e->plan->nunits; u++) /* an empty shard has no buffer at all */
+        if (e->units[u].grad) memset(e->units[u].grad, 0, e->units[u].grad_n * sizeof(float));
+    int K = e->cfg.grad_accum, B = e->cfg.batch_size, rc;
+    /* the loss scale and the 1/K of accumulation both ride on the output gradient */
+    float grad_scale = (fsdp_uses_loss_scaling(&e->cfg) ? e->loss_scale : 1.0f) / (float)K;
+    double loss_sum = 0.0;
+    for (int micro = 0; micro < K; micro++) {
+        rc = e->model->ops->set_batch(e->run, ds, indices + (size_t)micro * B, (size_t)B, err);
+        float loss;
+        if (!rc) rc = forward_pass(e, micro, grad_scale, &loss, err);
+        if (!rc) rc = backward_pass(e, micro, micro == K - 1, err);
+        if (rc) return rc;
+        loss_sum += loss;
+    }
+    if ((rc = optimizer_step(e, st, err))) return rc;
+    st->loss = (float)(loss_sum / K);
+    if (global_loss)
+        rc = comm_all_reduce(e->env.world_comm, &st->loss, &st->loss, 1, DTYPE_FP32, REDUCE_AVG, -1,
+                             err);
+    set_phase(e, PHASE_NONE, 0);
+    return rc;
+}
+
+long engine_steps_done(const Engine *e) {
+    return e->steps;
+}
+
+int engine_full_params(Engine *e, float *out, Err *err) {
+    for (int u = 0; u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        const Unit *unit = &e->plan->units[u];
+        float *full = us->param;
+        void *send = NULL, *recv = NULL;
+        int rc = 0;
+        if (e->plan->params_sharded) {
+            size_t block = unit->wire_numel * sizeof(float);
+            rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
+            if (!rc)
+                rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u,
+                               err);
+            if (!rc)
+                rc = dev_alloc(e, (void **)&full, unit->numel * sizeof(float), MEM_PARAM_UNSHARDED,
+                               u, err);
+            if (!rc) {
+                pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, send);
+                rc = comm_all_gather(e->env.shard_comm, send, recv, unit->wire_numel, DTYPE_FP32, u,
+                                     err);
+            }
+            if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)full);
+        }
+        for (int i = 0; !rc && i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            memcpy(out + e->param_flat[unit->params[i].param], full + unit->params[i].offset,
+                   ps->numel * sizeof(float));
+        }
+        dev_free(e, send, u);
+        dev_free(e, recv, u);
+        if (full != us->param) dev_free(e, full, u);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+/* Offsets of each parameter's kept rows inside a rank's flat buffer. */
+static void local_offsets(Engine *e, int u, int sharded, int size, int rank, size_t *off) {
+    const Unit *unit = &e->plan->units[u];
+    size_t acc = 0;
+    for (int i = 0; i < unit->nparams; i++) {
+        if (!sharded) {
+            off[i] = unit->params[i].offset;
+            continue;
+        }
+        const ParamSpec *ps = unit_param_spec(e, u, i);
+        size_t begin, rows;
+        shard_rows((size_t)ps->shape[0], size, rank, &begin, &rows);
+        off[i] = acc;
+        acc += rows * ps->row_elems;
+    }
+}
+
+/* Each rank draws exactly its own rows: the starting point is the same at any world size. */
+static void init_params(Engine *e, int u) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    int S = e->plan->params_sharded ? e->plan->shard_size : 1;
+    int r = e->plan->params_sharded ? e->shard_rank : 0;
+    for (int i = 0; i < unit->nparams; i++) {
+        const ParamSpec *ps = unit_param_spec(e, u, i);
+        size_t begin, rows;
+        shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
+        size_t first = begin * ps->row_elems, n = rows * ps->row_elems;
+        for (size_t j = 0; j < n; j++)
+            us->param[us->param_local[i] + j] = param_init_value(ps, e->cfg.seed, first + j);
+    }
+}
+
+static int create_unit_state(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    size_t np = (size_t)unit->nparams + 1;
+    us->param_local = calloc(np, sizeof(size_t));
+    us->grad_local = calloc(np, sizeof(size_t));
+    us->optim_local = calloc(np, sizeof(size_t));
+    us->param_ptrs = calloc(np, sizeof(float *));
+    us->grad_ptrs = calloc(np, sizeof(float *));
+    if (!us->param_local || !us->grad_local || !us->optim_local || !us->param_ptrs ||
+        !us->grad_ptrs)
+        return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    const Plan *p = e->plan;
+    us->param_n = plan_param_numel(p, u, e->env.rank);
+    us->grad_n = plan_grad_numel(p, u, e->env.rank);
+    us->optim_n = plan_optim_numel(p, u, e->env.rank);
+    local_offsets(e, u, p->params_sharded, p->shard_size, e->shard_rank, us->param_local);
+    local_offsets(e, u, p->grads_sharded, p->shard_size, e->shard_rank, us->grad_local);
+    local_offsets(e, u, 1, e->optim_size, e->optim_rank, us->optim_local);
+    int rc = dev_alloc(e, (void **)&us->param, us->param_n * sizeof(float),
+                       resting(e, MEM_PARAM_SHARD), u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)&us->grad, us->grad_n * sizeof(float),
+                       resting(e, MEM_GRAD_SHARD), u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)&us->m, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
+                       u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)&us->v, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
+                       u, err);
+    if (rc) return rc;
+    if (us->grad) memset(us->grad, 0, us->grad_n * sizeof(float));
+    if (us->m) memset(us->m, 0, us->optim_n * sizeof(float));
+    if (us->v) memset(us->v, 0, us->optim_n * sizeof(float));
+    init_params(e, u);
+    return 0;
+}
+
+/* Backward visits units in order of their last module, latest first. */
+static void backward_order(Engine *e) {
+    int n = 0;
+    for (int m = e->model->nmodules - 1; m >= 0; m--) {
+        int u = e->plan->module_unit[m];
+        if (position_in(e->bwd_order, n, u) < 0) e->bwd_order[n++] = u;
+    }
+}
+
+static int create_tables(Engine *e, Err *err) {
+    const ModelDesc *m = e->model;
+    e->units = calloc((size_t)e->plan->nunits + 1, sizeof *e->units);
+    e->bwd_order = calloc((size_t)e->plan->nunits + 1, sizeof *e->bwd_order);
+    e->module_first_up = calloc((size_t)m->nmodules + 1, sizeof *e->module_first_up);
+    e->param_flat = calloc((size_t)m->nparams + 1, sizeof *e->param_flat);
+    if (!e->units || !e->bwd_order || !e->module_first_up || !e->param_flat)
+        return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    size_t flat = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        e->param_flat[i] = flat;
+        flat += m->params[i].numel;
+    }
+    for (int u = 0; u < e->plan->nunits; u++) {
+        const Unit *unit = &e->plan->units[u];
+        for (int i = unit->nparams - 1; i >= 0; i--)
+            e->module_first_up[m->params[unit->params[i].param].module] = i;
+    }
+    backward_order(e);
+    return 0;
+}
+
+int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const ModelDesc *model,
+                  RankEnv env, Err *err) {
+    Engine *e = calloc(1, sizeof *e);
+    if (!e) return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    *out = e;
+    e->cfg = *cfg;
+    e->plan = plan;
+    e->model = model;
+    e->env = env;
+    e->dev = env.dev;
+    e->k = env.k;
+    e->reshard = fsdp_reshard_after_forward(cfg);
+    e->shard_rank = plan_shard_rank(plan, env.rank);
+    e->optim_rank = plan_optim_rank(plan, env.rank);
+    e->optim_size = plan_optim_size(plan);
+    e->loss_scale = 65536.0f;
+    int rc = create_tables(e, err);
+    for (int u = 0; !rc && u < plan->nunits; u++) rc = create_unit_state(e, u, err);
+    if (!rc)
+        rc = model->ops->run_create(model, env.dev, env.k, (size_t)cfg->batch_size, &e->run, err);
+    return rc;
+}
+
+void engine_destroy(Engine *e) {
+    if (!e) return;
+    if (e->run) e->model->ops->run_destroy(e->run);
+    for (int u = 0; e->units && u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        reshard(e, u);
+        if (us->ugrad_owned) dev_free(e, us->ugrad, u);
+        dev_free(e, us->gather_send, u);
+        dev_free(e, us->gather_recv, u);
+        dev_free(e, us->reduce_send, u);
+        dev_free(e, us->reduce_buf, u);
+        dev_free(e, us->param, u);
+        dev_free(e, us->grad, u);
+        dev_free(e, us->m, u);
+        dev_free(e, us->v, u);
+        free(us->param_local);
+        free(us->grad_local);
+        free(us->optim_local);
+        free(us->param_ptrs);
+        free(us->grad_ptrs);
+    }
+    free(e->units);
+    free(e->bwd_order);
+    free(e->module_first_up);
+    free(e->param_flat);
+    free(e);
+}

@@ -1,0 +1,75 @@
+/* fsdp: the engine. One rank's side of FSDP training (SPMD: every rank runs this same
+ * code): it keeps the rank's shards, gathers a unit's parameters before its forward and
+ * backward, reduce-scatters gradients after backward, frees what is no longer needed, and
+ * steps Adam on local rows only. Strategies ddp, zero1, zero2, zero3 and hsdp are knobs of
+ * this one schedule. It talks only to the device, comm and kernels interfaces. */
+#ifndef FSDP_FSDP_H
+#define FSDP_FSDP_H
+
+#include <stdint.h>
+
+#include "../kernels/kernels.h"
+#include "comm.h"
+#include "device.h"
+#include "model.h"
+#include "plan.h"
+#include "trace.h"
+
+typedef struct FsdpConfig {
+    Strategy strategy;
+    int replicas; /* hsdp: replica groups */
+    WrapPolicy wrap;
+    int reshard_after_forward; /* -1: the strategy's default (zero3/hsdp yes, zero2 no) */
+    int prefetch_forward;      /* units gathered ahead in forward */
+    int prefetch_backward;     /* units gathered ahead in backward */
+    int grad_accum;            /* micro-steps per optimizer step (sync off between) */
+    float clip_grad_norm;      /* 0: off */
+    OptimKind optim;
+    float lr, beta1, beta2, eps, weight_decay;
+    DType param_dtype, reduce_dtype;
+    OffloadKind offload;
+    int batch_size; /* per rank, per micro-step */
+    uint64_t seed;
+} FsdpConfig;
+
+void fsdp_config_defaults(FsdpConfig *c);
+/* The value reshard_after_forward really takes for this config. */
+int fsdp_reshard_after_forward(const FsdpConfig *c);
+/* 1 if this config uses fp16 loss scaling. */
+int fsdp_uses_loss_scaling(const FsdpConfig *c);
+
+/* What a rank runs on. shard_comm/replica_comm are the hsdp groups (else shard_comm is
+ * world_comm and replica_comm is NULL). */
+typedef struct RankEnv {
+    int rank, world;
+    Device *dev;
+    const Kernels *k;
+    Comm *world_comm, *shard_comm, *replica_comm;
+    TraceBuf *trace; /* may be NULL */
+} RankEnv;
+
+typedef struct Engine Engine;
+
+typedef struct StepStats {
+    float loss;       /* mean over the global batch (when requested), else this rank's */
+    float grad_norm;  /* before clipping (0 if clipping is off and not requested) */
+    float loss_scale; /* fp16 only */
+    int skipped;      /* fp16: the step had inf/nan gradients and was skipped */
+} StepStats;
+
+int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const ModelDesc *model,
+                  RankEnv env, Err *err);
+void engine_destroy(Engine *e);
+
+/* One optimizer step: grad_accum micro-steps, each on `batch` samples of ds given by
+ * indices[micro * batch ...]. global_loss: all-reduce the loss for reporting. */
+int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_loss,
+                StepStats *stats, Err *err);
+
+/* Gathers the full fp32 parameters of every unit into out (model->total_numel floats,
+ * parameters in model order). Collective: every rank must call it. */
+int engine_full_params(Engine *e, float *out, Err *err);
+
+long engine_steps_done(const Engine *e);
+
+#endif

@@ -1,0 +1,85 @@
+/* model: what the engine needs to know about a model. A model is an ordered list of
+ * modules with named parameters (names and shapes as PyTorch would have them) plus per-module
+ * forward and backward on full (gathered) parameters. The engine decides where parameters
+ * live and when they are gathered; a model only computes. */
+#ifndef FSDP_MODEL_H
+#define FSDP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/kernels.h"
+#include "device.h"
+#include "err.h"
+
+#define MODEL_MAX_NDIM 4
+
+typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_UNIFORM, INIT_NORMAL } InitKind;
+
+typedef struct ParamSpec {
+    char name[96];
+    int ndim;
+    int64_t shape[MODEL_MAX_NDIM];
+    size_t numel;
+    size_t row_elems; /* elements per dim-0 row: sharding moves whole rows */
+    int module;
+    InitKind init;
+    float init_a, init_b; /* uniform: [a, b); normal: mean a, std b */
+    /* a short symbol for narration: the toy's "a" so element 1 prints as a₁ */
+    char symbol[8];
+} ParamSpec;
+
+typedef struct ModuleSpec {
+    char name[64];
+    int first_param, nparams;
+    int is_block; /* the `layer` wrap policy gives each block its own unit */
+} ModuleSpec;
+
+/* A data set held in memory: inputs of in_elems floats and targets of target_elems. */
+typedef struct Dataset {
+    long n;
+    size_t in_elems, target_elems;
+    const float *inputs;
+    const float *targets;
+    float *owned; /* freed by dataset_free */
+} Dataset;
+
+typedef struct ModelDesc ModelDesc;
+
+/* Per-rank runtime state of a model (activations of the current micro-batch). */
+typedef struct ModelRun ModelRun;
+
+typedef struct ModelOps {
+    int (*run_create)(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
+                      ModelRun **out, Err *err);
+    void (*run_destroy)(ModelRun *run);
+    /* Loads samples `indices` of ds as the current micro-batch. */
+    int (*set_batch)(ModelRun *run, const Dataset *ds, const long *indices, size_t n, Err *err);
+    /* Module forward on full fp32 parameters (params[i] is the module's i-th parameter);
+     * fills w with the work done so the clock can charge it. */
+    int (*forward)(ModelRun *run, int module, float *const *params, Work *w, Err *err);
+    /* Loss of the current batch after the last module; seeds the output gradient with
+     * dL/dy * grad_scale (the loss scale under fp16). */
+    float (*loss)(ModelRun *run, float grad_scale, Work *w);
+    /* Module backward: ADDS this micro-batch's gradients into grads[i]. */
+    int (*backward)(ModelRun *run, int module, float *const *params, float *const *grads, Work *w,
+                    Err *err);
+} ModelOps;
+
+struct ModelDesc {
+    char name[32];
+    int nparams, nmodules;
+    ParamSpec *params;
+    ModuleSpec *modules;
+    size_t total_numel;
+    const ModelOps *ops;
+};
+
+void model_desc_free(ModelDesc *m);
+void dataset_free(Dataset *d);
+
+/* Initial value of element `index` (flat, row-major) of parameter p: a pure function of
+ * (seed, parameter name, index), so every world size starts from the same bits. */
+float param_init_value(const ParamSpec *p, uint64_t seed, size_t index);
+
+#endif

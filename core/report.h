@@ -1,0 +1,24 @@
+/* report: what `fsdp train` shows a person, written to a FILE* the caller chooses: the
+ * plan (units and parameters), the ownership table ("GPU 0: a₀ b₀ c₀"), per-rank memory by
+ * category beside DDP's, per-step lines and JSON, and the parameter dump. */
+#ifndef FSDP_REPORT_H
+#define FSDP_REPORT_H
+
+#include <stdio.h>
+
+#include "fsdp.h"
+#include "train.h"
+
+void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, const char *profile);
+void report_plan(FILE *f, const Plan *p);
+void report_ownership(FILE *f, const Plan *p);
+void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem);
+void report_step_text(FILE *f, const StepReport *r, int fp16);
+void report_step_json(FILE *f, const StepReport *r);
+void report_final_params(FILE *f, const ModelDesc *m, const float *params);
+/* `name index value` lines, %.9e. Returns 0 or ERR_IO. */
+int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *err);
+/* Human bytes: "36 B", "1.50 KiB", "12.3 GiB". */
+const char *format_bytes(size_t b, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,173 @@
+#include "toy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The target function: a teacher with the same architecture, so the student can reach
+ * zero loss and the numbers it learns are meaningful to look at. */
+const float toy_teacher[3][3] = {{1.0f, 1.5f, 0.5f}, {1.5f, 2.0f, -0.5f}, {2.0f, 1.0f, 0.0f}};
+
+static const char *const toy_layer_names[3] = {"La", "Lb", "Lc"};
+static const char *const toy_symbols[3] = {"a", "b", "c"};
+
+struct ModelRun {
+    Device *dev;
+    const Kernels *k;
+    size_t batch;
+    float *act[4];  /* act[0] = input x, act[m+1] = output of module m */
+    float *grad[4]; /* grad[m] = dL/d act[m] */
+    float *target;
+};
+
+static float *alloc_act(ModelRun *r) {
+    return r->dev->ops->alloc(r->dev, r->batch * sizeof(float), MEM_ACTIVATIONS, -1);
+}
+
+static void free_act(ModelRun *r, float **p) {
+    if (*p) r->dev->ops->free(r->dev, *p, -1);
+    *p = NULL;
+}
+
+static int toy_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
+                          ModelRun **out, Err *err) {
+    (void)m;
+    (void)max_batch;
+    ModelRun *r = calloc(1, sizeof *r);
+    if (!r) return err_set(err, ERR_NOMEM, "out of memory creating the toy model");
+    r->dev = dev;
+    r->k = k;
+    *out = r;
+    return 0;
+}
+
+static void toy_run_destroy(ModelRun *r) {
+    if (!r) return;
+    for (int i = 0; i < 4; i++) {
+        free_act(r, &r->act[i]);
+        free_act(r, &r->grad[i]);
+    }
+    free_act(r, &r->target);
+    free(r);
+}
+
+static int toy_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
+    r->batch = n;
+    free_act(r, &r->act[0]);
+    free_act(r, &r->target);
+    r->act[0] = alloc_act(r);
+    r->target = alloc_act(r);
+    if (n && (!r->act[0] || !r->target))
+        return err_set(err, ERR_NOMEM, "out of memory for a toy batch of %zu", n);
+    for (size_t i = 0; i < n; i++) {
+        r->act[0][i] = ds->inputs[idx[i]];
+        r->target[i] = ds->targets[idx[i]];
+    }
+    return 0;
+}
+
+/* ~8 flops per element for tanh, 3 for the affine parts. */
+static void toy_work(Work *w, WorkKind kind, size_t n, double passes) {
+    w->kind = kind;
+    w->flops = 11.0 * (double)n * passes;
+    w->bytes = 8.0 * (double)n * passes;
+}
+
+static int toy_forward(ModelRun *r, int m, float *const *params, Work *w, Err *err) {
+    free_act(r, &r->act[m + 1]);
+    r->act[m + 1] = alloc_act(r);
+    if (r->batch && !r->act[m + 1]) return err_set(err, ERR_NOMEM, "out of memory in forward");
+    r->k->toy_forward(params[0], r->act[m], r->act[m + 1], r->batch);
+    toy_work(w, WORK_FORWARD, r->batch, 1.0);
+    return 0;
+}
+
+static float toy_loss(ModelRun *r, float grad_scale, Work *w) {
+    free_act(r, &r->grad[3]);
+    r->grad[3] = alloc_act(r);
+    float loss = r->k->mse_loss(r->act[3], r->target, r->grad[3], r->batch);
+    if (grad_scale != 1.0f) r->k->scale(r->grad[3], grad_scale, r->batch);
+    toy_work(w, WORK_FORWARD, r->batch, 0.5);
+    return loss;
+}
+
+static int toy_backward(ModelRun *r, int m, float *const *params, float *const *grads, Work *w,
+                        Err *err) {
+    float *dx = NULL;
+    if (m > 0) {
+        dx = r->grad[m] = alloc_act(r);
+        if (r->batch && !dx) return err_set(err, ERR_NOMEM, "out of memory in backward");
+    }
+    r->k->toy_backward(params[0], r->act[m], r->grad[m + 1], dx, grads[0], r->batch);
+    /* what this layer saved for backward is no longer needed */
+    free_act(r, &r->act[m + 1]);
+    free_act(r, &r->grad[m + 1]);
+    if (m == 0) {
+        free_act(r, &r->act[0]);
+        free_act(r, &r->target);
+    }
+    toy_work(w, WORK_BACKWARD, r->batch, 2.0);
+    return 0;
+}
+
+static const ModelOps toy_ops = {
+    .run_create = toy_run_create,
+    .run_destroy = toy_run_destroy,
+    .set_batch = toy_set_batch,
+    .forward = toy_forward,
+    .loss = toy_loss,
+    .backward = toy_backward,
+};
+
+int toy_model_create(ModelDesc *m, Err *err) {
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "toy");
+    m->nparams = m->nmodules = 3;
+    m->params = calloc(3, sizeof *m->params);
+    m->modules = calloc(3, sizeof *m->modules);
+    if (!m->params || !m->modules) {
+        model_desc_free(m);
+        return err_set(err, ERR_NOMEM, "out of memory creating the toy model");
+    }
+    for (int i = 0; i < 3; i++) {
+        ModuleSpec *mod = &m->modules[i];
+        snprintf(mod->name, sizeof mod->name, "%s", toy_layer_names[i]);
+        mod->first_param = i;
+        mod->nparams = 1;
+        mod->is_block = 1;
+        ParamSpec *p = &m->params[i];
+        snprintf(p->name, sizeof p->name, "%s.weight", toy_layer_names[i]);
+        snprintf(p->symbol, sizeof p->symbol, "%s", toy_symbols[i]);
+        p->ndim = 1;
+        p->shape[0] = 3;
+        p->numel = 3;
+        p->row_elems = 1;
+        p->module = i;
+        /* positive and away from zero so every scalar gets a gradient from step one */
+        p->init = INIT_UNIFORM;
+        p->init_a = 0.25f;
+        p->init_b = 1.25f;
+    }
+    m->total_numel = 9;
+    m->ops = &toy_ops;
+    return 0;
+}
+
+int toy_dataset_create(Dataset *d, Err *err) {
+    memset(d, 0, sizeof *d);
+    float *buf = malloc(2 * TOY_DATASET_SIZE * sizeof(float));
+    if (!buf) return err_set(err, ERR_NOMEM, "out of memory creating the toy data set");
+    float *x = buf, *y = buf + TOY_DATASET_SIZE;
+    for (int i = 0; i < TOY_DATASET_SIZE; i++) {
+        x[i] = -2.0f + 4.0f * ((float)i + 0.5f) / TOY_DATASET_SIZE;
+        float h = x[i];
+        for (int l = 0; l < 3; l++) kernels_cpu.toy_forward(toy_teacher[l], &h, &h, 1);
+        y[i] = h;
+    }
+    d->n = TOY_DATASET_SIZE;
+    d->in_elems = d->target_elems = 1;
+    d->inputs = x;
+    d->targets = y;
+    d->owned = buf;
+    return 0;
+}

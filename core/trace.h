@@ -1,0 +1,83 @@
+/* trace: one event format for the simulator and real GPUs. Every alloc, free, collective,
+ * compute span and offload copy is an event of one rank with its unit, bytes, stream and
+ * start/end time. Backends append to a per-rank TraceBuf (no locks: one writer per rank);
+ * trace_merge orders all ranks into the Trace the visualizer replays and that
+ * trace_write_chrome turns into Chrome Trace Event JSON for Perfetto. */
+#ifndef FSDP_TRACE_H
+#define FSDP_TRACE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "err.h"
+
+typedef enum {
+    EV_ALLOC = 0,
+    EV_FREE,
+    EV_ALL_GATHER,
+    EV_REDUCE_SCATTER,
+    EV_ALL_REDUCE,
+    EV_BROADCAST,
+    EV_BARRIER,
+    EV_FORWARD,
+    EV_BACKWARD,
+    EV_OPTIMIZER,
+    EV_COPY_H2D,
+    EV_COPY_D2H,
+    EV_PACK,
+    EV_KIND_COUNT
+} EventKind;
+
+typedef enum { PHASE_NONE = 0, PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER } Phase;
+
+typedef struct TraceEvent {
+    double start, end; /* seconds from the start of the run (modelled or measured) */
+    long seq;          /* per-rank issue order, breaks ties deterministically */
+    unsigned long long bytes;
+    unsigned long long mem_total; /* alloc/free: this rank's total bytes after the event */
+    int rank;
+    int kind;     /* EventKind */
+    int unit;     /* FSDP unit, -1 if none */
+    int stream;   /* StreamId */
+    int category; /* MemCategory for alloc/free, -1 otherwise */
+    int phase;    /* Phase */
+    int step;     /* training step (0-based) */
+    int micro;    /* micro-step within the step (grad accumulation) */
+} TraceEvent;
+
+/* Growable per-rank buffer. enabled=0 makes appends free (long runs, benchmarks). */
+typedef struct TraceBuf {
+    TraceEvent *ev;
+    size_t n, cap;
+    long next_seq;
+    int enabled;
+    int rank;
+    /* context stamped on every appended event */
+    int phase, step, micro;
+} TraceBuf;
+
+void tracebuf_init(TraceBuf *b, int rank, int enabled);
+void tracebuf_free(TraceBuf *b);
+/* Appends e after stamping rank, seq, phase, step, micro. Returns 0 or ERR_NOMEM. */
+int tracebuf_append(TraceBuf *b, TraceEvent e);
+
+typedef struct Trace {
+    TraceEvent *ev;
+    size_t n;
+    int nranks;
+} Trace;
+
+const char *event_kind_name(EventKind k); /* "alloc", "all_gather", ... */
+const char *phase_name(Phase p);          /* "forward", ... */
+
+/* Merges per-rank buffers into one list ordered by (start, rank, seq). */
+int trace_merge(Trace *out, const TraceBuf *bufs, int nranks, Err *err);
+void trace_free(Trace *t);
+
+/* Writes Chrome Trace Event JSON ("traceEvents": complete events "ph":"X" per compute/comm
+ * span with pid = rank and tid = stream, times in microseconds; alloc/free as counter
+ * events of each rank's memory). unit_names may be NULL. */
+int trace_write_chrome(const Trace *t, const char *const *unit_names, int nunits, FILE *f,
+                       Err *err);
+
+#endif

@@ -1,0 +1,88 @@
+#include "train.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+long train_steps_per_epoch(const TrainJob *job, int world) {
+    long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;
+    return global > 0 ? job->data->n / global : 0;
+}
+
+/* Indices of this rank's samples for every micro-step of `step` (in-epoch position). */
+static void rank_indices(const TrainJob *job, const long *perm, long step_in_epoch, int rank,
+                         int world, long *out) {
+    long B = job->cfg->batch_size, K = job->cfg->grad_accum;
+    for (long micro = 0; micro < K; micro++) {
+        long base = (step_in_epoch * K + micro) * world * B + rank * B;
+        memcpy(out + micro * B, perm + base, (size_t)B * sizeof(long));
+    }
+}
+
+static void record_memory(const RankEnv *env, RankMemory *m) {
+    Device *d = env->dev;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+        m->rest[c] = d->ops->bytes_in_use(d, (MemCategory)c);
+        m->at_peak[c] = d->ops->peak_bytes_by_category(d, (MemCategory)c);
+    }
+    m->peak = d->ops->peak_bytes(d);
+}
+
+static double latest_stream_time(Device *d) {
+    double t = 0.0;
+    for (int s = 0; s < STREAM_COUNT; s++) {
+        double v = d->ops->now(d, (StreamId)s);
+        if (v > t) t = v;
+    }
+    return t;
+}
+
+static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, long *idx,
+                     Err *err) {
+    long per_epoch = train_steps_per_epoch(job, env->world);
+    int epoch = -1;
+    for (long s = 0; s < job->steps; s++) {
+        if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
+            epoch = (int)(s / per_epoch);
+            rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm, job->data->n);
+        }
+        int log = job->log_every > 0 && ((s + 1) % job->log_every == 0 || s + 1 == job->steps);
+        rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
+        double t0 = latest_stream_time(env->dev);
+        StepReport rep = {.step = s + 1, .epoch = epoch};
+        int rc = engine_step(e, job->data, idx, log, &rep.stats, err);
+        if (rc) return rc;
+        rep.step_time = latest_stream_time(env->dev) - t0;
+        if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
+    }
+    return 0;
+}
+
+int train_rank(const RankEnv *env, void *arg, Err *err) {
+    TrainJob *job = arg;
+    if (train_steps_per_epoch(job, env->world) < 1 && job->steps > 0)
+        return err_set(err, ERR_USAGE,
+                       "a global batch of %d ranks x %d samples x %d micro-steps is larger than "
+                       "the %ld samples of the data set",
+                       env->world, job->cfg->batch_size, job->cfg->grad_accum, job->data->n);
+    Engine *e = NULL;
+    long *perm = malloc((size_t)job->data->n * sizeof(long));
+    long *idx = malloc((size_t)job->cfg->batch_size * job->cfg->grad_accum * sizeof(long));
+    int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
+    if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
+    if (!rc) rc = run_steps(env, job, e, perm, idx, err);
+    if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
+    if (!rc && job->final_params) {
+        float *full = malloc(job->model->total_numel * sizeof(float) + 1);
+        rc = full ? engine_full_params(e, full, err)
+                  : err_set(err, ERR_NOMEM, "out of memory gathering parameters");
+        if (!rc && env->rank == 0)
+            memcpy(job->final_params, full, job->model->total_numel * sizeof(float));
+        free(full);
+    }
+    engine_destroy(e);
+    free(perm);
+    free(idx);
+    return rc;
+}

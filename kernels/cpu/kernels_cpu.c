@@ -1,0 +1,137 @@
+#include "../kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Every pair goes through fp32: widening to fp32 is exact, so the result is rounded once. */
+static float load_elem(const void *src, DType t, size_t i) {
+    switch (t) {
+    case DTYPE_BF16:
+        return bf16_to_fp32(((const uint16_t *)src)[i]);
+    case DTYPE_FP16:
+        return fp16_to_fp32(((const uint16_t *)src)[i]);
+    default:
+        return ((const float *)src)[i];
+    }
+}
+
+static void store_elem(void *dst, DType t, size_t i, float x) {
+    switch (t) {
+    case DTYPE_BF16:
+        ((uint16_t *)dst)[i] = fp32_to_bf16(x);
+        break;
+    case DTYPE_FP16:
+        ((uint16_t *)dst)[i] = fp32_to_fp16(x);
+        break;
+    default:
+        ((float *)dst)[i] = x;
+        break;
+    }
+}
+
+static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
+    if (n == 0) return; /* memcpy with NULL is undefined even for 0 bytes */
+    /* Same type is a copy; this also keeps bf16/fp16 NaN payloads bit-exact. */
+    if (dst_type == src_type) {
+        memcpy(dst, src, n * dtype_size(dst_type));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+}
+
+static void cpu_scale(float *x, float s, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static void cpu_accumulate(float *y, const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+static double cpu_sum_squares(const float *x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+static int cpu_all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
+
+/* Follows torch.optim.Adam/AdamW (single-tensor path): bias corrections in double once per
+ * call, then float per element, dividing by sqrt(bc2) after the sqrt as PyTorch does. */
+static void cpu_adam_step(float *param, const float *grad, float *m, float *v, size_t n,
+                          const AdamHyper *h, long step) {
+    if (step < 1) step = 1; /* step 0 would divide by a zero bias correction */
+    const float b1 = h->beta1, b2 = h->beta2, eps = h->eps, wd = h->weight_decay;
+    const double bc1 = 1.0 - pow((double)b1, (double)step);
+    const double bc2 = 1.0 - pow((double)b2, (double)step);
+    const float step_size = (float)((double)h->lr / bc1);
+    const float bc2_sqrt = (float)sqrt(bc2);
+    const float decay = (float)(1.0 - (double)h->lr * (double)wd);
+    const int coupled_decay = !h->decoupled && wd != 0.0f;
+    const int param_decay = h->decoupled && wd != 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float p = param[i], g = grad[i];
+        if (coupled_decay) g += wd * p; /* Adam: L2 penalty enters the moments */
+        if (param_decay) p *= decay;    /* AdamW: decay bypasses the moments */
+        float mi = b1 * m[i] + (1.0f - b1) * g;
+        float vi = b2 * v[i] + (1.0f - b2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    }
+}
+
+/* Reads x[i] before writing y[i], so x == y (in place) is allowed. */
+static void cpu_toy_forward(const float w[3], const float *x, float *y, size_t n) {
+    const float w0 = w[0], w1 = w[1], w2 = w[2];
+    for (size_t i = 0; i < n; i++) y[i] = w0 * tanhf(w1 * x[i] + w2);
+}
+
+/* Batch sums in double, in index order, so dw does not depend on how a caller splits work.
+ * dx may alias x or dy: each element is read before it is written. */
+static void cpu_toy_backward(const float w[3], const float *x, const float *dy, float *dx,
+                             float dw[3], size_t n) {
+    const float w0 = w[0], w1 = w[1], w2 = w[2];
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float xi = x[i], t = tanhf(w1 * xi + w2);
+        float dz = dy[i] * w0 * (1.0f - t * t); /* dL/dz */
+        s0 += (double)dy[i] * (double)t;
+        s1 += (double)dz * (double)xi;
+        s2 += (double)dz;
+        if (dx) dx[i] = dz * w1;
+    }
+    dw[0] = (float)((double)dw[0] + s0);
+    dw[1] = (float)((double)dw[1] + s1);
+    dw[2] = (float)((double)dw[2] + s2);
+}
+
+/* dy may be NULL when only the loss is wanted (evaluation). */
+static float cpu_mse_loss(const float *y, const float *target, float *dy, size_t n) {
+    if (n == 0) return 0.0f;
+    const double scale = 2.0 / (double)n;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)y[i] - (double)target[i];
+        sum += d * d;
+        if (dy) dy[i] = (float)(scale * d);
+    }
+    return (float)(sum / (double)n);
+}
+
+const Kernels kernels_cpu = {
+    .name = "cpu",
+    .cast = cpu_cast,
+    .scale = cpu_scale,
+    .accumulate = cpu_accumulate,
+    .sum_squares = cpu_sum_squares,
+    .all_finite = cpu_all_finite,
+    .adam_step = cpu_adam_step,
+    .toy_forward = cpu_toy_forward,
+    .toy_backward = cpu_toy_backward,
+    .mse_loss = cpu_mse_loss,
+};

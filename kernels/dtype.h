@@ -1,0 +1,24 @@
+/* dtype: the element types the engine moves and computes in (fp32, bf16, fp16) and the
+ * scalar conversions between them, round-to-nearest-even like PyTorch and CUDA.
+ * Pure functions; no allocation, no state. */
+#ifndef FSDP_DTYPE_H
+#define FSDP_DTYPE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { DTYPE_FP32 = 0, DTYPE_BF16, DTYPE_FP16, DTYPE_COUNT } DType;
+
+size_t dtype_size(DType t);
+const char *dtype_name(DType t);            /* "fp32", "bf16", "fp16" */
+int dtype_parse(const char *s, DType *out); /* 0 on success, -1 if unknown */
+
+uint16_t fp32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float x); /* RNE; overflow -> inf; subnormals kept */
+float fp16_to_fp32(uint16_t h);
+
+/* x rounded to the nearest value representable in t (identity for fp32). */
+float dtype_round(DType t, float x);
+
+#endif

@@ -1,0 +1,149 @@
+#include "cluster.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_sim.h"
+#include "device_sim.h"
+
+typedef struct RankSlot {
+    RankEnv env;
+    SimDevice dev;
+    SimClock clock;
+    TraceBuf trace;
+    Comm world, shard, replica;
+    RankMain fn;
+    void *arg;
+    Err err;
+    int rc;
+    struct Cluster *cluster;
+    pthread_t thread;
+} RankSlot;
+
+typedef struct Cluster {
+    int n, replicas;
+    SimWorld *world;
+    SimWorld **shard_groups;   /* replicas groups of n/replicas consecutive ranks */
+    SimWorld **replica_groups; /* n/replicas groups of the ranks with one shard rank */
+    RankSlot *slots;
+} Cluster;
+
+static void abort_all(Cluster *c, const char *why) {
+    sim_world_abort(c->world, why);
+    for (int g = 0; c->shard_groups && g < c->replicas; g++)
+        sim_world_abort(c->shard_groups[g], why);
+    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
+        sim_world_abort(c->replica_groups[g], why);
+}
+
+static void *rank_thread(void *p) {
+    RankSlot *s = p;
+    s->rc = s->fn(&s->env, s->arg, &s->err);
+    if (s->rc) abort_all(s->cluster, s->err.msg);
+    return NULL;
+}
+
+static int create_groups(Cluster *c, const Profile *prof, Err *err) {
+    int per_node = prof->gpus_per_node;
+    c->world = sim_world_create(c->n, NULL, per_node, prof, err);
+    if (!c->world) return err->code ? err->code : ERR_NOMEM;
+    if (c->replicas <= 1) return 0;
+    int S = c->n / c->replicas;
+    c->shard_groups = calloc((size_t)c->replicas, sizeof(SimWorld *));
+    c->replica_groups = calloc((size_t)S, sizeof(SimWorld *));
+    int *members = calloc((size_t)c->n, sizeof(int));
+    if (!c->shard_groups || !c->replica_groups || !members) {
+        free(members);
+        return err_set(err, ERR_NOMEM, "out of memory creating rank groups");
+    }
+    int rc = 0;
+    for (int g = 0; !rc && g < c->replicas; g++) {
+        for (int i = 0; i < S; i++) members[i] = g * S + i;
+        if (!(c->shard_groups[g] = sim_world_create(S, members, per_node, prof, err)))
+            rc = ERR_NOMEM;
+    }
+    for (int g = 0; !rc && g < S; g++) {
+        for (int i = 0; i < c->replicas; i++) members[i] = i * S + g;
+        if (!(c->replica_groups[g] = sim_world_create(c->replicas, members, per_node, prof, err)))
+            rc = ERR_NOMEM;
+    }
+    free(members);
+    return rc;
+}
+
+static void destroy_groups(Cluster *c) {
+    if (c->world) sim_world_destroy(c->world);
+    for (int g = 0; c->shard_groups && g < c->replicas; g++)
+        if (c->shard_groups[g]) sim_world_destroy(c->shard_groups[g]);
+    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
+        if (c->replica_groups[g]) sim_world_destroy(c->replica_groups[g]);
+    free(c->shard_groups);
+    free(c->replica_groups);
+}
+
+static void init_slot(Cluster *c, int r, const ClusterOptions *opt, RankMain fn, void *arg) {
+    RankSlot *s = &c->slots[r];
+    s->cluster = c;
+    s->fn = fn;
+    s->arg = arg;
+    tracebuf_init(&s->trace, r, opt->trace);
+    device_sim_init(&s->dev, r, &s->clock, &s->trace, opt->profile);
+    comm_sim_init(&s->world, c->world, r, &s->clock, &s->trace);
+    s->env = (RankEnv){.rank = r,
+                       .world = c->n,
+                       .dev = &s->dev.base,
+                       .k = &kernels_cpu,
+                       .world_comm = &s->world,
+                       .shard_comm = &s->world,
+                       .trace = &s->trace};
+    if (c->replicas > 1) {
+        int S = c->n / c->replicas;
+        comm_sim_init(&s->shard, c->shard_groups[r / S], r % S, &s->clock, &s->trace);
+        comm_sim_init(&s->replica, c->replica_groups[r % S], r / S, &s->clock, &s->trace);
+        s->env.shard_comm = &s->shard;
+        s->env.replica_comm = &s->replica;
+    }
+}
+
+int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    Cluster c = {.n = opt->ranks, .replicas = opt->replicas > 1 ? opt->replicas : 1};
+    int rc = create_groups(&c, opt->profile, err);
+    c.slots = rc ? NULL : calloc((size_t)c.n, sizeof *c.slots);
+    if (!rc && !c.slots) rc = err_set(err, ERR_NOMEM, "out of memory creating %d ranks", c.n);
+    int started = 0;
+    for (int r = 0; !rc && r < c.n; r++) init_slot(&c, r, opt, fn, arg);
+    for (; !rc && started < c.n; started++)
+        if (pthread_create(&c.slots[started].thread, NULL, rank_thread, &c.slots[started])) {
+            rc = err_set(err, ERR_INTERNAL, "could not start the thread of rank %d", started);
+            abort_all(&c, "a rank thread could not start");
+        }
+    for (int r = 0; r < started; r++) pthread_join(c.slots[r].thread, NULL);
+    /* report the root cause: the first rank that failed other than by being aborted */
+    for (int r = 0; !rc && r < c.n; r++)
+        if (c.slots[r].rc && strncmp(c.slots[r].err.msg, "aborted", 7) != 0) {
+            *err = c.slots[r].err;
+            rc = c.slots[r].rc;
+        }
+    for (int r = 0; !rc && r < c.n; r++)
+        if (c.slots[r].rc) {
+            *err = c.slots[r].err;
+            rc = c.slots[r].rc;
+        }
+    if (!rc && opt->trace) {
+        TraceBuf *bufs = calloc((size_t)c.n, sizeof *bufs);
+        if (!bufs) rc = err_set(err, ERR_NOMEM, "out of memory merging the trace");
+        for (int r = 0; bufs && r < c.n; r++) bufs[r] = c.slots[r].trace;
+        if (bufs) rc = trace_merge(&out->trace, bufs, c.n, err);
+        free(bufs);
+    }
+    for (int r = 0; c.slots && r < c.n; r++) tracebuf_free(&c.slots[r].trace);
+    free(c.slots);
+    destroy_groups(&c);
+    return rc;
+}
+
+void cluster_result_free(ClusterResult *r) {
+    trace_free(&r->trace);
+}

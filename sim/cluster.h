@@ -1,0 +1,29 @@
+/* cluster: the simulated cluster. Runs N ranks as threads of this process, each with its
+ * own SimDevice (accounted memory, modelled clock), trace buffer and communicators (the
+ * world, and for hsdp its shard and replica groups). If one rank fails, the others are
+ * woken and stop instead of waiting forever. */
+#ifndef FSDP_CLUSTER_H
+#define FSDP_CLUSTER_H
+
+#include "../core/fsdp.h"
+#include "../core/trace.h"
+#include "cost.h"
+
+typedef int (*RankMain)(const RankEnv *env, void *arg, Err *err);
+
+typedef struct ClusterOptions {
+    int ranks;
+    int replicas; /* > 1: build hsdp shard groups of ranks/replicas and replica groups */
+    const Profile *profile;
+    int trace; /* record every event */
+} ClusterOptions;
+
+typedef struct ClusterResult {
+    Trace trace; /* merged trace of all ranks (empty unless ClusterOptions.trace) */
+} ClusterResult;
+
+/* Runs fn on every rank and waits for all. Returns the first failing rank's error. */
+int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err);
+void cluster_result_free(ClusterResult *r);
+
+#endif

@@ -1,0 +1,364 @@
+#include "comm_sim.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How it works. Every rank numbers its collectives on a group in issue order (seq); the
+ * k-th collective of every rank meets in slot k % SLOTS. `start` copies the rank's send
+ * buffer into the slot (a staging copy, like a NIC's buffer, so the sender may reuse its
+ * buffer and in-place collectives need no care) and notes when the rank issued it. `wait`
+ * marks the rank ready on its comm stream, blocks until every rank is ready, then each rank
+ * computes its own output from the staged inputs, reducing in rank order in fp32, so every
+ * run gives the same bits. The last rank out frees the slot for collective k + SLOTS. */
+enum { SLOTS = 256 };
+
+/* A rank's view of its group. */
+typedef struct SimComm {
+    struct SimWorld *w;
+    SimClock *clock;
+    TraceBuf *trace;
+    long next_seq;
+} SimComm;
+
+typedef struct Slot {
+    long seq;      /* which collective occupies the slot; -1 when free */
+    int started;   /* ranks that staged their input */
+    int ready;     /* ranks waiting on it */
+    int departed;  /* ranks done reading the staged inputs */
+    CollKind kind; /* as issued by the first rank, to catch mismatched programs */
+    size_t count;
+    DType dtype;
+    ReduceOp op;
+    int root;
+    double *ready_time; /* [size] when each rank's comm stream reached the collective */
+    void **staged;      /* [size] copies of each rank's input */
+    size_t *staged_cap; /* [size] bytes allocated in staged[r] */
+} Slot;
+
+struct SimWorld {
+    int size;
+    int nnodes; /* nodes the group spans, for the cost model */
+    const Profile *profile;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    int aborted;
+    char why[256];
+    int *world_ranks; /* [size] */
+    SimComm *members; /* [size] each rank's view, handed out by comm_sim_init */
+    Slot slots[SLOTS];
+};
+
+static int count_nodes(int size, const int *world_ranks, int ranks_per_node) {
+    if (ranks_per_node <= 0) return 1;
+    int nodes = 0, last = -1;
+    /* group members are listed in increasing world rank, so nodes appear in order */
+    for (int i = 0; i < size; i++) {
+        int node = (world_ranks ? world_ranks[i] : i) / ranks_per_node;
+        if (node != last) nodes++;
+        last = node;
+    }
+    return nodes;
+}
+
+SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
+                           const Profile *profile, Err *err) {
+    SimWorld *w = calloc(1, sizeof *w);
+    if (!w) {
+        err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
+        return NULL;
+    }
+    w->size = size;
+    w->nnodes = count_nodes(size, world_ranks, ranks_per_node);
+    w->profile = profile;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->changed, NULL);
+    w->world_ranks = calloc((size_t)size, sizeof *w->world_ranks);
+    w->members = calloc((size_t)size, sizeof *w->members);
+    for (int i = 0; w->world_ranks && i < size; i++)
+        w->world_ranks[i] = world_ranks ? world_ranks[i] : i;
+    for (int i = 0; i < SLOTS; i++) {
+        Slot *s = &w->slots[i];
+        s->seq = -1;
+        s->ready_time = calloc((size_t)size, sizeof *s->ready_time);
+        s->staged = calloc((size_t)size, sizeof *s->staged);
+        s->staged_cap = calloc((size_t)size, sizeof *s->staged_cap);
+        if (!s->ready_time || !s->staged || !s->staged_cap || !w->world_ranks || !w->members) {
+            sim_world_destroy(w);
+            err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
+            return NULL;
+        }
+    }
+    return w;
+}
+
+void sim_world_destroy(SimWorld *w) {
+    if (!w) return;
+    for (int i = 0; i < SLOTS; i++) {
+        Slot *s = &w->slots[i];
+        for (int r = 0; s->staged && r < w->size; r++) free(s->staged[r]);
+        free(s->staged);
+        free(s->staged_cap);
+        free(s->ready_time);
+    }
+    free(w->world_ranks);
+    free(w->members);
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->changed);
+    free(w);
+}
+
+void sim_world_abort(SimWorld *w, const char *why) {
+    pthread_mutex_lock(&w->lock);
+    if (!w->aborted) {
+        w->aborted = 1;
+        snprintf(w->why, sizeof w->why, "%.200s", why);
+    }
+    pthread_cond_broadcast(&w->changed);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static SimComm *sim_comm(Comm *c) {
+    return (SimComm *)c->impl;
+}
+
+/* Elements of a rank's input and output for a request. */
+static size_t input_count(const Comm *c, const CommRequest *r) {
+    switch (r->kind) {
+    case COLL_REDUCE_SCATTER:
+        return r->count * (size_t)c->size;
+    case COLL_BROADCAST:
+        return c->rank == r->root ? r->count : 0;
+    case COLL_BARRIER:
+        return 0;
+    default:
+        return r->count;
+    }
+}
+
+static size_t output_count(const Comm *c, const CommRequest *r) {
+    switch (r->kind) {
+    case COLL_ALL_GATHER:
+        return r->count * (size_t)c->size;
+    case COLL_BARRIER:
+        return 0;
+    default:
+        return r->count;
+    }
+}
+
+/* The bytes the cost model charges: the larger of a rank's input and output. */
+static double wire_bytes(const Comm *c, const CommRequest *r) {
+    size_t in = r->kind == COLL_BROADCAST ? r->count : input_count(c, r);
+    size_t out = output_count(c, r);
+    return (double)((in > out ? in : out) * dtype_size(r->dtype));
+}
+
+/* Called with the lock held: fails if the group was aborted. */
+static int check_aborted(SimWorld *w, Err *err) {
+    if (w->aborted) return err_set(err, ERR_INTERNAL, "aborted: %s", w->why);
+    return 0;
+}
+
+static int wait_for(SimWorld *w, const int *counter, int target, Err *err) {
+    while (*counter < target && !w->aborted) pthread_cond_wait(&w->changed, &w->lock);
+    return check_aborted(w, err);
+}
+
+static int same_program(const Comm *c, const Slot *s, const CommRequest *r, Err *err) {
+    if (s->kind == r->kind && s->count == r->count && s->dtype == r->dtype && s->op == r->op &&
+        s->root == r->root)
+        return 0;
+    return err_set(err, ERR_INTERNAL,
+                   "rank %d issued %s of %zu %s as collective %ld, but another rank issued %s "
+                   "of %zu %s: the ranks' programs diverged",
+                   c->world_rank, coll_kind_name(r->kind), r->count, dtype_name(r->dtype), s->seq,
+                   coll_kind_name(s->kind), s->count, dtype_name(s->dtype));
+}
+
+static int stage_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
+    size_t bytes = input_count(c, r) * dtype_size(r->dtype);
+    if (bytes > s->staged_cap[c->rank]) {
+        void *p = realloc(s->staged[c->rank], bytes);
+        if (!p)
+            return err_set(err, ERR_NOMEM, "out of memory staging a %zu-byte %s", bytes,
+                           coll_kind_name(r->kind));
+        s->staged[c->rank] = p;
+        s->staged_cap[c->rank] = bytes;
+    }
+    if (bytes) memcpy(s->staged[c->rank], r->send, bytes);
+    return 0;
+}
+
+static int sim_start(Comm *c, CommRequest *r, Err *err) {
+    SimComm *sc = sim_comm(c);
+    SimWorld *w = sc->w;
+    r->seq = sc->next_seq++;
+    r->start_time = sc->clock->stream_time[STREAM_COMM]; /* when this rank issued it */
+    Slot *s = &w->slots[r->seq % SLOTS];
+    pthread_mutex_lock(&w->lock);
+    int rc = 0;
+    /* the slot may still hold collective seq - SLOTS that slower ranks are finishing */
+    while (s->seq != r->seq && s->seq != -1 && !w->aborted)
+        pthread_cond_wait(&w->changed, &w->lock);
+    if (!(rc = check_aborted(w, err))) {
+        if (s->seq == -1) {
+            *s = (Slot){.seq = r->seq,
+                        .kind = r->kind,
+                        .count = r->count,
+                        .dtype = r->dtype,
+                        .op = r->op,
+                        .root = r->root,
+                        .ready_time = s->ready_time,
+                        .staged = s->staged,
+                        .staged_cap = s->staged_cap};
+        }
+        rc = same_program(c, s, r, err);
+    }
+    pthread_mutex_unlock(&w->lock);
+    /* staging needs no lock: each rank writes only its own entry, read after `ready` */
+    if (!rc) rc = stage_input(c, s, r, err);
+    if (!rc) {
+        pthread_mutex_lock(&w->lock);
+        s->started++;
+        pthread_cond_broadcast(&w->changed);
+        pthread_mutex_unlock(&w->lock);
+    }
+    if (rc) sim_world_abort(w, err->msg);
+    return rc;
+}
+
+static float load(const void *p, DType t, size_t i) {
+    switch (t) {
+    case DTYPE_BF16:
+        return bf16_to_fp32(((const uint16_t *)p)[i]);
+    case DTYPE_FP16:
+        return fp16_to_fp32(((const uint16_t *)p)[i]);
+    default:
+        return ((const float *)p)[i];
+    }
+}
+
+static void store(void *p, DType t, size_t i, float x) {
+    switch (t) {
+    case DTYPE_BF16:
+        ((uint16_t *)p)[i] = fp32_to_bf16(x);
+        break;
+    case DTYPE_FP16:
+        ((uint16_t *)p)[i] = fp32_to_fp16(x);
+        break;
+    default:
+        ((float *)p)[i] = x;
+    }
+}
+
+/* out[i] = op over ranks (in rank order) of staged[q][first + i], rounded once. */
+static void reduce_range(const Slot *s, int size, size_t first, size_t n, void *out) {
+    for (size_t i = 0; i < n; i++) {
+        float acc = load(s->staged[0], s->dtype, first + i);
+        for (int q = 1; q < size; q++) {
+            float x = load(s->staged[q], s->dtype, first + i);
+            acc = s->op == REDUCE_MAX ? (x > acc ? x : acc) : acc + x;
+        }
+        if (s->op == REDUCE_AVG) acc /= (float)size;
+        store(out, s->dtype, i, acc);
+    }
+}
+
+static void compute_output(const Comm *c, const Slot *s, void *recv) {
+    size_t es = dtype_size(s->dtype), n = s->count;
+    switch (s->kind) {
+    case COLL_ALL_GATHER:
+        for (int q = 0; q < c->size; q++)
+            memcpy((char *)recv + (size_t)q * n * es, s->staged[q], n * es);
+        break;
+    case COLL_REDUCE_SCATTER:
+        reduce_range(s, c->size, (size_t)c->rank * n, n, recv);
+        break;
+    case COLL_ALL_REDUCE:
+        reduce_range(s, c->size, 0, n, recv);
+        break;
+    case COLL_BROADCAST:
+        memcpy(recv, s->staged[s->root], n * es);
+        break;
+    case COLL_BARRIER:
+    case COLL_KIND_COUNT:
+        break;
+    }
+}
+
+static EventKind trace_kind(CollKind k) {
+    static const EventKind kinds[COLL_KIND_COUNT] = {EV_ALL_GATHER, EV_REDUCE_SCATTER,
+                                                     EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER};
+    return kinds[k];
+}
+
+/* Every rank computes the same window: the collective starts when the last rank's comm
+ * stream gets to it and lasts what the cost model says. */
+static void model_time(const Comm *c, const Slot *s, const CommRequest *r, double *start,
+                       double *end) {
+    SimWorld *w = sim_comm((Comm *)c)->w;
+    double t = 0.0;
+    for (int q = 0; q < c->size; q++)
+        if (s->ready_time[q] > t) t = s->ready_time[q];
+    *start = t;
+    *end = t + cost_collective(w->profile, r->kind, wire_bytes(c, r), c->size, w->nnodes);
+}
+
+static void record(SimComm *sc, const CommRequest *r, double bytes) {
+    if (!sc->trace || !sc->trace->enabled) return;
+    TraceEvent e = {.start = r->start_time,
+                    .end = r->end_time,
+                    .bytes = (unsigned long long)bytes,
+                    .kind = trace_kind(r->kind),
+                    .unit = r->unit,
+                    .stream = STREAM_COMM,
+                    .category = -1};
+    tracebuf_append(sc->trace, e);
+}
+
+static int sim_wait(Comm *c, CommRequest *r, Err *err) {
+    SimComm *sc = sim_comm(c);
+    SimWorld *w = sc->w;
+    Slot *s = &w->slots[r->seq % SLOTS];
+    /* the comm stream runs collectives in order: this one cannot begin before the last ended */
+    double ready =
+        r->start_time > sc->clock->comm_last_end ? r->start_time : sc->clock->comm_last_end;
+    pthread_mutex_lock(&w->lock);
+    s->ready_time[c->rank] = ready;
+    s->ready++;
+    pthread_cond_broadcast(&w->changed);
+    int rc = wait_for(w, &s->ready, c->size, err);
+    if (!rc) rc = wait_for(w, &s->started, c->size, err);
+    pthread_mutex_unlock(&w->lock);
+    if (rc) return rc;
+    /* every input is staged and nobody writes the slot until all have departed */
+    compute_output(c, s, r->recv);
+    model_time(c, s, r, &r->start_time, &r->end_time);
+    pthread_mutex_lock(&w->lock);
+    if (++s->departed == c->size) {
+        s->seq = -1;
+        pthread_cond_broadcast(&w->changed);
+    }
+    pthread_mutex_unlock(&w->lock);
+    sc->clock->comm_last_end = r->end_time;
+    if (sc->clock->stream_time[STREAM_COMM] < r->end_time)
+        sc->clock->stream_time[STREAM_COMM] = r->end_time;
+    r->done.time = r->end_time;
+    r->done.handle = NULL;
+    record(sc, r, wire_bytes(c, r));
+    return 0;
+}
+
+static const CommOps sim_comm_ops = {.start = sim_start, .wait = sim_wait};
+
+void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *trace) {
+    SimComm *sc = &w->members[rank];
+    *sc = (SimComm){.w = w, .clock = clock, .trace = trace};
+    *c = (Comm){.ops = &sim_comm_ops,
+                .rank = rank,
+                .size = w->size,
+                .world_rank = w->world_ranks[rank],
+                .impl = sc};
+}

@@ -1,0 +1,154 @@
+#include "device_sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Each block carries its size and category so free can uncharge it. 64 bytes keeps the
+ * payload aligned for vector loads. */
+typedef struct BlockHeader {
+    size_t bytes;
+    int category;
+    char pad[64 - sizeof(size_t) - sizeof(int)];
+} BlockHeader;
+
+static SimDevice *sim(Device *d) {
+    return (SimDevice *)d->impl;
+}
+
+static void trace_memory(SimDevice *s, EventKind kind, size_t bytes, int cat, int unit) {
+    if (!s->trace || !s->trace->enabled) return;
+    double t = s->clock->stream_time[STREAM_COMPUTE];
+    TraceEvent e = {.start = t,
+                    .end = t,
+                    .bytes = bytes,
+                    .mem_total = s->total,
+                    .kind = kind,
+                    .unit = unit,
+                    .stream = STREAM_COMPUTE,
+                    .category = cat};
+    tracebuf_append(s->trace, e);
+}
+
+static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
+    SimDevice *s = sim(d);
+    BlockHeader *h = malloc(sizeof *h + bytes);
+    if (!h) return NULL;
+    h->bytes = bytes;
+    h->category = cat;
+    s->in_use[cat] += bytes;
+    s->total += bytes;
+    if (s->total > s->peak) {
+        s->peak = s->total;
+        memcpy(s->at_peak, s->in_use, sizeof s->at_peak);
+    }
+    trace_memory(s, EV_ALLOC, bytes, cat, unit);
+    return h + 1;
+}
+
+static void sim_free(Device *d, void *p, int unit) {
+    if (!p) return;
+    SimDevice *s = sim(d);
+    BlockHeader *h = (BlockHeader *)p - 1;
+    s->in_use[h->category] -= h->bytes;
+    s->total -= h->bytes;
+    trace_memory(s, EV_FREE, h->bytes, h->category, unit);
+    free(h);
+}
+
+static void sim_copy(Device *d, void *dst, const void *src, size_t bytes) {
+    (void)d;
+    memcpy(dst, src, bytes);
+}
+
+static EventKind work_event(WorkKind k) {
+    switch (k) {
+    case WORK_FORWARD:
+        return EV_FORWARD;
+    case WORK_BACKWARD:
+        return EV_BACKWARD;
+    case WORK_OPTIMIZER:
+        return EV_OPTIMIZER;
+    case WORK_COPY_H2D:
+        return EV_COPY_H2D;
+    case WORK_COPY_D2H:
+        return EV_COPY_D2H;
+    case WORK_PACK:
+        return EV_PACK;
+    }
+    return EV_PACK;
+}
+
+static void sim_run(Device *d, StreamId st, const Work *w) {
+    SimDevice *s = sim(d);
+    double start = s->clock->stream_time[st];
+    double end = start + cost_work(s->profile, w, w->on_host);
+    s->clock->stream_time[st] = end;
+    if (s->trace && s->trace->enabled) {
+        TraceEvent e = {.start = start,
+                        .end = end,
+                        .bytes = (unsigned long long)w->bytes,
+                        .mem_total = s->total,
+                        .kind = work_event(w->kind),
+                        .unit = w->unit,
+                        .stream = st,
+                        .category = -1};
+        tracebuf_append(s->trace, e);
+    }
+}
+
+static void sim_event_record(Device *d, StreamId st, DevEvent *ev) {
+    ev->time = sim(d)->clock->stream_time[st];
+    ev->handle = NULL;
+}
+
+static void sim_stream_wait(Device *d, StreamId st, const DevEvent *ev) {
+    double *t = &sim(d)->clock->stream_time[st];
+    if (ev->time > *t) *t = ev->time;
+}
+
+static double sim_now(Device *d, StreamId st) {
+    return sim(d)->clock->stream_time[st];
+}
+
+static size_t sim_bytes_in_use(Device *d, MemCategory c) {
+    return sim(d)->in_use[c];
+}
+
+static size_t sim_peak(Device *d) {
+    return sim(d)->peak;
+}
+
+static size_t sim_peak_by_category(Device *d, MemCategory c) {
+    return sim(d)->at_peak[c];
+}
+
+static void sim_reset_peak(Device *d) {
+    SimDevice *s = sim(d);
+    s->peak = s->total;
+    memcpy(s->at_peak, s->in_use, sizeof s->at_peak);
+}
+
+static const DeviceOps sim_device_ops = {
+    .alloc = sim_alloc,
+    .free = sim_free,
+    .copy = sim_copy,
+    .run = sim_run,
+    .event_record = sim_event_record,
+    .stream_wait = sim_stream_wait,
+    .now = sim_now,
+    .bytes_in_use = sim_bytes_in_use,
+    .peak_bytes = sim_peak,
+    .peak_bytes_by_category = sim_peak_by_category,
+    .reset_peak = sim_reset_peak,
+};
+
+void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
+                     const Profile *profile) {
+    memset(d, 0, sizeof *d);
+    d->base.ops = &sim_device_ops;
+    d->base.rank = rank;
+    d->base.impl = d;
+    d->clock = clock;
+    d->trace = trace;
+    d->profile = profile;
+}

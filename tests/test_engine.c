@@ -1,0 +1,231 @@
+/* The engine's invariants on the toy: every strategy equals one rank on the global batch,
+ * runs are bit-identical, memory at rest is the plan's formula, accumulation equals a big
+ * batch, and fp16 loss scaling skips an overflowing step. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "../core/toy.h"
+#include "util.h"
+
+#define STEPS 20
+#define BATCH 4
+
+/* One rank on the global batch (ranks x BATCH): the reference every strategy must meet. */
+static void reference(ToyRun *ref, int ranks, int grad_accum) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH * ranks);
+    c.grad_accum = grad_accum;
+    toy_train(ref, &c, 1, STEPS, 0);
+}
+
+static void check_equals_one_rank(FsdpConfig c, int ranks) {
+    ToyRun ref, run;
+    reference(&ref, ranks, c.grad_accum);
+    c.batch_size = BATCH;
+    toy_train(&run, &c, ranks, STEPS, 0);
+    double d = rel_l2(run.params, ref.params, 9);
+    cr_expect_leq(d, 1e-5, "%s at %d ranks (replicas %d, reshard %d): rel L2 %.3g",
+                  strategy_name(c.strategy), ranks, c.replicas, c.reshard_after_forward, d);
+    /* and it must have trained: the parameters moved away from the start */
+    ToyRun init;
+    FsdpConfig c0 = toy_config(STRAT_ZERO3, BATCH);
+    toy_train(&init, &c0, 1, 0, 0);
+    cr_expect_gt(rel_l2(run.params, init.params, 9), 1e-2);
+    toy_run_free(&ref);
+    toy_run_free(&run);
+    toy_run_free(&init);
+}
+
+Test(engine, every_strategy_equals_one_rank_on_the_global_batch) {
+    Strategy all[] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
+    for (int s = 0; s < 4; s++)
+        for (int ranks = 1; ranks <= 5; ranks++)
+            check_equals_one_rank(toy_config(all[s], BATCH), ranks);
+}
+
+Test(engine, hsdp_equals_one_rank) {
+    int cases[][2] = {{2, 2}, {4, 2}, {4, 4}, {3, 3}, {5, 1}, {4, 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FsdpConfig c = toy_config(STRAT_HSDP, BATCH);
+        c.replicas = cases[i][1];
+        check_equals_one_rank(c, cases[i][0]);
+    }
+}
+
+Test(engine, knobs_do_not_change_the_math) {
+    const char *wraps[] = {"layer", "none", "block:2", "size:4"};
+    for (int w = 0; w < 4; w++)
+        for (int reshard = 0; reshard <= 1; reshard++)
+            for (int pf = 0; pf <= 2; pf += 2) {
+                FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+                cr_assert_eq(wrap_parse(wraps[w], &c.wrap), 0);
+                c.reshard_after_forward = reshard;
+                c.prefetch_forward = c.prefetch_backward = pf;
+                check_equals_one_rank(c, 4);
+            }
+    FsdpConfig off = toy_config(STRAT_ZERO3, BATCH);
+    off.offload = OFFLOAD_CPU;
+    check_equals_one_rank(off, 3);
+    FsdpConfig clip = toy_config(STRAT_ZERO2, BATCH);
+    clip.clip_grad_norm = 0.1f;
+    FsdpConfig clip1 = clip;
+    ToyRun a, b;
+    clip1.batch_size = BATCH * 3;
+    toy_train(&a, &clip, 3, STEPS, 0);
+    toy_train(&b, &clip1, 1, STEPS, 0);
+    cr_expect_leq(rel_l2(a.params, b.params, 9), 1e-5);
+    cr_expect_gt(a.steps[0].stats.grad_norm, 0.1f, "the first step must have been clipped");
+    toy_run_free(&a);
+    toy_run_free(&b);
+}
+
+Test(engine, the_same_command_gives_identical_bits) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+    c.param_dtype = DTYPE_BF16;
+    ToyRun a, b;
+    toy_train(&a, &c, 3, STEPS, 1);
+    toy_train(&b, &c, 3, STEPS, 1);
+    cr_assert_eq(memcmp(a.params, b.params, sizeof a.params), 0);
+    cr_assert_gt(a.trace.n, 100);
+    cr_assert_eq(a.trace.n, b.trace.n);
+    cr_assert_eq(memcmp(a.trace.ev, b.trace.ev, a.trace.n * sizeof *a.trace.ev), 0);
+    toy_run_free(&a);
+    toy_run_free(&b);
+}
+
+static void check_rest_bytes(FsdpConfig c, int ranks) {
+    ToyRun run;
+    toy_train(&run, &c, ranks, 3, 0);
+    for (int r = 0; r < ranks; r++) {
+        RestBytes want = plan_rest_bytes(&run.plan, r, c.offload);
+        const size_t *got = run.memory[r].rest;
+        cr_expect_eq(got[MEM_PARAM_SHARD], want.param, "%s rank %d/%d params",
+                     strategy_name(c.strategy), r, ranks);
+        cr_expect_eq(got[MEM_GRAD_SHARD], want.grad, "%s rank %d/%d grads",
+                     strategy_name(c.strategy), r, ranks);
+        cr_expect_eq(got[MEM_OPTIM_STATE], want.optim, "%s rank %d/%d optim",
+                     strategy_name(c.strategy), r, ranks);
+        cr_expect_eq(got[MEM_HOST_OFFLOAD], want.host);
+        size_t transient = got[MEM_PARAM_UNSHARDED] + got[MEM_GRAD_UNSHARDED] +
+                           got[MEM_ACTIVATIONS] + got[MEM_COMM_BUFFER];
+        cr_expect_eq(transient, 0, "nothing transient survives a step");
+    }
+    toy_run_free(&run);
+}
+
+Test(engine, memory_at_rest_is_the_plan_formula) {
+    for (int s = 0; s < STRAT_COUNT; s++)
+        for (int ranks = 1; ranks <= 5; ranks++) {
+            FsdpConfig c = toy_config((Strategy)s, BATCH);
+            if (s == STRAT_HSDP) c.replicas = ranks % 2 == 0 ? 2 : 1;
+            check_rest_bytes(c, ranks);
+        }
+    FsdpConfig off = toy_config(STRAT_ZERO3, BATCH);
+    off.offload = OFFLOAD_CPU;
+    check_rest_bytes(off, 3);
+}
+
+Test(engine, formula_values_by_hand) {
+    /* zero3 at 3 ranks: one scalar of each of La, Lb, Lc; at 4 ranks GPU 3 owns nothing */
+    ToyRun z3, z4, ddp;
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+    toy_train(&z3, &c, 3, 1, 0);
+    toy_train(&z4, &c, 4, 1, 0);
+    FsdpConfig d = toy_config(STRAT_DDP, BATCH);
+    toy_train(&ddp, &d, 3, 1, 0);
+    for (int r = 0; r < 3; r++) {
+        cr_expect_eq(z3.memory[r].rest[MEM_PARAM_SHARD], 3 * 4);
+        cr_expect_eq(z3.memory[r].rest[MEM_GRAD_SHARD], 3 * 4);
+        cr_expect_eq(z3.memory[r].rest[MEM_OPTIM_STATE], 3 * 8);
+        cr_expect_eq(ddp.memory[r].rest[MEM_PARAM_SHARD], 9 * 4);
+        cr_expect_eq(ddp.memory[r].rest[MEM_OPTIM_STATE], 9 * 8);
+        cr_expect_eq(z4.memory[r].rest[MEM_PARAM_SHARD], 3 * 4);
+    }
+    cr_expect_eq(z4.memory[3].rest[MEM_PARAM_SHARD], 0);
+    cr_expect_eq(z4.memory[3].rest[MEM_OPTIM_STATE], 0);
+    /* a gathered unit is at the peak: zero3 peaks above its rest, DDP holds more at rest */
+    cr_expect_gt(z3.memory[0].peak, 48);
+    cr_expect_gt(z3.memory[0].at_peak[MEM_PARAM_UNSHARDED], 0);
+    toy_run_free(&z3);
+    toy_run_free(&z4);
+    toy_run_free(&ddp);
+}
+
+Test(engine, grad_accumulation_equals_one_big_step) {
+    for (int ranks = 1; ranks <= 3; ranks++) {
+        Strategy ss[] = {STRAT_ZERO3, STRAT_DDP, STRAT_ZERO2};
+        for (int s = 0; s < 3; s++) {
+            FsdpConfig acc = toy_config(ss[s], 2);
+            acc.grad_accum = 4;
+            FsdpConfig big = toy_config(ss[s], 8);
+            ToyRun a, b;
+            toy_train(&a, &acc, ranks, STEPS, 0);
+            toy_train(&b, &big, ranks, STEPS, 0);
+            double d = rel_l2(a.params, b.params, 9);
+            cr_expect_leq(d, 1e-5, "%s at %d ranks: %.3g", strategy_name(ss[s]), ranks, d);
+            toy_run_free(&a);
+            toy_run_free(&b);
+        }
+    }
+}
+
+Test(engine, gathered_params_match_the_initializer_at_every_world_size) {
+    /* all-gather of uneven and empty shards against a plain loop over the initializer */
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+    for (int ranks = 1; ranks <= 5; ranks++) {
+        ToyRun run;
+        toy_train(&run, &c, ranks, 0, 0);
+        for (int p = 0; p < 3; p++)
+            for (int i = 0; i < 3; i++)
+                cr_expect_eq(run.params[p * 3 + i],
+                             param_init_value(&run.model.params[p], c.seed, (size_t)i),
+                             "ranks %d param %d elem %d", ranks, p, i);
+        toy_run_free(&run);
+    }
+}
+
+Test(engine, fp16_loss_scaling_skips_an_overflowing_step) {
+    /* the toy's gradients times the initial scale 65536 overflow fp16 on the wire */
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+    c.reduce_dtype = DTYPE_FP16;
+    ToyRun run, init;
+    toy_train(&init, &c, 2, 0, 0);
+    toy_train(&run, &c, 2, 1, 0);
+    cr_assert_eq(run.nsteps, 1);
+    cr_expect_eq(run.steps[0].stats.skipped, 1);
+    cr_expect_eq(memcmp(run.params, init.params, 9 * sizeof(float)), 0,
+                 "a skipped step changes nothing");
+    ToyRun longer;
+    toy_train(&longer, &c, 2, STEPS, 0);
+    cr_expect_eq(longer.steps[1].stats.loss_scale, 32768.0f, "the scale halves after a skip");
+    int applied = 0;
+    for (int i = 0; i < longer.nsteps; i++) applied += !longer.steps[i].stats.skipped;
+    cr_expect_gt(applied, STEPS / 2);
+    cr_expect_lt(longer.steps[STEPS - 1].stats.loss, longer.steps[0].stats.loss);
+    toy_run_free(&run);
+    toy_run_free(&init);
+    toy_run_free(&longer);
+}
+
+Test(engine, bf16_params_train_close_to_fp32) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+    FsdpConfig lo = c;
+    lo.param_dtype = DTYPE_BF16;
+    lo.reduce_dtype = DTYPE_BF16;
+    ToyRun a, b;
+    toy_train(&a, &c, 3, STEPS, 0);
+    toy_train(&b, &lo, 3, STEPS, 0);
+    double d = rel_l2(b.params, a.params, 9);
+    cr_expect_gt(d, 0.0, "bf16 must actually round something");
+    cr_expect_lt(d, 2e-2);
+    toy_run_free(&a);
+    toy_run_free(&b);
+}
+
+Test(engine, the_toy_learns) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 8);
+    ToyRun run;
+    toy_train(&run, &c, 3, 60, 0);
+    cr_expect_lt(run.steps[59].stats.loss, 0.2f * run.steps[0].stats.loss, "loss %g -> %g",
+                 run.steps[0].stats.loss, run.steps[59].stats.loss);
+    toy_run_free(&run);
+}

@@ -1,0 +1,420 @@
+/* The CPU op table and dtype conversions: bf16/fp16 rounding against known bit patterns and
+ * exhaustive ties, casts, Adam/AdamW against a double-precision reference, the toy layer's
+ * gradients against finite differences, and the reductions. */
+#include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../kernels/dtype.h"
+#include "../kernels/kernels.h"
+
+static float from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint32_t to_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* Deterministic xorshift so random checks are reproducible. */
+static uint32_t rand_next(uint32_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+static int bf16_is_nan(uint16_t h) {
+    return (h & 0x7f80) == 0x7f80 && (h & 0x007f);
+}
+
+static int fp16_is_nan(uint16_t h) {
+    return (h & 0x7c00) == 0x7c00 && (h & 0x03ff);
+}
+
+Test(dtype, names_sizes_and_parse) {
+    const char *names[] = {"fp32", "bf16", "fp16"};
+    size_t sizes[] = {4, 2, 2};
+    for (int t = 0; t < DTYPE_COUNT; t++) {
+        DType got = DTYPE_COUNT;
+        cr_expect_str_eq(dtype_name((DType)t), names[t]);
+        cr_expect_eq(dtype_size((DType)t), sizes[t]);
+        cr_expect_eq(dtype_parse(names[t], &got), 0);
+        cr_expect_eq(got, (DType)t);
+    }
+    DType t;
+    cr_expect_eq(dtype_parse("fp8", &t), -1);
+    cr_expect_eq(dtype_parse("", &t), -1);
+    cr_expect_eq(dtype_parse("FP32x", &t), -1);
+}
+
+Test(dtype, bf16_known_patterns) {
+    cr_expect_eq(fp32_to_bf16(1.0f), 0x3f80);
+    cr_expect_eq(fp32_to_bf16(-2.0f), 0xc000);
+    cr_expect_eq(fp32_to_bf16(0.0f), 0x0000);
+    cr_expect_eq(fp32_to_bf16(-0.0f), 0x8000);
+    /* exactly halfway: to the even neighbour, down and up */
+    cr_expect_eq(fp32_to_bf16(from_bits(0x3f808000)), 0x3f80);
+    cr_expect_eq(fp32_to_bf16(from_bits(0x3f818000)), 0x3f82);
+    /* one ulp either side of halfway */
+    cr_expect_eq(fp32_to_bf16(from_bits(0x3f808001)), 0x3f81);
+    cr_expect_eq(fp32_to_bf16(from_bits(0x3f807fff)), 0x3f80);
+    cr_expect_eq(fp32_to_bf16(INFINITY), 0x7f80);
+    cr_expect_eq(fp32_to_bf16(-INFINITY), 0xff80);
+    cr_expect_eq(fp32_to_bf16(FLT_MAX), 0x7f80, "FLT_MAX is past bf16's max plus half an ulp");
+    cr_expect(bf16_is_nan(fp32_to_bf16(NAN)));
+    /* a NaN whose payload sits only in the dropped bits must not turn into inf */
+    uint16_t snan = fp32_to_bf16(from_bits(0x7f800001));
+    cr_expect(bf16_is_nan(snan), "0x7f800001 -> 0x%04x", snan);
+    cr_expect(bf16_is_nan(fp32_to_bf16(from_bits(0xffffffff))));
+    cr_expect_eq(bf16_to_fp32(0x3f80), 1.0f);
+    cr_expect_eq(bf16_to_fp32(0xc040), -3.0f);
+    cr_expect(isnan(bf16_to_fp32(0x7fc0)));
+}
+
+Test(dtype, fp16_known_patterns) {
+    struct {
+        float x;
+        uint16_t h;
+    } cases[] = {
+        {1.0f, 0x3c00},
+        {-2.0f, 0xc000},
+        {0.1f, 0x2e66},
+        {65504.0f, 0x7bff},
+        {65519.0f, 0x7bff},
+        {65520.0f, 0x7c00}, /* halfway to 2^16 rounds to even: inf */
+        {-65520.0f, 0xfc00},
+        {1e10f, 0x7c00},
+        {INFINITY, 0x7c00},
+        {-INFINITY, 0xfc00},
+        {0x1p-14f, 0x0400}, /* smallest normal */
+        {0x1p-24f, 0x0001}, /* smallest subnormal */
+        {0x1p-25f, 0x0000}, /* halfway to it: ties to even zero */
+        {0x1.000002p-25f, 0x0001},
+        {0x3p-25f, 0x0002},   /* 1.5 units: to even */
+        {0x5p-25f, 0x0002},   /* 2.5 units: to even */
+        {0x3ffp-24f, 0x03ff}, /* largest subnormal */
+        {0x7ffp-25f, 0x0400}, /* halfway from it to the smallest normal: up to even */
+        {-0x1p-24f, 0x8001},
+        {-0.0f, 0x8000},
+        {1e-30f, 0x0000},
+        {from_bits(0x00000001), 0x0000}, /* fp32 subnormal */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint16_t h = fp32_to_fp16(cases[i].x);
+        cr_expect_eq(h, cases[i].h, "%a -> 0x%04x, want 0x%04x", cases[i].x, h, cases[i].h);
+    }
+    cr_expect(fp16_is_nan(fp32_to_fp16(NAN)));
+    cr_expect(fp16_is_nan(fp32_to_fp16(from_bits(0x7f800001))));
+    cr_expect(fp16_is_nan(fp32_to_fp16(from_bits(0xffc00000))));
+    cr_expect_eq(fp16_to_fp32(0x3c00), 1.0f);
+    cr_expect_eq(fp16_to_fp32(0x0001), 0x1p-24f);
+    cr_expect_eq(fp16_to_fp32(0x83ff), -0x3ffp-24f);
+    cr_expect_eq(fp16_to_fp32(0x7bff), 65504.0f);
+    cr_expect(isinf(fp16_to_fp32(0xfc00)) && fp16_to_fp32(0xfc00) < 0);
+    cr_expect(isnan(fp16_to_fp32(0x7e00)));
+    cr_expect(signbit(fp16_to_fp32(0x8000)) && fp16_to_fp32(0x8000) == 0.0f);
+}
+
+Test(dtype, every_fp16_and_bf16_round_trips) {
+    for (uint32_t i = 0; i < 65536; i++) {
+        uint16_t h = (uint16_t)i;
+        float f = fp16_to_fp32(h);
+        if (fp16_is_nan(h)) {
+            cr_assert(isnan(f), "fp16 0x%04x", h);
+            cr_assert(fp16_is_nan(fp32_to_fp16(f)), "fp16 0x%04x", h);
+        } else {
+            cr_assert_eq(fp32_to_fp16(f), h, "fp16 0x%04x -> %a -> 0x%04x", h, f, fp32_to_fp16(f));
+        }
+        f = bf16_to_fp32(h);
+        if (bf16_is_nan(h)) {
+            cr_assert(isnan(f), "bf16 0x%04x", h);
+            cr_assert(bf16_is_nan(fp32_to_bf16(f)), "bf16 0x%04x", h);
+        } else {
+            cr_assert_eq(fp32_to_bf16(f), h, "bf16 0x%04x -> %a -> 0x%04x", h, f, fp32_to_bf16(f));
+        }
+    }
+}
+
+/* Every midpoint between neighbouring positive values ties to the even one, and one fp32 ulp
+ * either side goes to the nearer; negatives mirror it. */
+Test(dtype, every_midpoint_ties_to_even) {
+    for (uint32_t lo = 0; lo <= 0x7f7f; lo++) {
+        uint32_t even = (lo & 1) ? lo + 1 : lo;
+        uint32_t mid = (lo << 16) | 0x8000;
+        for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
+            uint32_t s32 = sign << 16;
+            cr_assert_eq(fp32_to_bf16(from_bits(s32 | mid)), sign | even, "bf16 mid 0x%08x", mid);
+            cr_assert_eq(fp32_to_bf16(from_bits(s32 | (mid - 1))), sign | lo);
+            cr_assert_eq(fp32_to_bf16(from_bits(s32 | (mid + 1))), sign | (lo + 1));
+        }
+    }
+    for (uint16_t lo = 0; lo <= 0x7bff; lo++) {
+        float a = fp16_to_fp32(lo);
+        float b = lo == 0x7bff ? 65536.0f : fp16_to_fp32((uint16_t)(lo + 1));
+        float mid = (a + b) / 2; /* exact: one more bit than fp16 carries */
+        uint16_t even = (lo & 1) ? (uint16_t)(lo + 1) : lo;
+        for (int neg = 0; neg <= 1; neg++) {
+            float s = neg ? -1.0f : 1.0f;
+            uint16_t sign = neg ? 0x8000 : 0;
+            cr_assert_eq(fp32_to_fp16(s * mid), sign | even, "fp16 mid %a", mid);
+            cr_assert_eq(fp32_to_fp16(s * nextafterf(mid, 0.0f)), sign | lo, "below %a", mid);
+            cr_assert_eq(fp32_to_fp16(s * nextafterf(mid, INFINITY)), sign | (lo + 1), "above %a",
+                         mid);
+        }
+    }
+}
+
+/* Random fp32 inputs: no neighbour of the result is nearer, and a tie picks the even one. */
+static void expect_nearest(float x, uint16_t h, float (*widen)(uint16_t), uint16_t inf) {
+    uint16_t mag = h & 0x7fff;
+    double ax = fabs((double)x), d = fabs(ax - (double)widen(mag));
+    cr_assert_eq(h & 0x8000, signbit(x) ? 0x8000 : 0, "%a: sign", x);
+    cr_assert(mag < inf, "%a overflowed to 0x%04x", x, h);
+    if (mag > 0) {
+        double dn = fabs(ax - (double)widen((uint16_t)(mag - 1)));
+        cr_assert(d < dn || (d == dn && !(mag & 1)), "%a -> 0x%04x, below is nearer", x, h);
+    }
+    if (mag + 1 < inf) {
+        double dn = fabs(ax - (double)widen((uint16_t)(mag + 1)));
+        cr_assert(d < dn || (d == dn && !(mag & 1)), "%a -> 0x%04x, above is nearer", x, h);
+    }
+}
+
+Test(dtype, random_values_round_to_nearest) {
+    uint32_t s = 0x9e3779b9u;
+    for (int i = 0; i < 200000; i++) {
+        uint32_t u = rand_next(&s);
+        float x = from_bits(u);
+        if (isfinite(x) && fabsf(x) < 0x1.fefp127f)
+            expect_nearest(x, fp32_to_bf16(x), bf16_to_fp32, 0x7f80);
+        /* exponents from far below fp16's subnormals up to just past its max */
+        uint32_t e = 90 + rand_next(&s) % 53;
+        x = from_bits((u & 0x807fffffu) | (e << 23));
+        if (fabsf(x) < 65520.0f)
+            expect_nearest(x, fp32_to_fp16(x), fp16_to_fp32, 0x7c00);
+        else
+            cr_assert_eq(fp32_to_fp16(x) & 0x7fff, 0x7c00, "%a", x);
+    }
+}
+
+Test(dtype, round_is_round_trip) {
+    float xs[] = {0.1f, -3.14159f, 1e-6f, 70000.0f, 1e-8f, 0x1.fffffep-1f};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        float x = xs[i];
+        cr_expect_eq(to_bits(dtype_round(DTYPE_FP32, x)), to_bits(x));
+        cr_expect_eq(to_bits(dtype_round(DTYPE_BF16, x)), to_bits(bf16_to_fp32(fp32_to_bf16(x))));
+        cr_expect_eq(to_bits(dtype_round(DTYPE_FP16, x)), to_bits(fp16_to_fp32(fp32_to_fp16(x))));
+    }
+    cr_expect_eq(dtype_round(DTYPE_FP16, 70000.0f), INFINITY);
+    cr_expect_eq(dtype_round(DTYPE_BF16, 0x1.fffffep-1f), 1.0f);
+}
+
+/* A mix of ordinary, tiny, huge, tie and special values. */
+#define NCAST 16
+static void cast_inputs(float *x) {
+    float v[NCAST] = {1.0f,  -2.5f, 0.1f,      65504.0f, 65520.0f, 1e-7f,     0x1p-25f, 3e38f,
+                      -0.0f, NAN,   -INFINITY, 1e-40f,   0.3333f,  -123.456f, 0x3p-25f, 7.0f};
+    memcpy(x, v, sizeof v);
+    x[12] = from_bits(0x3f818000); /* a bf16 tie */
+}
+
+static uint16_t scalar_to(DType t, float x) {
+    return t == DTYPE_BF16 ? fp32_to_bf16(x) : fp32_to_fp16(x);
+}
+
+static float scalar_from(DType t, uint16_t h) {
+    return t == DTYPE_BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
+}
+
+Test(kernels, cast_matches_scalar_conversions) {
+    const Kernels *k = &kernels_cpu;
+    cr_expect_str_eq(k->name, "cpu");
+    float x[NCAST], back[NCAST];
+    uint16_t half[NCAST], other[NCAST];
+    cast_inputs(x);
+    k->cast(back, DTYPE_FP32, x, DTYPE_FP32, NCAST);
+    cr_expect_eq(memcmp(back, x, sizeof x), 0, "fp32 -> fp32 copies bits");
+    DType lowp[] = {DTYPE_BF16, DTYPE_FP16};
+    for (int a = 0; a < 2; a++) {
+        DType t = lowp[a], u = lowp[1 - a];
+        k->cast(half, t, x, DTYPE_FP32, NCAST);
+        k->cast(back, DTYPE_FP32, half, t, NCAST);
+        k->cast(other, u, half, t, NCAST);
+        for (int i = 0; i < NCAST; i++) {
+            cr_expect_eq(half[i], scalar_to(t, x[i]), "%s [%d]", dtype_name(t), i);
+            cr_expect_eq(to_bits(back[i]), to_bits(scalar_from(t, half[i])), "[%d]", i);
+            cr_expect_eq(other[i], scalar_to(u, scalar_from(t, half[i])), "%s -> %s [%d]",
+                         dtype_name(t), dtype_name(u), i);
+        }
+        uint16_t same[NCAST];
+        k->cast(same, t, half, t, NCAST);
+        cr_expect_eq(memcmp(same, half, sizeof half), 0);
+    }
+    k->cast(NULL, DTYPE_FP16, NULL, DTYPE_FP32, 0);
+    k->cast(NULL, DTYPE_FP32, NULL, DTYPE_FP32, 0);
+}
+
+/* One Adam/AdamW step in double, straight from the PyTorch documentation's pseudocode. */
+static void adam_ref(double *p, double g, double *m, double *v, const AdamHyper *h, long step) {
+    if (h->decoupled)
+        *p *= 1.0 - (double)h->lr * h->weight_decay;
+    else
+        g += (double)h->weight_decay * *p;
+    *m = h->beta1 * *m + (1.0 - h->beta1) * g;
+    *v = h->beta2 * *v + (1.0 - h->beta2) * g * g;
+    double bc1 = 1.0 - pow(h->beta1, (double)step), bc2 = 1.0 - pow(h->beta2, (double)step);
+    *p -= h->lr * (*m / bc1) / (sqrt(*v / bc2) + h->eps);
+}
+
+#define NADAM 8
+static const float adam_p0[NADAM] = {1.0f, -2.0f, 0.5f, 3.0f, -0.25f, 10.0f, 0.0f, -7.5f};
+
+/* Gradients change size and sometimes sign between steps so that m/sqrt(v) is not just
+ * sign(g) and L2 decay visibly changes the result. */
+static float adam_grad(int i, long step) {
+    return (0.3f * (float)(i - 3) + 0.05f) * (1.0f + 0.7f * (float)step) - 0.4f * (float)(step & 1);
+}
+
+/* Runs 3 steps of the kernel and of the reference; returns the largest relative error. */
+static double adam_run(const AdamHyper *kh, const AdamHyper *rh) {
+    float p[NADAM], m[NADAM] = {0}, v[NADAM] = {0}, g[NADAM];
+    double rp[NADAM], rm[NADAM] = {0}, rv[NADAM] = {0}, worst = 0;
+    for (int i = 0; i < NADAM; i++) rp[i] = p[i] = adam_p0[i];
+    for (long step = 1; step <= 3; step++) {
+        for (int i = 0; i < NADAM; i++) g[i] = adam_grad(i, step);
+        kernels_cpu.adam_step(p, g, m, v, NADAM, kh, step);
+        for (int i = 0; i < NADAM; i++) adam_ref(&rp[i], g[i], &rm[i], &rv[i], rh, step);
+    }
+    for (int i = 0; i < NADAM; i++) {
+        double e = fabs(p[i] - rp[i]) / fmax(fabs(rp[i]), 1e-3);
+        worst = fmax(worst, e);
+        worst = fmax(worst, fabs(m[i] - rm[i]) / fmax(fabs(rm[i]), 1e-3) / 10);
+        worst = fmax(worst, fabs(v[i] - rv[i]) / fmax(fabs(rv[i]), 1e-3) / 10);
+    }
+    return worst;
+}
+
+Test(kernels, adam_and_adamw_match_double_reference) {
+    for (int decoupled = 0; decoupled <= 1; decoupled++) {
+        AdamHyper h = {.lr = 0.05f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .eps = 1e-8f,
+                       .weight_decay = 0.1f,
+                       .decoupled = decoupled};
+        double err = adam_run(&h, &h);
+        cr_expect_leq(err, 1e-6, "%s: relative error %g", decoupled ? "AdamW" : "Adam", err);
+        /* the check can tell the variants apart, and decay from none */
+        AdamHyper other = h, plain = h;
+        other.decoupled = !decoupled;
+        plain.weight_decay = 0.0f;
+        cr_expect_gt(adam_run(&h, &other), 1e-4);
+        cr_expect_gt(adam_run(&h, &plain), 1e-4);
+        cr_expect_leq(adam_run(&plain, &plain), 1e-6);
+    }
+}
+
+static const float toy_w[3] = {1.3f, 0.8f, -0.2f};
+#define NTOY 6
+static const float toy_x[NTOY] = {-1.5f, -0.4f, 0.0f, 0.3f, 1.1f, 2.0f};
+static const float toy_t[NTOY] = {0.5f, -0.7f, 0.2f, 0.9f, -0.3f, 1.2f};
+
+static float toy_loss(const float w[3], const float *x) {
+    float y[NTOY], dy[NTOY];
+    kernels_cpu.toy_forward(w, x, y, NTOY);
+    return kernels_cpu.mse_loss(y, toy_t, dy, NTOY);
+}
+
+/* 1e-3 relative, plus a floor for the float loss: its last bit (~3e-8 here) over 2h. */
+static void expect_close(double got, double want, const char *what, int i) {
+    double tol = 1e-3 * fabs(want) + 5e-5;
+    cr_expect(fabs(got - want) <= tol, "%s[%d]: analytic %.7g, finite difference %.7g", what, i,
+              got, want);
+}
+
+Test(kernels, toy_forward_values_and_in_place) {
+    const float w[3] = {2.0f, 0.5f, -1.0f};
+    float x[3] = {2.0f, 4.0f, -2.0f}, y[3];
+    kernels_cpu.toy_forward(w, x, y, 3);
+    cr_expect_float_eq(y[0], 0.0f, 1e-7);
+    cr_expect_float_eq(y[1], 2.0f * tanhf(1.0f), 1e-6);
+    cr_expect_float_eq(y[2], 2.0f * tanhf(-2.0f), 1e-6);
+    kernels_cpu.toy_forward(w, x, x, 3); /* the data set builds targets in place */
+    cr_expect_eq(memcmp(x, y, sizeof y), 0);
+}
+
+Test(kernels, toy_backward_matches_finite_differences) {
+    const float h = 1e-3f;
+    float y[NTOY], dy[NTOY], dx[NTOY];
+    float dw[3] = {0.25f, -1.0f, 2.0f}; /* backward adds into dw */
+    kernels_cpu.toy_forward(toy_w, toy_x, y, NTOY);
+    kernels_cpu.mse_loss(y, toy_t, dy, NTOY);
+    kernels_cpu.toy_backward(toy_w, toy_x, dy, dx, dw, NTOY);
+    const float dw0[3] = {0.25f, -1.0f, 2.0f};
+    for (int j = 0; j < 3; j++) {
+        float wp[3], wm[3];
+        memcpy(wp, toy_w, sizeof wp);
+        memcpy(wm, toy_w, sizeof wm);
+        wp[j] += h;
+        wm[j] -= h;
+        double fd = ((double)toy_loss(wp, toy_x) - toy_loss(wm, toy_x)) / (wp[j] - wm[j]);
+        expect_close(dw[j] - dw0[j], fd, "dw", j);
+    }
+    for (int i = 0; i < NTOY; i++) {
+        float xp[NTOY], xm[NTOY];
+        memcpy(xp, toy_x, sizeof xp);
+        memcpy(xm, toy_x, sizeof xm);
+        xp[i] += h;
+        xm[i] -= h;
+        double fd = ((double)toy_loss(toy_w, xp) - toy_loss(toy_w, xm)) / (xp[i] - xm[i]);
+        expect_close(dx[i], fd, "dx", i);
+    }
+    /* without dx the weight gradient is the same */
+    float dw2[3] = {0.25f, -1.0f, 2.0f};
+    kernels_cpu.toy_backward(toy_w, toy_x, dy, NULL, dw2, NTOY);
+    cr_expect_eq(memcmp(dw, dw2, sizeof dw), 0);
+}
+
+Test(kernels, mse_loss_by_hand) {
+    const float y[3] = {1.0f, 2.0f, 3.0f}, t[3] = {0.0f, 2.0f, 5.0f};
+    float dy[3];
+    float loss = kernels_cpu.mse_loss(y, t, dy, 3); /* diffs 1, 0, -2 */
+    cr_expect_float_eq(loss, 5.0f / 3.0f, 1e-7);
+    cr_expect_float_eq(dy[0], 2.0f / 3.0f, 1e-7);
+    cr_expect_eq(dy[1], 0.0f);
+    cr_expect_float_eq(dy[2], -4.0f / 3.0f, 1e-7);
+    cr_expect_eq(kernels_cpu.mse_loss(NULL, NULL, NULL, 0), 0.0f);
+}
+
+Test(kernels, reductions_and_elementwise) {
+    const Kernels *k = &kernels_cpu;
+    const float a[4] = {1.0f, 2.0f, 3.0f, -4.0f};
+    cr_expect_eq(k->sum_squares(a, 4), 30.0);
+    /* 1e8 + 4 is exact in double; a float accumulator would stay at 1e8 */
+    const float big[5] = {1e4f, 1.0f, 1.0f, 1.0f, 1.0f};
+    cr_expect_eq(k->sum_squares(big, 5), 100000004.0);
+    cr_expect_eq(k->sum_squares(NULL, 0), 0.0);
+
+    float f[4] = {1.0f, FLT_MAX, -FLT_MIN, 0.0f};
+    cr_expect_eq(k->all_finite(f, 4), 1);
+    cr_expect_eq(k->all_finite(NULL, 0), 1);
+    float specials[] = {NAN, INFINITY, -INFINITY};
+    for (int i = 0; i < 3; i++) {
+        float g[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+        g[3] = specials[i];
+        cr_expect_eq(k->all_finite(g, 4), 0, "%f at the end", specials[i]);
+    }
+
+    float x[4] = {1.0f, -2.0f, 0.5f, 8.0f}, y[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    k->scale(x, 0.5f, 4);
+    cr_expect(x[0] == 0.5f && x[1] == -1.0f && x[2] == 0.25f && x[3] == 4.0f);
+    k->accumulate(y, x, 4);
+    cr_expect(y[0] == 1.5f && y[1] == 0.0f && y[2] == 1.25f && y[3] == 5.0f);
+}

@@ -1,0 +1,67 @@
+#include "util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "../core/toy.h"
+
+static void record_step(void *user, const StepReport *r) {
+    ToyRun *t = user;
+    if (t->nsteps < 64) t->steps[t->nsteps++] = *r;
+}
+
+FsdpConfig toy_config(Strategy s, int batch) {
+    FsdpConfig c;
+    fsdp_config_defaults(&c);
+    c.strategy = s;
+    c.batch_size = batch;
+    c.lr = 0.05f;
+    return c;
+}
+
+void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trace) {
+    memset(t, 0, sizeof *t);
+    Err err = {0};
+    Dataset data;
+    cr_assert_eq(toy_model_create(&t->model, &err), 0);
+    cr_assert_eq(toy_dataset_create(&data, &err), 0);
+    cr_assert_eq(
+        plan_create(&t->plan, &t->model, cfg->wrap, cfg->strategy, ranks, cfg->replicas, &err), 0,
+        "%s", err.msg);
+    TrainJob job = {.model = &t->model,
+                    .data = &data,
+                    .plan = &t->plan,
+                    .cfg = cfg,
+                    .steps = steps,
+                    .log_every = 1,
+                    .on_step = record_step,
+                    .user = t,
+                    .memory = t->memory,
+                    .final_params = t->params};
+    ClusterOptions opt = {.ranks = ranks,
+                          .replicas = cfg->strategy == STRAT_HSDP ? cfg->replicas : 1,
+                          .profile = profile_default(),
+                          .trace = trace};
+    ClusterResult res;
+    int rc = cluster_run(&opt, train_rank, &job, &res, &err);
+    cr_assert_eq(rc, 0, "training failed: %s", err.msg);
+    t->trace = res.trace;
+    dataset_free(&data);
+}
+
+void toy_run_free(ToyRun *t) {
+    trace_free(&t->trace);
+    plan_free(&t->plan);
+    model_desc_free(&t->model);
+}
+
+double rel_l2(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return sqrt(num) / sqrt(den);
+}

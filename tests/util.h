@@ -1,0 +1,25 @@
+/* Test helpers: train the toy in-process on the simulated cluster and compare results. */
+#ifndef FSDP_TESTS_UTIL_H
+#define FSDP_TESTS_UTIL_H
+
+#include "../core/train.h"
+#include "../sim/cluster.h"
+
+typedef struct ToyRun {
+    float params[64]; /* final full parameters */
+    RankMemory memory[16];
+    StepReport steps[64]; /* rank 0's report of every step */
+    int nsteps;
+    Trace trace; /* when traced */
+    Plan plan;
+    ModelDesc model;
+} ToyRun;
+
+/* Trains the toy for `steps` steps; asserts success. Free with toy_run_free. */
+void toy_train(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, int trace);
+void toy_run_free(ToyRun *r);
+/* ||a - b|| / ||b|| */
+double rel_l2(const float *a, const float *b, size_t n);
+FsdpConfig toy_config(Strategy s, int batch);
+
+#endif
