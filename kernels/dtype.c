@@ -87,13 +87,14 @@ uint16_t fp32_to_fp16(float x) {
     uint32_t u = float_bits(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t abs = u & FP32_ABS_MASK;
-    if (abs > FP32_INF) return sign | 0x7e00u; /* a quiet NaN, as PyTorch's conversion gives */
-    if (abs >= FP16_OVERFLOW_BITS) return sign | 0x7c00u;
-    if (abs < ((FP16_REBIAS + 1u) << 23)) return sign | fp16_subnormal(abs);
+    if (abs > FP32_INF)
+        return (uint16_t)(sign | 0x7e00u); /* a quiet NaN, as PyTorch's conversion gives */
+    if (abs >= FP16_OVERFLOW_BITS) return (uint16_t)(sign | 0x7c00u);
+    if (abs < ((FP16_REBIAS + 1u) << 23)) return (uint16_t)(sign | fp16_subnormal(abs));
     /* Normal: drop 13 mantissa bits with the same add-and-truncate RNE as bf16; the overflow
      * check above keeps a carry from reaching the inf exponent. */
     uint32_t lsb = (abs >> 13) & 1u;
-    return sign | (uint16_t)((abs + 0xfffu + lsb - (FP16_REBIAS << 23)) >> 13);
+    return (uint16_t)(sign | ((abs + 0xfffu + lsb - (FP16_REBIAS << 23)) >> 13));
 }
 
 float fp16_to_fp32(uint16_t h) {

@@ -48,7 +48,8 @@ Test(dtype, names_sizes_and_parse) {
         cr_expect_eq(dtype_parse(names[t], &got), 0);
         cr_expect_eq(got, (DType)t);
     }
-    DType t;
+    DType t = DTYPE_FP32;
+    cr_expect(dtype_parse("bfloat16", &t) == 0 && t == DTYPE_BF16, "PyTorch's spelling");
     cr_expect_eq(dtype_parse("fp8", &t), -1);
     cr_expect_eq(dtype_parse("", &t), -1);
     cr_expect_eq(dtype_parse("FP32x", &t), -1);
