@@ -1,6 +1,7 @@
 #include "comm_sim.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,6 @@ typedef struct SimComm {
 
 typedef struct Slot {
     long seq;      /* which collective occupies the slot; -1 when free */
-    int started;   /* ranks that staged their input */
     int ready;     /* ranks waiting on it */
     int departed;  /* ranks done reading the staged inputs */
     CollKind kind; /* as issued by the first rank, to catch mismatched programs */
@@ -64,6 +64,10 @@ static int count_nodes(int size, const int *world_ranks, int ranks_per_node) {
 
 SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
                            const Profile *profile, Err *err) {
+    if (size < 1) {
+        err_set(err, ERR_USAGE, "a group needs at least one rank (got %d)", size);
+        return NULL;
+    }
     SimWorld *w = calloc(1, sizeof *w);
     if (!w) {
         err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
@@ -112,7 +116,7 @@ void sim_world_destroy(SimWorld *w) {
 void sim_world_abort(SimWorld *w, const char *why) {
     pthread_mutex_lock(&w->lock);
     if (!w->aborted) {
-        w->aborted = 1;
+        __atomic_store_n(&w->aborted, 1, __ATOMIC_RELEASE);
         snprintf(w->why, sizeof w->why, "%.200s", why);
     }
     pthread_cond_broadcast(&w->changed);
@@ -161,7 +165,18 @@ static int check_aborted(SimWorld *w, Err *err) {
     return 0;
 }
 
+/* Called with the lock held; returns with it held. Ranks arrive within microseconds of each
+ * other, and a sleep on the condition variable costs two context switches, so a waiter first
+ * polls briefly, yielding its core to a rank that has not arrived yet (the machine may have
+ * fewer cores than ranks), and only then sleeps. */
 static int wait_for(SimWorld *w, const int *counter, int target, Err *err) {
+    enum { POLLS = 64 };
+    pthread_mutex_unlock(&w->lock);
+    for (int i = 0; i < POLLS && __atomic_load_n(counter, __ATOMIC_ACQUIRE) < target &&
+                    !__atomic_load_n(&w->aborted, __ATOMIC_ACQUIRE);
+         i++)
+        sched_yield();
+    pthread_mutex_lock(&w->lock);
     while (*counter < target && !w->aborted) pthread_cond_wait(&w->changed, &w->lock);
     return check_aborted(w, err);
 }
@@ -219,12 +234,6 @@ static int sim_start(Comm *c, CommRequest *r, Err *err) {
     pthread_mutex_unlock(&w->lock);
     /* staging needs no lock: each rank writes only its own entry, read after `ready` */
     if (!rc) rc = stage_input(c, s, r, err);
-    if (!rc) {
-        pthread_mutex_lock(&w->lock);
-        s->started++;
-        pthread_cond_broadcast(&w->changed);
-        pthread_mutex_unlock(&w->lock);
-    }
     if (rc) sim_world_abort(w, err->msg);
     return rc;
 }
@@ -327,10 +336,12 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
         r->start_time > sc->clock->comm_last_end ? r->start_time : sc->clock->comm_last_end;
     pthread_mutex_lock(&w->lock);
     s->ready_time[c->rank] = ready;
-    s->ready++;
-    pthread_cond_broadcast(&w->changed);
+    /* a rank is ready only after its start staged the input, so all ready means all staged;
+     * only the last arrival wakes anyone: waking on every change would cost a context switch
+     * per rank per change */
+    if (__atomic_add_fetch(&s->ready, 1, __ATOMIC_RELEASE) == c->size)
+        pthread_cond_broadcast(&w->changed);
     int rc = wait_for(w, &s->ready, c->size, err);
-    if (!rc) rc = wait_for(w, &s->started, c->size, err);
     pthread_mutex_unlock(&w->lock);
     if (rc) return rc;
     /* every input is staged and nobody writes the slot until all have departed */
