@@ -38,29 +38,54 @@ static double steps_per_second(const ModelDesc *m, const Dataset *d, const Plan 
     return (double)steps / dt;
 }
 
-int main(int argc, char **argv) {
-    long steps = argc > 1 ? atol(argv[1]) : 20000;
-    int ranks = 3;
-    Err err = {0};
-    ModelDesc m;
-    Dataset d;
-    Plan p;
+/* Median steps/s of RUNS runs of `steps` steps of strategy s at `ranks` ranks. */
+static double median_rate(const ModelDesc *m, const Dataset *d, Strategy s, int ranks, long steps,
+                          double *lo, double *hi) {
+    enum { RUNS = 5 };
     FsdpConfig c;
     fsdp_config_defaults(&c);
     c.lr = 0.05f;
-    if (toy_model_create(&m, &err) || toy_dataset_create(&d, &err) ||
-        plan_create(&p, &m, c.wrap, c.strategy, ranks, 1, &err)) {
+    c.strategy = s;
+    Plan p;
+    Err err = {0};
+    if (plan_create(&p, m, c.wrap, c.strategy, ranks, 1, &err)) {
+        fprintf(stderr, "bench_toy: %s\n", err.msg);
+        exit(1);
+    }
+    double r[RUNS];
+    for (int i = 0; i < RUNS; i++) r[i] = steps_per_second(m, d, &p, &c, ranks, steps);
+    qsort(r, RUNS, sizeof *r, cmp_double);
+    plan_free(&p);
+    *lo = r[0];
+    *hi = r[RUNS - 1];
+    return r[RUNS / 2];
+}
+
+int main(int argc, char **argv) {
+    long steps = argc > 1 ? atol(argv[1]) : 20000;
+    Err err = {0};
+    ModelDesc m;
+    Dataset d;
+    if (toy_model_create(&m, &err) || toy_dataset_create(&d, &err)) {
         fprintf(stderr, "bench_toy: %s\n", err.msg);
         return 1;
     }
-    enum { RUNS = 5 };
-    double r[RUNS];
-    for (int i = 0; i < RUNS; i++) r[i] = steps_per_second(&m, &d, &p, &c, ranks, steps);
-    qsort(r, RUNS, sizeof *r, cmp_double);
-    printf("bench_toy: toy, %d ranks, zero3, batch %d, %ld steps x %d runs: median %.0f steps/s "
-           "(min %.0f, max %.0f)\n",
-           ranks, c.batch_size, steps, RUNS, r[RUNS / 2], r[0], r[RUNS - 1]);
-    plan_free(&p);
+    /* the target case, then its peers in the same run: one rank (no collectives at all)
+     * and DDP at 3 ranks (one all-reduce per unit instead of gathers and scatters) */
+    struct {
+        Strategy s;
+        int ranks;
+    } cases[] = {{STRAT_ZERO3, 3}, {STRAT_ZERO3, 1}, {STRAT_DDP, 3}};
+    double target = 0;
+    printf("bench_toy: toy, batch 8 per rank, %ld steps a run, median of 5 runs\n", steps);
+    for (int i = 0; i < 3; i++) {
+        double lo, hi, med = median_rate(&m, &d, cases[i].s, cases[i].ranks, steps, &lo, &hi);
+        if (i == 0) target = med;
+        printf("  %-5s %d rank%s  %8.0f steps/s  (min %.0f, max %.0f)  %.2fx the zero3/3 figure\n",
+               strategy_name(cases[i].s), cases[i].ranks, cases[i].ranks == 1 ? " " : "s", med, lo,
+               hi, med / target);
+    }
+    printf("target: zero3 at 3 ranks >= 5000 steps/s: %s\n", target >= 5000 ? "met" : "NOT met");
     dataset_free(&d);
     model_desc_free(&m);
     return 0;

@@ -47,7 +47,9 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, l
             epoch = (int)(s / per_epoch);
             rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm, job->data->n);
         }
-        int log = job->log_every > 0 && ((s + 1) % job->log_every == 0 || s + 1 == job->steps);
+        /* the first step too, so a log always shows where the loss started */
+        int log =
+            job->log_every > 0 && (s == 0 || (s + 1) % job->log_every == 0 || s + 1 == job->steps);
         rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
         double t0 = latest_stream_time(env->dev);
         StepReport rep = {.step = s + 1, .epoch = epoch};

@@ -26,16 +26,20 @@ typedef struct Kernels {
     double (*sum_squares)(const float *x, size_t n);
     /* 1 if every x[i] is finite */
     int (*all_finite)(const float *x, size_t n);
-    /* One Adam/AdamW update of n elements; step counts from 1 (bias correction). */
+    /* One Adam/AdamW update of n elements, PyTorch's formulas; step counts from 1 (bias
+     * correction; a step below 1 is taken as 1). */
     void (*adam_step)(float *param, const float *grad, float *m, float *v, size_t n,
                       const AdamHyper *h, long step);
 
-    /* Toy layer: y = w0 * tanh(w1 * x + w2), elementwise over a batch of n scalars. */
+    /* Toy layer: y = w0 * tanh(w1 * x + w2), elementwise over a batch of n scalars; y may be
+     * x (in place). */
     void (*toy_forward)(const float w[3], const float *x, float *y, size_t n);
-    /* Given dL/dy, writes dL/dx (if dx) and adds dL/dw into dw[3]. */
+    /* Given dL/dy, writes dL/dx (if dx; it may alias x or dy) and adds dL/dw into dw[3],
+     * summing the batch in double and rounding once. */
     void (*toy_backward)(const float w[3], const float *x, const float *dy, float *dx, float dw[3],
                          size_t n);
-    /* Mean squared error over n: returns loss; dy[i] = 2 (y[i]-t[i]) / n. */
+    /* Mean squared error over n: returns loss; dy[i] = 2 (y[i]-t[i]) / n (dy may be NULL:
+     * loss only). n == 0 gives 0 and touches nothing. */
     float (*mse_loss)(const float *y, const float *target, float *dy, size_t n);
 } Kernels;
 

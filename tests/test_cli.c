@@ -1,4 +1,5 @@
 /* Bad input on the command line: one line naming the flag, exit status 2, no output file. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,4 +104,91 @@ Test(cli, dump_params_writes_every_element) {
     fclose(f);
     unlink(out);
     cr_expect_eq(lines, 9);
+}
+
+/* Runs `fsdp ARGS` and returns its stdout (caller frees). */
+static char *stdout_of(const char *args) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", bin(), args);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    cr_assert(buf);
+    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;) n += got;
+    buf[n] = 0;
+    cr_expect_eq(pclose(p), 0, "`fsdp %s` failed", args);
+    return buf;
+}
+
+Test(cli, print_plan_shows_the_workshop_table) {
+    char *out = stdout_of("train --model toy --ranks 3 --print-plan");
+    /* GPU k owns a_k, b_k and c_k: the workshop's table */
+    cr_expect(strstr(out, "GPU 0  a₀     b₀     c₀") != NULL, "%s", out);
+    cr_expect(strstr(out, "GPU 1  a₁     b₁     c₁") != NULL, "%s", out);
+    cr_expect(strstr(out, "GPU 2  a₂     b₂     c₂") != NULL, "%s", out);
+    cr_expect(strstr(out, "step") == NULL, "--print-plan exits before training");
+    free(out);
+    out = stdout_of("train --ranks 2 --strategy ddp --print-plan");
+    cr_expect(strstr(out, "GPU 1  a₀ a₁ a₂") != NULL, "DDP: every rank holds everything\n%s", out);
+    free(out);
+}
+
+Test(cli, json_lines_show_the_loss_falling) {
+    char *out = stdout_of("train --ranks 3 --steps 60 --batch-size 8 --json");
+    int lines = 0;
+    double first = 0, last = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        long step;
+        double loss;
+        cr_assert_eq(sscanf(line, "{\"step\":%ld,\"epoch\":%*d,\"loss\":%lf", &step, &loss), 2,
+                     "not a step line: %s", line);
+        cr_expect_eq(step, lines + 1);
+        if (!lines) first = loss;
+        last = loss;
+        lines++;
+    }
+    cr_expect_eq(lines, 60);
+    cr_expect_lt(last, 0.2 * first, "loss %g -> %g", first, last);
+    free(out);
+}
+
+Test(cli, trace_out_writes_chrome_json) {
+    char err[4096], args[512];
+    const char *out = "/tmp/fsdp_cli_trace.json";
+    unlink(out);
+    snprintf(args, sizeof args, "train --ranks 3 --steps 1 --json --trace-out %s", out);
+    cr_assert_eq(run_fsdp(args, err, sizeof err), 0, "%s", err);
+    FILE *f = fopen(out, "r");
+    cr_assert(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    unlink(out);
+    /* one step of zero3 at 3 ranks: every rank gathers each of the 3 units in forward and
+     * again in backward, and reduce-scatters each unit's gradients once (the gather of the
+     * final parameters for printing comes after, outside any phase) */
+    cJSON *root = cJSON_Parse(text);
+    cr_assert(root, "not JSON");
+    int count[2][2] = {{0}}; /* [all_gather, reduce_scatter][forward, backward] */
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+        const cJSON *cat = cJSON_GetObjectItem(e, "cat");
+        const cJSON *phase = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "phase");
+        if (!cJSON_IsString(cat) || !cJSON_IsString(phase)) continue;
+        int kind = !strcmp(cat->valuestring, "all_gather")       ? 0
+                   : !strcmp(cat->valuestring, "reduce_scatter") ? 1
+                                                                 : -1;
+        int ph = !strcmp(phase->valuestring, "forward")    ? 0
+                 : !strcmp(phase->valuestring, "backward") ? 1
+                                                           : -1;
+        if (kind >= 0 && ph >= 0) count[kind][ph]++;
+    }
+    cJSON_Delete(root);
+    cr_expect_eq(count[0][0], 3 * 3, "forward all-gathers");
+    cr_expect_eq(count[0][1], 3 * 3, "backward all-gathers");
+    cr_expect_eq(count[1][0], 0, "no reduce-scatter in forward");
+    cr_expect_eq(count[1][1], 3 * 3, "backward reduce-scatters");
+    cr_expect(strstr(text, "\"name\":\"all_gather La\"") != NULL);
 }
