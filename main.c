@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include "core/cli.h"
+#include "core/mnist.h"
 #include "core/report.h"
 #include "core/toy.h"
 #include "core/train.h"
+#include "core/vit.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
 
@@ -66,17 +68,39 @@ static void out_discard(OutFile *o) {
     unlink(o->tmp);
 }
 
+/* How steps and evaluations reach the person: JSON lines, a progress bar on a terminal, or
+ * a line every few steps. */
 typedef struct Printer {
     int json;
     int fp16;
+    int bar; /* redraw one line per step (stdout is a terminal, ViT) */
+    int vit; /* the lines show images/s and the epoch's progress */
+    long every;
+    double elapsed; /* wall seconds of the steps so far, for the ETA */
 } Printer;
 
 static void print_step(void *user, const StepReport *r) {
     Printer *p = user;
+    p->elapsed += r->wall_time;
     if (p->json)
         report_step_json(stdout, r);
+    else if (p->bar)
+        report_progress_bar(stdout, r, p->elapsed);
+    else if (r->step == 1 || r->step % p->every == 0 || r->step == r->steps) {
+        if (p->vit)
+            report_step_vit(stdout, r, p->elapsed);
+        else
+            report_step_text(stdout, r, p->fp16);
+    }
+    fflush(stdout);
+}
+
+static void print_eval(void *user, const EvalReport *r) {
+    Printer *p = user;
+    if (p->json)
+        report_eval_json(stdout, r);
     else
-        report_step_text(stdout, r, p->fp16);
+        report_eval_text(stdout, r);
     fflush(stdout);
 }
 
@@ -84,12 +108,46 @@ typedef struct TrainRun {
     TrainArgs args;
     const Profile *profile;
     ModelDesc model;
-    Dataset data;
+    Dataset data, eval;
+    char eval_name[96]; /* what the evaluation set is, for people */
     Plan plan;
     OutFile dump, trace;
     RankMemory *memory;
     float *params;
 } TrainRun;
+
+/* The training split and the data it is evaluated on. Evaluating on data the model trained on
+ * measures nothing, so training on the test split (the live workshop does, for speed) is
+ * evaluated on the first 10,000 images of the train split instead. */
+static int load_images(TrainRun *t, Err *err) {
+    const char *dir = mnist_dir(t->args.data);
+    int on_test = !strcmp(t->args.split, "test");
+    int rc = mnist_load(&t->data, dir, t->args.split, err);
+    if (!rc) rc = mnist_load(&t->eval, dir, on_test ? "train" : "test", err);
+    if (rc) return rc;
+    if (on_test && t->eval.n > 10000) t->eval.n = 10000;
+    snprintf(t->eval_name, sizeof t->eval_name, "%s",
+             on_test ? "the first 10000 images of the train split (held out: training uses the "
+                       "test split)"
+                     : "the test split");
+    return 0;
+}
+
+static int create_model(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    if (!train_args_is_vit(a)) {
+        int rc = toy_model_create(&t->model, err);
+        return rc ? rc : toy_dataset_create(&t->data, err);
+    }
+    VitConfig c;
+    vit_preset(a->model, &c);
+    if (a->layers) c.layers = a->layers;
+    if (a->heads) c.heads = a->heads;
+    if (a->hidden) c.hidden = a->hidden;
+    if (a->mlp) c.mlp = a->mlp;
+    int rc = vit_model_create(&t->model, &c, err);
+    return rc ? rc : load_images(t, err);
+}
 
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
@@ -97,8 +155,7 @@ static int train_prepare(TrainRun *t, Err *err) {
     if (!t->profile)
         return err_set(err, ERR_USAGE, "--profile must be one of %s (got '%s')", profile_names(),
                        a->profile);
-    int rc = toy_model_create(&t->model, err);
-    if (!rc) rc = toy_dataset_create(&t->data, err);
+    int rc = create_model(t, err);
     if (!rc)
         rc = plan_create(&t->plan, &t->model, a->fsdp.wrap, a->fsdp.strategy, a->ranks,
                          a->fsdp.replicas, err);
@@ -109,6 +166,7 @@ static int train_prepare(TrainRun *t, Err *err) {
                        "--batch-size %d x --ranks %d x --grad-accum %d = %ld samples a step, "
                        "more than the data set's %ld",
                        a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, t->data.n);
+    if (a->epochs) a->steps = (long)a->epochs * (t->data.n / global);
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
     if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");
@@ -131,20 +189,27 @@ static int train_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) 
 
 static int train_execute(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
-    Printer printer = {.json = a->json, .fp16 = fsdp_uses_loss_scaling(&a->fsdp)};
-    long every = a->json          ? 1
-                 : a->print_every ? a->print_every
-                                  : (a->steps >= 10 ? a->steps / 10 : 1);
+    int vit = train_args_is_vit(a);
+    Printer printer = {.json = a->json,
+                       .fp16 = fsdp_uses_loss_scaling(&a->fsdp),
+                       .bar = vit && !a->json && !a->print_every && isatty(STDOUT_FILENO),
+                       .vit = vit};
+    printer.every = a->print_every ? a->print_every : (a->steps >= 10 ? a->steps / 10 : 1);
+    /* the loss is all-reduced only on steps someone will see */
+    long log_every = a->json || printer.bar ? 1 : printer.every;
     TrainJob job = {.model = &t->model,
                     .data = &t->data,
                     .plan = &t->plan,
                     .cfg = &a->fsdp,
                     .steps = a->steps,
-                    .log_every = (int)every,
+                    .log_every = (int)log_every,
                     .on_step = print_step,
+                    .eval_data = vit ? &t->eval : NULL,
+                    .on_eval = print_eval,
                     .user = &printer,
                     .memory = t->memory,
-                    .final_params = t->params};
+                    /* gathering a ViT's parameters onto one rank is only worth it to dump them */
+                    .final_params = !vit || t->dump.f ? t->params : NULL};
     ClusterOptions opt = {.ranks = a->ranks,
                           .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
                           .profile = t->profile,
@@ -154,9 +219,11 @@ static int train_execute(TrainRun *t, Err *err) {
     if (!rc) rc = train_write_outputs(t, &res, err);
     cluster_result_free(&res);
     if (rc || a->json) return rc;
-    printf("final parameters:\n");
-    report_final_params(stdout, &t->model, t->params);
-    if (a->memory) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
+    if (!vit) {
+        printf("final parameters:\n");
+        report_final_params(stdout, &t->model, t->params);
+    }
+    if (a->memory || vit) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
     return 0;
 }
 
@@ -166,6 +233,7 @@ static void train_cleanup(TrainRun *t) {
     plan_free(&t->plan);
     model_desc_free(&t->model);
     dataset_free(&t->data);
+    dataset_free(&t->eval);
     free(t->memory);
     free(t->params);
 }
@@ -183,6 +251,9 @@ static int cmd_train(int argc, char **argv) {
     if (!rc) rc = train_prepare(&t, &err);
     if (!rc && !t.args.json) {
         report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, t.profile->name);
+        if (train_args_is_vit(&t.args))
+            report_data(stdout, &t.data, t.args.split, &t.eval, t.eval_name, t.args.steps,
+                        t.args.epochs);
         report_plan(stdout, &t.plan);
         report_ownership(stdout, &t.plan);
     }

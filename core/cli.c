@@ -11,6 +11,7 @@ void train_args_defaults(TrainArgs *a) {
     a->fsdp.lr = 0.05f;
     snprintf(a->model, sizeof a->model, "toy");
     snprintf(a->profile, sizeof a->profile, "h100-nvlink");
+    snprintf(a->split, sizeof a->split, "train");
     a->ranks = 3;
     a->steps = 100;
 }
@@ -73,15 +74,38 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     if (!strcmp(f, "--model")) return copy_word(f, v, a->model, sizeof a->model, err);
     if (!strcmp(f, "--profile")) return copy_word(f, v, a->profile, sizeof a->profile, err);
     if (!strcmp(f, "--ranks")) return parse_int(f, v, 1, CLI_MAX_RANKS, &a->ranks, err);
-    if (!strcmp(f, "--steps")) return parse_long(f, v, 0, 1000000000L, &a->steps, err);
+    if (!strcmp(f, "--steps")) {
+        a->steps_given = 1;
+        return parse_long(f, v, 0, 1000000000L, &a->steps, err);
+    }
+    if (!strcmp(f, "--epochs")) return parse_int(f, v, 1, 100000, &a->epochs, err);
+    if (!strcmp(f, "--layers")) return parse_int(f, v, 1, 1000, &a->layers, err);
+    if (!strcmp(f, "--heads")) return parse_int(f, v, 1, 4096, &a->heads, err);
+    if (!strcmp(f, "--hidden")) return parse_int(f, v, 1, 65536, &a->hidden, err);
+    if (!strcmp(f, "--mlp")) return parse_int(f, v, 1, 262144, &a->mlp, err);
+    if (!strcmp(f, "--split")) {
+        if (strcmp(v, "train") && strcmp(v, "test"))
+            return err_set(err, ERR_USAGE, "--split must be train or test (got '%s')", v);
+        return copy_word(f, v, a->split, sizeof a->split, err);
+    }
+    if (!strcmp(f, "--data")) {
+        a->data = v;
+        return 0;
+    }
     if (!strcmp(f, "--print-every")) return parse_int(f, v, 1, 1000000000L, &a->print_every, err);
-    if (!strcmp(f, "--batch-size")) return parse_int(f, v, 1, 1 << 20, &c->batch_size, err);
+    if (!strcmp(f, "--batch-size")) {
+        a->batch_given = 1;
+        return parse_int(f, v, 1, 1 << 20, &c->batch_size, err);
+    }
     if (!strcmp(f, "--grad-accum")) return parse_int(f, v, 1, 4096, &c->grad_accum, err);
     if (!strcmp(f, "--replicas")) return parse_int(f, v, 1, CLI_MAX_RANKS, &c->replicas, err);
     if (!strcmp(f, "--prefetch-forward")) return parse_int(f, v, 0, 16, &c->prefetch_forward, err);
     if (!strcmp(f, "--prefetch-backward"))
         return parse_int(f, v, 0, 16, &c->prefetch_backward, err);
-    if (!strcmp(f, "--lr")) return parse_float(f, v, 0.0, 1e3, &c->lr, err);
+    if (!strcmp(f, "--lr")) {
+        a->lr_given = 1;
+        return parse_float(f, v, 0.0, 1e3, &c->lr, err);
+    }
     if (!strcmp(f, "--weight-decay")) return parse_float(f, v, 0.0, 1e3, &c->weight_decay, err);
     if (!strcmp(f, "--clip-grad-norm"))
         return parse_float(f, v, 0.0, 1e30, &c->clip_grad_norm, err);
@@ -139,8 +163,17 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
 /* Checks that need several flags at once. */
 static int check_combination(const TrainArgs *a, Err *err) {
     const FsdpConfig *c = &a->fsdp;
-    if (strcmp(a->model, "toy") != 0)
-        return err_set(err, ERR_USAGE, "--model must be toy (got '%s')", a->model);
+    int vit = train_args_is_vit(a);
+    if (!vit && strcmp(a->model, "toy") != 0)
+        return err_set(err, ERR_USAGE, "--model must be toy, vit-tiny or vit-workshop (got '%s')",
+                       a->model);
+    if (!vit && (a->layers || a->heads || a->hidden || a->mlp || a->data || a->epochs ||
+                 strcmp(a->split, "train") != 0))
+        return err_set(err, ERR_USAGE,
+                       "--layers, --heads, --hidden, --mlp, --data, --split and "
+                       "--epochs apply to the ViT models, not the toy");
+    if (a->steps_given && a->epochs)
+        return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
     if (c->strategy == STRAT_HSDP && a->ranks % c->replicas != 0)
         return err_set(err, ERR_USAGE, "--replicas %d does not divide --ranks %d", c->replicas,
                        a->ranks);
@@ -162,6 +195,19 @@ static void set_bool_flag(TrainArgs *a, const char *f) {
     if (!strcmp(f, "--print-plan")) a->print_plan = 1;
     if (!strcmp(f, "--memory")) a->memory = 1;
     if (!strcmp(f, "--json")) a->json = 1;
+}
+
+int train_args_is_vit(const TrainArgs *a) {
+    return !strcmp(a->model, "vit-tiny") || !strcmp(a->model, "vit-workshop");
+}
+
+/* What a flag left unset means depends on the model: the ViT trains one epoch at batch 64
+ * per rank with Adam at 1e-3 (the workshop's settings); the toy 100 steps of 8 at 0.05. */
+static void apply_model_defaults(TrainArgs *a) {
+    if (!train_args_is_vit(a)) return;
+    if (!a->batch_given) a->fsdp.batch_size = 64;
+    if (!a->lr_given) a->fsdp.lr = 1e-3f;
+    if (!a->steps_given && !a->epochs) a->epochs = 1;
 }
 
 int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
@@ -193,7 +239,9 @@ int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
         int rc = parse_flag(a, name, v, err);
         if (rc) return rc;
     }
-    return check_combination(a, err);
+    int rc = check_combination(a, err);
+    if (!rc) apply_model_defaults(a);
+    return rc;
 }
 
 void train_args_help(FILE *f) {
@@ -202,9 +250,14 @@ void train_args_help(FILE *f) {
           "Trains a model with FSDP on a simulated cluster of --ranks ranks (threads).\n"
           "\n"
           "model and data\n"
-          "  --model toy                    the workshop's La/Lb/Lc toy (3 scalars a layer)\n"
-          "  --steps K                      optimizer steps (default 100)\n"
-          "  --batch-size B                 samples per rank per micro-step (default 8)\n"
+          "  --model M                      toy (default), vit-tiny, vit-workshop\n"
+          "  --layers/--heads/--hidden/--mlp N   ViT: override the preset's sizes\n"
+          "  --data DIR                     FashionMNIST's .gz files (default $FSDP_DATA, else\n"
+          "                                 /usr/share/datasets/fashion-mnist)\n"
+          "  --split train|test             ViT: the split to train on (default train)\n"
+          "  --epochs E                     ViT: epochs to train (default 1)\n"
+          "  --steps K                      optimizer steps (toy default 100)\n"
+          "  --batch-size B                 samples per rank per micro-step (toy 8, ViT 64)\n"
           "  --seed S                       initialization and shuffling seed (default 1234)\n"
           "cluster\n"
           "  --ranks N                      simulated GPUs, 1 to 1024 (default 3)\n"
@@ -222,7 +275,7 @@ void train_args_help(FILE *f) {
           "  --offload none|cpu             keep shards, grads and Adam state in host memory\n"
           "optimizer\n"
           "  --optim adam|adamw             (default adam)\n"
-          "  --lr X                         learning rate (default 0.05)\n"
+          "  --lr X                         learning rate (toy 0.05, ViT 1e-3)\n"
           "  --weight-decay X               (default 0)\n"
           "  --clip-grad-norm X             clip by global norm; 0 = off (default)\n"
           "output\n"

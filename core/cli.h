@@ -14,13 +14,21 @@ typedef struct TrainArgs {
     FsdpConfig fsdp;
     char model[32];
     char profile[32];
+    int layers, heads, hidden, mlp; /* ViT overrides of the preset; 0: the preset's */
+    const char *data;               /* --data DIR; NULL: $FSDP_DATA or Debian's path */
+    char split[8];                  /* training split: train or test */
     int ranks;
     long steps;
+    int epochs;      /* 0: use steps */
     int print_every; /* 0: about ten lines per run */
     int print_plan, memory, json;
-    const char *dump_params; /* NULL: none */
+    int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
+    const char *dump_params;                /* NULL: none */
     const char *trace_out;
 } TrainArgs;
+
+/* 1 if the args name an image model (a ViT) rather than the toy. */
+int train_args_is_vit(const TrainArgs *a);
 
 void train_args_defaults(TrainArgs *a);
 /* argv[0] is the first flag (after "train"). Returns 0, 1 for --help, or ERR_USAGE. */

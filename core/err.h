@@ -8,7 +8,7 @@ enum { ERR_OK = 0, ERR_USAGE = -2, ERR_IO = -3, ERR_NOMEM = -4, ERR_INTERNAL = -
 
 typedef struct Err {
     int code;
-    char msg[256];
+    char msg[512];
 } Err;
 
 /* Sets err (if not NULL) and returns code, so callers can write `return err_set(...)`. */

@@ -45,7 +45,11 @@ struct Engine {
     const Kernels *k;
     UnitState *units;
     ModelRun *run;
-    int *bwd_order;       /* units by last module, descending */
+    /* The units in the order forward (backward) enters them, one entry per entry: a unit
+     * whose modules are not adjacent (the root: embedding and head) appears twice. Prefetch
+     * looks ahead in these. */
+    int *fwd_seq, *bwd_seq;
+    int nseq;
     int *module_first_up; /* module -> index of its first parameter within its unit */
     size_t *param_flat;   /* model param -> offset in the flat full-parameter vector */
     int reshard;
@@ -309,12 +313,13 @@ static int unit_params_wait(Engine *e, int u, Err *err) {
     return 0;
 }
 
-/* Starts gathers for the next `depth` units of `order` after position `pos`. */
-static int prefetch(Engine *e, const int *order, int pos, int depth, Err *err) {
+/* Starts gathers for the next `depth` entries of `seq` after position `pos` whose units are
+ * not gathered (or being gathered) already. */
+static int prefetch(Engine *e, const int *seq, int pos, int depth, Err *err) {
     if (!e->plan->params_sharded) return 0;
-    for (int i = pos + 1; i < e->plan->nunits && i <= pos + depth; i++)
-        if (!unit_present(e, order[i])) {
-            int rc = gather_start(e, order[i], err);
+    for (int i = pos + 1; i < e->nseq && i <= pos + depth; i++)
+        if (!unit_present(e, seq[i])) {
+            int rc = gather_start(e, seq[i], err);
             if (rc) return rc;
         }
     return 0;
@@ -466,34 +471,25 @@ static int complete_reduce(Engine *e, int u, Err *err) {
 
 /* ---------------------------------------------------------------- forward and backward */
 
-static int position_in(const int *order, int n, int u) {
-    for (int i = 0; i < n; i++)
-        if (order[i] == u) return i;
-    return -1;
-}
-
 static int last_module_of(const Engine *e, int u) {
     const Unit *unit = &e->plan->units[u];
     return unit->modules[unit->nmodules - 1];
 }
 
-/* Units are numbered in order of first use, so forward order is 0, 1, 2, ... */
-static int enter_unit_forward(Engine *e, int u, Err *err) {
+static int enter_unit_forward(Engine *e, int pos, Err *err) {
+    int u = e->fwd_seq[pos];
     int rc = unit_params_ready(e, u, err);
-    if (rc) return rc;
-    for (int i = u + 1;
-         e->plan->params_sharded && i < e->plan->nunits && i <= u + e->cfg.prefetch_forward; i++)
-        if (!unit_present(e, i) && (rc = gather_start(e, i, err))) return rc;
-    return unit_params_wait(e, u, err);
+    if (!rc) rc = prefetch(e, e->fwd_seq, pos, e->cfg.prefetch_forward, err);
+    return rc ? rc : unit_params_wait(e, u, err);
 }
 
 static int forward_pass(Engine *e, int micro, float grad_scale, float *loss, Err *err) {
     set_phase(e, PHASE_FORWARD, micro);
-    int prev = -1, rc;
+    int prev = -1, pos = -1, rc;
     for (int m = 0; m < e->model->nmodules; m++) {
         int u = e->plan->module_unit[m];
         UnitState *us = &e->units[u];
-        if (u != prev && (rc = enter_unit_forward(e, u, err))) return rc;
+        if (u != prev && (rc = enter_unit_forward(e, ++pos, err))) return rc;
         Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
         rc = e->model->ops->forward(e->run, m, us->param_ptrs + e->module_first_up[m], &w, err);
         if (rc) return rc;
@@ -508,22 +504,21 @@ static int forward_pass(Engine *e, int micro, float grad_scale, float *loss, Err
     return 0;
 }
 
-static int enter_unit_backward(Engine *e, int u, Err *err) {
+static int enter_unit_backward(Engine *e, int pos, Err *err) {
+    int u = e->bwd_seq[pos];
     int rc = unit_params_ready(e, u, err);
-    if (rc) return rc;
-    int pos = position_in(e->bwd_order, e->plan->nunits, u);
-    if ((rc = prefetch(e, e->bwd_order, pos, e->cfg.prefetch_backward, err))) return rc;
-    if ((rc = unit_params_wait(e, u, err))) return rc;
-    return ugrad_ready(e, u, err);
+    if (!rc) rc = prefetch(e, e->bwd_seq, pos, e->cfg.prefetch_backward, err);
+    if (!rc) rc = unit_params_wait(e, u, err);
+    return rc ? rc : ugrad_ready(e, u, err);
 }
 
 static int backward_pass(Engine *e, int micro, int sync, Err *err) {
     set_phase(e, PHASE_BACKWARD, micro);
-    int prev = -1, rc;
+    int prev = -1, pos = -1, rc;
     for (int m = e->model->nmodules - 1; m >= 0; m--) {
         int u = e->plan->module_unit[m];
         UnitState *us = &e->units[u];
-        if (u != prev && (rc = enter_unit_backward(e, u, err))) return rc;
+        if (u != prev && (rc = enter_unit_backward(e, ++pos, err))) return rc;
         Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
         int first = e->module_first_up[m];
         rc = e->model->ops->backward(e->run, m, us->param_ptrs + first, us->grad_ptrs + first, &w,
@@ -690,6 +685,26 @@ int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_lo
     return rc;
 }
 
+int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n, EvalStats *st,
+                    Err *err) {
+    const ModelOps *ops = e->model->ops;
+    memset(st, 0, sizeof *st);
+    int rc = ops->set_batch(e->run, ds, indices, n, err);
+    float loss = 0.0f;
+    if (!rc) rc = forward_pass(e, 0, 1.0f, &loss, err);
+    if (!rc) rc = pending_drain(e, err); /* nothing should be in flight; be sure */
+    if (!rc) {
+        st->loss_sum = (double)loss * (double)n;
+        st->correct = ops->correct ? ops->correct(e->run) : 0;
+    }
+    ops->discard(e->run);
+    /* the root unit (and every unit without reshard_after_forward) is still gathered:
+     * training's backward would reshard it, evaluation has no backward */
+    for (int u = 0; u < e->plan->nunits; u++) reshard(e, u);
+    set_phase(e, PHASE_NONE, 0);
+    return rc;
+}
+
 long engine_steps_done(const Engine *e) {
     return e->steps;
 }
@@ -803,22 +818,24 @@ static int create_unit_state(Engine *e, int u, Err *err) {
     return 0;
 }
 
-/* Backward visits units in order of their last module, latest first. */
-static void backward_order(Engine *e) {
-    int n = 0;
-    for (int m = e->model->nmodules - 1; m >= 0; m--) {
-        int u = e->plan->module_unit[m];
-        if (position_in(e->bwd_order, n, u) < 0) e->bwd_order[n++] = u;
-    }
+/* Unit entries in module order (forward) and reverse module order (backward). */
+static void entry_sequences(Engine *e) {
+    int n = 0, nm = e->model->nmodules;
+    for (int m = 0; m < nm; m++)
+        if (m == 0 || e->plan->module_unit[m] != e->plan->module_unit[m - 1])
+            e->fwd_seq[n++] = e->plan->module_unit[m];
+    for (int i = 0; i < n; i++) e->bwd_seq[i] = e->fwd_seq[n - 1 - i];
+    e->nseq = n;
 }
 
 static int create_tables(Engine *e, Err *err) {
     const ModelDesc *m = e->model;
     e->units = calloc((size_t)e->plan->nunits + 1, sizeof *e->units);
-    e->bwd_order = calloc((size_t)e->plan->nunits + 1, sizeof *e->bwd_order);
+    e->fwd_seq = calloc((size_t)m->nmodules + 1, sizeof *e->fwd_seq);
+    e->bwd_seq = calloc((size_t)m->nmodules + 1, sizeof *e->bwd_seq);
     e->module_first_up = calloc((size_t)m->nmodules + 1, sizeof *e->module_first_up);
     e->param_flat = calloc((size_t)m->nparams + 1, sizeof *e->param_flat);
-    if (!e->units || !e->bwd_order || !e->module_first_up || !e->param_flat)
+    if (!e->units || !e->fwd_seq || !e->bwd_seq || !e->module_first_up || !e->param_flat)
         return err_set(err, ERR_NOMEM, "out of memory creating the engine");
     size_t flat = 0;
     for (int i = 0; i < m->nparams; i++) {
@@ -830,7 +847,7 @@ static int create_tables(Engine *e, Err *err) {
         for (int i = unit->nparams - 1; i >= 0; i--)
             e->module_first_up[m->params[unit->params[i].param].module] = i;
     }
-    backward_order(e);
+    entry_sequences(e);
     return 0;
 }
 
@@ -879,7 +896,8 @@ void engine_destroy(Engine *e) {
         free(us->grad_ptrs);
     }
     free(e->units);
-    free(e->bwd_order);
+    free(e->fwd_seq);
+    free(e->bwd_seq);
     free(e->module_first_up);
     free(e->param_flat);
     free(e);

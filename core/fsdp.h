@@ -66,6 +66,18 @@ void engine_destroy(Engine *e);
 int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_loss,
                 StepStats *stats, Err *err);
 
+/* What evaluating one batch gave on this rank. */
+typedef struct EvalStats {
+    double loss_sum; /* loss times samples */
+    size_t correct;  /* samples classified right (0 for a model that does not classify) */
+} EvalStats;
+
+/* Forward only (no gradients, no optimizer step) on `n` samples of ds; n may be 0, and every
+ * rank must call it the same number of times since it gathers parameters. Every unit is
+ * resharded afterwards, so the rank is back at rest. */
+int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n, EvalStats *st,
+                    Err *err);
+
 /* Gathers the full fp32 parameters of every unit into out (model->total_numel floats,
  * parameters in model order). Collective: every rank must call it. */
 int engine_full_params(Engine *e, float *out, Err *err);

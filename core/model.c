@@ -7,8 +7,10 @@
 void model_desc_free(ModelDesc *m) {
     free(m->params);
     free(m->modules);
+    free(m->config);
     m->params = NULL;
     m->modules = NULL;
+    m->config = NULL;
 }
 
 void dataset_free(Dataset *d) {

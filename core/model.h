@@ -35,13 +35,19 @@ typedef struct ModuleSpec {
     int is_block; /* the `layer` wrap policy gives each block its own unit */
 } ModuleSpec;
 
-/* A data set held in memory: inputs of in_elems floats and targets of target_elems. */
+/* A data set held in memory. The toy's samples are floats (inputs, targets); image data
+ * sets keep their bytes (pixels 0..255, labels) and the model normalises a batch as it
+ * loads it, so the data set costs a quarter of its float size. */
 typedef struct Dataset {
     long n;
-    size_t in_elems, target_elems;
-    const float *inputs;
-    const float *targets;
-    float *owned; /* freed by dataset_free */
+    size_t in_elems, target_elems; /* per sample */
+    const float *inputs;           /* toy: [n, in_elems] */
+    const float *targets;          /* toy: [n, target_elems] */
+    const uint8_t *pixels;         /* images: [n, in_elems] */
+    const uint8_t *labels;         /* images: [n] class indices */
+    int rows, cols;                /* images: in_elems = rows * cols */
+    int classes;
+    void *owned; /* freed by dataset_free */
 } Dataset;
 
 typedef struct ModelDesc ModelDesc;
@@ -64,6 +70,11 @@ typedef struct ModelOps {
     /* Module backward: ADDS this micro-batch's gradients into grads[i]. */
     int (*backward)(ModelRun *run, int module, float *const *params, float *const *grads, Work *w,
                     Err *err);
+    /* Samples of the current batch the model classified right (after forward). NULL for a
+     * model that does not classify. */
+    size_t (*correct)(ModelRun *run);
+    /* Frees what forward saved for backward: evaluation runs forward alone. */
+    void (*discard)(ModelRun *run);
 } ModelOps;
 
 struct ModelDesc {
@@ -73,6 +84,7 @@ struct ModelDesc {
     ModuleSpec *modules;
     size_t total_numel;
     const ModelOps *ops;
+    void *config; /* the model's own description (a VitConfig, ...); model_desc_free frees it */
 };
 
 void model_desc_free(ModelDesc *m);

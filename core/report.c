@@ -39,14 +39,34 @@ static void format_shape(const ParamSpec *ps, char *buf, size_t n) {
     if (at < n) snprintf(buf + at, n - at, "]");
 }
 
+/* 779298826 -> "779,298,826" */
+static const char *with_commas(size_t v, char *buf, size_t n) {
+    char digits[32];
+    int len = snprintf(digits, sizeof digits, "%zu", v), at = 0;
+    for (int i = 0; i < len && (size_t)at + 2 < n; i++) {
+        if (i && (len - i) % 3 == 0) buf[at++] = ',';
+        buf[at++] = digits[i];
+    }
+    buf[at] = 0;
+    return buf;
+}
+
 void report_plan(FILE *f, const Plan *p) {
     const ModelDesc *m = p->model;
-    fprintf(f, "plan: %d unit%s, %zu parameters; each parameter sharded on dim 0 over %d rank%s\n",
-            p->nunits, p->nunits == 1 ? "" : "s", m->total_numel, p->shard_size,
-            p->shard_size == 1 ? "" : "s");
+    char num[32];
+    fprintf(f, "plan: %d unit%s, %s parameters; each parameter sharded on dim 0 over %d rank%s\n",
+            p->nunits, p->nunits == 1 ? "" : "s", with_commas(m->total_numel, num, sizeof num),
+            p->shard_size, p->shard_size == 1 ? "" : "s");
     for (int u = 0; u < p->nunits; u++) {
         const Unit *unit = &p->units[u];
-        fprintf(f, "  unit %d %-8s %zu params:", u, unit->name, unit->numel);
+        fprintf(f, "  unit %-2d %-16s %12s params:", u, unit->name,
+                with_commas(unit->numel, num, sizeof num));
+        if (unit->nparams > 4) { /* a transformer block: name its modules, count its tensors */
+            for (int i = 0; i < unit->nmodules; i++)
+                fprintf(f, "%s %s", i ? "," : "", m->modules[unit->modules[i]].name);
+            fprintf(f, " (%d tensors)\n", unit->nparams);
+            continue;
+        }
         for (int i = 0; i < unit->nparams; i++) {
             const ParamSpec *ps = &m->params[unit->params[i].param];
             char shape[64];
@@ -108,7 +128,15 @@ static void print_padded(FILE *f, const char *s, size_t width) {
     for (size_t w = display_width(s); w < width; w++) fputc(' ', f);
 }
 
-void report_ownership(FILE *f, const Plan *p) {
+static int is_symbolic(const Plan *p) {
+    for (int i = 0; i < p->model->nparams; i++)
+        if (!p->model->params[i].symbol[0]) return 0;
+    return 1;
+}
+
+/* The toy: ranks as rows, units as columns, the scalars each rank keeps (the workshop's
+ * table). */
+static void ownership_by_symbol(FILE *f, const Plan *p) {
     enum { CELL = 160 };
     size_t width = 4;
     char cell[CELL];
@@ -119,13 +147,8 @@ void report_ownership(FILE *f, const Plan *p) {
             if (display_width(cell) > width) width = display_width(cell);
         }
     }
-    fprintf(f, "ownership at rest (%s):\n",
-            p->params_sharded ? "each rank keeps its dim-0 rows of every parameter"
-                              : "every rank keeps a full replica");
     fprintf(f, "         ");
-    for (int u = 0; u < p->nunits; u++) {
-        print_padded(f, p->units[u].name, width + 3);
-    }
+    for (int u = 0; u < p->nunits; u++) print_padded(f, p->units[u].name, width + 3);
     fprintf(f, "\n");
     for (int r = 0; r < p->world; r++) {
         char label[16];
@@ -140,6 +163,31 @@ void report_ownership(FILE *f, const Plan *p) {
     }
 }
 
+/* A real model: units as rows, ranks as columns (at most 8), elements each rank keeps. */
+static void ownership_by_count(FILE *f, const Plan *p) {
+    int shown = p->world < 8 ? p->world : 8;
+    char num[32];
+    fprintf(f, "  %-18s", "elements kept");
+    for (int r = 0; r < shown; r++) fprintf(f, "  %11s%-2d", "GPU ", r);
+    fprintf(f, "%s\n", shown < p->world ? "  ..." : "");
+    for (int u = 0; u < p->nunits; u++) {
+        fprintf(f, "  %-18s", p->units[u].name);
+        for (int r = 0; r < shown; r++)
+            fprintf(f, "  %13s", with_commas(plan_param_numel(p, u, r), num, sizeof num));
+        fprintf(f, "\n");
+    }
+}
+
+void report_ownership(FILE *f, const Plan *p) {
+    fprintf(f, "ownership at rest (%s):\n",
+            p->params_sharded ? "each rank keeps its dim-0 rows of every parameter"
+                              : "every rank keeps a full replica");
+    if (is_symbolic(p))
+        ownership_by_symbol(f, p);
+    else
+        ownership_by_count(f, p);
+}
+
 /* What DDP would hold at rest: full params, grads and both Adam moments. */
 static size_t ddp_rest(const Plan *p, MemCategory c) {
     size_t full = p->model->total_numel * sizeof(float);
@@ -148,26 +196,38 @@ static size_t ddp_rest(const Plan *p, MemCategory c) {
     return 0;
 }
 
+/* One table: categories as rows, for each shown rank its bytes at rest and at its peak
+ * (the breakdown at the moment the rank's total peaked), then the DDP figure at rest. */
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem) {
     (void)c;
-    char a[32], b[32], d[32];
-    fprintf(f, "memory per rank (accounted; DDP = what each rank would hold under DDP):\n");
-    for (int r = 0; r < p->world; r++) {
-        fprintf(f, "  GPU %-3d %-18s %12s %12s %12s\n", r, "", "at rest", "at peak", "DDP at rest");
-        size_t rest = 0, ddp = 0;
-        for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
-            const RankMemory *m = &mem[r];
-            size_t dd = ddp_rest(p, (MemCategory)cat);
-            rest += m->rest[cat];
-            ddp += dd;
-            if (!m->rest[cat] && !m->at_peak[cat] && !dd) continue;
-            fprintf(f, "          %-18s %12s %12s %12s\n", mem_category_label((MemCategory)cat),
-                    format_bytes(m->rest[cat], a, sizeof a),
-                    format_bytes(m->at_peak[cat], b, sizeof b), format_bytes(dd, d, sizeof d));
+    int shown = p->world < 4 ? p->world : 4;
+    char a[32], b[32];
+    fprintf(f,
+            "memory per rank (accounted bytes; peak = the breakdown when the rank's total "
+            "peaked; DDP = each rank at rest under DDP)%s:\n",
+            shown < p->world ? " (first 4 ranks)" : "");
+    fprintf(f, "  %-17s", "");
+    for (int r = 0; r < shown; r++) fprintf(f, "  %9s%-2d %9s%-2d", "rest GPU ", r, "peak GPU ", r);
+    fprintf(f, "  %12s\n", "DDP at rest");
+    size_t rest[8] = {0}, ddp = 0;
+    for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
+        size_t dd = ddp_rest(p, (MemCategory)cat), any = dd;
+        for (int r = 0; r < shown; r++) any += mem[r].rest[cat] + mem[r].at_peak[cat];
+        ddp += dd;
+        if (!any) continue;
+        fprintf(f, "  %-17s", mem_category_label((MemCategory)cat));
+        for (int r = 0; r < shown; r++) {
+            rest[r] += mem[r].rest[cat];
+            fprintf(f, "  %11s %11s", format_bytes(mem[r].rest[cat], a, sizeof a),
+                    format_bytes(mem[r].at_peak[cat], b, sizeof b));
         }
-        fprintf(f, "          %-18s %12s %12s %12s\n", "total", format_bytes(rest, a, sizeof a),
-                format_bytes(mem[r].peak, b, sizeof b), format_bytes(ddp, d, sizeof d));
+        fprintf(f, "  %12s\n", format_bytes(dd, a, sizeof a));
     }
+    fprintf(f, "  %-17s", "total");
+    for (int r = 0; r < shown; r++)
+        fprintf(f, "  %11s %11s", format_bytes(rest[r], a, sizeof a),
+                format_bytes(mem[r].peak, b, sizeof b));
+    fprintf(f, "  %12s\n", format_bytes(ddp, a, sizeof a));
 }
 
 void report_step_text(FILE *f, const StepReport *r, int fp16) {
@@ -181,10 +241,76 @@ void report_step_text(FILE *f, const StepReport *r, int fp16) {
 
 void report_step_json(FILE *f, const StepReport *r) {
     fprintf(f,
-            "{\"step\":%ld,\"epoch\":%d,\"loss\":%.9g,\"grad_norm\":%.9g,\"loss_scale\":%.9g,"
-            "\"skipped\":%s,\"step_time_s\":%.9g}\n",
-            r->step, r->epoch, r->stats.loss, r->stats.grad_norm, r->stats.loss_scale,
-            r->stats.skipped ? "true" : "false", r->step_time);
+            "{\"step\":%ld,\"epoch\":%d,\"loss\":%.9g,\"images_per_s\":%.6g,\"lr\":%.9g,"
+            "\"grad_norm\":%.9g,\"loss_scale\":%.9g,\"skipped\":%s,\"step_time_s\":%.9g,"
+            "\"wall_s\":%.6g}\n",
+            r->step, r->epoch, r->stats.loss, r->images_per_s, r->lr, r->stats.grad_norm,
+            r->stats.loss_scale, r->stats.skipped ? "true" : "false", r->step_time, r->wall_time);
+}
+
+static void format_duration(double s, char *buf, size_t n) {
+    long t = s > 0 ? (long)(s + 0.5) : 0;
+    if (t >= 3600)
+        snprintf(buf, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+/* Seconds left at the average pace so far. */
+static double eta(const StepReport *r, double elapsed) {
+    return r->step ? elapsed / (double)r->step * (double)(r->steps - r->step) : 0.0;
+}
+
+static long step_in_epoch(const StepReport *r) {
+    return (r->step - 1) % r->steps_per_epoch + 1;
+}
+
+static int epochs_of(const StepReport *r) {
+    return (int)((r->steps + r->steps_per_epoch - 1) / r->steps_per_epoch);
+}
+
+void report_step_vit(FILE *f, const StepReport *r, double elapsed) {
+    char left[32];
+    format_duration(eta(r, elapsed), left, sizeof left);
+    fprintf(f, "epoch %d/%d  step %5ld/%ld  loss %.4f  %6.0f img/s  eta %s\n", r->epoch + 1,
+            epochs_of(r), step_in_epoch(r), r->steps_per_epoch, r->stats.loss, r->images_per_s,
+            left);
+}
+
+void report_progress_bar(FILE *f, const StepReport *r, double elapsed) {
+    enum { WIDTH = 24 };
+    long in_epoch = step_in_epoch(r);
+    int filled = (int)(WIDTH * in_epoch / r->steps_per_epoch);
+    char bar[WIDTH + 1], left[32];
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+    bar[WIDTH] = 0;
+    format_duration(eta(r, elapsed), left, sizeof left);
+    fprintf(f, "\repoch %d/%d [%s] %5ld/%ld  loss %.4f  %6.0f img/s  eta %s ", r->epoch + 1,
+            epochs_of(r), bar, in_epoch, r->steps_per_epoch, r->stats.loss, r->images_per_s, left);
+    if (in_epoch == r->steps_per_epoch || r->step == r->steps) fputc('\n', f);
+}
+
+void report_eval_text(FILE *f, const EvalReport *r) {
+    fprintf(f,
+            "evaluation after epoch %d (step %ld): accuracy %.2f%% (%ld/%ld), loss %.4f, %.1f s\n",
+            r->epoch, r->step, 100.0 * r->accuracy, r->correct, r->samples, r->loss, r->wall_time);
+}
+
+void report_eval_json(FILE *f, const EvalReport *r) {
+    fprintf(f,
+            "{\"eval\":true,\"step\":%ld,\"epoch\":%d,\"test_accuracy\":%.6f,"
+            "\"test_loss\":%.9g,\"correct\":%ld,\"samples\":%ld,\"wall_s\":%.6g}\n",
+            r->step, r->epoch, r->accuracy, r->loss, r->correct, r->samples, r->wall_time);
+}
+
+void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
+                 const char *eval_name, long steps, int epochs) {
+    fprintf(f, "data: FashionMNIST %s split, %ld images; evaluated on %s (%ld images)\n", split,
+            train->n, eval_name, eval->n);
+    if (epochs)
+        fprintf(f, "run: %d epoch%s, %ld steps\n", epochs, epochs == 1 ? "" : "s", steps);
+    else
+        fprintf(f, "run: %ld steps\n", steps);
 }
 
 void report_final_params(FILE *f, const ModelDesc *m, const float *params) {

@@ -13,8 +13,17 @@ void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, c
 void report_plan(FILE *f, const Plan *p);
 void report_ownership(FILE *f, const Plan *p);
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem);
+/* The data a ViT trains and is evaluated on, and how long the run is. */
+void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
+                 const char *eval_name, long steps, int epochs);
 void report_step_text(FILE *f, const StepReport *r, int fp16);
+/* A ViT step: epoch progress, loss, images/s (wall clock) and the time left. */
+void report_step_vit(FILE *f, const StepReport *r, double elapsed);
+/* The same redrawn in place on a terminal ("\r"), ending the line with each epoch. */
+void report_progress_bar(FILE *f, const StepReport *r, double elapsed);
 void report_step_json(FILE *f, const StepReport *r);
+void report_eval_text(FILE *f, const EvalReport *r);
+void report_eval_json(FILE *f, const EvalReport *r);
 void report_final_params(FILE *f, const ModelDesc *m, const float *params);
 /* `name index value` lines, %.9e. Returns 0 or ERR_IO. */
 int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *err);

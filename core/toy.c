@@ -41,13 +41,11 @@ static int toy_run_create(const ModelDesc *m, Device *dev, const Kernels *k, siz
     return 0;
 }
 
+static void toy_discard(ModelRun *r);
+
 static void toy_run_destroy(ModelRun *r) {
     if (!r) return;
-    for (int i = 0; i < 4; i++) {
-        free_act(r, &r->act[i]);
-        free_act(r, &r->grad[i]);
-    }
-    free_act(r, &r->target);
+    toy_discard(r);
     free(r);
 }
 
@@ -110,6 +108,14 @@ static int toy_backward(ModelRun *r, int m, float *const *params, float *const *
     return 0;
 }
 
+static void toy_discard(ModelRun *r) {
+    for (int i = 0; i < 4; i++) {
+        free_act(r, &r->act[i]);
+        free_act(r, &r->grad[i]);
+    }
+    free_act(r, &r->target);
+}
+
 static const ModelOps toy_ops = {
     .run_create = toy_run_create,
     .run_destroy = toy_run_destroy,
@@ -117,6 +123,7 @@ static const ModelOps toy_ops = {
     .forward = toy_forward,
     .loss = toy_loss,
     .backward = toy_backward,
+    .discard = toy_discard,
 };
 
 int toy_model_create(ModelDesc *m, Err *err) {

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rng.h"
 
@@ -38,9 +39,52 @@ static double latest_stream_time(Device *d) {
     return t;
 }
 
+static double wall_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Rank r evaluates rows [r*chunk, (r+1)*chunk) of the evaluation set in batches of the
+ * training batch size; every rank runs the same number of batches (the last ones may be
+ * short or empty) because each batch gathers parameters collectively. */
+static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, long step, int epoch,
+                    Err *err) {
+    const Dataset *ds = job->eval_data;
+    long B = job->cfg->batch_size, chunk = (ds->n + env->world - 1) / env->world;
+    long first = chunk * env->rank, last = first + chunk < ds->n ? first + chunk : ds->n;
+    double t0 = wall_seconds();
+    double sums[2] = {0.0, 0.0}; /* correct, loss x samples */
+    for (long at = 0; at < chunk; at += B) {
+        long n = 0;
+        for (long i = first + at; i < last && n < B; i++) idx[n++] = i;
+        EvalStats st;
+        int rc = engine_evaluate(e, ds, idx, (size_t)n, &st, err);
+        if (rc) return rc;
+        sums[0] += (double)st.correct;
+        sums[1] += st.loss_sum;
+    }
+    float totals[2] = {(float)sums[0], (float)sums[1]};
+    int rc = comm_all_reduce(env->world_comm, totals, totals, 2, DTYPE_FP32, REDUCE_SUM, -1, err);
+    if (rc) return rc;
+    EvalReport *rep = &job->last_eval;
+    if (env->rank == 0) {
+        *rep = (EvalReport){.step = step,
+                            .epoch = epoch,
+                            .samples = ds->n,
+                            .correct = (long)totals[0],
+                            .wall_time = wall_seconds() - t0};
+        rep->accuracy = ds->n ? (double)totals[0] / (double)ds->n : 0.0;
+        rep->loss = ds->n ? (double)totals[1] / (double)ds->n : 0.0;
+        if (job->on_eval) job->on_eval(job->user, rep);
+    }
+    return 0;
+}
+
 static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, long *idx,
                      Err *err) {
     long per_epoch = train_steps_per_epoch(job, env->world);
+    long global_batch = (long)env->world * job->cfg->batch_size * job->cfg->grad_accum;
     int epoch = -1;
     for (long s = 0; s < job->steps; s++) {
         if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
@@ -51,12 +95,22 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, l
         int log =
             job->log_every > 0 && (s == 0 || (s + 1) % job->log_every == 0 || s + 1 == job->steps);
         rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
-        double t0 = latest_stream_time(env->dev);
-        StepReport rep = {.step = s + 1, .epoch = epoch};
+        double t0 = latest_stream_time(env->dev), w0 = wall_seconds();
+        StepReport rep = {.step = s + 1,
+                          .steps = job->steps,
+                          .epoch = epoch,
+                          .steps_per_epoch = per_epoch,
+                          .lr = job->cfg->lr};
         int rc = engine_step(e, job->data, idx, log, &rep.stats, err);
         if (rc) return rc;
         rep.step_time = latest_stream_time(env->dev) - t0;
+        rep.wall_time = wall_seconds() - w0;
+        rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
         if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
+        int epoch_end = (s + 1) % per_epoch == 0 || s + 1 == job->steps;
+        if (job->eval_data && epoch_end &&
+            (rc = evaluate(env, job, e, idx, s + 1, (int)((s + per_epoch) / per_epoch), err)))
+            return rc;
     }
     return 0;
 }

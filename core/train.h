@@ -14,13 +14,28 @@ typedef struct RankMemory {
 } RankMemory;
 
 typedef struct StepReport {
-    long step;        /* 1-based */
-    int epoch;        /* 0-based */
-    double step_time; /* rank 0's modelled (sim) or measured seconds for this step */
+    long step;  /* 1-based */
+    long steps; /* of the whole run */
+    int epoch;  /* 0-based */
+    long steps_per_epoch;
+    double step_time;    /* rank 0's modelled (sim) or measured seconds for this step */
+    double wall_time;    /* rank 0's wall-clock seconds for this step */
+    double images_per_s; /* the global batch over wall_time */
+    float lr;
     StepStats stats;
 } StepReport;
 
+typedef struct EvalReport {
+    long step; /* steps done when it ran */
+    int epoch; /* epochs completed, counting a partial one */
+    long samples, correct;
+    double accuracy; /* correct / samples */
+    double loss;     /* mean over samples */
+    double wall_time;
+} EvalReport;
+
 typedef void (*StepCallback)(void *user, const StepReport *r);
+typedef void (*EvalCallback)(void *user, const EvalReport *r);
 
 typedef struct TrainJob {
     const ModelDesc *model;
@@ -28,12 +43,17 @@ typedef struct TrainJob {
     const Plan *plan;
     const FsdpConfig *cfg;
     long steps;
-    int log_every;        /* all-reduce the loss on these steps (and the last); 0: never */
+    /* all-reduce the loss on the first step, every log_every-th and the last; 0: never */
+    int log_every;
     StepCallback on_step; /* called by rank 0 on logged steps; may be NULL */
+    /* Evaluation on eval_data (NULL: none) at each epoch's end and after the last step. */
+    const Dataset *eval_data;
+    EvalCallback on_eval; /* called by rank 0; may be NULL */
     void *user;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */
+    EvalReport last_eval;
 } TrainJob;
 
 /* Steps per epoch with drop-last: data size / (ranks x batch x grad_accum). */

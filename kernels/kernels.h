@@ -5,6 +5,7 @@
 #define FSDP_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dtype.h"
 
@@ -18,6 +19,8 @@ typedef struct Kernels {
 
     /* Element-type conversion with round-to-nearest-even; src and dst may not overlap. */
     void (*cast)(void *dst, DType dst_type, const void *src, DType src_type, size_t n);
+    /* x[i] = 0 (device memory is not the host's: core never memsets it itself) */
+    void (*zero)(float *x, size_t n);
     /* x[i] *= s */
     void (*scale)(float *x, float s, size_t n);
     /* y[i] += x[i] */
@@ -41,7 +44,79 @@ typedef struct Kernels {
     /* Mean squared error over n: returns loss; dy[i] = 2 (y[i]-t[i]) / n (dy may be NULL:
      * loss only). n == 0 gives 0 and touches nothing. */
     float (*mse_loss)(const float *y, const float *target, float *dy, size_t n);
+
+    /* ---- the Vision Transformer's ops. Tensors are row-major; [B, T, C] means B*T rows of
+     * C. Weights use PyTorch's layouts (Linear: [out, in]). "+=" marks an output that is
+     * accumulated into (gradients of weights, and of inputs with more than one consumer);
+     * every other output is overwritten. Pointers documented as nullable may be NULL. */
+
+    /* Linear: out[M, N] = in[M, K] . w[N, K]^T + b[N] (b nullable). */
+    void (*linear_forward)(float *out, const float *in, const float *w, const float *b, size_t M,
+                           size_t K, size_t N);
+    /* din[M, K] = dout . w (din nullable: not needed for the first layer);
+     * dw[N, K] += dout^T . in; db[N] += column sums of dout (db nullable). */
+    void (*linear_backward)(float *din, float *dw, float *db, const float *dout, const float *in,
+                            const float *w, size_t M, size_t K, size_t N);
+
+    /* db[j] += sum over `rows` rows of dout[i * stride + j], j < cols: a bias gradient taken
+     * over some of a wider output's columns. */
+    void (*bias_grad)(float *db, const float *dout, size_t rows, size_t cols, size_t stride);
+
+    /* LayerNorm over the last dim C of M rows, biased variance, eps inside the sqrt (PyTorch).
+     * Saves mean[M] and rstd[M] = 1/sqrt(var + eps) for backward. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *in, const float *w,
+                              const float *b, size_t M, size_t C, float eps);
+    /* din[M, C] += ..., dw[C] += ..., db[C] += ... */
+    void (*layernorm_backward)(float *din, float *dw, float *db, const float *dout, const float *in,
+                               const float *mean, const float *rstd, const float *w, size_t M,
+                               size_t C);
+
+    /* Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), elementwise; out may be in. */
+    void (*gelu_forward)(float *out, const float *in, size_t n);
+    /* din = dout * GELU'(in); din may be dout. */
+    void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n);
+
+    /* Multi-head self-attention core, PyTorch's nn.MultiheadAttention after in_proj:
+     * qkv[B, T, 3C] packs q, k, v (columns [0,C), [C,2C), [2C,3C)); head h uses columns
+     * [h*D, (h+1)*D) of each, D = C/heads. probs[B, heads, T, T] = softmax(q k^T / sqrt(D))
+     * over the last dim (saved for backward); out[B, T, C] = probs . v, heads concatenated.
+     * T <= KERNELS_MAX_TOKENS. */
+    void (*attention_forward)(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                              size_t C, size_t heads);
+    /* dqkv[B, T, 3C] = gradient wrt qkv, from dout[B, T, C]. */
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *probs,
+                               size_t B, size_t T, size_t C, size_t heads);
+
+    /* Patch embedding's input as a GEMM operand: images[B, S, S] (one channel, already
+     * normalised) -> patches[B, (S/P)^2, P*P]; patch p = py*(S/P) + px, element ky*P + kx,
+     * so patches . conv_weight[C, P*P]^T is Conv2d(1, C, P, stride P) flattened the way
+     * torchvision's VisionTransformer flattens it. S % P == 0. */
+    void (*patchify)(float *patches, const float *images, size_t B, size_t S, size_t P);
+    /* Tokens x[B, T, C] with T = 1 + patches: x[b, 0] = cls[C] + pos[0];
+     * x[b, 1 + p] = patch_out[b, p] + pos[1 + p] (pos is [T, C]). */
+    void (*embed_forward)(float *x, const float *patch_out, const float *cls, const float *pos,
+                          size_t B, size_t T, size_t C);
+    /* dcls[C] += ..., dpos[T, C] += ..., dpatch_out[B, T-1, C] = ... */
+    void (*embed_backward)(float *dcls, float *dpos, float *dpatch_out, const float *dx, size_t B,
+                           size_t T, size_t C);
+    /* out[B, C] = x[b, 0, :] (the class token's row of each sample). */
+    void (*class_token_select)(float *out, const float *x, size_t B, size_t T, size_t C);
+    /* dx[B, T, C] += dout[b] on row 0 of each sample (other rows untouched). */
+    void (*class_token_select_backward)(float *dx, const float *dout, size_t B, size_t T, size_t C);
+
+    /* Softmax cross-entropy with mean reduction over B rows of `classes` logits: returns the
+     * mean loss (accumulated in double); dlogits = (softmax - onehot(label)) / B * grad_scale
+     * (dlogits nullable: loss only). */
+    float (*cross_entropy)(float *dlogits, const float *logits, const int32_t *labels, size_t B,
+                           size_t classes, float grad_scale);
+    /* Rows whose largest logit (first on ties) is the label. */
+    size_t (*count_correct)(const float *logits, const int32_t *labels, size_t B, size_t classes);
+    /* out[i] = a[i] + b[i]; out may be a or b (residual connections). */
+    void (*add)(float *out, const float *a, const float *b, size_t n);
 } Kernels;
+
+/* The longest sequence attention accepts (its CPU backward keeps a T x T tile on the stack). */
+#define KERNELS_MAX_TOKENS 256
 
 extern const Kernels kernels_cpu;
 

@@ -1,4 +1,5 @@
 #include "../kernels.h"
+#include "cpu_ops.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +39,10 @@ static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type,
         return;
     }
     for (size_t i = 0; i < n; i++) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+}
+
+static void cpu_zero(float *x, size_t n) {
+    if (n) memset(x, 0, n * sizeof *x);
 }
 
 static void cpu_scale(float *x, float s, size_t n) {
@@ -126,6 +131,7 @@ static float cpu_mse_loss(const float *y, const float *target, float *dy, size_t
 const Kernels kernels_cpu = {
     .name = "cpu",
     .cast = cpu_cast,
+    .zero = cpu_zero,
     .scale = cpu_scale,
     .accumulate = cpu_accumulate,
     .sum_squares = cpu_sum_squares,
@@ -134,4 +140,21 @@ const Kernels kernels_cpu = {
     .toy_forward = cpu_toy_forward,
     .toy_backward = cpu_toy_backward,
     .mse_loss = cpu_mse_loss,
+    .linear_forward = cpu_linear_forward,
+    .linear_backward = cpu_linear_backward,
+    .bias_grad = cpu_bias_grad,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .patchify = cpu_patchify,
+    .embed_forward = cpu_embed_forward,
+    .embed_backward = cpu_embed_backward,
+    .class_token_select = cpu_class_token_select,
+    .class_token_select_backward = cpu_class_token_select_backward,
+    .cross_entropy = cpu_cross_entropy,
+    .count_correct = cpu_count_correct,
+    .add = cpu_add,
 };
