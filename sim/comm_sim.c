@@ -7,13 +7,17 @@
 #include <string.h>
 
 /* How it works. Every rank numbers its collectives on a group in issue order (seq); the
- * k-th collective of every rank meets in slot k % SLOTS. `start` copies the rank's send
- * buffer into the slot (a staging copy, like a NIC's buffer, so the sender may reuse its
- * buffer and in-place collectives need no care) and notes when the rank issued it. `wait`
- * marks the rank ready on its comm stream, blocks until every rank is ready, then each rank
- * computes its own output from the staged inputs, reducing in rank order in fp32, so every
- * run gives the same bits. The last rank out frees the slot for collective k + SLOTS. */
-enum { SLOTS = 256 };
+ * k-th collective of every rank meets in slot k % SLOTS. `start` notes when the rank issued
+ * it and where its input is. `wait` marks the rank ready on its comm stream, blocks until
+ * every rank is ready, then each rank computes its own output from all the inputs, reducing
+ * in rank order in fp32, so every run gives the same bits. The last rank out frees the slot.
+ *
+ * Inputs of up to STAGE_BYTES (the toy's, every loss and norm) are copied into the slot at
+ * start, like a NIC's buffer: the sender may reuse its buffer at once and one rendezvous is
+ * all a collective costs. Larger inputs are read where they are, with no hidden copy, and
+ * the ranks meet a second time before leaving so nobody frees a buffer another rank is still
+ * reading; only an input its own output overlaps (an in-place all-reduce) is copied. */
+enum { SLOTS = 128, STAGE_BYTES = 64 * 1024 };
 
 /* A rank's view of its group. */
 typedef struct SimComm {
@@ -26,7 +30,9 @@ typedef struct SimComm {
 typedef struct Slot {
     long seq;      /* which collective occupies the slot; -1 when free */
     int ready;     /* ranks waiting on it */
-    int departed;  /* ranks done reading the staged inputs */
+    int finished;  /* ranks done reading the inputs (large collectives) */
+    int departed;  /* ranks gone; the last one frees the slot */
+    int large;     /* inputs above STAGE_BYTES: read in place, two rendezvous */
     CollKind kind; /* as issued by the first rank, to catch mismatched programs */
     size_t count;
     DType dtype;
@@ -35,6 +41,7 @@ typedef struct Slot {
     double *ready_time; /* [size] when each rank's comm stream reached the collective */
     void **staged;      /* [size] copies of each rank's input */
     size_t *staged_cap; /* [size] bytes allocated in staged[r] */
+    const void **input; /* [size] where each rank's input is: staged[r] or its send buffer */
 } Slot;
 
 struct SimWorld {
@@ -88,7 +95,9 @@ SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
         s->ready_time = calloc((size_t)size, sizeof *s->ready_time);
         s->staged = calloc((size_t)size, sizeof *s->staged);
         s->staged_cap = calloc((size_t)size, sizeof *s->staged_cap);
-        if (!s->ready_time || !s->staged || !s->staged_cap || !w->world_ranks || !w->members) {
+        s->input = calloc((size_t)size, sizeof *s->input);
+        if (!s->ready_time || !s->staged || !s->staged_cap || !s->input || !w->world_ranks ||
+            !w->members) {
             sim_world_destroy(w);
             err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
             return NULL;
@@ -104,6 +113,7 @@ void sim_world_destroy(SimWorld *w) {
         for (int r = 0; s->staged && r < w->size; r++) free(s->staged[r]);
         free(s->staged);
         free(s->staged_cap);
+        free(s->input);
         free(s->ready_time);
     }
     free(w->world_ranks);
@@ -192,8 +202,19 @@ static int same_program(const Comm *c, const Slot *s, const CommRequest *r, Err 
                    coll_kind_name(s->kind), s->count, dtype_name(s->dtype));
 }
 
-static int stage_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
-    size_t bytes = input_count(c, r) * dtype_size(r->dtype);
+static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
+    const char *x = a, *y = b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
+/* Points the slot at this rank's input, copying it when it is small or when the rank's own
+ * output overlaps it. */
+static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
+    size_t es = dtype_size(r->dtype);
+    size_t bytes = input_count(c, r) * es;
+    int in_place = overlaps(r->send, bytes, r->recv, output_count(c, r) * es);
+    s->input[c->rank] = r->send;
+    if (s->large && !in_place) return 0;
     if (bytes > s->staged_cap[c->rank]) {
         void *p = realloc(s->staged[c->rank], bytes);
         if (!p)
@@ -203,7 +224,20 @@ static int stage_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
         s->staged_cap[c->rank] = bytes;
     }
     if (bytes) memcpy(s->staged[c->rank], r->send, bytes);
+    s->input[c->rank] = s->staged[c->rank];
     return 0;
+}
+
+/* Called with the lock held by the last rank to leave: big staging copies are not kept. */
+static void retire_slot(SimWorld *w, Slot *s) {
+    for (int q = 0; q < w->size; q++)
+        if (s->staged_cap[q] > STAGE_BYTES) {
+            free(s->staged[q]);
+            s->staged[q] = NULL;
+            s->staged_cap[q] = 0;
+        }
+    s->seq = -1;
+    pthread_cond_broadcast(&w->changed);
 }
 
 static int sim_start(Comm *c, CommRequest *r, Err *err) {
@@ -225,15 +259,17 @@ static int sim_start(Comm *c, CommRequest *r, Err *err) {
                         .dtype = r->dtype,
                         .op = r->op,
                         .root = r->root,
+                        .large = input_count(c, r) * dtype_size(r->dtype) > STAGE_BYTES,
                         .ready_time = s->ready_time,
                         .staged = s->staged,
-                        .staged_cap = s->staged_cap};
+                        .staged_cap = s->staged_cap,
+                        .input = s->input};
         }
         rc = same_program(c, s, r, err);
     }
     pthread_mutex_unlock(&w->lock);
     /* staging needs no lock: each rank writes only its own entry, read after `ready` */
-    if (!rc) rc = stage_input(c, s, r, err);
+    if (!rc) rc = place_input(c, s, r, err);
     if (rc) sim_world_abort(w, err->msg);
     return rc;
 }
@@ -265,9 +301,9 @@ static void store(void *p, DType t, size_t i, float x) {
 /* out[i] = op over ranks (in rank order) of staged[q][first + i], rounded once. */
 static void reduce_range(const Slot *s, int size, size_t first, size_t n, void *out) {
     for (size_t i = 0; i < n; i++) {
-        float acc = load(s->staged[0], s->dtype, first + i);
+        float acc = load(s->input[0], s->dtype, first + i);
         for (int q = 1; q < size; q++) {
-            float x = load(s->staged[q], s->dtype, first + i);
+            float x = load(s->input[q], s->dtype, first + i);
             acc = s->op == REDUCE_MAX ? (x > acc ? x : acc) : acc + x;
         }
         if (s->op == REDUCE_AVG) acc /= (float)size;
@@ -280,7 +316,7 @@ static void compute_output(const Comm *c, const Slot *s, void *recv) {
     switch (s->kind) {
     case COLL_ALL_GATHER:
         for (int q = 0; q < c->size; q++)
-            memcpy((char *)recv + (size_t)q * n * es, s->staged[q], n * es);
+            memcpy((char *)recv + (size_t)q * n * es, s->input[q], n * es);
         break;
     case COLL_REDUCE_SCATTER:
         reduce_range(s, c->size, (size_t)c->rank * n, n, recv);
@@ -289,7 +325,7 @@ static void compute_output(const Comm *c, const Slot *s, void *recv) {
         reduce_range(s, c->size, 0, n, recv);
         break;
     case COLL_BROADCAST:
-        memcpy(recv, s->staged[s->root], n * es);
+        memcpy(recv, s->input[s->root], n * es);
         break;
     case COLL_BARRIER:
     case COLL_KIND_COUNT:
@@ -344,15 +380,18 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
     int rc = wait_for(w, &s->ready, c->size, err);
     pthread_mutex_unlock(&w->lock);
     if (rc) return rc;
-    /* every input is staged and nobody writes the slot until all have departed */
+    /* every input is in place and nobody writes the slot until all have departed */
     compute_output(c, s, r->recv);
     model_time(c, s, r, &r->start_time, &r->end_time);
     pthread_mutex_lock(&w->lock);
-    if (++s->departed == c->size) {
-        s->seq = -1;
-        pthread_cond_broadcast(&w->changed);
+    if (s->large) { /* others may still be reading this rank's send buffer */
+        if (__atomic_add_fetch(&s->finished, 1, __ATOMIC_RELEASE) == c->size)
+            pthread_cond_broadcast(&w->changed);
+        rc = wait_for(w, &s->finished, c->size, err);
     }
+    if (++s->departed == c->size) retire_slot(w, s);
     pthread_mutex_unlock(&w->lock);
+    if (rc) return rc;
     sc->clock->comm_last_end = r->end_time;
     if (sc->clock->stream_time[STREAM_COMM] < r->end_time)
         sc->clock->stream_time[STREAM_COMM] = r->end_time;

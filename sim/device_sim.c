@@ -6,10 +6,13 @@
 /* Each block carries its size and category so free can uncharge it. 64 bytes keeps the
  * payload aligned for vector loads. */
 typedef struct BlockHeader {
+    struct BlockHeader *next; /* in a cache list while free */
     size_t bytes;
     int category;
-    char pad[64 - sizeof(size_t) - sizeof(int)];
+    char pad[64 - sizeof(void *) - sizeof(size_t) - sizeof(int)];
 } BlockHeader;
+
+_Static_assert(sizeof(BlockHeader) == 64, "the header keeps payloads 64-byte aligned");
 
 static SimDevice *sim(Device *d) {
     return (SimDevice *)d->impl;
@@ -29,10 +32,40 @@ static void trace_memory(SimDevice *s, EventKind kind, size_t bytes, int cat, in
     tracebuf_append(s->trace, e);
 }
 
+static SimBlockCache *cache_for(SimDevice *s, size_t bytes) {
+    for (int i = 0; i < s->ncache; i++)
+        if (s->cache[i].bytes == bytes) return &s->cache[i];
+    return NULL;
+}
+
+static BlockHeader *cache_take(SimDevice *s, size_t bytes) {
+    SimBlockCache *c = cache_for(s, bytes);
+    BlockHeader *h = c ? c->head : NULL;
+    if (h) {
+        c->head = h->next;
+        s->cached -= bytes;
+    }
+    return h;
+}
+
+/* Keeps a freed block for the next request of its size; 0 if there is no room to track it. */
+static int cache_put(SimDevice *s, BlockHeader *h) {
+    SimBlockCache *c = cache_for(s, h->bytes);
+    if (!c) {
+        if (s->ncache == SIM_CACHE_SIZES) return 0;
+        c = &s->cache[s->ncache++];
+        *c = (SimBlockCache){.bytes = h->bytes};
+    }
+    h->next = c->head;
+    c->head = h;
+    s->cached += h->bytes;
+    return 1;
+}
+
 static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     SimDevice *s = sim(d);
-    BlockHeader *h = malloc(sizeof *h + bytes);
-    if (!h) return NULL;
+    BlockHeader *h = cache_take(s, bytes);
+    if (!h && !(h = malloc(sizeof *h + bytes))) return NULL;
     h->bytes = bytes;
     h->category = cat;
     s->in_use[cat] += bytes;
@@ -52,7 +85,7 @@ static void sim_free(Device *d, void *p, int unit) {
     s->in_use[h->category] -= h->bytes;
     s->total -= h->bytes;
     trace_memory(s, EV_FREE, h->bytes, h->category, unit);
-    free(h);
+    if (!cache_put(s, h)) free(h);
 }
 
 static void sim_copy(Device *d, void *dst, const void *src, size_t bytes) {
@@ -141,6 +174,17 @@ static const DeviceOps sim_device_ops = {
     .peak_bytes_by_category = sim_peak_by_category,
     .reset_peak = sim_reset_peak,
 };
+
+void device_sim_release(SimDevice *d) {
+    for (int i = 0; i < d->ncache; i++)
+        while (d->cache[i].head) {
+            BlockHeader *h = d->cache[i].head;
+            d->cache[i].head = h->next;
+            free(h);
+        }
+    d->ncache = 0;
+    d->cached = 0;
+}
 
 void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
                      const Profile *profile) {

@@ -1,6 +1,9 @@
 /* device_sim: the device interface for a simulated rank. Memory is host malloc, but every
  * byte is charged to the rank and a category (and traced), and time is the cost model's:
- * work advances the modelled clock of its stream, events carry modelled times. */
+ * work advances the modelled clock of its stream, events carry modelled times. Freed blocks
+ * are kept for reuse by the next request of the same size, as PyTorch's caching allocator
+ * does on a GPU: a training step asks for the same sizes every time, and handing big blocks
+ * back to the OS only to fault them in again cost a third of a ViT step. */
 #ifndef FSDP_DEVICE_SIM_H
 #define FSDP_DEVICE_SIM_H
 
@@ -8,6 +11,14 @@
 #include "../core/trace.h"
 #include "comm_sim.h"
 #include "cost.h"
+
+/* Freed blocks of one size, waiting to be reused. */
+typedef struct SimBlockCache {
+    size_t bytes;
+    void *head; /* a list threaded through the blocks' headers */
+} SimBlockCache;
+
+enum { SIM_CACHE_SIZES = 64 };
 
 typedef struct SimDevice {
     Device base;
@@ -17,9 +28,14 @@ typedef struct SimDevice {
     size_t in_use[MEM_CATEGORY_COUNT];
     size_t total, peak;
     size_t at_peak[MEM_CATEGORY_COUNT]; /* breakdown when the total peaked */
+    SimBlockCache cache[SIM_CACHE_SIZES];
+    int ncache;
+    size_t cached; /* bytes held in the cache: resident, not charged to any category */
 } SimDevice;
 
 void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
                      const Profile *profile);
+/* Returns the cached blocks to the system. Blocks still allocated stay the caller's. */
+void device_sim_release(SimDevice *d);
 
 #endif
