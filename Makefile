@@ -50,8 +50,9 @@ $(TEST_BIN): $(LIB_OBJS) $(TEST_OBJS)
 deps:
 	@bash .ci/deps.sh
 
+# The main job: vit-tiny on FashionMNIST, FSDP (zero3) on 4 simulated ranks, one epoch.
 run: deps $(BIN)
-	./$(BIN) train --model toy --ranks 3 --strategy zero3 --steps 200 --print-every 20 --memory
+	./$(BIN) train --model vit-tiny --ranks 4 --epochs 1
 
 # Tests run the binary for the CLI cases, so they get its path.
 test: deps $(BIN) $(TEST_BIN)

@@ -775,8 +775,7 @@ static void init_params(Engine *e, int u) {
         size_t begin, rows;
         shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
         size_t first = begin * ps->row_elems, n = rows * ps->row_elems;
-        for (size_t j = 0; j < n; j++)
-            us->param[us->param_local[i] + j] = param_init_value(ps, e->cfg.seed, first + j);
+        param_init_fill(ps, e->cfg.seed, first, n, us->param + us->param_local[i]);
     }
 }
 

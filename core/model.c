@@ -18,8 +18,7 @@ void dataset_free(Dataset *d) {
     d->owned = NULL;
 }
 
-float param_init_value(const ParamSpec *p, uint64_t seed, size_t index) {
-    uint64_t stream = rng_hash_string(p->name);
+static float init_draw(const ParamSpec *p, uint64_t seed, uint64_t stream, size_t index) {
     switch (p->init) {
     case INIT_ZERO:
         return 0.0f;
@@ -31,4 +30,13 @@ float param_init_value(const ParamSpec *p, uint64_t seed, size_t index) {
         return p->init_a + p->init_b * rng_normal(seed, stream, index);
     }
     return 0.0f;
+}
+
+float param_init_value(const ParamSpec *p, uint64_t seed, size_t index) {
+    return init_draw(p, seed, rng_hash_string(p->name), index);
+}
+
+void param_init_fill(const ParamSpec *p, uint64_t seed, size_t first, size_t n, float *out) {
+    uint64_t stream = rng_hash_string(p->name); /* once, not per element */
+    for (size_t j = 0; j < n; j++) out[j] = init_draw(p, seed, stream, first + j);
 }

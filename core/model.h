@@ -93,5 +93,7 @@ void dataset_free(Dataset *d);
 /* Initial value of element `index` (flat, row-major) of parameter p: a pure function of
  * (seed, parameter name, index), so every world size starts from the same bits. */
 float param_init_value(const ParamSpec *p, uint64_t seed, size_t index);
+/* out[j] = param_init_value(p, seed, first + j) for j < n. */
+void param_init_fill(const ParamSpec *p, uint64_t seed, size_t first, size_t n, float *out);
 
 #endif

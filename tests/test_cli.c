@@ -61,6 +61,12 @@ Test(cli, bad_input_exits_2_with_one_line) {
     expect_usage_error("train --offload cpu --strategy ddp", "--offload");
     expect_usage_error("train --batch-size 100 --ranks 5", "batch");
     expect_usage_error("launch", "unknown command");
+    expect_usage_error("train --model vit-tiny --split val", "--split");
+    expect_usage_error("train --model vit-tiny --heads 3", "--heads");
+    expect_usage_error("train --model vit-tiny --steps 3 --epochs 1", "--epochs");
+    expect_usage_error("train --model toy --layers 2", "--layers");
+    expect_usage_error("train --model vit-tiny --data /nonexistent/dir",
+                       "/nonexistent/dir/train-images-idx3-ubyte.gz");
 }
 
 Test(cli, a_bad_flag_writes_no_file) {
@@ -191,4 +197,34 @@ Test(cli, trace_out_writes_chrome_json) {
     cr_expect_eq(count[1][0], 0, "no reduce-scatter in forward");
     cr_expect_eq(count[1][1], 3 * 3, "backward reduce-scatters");
     cr_expect(strstr(text, "\"name\":\"all_gather La\"") != NULL);
+}
+
+Test(cli, vit_json_has_steps_and_an_evaluation) {
+    /* a small ViT trained on the test split for 3 steps, evaluated on held-out train images */
+    char *out = stdout_of("train --model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 "
+                          "--split test --steps 3 --batch-size 16 --ranks 2 --json");
+    int steps = 0, evals = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        cr_assert(o, "not JSON: %s", line);
+        if (cJSON_GetObjectItem(o, "eval")) {
+            const cJSON *acc = cJSON_GetObjectItem(o, "test_accuracy");
+            cr_assert(cJSON_IsNumber(acc), "%s", line);
+            cr_expect(acc->valuedouble >= 0.0 && acc->valuedouble <= 1.0, "%s", line);
+            cr_expect_eq(cJSON_GetObjectItem(o, "samples")->valueint, 10000);
+            evals++;
+        } else {
+            const char *keys[] = {"step", "epoch", "loss", "images_per_s", "lr"};
+            for (int k = 0; k < 5; k++)
+                cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(o, keys[k])), "%s lacks %s", line,
+                          keys[k]);
+            cr_expect_float_eq(cJSON_GetObjectItem(o, "lr")->valuedouble, 1e-3, 1e-9);
+            cr_expect_gt(cJSON_GetObjectItem(o, "images_per_s")->valuedouble, 0.0);
+            steps++;
+        }
+        cJSON_Delete(o);
+    }
+    cr_expect_eq(steps, 3);
+    cr_expect_eq(evals, 1);
+    free(out);
 }
