@@ -110,7 +110,7 @@ typedef struct TrainRun {
     const Profile *profile;
     ModelDesc model;
     Dataset data, eval;
-    long eval_loaded; /* images read for evaluation (more than eval.n when it is a slice) */
+    long eval_loaded;   /* images read for evaluation (more than eval.n when it is a slice) */
     char eval_name[96]; /* what the evaluation set is, for people */
     Plan plan;
     OutFile dump, trace;
@@ -224,7 +224,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .steps = a->steps,
                     .log_every = (int)log_every,
                     .on_step = print_step,
-                    .eval_data = vit ? &t->eval : NULL,
+                    .eval_data = vit && a->eval ? &t->eval : NULL,
                     .on_eval = print_eval,
                     .user = &printer,
                     .memory = t->memory,

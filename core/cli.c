@@ -12,6 +12,7 @@ void train_args_defaults(TrainArgs *a) {
     snprintf(a->model, sizeof a->model, "toy");
     snprintf(a->profile, sizeof a->profile, "h100-nvlink");
     snprintf(a->split, sizeof a->split, "train");
+    a->eval = 1;
     a->ranks = 3;
     a->steps = 100;
 }
@@ -111,6 +112,7 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         return parse_float(f, v, 0.0, 1e30, &c->clip_grad_norm, err);
     if (!strcmp(f, "--param-dtype")) return parse_dtype(f, v, &c->param_dtype, err);
     if (!strcmp(f, "--reduce-dtype")) return parse_dtype(f, v, &c->reduce_dtype, err);
+    if (!strcmp(f, "--eval")) return parse_bool(f, v, &a->eval, err);
     if (!strcmp(f, "--reshard-after-forward"))
         return parse_bool(f, v, &c->reshard_after_forward, err);
     if (!strcmp(f, "--seed")) {
@@ -256,6 +258,7 @@ void train_args_help(FILE *f) {
           "                                 /usr/share/datasets/fashion-mnist)\n"
           "  --split train|test             ViT: the split to train on (default train)\n"
           "  --epochs E                     ViT: epochs to train (default 1)\n"
+          "  --eval true|false              ViT: evaluate after each epoch and at the end\n"
           "  --steps K                      optimizer steps (toy default 100)\n"
           "  --batch-size B                 samples per rank per micro-step (toy 8, ViT 64)\n"
           "  --seed S                       initialization and shuffling seed (default 1234)\n"

@@ -22,6 +22,7 @@ typedef struct TrainArgs {
     int epochs;      /* 0: use steps */
     int print_every; /* 0: about ten lines per run */
     int print_plan, memory, json;
+    int eval; /* ViT: evaluate at each epoch's end and after the last step (default 1) */
     int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
     const char *dump_params;                /* NULL: none */
     const char *trace_out;
