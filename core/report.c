@@ -203,9 +203,9 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
     int shown = p->world < 4 ? p->world : 4;
     char a[32], b[32];
     fprintf(f,
-            "memory per rank (accounted bytes; peak = the breakdown when the rank's total "
-            "peaked; DDP = each rank at rest under DDP)%s:\n",
-            shown < p->world ? " (first 4 ranks)" : "");
+            "memory per rank%s (accounted; peak: the breakdown when the rank's total peaked; "
+            "DDP: a rank at rest under DDP):\n",
+            shown < p->world ? ", first 4" : "");
     fprintf(f, "  %-17s", "");
     for (int r = 0; r < shown; r++) fprintf(f, "  %9s%-2d %9s%-2d", "rest GPU ", r, "peak GPU ", r);
     fprintf(f, "  %12s\n", "DDP at rest");
