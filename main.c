@@ -78,18 +78,21 @@ typedef struct Printer {
     int vit; /* the lines show images/s and the epoch's progress */
     long every;
     double elapsed; /* wall seconds of the steps so far, for the ETA */
+    double images;  /* images trained on so far */
 } Printer;
 
 static void print_step(void *user, const StepReport *r) {
     Printer *p = user;
     p->elapsed += r->wall_time;
+    p->images += r->images_per_s * r->wall_time;
+    double rate = p->elapsed > 0 ? p->images / p->elapsed : 0.0;
     if (p->json)
         report_step_json(stdout, r);
     else if (p->bar)
-        report_progress_bar(stdout, r, p->elapsed);
+        report_progress_bar(stdout, r, p->elapsed, rate);
     else if (r->step == 1 || r->step % p->every == 0 || r->step == r->steps) {
         if (p->vit)
-            report_step_vit(stdout, r, p->elapsed);
+            report_step_vit(stdout, r, p->elapsed, rate);
         else
             report_step_text(stdout, r, p->fp16);
     }

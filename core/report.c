@@ -269,15 +269,14 @@ static int epochs_of(const StepReport *r) {
     return (int)((r->steps + r->steps_per_epoch - 1) / r->steps_per_epoch);
 }
 
-void report_step_vit(FILE *f, const StepReport *r, double elapsed) {
+void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s) {
     char left[32];
     format_duration(eta(r, elapsed), left, sizeof left);
     fprintf(f, "epoch %d/%d  step %5ld/%ld  loss %.4f  %6.0f img/s  eta %s\n", r->epoch + 1,
-            epochs_of(r), step_in_epoch(r), r->steps_per_epoch, r->stats.loss, r->images_per_s,
-            left);
+            epochs_of(r), step_in_epoch(r), r->steps_per_epoch, r->stats.loss, images_per_s, left);
 }
 
-void report_progress_bar(FILE *f, const StepReport *r, double elapsed) {
+void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s) {
     enum { WIDTH = 24 };
     long in_epoch = step_in_epoch(r);
     int filled = (int)(WIDTH * in_epoch / r->steps_per_epoch);
@@ -286,7 +285,7 @@ void report_progress_bar(FILE *f, const StepReport *r, double elapsed) {
     bar[WIDTH] = 0;
     format_duration(eta(r, elapsed), left, sizeof left);
     fprintf(f, "\repoch %d/%d [%s] %5ld/%ld  loss %.4f  %6.0f img/s  eta %s ", r->epoch + 1,
-            epochs_of(r), bar, in_epoch, r->steps_per_epoch, r->stats.loss, r->images_per_s, left);
+            epochs_of(r), bar, in_epoch, r->steps_per_epoch, r->stats.loss, images_per_s, left);
     if (in_epoch == r->steps_per_epoch || r->step == r->steps) fputc('\n', f);
 }
 

@@ -17,10 +17,11 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
 void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
                  const char *eval_name, long steps, int epochs);
 void report_step_text(FILE *f, const StepReport *r, int fp16);
-/* A ViT step: epoch progress, loss, images/s (wall clock) and the time left. */
-void report_step_vit(FILE *f, const StepReport *r, double elapsed);
+/* A ViT step: epoch progress, loss, images/s (the run's average so far, wall clock) and the
+ * time left; elapsed is the wall time of the steps so far. */
+void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s);
 /* The same redrawn in place on a terminal ("\r"), ending the line with each epoch. */
-void report_progress_bar(FILE *f, const StepReport *r, double elapsed);
+void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s);
 void report_step_json(FILE *f, const StepReport *r);
 void report_eval_text(FILE *f, const EvalReport *r);
 void report_eval_json(FILE *f, const EvalReport *r);
