@@ -779,6 +779,24 @@ static void init_params(Engine *e, int u) {
     }
 }
 
+int engine_set_full_params(Engine *e, const float *full) {
+    for (int u = 0; u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        const Unit *unit = &e->plan->units[u];
+        int S = e->plan->params_sharded ? e->plan->shard_size : 1;
+        int r = e->plan->params_sharded ? e->shard_rank : 0;
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
+            const float *src = full + e->param_flat[unit->params[i].param] + begin * ps->row_elems;
+            e->dev->ops->copy(e->dev, us->param + us->param_local[i], src,
+                              rows * ps->row_elems * sizeof(float));
+        }
+    }
+    return 0;
+}
+
 static int create_unit_state(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];

@@ -81,6 +81,9 @@ int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n,
 /* Gathers the full fp32 parameters of every unit into out (model->total_numel floats,
  * parameters in model order). Collective: every rank must call it. */
 int engine_full_params(Engine *e, float *out, Err *err);
+/* Replaces the parameters with `full` (model->total_numel floats, parameters in model order,
+ * host memory): each rank copies only its own rows. No communication. */
+int engine_set_full_params(Engine *e, const float *full);
 
 long engine_steps_done(const Engine *e);
 

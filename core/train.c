@@ -127,6 +127,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     long *idx = malloc((size_t)job->cfg->batch_size * job->cfg->grad_accum * sizeof(long));
     int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
+    if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params);
     if (!rc) rc = run_steps(env, job, e, perm, idx, err);
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
     if (!rc && job->final_params) {

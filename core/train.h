@@ -50,6 +50,9 @@ typedef struct TrainJob {
     const Dataset *eval_data;
     EvalCallback on_eval; /* called by rank 0; may be NULL */
     void *user;
+    /* Starting parameters (model->total_numel floats in model order), NULL: the seeded
+     * initialization. */
+    const float *init_params;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

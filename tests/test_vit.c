@@ -157,6 +157,21 @@ static void expect_in_proj_bias(const Reference *r, const ParamSpec *p, const fl
     free(init);
 }
 
+/* Parameter i after the three steps against the fixture's step3 value. */
+static void expect_step3(const Reference *r, int i, const float *got) {
+    const ParamSpec *p = &r->model.params[i];
+    char name[160];
+    Err err = {0};
+    snprintf(name, sizeof name, "step3.%s", p->name);
+    float *want = malloc(p->numel * sizeof(float));
+    cr_assert_eq(st_copy(&r->st, name, "F32", want, p->numel, &err), 0, "%s", err.msg);
+    if (strstr(p->name, "in_proj_bias"))
+        expect_in_proj_bias(r, p, got, want);
+    else
+        expect_close(name, got, want, p->numel, 1e-5);
+    free(want);
+}
+
 Test(vit, matches_torchvision_after_three_adam_steps) {
     Reference r;
     load_reference(&r);
@@ -179,21 +194,73 @@ Test(vit, matches_torchvision_after_three_adam_steps) {
                                   step);
     }
     for (int i = 0; i < r.model.nparams; i++) {
-        const ParamSpec *p = &r.model.params[i];
-        char name[160];
-        snprintf(name, sizeof name, "step3.%s", p->name);
-        float *want = malloc(p->numel * sizeof(float));
-        cr_assert_eq(st_copy(&r.st, name, "F32", want, p->numel, &err), 0, "%s", err.msg);
-        if (strstr(p->name, "in_proj_bias"))
-            expect_in_proj_bias(&r, p, r.params[i], want);
-        else
-            expect_close(name, r.params[i], want, p->numel, 1e-5);
-        free(want);
+        expect_step3(&r, i, r.params[i]);
         free(m[i]);
         free(v[i]);
     }
     free(m);
     free(v);
+    free_reference(&r);
+}
+
+/* The same three steps through the whole engine (gathers, reduce-scatters, Adam on shards)
+ * at several world sizes: the parameters must land where PyTorch's did. */
+typedef struct Losses {
+    float loss[8];
+} Losses;
+
+static void record_loss(void *user, const StepReport *rep) {
+    ((Losses *)user)->loss[rep->step - 1] = rep->stats.loss;
+}
+
+Test(vit, the_engine_matches_torchvision_after_three_adam_steps) {
+    Reference r;
+    load_reference(&r);
+    Err err = {0};
+    float want_losses[3], *start = malloc(r.model.total_numel * sizeof(float));
+    float *end = malloc(r.model.total_numel * sizeof(float));
+    cr_assert_eq(st_copy(&r.st, "ref.losses", "F32", want_losses, 3, &err), 0, "%s", err.msg);
+    for (int i = 0, at = 0; i < r.model.nparams; at += (int)r.model.params[i++].numel)
+        memcpy(start + at, r.params[i], r.model.params[i].numel * sizeof(float));
+    struct {
+        Strategy s;
+        int ranks;
+    } cases[] = {{STRAT_ZERO3, 1}, {STRAT_ZERO3, 2}, {STRAT_ZERO3, 4}, {STRAT_DDP, 2}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        FsdpConfig cfg;
+        fsdp_config_defaults(&cfg);
+        cfg.strategy = cases[c].s;
+        cfg.lr = 1e-2f;
+        cfg.batch_size = 4 / cases[c].ranks; /* the global batch is the fixture's 4 images */
+        Plan plan;
+        cr_assert_eq(plan_create(&plan, &r.model, cfg.wrap, cfg.strategy, cases[c].ranks, 1, &err),
+                     0, "%s", err.msg);
+        Losses losses = {{0}};
+        TrainJob job = {.model = &r.model,
+                        .data = &r.batch,
+                        .plan = &plan,
+                        .cfg = &cfg,
+                        .steps = 3,
+                        .log_every = 1,
+                        .on_step = record_loss,
+                        .user = &losses,
+                        .init_params = start,
+                        .final_params = end};
+        ClusterOptions opt = {.ranks = cases[c].ranks, .profile = profile_default()};
+        ClusterResult res;
+        cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
+        cluster_result_free(&res);
+        plan_free(&plan);
+        for (int k = 0; k < 3; k++)
+            cr_expect_float_eq(losses.loss[k], want_losses[k], 1e-5f * want_losses[k],
+                               "%s at %d ranks, step %d: loss %.8f, torch %.8f",
+                               strategy_name(cases[c].s), cases[c].ranks, k + 1, losses.loss[k],
+                               want_losses[k]);
+        for (int i = 0, at = 0; i < r.model.nparams; at += (int)r.model.params[i++].numel)
+            expect_step3(&r, i, end + at);
+    }
+    free(start);
+    free(end);
     free_reference(&r);
 }
 
