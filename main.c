@@ -13,6 +13,7 @@
 #include "core/toy.h"
 #include "core/train.h"
 #include "core/vit.h"
+#include "core/weights.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
 
@@ -119,6 +120,7 @@ typedef struct TrainRun {
     OutFile dump, trace;
     RankMemory *memory;
     float *params;
+    float *init; /* --init-from's weights, NULL without it */
 } TrainRun;
 
 /* The training split and the data it is evaluated on. Evaluating on data the model trained on
@@ -176,6 +178,11 @@ static int train_prepare(TrainRun *t, Err *err) {
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
     if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");
+    if (a->init_from) {
+        if (!(t->init = malloc((t->model.total_numel + 1) * sizeof(float))))
+            return err_set(err, ERR_NOMEM, "out of memory for --init-from's weights");
+        if ((rc = weights_load(&t->model, a->init_from, t->init, err))) return rc;
+    }
     if ((rc = out_open(&t->dump, a->dump_params, err))) return rc;
     return out_open(&t->trace, a->trace_out, err);
 }
@@ -231,6 +238,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .on_eval = print_eval,
                     .user = &printer,
                     .memory = t->memory,
+                    .init_params = t->init,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
     ClusterOptions opt = {.ranks = a->ranks,
@@ -260,6 +268,7 @@ static void train_cleanup(TrainRun *t) {
     dataset_free(&t->eval);
     free(t->memory);
     free(t->params);
+    free(t->init);
 }
 
 static int cmd_train(int argc, char **argv) {

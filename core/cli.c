@@ -155,6 +155,10 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->dump_params = v;
         return 0;
     }
+    if (!strcmp(f, "--init-from")) {
+        a->init_from = v;
+        return 0;
+    }
     if (!strcmp(f, "--trace-out")) {
         a->trace_out = v;
         return 0;
@@ -262,6 +266,8 @@ void train_args_help(FILE *f) {
           "  --steps K                      optimizer steps (toy default 100)\n"
           "  --batch-size B                 samples per rank per micro-step (toy 8, ViT 64)\n"
           "  --seed S                       initialization and shuffling seed (default 1234)\n"
+          "  --init-from FILE               start from these weights (safetensors with PyTorch's\n"
+          "                                 state-dict names, e.g. exported from torchvision)\n"
           "cluster\n"
           "  --ranks N                      simulated GPUs, 1 to 1024 (default 3)\n"
           "  --profile P                    cost model: h100-nvlink, a100-nvlink, l4-pcie\n"

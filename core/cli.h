@@ -25,6 +25,7 @@ typedef struct TrainArgs {
     int eval; /* ViT: evaluate at each epoch's end and after the last step (default 1) */
     int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
     const char *dump_params;                /* NULL: none */
+    const char *init_from;                  /* safetensors to start from; NULL: seeded init */
     const char *trace_out;
 } TrainArgs;
 

@@ -7,11 +7,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../core/mnist.h"
 #include "../core/safetensors.h"
 #include "../core/train.h"
 #include "../core/vit.h"
+#include "../core/weights.h"
 #include "../sim/cluster.h"
 #include "../sim/device_sim.h"
 #include "util.h"
@@ -372,4 +374,45 @@ Test(vit, every_strategy_equals_one_rank_on_the_global_batch, .timeout = 120) {
         free(run.params);
     }
     model_desc_free(&m);
+}
+
+/* --init-from: weights written under PyTorch's names load into the model's flat order;
+ * a file with an extra, a missing or a reshaped tensor is refused with its name. */
+Test(vit, weights_load_is_strict) {
+    Reference r;
+    load_reference(&r);
+    Err err = {0};
+    int n = r.model.nparams;
+    StTensorOut *out = calloc((size_t)n, sizeof *out);
+    for (int i = 0; i < n; i++)
+        out[i] = (StTensorOut){.name = r.model.params[i].name,
+                               .dtype = "F32",
+                               .ndim = r.model.params[i].ndim,
+                               .shape = r.model.params[i].shape,
+                               .data = r.params[i]};
+    const char *path = "/tmp/fsdp_test_weights.safetensors";
+    cr_assert_eq(st_write(path, out, n, NULL, 0, &err), 0, "%s", err.msg);
+    float *full = malloc(r.model.total_numel * sizeof(float));
+    cr_assert_eq(weights_load(&r.model, path, full, &err), 0, "%s", err.msg);
+    for (int i = 0, at = 0; i < n; at += (int)r.model.params[i++].numel)
+        cr_expect_eq(memcmp(full + at, r.params[i], r.model.params[i].numel * sizeof(float)), 0,
+                     "%s", r.model.params[i].name);
+    /* the fixture itself holds gradients too: not a state dict of this model */
+    cr_expect_eq(weights_load(&r.model, FIXTURE, full, &err), ERR_USAGE);
+    cr_expect(strstr(err.msg, "is not a parameter of this model") != NULL, "%s", err.msg);
+    /* one tensor short */
+    cr_assert_eq(st_write(path, out, n - 1, NULL, 0, &err), 0, "%s", err.msg);
+    cr_expect_eq(weights_load(&r.model, path, full, &err), ERR_USAGE);
+    cr_expect(strstr(err.msg, "no tensor heads.head.bias") != NULL, "%s", err.msg);
+    /* a transposed weight */
+    int64_t flipped[2] = {r.model.params[n - 2].shape[1], r.model.params[n - 2].shape[0]};
+    out[n - 2].shape = flipped;
+    cr_assert_eq(st_write(path, out, n, NULL, 0, &err), 0, "%s", err.msg);
+    cr_expect_eq(weights_load(&r.model, path, full, &err), ERR_USAGE);
+    cr_expect(strstr(err.msg, "heads.head.weight has shape [16, 10], the model's is [10, 16]"),
+              "%s", err.msg);
+    unlink(path);
+    free(full);
+    free(out);
+    free_reference(&r);
 }
