@@ -89,6 +89,7 @@ static void free_reference(Reference *r) {
     model_desc_free(&r->model);
     st_free(&r->st);
     cr_expect_eq(r->dev.total, 0, "every activation was freed");
+    device_sim_release(&r->dev);
 }
 
 /* One forward and backward of the fixture's batch on full parameters; returns the loss. */

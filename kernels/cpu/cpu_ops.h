@@ -1,15 +1,41 @@
 /* The internal header of the CPU op table: the functions kernels_cpu.c puts into the
- * `kernels_cpu` table (semantics are documented once, in ../kernels.h), and the knob that sets
- * how many threads OpenBLAS uses. Only kernels/cpu and its tests include it. */
+ * `kernels_cpu` table (semantics are documented once, in ../kernels.h), the knob that sets
+ * how many threads OpenBLAS uses, and the one that gives the calling thread's ops a worker
+ * pool. Only kernels/cpu, its tests and whoever starts rank threads include it. */
 #ifndef FSDP_CPU_OPS_H
 #define FSDP_CPU_OPS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h"
+
 /* OpenBLAS threads for every later GEMM in this process (the simulator gives each rank thread
  * one BLAS thread); n < 1 is taken as 1. */
 void kernels_cpu_set_threads(int n);
+
+/* The pool that the calling thread's later kernels_cpu ops split their work over (NULL: each
+ * op runs serially on the calling thread, the default). Ops whose work pays for a dispatch
+ * (linear, LayerNorm, GELU, attention, add, bias_grad, Adam) cut it into a fixed partition
+ * that depends only on the shapes and the pool's size, so results are bit-identical run to
+ * run for a given pool size. Elementwise results, LayerNorm's and attention's outputs and
+ * linear's out and din equal the serial ones exactly (linear's with OpenBLAS's Haswell/Zen
+ * kernels; see vit_cpu.c); the sums over rows (linear's and LayerNorm's dw and db, bias_grad)
+ * are taken per task and added in task order, so their last bits depend on the pool's size.
+ * The binding is per thread: a rank thread binds its own pool, and the pool must outlive the
+ * binding (bind NULL before destroying it). Use with kernels_cpu_set_threads(1): OpenBLAS
+ * threads inside the tasks would only compete with the pool's. */
+void kernels_cpu_use_pool(CpuPool *p);
+/* The calling thread's pool (NULL if none). */
+CpuPool *kernels_cpu_pool(void);
+
+/* How ops split work over the bound pool (vit_cpu.c). cpu_split_count: tasks for `work` units,
+ * one per pool thread but each with at least min_work (1 without a pool); cpu_split_range:
+ * task t of n's share [begin, end) of count items, cut at multiples of align; cpu_parallel:
+ * runs fn over n tasks on the bound pool (n == 1: directly on this thread). */
+int cpu_split_count(size_t work, size_t min_work);
+void cpu_split_range(size_t count, size_t align, int t, int n, size_t *begin, size_t *end);
+void cpu_parallel(int n, CpuPoolFn fn, void *ctx);
 
 void cpu_linear_forward(float *out, const float *in, const float *w, const float *b, size_t M,
                         size_t K, size_t N);

@@ -3,10 +3,32 @@
  * loops whose trip count is a known multiple of the vector width: inner loops run over fixed
  * chunks of CHUNK elements (then a scalar tail) and are fully unrolled (UNROLL) so partial sums
  * stay in registers. Reductions keep CHUNK interleaved partial sums added in a fixed order, so
- * results never depend on the thread count. exp and erf are inline approximations (no libm call
- * per element), erf being the one PyTorch's vectorised CPU GELU uses. Ops never allocate;
- * attention backward keeps a T x T tile on the stack (T <= KERNELS_MAX_TOKENS, which the ViT
- * config checks). */
+ * a result depends only on the inputs and the pool's size (below). exp and erf are inline
+ * approximations (no libm call per element), erf being the one PyTorch's vectorised CPU GELU
+ * uses. Ops never allocate; attention backward keeps a T x T tile on the stack
+ * (T <= KERNELS_MAX_TOKENS, which the ViT config checks).
+ *
+ * With a pool bound to the calling thread (kernels_cpu_use_pool), an op whose work pays for a
+ * dispatch splits it into one task per pool thread, fewer when each would get less than a
+ * measured minimum (the *_MIN_* constants below). Everything is split by rows, cut at the same
+ * places from one op to the next (linear's at multiples of GEMM_ROW_ALIGN, attention's by
+ * (sample, head) pairs, elementwise ops by elements: within a few rows of each other), so each
+ * core works on the rows it wrote in the op before; on the 2-core development VM, splitting
+ * the gradients' column ranges instead (every task reading every row) made LayerNorm backward
+ * 2x slower than serial and linear backward 10% slower. Where a task computes whole outputs
+ * (linear's out and din, LayerNorm, GELU, attention, add, Adam) it does so in the serial
+ * code's order: the same bits. The gradients that sum over rows (linear's and LayerNorm's dw
+ * and db, bias_grad) are summed per task into the pool's scratch and added in task order:
+ * bit-identical run to run for a pool size, rounded differently between sizes. When the
+ * partials do not fit the scratch, they are split by columns instead, every task summing all
+ * rows in the serial order.
+ *
+ * linear's tasks each make their own single-threaded sgemm call on a block of rows. Cut at
+ * multiples of 24 rows, these give exactly the whole call's results with OpenBLAS 0.3's
+ * Haswell sgemm kernel (also Zen's), whose microkernel works on 12 rows of our row-major
+ * matrices at a time: the blocks keep its tiles where the whole call has them (checked on 900
+ * random shapes; cut at multiples of 16, tiles at the edges rounded differently). Other
+ * kernels may round their edge tiles differently. */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +36,7 @@
 
 #include "../kernels.h"
 #include "cpu_ops.h"
+#include "pool.h"
 
 /* Declared by OpenBLAS's cblas.h but not by the netlib one the alternatives may point at. */
 extern void openblas_set_num_threads(int);
@@ -28,6 +51,70 @@ static const float INV_SQRT_2PI = 0.39894228040143267794f;
 
 void kernels_cpu_set_threads(int n) {
     openblas_set_num_threads(n < 1 ? 1 : n);
+}
+
+/* ---- the calling thread's pool ----
+ *
+ * Thread-local because the Kernels table's signatures carry no context to put a pool in: the
+ * simulator runs each rank as a thread, each rank thread creates and binds its own pool, and
+ * nothing else is shared, so ranks never contend for one pool and ops called on a pool's
+ * workers (where nothing is bound) run serially instead of nesting. */
+static _Thread_local CpuPool *bound_pool;
+
+void kernels_cpu_use_pool(CpuPool *p) {
+    bound_pool = p;
+}
+
+CpuPool *kernels_cpu_pool(void) {
+    return bound_pool;
+}
+
+/* Smallest work per task worth a dispatch: multiply-adds for linear, elements for LayerNorm,
+ * the elementwise ops and bias sums, multiply-adds of q k^T and P v per (sample, head) for
+ * attention (backward counts 2.5 times that). Measured with a pool of 2 on the 2-core
+ * development VM, serial against split at growing sizes (K = N = 128, C = 128, T = 17, D = 64):
+ * each is about where splitting in two starts to pay (1.1-1.5x), e.g. linear backward 1.1x at
+ * 2^20 multiply-adds in all, GELU 1.2x at 4096 elements, add 1.1x at 65536, attention 1.4x at
+ * 2 samples; vit-tiny's ops at batch 64 are 5 to 50 times these and run 1.3x (LayerNorm) to
+ * 2x (GEMMs, attention, GELU) faster. A dispatch costs about 2 us when the workers are
+ * spinning. */
+#define LINEAR_MIN_MACS ((size_t)1 << 19)
+#define LAYERNORM_MIN_ELEMS ((size_t)1 << 14)
+#define GELU_MIN_ELEMS ((size_t)1 << 11)
+#define ADD_MIN_ELEMS ((size_t)1 << 15)
+#define ATTENTION_MIN_MACS ((size_t)1 << 16)
+#define BIAS_MIN_ELEMS ((size_t)1 << 16)
+#define REDUCE_MIN_ELEMS ((size_t)1 << 15)
+/* Row blocks of linear's GEMMs are multiples of this: a multiple of the 12 rows that OpenBLAS's
+ * Haswell sgemm microkernel takes at a time (and of 8, 6, 4, 3 and 2), see above. */
+#define GEMM_ROW_ALIGN 24
+
+/* How many tasks to cut `work` into: one per thread of the bound pool, fewer so that each has
+ * at least min_work; 1 without a pool. Depends only on its arguments and the pool's size. */
+int cpu_split_count(size_t work, size_t min_work) {
+    const int threads = cpu_pool_threads(bound_pool);
+    if (threads <= 1) return 1;
+    const size_t most = min_work ? work / min_work : work;
+    if (most <= 1) return 1;
+    return most < (size_t)threads ? (int)most : threads;
+}
+
+/* Task t of n's share [*begin, *end) of `count` items, cut at multiples of `align` (the last
+ * share takes the remainder; shares may be empty). */
+void cpu_split_range(size_t count, size_t align, int t, int n, size_t *begin, size_t *end) {
+    const size_t units = (count + align - 1) / align;
+    const size_t b = units * (size_t)t / (size_t)n * align;
+    const size_t e = units * (size_t)(t + 1) / (size_t)n * align;
+    *begin = b < count ? b : count;
+    *end = e < count ? e : count;
+}
+
+/* Runs fn over n tasks on the bound pool (n == 1: directly). */
+void cpu_parallel(int n, CpuPoolFn fn, void *ctx) {
+    if (n <= 1)
+        fn(ctx, 0, 1);
+    else
+        cpu_pool_run(bound_pool, n, fn, ctx);
 }
 
 /* ---- small helpers: fixed CHUNK-wide bodies so they vectorise at -O2 ---- */
@@ -113,50 +200,198 @@ static void colsum_add(float *restrict dst, const float *restrict src, size_t ro
     }
 }
 
+typedef struct ColsumArgs {
+    float *partials; /* cols floats per task */
+    const float *src;
+    size_t rows, cols, stride;
+} ColsumArgs;
+
+/* Task t: the column sums of its share of the rows (cut like linear's), into its partials. */
+static void colsum_rows_task(void *ctx, int t, int n) {
+    const ColsumArgs *a = ctx;
+    size_t r0, r1;
+    cpu_split_range(a->rows, GEMM_ROW_ALIGN, t, n, &r0, &r1);
+    float *part = a->partials + a->cols * (size_t)t;
+    memset(part, 0, a->cols * sizeof(float));
+    colsum_add(part, a->src + r0 * a->stride, r1 - r0, a->cols, a->stride);
+}
+
+/* With a pool, each task sums the rows it holds in its cache and the partials are added to db
+ * in task order. */
 void cpu_bias_grad(float *db, const float *dout, size_t rows, size_t cols, size_t stride) {
-    colsum_add(db, dout, rows, cols, stride);
+    const int n = cpu_split_count(rows * cols, BIAS_MIN_ELEMS);
+    size_t room;
+    float *partials = cpu_pool_scratch(kernels_cpu_pool(), &room);
+    if (n == 1 || cols * (size_t)n > room) {
+        colsum_add(db, dout, rows, cols, stride);
+        return;
+    }
+    ColsumArgs a = {
+        .partials = partials, .src = dout, .rows = rows, .cols = cols, .stride = stride};
+    cpu_parallel(n, colsum_rows_task, &a);
+    for (int t = 0; t < n; t++) {
+        const float *part = partials + cols * (size_t)t;
+        for (size_t j = 0; j < cols; j++) db[j] += part[j];
+    }
 }
 
 /* ---- Linear ---- */
 
+typedef struct LinearArgs {
+    float *out, *din, *dw, *db;
+    const float *in, *w, *b, *dout;
+    size_t M, K, N;
+    float *partials; /* backward by rows: tasks 1.. sum dw and db here, N K + N floats each */
+} LinearArgs;
+
+/* rows [m0, m1) of out */
+static void linear_forward_rows(const LinearArgs *a, size_t m0, size_t m1) {
+    const size_t K = a->K, N = a->N;
+    if (m1 <= m0) return;
+    float *out = a->out + m0 * N;
+    if (a->b)
+        for (size_t i = m0; i < m1; i++) memcpy(a->out + i * N, a->b, N * sizeof(float));
+    if (K == 0) { /* an empty product: lda = 0 is not a valid GEMM */
+        if (!a->b) memset(out, 0, (m1 - m0) * N * sizeof(float));
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(m1 - m0), (int)N, (int)K, 1.0f,
+                a->in + m0 * K, (int)K, a->w, (int)K, a->b ? 1.0f : 0.0f, out, (int)N);
+}
+
+static void linear_forward_task(void *ctx, int t, int n) {
+    const LinearArgs *a = ctx;
+    size_t m0, m1;
+    cpu_split_range(a->M, GEMM_ROW_ALIGN, t, n, &m0, &m1);
+    linear_forward_rows(a, m0, m1);
+}
+
 void cpu_linear_forward(float *out, const float *in, const float *w, const float *b, size_t M,
                         size_t K, size_t N) {
     if (M == 0 || N == 0) return;
-    if (b)
-        for (size_t i = 0; i < M; i++) memcpy(out + i * N, b, N * sizeof(float));
-    if (K == 0) { /* an empty product: lda = 0 is not a valid GEMM */
-        if (!b) memset(out, 0, M * N * sizeof(float));
-        return;
+    LinearArgs a = {.out = out, .in = in, .w = w, .b = b, .M = M, .K = K, .N = N};
+    const int n = cpu_split_count(M * K * N, LINEAR_MIN_MACS);
+    if (n == 1)
+        linear_forward_rows(&a, 0, M);
+    else
+        cpu_parallel(n, linear_forward_task, &a);
+}
+
+/* din's rows [m0, m1) = dout[m0:m1] w */
+static void linear_din_rows(const LinearArgs *a, size_t m0, size_t m1) {
+    const size_t K = a->K, N = a->N;
+    if (!a->din || K == 0 || m1 <= m0) return;
+    if (N == 0)
+        memset(a->din + m0 * K, 0, (m1 - m0) * K * sizeof(float));
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(m1 - m0), (int)K, (int)N, 1.0f,
+                    a->dout + m0 * N, (int)N, a->w, (int)K, 0.0f, a->din + m0 * K, (int)K);
+}
+
+/* dw[n0:n1] += dout[:, n0:n1]^T in (a GEMM over dout's columns n0.. with leading dimension
+ * N) and db[n0:n1] += dout's column sums: every row, in the serial order. */
+static void linear_dw_cols(const LinearArgs *a, size_t n0, size_t n1) {
+    const size_t M = a->M, K = a->K, N = a->N;
+    if (n1 <= n0) return;
+    if (K > 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(n1 - n0), (int)K, (int)M, 1.0f,
+                    a->dout + n0, (int)N, a->in, (int)K, 1.0f, a->dw + n0 * K, (int)K);
+    if (a->db) colsum_add(a->db + n0, a->dout + n0, M, n1 - n0, N);
+}
+
+/* Split by columns: din's rows share t, dw's and db's columns share t. Each task reads every
+ * row of dout and in: the fallback when the pool's scratch cannot hold the partials. */
+static void linear_backward_cols_task(void *ctx, int t, int n) {
+    const LinearArgs *a = ctx;
+    size_t m0, m1, n0, n1;
+    cpu_split_range(a->M, GEMM_ROW_ALIGN, t, n, &m0, &m1);
+    cpu_split_range(a->N, GEMM_ROW_ALIGN, t, n, &n0, &n1);
+    linear_din_rows(a, m0, m1);
+    linear_dw_cols(a, n0, n1);
+}
+
+/* Split by rows: din's rows share t, and dw and db summed over the same rows, task 0 into dw
+ * and db themselves, task t > 0 into its zeroed partials, which linear_reduce_task adds. Each
+ * task touches only its own rows of dout, in and din: the ones it wrote or will read in the
+ * ops before and after, which stay in its core's cache. */
+static void linear_backward_rows_task(void *ctx, int t, int n) {
+    const LinearArgs *a = ctx;
+    const size_t K = a->K, N = a->N;
+    size_t m0, m1;
+    cpu_split_range(a->M, GEMM_ROW_ALIGN, t, n, &m0, &m1);
+    linear_din_rows(a, m0, m1);
+    float *dw = a->dw, *db = a->db;
+    if (t > 0) {
+        dw = a->partials + (size_t)(t - 1) * (N * K + N);
+        db = a->db ? dw + N * K : NULL;
+        memset(dw, 0, (N * K + (db ? N : 0)) * sizeof(float));
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K, 1.0f, in, (int)K,
-                w, (int)K, b ? 1.0f : 0.0f, out, (int)N);
+    if (m1 <= m0) return;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)(m1 - m0), 1.0f,
+                a->dout + m0 * N, (int)N, a->in + m0 * K, (int)K, 1.0f, dw, (int)K);
+    if (db) colsum_add(db, a->dout + m0 * N, m1 - m0, N, N);
+}
+
+/* dw and db += the partials of tasks 1..n-1 in task order, over task t's share of their
+ * elements (dw's N K, then db's N, as one range). */
+typedef struct ReduceArgs {
+    float *dw, *db;
+    const float *partials;
+    size_t NK, N;
+    int parts;
+} ReduceArgs;
+
+static void linear_reduce_task(void *ctx, int t, int n) {
+    const ReduceArgs *r = ctx;
+    const size_t total = r->NK + (r->db ? r->N : 0), stride = r->NK + r->N;
+    size_t i0, i1;
+    cpu_split_range(total, 64, t, n, &i0, &i1);
+    for (int p = 0; p < r->parts; p++) {
+        const float *part = r->partials + (size_t)p * stride;
+        for (size_t i = i0; i < i1 && i < r->NK; i++) r->dw[i] += part[i];
+        for (size_t i = i0 > r->NK ? i0 : r->NK; i < i1; i++) r->db[i - r->NK] += part[i];
+    }
 }
 
 void cpu_linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                          const float *w, size_t M, size_t K, size_t N) {
     if (M == 0) return; /* no rows: every gradient is += 0 and din is empty */
-    if (din && K > 0) {
-        if (N == 0)
-            memset(din, 0, M * K * sizeof(float));
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)K, (int)N, 1.0f,
-                        dout, (int)N, w, (int)K, 0.0f, din, (int)K);
+    LinearArgs a = {
+        .din = din, .dw = dw, .db = db, .dout = dout, .in = in, .w = w, .M = M, .K = K, .N = N};
+    /* din and dw are each M K N multiply-adds, split the same n ways */
+    const int n = cpu_split_count(M * K * N, LINEAR_MIN_MACS);
+    if (n == 1) {
+        linear_din_rows(&a, 0, M);
+        linear_dw_cols(&a, 0, N);
+        return;
     }
-    if (N == 0) return;
-    if (K > 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)N, (int)K, (int)M, 1.0f, dout,
-                    (int)N, in, (int)K, 1.0f, dw, (int)K);
-    if (db) colsum_add(db, dout, M, N, N);
+    size_t room;
+    a.partials = cpu_pool_scratch(kernels_cpu_pool(), &room);
+    if (K == 0 || N == 0 || (size_t)(n - 1) * (N * K + N) > room) {
+        cpu_parallel(n, linear_backward_cols_task, &a);
+        return;
+    }
+    cpu_parallel(n, linear_backward_rows_task, &a);
+    ReduceArgs r = {
+        .dw = dw, .db = db, .partials = a.partials, .NK = N * K, .N = N, .parts = n - 1};
+    cpu_parallel(cpu_split_count(N * K, REDUCE_MIN_ELEMS), linear_reduce_task, &r);
 }
 
 /* ---- LayerNorm ---- */
 
-void cpu_layernorm_forward(float *restrict out, float *restrict mean, float *restrict rstd,
-                           const float *restrict in, const float *restrict w,
-                           const float *restrict b, size_t M, size_t C, float eps) {
-    if (C == 0) return;
+typedef struct LayerNormArgs {
+    float *out, *mean, *rstd, *din, *dw, *db;
+    const float *in, *w, *b, *dout, *cmean, *crstd;
+    size_t M, C;
+    float eps;
+} LayerNormArgs;
+
+static void layernorm_forward_rows(float *restrict out, float *restrict mean, float *restrict rstd,
+                                   const float *restrict in, const float *restrict w,
+                                   const float *restrict b, size_t m0, size_t m1, size_t C,
+                                   float eps) {
     const float inv_c = 1.0f / (float)C;
-    for (size_t i = 0; i < M; i++) {
+    for (size_t i = m0; i < m1; i++) {
         const float *x = in + i * C;
         float *y = out + i * C;
         /* two passes over a row that sits in L1: no cancellation from sum of squares */
@@ -173,13 +408,39 @@ void cpu_layernorm_forward(float *restrict out, float *restrict mean, float *res
     }
 }
 
-/* dxhat = dout * w; din += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
- * dw += dout * xhat; db += dout. */
-void cpu_layernorm_backward(float *restrict din, float *restrict dw, float *restrict db,
-                            const float *restrict dout, const float *restrict in,
-                            const float *restrict mean, const float *restrict rstd,
-                            const float *restrict w, size_t M, size_t C) {
+static void layernorm_forward_task(void *ctx, int t, int n) {
+    const LayerNormArgs *a = ctx;
+    size_t m0, m1;
+    cpu_split_range(a->M, 1, t, n, &m0, &m1);
+    layernorm_forward_rows(a->out, a->mean, a->rstd, a->in, a->w, a->b, m0, m1, a->C, a->eps);
+}
+
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+                           const float *b, size_t M, size_t C, float eps) {
     if (C == 0) return;
+    const int n = cpu_split_count(M * C, LAYERNORM_MIN_ELEMS);
+    if (n == 1) {
+        layernorm_forward_rows(out, mean, rstd, in, w, b, 0, M, C, eps);
+        return;
+    }
+    LayerNormArgs a = {.out = out,
+                       .mean = mean,
+                       .rstd = rstd,
+                       .in = in,
+                       .w = w,
+                       .b = b,
+                       .M = M,
+                       .C = C,
+                       .eps = eps};
+    cpu_parallel(n, layernorm_forward_task, &a);
+}
+
+/* dxhat = dout * w; din += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
+ * dw += dout * xhat; db += dout. The serial form: one pass per row for all three. */
+static void layernorm_backward_serial(float *restrict din, float *restrict dw, float *restrict db,
+                                      const float *restrict dout, const float *restrict in,
+                                      const float *restrict mean, const float *restrict rstd,
+                                      const float *restrict w, size_t M, size_t C) {
     const float inv_c = 1.0f / (float)C;
     for (size_t i = 0; i < M; i++) {
         const float *x = in + i * C, *g = dout + i * C;
@@ -203,6 +464,132 @@ void cpu_layernorm_backward(float *restrict din, float *restrict dw, float *rest
             dw[j] += g[j] * xh;
             db[j] += g[j];
         }
+    }
+}
+
+/* din's rows [m0, m1) alone: the serial loop without dw and db. */
+static void layernorm_backward_din_rows(float *restrict din, const float *restrict dout,
+                                        const float *restrict in, const float *restrict mean,
+                                        const float *restrict rstd, const float *restrict w,
+                                        size_t m0, size_t m1, size_t C) {
+    const float inv_c = 1.0f / (float)C;
+    for (size_t i = m0; i < m1; i++) {
+        const float *x = in + i * C, *g = dout + i * C;
+        float *dx = din + i * C;
+        const float mu = mean[i], rs = rstd[i];
+        const float s1 = dot(g, w, C), s2 = dot_centered(g, w, x, mu, C) * rs;
+        const float m1_ = s1 * inv_c, m2 = s2 * inv_c;
+        size_t j = 0;
+        for (; j + CHUNK <= C; j += CHUNK) {
+            UNROLL
+            for (int k = 0; k < CHUNK; k++) {
+                const float xh = (x[j + k] - mu) * rs;
+                dx[j + k] += rs * (g[j + k] * w[j + k] - m1_ - xh * m2);
+            }
+        }
+        for (; j < C; j++) {
+            const float xh = (x[j] - mu) * rs;
+            dx[j] += rs * (g[j] * w[j] - m1_ - xh * m2);
+        }
+    }
+}
+
+/* dw and db's columns [c0, c1) over all M rows, each column summed over the rows in order
+ * starting from its current value: the serial loop's order, so the same sums. Strips of STRIP
+ * columns are held in registers across the rows. */
+static void layernorm_backward_dw_cols(float *restrict dw, float *restrict db,
+                                       const float *restrict dout, const float *restrict in,
+                                       const float *restrict mean, const float *restrict rstd,
+                                       size_t M, size_t C, size_t c0, size_t c1) {
+    enum { STRIP = 16 };
+    for (size_t j0 = c0; j0 < c1; j0 += STRIP) {
+        const size_t width = c1 - j0 < STRIP ? c1 - j0 : STRIP;
+        if (width == STRIP) {
+            float aw[STRIP], ab[STRIP];
+            UNROLL
+            for (int k = 0; k < STRIP; k++) aw[k] = dw[j0 + k], ab[k] = db[j0 + k];
+            for (size_t i = 0; i < M; i++) {
+                const float *x = in + i * C + j0, *g = dout + i * C + j0;
+                const float mu = mean[i], rs = rstd[i];
+                UNROLL
+                for (int k = 0; k < STRIP; k++) {
+                    const float xh = (x[k] - mu) * rs;
+                    aw[k] += g[k] * xh;
+                    ab[k] += g[k];
+                }
+            }
+            UNROLL
+            for (int k = 0; k < STRIP; k++) dw[j0 + k] = aw[k], db[j0 + k] = ab[k];
+        } else {
+            for (size_t i = 0; i < M; i++) {
+                const float *x = in + i * C + j0, *g = dout + i * C + j0;
+                const float mu = mean[i], rs = rstd[i];
+                for (size_t k = 0; k < width; k++) {
+                    const float xh = (x[k] - mu) * rs;
+                    dw[j0 + k] += g[k] * xh;
+                    db[j0 + k] += g[k];
+                }
+            }
+        }
+    }
+}
+
+/* Task t: din's rows share t and dw/db's columns share t (columns in multiples of CHUNK). */
+static void layernorm_backward_cols_task(void *ctx, int t, int n) {
+    const LayerNormArgs *a = ctx;
+    size_t m0, m1, c0, c1;
+    cpu_split_range(a->M, 1, t, n, &m0, &m1);
+    cpu_split_range(a->C, CHUNK, t, n, &c0, &c1);
+    layernorm_backward_din_rows(a->din, a->dout, a->in, a->cmean, a->crstd, a->w, m0, m1, a->C);
+    layernorm_backward_dw_cols(a->dw, a->db, a->dout, a->in, a->cmean, a->crstd, a->M, a->C, c0,
+                               c1);
+}
+
+/* Task t: rows share t of everything, dw and db summed into zeroed partials (scratch
+ * + 2 C t: dw's, then db's) that the caller adds in task order. Unlike the column split, each
+ * task touches only its own rows, which the ops before and after it also give to it. */
+static void layernorm_backward_rows_task(void *ctx, int t, int n) {
+    const LayerNormArgs *a = ctx;
+    const size_t C = a->C;
+    size_t m0, m1;
+    cpu_split_range(a->M, 1, t, n, &m0, &m1);
+    float *pw = a->dw + 2 * C * (size_t)t, *pb = pw + C;
+    memset(pw, 0, 2 * C * sizeof(float));
+    layernorm_backward_serial(a->din + m0 * C, pw, pb, a->dout + m0 * C, a->in + m0 * C,
+                              a->cmean + m0, a->crstd + m0, a->w, m1 - m0, C);
+}
+
+void cpu_layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                            const float *mean, const float *rstd, const float *w, size_t M,
+                            size_t C) {
+    if (C == 0) return;
+    const int n = cpu_split_count(M * C, LAYERNORM_MIN_ELEMS);
+    if (n == 1) {
+        layernorm_backward_serial(din, dw, db, dout, in, mean, rstd, w, M, C);
+        return;
+    }
+    LayerNormArgs a = {.din = din,
+                       .dw = dw,
+                       .db = db,
+                       .dout = dout,
+                       .in = in,
+                       .cmean = mean,
+                       .crstd = rstd,
+                       .w = w,
+                       .M = M,
+                       .C = C};
+    size_t room;
+    float *partials = cpu_pool_scratch(kernels_cpu_pool(), &room);
+    if (2 * C * (size_t)n > room) { /* a very wide row: columns, exactly the serial sums */
+        cpu_parallel(n, layernorm_backward_cols_task, &a);
+        return;
+    }
+    a.dw = partials;
+    cpu_parallel(n, layernorm_backward_rows_task, &a);
+    for (int t = 0; t < n; t++) {
+        const float *pw = partials + 2 * C * (size_t)t, *pb = pw + C;
+        for (size_t j = 0; j < C; j++) dw[j] += pw[j];
+        for (size_t j = 0; j < C; j++) db[j] += pb[j];
     }
 }
 
@@ -254,8 +641,70 @@ static inline float erf_approx(float x) {
 
 /* ---- GELU (exact, erf) ---- */
 
-/* Every element of a chunk is read before any is written, so out may be in. */
+/* Elementwise ops over a split: task t of nt takes its CHUNK-aligned share of n elements. */
+typedef struct ElemArgs {
+    float *out;
+    const float *a, *b;
+    size_t n;
+} ElemArgs;
+
+static void gelu_forward_serial(float *out, const float *in, size_t n);
+static void gelu_backward_serial(float *din, const float *in, const float *dout, size_t n);
+static void add_serial(float *out, const float *a, const float *b, size_t n);
+
+static void gelu_forward_task(void *ctx, int t, int nt) {
+    const ElemArgs *e = ctx;
+    size_t i0, i1;
+    cpu_split_range(e->n, CHUNK, t, nt, &i0, &i1);
+    gelu_forward_serial(e->out + i0, e->a + i0, i1 - i0);
+}
+
+static void gelu_backward_task(void *ctx, int t, int nt) {
+    const ElemArgs *e = ctx;
+    size_t i0, i1;
+    cpu_split_range(e->n, CHUNK, t, nt, &i0, &i1);
+    gelu_backward_serial(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
+}
+
+static void add_task(void *ctx, int t, int nt) {
+    const ElemArgs *e = ctx;
+    size_t i0, i1;
+    cpu_split_range(e->n, CHUNK, t, nt, &i0, &i1);
+    add_serial(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
+}
+
 void cpu_gelu_forward(float *out, const float *in, size_t n) {
+    const int nt = cpu_split_count(n, GELU_MIN_ELEMS);
+    if (nt == 1) {
+        gelu_forward_serial(out, in, n);
+        return;
+    }
+    ElemArgs e = {.out = out, .a = in, .n = n};
+    cpu_parallel(nt, gelu_forward_task, &e);
+}
+
+void cpu_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
+    const int nt = cpu_split_count(n, GELU_MIN_ELEMS);
+    if (nt == 1) {
+        gelu_backward_serial(din, in, dout, n);
+        return;
+    }
+    ElemArgs e = {.out = din, .a = in, .b = dout, .n = n};
+    cpu_parallel(nt, gelu_backward_task, &e);
+}
+
+void cpu_add(float *out, const float *a, const float *b, size_t n) {
+    const int nt = cpu_split_count(n, ADD_MIN_ELEMS);
+    if (nt == 1) {
+        add_serial(out, a, b, n);
+        return;
+    }
+    ElemArgs e = {.out = out, .a = a, .b = b, .n = n};
+    cpu_parallel(nt, add_task, &e);
+}
+
+/* Every element of a chunk is read before any is written, so out may be in. */
+static void gelu_forward_serial(float *out, const float *in, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
         float y[CHUNK];
@@ -278,7 +727,7 @@ static inline float gelu_grad(float x) {
 }
 
 /* din may be dout (chunks are read before they are written). */
-void cpu_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
+static void gelu_backward_serial(float *din, const float *in, const float *dout, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
         float g[CHUNK];
@@ -378,54 +827,113 @@ static void softmax_row(float *p, size_t n, float scale) {
     for (; s < n; s++) p[s] *= inv;
 }
 
+typedef struct AttentionArgs {
+    float *out, *probs, *dqkv;
+    const float *qkv, *dout, *cprobs;
+    size_t B, T, C, heads;
+} AttentionArgs;
+
 /* For each sample b and head h (q, k, v: that head's D columns, rows C3 = 3C apart):
  * P = softmax(q k^T / sqrt(D)) row by row, out = P v. T is small (17 for vit-tiny), so these
- * are register-blocked loops, not GEMM calls per head. */
-void cpu_attention_forward(float *restrict out, float *restrict probs, const float *restrict qkv,
-                           size_t B, size_t T, size_t C, size_t heads) {
-    if (heads == 0 || C == 0 || T == 0) return;
+ * are register-blocked loops, not GEMM calls per head. Here for the (sample, head) pairs
+ * [p0, p1), pair = b * heads + h; a pool splits the pairs. */
+static void attention_forward_pairs(float *restrict out, float *restrict probs,
+                                    const float *restrict qkv, size_t T, size_t C, size_t heads,
+                                    size_t p0, size_t p1) {
     const size_t D = C / heads, C3 = 3 * C;
     const float scale = (float)(1.0 / sqrt((double)D));
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < heads; h++) {
-            const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
-            float *P = probs + (b * heads + h) * T * T;
-            for (size_t t = 0; t < T; t++) {
-                float *p = P + t * T;
-                row_dots(p, q + t * C3, k, C3, T, D);
-                softmax_row(p, T, scale);
-            }
-            combine(out + b * T * C + h * D, C, P, T, 1, v, C3, T, T, D);
+    for (size_t pair = p0; pair < p1; pair++) {
+        const size_t b = pair / heads, h = pair % heads;
+        const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
+        float *P = probs + (b * heads + h) * T * T;
+        for (size_t t = 0; t < T; t++) {
+            float *p = P + t * T;
+            row_dots(p, q + t * C3, k, C3, T, D);
+            softmax_row(p, T, scale);
         }
+        combine(out + b * T * C + h * D, C, P, T, 1, v, C3, T, T, D);
+    }
 }
 
-/* For each sample and head, with a T x T tile on the stack:
+static void attention_forward_task(void *ctx, int t, int n) {
+    const AttentionArgs *a = ctx;
+    size_t p0, p1;
+    cpu_split_range(a->B * a->heads, 1, t, n, &p0, &p1);
+    attention_forward_pairs(a->out, a->probs, a->qkv, a->T, a->C, a->heads, p0, p1);
+}
+
+/* multiply-adds of a (sample, head) pair: q k^T, P v (and in backward three more of the size) */
+static size_t attention_pair_macs(size_t T, size_t C, size_t heads) {
+    return 2 * T * T * (C / heads);
+}
+
+void cpu_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
+                           size_t heads) {
+    if (heads == 0 || C == 0 || T == 0) return;
+    const int n = cpu_split_count(B * heads * attention_pair_macs(T, C, heads), ATTENTION_MIN_MACS);
+    if (n == 1) {
+        attention_forward_pairs(out, probs, qkv, T, C, heads, 0, B * heads);
+        return;
+    }
+    AttentionArgs a = {
+        .out = out, .probs = probs, .qkv = qkv, .B = B, .T = T, .C = C, .heads = heads};
+    cpu_parallel(n, attention_forward_task, &a);
+}
+
+/* For each sample and head, with a T x T tile on the stack (each task its own):
  * dP = dout v^T; dS = P * (dP - rowsum(dP * P)) / sqrt(D) (the tile, in place);
  * dv = P^T dout; dq = dS k; dk = dS^T q. Every column of dqkv is written exactly once. */
-void cpu_attention_backward(float *restrict dqkv, const float *restrict dout,
-                            const float *restrict qkv, const float *restrict probs, size_t B,
-                            size_t T, size_t C, size_t heads) {
-    if (heads == 0 || C == 0 || T == 0) return;
+static void attention_backward_pairs(float *restrict dqkv, const float *restrict dout,
+                                     const float *restrict qkv, const float *restrict probs,
+                                     size_t T, size_t C, size_t heads, size_t p0, size_t p1) {
     const size_t D = C / heads, C3 = 3 * C;
     const float scale = (float)(1.0 / sqrt((double)D));
     float dS[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS];
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < heads; h++) {
-            const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
-            const float *go = dout + b * T * C + h * D;
-            float *dq = dqkv + b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
-            const float *P = probs + (b * heads + h) * T * T;
-            for (size_t t = 0; t < T; t++) {
-                float *ds = dS + t * T;
-                const float *p = P + t * T;
-                row_dots(ds, go + t * C, v, C3, T, D);
-                const float row = dot(ds, p, T);
-                for (size_t s = 0; s < T; s++) ds[s] = p[s] * (ds[s] - row) * scale;
-            }
-            combine(dv, C3, P, 1, T, go, C, T, T, D);
-            combine(dq, C3, dS, T, 1, k, C3, T, T, D);
-            combine(dk, C3, dS, 1, T, q, C3, T, T, D);
+    for (size_t pair = p0; pair < p1; pair++) {
+        const size_t b = pair / heads, h = pair % heads;
+        const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
+        const float *go = dout + b * T * C + h * D;
+        float *dq = dqkv + b * T * C3 + h * D, *dk = dq + C, *dv = dq + 2 * C;
+        const float *P = probs + (b * heads + h) * T * T;
+        for (size_t t = 0; t < T; t++) {
+            float *ds = dS + t * T;
+            const float *p = P + t * T;
+            row_dots(ds, go + t * C, v, C3, T, D);
+            const float row = dot(ds, p, T);
+            for (size_t s = 0; s < T; s++) ds[s] = p[s] * (ds[s] - row) * scale;
         }
+        combine(dv, C3, P, 1, T, go, C, T, T, D);
+        combine(dq, C3, dS, T, 1, k, C3, T, T, D);
+        combine(dk, C3, dS, 1, T, q, C3, T, T, D);
+    }
+}
+
+static void attention_backward_task(void *ctx, int t, int n) {
+    const AttentionArgs *a = ctx;
+    size_t p0, p1;
+    cpu_split_range(a->B * a->heads, 1, t, n, &p0, &p1);
+    attention_backward_pairs(a->dqkv, a->dout, a->qkv, a->cprobs, a->T, a->C, a->heads, p0, p1);
+}
+
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+                            size_t B, size_t T, size_t C, size_t heads) {
+    if (heads == 0 || C == 0 || T == 0) return;
+    /* five products per pair where forward has two */
+    const int n =
+        cpu_split_count(B * heads * attention_pair_macs(T, C, heads) * 5 / 2, ATTENTION_MIN_MACS);
+    if (n == 1) {
+        attention_backward_pairs(dqkv, dout, qkv, probs, T, C, heads, 0, B * heads);
+        return;
+    }
+    AttentionArgs a = {.dqkv = dqkv,
+                       .dout = dout,
+                       .qkv = qkv,
+                       .cprobs = probs,
+                       .B = B,
+                       .T = T,
+                       .C = C,
+                       .heads = heads};
+    cpu_parallel(n, attention_backward_task, &a);
 }
 
 /* ---- patches, tokens, class token ---- */
@@ -449,7 +957,7 @@ void cpu_patchify(float *restrict patches, const float *restrict images, size_t 
 
 /* out[i] = a[i] + b[i]; every element of a chunk is read before any is written, so out may be
  * a or b. */
-void cpu_add(float *out, const float *a, const float *b, size_t n) {
+static void add_serial(float *out, const float *a, const float *b, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
         float t[CHUNK];
@@ -467,9 +975,9 @@ void cpu_embed_forward(float *restrict x, const float *restrict patch_out,
     if (T == 0) return;
     for (size_t b = 0; b < B; b++) {
         float *xb = x + b * T * C;
-        cpu_add(xb, cls, pos, C);
+        add_serial(xb, cls, pos, C);
         /* rows 1..T-1 of the sample and of pos are contiguous: one add */
-        cpu_add(xb + C, patch_out + b * (T - 1) * C, pos + C, (T - 1) * C);
+        add_serial(xb + C, patch_out + b * (T - 1) * C, pos + C, (T - 1) * C);
     }
 }
 
@@ -491,7 +999,7 @@ void cpu_class_token_select(float *restrict out, const float *restrict x, size_t
 
 void cpu_class_token_select_backward(float *restrict dx, const float *restrict dout, size_t B,
                                      size_t T, size_t C) {
-    for (size_t b = 0; b < B; b++) cpu_add(dx + b * T * C, dx + b * T * C, dout + b * C, C);
+    for (size_t b = 0; b < B; b++) add_serial(dx + b * T * C, dx + b * T * C, dout + b * C, C);
 }
 
 /* ---- loss and accuracy ---- */
