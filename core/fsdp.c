@@ -764,18 +764,26 @@ static void local_offsets(Engine *e, int u, int sharded, int size, int rank, siz
     }
 }
 
+/* The elements [*first, *first + *n) of unit u's i-th parameter this rank keeps at rest:
+ * its rows when parameters are sharded, all of them when they are replicated. */
+static void kept_elements(const Engine *e, int u, int i, size_t *first, size_t *n) {
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    int S = e->plan->params_sharded ? e->plan->shard_size : 1;
+    int r = e->plan->params_sharded ? e->shard_rank : 0;
+    size_t begin, rows;
+    shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
+    *first = begin * ps->row_elems;
+    *n = rows * ps->row_elems;
+}
+
 /* Each rank draws exactly its own rows: the starting point is the same at any world size. */
 static void init_params(Engine *e, int u) {
     UnitState *us = &e->units[u];
-    const Unit *unit = &e->plan->units[u];
-    int S = e->plan->params_sharded ? e->plan->shard_size : 1;
-    int r = e->plan->params_sharded ? e->shard_rank : 0;
-    for (int i = 0; i < unit->nparams; i++) {
-        const ParamSpec *ps = unit_param_spec(e, u, i);
-        size_t begin, rows;
-        shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
-        size_t first = begin * ps->row_elems, n = rows * ps->row_elems;
-        param_init_fill(ps, e->cfg.seed, first, n, us->param + us->param_local[i]);
+    for (int i = 0; i < e->plan->units[u].nparams; i++) {
+        size_t first, n;
+        kept_elements(e, u, i, &first, &n);
+        param_init_fill(unit_param_spec(e, u, i), e->cfg.seed, first, n,
+                        us->param + us->param_local[i]);
     }
 }
 
@@ -783,15 +791,12 @@ int engine_set_full_params(Engine *e, const float *full) {
     for (int u = 0; u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         const Unit *unit = &e->plan->units[u];
-        int S = e->plan->params_sharded ? e->plan->shard_size : 1;
-        int r = e->plan->params_sharded ? e->shard_rank : 0;
         for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
-            const float *src = full + e->param_flat[unit->params[i].param] + begin * ps->row_elems;
-            e->dev->ops->copy(e->dev, us->param + us->param_local[i], src,
-                              rows * ps->row_elems * sizeof(float));
+            size_t first, n;
+            kept_elements(e, u, i, &first, &n);
+            e->dev->ops->copy(e->dev, us->param + us->param_local[i],
+                              full + e->param_flat[unit->params[i].param] + first,
+                              n * sizeof(float));
         }
     }
     return 0;
