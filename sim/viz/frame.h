@@ -1,0 +1,46 @@
+/* frame: what the visualizer shows at one event of a trace, as plain data. A pure function of
+ * (trace, plan, event index): it replays the events up to the index and reports, per rank
+ * and FSDP unit, whether the unit's parameters are gathered and its gradients unsharded,
+ * and per rank the bytes in use by category and the peak so far. Renderers (plain text,
+ * ncurses) only draw a Frame; they never read the trace themselves. */
+#ifndef FSDP_FRAME_H
+#define FSDP_FRAME_H
+
+#include <stddef.h>
+
+#include "../../core/device.h"
+#include "../../core/plan.h"
+#include "../../core/trace.h"
+
+typedef struct FrameCell {
+    size_t kept;    /* elements of the unit's parameters this rank keeps at rest (the plan) */
+    int gathered;   /* the unit's unsharded parameters are allocated on this rank */
+    int grads_full; /* the unit's unsharded gradients are allocated on this rank */
+} FrameCell;
+
+typedef struct Frame {
+    size_t index, count;     /* the current event and how many the trace has */
+    const TraceEvent *event; /* the current event (NULL for an empty trace) */
+    int nranks, nunits;
+    FrameCell *cells; /* [nranks * nunits], rank-major */
+    size_t *mem;      /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
+    size_t *peak;     /* [nranks] the largest total so far */
+} Frame;
+
+/* Sizes a frame for a plan's ranks and units. */
+int frame_init(Frame *f, const Plan *p, Err *err);
+void frame_free(Frame *f);
+
+/* Fills f with the state after event `index` of t (index < t->n, or 0 for an empty trace).
+ * Events name ranks and units the plan must have; anything else is an error naming it. */
+int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err);
+
+static inline FrameCell *frame_cell(const Frame *f, int rank, int unit) {
+    return &f->cells[(size_t)rank * (size_t)f->nunits + (size_t)unit];
+}
+
+static inline size_t frame_mem(const Frame *f, int rank, MemCategory c) {
+    return f->mem[(size_t)rank * MEM_CATEGORY_COUNT + (size_t)c];
+}
+
+#endif

@@ -1,0 +1,101 @@
+/* The visualizer's frame model on real traces of the toy at 3 ranks: what each rank holds
+ * at a given event, under zero3 (parameters freed after each unit's forward), zero2 (kept
+ * until backward) and DDP (never gathered), and memory replayed from the trace against the
+ * accounting the ranks reported. */
+#include <criterion/criterion.h>
+
+#include "../sim/viz/frame.h"
+#include "util.h"
+
+/* Index of the first event of `kind` on `rank` for `unit`, in `phase`. */
+static size_t find(const Trace *t, EventKind kind, int rank, int unit, Phase phase) {
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == (int)kind && t->ev[i].rank == rank && t->ev[i].unit == unit &&
+            t->ev[i].phase == (int)phase)
+            return i;
+    cr_assert_fail("no %s of unit %d on rank %d", event_kind_name(kind), unit, rank);
+    return 0;
+}
+
+static void frame_of(Frame *f, const ToyRun *run, size_t index) {
+    Err err = {0};
+    cr_assert_eq(frame_at(f, &run->trace, &run->plan, index, &err), 0, "%s", err.msg);
+    cr_assert_eq(f->index, index);
+    cr_assert_eq(f->event, &run->trace.ev[index]);
+}
+
+static void check_strategy(Strategy s, int gathered_after_forward) {
+    FsdpConfig c = toy_config(s, 4);
+    ToyRun run;
+    toy_train(&run, &c, 3, 1, 1);
+    Frame f;
+    Err err = {0};
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    int sharded = s != STRAT_DDP;
+    /* during La's forward, every rank has La's parameters in full */
+    frame_of(&f, &run, find(&run.trace, EV_FORWARD, 0, 0, PHASE_FORWARD));
+    cr_expect_eq(frame_cell(&f, 0, 0)->gathered, sharded, "%s: La gathered", strategy_name(s));
+    cr_expect_eq(frame_cell(&f, 0, 0)->kept, sharded ? 1 : 3, "GPU 0 keeps a0 (or all of La)");
+    cr_expect_eq(frame_cell(&f, 0, 2)->gathered, 0, "Lc is not needed yet");
+    /* during Lb's forward: zero3 has freed La again, zero2 keeps it for backward */
+    frame_of(&f, &run, find(&run.trace, EV_FORWARD, 0, 1, PHASE_FORWARD));
+    cr_expect_eq(frame_cell(&f, 0, 0)->gathered, gathered_after_forward, "%s: La after forward",
+                 strategy_name(s));
+    cr_expect_eq(frame_cell(&f, 0, 1)->gathered, sharded);
+    /* Lc's backward writes full gradients that the reduce-scatter then shards */
+    frame_of(&f, &run, find(&run.trace, EV_BACKWARD, 0, 2, PHASE_BACKWARD));
+    cr_expect_eq(frame_cell(&f, 0, 2)->grads_full, sharded, "%s: Lc's unsharded grads",
+                 strategy_name(s));
+    cr_expect_eq(frame_cell(&f, 0, 2)->gathered, sharded);
+    /* the shards at rest: after the engine is gone every byte has been freed, and the peak
+     * replayed from the trace is the peak each rank accounted */
+    frame_of(&f, &run, run.trace.n - 1);
+    for (int r = 0; r < 3; r++) {
+        for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++)
+            cr_expect_eq(frame_mem(&f, r, (MemCategory)cat), 0, "rank %d %s", r,
+                         mem_category_name((MemCategory)cat));
+        cr_expect_eq(f.peak[r], run.memory[r].peak, "rank %d peak %zu vs %zu", r, f.peak[r],
+                     run.memory[r].peak);
+    }
+    frame_free(&f);
+    toy_run_free(&run);
+}
+
+Test(frame, zero3_frees_each_unit_after_its_forward) {
+    check_strategy(STRAT_ZERO3, 0);
+}
+
+Test(frame, zero2_keeps_units_gathered_until_backward) {
+    check_strategy(STRAT_ZERO2, 1);
+}
+
+Test(frame, ddp_never_gathers) {
+    check_strategy(STRAT_DDP, 0);
+}
+
+Test(frame, memory_at_an_event_matches_a_plain_replay) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    ToyRun run;
+    toy_train(&run, &c, 3, 2, 1);
+    Frame f;
+    Err err = {0};
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    size_t mid = run.trace.n / 2;
+    frame_of(&f, &run, mid);
+    /* mem_total on each alloc/free is the rank's total right after it: the frame's sum over
+     * categories must agree with the last such figure of every rank */
+    for (int r = 0; r < 3; r++) {
+        unsigned long long want = 0;
+        for (size_t i = 0; i <= mid; i++)
+            if (run.trace.ev[i].rank == r &&
+                (run.trace.ev[i].kind == EV_ALLOC || run.trace.ev[i].kind == EV_FREE))
+                want = run.trace.ev[i].mem_total;
+        size_t got = 0;
+        for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++)
+            got += frame_mem(&f, r, (MemCategory)cat);
+        cr_expect_eq(got, want, "rank %d at event %zu", r, mid);
+    }
+    cr_expect_neq(frame_at(&f, &run.trace, &run.plan, run.trace.n, &err), 0, "past the end");
+    frame_free(&f);
+    toy_run_free(&run);
+}
