@@ -90,42 +90,51 @@ static void subscript(char *buf, size_t n, const char *sym, size_t index) {
     buf[at] = 0;
 }
 
-static size_t display_width(const char *s) {
+size_t report_display_width(const char *s) {
     size_t w = 0;
     for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;
     return w;
 }
 
-/* What rank r keeps of unit u at rest, as symbols (toy) or an element count. */
-static void owned_cell(const Plan *p, int u, int r, char *buf, size_t n) {
+static int unit_is_symbolic(const Plan *p, int u) {
+    const Unit *unit = &p->units[u];
+    for (int i = 0; i < unit->nparams; i++)
+        if (!p->model->params[unit->params[i].param].symbol[0]) return 0;
+    return 1;
+}
+
+int report_unit_symbols(const Plan *p, int u, int size, int rank, const char *prefix, char *buf,
+                        size_t n) {
     const Unit *unit = &p->units[u];
     size_t at = 0;
     buf[0] = 0;
-    int symbolic = 1;
-    for (int i = 0; i < unit->nparams; i++)
-        if (!p->model->params[unit->params[i].param].symbol[0]) symbolic = 0;
-    if (!symbolic) {
-        snprintf(buf, n, "%zu elems", plan_param_numel(p, u, r));
-        return;
-    }
-    int S = p->params_sharded ? p->shard_size : 1;
-    int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
+    if (!unit_is_symbolic(p, u)) return 0;
     for (int i = 0; i < unit->nparams; i++) {
         const ParamSpec *ps = &p->model->params[unit->params[i].param];
         size_t begin, rows;
-        shard_rows((size_t)ps->shape[0], S, sr, &begin, &rows);
+        shard_rows((size_t)ps->shape[0], size, rank, &begin, &rows);
         for (size_t e = begin * ps->row_elems; e < (begin + rows) * ps->row_elems && at < n; e++) {
             char one[32];
             subscript(one, sizeof one, ps->symbol, e);
-            at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? " " : "", one);
+            at += (size_t)snprintf(buf + at, n - at, "%s%s%s", at ? " " : "", prefix, one);
         }
     }
-    if (!buf[0]) snprintf(buf, n, "-");
+    return 1;
+}
+
+/* What rank r keeps of unit u at rest, as symbols (toy) or an element count. */
+static void owned_cell(const Plan *p, int u, int r, char *buf, size_t n) {
+    int S = p->params_sharded ? p->shard_size : 1;
+    int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
+    if (!report_unit_symbols(p, u, S, sr, "", buf, n))
+        snprintf(buf, n, "%zu elems", plan_param_numel(p, u, r));
+    else if (!buf[0])
+        snprintf(buf, n, "-");
 }
 
 static void print_padded(FILE *f, const char *s, size_t width) {
     fputs(s, f);
-    for (size_t w = display_width(s); w < width; w++) fputc(' ', f);
+    for (size_t w = report_display_width(s); w < width; w++) fputc(' ', f);
 }
 
 static int is_symbolic(const Plan *p) {
@@ -144,7 +153,7 @@ static void ownership_by_symbol(FILE *f, const Plan *p) {
         if (strlen(p->units[u].name) > width) width = strlen(p->units[u].name);
         for (int r = 0; r < p->world; r++) {
             owned_cell(p, u, r, cell, CELL);
-            if (display_width(cell) > width) width = display_width(cell);
+            if (report_display_width(cell) > width) width = report_display_width(cell);
         }
     }
     fprintf(f, "         ");

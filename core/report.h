@@ -28,6 +28,13 @@ void report_eval_json(FILE *f, const EvalReport *r);
 void report_final_params(FILE *f, const ModelDesc *m, const float *params);
 /* `name index value` lines, %.9e. Returns 0 or ERR_IO. */
 int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *err);
+/* The elements of unit u that rank `rank` of a group of `size` owns (torch.chunk rows), as
+ * the model's symbols each after `prefix` ("a₀ a₁", or "∂c₂" with prefix "∂"); size 1 gives
+ * all of them. Returns 0 (and "") when the unit's parameters have no symbols. */
+int report_unit_symbols(const Plan *p, int u, int size, int rank, const char *prefix, char *buf,
+                        size_t n);
+/* Columns a UTF-8 string takes on a terminal (one per code point). */
+size_t report_display_width(const char *s);
 /* Human bytes: "36 B", "1.50 KiB", "12.3 GiB". */
 const char *format_bytes(size_t b, char *buf, size_t n);
 

@@ -99,3 +99,33 @@ Test(frame, memory_at_an_event_matches_a_plain_replay) {
     frame_free(&f);
     toy_run_free(&run);
 }
+
+/* The narration in the workshop's words, for the toy. */
+Test(frame, narration_names_who_sends_what) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    ToyRun run;
+    toy_train(&run, &c, 3, 1, 1);
+    Frame f;
+    Err err = {0};
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 0, 0, PHASE_FORWARD));
+    cr_expect_str_eq(
+        f.narration,
+        "GPU 0 needs a₀ a₁ a₂ for La, has a₀, gathers a₁ from GPU 1 and a₂ from GPU 2");
+    frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 2, 2, PHASE_BACKWARD));
+    cr_expect_str_eq(f.narration, "∂c₀ ∂c₁ ∂c₂ of Lc are averaged over the GPUs; GPU 2 keeps ∂c₂");
+    frame_free(&f);
+    toy_run_free(&run);
+    /* at 4 ranks GPU 3's shards are empty: it receives everything and keeps nothing */
+    toy_train(&run, &c, 4, 1, 1);
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 3, 1, PHASE_FORWARD));
+    cr_expect_str_eq(f.narration, "GPU 3 needs b₀ b₁ b₂ for Lb, has none of them, gathers b₀ "
+                                  "from GPU 0, b₁ from GPU 1 and b₂ from GPU 2");
+    frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 3, 0, PHASE_BACKWARD));
+    cr_expect_str_eq(f.narration,
+                     "∂a₀ ∂a₁ ∂a₂ of La are averaged over the GPUs; GPU 3 keeps nothing (its "
+                     "shard is empty)");
+    frame_free(&f);
+    toy_run_free(&run);
+}

@@ -1,5 +1,9 @@
 #include "frame.h"
 
+#include "../../core/report.h"
+
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +65,118 @@ static int apply_memory(Frame *f, const TraceEvent *e, Err *err) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- narration */
+
+/* Sets the narration; a sentence longer than the buffer is cut, which is fine for people. */
+__attribute__((format(printf, 2, 3))) static void say(Frame *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->narration, sizeof f->narration, fmt, ap);
+    va_end(ap);
+}
+
+/* "a₁ from GPU 1 and a₂ from GPU 2": what rank r receives in an all-gather of unit u, each
+ * other member's shard named by its symbols (members with empty shards send nothing). */
+static void gathered_from(const Plan *p, int u, int r, char *buf, size_t n) {
+    int S = p->shard_size, group = r - r % S, senders[64], count = 0;
+    char shard[64][96];
+    for (int q = 0; q < S && count < 64; q++) {
+        if (q == r % S) continue;
+        report_unit_symbols(p, u, S, q, "", shard[count], sizeof shard[count]);
+        if (shard[count][0]) senders[count++] = group + q;
+    }
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < count && at < n; i++) {
+        const char *sep = i == 0 ? "" : i == count - 1 ? " and " : ", ";
+        at += (size_t)snprintf(buf + at, n - at, "%s%s from GPU %d", sep, shard[i], senders[i]);
+    }
+}
+
+static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
+    char all[160], mine[160], from[320];
+    int r = e->rank;
+    if (!report_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
+        say(f,
+            "GPU %d gathers %s: it keeps %zu of its parameters and receives the rest from "
+            "the other %d GPU%s of its group",
+            r, name, frame_cell(f, r, e->unit)->kept, p->shard_size - 1,
+            p->shard_size == 2 ? "" : "s");
+        return;
+    }
+    report_unit_symbols(p, e->unit, p->shard_size, r % p->shard_size, "", mine, sizeof mine);
+    gathered_from(p, e->unit, r, from, sizeof from);
+    if (!from[0])
+        say(f, "GPU %d needs %s for %s and has them all", r, all, name);
+    else if (!mine[0])
+        say(f, "GPU %d needs %s for %s, has none of them, gathers %s", r, all, name, from);
+    else
+        say(f, "GPU %d needs %s for %s, has %s, gathers %s", r, all, name, mine, from);
+}
+
+static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
+    char all[200], mine[160];
+    int r = e->rank;
+    if (!report_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all)) {
+        say(f,
+            "GPU %d's gradients of %s are averaged over the %d GPUs of its group; it keeps "
+            "the average of its own %zu",
+            r, name, p->shard_size, frame_cell(f, r, e->unit)->kept);
+        return;
+    }
+    report_unit_symbols(p, e->unit, p->shard_size, r % p->shard_size, "\u2202", mine, sizeof mine);
+    say(f, "%s of %s are averaged over the GPUs; GPU %d keeps %s", all, name, r,
+        mine[0] ? mine : "nothing (its shard is empty)");
+}
+
+static const char *category_phrase(int c) {
+    return c >= 0 && c < MEM_CATEGORY_COUNT ? mem_category_label((MemCategory)c) : "memory";
+}
+
+static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
+    const char *name = e->unit >= 0 && e->unit < p->nunits ? p->units[e->unit].name : "the model";
+    char bytes[32];
+    format_bytes((size_t)e->bytes, bytes, sizeof bytes);
+    int r = e->rank;
+    switch ((EventKind)e->kind) {
+    case EV_ALL_GATHER:
+        narrate_gather(f, p, e, name);
+        return;
+    case EV_REDUCE_SCATTER:
+        narrate_scatter(f, p, e, name);
+        return;
+    case EV_ALL_REDUCE:
+        if (e->unit >= 0)
+            say(f, "GPU %d averages its gradients of %s with every other GPU (all-reduce, %s)", r,
+                name, bytes);
+        else
+            say(f, "GPU %d all-reduces %s with every other GPU (the loss or a norm)", r, bytes);
+        return;
+    case EV_FORWARD:
+        say(f, "GPU %d runs %s's forward", r, name);
+        return;
+    case EV_BACKWARD:
+        say(f, "GPU %d runs %s's backward, computing its gradients", r, name);
+        return;
+    case EV_OPTIMIZER:
+        say(f, "GPU %d steps Adam on the %zu parameters of %s it keeps", r,
+            frame_cell(f, r, e->unit)->kept, name);
+        return;
+    case EV_ALLOC:
+    case EV_FREE:
+        say(f, "GPU %d %s %s of %s for %s", r, e->kind == EV_ALLOC ? "allocates" : "frees", bytes,
+            category_phrase(e->category), name);
+        return;
+    case EV_COPY_H2D:
+    case EV_COPY_D2H:
+        say(f, "GPU %d copies %s of %s %s", r, bytes, name,
+            e->kind == EV_COPY_H2D ? "from host memory (offload)" : "to host memory (offload)");
+        return;
+    default:
+        say(f, "GPU %d: %s of %s", r, event_kind_name((EventKind)e->kind), name);
+    }
+}
+
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     if (f->nranks != p->world || f->nunits != p->nunits)
         return err_set(err, ERR_INTERNAL, "frame sized for another plan");
@@ -89,5 +205,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
             c->gathered = c->gathered > 0;
             c->grads_full = c->grads_full > 0;
         }
+    f->narration[0] = 0;
+    if (f->event) narrate(f, p, f->event);
     return 0;
 }

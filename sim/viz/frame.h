@@ -22,9 +22,10 @@ typedef struct Frame {
     size_t index, count;     /* the current event and how many the trace has */
     const TraceEvent *event; /* the current event (NULL for an empty trace) */
     int nranks, nunits;
-    FrameCell *cells; /* [nranks * nunits], rank-major */
-    size_t *mem;      /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
-    size_t *peak;     /* [nranks] the largest total so far */
+    FrameCell *cells;    /* [nranks * nunits], rank-major */
+    size_t *mem;         /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
+    size_t *peak;        /* [nranks] the largest total so far */
+    char narration[512]; /* one plain sentence about the current event */
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */
