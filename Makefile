@@ -27,7 +27,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run test test-asan bench bench-vs-torch deps clean format cuda-note
+.PHONY: all run viz test test-asan bench bench-vs-torch deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -49,6 +49,10 @@ $(TEST_BIN): $(LIB_OBJS) $(TEST_OBJS)
 
 deps:
 	@bash .ci/deps.sh
+
+# The workshop walkthrough: the toy's one training step, event by event.
+viz: deps $(BIN)
+	./$(BIN) viz --model toy --ranks 3 --strategy zero3
 
 # The main job: vit-tiny on FashionMNIST, FSDP (zero3) on 4 simulated ranks, one epoch.
 run: deps $(BIN)

@@ -16,12 +16,15 @@
 #include "core/weights.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
+#include "sim/viz/frame.h"
+#include "sim/viz/plain.h"
 
 static void usage(FILE *f) {
     fputs("usage: ./fsdp <command> [flags]\n"
           "\n"
           "commands\n"
           "  train     train a model with FSDP on a simulated cluster (./fsdp train --help)\n"
+          "  viz       step through one training step event by event (./fsdp viz --help)\n"
           "  help      this text\n"
           "\n"
           "example: ./fsdp train --model toy --ranks 3 --strategy zero3 --steps 200\n",
@@ -271,6 +274,129 @@ static void train_cleanup(TrainRun *t) {
     free(t->init);
 }
 
+/* ---------------------------------------------------------------- fsdp viz */
+
+static void viz_help(FILE *f) {
+    fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
+          "\n"
+          "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
+          "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
+          "rank's memory, and one sentence on what happens. Every train flag works (model,\n"
+          "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile).\n"
+          "\n"
+          "  --events A-B    only events A to B (1-based, inclusive); --events A for one\n"
+          "  --plain         text frames (the only view so far; the full-screen terminal viewer\n"
+          "                  is still to come)\n"
+          "\n"
+          "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
+          f);
+}
+
+/* "A-B" or "A", 1-based and inclusive. */
+static int parse_events(const char *v, size_t *first, size_t *last, Err *err) {
+    char *end;
+    unsigned long a = strtoul(v, &end, 10), b = a;
+    if (end != v && *end == '-') {
+        const char *rest = end + 1;
+        b = strtoul(rest, &end, 10);
+        if (end == rest) a = 0;
+    }
+    if (end == v || *end || a < 1 || b < a || v[0] == '-')
+        return err_set(err, ERR_USAGE, "--events must be A-B or A with 1 <= A <= B (got '%s')", v);
+    *first = a;
+    *last = b;
+    return 0;
+}
+
+typedef struct VizArgs {
+    size_t first, last; /* 1-based; last 0: to the end */
+    char **rest;        /* train's flags */
+    int nrest;
+} VizArgs;
+
+/* Takes viz's own flags out; returns 1 for --help. */
+static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
+    v->rest = malloc(((size_t)argc + 1) * sizeof *v->rest);
+    if (!v->rest) return err_set(err, ERR_NOMEM, "out of memory");
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+        if (!strcmp(argv[i], "--plain")) continue;
+        if (!strcmp(argv[i], "--events")) {
+            if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--events needs a value (A-B)");
+            int rc = parse_events(argv[++i], &v->first, &v->last, err);
+            if (rc) return rc;
+            continue;
+        }
+        v->rest[v->nrest++] = argv[i];
+    }
+    return 0;
+}
+
+static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Err *err) {
+    size_t first = v->first ? v->first - 1 : 0;
+    size_t last = v->last && v->last <= trace->n ? v->last : trace->n;
+    if (v->first && first >= trace->n)
+        return err_set(err, ERR_USAGE, "--events starts at %zu but the trace has %zu events",
+                       v->first, trace->n);
+    Frame f;
+    int rc = frame_init(&f, &t->plan, err);
+    for (size_t i = first; !rc && i < last; i++) {
+        rc = frame_at(&f, trace, &t->plan, i, err);
+        if (!rc) plain_render(stdout, &f, &t->plan);
+        if (!rc && i + 1 < last) fputc('\n', stdout);
+    }
+    frame_free(&f);
+    return rc;
+}
+
+static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
+    TrainArgs *a = &t->args;
+    TrainJob job = {.model = &t->model,
+                    .data = &t->data,
+                    .plan = &t->plan,
+                    .cfg = &a->fsdp,
+                    .steps = a->steps,
+                    .memory = t->memory,
+                    .init_params = t->init};
+    ClusterOptions opt = {.ranks = a->ranks,
+                          .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
+                          .profile = t->profile,
+                          .trace = 1};
+    ClusterResult res;
+    int rc = cluster_run(&opt, train_rank, &job, &res, err);
+    if (!rc) rc = train_write_outputs(t, &res, err);
+    if (!rc) rc = viz_print(t, &res.trace, v, err);
+    cluster_result_free(&res);
+    return rc;
+}
+
+static int cmd_viz(int argc, char **argv) {
+    TrainRun t;
+    VizArgs v = {0};
+    memset(&t, 0, sizeof t);
+    train_args_defaults(&t.args);
+    Err err = {0};
+    int rc = viz_args_parse(&v, argc, argv, &err);
+    if (rc == 1) {
+        viz_help(stdout);
+        free(v.rest);
+        return 0;
+    }
+    if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err);
+    if (rc == 1) { /* train's --help cannot reach here: viz took it */
+        rc = 0;
+    }
+    if (!rc && !t.args.steps_given) { /* one step unless asked for more */
+        t.args.epochs = 0;
+        t.args.steps = 1;
+    }
+    if (!rc) rc = train_prepare(&t, &err);
+    if (!rc) rc = viz_execute(&t, &v, &err);
+    train_cleanup(&t);
+    free(v.rest);
+    return rc ? fail(rc, err.msg) : 0;
+}
+
 static int cmd_train(int argc, char **argv) {
     TrainRun t;
     memset(&t, 0, sizeof t);
@@ -306,6 +432,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
+    if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
     fprintf(stderr, "fsdp: unknown command '%s' (see ./fsdp --help)\n", cmd);
     return 2;
 }

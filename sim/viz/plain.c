@@ -1,0 +1,85 @@
+#include "plain.h"
+
+#include <string.h>
+
+#include "../../core/report.h"
+
+static void pad(FILE *out, const char *s, size_t width) {
+    fputs(s, out);
+    for (size_t w = report_display_width(s); w < width; w++) fputc(' ', out);
+}
+
+/* What a rank holds of a unit: its shard (symbols or a count), "+ all" while the unit is
+ * gathered, and "+ ∂all" while its unsharded gradients exist. */
+static void cell_state(const Plan *p, int r, int u, FrameCell c, char *buf, size_t n) {
+    int S = p->params_sharded ? p->shard_size : 1;
+    int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
+    char mine[160];
+    if (!report_unit_symbols(p, u, S, sr, "", mine, sizeof mine))
+        snprintf(mine, sizeof mine, "%zu", c.kept);
+    else if (!mine[0])
+        snprintf(mine, sizeof mine, "-");
+    snprintf(buf, n, "%s%s%s", mine, c.gathered ? " +all" : "", c.grads_full ? " +\u2202all" : "");
+}
+
+static void cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
+    cell_state(p, r, u, *frame_cell(f, r, u), buf, n);
+}
+
+/* The widest a cell can get (gathered, with full gradients), so columns stay put from one
+ * frame to the next. */
+static size_t widest_cell(const Frame *f, const Plan *p) {
+    char text[200];
+    size_t width = 4;
+    for (int u = 0; u < p->nunits; u++) {
+        size_t w = report_display_width(p->units[u].name);
+        if (w > width) width = w;
+        for (int r = 0; r < f->nranks; r++) {
+            FrameCell full = *frame_cell(f, r, u);
+            full.gathered = full.grads_full = 1;
+            cell_state(p, r, u, full, text, sizeof text);
+            if (report_display_width(text) > width) width = report_display_width(text);
+        }
+    }
+    return width;
+}
+
+static void header(FILE *out, const Frame *f, const Plan *p) {
+    const TraceEvent *e = f->event;
+    fprintf(out, "-- event %zu of %zu | step %d | %s | GPU %d | %s", f->index + 1, f->count,
+            e->step + 1, phase_name((Phase)e->phase), e->rank, event_kind_name((EventKind)e->kind));
+    if (e->unit >= 0 && e->unit < p->nunits) fprintf(out, " %s", p->units[e->unit].name);
+    fprintf(out, " --\n");
+}
+
+static void grid(FILE *out, const Frame *f, const Plan *p) {
+    enum { CELL = 200 };
+    char text[CELL];
+    size_t width = widest_cell(f, p);
+    fprintf(out, "         ");
+    for (int u = 0; u < p->nunits; u++) pad(out, p->units[u].name, width + 2);
+    fprintf(out, "memory\n");
+    for (int r = 0; r < f->nranks; r++) {
+        char label[16], total[32], peak[32];
+        snprintf(label, sizeof label, "GPU %d", r);
+        fprintf(out, "  %-7s", label);
+        for (int u = 0; u < p->nunits; u++) {
+            cell_text(f, p, r, u, text, CELL);
+            pad(out, text, width + 2);
+        }
+        size_t sum = 0;
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_mem(f, r, (MemCategory)c);
+        fprintf(out, "%s (peak %s)\n", format_bytes(sum, total, sizeof total),
+                format_bytes(f->peak[r], peak, sizeof peak));
+    }
+}
+
+void plain_render(FILE *out, const Frame *f, const Plan *p) {
+    if (!f->event) {
+        fprintf(out, "(the trace is empty)\n");
+        return;
+    }
+    header(out, f, p);
+    fprintf(out, "%s\n", f->narration);
+    grid(out, f, p);
+}
