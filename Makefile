@@ -5,7 +5,7 @@
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -MMD -MP
-LDLIBS  += -lopenblas -lz -lcjson -lm -pthread
+LDLIBS  += -lopenblas -lz -lcjson -lncursesw -lm -pthread
 
 BUILD := build
 ifeq ($(SANITIZE),1)

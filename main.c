@@ -18,6 +18,7 @@
 #include "sim/cost.h"
 #include "sim/viz/frame.h"
 #include "sim/viz/plain.h"
+#include "sim/viz/tui.h"
 
 static void usage(FILE *f) {
     fputs("usage: ./fsdp <command> [flags]\n"
@@ -284,9 +285,13 @@ static void viz_help(FILE *f) {
           "rank's memory, and one sentence on what happens. Every train flag works (model,\n"
           "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile).\n"
           "\n"
-          "  --events A-B    only events A to B (1-based, inclusive); --events A for one\n"
-          "  --plain         text frames (the only view so far; the full-screen terminal viewer\n"
-          "                  is still to come)\n"
+          "  --events A-B    text frames of events A to B (1-based, inclusive); A for one\n"
+          "  --plain         text frames even on a terminal (they are the default when stdout\n"
+          "                  is not one)\n"
+          "\n"
+          "On a terminal the full-screen viewer opens: n/space/right next, p/left previous,\n"
+          "f/b next forward/backward event, g go to event, r play/pause, +/- speed, h help,\n"
+          "q quit. NO_COLOR=1 turns colour off.\n"
           "\n"
           "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
           f);
@@ -310,6 +315,7 @@ static int parse_events(const char *v, size_t *first, size_t *last, Err *err) {
 
 typedef struct VizArgs {
     size_t first, last; /* 1-based; last 0: to the end */
+    int plain;          /* text frames even on a terminal */
     char **rest;        /* train's flags */
     int nrest;
 } VizArgs;
@@ -320,7 +326,10 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
     if (!v->rest) return err_set(err, ERR_NOMEM, "out of memory");
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-        if (!strcmp(argv[i], "--plain")) continue;
+        if (!strcmp(argv[i], "--plain")) {
+            v->plain = 1;
+            continue;
+        }
         if (!strcmp(argv[i], "--events")) {
             if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--events needs a value (A-B)");
             int rc = parse_events(argv[++i], &v->first, &v->last, err);
@@ -365,7 +374,9 @@ static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
     ClusterResult res;
     int rc = cluster_run(&opt, train_rank, &job, &res, err);
     if (!rc) rc = train_write_outputs(t, &res, err);
-    if (!rc) rc = viz_print(t, &res.trace, v, err);
+    /* the viewer on a terminal; text frames when piped, asked for, or a range was given */
+    int viewer = !v->plain && !v->first && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
+    if (!rc) rc = viewer ? tui_run(&res.trace, &t->plan, err) : viz_print(t, &res.trace, v, err);
     cluster_result_free(&res);
     return rc;
 }

@@ -22,13 +22,13 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, char *buf, size
     snprintf(buf, n, "%s%s%s", mine, c.gathered ? " +all" : "", c.grads_full ? " +\u2202all" : "");
 }
 
-static void cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
+void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
     cell_state(p, r, u, *frame_cell(f, r, u), buf, n);
 }
 
 /* The widest a cell can get (gathered, with full gradients), so columns stay put from one
  * frame to the next. */
-static size_t widest_cell(const Frame *f, const Plan *p) {
+size_t plain_cell_width(const Frame *f, const Plan *p) {
     char text[200];
     size_t width = 4;
     for (int u = 0; u < p->nunits; u++) {
@@ -55,7 +55,7 @@ static void header(FILE *out, const Frame *f, const Plan *p) {
 static void grid(FILE *out, const Frame *f, const Plan *p) {
     enum { CELL = 200 };
     char text[CELL];
-    size_t width = widest_cell(f, p);
+    size_t width = plain_cell_width(f, p);
     fprintf(out, "         ");
     for (int u = 0; u < p->nunits; u++) pad(out, p->units[u].name, width + 2);
     fprintf(out, "memory\n");
@@ -64,7 +64,7 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
         snprintf(label, sizeof label, "GPU %d", r);
         fprintf(out, "  %-7s", label);
         for (int u = 0; u < p->nunits; u++) {
-            cell_text(f, p, r, u, text, CELL);
+            plain_cell_text(f, p, r, u, text, CELL);
             pad(out, text, width + 2);
         }
         size_t sum = 0;
