@@ -78,15 +78,18 @@ static int compare_ints(long a, long b) {
     return (a > b) - (a < b);
 }
 
-/* (start, rank, seq) is unique per event, so the merged order does not depend on qsort's
- * (unstable) algorithm: the same run always gives the same trace. */
+/* (start, seq, rank) is unique per event, so the merged order does not depend on qsort's
+ * (unstable) algorithm: the same run always gives the same trace. Within one modelled
+ * instant the ranks take turns, event k of every rank before event k + 1 of any: the ranks
+ * run the same program, so a step through the trace sees all of them do each thing together
+ * rather than one rank's whole start before the next rank's. */
 static int compare_events(const void *pa, const void *pb) {
     const TraceEvent *a = pa, *b = pb;
     int c = compare_times(a->start, b->start);
     if (c) return c;
-    c = compare_ints(a->rank, b->rank);
+    c = compare_ints(a->seq, b->seq);
     if (c) return c;
-    return compare_ints(a->seq, b->seq);
+    return compare_ints(a->rank, b->rank);
 }
 
 static int count_events(const TraceBuf *bufs, int nranks, size_t *total, Err *err) {

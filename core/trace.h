@@ -70,7 +70,8 @@ typedef struct Trace {
 const char *event_kind_name(EventKind k); /* "alloc", "all_gather", ... */
 const char *phase_name(Phase p);          /* "forward", ... */
 
-/* Merges per-rank buffers into one list ordered by (start, rank, seq). */
+/* Merges per-rank buffers into one list ordered by (start, seq, rank): at equal times the
+ * ranks take turns, event by event. */
 int trace_merge(Trace *out, const TraceBuf *bufs, int nranks, Err *err);
 void trace_free(Trace *t);
 

@@ -89,7 +89,7 @@ static void fill(TraceBuf *b, int rank, const double *starts, int n) {
         cr_assert_eq(tracebuf_append(b, span(EV_FORWARD, starts[i], starts[i] + 1, i, 0)), 0);
 }
 
-Test(trace, merge_orders_by_start_rank_seq) {
+Test(trace, merge_orders_by_start_seq_rank) {
     /* Interleaved times, out-of-order starts within a rank (overlapping streams) and ties
      * both across ranks and within one rank. */
     const double r0[] = {0.0, 1.0, 1.0, 3.0};
@@ -104,13 +104,13 @@ Test(trace, merge_orders_by_start_rank_seq) {
     cr_assert_eq(trace_merge(&t, bufs, 3, &err), 0, "%s", err.msg);
     cr_assert_eq(t.nranks, 3);
     cr_assert_eq(t.n, (size_t)10);
-    /* expected (start, rank, seq) */
+    /* expected (start, rank, seq): at 1.0 the ranks take turns by seq */
     const struct {
         double start;
         int rank;
         long seq;
-    } want[] = {{0.0, 0, 0}, {0.0, 2, 2}, {0.5, 1, 1}, {1.0, 0, 1}, {1.0, 0, 2},
-                {1.0, 1, 0}, {1.0, 1, 2}, {1.0, 2, 0}, {2.0, 2, 1}, {3.0, 0, 3}};
+    } want[] = {{0.0, 0, 0}, {0.0, 2, 2}, {0.5, 1, 1}, {1.0, 1, 0}, {1.0, 2, 0},
+                {1.0, 0, 1}, {1.0, 0, 2}, {1.0, 1, 2}, {2.0, 2, 1}, {3.0, 0, 3}};
     for (size_t i = 0; i < t.n; i++) {
         cr_assert_float_eq(t.ev[i].start, want[i].start, 1e-12, "event %zu", i);
         cr_assert_eq(t.ev[i].rank, want[i].rank, "event %zu", i);

@@ -45,14 +45,14 @@ static void expect_golden(const char *args, const char *golden) {
 }
 
 Test(viz, plain_frames_match_the_golden_files) {
-    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 19-23",
-                  "tests/golden/viz_toy_zero3_19-23.txt");
-    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 204-206",
-                  "tests/golden/viz_toy_zero3_204-206.txt");
-    expect_golden("viz --model toy --ranks 3 --strategy zero2 --events 19-23",
-                  "tests/golden/viz_toy_zero2_19-23.txt");
-    expect_golden("viz --model toy --ranks 3 --strategy ddp --events 83-85",
-                  "tests/golden/viz_toy_ddp_83-85.txt");
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 55-59",
+                  "tests/golden/viz_toy_zero3_55-59.txt");
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 214-216",
+                  "tests/golden/viz_toy_zero3_214-216.txt");
+    expect_golden("viz --model toy --ranks 3 --strategy zero2 --events 55-59",
+                  "tests/golden/viz_toy_zero2_55-59.txt");
+    expect_golden("viz --model toy --ranks 3 --strategy ddp --events 91-93",
+                  "tests/golden/viz_toy_ddp_91-93.txt");
 }
 
 Test(viz, bad_events_exit_2_with_one_line) {
