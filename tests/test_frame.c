@@ -112,8 +112,14 @@ Test(frame, narration_names_who_sends_what) {
     cr_expect_str_eq(
         f.narration,
         "GPU 0 needs a₀ a₁ a₂ for La, has a₀, gathers a₁ from GPU 1 and a₂ from GPU 2");
+    cr_expect_str_eq(f.flow, "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2 -> every GPU has "
+                             "a₀ a₁ a₂");
     frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 2, 2, PHASE_BACKWARD));
     cr_expect_str_eq(f.narration, "∂c₀ ∂c₁ ∂c₂ of Lc are averaged over the GPUs; GPU 2 keeps ∂c₂");
+    cr_expect_str_eq(f.flow, "∂c₀ ∂c₁ ∂c₂ summed over GPUs 0-2 and averaged; GPU 0 keeps ∂c₀, "
+                             "GPU 1 ∂c₁, GPU 2 ∂c₂");
+    frame_of(&f, &run, find(&run.trace, EV_FORWARD, 1, 1, PHASE_FORWARD));
+    cr_expect_str_eq(f.flow, "", "compute is not a collective");
     frame_free(&f);
     toy_run_free(&run);
     /* at 4 ranks GPU 3's shards are empty: it receives everything and keeps nothing */
@@ -122,6 +128,10 @@ Test(frame, narration_names_who_sends_what) {
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 3, 1, PHASE_FORWARD));
     cr_expect_str_eq(f.narration, "GPU 3 needs b₀ b₁ b₂ for Lb, has none of them, gathers b₀ "
                                   "from GPU 0, b₁ from GPU 1 and b₂ from GPU 2");
+    cr_expect_str_eq(f.flow,
+                     "b₀ from GPU 0, b₁ from GPU 1 and b₂ from GPU 2 -> every GPU has "
+                     "b₀ b₁ b₂",
+                     "GPU 3 sends nothing: its shard is empty");
     frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 3, 0, PHASE_BACKWARD));
     cr_expect_str_eq(f.narration,
                      "∂a₀ ∂a₁ ∂a₂ of La are averaged over the GPUs; GPU 3 keeps nothing (its "

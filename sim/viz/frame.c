@@ -133,6 +133,81 @@ static const char *category_phrase(int c) {
     return c >= 0 && c < MEM_CATEGORY_COUNT ? mem_category_label((MemCategory)c) : "memory";
 }
 
+/* Appends to f->flow; cut at the buffer's end. */
+__attribute__((format(printf, 2, 3))) static void flow_add(Frame *f, const char *fmt, ...) {
+    size_t at = strlen(f->flow);
+    if (at + 1 >= sizeof f->flow) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->flow + at, sizeof f->flow - at, fmt, ap);
+    va_end(ap);
+}
+
+/* The group of the rank's collective: the shard group for sharded units, else the world. */
+static void group_of(const Plan *p, const TraceEvent *e, int *first, int *size) {
+    int S = e->kind == EV_ALL_REDUCE ? p->world : p->shard_size;
+    *size = S;
+    *first = e->rank - e->rank % S;
+}
+
+/* "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2 -> every GPU has a₀ a₁ a₂" */
+static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
+    int first, S;
+    group_of(p, e, &first, &S);
+    char all[200], part[96];
+    if (!report_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
+        flow_add(f,
+                 "each of GPUs %d-%d sends its shard of %s to the others -> each holds all %zu "
+                 "parameters",
+                 first, first + S - 1, p->units[e->unit].name, p->units[e->unit].numel);
+        return;
+    }
+    int senders = 0;
+    for (int q = 0; q < S; q++) {
+        report_unit_symbols(p, e->unit, S, q, "", part, sizeof part);
+        if (part[0]) senders++;
+    }
+    for (int q = 0, n = 0; q < S; q++) {
+        report_unit_symbols(p, e->unit, S, q, "", part, sizeof part);
+        if (!part[0]) continue;
+        n++;
+        flow_add(f, "%s%s from GPU %d",
+                 n == 1         ? ""
+                 : n == senders ? " and "
+                                : ", ",
+                 part, first + q);
+    }
+    flow_add(f, " -> every GPU has %s", all);
+}
+
+/* "∂c₀ ∂c₁ ∂c₂ summed over GPUs 0-2 and averaged; GPU 0 keeps ∂c₀, GPU 1 ∂c₁, GPU 2 ∂c₂" */
+static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
+    int first, S;
+    group_of(p, e, &first, &S);
+    char all[240], part[96];
+    const char *name = p->units[e->unit].name;
+    if (!report_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all))
+        snprintf(all, sizeof all, "the gradients of %s", name);
+    flow_add(f, "%s summed over GPUs %d-%d and averaged; ", all, first, first + S - 1);
+    if (e->kind == EV_ALL_REDUCE) {
+        flow_add(f, "every GPU keeps all of them");
+        return;
+    }
+    for (int q = 0, n = 0; q < S; q++) {
+        if (!report_unit_symbols(p, e->unit, S, q, "\u2202", part, sizeof part))
+            snprintf(part, sizeof part, "its share");
+        if (!part[0]) continue;
+        flow_add(f, n++ ? ", GPU %d %s" : "GPU %d keeps %s", first + q, part);
+    }
+}
+
+static void describe_flow(Frame *f, const Plan *p, const TraceEvent *e) {
+    f->flow[0] = 0;
+    if (e->unit < 0 || e->unit >= p->nunits) return;
+    if (e->kind == EV_ALL_GATHER) flow_gather(f, p, e);
+    if (e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE) flow_reduce(f, p, e);
+}
+
 static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
     const char *name = e->unit >= 0 && e->unit < p->nunits ? p->units[e->unit].name : "the model";
     char bytes[32];
@@ -206,6 +281,10 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
             c->grads_full = c->grads_full > 0;
         }
     f->narration[0] = 0;
-    if (f->event) narrate(f, p, f->event);
+    f->flow[0] = 0;
+    if (f->event) {
+        narrate(f, p, f->event);
+        describe_flow(f, p, f->event);
+    }
     return 0;
 }

@@ -26,6 +26,7 @@ typedef struct Frame {
     size_t *mem;         /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
     size_t *peak;        /* [nranks] the largest total so far */
     char narration[512]; /* one plain sentence about the current event */
+    char flow[512];      /* a collective as the whole group sees it ("" for other events) */
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */

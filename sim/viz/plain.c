@@ -81,5 +81,6 @@ void plain_render(FILE *out, const Frame *f, const Plan *p) {
     }
     header(out, f, p);
     fprintf(out, "%s\n", f->narration);
+    if (f->flow[0]) fprintf(out, "collective: %s\n", f->flow);
     grid(out, f, p);
 }

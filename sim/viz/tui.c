@@ -129,7 +129,13 @@ static void draw(Viewer *v, Err *err) {
     if (v->help) {
         draw_help();
     } else {
-        int y = 2 + wrapped(2, v->f.narration, 3) + 1;
+        int y = 2 + wrapped(2, v->f.narration, 3);
+        if (v->f.flow[0]) {
+            attron(A_BOLD);
+            y += wrapped(y, v->f.flow, 2);
+            attroff(A_BOLD);
+        }
+        y++;
         draw_grid(v, y);
         draw_memory(v, y + v->f.nranks + 2);
     }
