@@ -48,6 +48,7 @@ Test(tui, keys_move_through_the_frames, .timeout = 60) {
     cr_assert_eq(sh(cmd), 0);
     cr_expect(shows("event 1/339"));
     cr_expect(shows("GPU 0 allocates 4 B of param shard for La"));
+    cr_expect(shows("|DDP"), "the memory legend with the DDP marker");
     keys("n n n");
     cr_expect(shows("event 4/339"));
     keys("p");

@@ -82,19 +82,34 @@ static void draw_grid(Viewer *v, int y) {
     }
 }
 
-/* One bar per rank: its bytes in use against the largest peak of the whole run. */
+/* One letter per memory category in the stacked bars, in MemCategory order. */
+static const char bar_letter[MEM_CATEGORY_COUNT] = {'P', 'U', 'G', 'g', 'O', 'A', 'C', 'H'};
+
+/* What one rank would hold at rest under DDP: every parameter, its gradient and Adam's two
+ * moments, in fp32. */
+static size_t ddp_bytes(const Plan *p) {
+    return p->model->total_numel * 4 * sizeof(float);
+}
+
+/* One bar per rank, stacked by category (a letter each), on a scale that fits the run's
+ * largest peak and the DDP figure, which a '|' marks. */
 static void draw_memory(Viewer *v, int y) {
-    size_t top = v->top ? v->top : 1;
-    int bar = COLS - 40 > 10 ? COLS - 40 : 10;
-    put(y, 1, "memory");
+    size_t ddp = ddp_bytes(v->p), top = v->top > ddp ? v->top : ddp;
+    int bar = COLS - 36 > 10 ? COLS - 36 : 10;
+    int mark = (int)((double)bar * (double)ddp / (double)(top ? top : 1));
+    put(y, 1, "memory: P shard U gathered G grad g full grad O optim A act C comm H host |DDP");
     for (int r = 0; r < v->f.nranks && y + 1 + r < LINES - 1; r++) {
-        size_t used = 0;
+        char line[600], a[32], b[32];
+        int at = snprintf(line, sizeof line, " GPU %-2d [", r), filled = 0;
+        size_t used = 0, below = 0;
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++) used += frame_mem(&v->f, r, (MemCategory)c);
-        int fill = (int)((double)bar * (double)used / (double)top);
-        char line[512], a[32], b[32];
-        int at = snprintf(line, sizeof line, " GPU %-2d [", r);
-        for (int i = 0; i < bar && at < (int)sizeof line - 64; i++)
-            line[at++] = i < fill ? '#' : '.';
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+            below += frame_mem(&v->f, r, (MemCategory)c);
+            int upto = (int)((double)bar * (double)below / (double)(top ? top : 1));
+            for (; filled < upto && filled < bar; filled++) line[at++] = bar_letter[c];
+        }
+        for (; filled < bar; filled++) line[at++] = '.';
+        if (mark >= 0 && mark < bar) line[10 + mark] = '|'; /* " GPU nn  [" is 10 wide */
         snprintf(line + at, sizeof line - (size_t)at, "] %s (peak %s)",
                  format_bytes(used, a, sizeof a), format_bytes(v->f.peak[r], b, sizeof b));
         put(y + 1 + r, 0, line);
