@@ -8,10 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char *bin(void) {
-    const char *b = getenv("FSDP_BIN");
-    return b ? b : "./fsdp";
-}
+#include "util.h"
 
 /* Runs `fsdp ARGS`, returns the exit status and stderr's text. */
 static int run_fsdp(const char *args, char *err_text, size_t n) {
@@ -19,7 +16,7 @@ static int run_fsdp(const char *args, char *err_text, size_t n) {
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     close(fd);
-    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s", bin(), args, path);
+    snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s", fsdp_bin(), args, path);
     int status = system(cmd);
     FILE *f = fopen(path, "r");
     size_t got = f ? fread(err_text, 1, n - 1, f) : 0;
@@ -114,17 +111,10 @@ Test(cli, dump_params_writes_every_element) {
 
 /* Runs `fsdp ARGS` and returns its stdout (caller frees). */
 static char *stdout_of(const char *args) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s 2>/dev/null", bin(), args);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    cr_assert(buf);
-    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;) n += got;
-    buf[n] = 0;
-    cr_expect_eq(pclose(p), 0, "`fsdp %s` failed", args);
-    return buf;
+    int status;
+    char *out = fsdp_output(args, "2>/dev/null", &status);
+    cr_expect_eq(status, 0, "`fsdp %s` failed", args);
+    return out;
 }
 
 Test(cli, print_plan_shows_the_workshop_table) {

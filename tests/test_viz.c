@@ -7,24 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static const char *bin(void) {
-    const char *b = getenv("FSDP_BIN");
-    return b ? b : "./fsdp";
-}
-
-/* Output of `fsdp ARGS` (caller frees) and its exit status. */
-static char *run(const char *args, int *status) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin(), args);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;) n += got;
-    buf[n] = 0;
-    *status = pclose(p);
-    return buf;
-}
+#include "util.h"
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "r");
@@ -38,7 +21,7 @@ static char *slurp(const char *path) {
 
 static void expect_golden(const char *args, const char *golden) {
     int status;
-    char *out = run(args, &status);
+    char *out = fsdp_output(args, "2>&1", &status);
     cr_expect_eq(status, 0, "fsdp %s failed: %s", args, out);
     cr_expect_str_eq(out, slurp(golden), "fsdp %s differs from %s", args, golden);
     free(out);
@@ -60,7 +43,7 @@ Test(viz, bad_events_exit_2_with_one_line) {
                          "viz --events",   "viz --events 100000", "viz --strategy zro3"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int status;
-        char *out = run(bad[i], &status);
+        char *out = fsdp_output(bad[i], "2>&1", &status);
         cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "`fsdp %s` exited %d", bad[i],
                   status);
         int lines = 0;

@@ -2,6 +2,8 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/toy.h"
@@ -64,4 +66,23 @@ double rel_l2(const float *a, const float *b, size_t n) {
         den += (double)b[i] * b[i];
     }
     return sqrt(num) / sqrt(den);
+}
+
+const char *fsdp_bin(void) {
+    const char *b = getenv("FSDP_BIN");
+    return b ? b : "./fsdp";
+}
+
+char *fsdp_output(const char *args, const char *redirect, int *status) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s %s %s", fsdp_bin(), args, redirect);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    cr_assert(buf);
+    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;) n += got;
+    buf[n] = 0;
+    *status = pclose(p);
+    return buf;
 }

@@ -22,4 +22,10 @@ void toy_run_free(ToyRun *r);
 double rel_l2(const float *a, const float *b, size_t n);
 FsdpConfig toy_config(Strategy s, int batch);
 
+/* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
+const char *fsdp_bin(void);
+/* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and
+ * returns what it printed (caller frees); *status is pclose's status. */
+char *fsdp_output(const char *args, const char *redirect, int *status);
+
 #endif
