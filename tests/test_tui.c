@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util.h"
+
 #define SESSION "fsdp_tui_test"
 
 static int sh(const char *cmd) {
@@ -40,7 +42,7 @@ static void keys(const char *k) {
 
 Test(tui, keys_move_through_the_frames, .timeout = 60) {
     if (sh("command -v tmux >/dev/null 2>&1") != 0) cr_skip_test("tmux is not installed");
-    const char *bin = getenv("FSDP_BIN") ? getenv("FSDP_BIN") : "./fsdp";
+    const char *bin = fsdp_bin();
     char cmd[512];
     sh("tmux kill-session -t " SESSION " 2>/dev/null");
     snprintf(cmd, sizeof cmd,
