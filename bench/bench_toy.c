@@ -5,22 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../core/toy.h"
 #include "../core/train.h"
 #include "../sim/cluster.h"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 static double steps_per_second(const ModelDesc *m, const Dataset *d, const Plan *p,
                                const FsdpConfig *c, int ranks, long steps) {

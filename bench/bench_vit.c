@@ -6,33 +6,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../core/mnist.h"
 #include "../core/train.h"
 #include "../core/vit.h"
 #include "../sim/cluster.h"
+#include "bench_util.h"
 
 typedef struct Timing {
     long warmup;
     double start, end; /* wall clock of the steps after the warm-up */
 } Timing;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 static void on_step(void *user, const StepReport *r) {
     Timing *t = user;
     if (r->step == t->warmup) t->start = now_s();
     t->end = now_s();
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 static double images_per_s(const ModelDesc *m, const Dataset *d, int ranks, int batch, long steps,
