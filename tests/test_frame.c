@@ -3,6 +3,7 @@
  * until backward) and DDP (never gathered), and memory replayed from the trace against the
  * accounting the ranks reported. */
 #include <criterion/criterion.h>
+#include <string.h>
 
 #include "../sim/viz/frame.h"
 #include "util.h"
@@ -136,6 +137,29 @@ Test(frame, narration_names_who_sends_what) {
     cr_expect_str_eq(f.narration,
                      "∂a₀ ∂a₁ ∂a₂ of La are averaged over the GPUs; GPU 3 keeps nothing (its "
                      "shard is empty)");
+    frame_free(&f);
+    toy_run_free(&run);
+}
+
+/* The step's timeline: the current all-gather sits on the comm row under the cursor, compute
+ * runs elsewhere, and only offload puts copies on the copy stream. */
+Test(frame, timeline_marks_streams_and_the_current_event) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    c.offload = OFFLOAD_CPU;
+    ToyRun run;
+    toy_train(&run, &c, 3, 1, 1);
+    Frame f;
+    Err err = {0};
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 1, 1, PHASE_FORWARD));
+    const char *comm = f.timeline[1 * STREAM_COUNT + STREAM_COMM];
+    const char *compute = f.timeline[1 * STREAM_COUNT + STREAM_COMPUTE];
+    const char *copy = f.timeline[1 * STREAM_COUNT + STREAM_COPY];
+    cr_expect_eq(comm[f.cursor], '=', "the gather is on the comm stream: %s", comm);
+    cr_expect_neq(strchr(compute, '#'), NULL, "%s", compute);
+    cr_expect_neq(strchr(copy, '~'), NULL, "offload copies shards to and from the host: %s", copy);
+    cr_expect_eq(strlen(comm), FRAME_TIMELINE_COLS);
+    cr_expect_gt(f.step_end, f.step_start);
     frame_free(&f);
     toy_run_free(&run);
 }

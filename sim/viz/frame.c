@@ -14,7 +14,8 @@ int frame_init(Frame *f, const Plan *p, Err *err) {
     f->cells = calloc((size_t)p->world * (size_t)p->nunits + 1, sizeof *f->cells);
     f->mem = calloc((size_t)p->world * MEM_CATEGORY_COUNT, sizeof *f->mem);
     f->peak = calloc((size_t)p->world, sizeof *f->peak);
-    if (!f->cells || !f->mem || !f->peak) {
+    f->timeline = calloc((size_t)p->world * STREAM_COUNT, sizeof *f->timeline);
+    if (!f->cells || !f->mem || !f->peak || !f->timeline) {
         frame_free(f);
         return err_set(err, ERR_NOMEM, "out of memory for a frame of %d ranks", p->world);
     }
@@ -25,6 +26,7 @@ void frame_free(Frame *f) {
     free(f->cells);
     free(f->mem);
     free(f->peak);
+    free(f->timeline);
     memset(f, 0, sizeof *f);
 }
 
@@ -252,6 +254,47 @@ static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
     }
 }
 
+/* ---------------------------------------------------------------- timeline */
+
+static int is_span(const TraceEvent *e) {
+    return e->kind != EV_ALLOC && e->kind != EV_FREE && e->end > e->start;
+}
+
+static char stream_mark(int stream) {
+    return stream == STREAM_COMM ? '=' : stream == STREAM_COPY ? '~' : '#';
+}
+
+/* Paints every span of the current event's step onto its rank's stream row. */
+static void draw_timeline(Frame *f, const Trace *t) {
+    int step = f->event->step;
+    double lo = 0.0, hi = 0.0;
+    int any = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->step != step || !is_span(e)) continue;
+        if (!any || e->start < lo) lo = e->start;
+        if (!any || e->end > hi) hi = e->end;
+        any = 1;
+    }
+    for (int r = 0; r < f->nranks * STREAM_COUNT; r++) {
+        memset(f->timeline[r], '.', FRAME_TIMELINE_COLS);
+        f->timeline[r][FRAME_TIMELINE_COLS] = 0;
+    }
+    f->step_start = lo;
+    f->step_end = hi;
+    double width = hi > lo ? (hi - lo) / FRAME_TIMELINE_COLS : 1.0;
+    for (size_t i = 0; any && i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->step != step || !is_span(e) || e->stream < 0 || e->stream >= STREAM_COUNT) continue;
+        int a = (int)((e->start - lo) / width), b = (int)((e->end - lo) / width);
+        if (b == a) b = a + 1;
+        for (int c = a; c < b && c < FRAME_TIMELINE_COLS; c++)
+            f->timeline[e->rank * STREAM_COUNT + e->stream][c] = stream_mark(e->stream);
+    }
+    int cursor = (int)((f->event->start - lo) / width);
+    f->cursor = cursor < 0 ? 0 : cursor >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS - 1 : cursor;
+}
+
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     if (f->nranks != p->world || f->nunits != p->nunits)
         return err_set(err, ERR_INTERNAL, "frame sized for another plan");
@@ -285,6 +328,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     if (f->event) {
         narrate(f, p, f->event);
         describe_flow(f, p, f->event);
+        draw_timeline(f, t);
     }
     return 0;
 }

@@ -18,6 +18,9 @@ typedef struct FrameCell {
     int grads_full; /* the unit's unsharded gradients are allocated on this rank */
 } FrameCell;
 
+/* Columns of the timeline: the current step's modelled time, left to right. */
+#define FRAME_TIMELINE_COLS 48
+
 typedef struct Frame {
     size_t index, count;     /* the current event and how many the trace has */
     const TraceEvent *event; /* the current event (NULL for an empty trace) */
@@ -27,6 +30,12 @@ typedef struct Frame {
     size_t *peak;        /* [nranks] the largest total so far */
     char narration[512]; /* one plain sentence about the current event */
     char flow[512];      /* a collective as the whole group sees it ("" for other events) */
+    /* The current step on each rank's streams: timeline[(rank * STREAM_COUNT + stream)] is a
+     * row of FRAME_TIMELINE_COLS cells, '#' where compute runs, '=' where a collective does,
+     * '~' a host copy, '.' idle; cursor is the column of the current event's start. */
+    char (*timeline)[FRAME_TIMELINE_COLS + 1];
+    int cursor;
+    double step_start, step_end; /* the step's modelled span, seconds */
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */

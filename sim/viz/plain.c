@@ -74,6 +74,22 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
     }
 }
 
+/* The step's streams per rank, with a 'v' over the current event's start. */
+static void timeline(FILE *out, const Frame *f) {
+    fprintf(out, "  timeline of step %d (%.1f us modelled)  # compute  = comm  ~ copy\n",
+            f->event->step + 1, (f->step_end - f->step_start) * 1e6);
+    fprintf(out, "  %-15s %*s\n", "", f->cursor + 1, "v");
+    static const char *const names[STREAM_COUNT] = {"compute", "comm", "copy"};
+    for (int r = 0; r < f->nranks; r++)
+        for (int s = 0; s < STREAM_COUNT; s++) {
+            const char *row = f->timeline[r * STREAM_COUNT + s];
+            if (s == STREAM_COPY && !strpbrk(row, "~")) continue; /* no offload: no copies */
+            char label[24];
+            snprintf(label, sizeof label, s == 0 ? "GPU %d" : "", r);
+            fprintf(out, "  %-7s %-7s %s\n", label, names[s], row);
+        }
+}
+
 void plain_render(FILE *out, const Frame *f, const Plan *p) {
     if (!f->event) {
         fprintf(out, "(the trace is empty)\n");
@@ -83,4 +99,5 @@ void plain_render(FILE *out, const Frame *f, const Plan *p) {
     fprintf(out, "%s\n", f->narration);
     if (f->flow[0]) fprintf(out, "collective: %s\n", f->flow);
     grid(out, f, p);
+    timeline(out, f);
 }

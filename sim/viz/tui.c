@@ -116,6 +116,24 @@ static void draw_memory(Viewer *v, int y) {
     }
 }
 
+/* Each rank's compute and comm streams over the step, a 'v' over the current event, when the
+ * screen has the rows for it (it is the first panel dropped on a small terminal). */
+static void draw_timeline(Viewer *v, int y) {
+    if (y + 1 + 2 * v->f.nranks >= LINES - 1) return;
+    char line[128];
+    put(y, 1, "timeline of the step  # compute  = comm");
+    snprintf(line, sizeof line, "%*s", 16 + v->f.cursor + 1, "v"); /* rows start 16 in */
+    put(y + 1, 0, line);
+    for (int r = 0; r < v->f.nranks; r++) {
+        snprintf(line, sizeof line, " GPU %-2d compute %s", r,
+                 v->f.timeline[r * STREAM_COUNT + STREAM_COMPUTE]);
+        put(y + 2 + 2 * r, 0, line);
+        snprintf(line, sizeof line, "        comm    %s",
+                 v->f.timeline[r * STREAM_COUNT + STREAM_COMM]);
+        put(y + 3 + 2 * r, 0, line);
+    }
+}
+
 static void draw_help(void) {
     static const char *const lines[] = {
         "keys",
@@ -153,6 +171,7 @@ static void draw(Viewer *v, Err *err) {
         y++;
         draw_grid(v, y);
         draw_memory(v, y + v->f.nranks + 2);
+        draw_timeline(v, y + 2 * v->f.nranks + 4);
     }
     attron(A_DIM);
     put(LINES - 1, 0, " n next  p prev  f/b phase  g go  r play  h help  q quit");
