@@ -27,7 +27,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan bench bench-vs-torch deps clean format cuda-note
+.PHONY: all run viz test test-asan bench bench-vs-torch bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -74,6 +74,11 @@ bench-vs-torch: deps $(BUILD)/bench_vit
 	./$(BUILD)/bench_vit --batch 64 --ranks 4
 	/usr/bin/python3 bench/torch_vit_cpu.py --batch 64
 
+# The visualizer at vit-workshop's size: 8 ranks, 100,000 trace events.
+bench-viz: deps $(BUILD)/bench_viz
+	./$(BUILD)/bench_viz
+
+.PRECIOUS: $(BUILD)/bench/%.o
 $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 

@@ -1,0 +1,105 @@
+/* bench_viz: the visualizer's speed where it is heaviest: vit-workshop's plan at 8 ranks
+ * (13 units) and a trace of 100,000 events. A training step of that model is too big to
+ * simulate for a benchmark, so the trace is synthetic but shaped like a real one: per rank
+ * and unit, an alloc of the gathered parameters, an all-gather, a forward span, a backward
+ * span, a reduce-scatter and the frees, with times that advance. Reports the time to open
+ * the trace (merge the ranks' buffers, size a frame, build the first one) and to build and
+ * draw one text frame at random events (median of 200). Targets: open < 1 s, frame < 5 ms. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../core/vit.h"
+#include "../sim/viz/frame.h"
+#include "../sim/viz/plain.h"
+#include "bench_util.h"
+
+enum { RANKS = 8, EVENTS = 100000, SAMPLES = 200 };
+
+static void append(TraceBuf *b, EventKind kind, int unit, int stream, int cat, double t0, double t1,
+                   unsigned long long bytes) {
+    TraceEvent e = {.start = t0,
+                    .end = t1,
+                    .kind = kind,
+                    .unit = unit,
+                    .stream = stream,
+                    .category = cat,
+                    .bytes = bytes};
+    if (tracebuf_append(b, e)) {
+        fprintf(stderr, "bench_viz: out of memory\n");
+        exit(1);
+    }
+}
+
+/* Each rank's events for one pass over every unit: 8 events a unit. */
+static void one_pass(TraceBuf *b, const Plan *p, double *t) {
+    for (int u = 0; u < p->nunits; u++) {
+        unsigned long long bytes = p->units[u].numel * sizeof(float);
+        b->phase = PHASE_FORWARD;
+        append(b, EV_ALLOC, u, STREAM_COMPUTE, MEM_PARAM_UNSHARDED, *t, *t, bytes);
+        append(b, EV_ALL_GATHER, u, STREAM_COMM, -1, *t, *t + 1e-3, bytes);
+        append(b, EV_FORWARD, u, STREAM_COMPUTE, -1, *t + 1e-3, *t + 2e-3, 0);
+        b->phase = PHASE_BACKWARD;
+        append(b, EV_ALLOC, u, STREAM_COMPUTE, MEM_GRAD_UNSHARDED, *t + 2e-3, *t + 2e-3, bytes);
+        append(b, EV_BACKWARD, u, STREAM_COMPUTE, -1, *t + 2e-3, *t + 4e-3, 0);
+        append(b, EV_REDUCE_SCATTER, u, STREAM_COMM, -1, *t + 4e-3, *t + 5e-3, bytes);
+        append(b, EV_FREE, u, STREAM_COMPUTE, MEM_GRAD_UNSHARDED, *t + 5e-3, *t + 5e-3, bytes);
+        append(b, EV_FREE, u, STREAM_COMPUTE, MEM_PARAM_UNSHARDED, *t + 5e-3, *t + 5e-3, bytes);
+        *t += 5e-3;
+    }
+}
+
+int main(void) {
+    VitConfig c;
+    vit_preset("vit-workshop", &c);
+    ModelDesc m;
+    Plan p;
+    Err err = {0};
+    WrapPolicy wrap = {.kind = WRAP_LAYER};
+    if (vit_model_create(&m, &c, &err) || plan_create(&p, &m, wrap, STRAT_ZERO3, RANKS, 1, &err)) {
+        fprintf(stderr, "bench_viz: %s\n", err.msg);
+        return 1;
+    }
+    TraceBuf bufs[RANKS];
+    int passes = EVENTS / (RANKS * 8 * p.nunits) + 1;
+    for (int r = 0; r < RANKS; r++) {
+        tracebuf_init(&bufs[r], r, 1);
+        double t = 0.0;
+        for (int k = 0; k < passes; k++) {
+            bufs[r].step = k;
+            one_pass(&bufs[r], &p, &t);
+        }
+    }
+    double t0 = now_s();
+    Trace trace;
+    Frame f;
+    if (trace_merge(&trace, bufs, RANKS, &err) || frame_init(&f, &p, &err) ||
+        frame_at(&f, &trace, &p, 0, &err)) {
+        fprintf(stderr, "bench_viz: %s\n", err.msg);
+        return 1;
+    }
+    double open_s = now_s() - t0;
+    FILE *sink = fopen("/dev/null", "w");
+    double each[SAMPLES];
+    for (int i = 0; i < SAMPLES; i++) {
+        size_t index = (size_t)((unsigned long)(i * 2654435761u) % trace.n);
+        double s0 = now_s();
+        if (frame_at(&f, &trace, &p, index, &err)) {
+            fprintf(stderr, "bench_viz: %s\n", err.msg);
+            return 1;
+        }
+        plain_render(sink, &f, &p);
+        each[i] = now_s() - s0;
+    }
+    qsort(each, SAMPLES, sizeof *each, cmp_double);
+    printf("bench_viz: vit-workshop plan, %d ranks, %d units, %zu events: open %.1f ms (target "
+           "< 1000), frame + text render median %.2f ms, max %.2f ms (target < 5)\n",
+           RANKS, p.nunits, trace.n, open_s * 1e3, each[SAMPLES / 2] * 1e3,
+           each[SAMPLES - 1] * 1e3);
+    fclose(sink);
+    frame_free(&f);
+    trace_free(&trace);
+    for (int r = 0; r < RANKS; r++) tracebuf_free(&bufs[r]);
+    plan_free(&p);
+    model_desc_free(&m);
+    return 0;
+}
