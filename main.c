@@ -221,6 +221,15 @@ static void report_resident(FILE *f, const TrainRun *t) {
             accounted > 0 ? 100.0 * other / accounted : 0.0);
 }
 
+/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile. */
+static ClusterOptions cluster_options(const TrainRun *t, int trace) {
+    const TrainArgs *a = &t->args;
+    return (ClusterOptions){.ranks = a->ranks,
+                            .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
+                            .profile = t->profile,
+                            .trace = trace};
+}
+
 static int train_execute(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int vit = train_args_is_vit(a);
@@ -245,10 +254,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .init_params = t->init,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
-    ClusterOptions opt = {.ranks = a->ranks,
-                          .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
-                          .profile = t->profile,
-                          .trace = a->trace_out != NULL};
+    ClusterOptions opt = cluster_options(t, a->trace_out != NULL);
     ClusterResult res;
     int rc = cluster_run(&opt, train_rank, &job, &res, err);
     if (!rc) rc = train_write_outputs(t, &res, err);
@@ -367,10 +373,7 @@ static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
                     .steps = a->steps,
                     .memory = t->memory,
                     .init_params = t->init};
-    ClusterOptions opt = {.ranks = a->ranks,
-                          .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
-                          .profile = t->profile,
-                          .trace = 1};
+    ClusterOptions opt = cluster_options(t, 1);
     ClusterResult res;
     int rc = cluster_run(&opt, train_rank, &job, &res, err);
     if (!rc) rc = train_write_outputs(t, &res, err);
@@ -393,10 +396,7 @@ static int cmd_viz(int argc, char **argv) {
         free(v.rest);
         return 0;
     }
-    if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err);
-    if (rc == 1) { /* train's --help cannot reach here: viz took it */
-        rc = 0;
-    }
+    if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* --help: viz took it */
     if (!rc && !t.args.steps_given) { /* one step unless asked for more */
         t.args.epochs = 0;
         t.args.steps = 1;

@@ -138,8 +138,8 @@ static void print_padded(FILE *f, const char *s, size_t width) {
 }
 
 static int is_symbolic(const Plan *p) {
-    for (int i = 0; i < p->model->nparams; i++)
-        if (!p->model->params[i].symbol[0]) return 0;
+    for (int u = 0; u < p->nunits; u++)
+        if (!unit_is_symbolic(p, u)) return 0;
     return 1;
 }
 

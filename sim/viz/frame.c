@@ -77,15 +77,16 @@ __attribute__((format(printf, 2, 3))) static void say(Frame *f, const char *fmt,
     va_end(ap);
 }
 
-/* "a₁ from GPU 1 and a₂ from GPU 2": what rank r receives in an all-gather of unit u, each
- * other member's shard named by its symbols (members with empty shards send nothing). */
-static void gathered_from(const Plan *p, int u, int r, char *buf, size_t n) {
-    int S = p->shard_size, group = r - r % S, senders[64], count = 0;
+/* "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2": each member of the S-rank group starting
+ * at `first` with its shard of unit u named by its symbols, leaving out member `skip` (-1:
+ * nobody) and members whose shard is empty (they send nothing). */
+static void shards_from(const Plan *p, int u, int first, int S, int skip, char *buf, size_t n) {
+    int senders[64], count = 0;
     char shard[64][96];
     for (int q = 0; q < S && count < 64; q++) {
-        if (q == r % S) continue;
+        if (q == skip) continue;
         report_unit_symbols(p, u, S, q, "", shard[count], sizeof shard[count]);
-        if (shard[count][0]) senders[count++] = group + q;
+        if (shard[count][0]) senders[count++] = first + q;
     }
     size_t at = 0;
     buf[0] = 0;
@@ -107,7 +108,8 @@ static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const c
         return;
     }
     report_unit_symbols(p, e->unit, p->shard_size, r % p->shard_size, "", mine, sizeof mine);
-    gathered_from(p, e->unit, r, from, sizeof from);
+    shards_from(p, e->unit, r - r % p->shard_size, p->shard_size, r % p->shard_size, from,
+                sizeof from);
     if (!from[0])
         say(f, "GPU %d needs %s for %s and has them all", r, all, name);
     else if (!mine[0])
@@ -156,7 +158,7 @@ static void group_of(const Plan *p, const TraceEvent *e, int *first, int *size) 
 static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
     int first, S;
     group_of(p, e, &first, &S);
-    char all[200], part[96];
+    char all[200];
     if (!report_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
         flow_add(f,
                  "each of GPUs %d-%d sends its shard of %s to the others -> each holds all %zu "
@@ -164,21 +166,9 @@ static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
                  first, first + S - 1, p->units[e->unit].name, p->units[e->unit].numel);
         return;
     }
-    int senders = 0;
-    for (int q = 0; q < S; q++) {
-        report_unit_symbols(p, e->unit, S, q, "", part, sizeof part);
-        if (part[0]) senders++;
-    }
-    for (int q = 0, n = 0; q < S; q++) {
-        report_unit_symbols(p, e->unit, S, q, "", part, sizeof part);
-        if (!part[0]) continue;
-        n++;
-        flow_add(f, "%s%s from GPU %d",
-                 n == 1         ? ""
-                 : n == senders ? " and "
-                                : ", ",
-                 part, first + q);
-    }
+    char from[600];
+    shards_from(p, e->unit, first, S, -1, from, sizeof from);
+    flow_add(f, "%s", from);
     flow_add(f, " -> every GPU has %s", all);
 }
 
