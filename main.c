@@ -11,6 +11,7 @@
 #include "core/mnist.h"
 #include "core/report.h"
 #include "core/toy.h"
+#include "core/trace_file.h"
 #include "core/train.h"
 #include "core/vit.h"
 #include "core/weights.h"
@@ -115,6 +116,8 @@ static void print_eval(void *user, const EvalReport *r) {
 
 typedef struct TrainRun {
     TrainArgs args;
+    int nflags;
+    char **flags; /* the train flags as given, for the trace file */
     const Profile *profile;
     ModelDesc model;
     Dataset data, eval;
@@ -145,20 +148,32 @@ static int load_images(TrainRun *t, Err *err) {
     return 0;
 }
 
-static int create_model(TrainRun *t, Err *err) {
+/* The model the flags describe, without its data. */
+static int create_model_desc(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
-    if (!train_args_is_vit(a)) {
-        int rc = toy_model_create(&t->model, err);
-        return rc ? rc : toy_dataset_create(&t->data, err);
-    }
+    if (!train_args_is_vit(a)) return toy_model_create(&t->model, err);
     VitConfig c;
     vit_preset(a->model, &c);
     if (a->layers) c.layers = a->layers;
     if (a->heads) c.heads = a->heads;
     if (a->hidden) c.hidden = a->hidden;
     if (a->mlp) c.mlp = a->mlp;
-    int rc = vit_model_create(&t->model, &c, err);
-    return rc ? rc : load_images(t, err);
+    return vit_model_create(&t->model, &c, err);
+}
+
+static int create_model(TrainRun *t, Err *err) {
+    int rc = create_model_desc(t, err);
+    if (rc) return rc;
+    return train_args_is_vit(&t->args) ? load_images(t, err) : toy_dataset_create(&t->data, err);
+}
+
+/* The model and plan of a run, as a trace's replay needs them: no data, no parameters. */
+static int plan_prepare(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    int rc = create_model_desc(t, err);
+    return rc ? rc
+              : plan_create(&t->plan, &t->model, a->fsdp.wrap, a->fsdp.strategy, a->ranks,
+                            a->fsdp.replicas, err);
 }
 
 static int train_prepare(TrainRun *t, Err *err) {
@@ -191,14 +206,29 @@ static int train_prepare(TrainRun *t, Err *err) {
     return out_open(&t->trace, a->trace_out, err);
 }
 
+/* Flags that name files the run writes: a replay has no business with them. */
+static int is_output_flag(const char *flag) {
+    return !strcmp(flag, "--trace-out") || !strcmp(flag, "--dump-params");
+}
+
+static int write_trace(const TrainRun *t, const Trace *trace, Err *err) {
+    char *args[t->nflags + 1], *units[t->plan.nunits + 1];
+    TraceMeta meta = {.args = args, .units = units, .nunits = t->plan.nunits};
+    for (int i = 0; i < t->nflags; i++) {
+        if (is_output_flag(t->flags[i]))
+            i++; /* and its value */
+        else
+            args[meta.nargs++] = t->flags[i];
+    }
+    /* the writer only reads them */
+    for (int u = 0; u < t->plan.nunits; u++) units[u] = (char *)t->plan.units[u].name;
+    return trace_file_write(trace, &meta, t->trace.f, err);
+}
+
 static int train_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) {
     int rc = 0;
     if (t->dump.f) rc = report_dump_params(t->dump.f, &t->model, t->params, err);
-    if (!rc && t->trace.f) {
-        const char *names[t->plan.nunits + 1];
-        for (int u = 0; u < t->plan.nunits; u++) names[u] = t->plan.units[u].name;
-        rc = trace_write_chrome(&res->trace, names, t->plan.nunits, t->trace.f, err);
-    }
+    if (!rc && t->trace.f) rc = write_trace(t, &res->trace, err);
     if (!rc) rc = out_commit(&t->dump, err);
     if (!rc) rc = out_commit(&t->trace, err);
     return rc;
@@ -230,6 +260,29 @@ static ClusterOptions cluster_options(const TrainRun *t, int trace) {
                             .trace = trace};
 }
 
+/* Models this small (the toy) have their numbers recorded with the trace, for the viewer. */
+enum { VALUES_MAX_NUMEL = 64 };
+
+static int values_alloc(const TrainRun *t, TrainJob *job, Err *err) {
+    size_t n = t->model.total_numel;
+    if (n > VALUES_MAX_NUMEL) return 0;
+    job->step_params = calloc((size_t)(job->steps + 1) * n, sizeof(float));
+    job->step_grads = calloc((size_t)job->steps * n + 1, sizeof(float));
+    if (!job->step_params || !job->step_grads)
+        return err_set(err, ERR_NOMEM, "out of memory for the values of %ld steps", job->steps);
+    return 0;
+}
+
+/* Hands the recorded values to the trace, which frees them with its events. */
+static void values_to_trace(TrainJob *job, size_t numel, Trace *trace) {
+    if (!job->step_params) return;
+    trace->params = job->step_params;
+    trace->grads = job->step_grads;
+    trace->steps = (int)job->steps;
+    trace->numel = numel;
+    job->step_params = job->step_grads = NULL;
+}
+
 static int train_execute(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int vit = train_args_is_vit(a);
@@ -256,7 +309,11 @@ static int train_execute(TrainRun *t, Err *err) {
                     .final_params = !vit || t->dump.f ? t->params : NULL};
     ClusterOptions opt = cluster_options(t, a->trace_out != NULL);
     ClusterResult res;
-    int rc = cluster_run(&opt, train_rank, &job, &res, err);
+    int rc = a->trace_out ? values_alloc(t, &job, err) : 0;
+    if (!rc) rc = cluster_run(&opt, train_rank, &job, &res, err);
+    if (!rc) values_to_trace(&job, t->model.total_numel, &res.trace);
+    free(job.step_params);
+    free(job.step_grads);
     if (!rc) rc = train_write_outputs(t, &res, err);
     cluster_result_free(&res);
     if (rc || a->json) return rc;
@@ -285,6 +342,7 @@ static void train_cleanup(TrainRun *t) {
 
 static void viz_help(FILE *f) {
     fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
+          "       ./fsdp viz --trace FILE [--events A-B] [--plain]\n"
           "\n"
           "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
           "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
@@ -294,10 +352,12 @@ static void viz_help(FILE *f) {
           "  --events A-B    text frames of events A to B (1-based, inclusive); A for one\n"
           "  --plain         text frames even on a terminal (they are the default when stdout\n"
           "                  is not one)\n"
+          "  --trace FILE    replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
+          "                  instead of running; the run's flags come from the file\n"
           "\n"
           "On a terminal the full-screen viewer opens: n/space/right next, p/left previous,\n"
-          "f/b next forward/backward event, g go to event, r play/pause, +/- speed, h help,\n"
-          "q quit. NO_COLOR=1 turns colour off.\n"
+          "f/b next forward/backward event, g go to event, d the same step under DDP beside\n"
+          "it, r play/pause, +/- speed, h help, q quit. NO_COLOR=1 turns colour off.\n"
           "\n"
           "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
           f);
@@ -320,6 +380,7 @@ static int parse_events(const char *v, size_t *first, size_t *last, Err *err) {
 }
 
 typedef struct VizArgs {
+    const char *trace;  /* --trace FILE: replay it instead of running */
     size_t first, last; /* 1-based; last 0: to the end */
     int plain;          /* text frames even on a terminal */
     char **rest;        /* train's flags */
@@ -336,6 +397,11 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
             v->plain = 1;
             continue;
         }
+        if (!strcmp(argv[i], "--trace")) {
+            if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--trace needs a file");
+            v->trace = argv[++i];
+            continue;
+        }
         if (!strcmp(argv[i], "--events")) {
             if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--events needs a value (A-B)");
             int rc = parse_events(argv[++i], &v->first, &v->last, err);
@@ -344,6 +410,10 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
         }
         v->rest[v->nrest++] = argv[i];
     }
+    if (v->trace && v->nrest)
+        return err_set(err, ERR_USAGE,
+                       "--trace replays a recorded run, whose flags come from the file (got %s)",
+                       v->rest[0]);
     return 0;
 }
 
@@ -364,7 +434,8 @@ static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Er
     return rc;
 }
 
-static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
+/* Runs the job's steps on the simulated cluster with the trace on. */
+static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
     TrainArgs *a = &t->args;
     TrainJob job = {.model = &t->model,
                     .data = &t->data,
@@ -374,12 +445,129 @@ static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
                     .memory = t->memory,
                     .init_params = t->init};
     ClusterOptions opt = cluster_options(t, 1);
+    int rc = values_alloc(t, &job, err);
+    if (!rc) rc = cluster_run(&opt, train_rank, &job, res, err);
+    if (!rc) values_to_trace(&job, t->model.total_numel, &res->trace);
+    free(job.step_params);
+    free(job.step_grads);
+    return rc;
+}
+
+/* The side-by-side view's peer: the same flags under DDP, run the first time it is asked for. */
+typedef struct DdpPeer {
+    const TrainArgs *args; /* the viewed run's */
+    TrainRun run;
     ClusterResult res;
-    int rc = cluster_run(&opt, train_rank, &job, &res, err);
+    int state; /* 0 not run, 1 ready, -1 failed (msg says why) */
+    char msg[512];
+} DdpPeer;
+
+/* DDP keeps every parameter, gradient and both Adam moments on every rank: refuse a run this
+ * machine cannot hold rather than swap it to a halt. */
+static int ddp_peer_fits(const TrainRun *t, Err *err) {
+    double need = (double)t->args.ranks * (double)t->model.total_numel * 16.0;
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    if (need > 0.5 * ram)
+        return err_set(err, ERR_USAGE,
+                       "DDP of this model at %d ranks needs %.1f GiB, more than half of this "
+                       "machine's %.1f GiB",
+                       t->args.ranks, need / 1073741824.0, ram / 1073741824.0);
+    return 0;
+}
+
+static int ddp_peer_run(DdpPeer *d, Err *err) {
+    memset(&d->run, 0, sizeof d->run);
+    d->run.args = *d->args;
+    FsdpConfig *c = &d->run.args.fsdp;
+    c->strategy = STRAT_DDP;
+    c->replicas = 1;
+    c->reshard_after_forward = -1;
+    c->offload = OFFLOAD_NONE;
+    d->run.args.trace_out = d->run.args.dump_params = NULL;
+    int rc = train_prepare(&d->run, err);
+    if (!rc) rc = ddp_peer_fits(&d->run, err);
+    if (!rc) rc = viz_record(&d->run, &d->res, err);
+    return rc;
+}
+
+static int ddp_peer_load(void *user, const Trace **t, const Plan **p, Err *err) {
+    DdpPeer *d = user;
+    if (d->state == 0) {
+        Err mine = {0};
+        d->state = ddp_peer_run(d, &mine) ? -1 : 1;
+        snprintf(d->msg, sizeof d->msg, "%s", mine.msg);
+    }
+    if (d->state < 0) return err_set(err, ERR_USAGE, "%s", d->msg);
+    *t = &d->res.trace;
+    *p = &d->run.plan;
+    return 0;
+}
+
+static void ddp_peer_free(DdpPeer *d) {
+    if (d->state == 0) return;
+    cluster_result_free(&d->res);
+    train_cleanup(&d->run);
+}
+
+/* The viewer on a terminal; text frames when piped, asked for, or a range was given. */
+static int viz_wants_viewer(const VizArgs *v) {
+    return !v->plain && !v->first && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
+}
+
+/* A trace's events must name the ranks and units of the plan its flags rebuild, or the frames
+ * would draw one run's events on another's grid. */
+static int trace_matches_plan(const TrainRun *t, const Trace *trace, const TraceMeta *meta,
+                              const char *path, Err *err) {
+    const Plan *p = &t->plan;
+    if (trace->nranks != p->world || meta->nunits != p->nunits)
+        return err_set(err, ERR_USAGE,
+                       "trace '%s' has %d ranks and %d units but its flags make %d and %d", path,
+                       trace->nranks, meta->nunits, p->world, p->nunits);
+    for (int u = 0; u < p->nunits; u++)
+        if (strcmp(meta->units[u], p->units[u].name))
+            return err_set(err, ERR_USAGE, "trace '%s' names unit %d '%s' but its flags make '%s'",
+                           path, u, meta->units[u], p->units[u].name);
+    if (trace->params && trace->numel != t->model.total_numel)
+        return err_set(err, ERR_USAGE, "trace '%s' holds values of %zu parameters, the model %zu",
+                       path, trace->numel, t->model.total_numel);
+    return 0;
+}
+
+/* Rebuilds the recorded run's model and plan from the flags the file keeps. */
+static int replay_prepare(TrainRun *t, const Trace *trace, const TraceMeta *meta, const char *path,
+                          Err *err) {
+    Err why = {0};
+    int rc = train_args_parse(&t->args, meta->nargs, meta->args, &why);
+    if (rc)
+        return err_set(err, ERR_USAGE, "trace '%s' records flags this fsdp rejects: %s", path,
+                       rc == 1 ? "--help" : why.msg);
+    rc = plan_prepare(t, err);
+    return rc ? rc : trace_matches_plan(t, trace, meta, path, err);
+}
+
+static int viz_replay(TrainRun *t, const VizArgs *v, Err *err) {
+    Trace trace;
+    TraceMeta meta;
+    int rc = trace_file_read(v->trace, &trace, &meta, err);
+    if (!rc) rc = replay_prepare(t, &trace, &meta, v->trace, err);
+    if (!rc)
+        rc = viz_wants_viewer(v) ? tui_run(&trace, &t->plan, NULL, err)
+                                 : viz_print(t, &trace, v, err);
+    trace_free(&trace);
+    trace_meta_free(&meta);
+    return rc;
+}
+
+static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
+    ClusterResult res;
+    int rc = viz_record(t, &res, err);
     if (!rc) rc = train_write_outputs(t, &res, err);
-    /* the viewer on a terminal; text frames when piped, asked for, or a range was given */
-    int viewer = !v->plain && !v->first && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
-    if (!rc) rc = viewer ? tui_run(&res.trace, &t->plan, err) : viz_print(t, &res.trace, v, err);
+    int viewer = viz_wants_viewer(v);
+    DdpPeer peer = {.args = &t->args};
+    TuiCompare ddp = {.load = ddp_peer_load, .user = &peer};
+    if (!rc)
+        rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, err) : viz_print(t, &res.trace, v, err);
+    ddp_peer_free(&peer);
     cluster_result_free(&res);
     return rc;
 }
@@ -396,13 +584,19 @@ static int cmd_viz(int argc, char **argv) {
         free(v.rest);
         return 0;
     }
-    if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* --help: viz took it */
-    if (!rc && !t.args.steps_given) { /* one step unless asked for more */
-        t.args.epochs = 0;
-        t.args.steps = 1;
+    t.nflags = v.nrest;
+    t.flags = v.rest;
+    if (!rc && v.trace) {
+        rc = viz_replay(&t, &v, &err);
+    } else {
+        if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* viz took --help */
+        if (!rc && !t.args.steps_given) { /* one step unless asked for more */
+            t.args.epochs = 0;
+            t.args.steps = 1;
+        }
+        if (!rc) rc = train_prepare(&t, &err);
+        if (!rc) rc = viz_execute(&t, &v, &err);
     }
-    if (!rc) rc = train_prepare(&t, &err);
-    if (!rc) rc = viz_execute(&t, &v, &err);
     train_cleanup(&t);
     free(v.rest);
     return rc ? fail(rc, err.msg) : 0;
@@ -413,6 +607,8 @@ static int cmd_train(int argc, char **argv) {
     memset(&t, 0, sizeof t);
     train_args_defaults(&t.args);
     Err err = {0};
+    t.nflags = argc;
+    t.flags = argv;
     int rc = train_args_parse(&t.args, argc, argv, &err);
     if (rc == 1) {
         train_args_help(stdout);

@@ -802,6 +802,37 @@ int engine_set_full_params(Engine *e, const float *full) {
     return 0;
 }
 
+/* The rank that reports values stored `sharded` or replicated: a shard's owner in the first
+ * replica group (whose shard ranks are its world ranks), rank 0 for replicated values. */
+static int reports_values(const Engine *e, int sharded) {
+    return e->env.rank == (sharded ? e->shard_rank : 0);
+}
+
+/* Copies unit u's i-th tensor of a rank's local store (param or grad) to its place in full. */
+static void copy_local_rows(const Engine *e, int u, int i, int sharded, const float *local,
+                            float *full) {
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    size_t begin = 0, rows = (size_t)ps->shape[0];
+    if (sharded) shard_rows(rows, e->plan->shard_size, e->shard_rank, &begin, &rows);
+    if (!rows) return; /* an empty shard has no storage to copy from */
+    e->dev->ops->copy(
+        e->dev, full + e->param_flat[e->plan->units[u].params[i].param] + begin * ps->row_elems,
+        local, rows * ps->row_elems * sizeof(float));
+}
+
+void engine_own_values(const Engine *e, float *params, float *grads) {
+    const Plan *p = e->plan;
+    for (int u = 0; u < p->nunits; u++) {
+        const UnitState *us = &e->units[u];
+        for (int i = 0; i < p->units[u].nparams; i++) {
+            if (reports_values(e, p->params_sharded))
+                copy_local_rows(e, u, i, p->params_sharded, us->param + us->param_local[i], params);
+            if (grads && reports_values(e, p->grads_sharded))
+                copy_local_rows(e, u, i, p->grads_sharded, us->grad + us->grad_local[i], grads);
+        }
+    }
+}
+
 static int create_unit_state(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];

@@ -85,6 +85,13 @@ int engine_full_params(Engine *e, float *out, Err *err);
  * host memory): each rank copies only its own rows. No communication. */
 int engine_set_full_params(Engine *e, const float *full);
 
+/* Copies the fp32 parameters and the last step's gradients (as the optimizer used them) that
+ * this rank is the one to report into host arrays of model->total_numel floats in model order:
+ * its own rows of sharded values, everything on rank 0 for replicated ones, nothing on other
+ * replicas. grads may be NULL. Every rank filling the same two arrays assembles the whole
+ * model without a write race. No communication; for looking at, not for checkpoints. */
+void engine_own_values(const Engine *e, float *params, float *grads);
+
 long engine_steps_done(const Engine *e);
 
 #endif

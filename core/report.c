@@ -103,23 +103,37 @@ static int unit_is_symbolic(const Plan *p, int u) {
     return 1;
 }
 
-int report_unit_symbols(const Plan *p, int u, int size, int rank, const char *prefix, char *buf,
-                        size_t n) {
+/* Where parameter `param` starts in the model-order vector of all parameters. */
+static size_t param_offset(const ModelDesc *m, int param) {
+    size_t at = 0;
+    for (int i = 0; i < param; i++) at += m->params[i].numel;
+    return at;
+}
+
+int report_unit_values(const Plan *p, int u, int size, int rank, const char *prefix,
+                       const float *values, char *buf, size_t n) {
     const Unit *unit = &p->units[u];
     size_t at = 0;
     buf[0] = 0;
     if (!unit_is_symbolic(p, u)) return 0;
     for (int i = 0; i < unit->nparams; i++) {
         const ParamSpec *ps = &p->model->params[unit->params[i].param];
-        size_t begin, rows;
+        size_t begin, rows, base = param_offset(p->model, unit->params[i].param);
         shard_rows((size_t)ps->shape[0], size, rank, &begin, &rows);
         for (size_t e = begin * ps->row_elems; e < (begin + rows) * ps->row_elems && at < n; e++) {
             char one[32];
             subscript(one, sizeof one, ps->symbol, e);
             at += (size_t)snprintf(buf + at, n - at, "%s%s%s", at ? " " : "", prefix, one);
+            if (values && at < n)
+                at += (size_t)snprintf(buf + at, n - at, "=%+.3f", (double)values[base + e]);
         }
     }
     return 1;
+}
+
+int report_unit_symbols(const Plan *p, int u, int size, int rank, const char *prefix, char *buf,
+                        size_t n) {
+    return report_unit_values(p, u, size, rank, prefix, NULL, buf, n);
 }
 
 /* What rank r keeps of unit u at rest, as symbols (toy) or an element count. */

@@ -33,6 +33,10 @@ int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *er
  * all of them. Returns 0 (and "") when the unit's parameters have no symbols. */
 int report_unit_symbols(const Plan *p, int u, int size, int rank, const char *prefix, char *buf,
                         size_t n);
+/* The same with each element's value from `values` (all parameters in model order, NULL for
+ * none): "a₀=+0.887 a₁=+0.308". */
+int report_unit_values(const Plan *p, int u, int size, int rank, const char *prefix,
+                       const float *values, char *buf, size_t n);
 /* Columns a UTF-8 string takes on a terminal (one per code point). */
 size_t report_display_width(const char *s);
 /* Human bytes: "36 B", "1.50 KiB", "12.3 GiB". */

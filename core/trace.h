@@ -6,10 +6,8 @@
 #ifndef FSDP_TRACE_H
 #define FSDP_TRACE_H
 
-#include <stddef.h>
-#include <stdio.h>
-
 #include "err.h"
+#include <stddef.h>
 
 typedef enum {
     EV_ALLOC = 0,
@@ -65,6 +63,13 @@ typedef struct Trace {
     TraceEvent *ev;
     size_t n;
     int nranks;
+    /* Optional, for models small enough to show their numbers (the toy): the full parameters
+     * at the start and after each of `steps` steps, params[s * numel ...] before step s, and
+     * each step's gradients as the optimizer saw them, grads[s * numel ...]; model order.
+     * NULL when not recorded. */
+    float *params, *grads;
+    int steps;
+    size_t numel;
 } Trace;
 
 const char *event_kind_name(EventKind k); /* "alloc", "all_gather", ... */
@@ -74,11 +79,5 @@ const char *phase_name(Phase p);          /* "forward", ... */
  * ranks take turns, event by event. */
 int trace_merge(Trace *out, const TraceBuf *bufs, int nranks, Err *err);
 void trace_free(Trace *t);
-
-/* Writes Chrome Trace Event JSON ("traceEvents": complete events "ph":"X" per compute/comm
- * span with pid = rank and tid = stream, times in microseconds; alloc/free as counter
- * events of each rank's memory). unit_names may be NULL. */
-int trace_write_chrome(const Trace *t, const char *const *unit_names, int nunits, FILE *f,
-                       Err *err);
 
 #endif

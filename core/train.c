@@ -81,6 +81,14 @@ static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, lon
     return 0;
 }
 
+/* The values after `done` steps, when the job records them. */
+static void record_values(TrainJob *job, const Engine *e, long done) {
+    if (!job->step_params) return;
+    size_t n = job->model->total_numel;
+    float *grads = done ? job->step_grads + (size_t)(done - 1) * n : NULL;
+    engine_own_values(e, job->step_params + (size_t)done * n, grads);
+}
+
 static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, long *idx,
                      Err *err) {
     long per_epoch = train_steps_per_epoch(job, env->world);
@@ -107,6 +115,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, l
         rep.wall_time = wall_seconds() - w0;
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
         if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
+        record_values(job, e, s + 1);
         int epoch_end = (s + 1) % per_epoch == 0 || s + 1 == job->steps;
         if (job->eval_data && epoch_end &&
             (rc = evaluate(env, job, e, idx, s + 1, (int)((s + per_epoch) / per_epoch), err)))
@@ -128,6 +137,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params);
+    if (!rc) record_values(job, e, 0);
     if (!rc) rc = run_steps(env, job, e, perm, idx, err);
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
     if (!rc && job->final_params) {

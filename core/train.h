@@ -53,6 +53,10 @@ typedef struct TrainJob {
     /* Starting parameters (model->total_numel floats in model order), NULL: the seeded
      * initialization. */
     const float *init_params;
+    /* Optional, for looking at a small model's numbers: the full parameters before the first
+     * step and after each, [(steps + 1) * total_numel], and each step's gradients,
+     * [steps * total_numel]; NULL: not recorded. */
+    float *step_params, *step_grads;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

@@ -229,3 +229,43 @@ Test(engine, the_toy_learns) {
                  run.steps[0].stats.loss, run.steps[59].stats.loss);
     toy_run_free(&run);
 }
+
+/* The values recorded each step for the visualizer (each rank writing only what it owns)
+ * assemble into the same numbers one rank computes on the global batch, and the last
+ * snapshot is exactly the final gathered parameters. */
+static void check_recorded_values(FsdpConfig c, int ranks) {
+    enum { N = 3 };
+    ToyRun ref, run;
+    FsdpConfig one = toy_config(STRAT_ZERO3, BATCH * ranks);
+    toy_train(&ref, &one, 1, N, 0);
+    c.batch_size = BATCH;
+    toy_train(&run, &c, ranks, N, 0);
+    const char *s = strategy_name(c.strategy);
+    for (int k = 0; k <= N; k++) {
+        double d = rel_l2(run.step_params + k * 9, ref.step_params + k * 9, 9);
+        cr_expect_leq(d, 1e-5, "%s at %d ranks: parameters after %d steps off by %.3g", s, ranks, k,
+                      d);
+    }
+    for (int k = 0; k < N; k++) {
+        double d = rel_l2(run.step_grads + k * 9, ref.step_grads + k * 9, 9);
+        cr_expect_leq(d, 1e-5, "%s at %d ranks: gradients of step %d off by %.3g", s, ranks, k + 1,
+                      d);
+    }
+    cr_expect_eq(memcmp(run.step_params + N * 9, run.params, sizeof run.params[0] * 9), 0,
+                 "%s at %d ranks: the last snapshot is the final parameters", s, ranks);
+    float zero[9] = {0};
+    cr_expect_gt(rel_l2(zero, ref.step_grads, 9), 0.99, "gradients were recorded");
+    cr_expect_gt(rel_l2(ref.step_params + 9, ref.step_params, 9), 1e-3, "the step moved them");
+    toy_run_free(&ref);
+    toy_run_free(&run);
+}
+
+Test(engine, recorded_step_values_are_the_whole_model) {
+    Strategy all[] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
+    for (int s = 0; s < 4; s++)
+        for (int ranks = 1; ranks <= 5; ranks += 2)
+            check_recorded_values(toy_config(all[s], BATCH), ranks);
+    FsdpConfig h = toy_config(STRAT_HSDP, BATCH);
+    h.replicas = 2;
+    check_recorded_values(h, 4);
+}

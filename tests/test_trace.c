@@ -7,6 +7,7 @@
 
 #include "../core/device.h"
 #include "../core/trace.h"
+#include "../core/trace_file.h"
 
 static TraceEvent span(EventKind kind, double start, double end, int unit, int stream) {
     return (TraceEvent){
@@ -143,7 +144,10 @@ static cJSON *write_and_parse(const Trace *t, const char *const *names, int nuni
     FILE *f = tmpfile();
     cr_assert_not_null(f);
     Err err = {0};
-    cr_assert_eq(trace_write_chrome(t, names, nunits, f, &err), 0, "%s", err.msg);
+    char *units[8];
+    for (int u = 0; u < nunits && u < 8; u++) units[u] = (char *)names[u];
+    TraceMeta meta = {.nunits = nunits, .units = units};
+    cr_assert_eq(trace_file_write(t, names ? &meta : NULL, f, &err), 0, "%s", err.msg);
     long size = ftell(f);
     cr_assert_gt(size, 0);
     char *text = malloc((size_t)size + 1);
@@ -330,11 +334,11 @@ Test(trace, chrome_write_error_is_err_io) {
     FILE *f = fopen("/dev/full", "w");
     cr_assert_not_null(f);
     Err err = {0};
-    int rc = trace_write_chrome(&t, NULL, 0, f, &err);
+    int rc = trace_file_write(&t, NULL, f, &err);
     fclose(f);
     cr_assert_eq(rc, ERR_IO);
     cr_assert_eq(err.code, ERR_IO);
-    cr_assert_neq(strstr(err.msg, "Chrome trace"), NULL, "%s", err.msg);
+    cr_assert_neq(strstr(err.msg, "writing the trace failed"), NULL, "%s", err.msg);
     trace_free(&t);
 }
 
@@ -344,7 +348,7 @@ Test(trace, chrome_refuses_non_finite_times) {
     FILE *f = tmpfile();
     cr_assert_not_null(f);
     Err err = {0};
-    cr_assert_eq(trace_write_chrome(&t, NULL, 0, f, &err), ERR_INTERNAL);
+    cr_assert_eq(trace_file_write(&t, NULL, f, &err), ERR_INTERNAL);
     cr_assert_eq(ftell(f), 0, "nothing written");
     fclose(f);
 }

@@ -1,6 +1,6 @@
 /* `fsdp viz` in plain mode against golden frames of the toy at 3 ranks (zero3, zero2, DDP),
- * and its bad input. A golden file changes only when the picture is meant to change:
- * regenerate it with the command in its test and read the diff. */
+ * the replay of a recorded trace, and bad input. A golden file changes only when the picture is
+ * meant to change: regenerate it with the command in its test and read the diff. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +36,9 @@ Test(viz, plain_frames_match_the_golden_files) {
                   "tests/golden/viz_toy_zero2_55-59.txt");
     expect_golden("viz --model toy --ranks 3 --strategy ddp --events 91-93",
                   "tests/golden/viz_toy_ddp_91-93.txt");
+    /* Adam's step on each rank's shard, with the values before and after */
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 295-297",
+                  "tests/golden/viz_toy_zero3_295-297.txt");
 }
 
 Test(viz, bad_events_exit_2_with_one_line) {
@@ -51,4 +54,63 @@ Test(viz, bad_events_exit_2_with_one_line) {
         cr_expect_eq(lines, 1, "`fsdp %s` printed: %s", bad[i], out);
         free(out);
     }
+}
+
+/* A run recorded with --trace-out and replayed with --trace draws the very same frames, every
+ * one of them, and the file keeps the flags (not the output path) that made it. */
+Test(viz, a_replayed_trace_draws_the_same_frames) {
+    char path[128], args[256];
+    snprintf(path, sizeof path, "/tmp/fsdp_test_viz_%ld.json", (long)getpid());
+    snprintf(args, sizeof args,
+             "viz --model toy --ranks 3 --strategy zero2 --steps 2 --trace-out %s", path);
+    int status;
+    char *live = fsdp_output(args, "2>&1", &status);
+    cr_assert_eq(status, 0, "%.300s", live);
+    cr_assert_gt(strlen(live), 100000, "two steps of frames");
+    snprintf(args, sizeof args, "viz --trace %s", path);
+    char *replay = fsdp_output(args, "2>&1", &status);
+    cr_expect_eq(status, 0, "%.300s", replay);
+    cr_expect(strcmp(live, replay) == 0, "the replay differs from the run");
+    free(live);
+    free(replay);
+    /* a train run's trace replays too, at one of its events */
+    snprintf(args, sizeof args, "train --model toy --ranks 3 --steps 1 --trace-out %s", path);
+    free(fsdp_output(args, ">/dev/null 2>&1", &status));
+    cr_assert_eq(status, 0);
+    snprintf(args, sizeof args, "viz --trace %s --events 55", path);
+    char *frame = fsdp_output(args, "2>&1", &status);
+    cr_expect_eq(status, 0, "%s", frame);
+    cr_expect_neq(strstr(frame, "GPU 0 needs a₀ a₁ a₂ for La, has a₀=+0.887, gathers"), NULL, "%s",
+                  frame);
+    free(frame);
+    /* train flags beside --trace would be ignored silently: refused instead */
+    snprintf(args, sizeof args, "viz --trace %s --ranks 4", path);
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    cr_expect_neq(strstr(out, "flags come from the file (got --ranks)"), NULL, "%s", out);
+    free(out);
+    remove(path);
+}
+
+Test(viz, a_bad_trace_file_exits_2_with_one_line) {
+    char path[128], args[256];
+    snprintf(path, sizeof path, "/tmp/fsdp_test_viz_bad_%ld.json", (long)getpid());
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("{\"traceEvents\":[{\"name\":\"x\"", f); /* cut short */
+    fclose(f);
+    const char *cases[][2] = {{"/nonexistent.json", "cannot open trace"}, {path, "truncated"}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "viz --trace %s", cases[i][0]);
+        int status;
+        char *out = fsdp_output(args, "2>&1", &status);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "`fsdp %s` exited %d", args,
+                  status);
+        cr_expect_neq(strstr(out, cases[i][1]), NULL, "`fsdp %s` said: %s", args, out);
+        int lines = 0;
+        for (const char *c = out; *c; c++) lines += *c == '\n';
+        cr_expect_eq(lines, 1, "`fsdp %s` printed: %s", args, out);
+        free(out);
+    }
+    remove(path);
 }

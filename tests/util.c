@@ -40,7 +40,10 @@ void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trac
                     .on_step = record_step,
                     .user = t,
                     .memory = t->memory,
-                    .final_params = t->params};
+                    .final_params = t->params,
+                    .step_params = t->step_params,
+                    .step_grads = t->step_grads};
+    cr_assert_leq(steps, 64);
     ClusterOptions opt = {.ranks = ranks,
                           .replicas = cfg->strategy == STRAT_HSDP ? cfg->replicas : 1,
                           .profile = profile_default(),
@@ -81,7 +84,10 @@ char *fsdp_output(const char *args, const char *redirect, int *status) {
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     cr_assert(buf);
-    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;) n += got;
+    for (size_t got; (got = fread(buf + n, 1, cap - 1 - n, p)) > 0;) {
+        n += got;
+        if (n + 1 == cap) cr_assert(buf = realloc(buf, cap *= 2));
+    }
     buf[n] = 0;
     *status = pclose(p);
     return buf;

@@ -7,6 +7,8 @@
 
 typedef struct ToyRun {
     float params[64]; /* final full parameters */
+    /* the values recorded each step (TrainJob.step_params/step_grads) */
+    float step_params[65 * 9], step_grads[64 * 9];
     RankMemory memory[16];
     StepReport steps[64]; /* rank 0's report of every step */
     int nsteps;
@@ -15,7 +17,7 @@ typedef struct ToyRun {
     ModelDesc model;
 } ToyRun;
 
-/* Trains the toy for `steps` steps; asserts success. Free with toy_run_free. */
+/* Trains the toy for `steps` (at most 64) steps; asserts success. Free with toy_run_free. */
 void toy_train(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, int trace);
 void toy_run_free(ToyRun *r);
 /* ||a - b|| / ||b|| */

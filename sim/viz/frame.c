@@ -67,6 +67,25 @@ static int apply_memory(Frame *f, const TraceEvent *e, Err *err) {
     return 0;
 }
 
+/* How far each rank is through the current step: gradients reduced, Adam stepped. */
+static void apply_progress(Frame *f, const TraceEvent *e) {
+    if (e->unit < 0) return;
+    FrameCell *cell = frame_cell(f, e->rank, e->unit);
+    if (e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE) cell->reduced = 1;
+    if (e->kind == EV_OPTIMIZER) cell->stepped = 1;
+}
+
+/* The trace's values around the current event's step, when it has them for that step. */
+static void point_values(Frame *f, const Trace *t) {
+    f->before = f->after = f->grads = NULL;
+    if (!f->event || !t->params || !t->grads) return;
+    int s = f->event->step;
+    if (s < 0 || s >= t->steps) return;
+    f->before = t->params + (size_t)s * t->numel;
+    f->after = t->params + (size_t)(s + 1) * t->numel;
+    f->grads = t->grads + (size_t)s * t->numel;
+}
+
 /* ---------------------------------------------------------------- narration */
 
 /* Sets the narration; a sentence longer than the buffer is cut, which is fine for people. */
@@ -77,15 +96,18 @@ __attribute__((format(printf, 2, 3))) static void say(Frame *f, const char *fmt,
     va_end(ap);
 }
 
-/* "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2": each member of the S-rank group starting
- * at `first` with its shard of unit u named by its symbols, leaving out member `skip` (-1:
- * nobody) and members whose shard is empty (they send nothing). */
-static void shards_from(const Plan *p, int u, int first, int S, int skip, char *buf, size_t n) {
+/* "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2" (with values when the trace has them:
+ * "a₀=+0.887 from GPU 0"): each member of the S-rank group starting at `first` with its shard
+ * of unit u, leaving out member `skip` (-1: nobody) and members whose shard is empty (they
+ * send nothing). */
+static void shards_from(const Frame *f, const Plan *p, int u, int first, int S, int skip, char *buf,
+                        size_t n) {
     int senders[64], count = 0;
-    char shard[64][96];
+    char shard[64][160];
     for (int q = 0; q < S && count < 64; q++) {
         if (q == skip) continue;
-        report_unit_symbols(p, u, S, q, "", shard[count], sizeof shard[count]);
+        report_unit_values(p, u, S, q, "", frame_values(f, first + q, u), shard[count],
+                           sizeof shard[count]);
         if (shard[count][0]) senders[count++] = first + q;
     }
     size_t at = 0;
@@ -97,7 +119,7 @@ static void shards_from(const Plan *p, int u, int first, int S, int skip, char *
 }
 
 static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
-    char all[160], mine[160], from[320];
+    char all[160], mine[200], from[400];
     int r = e->rank;
     if (!report_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
         say(f,
@@ -107,8 +129,9 @@ static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const c
             p->shard_size == 2 ? "" : "s");
         return;
     }
-    report_unit_symbols(p, e->unit, p->shard_size, r % p->shard_size, "", mine, sizeof mine);
-    shards_from(p, e->unit, r - r % p->shard_size, p->shard_size, r % p->shard_size, from,
+    report_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "",
+                       frame_values(f, r, e->unit), mine, sizeof mine);
+    shards_from(f, p, e->unit, r - r % p->shard_size, p->shard_size, r % p->shard_size, from,
                 sizeof from);
     if (!from[0])
         say(f, "GPU %d needs %s for %s and has them all", r, all, name);
@@ -128,9 +151,28 @@ static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const 
             r, name, p->shard_size, frame_cell(f, r, e->unit)->kept);
         return;
     }
-    report_unit_symbols(p, e->unit, p->shard_size, r % p->shard_size, "\u2202", mine, sizeof mine);
+    report_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "\u2202", f->grads, mine,
+                       sizeof mine);
     say(f, "%s of %s are averaged over the GPUs; GPU %d keeps %s", all, name, r,
         mine[0] ? mine : "nothing (its shard is empty)");
+}
+
+/* With values: "GPU 0 steps Adam on its c₀ of Lc with ∂c₀=+0.239: c₀=+0.855 becomes
+ * c₀=+0.805". */
+static void narrate_adam(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
+    int r = e->rank, S = plan_optim_size(p), q = plan_optim_rank(p, r);
+    char mine[160], grads[200], before[200], after[200];
+    if (e->unit < 0 || !f->before ||
+        !report_unit_symbols(p, e->unit, S, q, "", mine, sizeof mine) || !mine[0]) {
+        say(f, "GPU %d steps Adam on the %zu parameters of %s it keeps", r,
+            e->unit >= 0 ? frame_cell(f, r, e->unit)->kept : 0, name);
+        return;
+    }
+    report_unit_values(p, e->unit, S, q, "\u2202", f->grads, grads, sizeof grads);
+    report_unit_values(p, e->unit, S, q, "", f->before, before, sizeof before);
+    report_unit_values(p, e->unit, S, q, "", f->after, after, sizeof after);
+    say(f, "GPU %d steps Adam on its %s of %s with %s: %s becomes %s", r, mine, name, grads, before,
+        after);
 }
 
 static const char *category_phrase(int c) {
@@ -167,7 +209,7 @@ static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
         return;
     }
     char from[600];
-    shards_from(p, e->unit, first, S, -1, from, sizeof from);
+    shards_from(f, p, e->unit, first, S, -1, from, sizeof from);
     flow_add(f, "%s", from);
     flow_add(f, " -> every GPU has %s", all);
 }
@@ -176,7 +218,7 @@ static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
 static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
     int first, S;
     group_of(p, e, &first, &S);
-    char all[240], part[96];
+    char all[240], part[160];
     const char *name = p->units[e->unit].name;
     if (!report_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all))
         snprintf(all, sizeof all, "the gradients of %s", name);
@@ -186,7 +228,7 @@ static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
         return;
     }
     for (int q = 0, n = 0; q < S; q++) {
-        if (!report_unit_symbols(p, e->unit, S, q, "\u2202", part, sizeof part))
+        if (!report_unit_values(p, e->unit, S, q, "\u2202", f->grads, part, sizeof part))
             snprintf(part, sizeof part, "its share");
         if (!part[0]) continue;
         flow_add(f, n++ ? ", GPU %d %s" : "GPU %d keeps %s", first + q, part);
@@ -226,8 +268,7 @@ static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
         say(f, "GPU %d runs %s's backward, computing its gradients", r, name);
         return;
     case EV_OPTIMIZER:
-        say(f, "GPU %d steps Adam on the %zu parameters of %s it keeps", r,
-            frame_cell(f, r, e->unit)->kept, name);
+        narrate_adam(f, p, e, name);
         return;
     case EV_ALLOC:
     case EV_FREE:
@@ -306,7 +347,9 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
             int rc = apply_memory(f, e, err);
             if (rc) return rc;
         }
+        if (f->event && e->step == f->event->step) apply_progress(f, e);
     }
+    point_values(f, t);
     for (int r = 0; r < f->nranks; r++)
         for (int u = 0; u < f->nunits; u++) {
             FrameCell *c = frame_cell(f, r, u);

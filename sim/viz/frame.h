@@ -16,6 +16,8 @@ typedef struct FrameCell {
     size_t kept;    /* elements of the unit's parameters this rank keeps at rest (the plan) */
     int gathered;   /* the unit's unsharded parameters are allocated on this rank */
     int grads_full; /* the unit's unsharded gradients are allocated on this rank */
+    int reduced;    /* this step's gradients of the unit have reached this rank (reduced) */
+    int stepped;    /* this rank has stepped Adam on the unit in this step */
 } FrameCell;
 
 /* Columns of the timeline: the current step's modelled time, left to right. */
@@ -36,6 +38,9 @@ typedef struct Frame {
     char (*timeline)[FRAME_TIMELINE_COLS + 1];
     int cursor;
     double step_start, step_end; /* the step's modelled span, seconds */
+    /* A small model's numbers when the trace has them (NULL otherwise), all parameters in
+     * model order: before and after the current event's step, and its gradients. */
+    const float *before, *after, *grads;
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */
@@ -48,6 +53,12 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err);
 
 static inline FrameCell *frame_cell(const Frame *f, int rank, int unit) {
     return &f->cells[(size_t)rank * (size_t)f->nunits + (size_t)unit];
+}
+
+/* The parameter values rank r holds of unit u now: the step's result once it has stepped Adam
+ * on the unit, else the values the step started from; NULL without values. */
+static inline const float *frame_values(const Frame *f, int rank, int unit) {
+    return frame_cell(f, rank, unit)->stepped ? f->after : f->before;
 }
 
 static inline size_t frame_mem(const Frame *f, int rank, MemCategory c) {

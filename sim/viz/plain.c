@@ -9,13 +9,18 @@ static void pad(FILE *out, const char *s, size_t width) {
     for (size_t w = report_display_width(s); w < width; w++) fputc(' ', out);
 }
 
-/* What a rank holds of a unit: its shard (symbols or a count), "+ all" while the unit is
- * gathered, and "+ ∂all" while its unsharded gradients exist. */
-static void cell_state(const Plan *p, int r, int u, FrameCell c, char *buf, size_t n) {
+/* What a rank holds of a unit: its shard (symbols, with values when the trace has them and
+ * the parameters are sharded, or a count), "+ all" while the unit is gathered, and "+ ∂all" while
+ * its unsharded gradients exist. */
+static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *values, char *buf,
+                       size_t n) {
     int S = p->params_sharded ? p->shard_size : 1;
     int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
     char mine[160];
-    if (!report_unit_symbols(p, u, S, sr, "", mine, sizeof mine))
+    /* Replicated parameters are the same everywhere: their values would only widen the grid
+     * (the narration of Adam's step still shows them). */
+    if (!p->params_sharded) values = NULL;
+    if (!report_unit_values(p, u, S, sr, "", values, mine, sizeof mine))
         snprintf(mine, sizeof mine, "%zu", c.kept);
     else if (!mine[0])
         snprintf(mine, sizeof mine, "-");
@@ -23,7 +28,7 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, char *buf, size
 }
 
 void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
-    cell_state(p, r, u, *frame_cell(f, r, u), buf, n);
+    cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), buf, n);
 }
 
 /* The widest a cell can get (gathered, with full gradients), so columns stay put from one
@@ -37,7 +42,7 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
         for (int r = 0; r < f->nranks; r++) {
             FrameCell full = *frame_cell(f, r, u);
             full.gathered = full.grads_full = 1;
-            cell_state(p, r, u, full, text, sizeof text);
+            cell_state(p, r, u, full, frame_values(f, r, u), text, sizeof text);
             if (report_display_width(text) > width) width = report_display_width(text);
         }
     }

@@ -7,79 +7,210 @@
 #include <unistd.h>
 
 #include "../../core/report.h"
+#include "compare.h"
 #include "plain.h"
 
-enum { MIN_COLS = 60, MIN_ROWS = 12, CELL = 200 };
+enum {
+    MIN_COLS = 60,
+    MIN_ROWS = 12,
+    CELL = 200,
+    SIDE_MIN_COLS = 60,                            /* a column of the side-by-side view */
+    GRID_LABEL = 9,                                /* " GPU n   " before the grid's first unit */
+    TIMELINE_WIDTH = 16 + FRAME_TIMELINE_COLS + 1, /* "GPU n  compute " and the row */
+    MORE_UNITS = 14,                               /* "+NN more units" */
+    COMPACT_STEP = 2,                              /* where the stacked DDP view starts shrinking */
+    LAST_STEP = 8,
+};
 
-typedef struct Viewer {
+/* A rectangle of the screen that one side's panels draw in; rows and columns count from its
+ * top left corner. */
+typedef struct Region {
+    int x, y, w, h;
+} Region;
+
+/* One run on screen: the viewed one, or the same step under DDP beside it. */
+typedef struct Side {
     const Trace *t;
     const Plan *p;
     Frame f;
     size_t index;
-    size_t top; /* the largest rank peak of the whole trace: the memory bars' full scale */
+    size_t top; /* the largest rank peak of the whole trace */
+    int open;   /* f is sized for p */
+} Side;
+
+typedef struct Viewer {
+    Side run, ddp;
+    const TuiCompare *peer; /* NULL: no DDP run to compare with */
+    int compare;            /* the DDP view is on */
+    char ddp_error[512];    /* why loading the DDP run failed ("" while it has not) */
     int playing, delay_ms, help, colour;
+    char status[600]; /* a message in the key line's place, until the next key */
 } Viewer;
 
-/* Prints s at (y, x), cut to the screen's width (UTF-8 aware through ncursesw). */
-static void put(int y, int x, const char *s) {
-    if (y >= LINES) return;
-    mvaddnstr(y, x, s, -1);
-    clrtoeol();
+/* ---------------------------------------------------------------- text in a region */
+
+/* Bytes of the longest prefix of s that takes at most `cols` columns (one per code point, as
+ * report_display_width counts them). */
+static int prefix_bytes(const char *s, int cols) {
+    int bytes = 0, used = 0;
+    for (; s[bytes]; bytes++) {
+        int starts = ((unsigned char)s[bytes] & 0xC0) != 0x80;
+        if (starts && used++ == cols) break;
+    }
+    return bytes;
 }
 
-/* The narration, wrapped at word boundaries over up to `rows` lines; returns lines used. */
-static int wrapped(int y, const char *s, int rows) {
-    int used = 0, width = COLS - 2;
-    while (*s && used < rows) {
-        int take = 0, cut = 0, cols = 0;
-        for (const char *c = s; *c && cols < width; c++, take++) {
-            if (((unsigned char)*c & 0xC0) != 0x80) cols++;
-            if (*c == ' ') cut = take;
-        }
-        if (!s[take] || !cut) cut = take;
-        char line[512];
-        snprintf(line, sizeof line, "%.*s", cut, s);
-        put(y + used++, 1, line);
+/* Prints s at row y, column x of the region, cut at the region's right edge. */
+static void put(const Region *r, int y, int x, const char *s) {
+    if (y < 0 || y >= r->h || x >= r->w) return;
+    mvaddnstr(r->y + y, r->x + x, s, prefix_bytes(s, r->w - x));
+}
+
+static Region whole_screen(void) {
+    return (Region){0, 0, COLS, LINES};
+}
+
+/* s wrapped at word boundaries over the `rows` rows from row y (indented one column); when it
+ * needs more, the last row ends in "…". */
+static void wrapped(const Region *r, int y, const char *s, int rows) {
+    int width = r->w - 2;
+    for (int used = 0; *s && used < rows && width > 1; used++) {
+        int fits = prefix_bytes(s, width), cut = fits;
+        if (s[fits]) /* break at the last space that fits, if there is one */
+            for (int i = fits; i > 0; i--)
+                if (s[i] == ' ') {
+                    cut = i;
+                    break;
+                }
+        char line[600];
+        if (used == rows - 1 && s[cut])
+            snprintf(line, sizeof line, "%.*s\u2026", prefix_bytes(s, width - 1), s);
+        else
+            snprintf(line, sizeof line, "%.*s", cut, s);
+        put(r, y + used, 1, line);
         s += cut;
         while (*s == ' ') s++;
     }
-    return used;
 }
 
-static void draw_header(Viewer *v) {
-    const TraceEvent *e = v->f.event;
+/* ---------------------------------------------------------------- layout */
+
+/* How much of each panel a side shows. A side that does not fit its region gives up, in this
+ * order: the timeline; narration and the collective's flow beyond one row each; the blank rows
+ * between panels; the memory bars, for one summary line; the flow; the narration; the memory
+ * line. Only then does the grid lose rank rows, with a row saying how many are not shown:
+ * which GPU holds what is what the view is about. The rows reserved for the texts do not
+ * follow their length, so that panels stay put while one steps through events. */
+typedef struct Layout {
+    int gap;       /* blank rows between panels */
+    int narration; /* rows for the narration */
+    int flow;      /* rows for the collective's flow */
+    int grid_rows; /* rank rows of the grid; fewer than the ranks adds a "+K more GPUs" row */
+    int bars;      /* 1 a bar per rank, 0 one summary line, -1 no memory */
+    int timeline;
+} Layout;
+
+static Layout layout_step(int step, int nranks, int timeline_fits) {
+    Layout l = {.gap = 1,
+                .narration = 3,
+                .flow = 2,
+                .grid_rows = nranks,
+                .bars = 1,
+                .timeline = timeline_fits};
+    if (step >= 1) l.timeline = 0;
+    if (step >= 2) l.narration = l.flow = 1;
+    if (step >= 3) l.gap = 0;
+    if (step >= 4) l.bars = 0;
+    if (step >= 5) l.flow = 0;
+    if (step >= 6) l.narration = 0;
+    if (step >= 7) l.bars = -1;
+    return l;
+}
+
+static int layout_rows(const Layout *l, int nranks, int titled) {
+    int rows = titled + l->gap + l->narration + l->flow + l->gap;
+    rows += 1 + l->grid_rows + (l->grid_rows < nranks);
+    if (l->bars >= 0) rows += l->gap + (l->bars ? 1 + nranks : 1);
+    if (l->timeline) rows += l->gap + 2 + 2 * nranks;
+    return rows;
+}
+
+/* Rows a shrunk layout leaves over go back to the texts it cut to one row: the narration's
+ * second, the flow's second, the narration's third. They depend on the region only, not on
+ * the texts, so the panels stay put from one event to the next. */
+static void texts_take_spare_rows(Layout *l, int spare) {
+    if (spare > 0 && l->narration == 1) l->narration = 2, spare--;
+    if (spare > 0 && l->flow == 1) l->flow = 2, spare--;
+    if (spare > 0 && l->narration == 2) l->narration = 3;
+}
+
+/* The richest layout from step `first` on that fits h rows. */
+static Layout layout_fit(int nranks, const Region *r, int titled, int first) {
+    int timeline_fits = r->w >= TIMELINE_WIDTH;
+    Layout l = layout_step(first, nranks, timeline_fits);
+    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++)
+        l = layout_step(step, nranks, timeline_fits);
+    if (layout_rows(&l, nranks, titled) > r->h) { /* the grid's rows, one marker row for the rest */
+        int spare = r->h - (layout_rows(&l, nranks, titled) - nranks);
+        l.grid_rows = spare - 1 > 1 ? spare - 1 : 1;
+    }
+    texts_take_spare_rows(&l, r->h - layout_rows(&l, nranks, titled));
+    return l;
+}
+
+/* ---------------------------------------------------------------- panels */
+
+static void draw_header(const Viewer *v) {
+    const Side *s = &v->run;
+    const TraceEvent *e = s->f.event;
     char line[256];
-    snprintf(line, sizeof line, " event %zu/%zu  step %d  %s  GPU %d  %s %s%s ", v->index + 1,
-             v->t->n, e->step + 1, phase_name((Phase)e->phase), e->rank,
+    snprintf(line, sizeof line, " event %zu/%zu  step %d  %s  GPU %d  %s %s%s ", s->index + 1,
+             s->t->n, e->step + 1, phase_name((Phase)e->phase), e->rank,
              event_kind_name((EventKind)e->kind),
-             e->unit >= 0 && e->unit < v->p->nunits ? v->p->units[e->unit].name : "",
+             e->unit >= 0 && e->unit < s->p->nunits ? s->p->units[e->unit].name : "",
              v->playing ? "  [playing]" : "");
+    Region screen = whole_screen();
     attron(A_REVERSE);
-    put(0, 0, line);
+    put(&screen, 0, 0, line);
     attroff(A_REVERSE);
 }
 
-static void draw_grid(Viewer *v, int y) {
-    size_t width = plain_cell_width(&v->f, v->p) + 2;
+/* How many units' columns fit in w columns, leaving room for the "+K more units" marker when
+ * not all do (at least one: a lone column is cut at the edge instead). */
+static int units_shown(int w, int col, int nunits) {
+    int shown = nunits;
+    while (shown > 1 && GRID_LABEL + col * shown + (shown < nunits ? MORE_UNITS : -2) > w) shown--;
+    return shown;
+}
+
+/* The ownership grid: unit names, then a row per rank; returns the rows used. */
+static int draw_grid(const Viewer *v, const Side *s, const Region *r, int y, int rows) {
+    int col = (int)plain_cell_width(&s->f, s->p) + 2;
+    int shown = units_shown(r->w, col, s->p->nunits);
     char text[CELL];
-    move(y, 9);
-    clrtoeol();
-    for (int u = 0; u < v->p->nunits; u++)
-        mvaddstr(y, 9 + (int)(width * (size_t)u), v->p->units[u].name);
-    for (int r = 0; r < v->f.nranks && y + 1 + r < LINES - 2; r++) {
-        char label[24];
-        snprintf(label, sizeof label, " GPU %d", r);
-        put(y + 1 + r, 0, label);
-        for (int u = 0; u < v->p->nunits; u++) {
-            int x = 9 + (int)(width * (size_t)u);
-            if (x >= COLS) break;
-            plain_cell_text(&v->f, v->p, r, u, text, CELL);
-            int gathered = frame_cell(&v->f, r, u)->gathered;
+    for (int u = 0; u < shown; u++) put(r, y, GRID_LABEL + col * u, s->p->units[u].name);
+    if (shown < s->p->nunits) {
+        int more = s->p->nunits - shown;
+        snprintf(text, sizeof text, "+%d more unit%s", more, more == 1 ? "" : "s");
+        put(r, y, GRID_LABEL + col * shown, text);
+    }
+    for (int rank = 0; rank < rows && rank < s->f.nranks; rank++) {
+        snprintf(text, sizeof text, " GPU %d", rank);
+        put(r, y + 1 + rank, 0, text);
+        for (int u = 0; u < shown; u++) {
+            plain_cell_text(&s->f, s->p, rank, u, text, CELL);
+            int gathered = frame_cell(&s->f, rank, u)->gathered;
             if (gathered) attron(v->colour ? COLOR_PAIR(1) : A_BOLD);
-            mvaddstr(y + 1 + r, x, text);
+            put(r, y + 1 + rank, GRID_LABEL + col * u, text);
             if (gathered) attroff(v->colour ? COLOR_PAIR(1) : A_BOLD);
         }
     }
+    if (rows >= s->f.nranks) return 1 + s->f.nranks;
+    int more = s->f.nranks - rows;
+    snprintf(text, sizeof text, " +%d more GPU%s (a taller terminal shows them)", more,
+             more == 1 ? "" : "s");
+    put(r, y + 1 + rows, 0, text);
+    return 2 + rows;
 }
 
 /* One letter per memory category in the stacked bars, in MemCategory order. */
@@ -91,47 +222,108 @@ static size_t ddp_bytes(const Plan *p) {
     return p->model->total_numel * 4 * sizeof(float);
 }
 
-/* One bar per rank, stacked by category (a letter each), on a scale that fits the run's
- * largest peak and the DDP figure, which a '|' marks. */
-static void draw_memory(Viewer *v, int y) {
-    size_t ddp = ddp_bytes(v->p), top = v->top > ddp ? v->top : ddp;
-    int bar = COLS - 36 > 10 ? COLS - 36 : 10;
-    int mark = (int)((double)bar * (double)ddp / (double)(top ? top : 1));
-    put(y, 1, "memory: P shard U gathered G grad g full grad O optim A act C comm H host |DDP");
-    for (int r = 0; r < v->f.nranks && y + 1 + r < LINES - 1; r++) {
-        char line[600], a[32], b[32];
-        int at = snprintf(line, sizeof line, " GPU %-2d [", r), filled = 0;
-        size_t used = 0, below = 0;
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) used += frame_mem(&v->f, r, (MemCategory)c);
+/* The bars' full scale: the largest peak of the runs on screen and the DDP figure, the same
+ * for both sides so that their bars compare. */
+static size_t memory_scale(const Viewer *v) {
+    size_t top = v->run.top > ddp_bytes(v->run.p) ? v->run.top : ddp_bytes(v->run.p);
+    if (v->compare && v->ddp.top > top) top = v->ddp.top;
+    return top ? top : 1;
+}
+
+static size_t rank_used(const Frame *f, int r) {
+    size_t used = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) used += frame_mem(f, r, (MemCategory)c);
+    return used;
+}
+
+/* One bar per rank, stacked by category (a letter each), with a '|' at the DDP figure; the
+ * bar's length leaves room for the widest "] used (peak p)" the scale allows, so it is the
+ * same on both sides. Returns the rows used. */
+static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
+    size_t top = memory_scale(v), ddp = ddp_bytes(s->p);
+    char a[32], b[32], line[600];
+    int tail = 2 * (int)strlen(format_bytes(top, a, sizeof a)) + 10;
+    int bar = r->w - GRID_LABEL - tail;
+    bar = bar < 8 ? 8 : bar > 400 ? 400 : bar;
+    int mark = (int)((double)bar * (double)ddp / (double)top);
+    put(r, y, 1,
+        r->w >= 79
+            ? "memory: P shard U gathered G grad g full grad O optim A act C comm H host |DDP"
+            : "memory (letters: see h)  |DDP");
+    for (int rank = 0; rank < s->f.nranks; rank++) {
+        int label = snprintf(line, sizeof line, " GPU %-2d [", rank), at = label, filled = 0;
+        size_t below = 0;
         for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
-            below += frame_mem(&v->f, r, (MemCategory)c);
-            int upto = (int)((double)bar * (double)below / (double)(top ? top : 1));
+            below += frame_mem(&s->f, rank, (MemCategory)c);
+            int upto = (int)((double)bar * (double)below / (double)top);
             for (; filled < upto && filled < bar; filled++) line[at++] = bar_letter[c];
         }
         for (; filled < bar; filled++) line[at++] = '.';
-        if (mark >= 0 && mark < bar) line[10 + mark] = '|'; /* " GPU nn  [" is 10 wide */
+        if (mark < bar) line[label + mark] = '|';
         snprintf(line + at, sizeof line - (size_t)at, "] %s (peak %s)",
-                 format_bytes(used, a, sizeof a), format_bytes(v->f.peak[r], b, sizeof b));
-        put(y + 1 + r, 0, line);
+                 format_bytes(rank_used(&s->f, rank), a, sizeof a),
+                 format_bytes(s->f.peak[rank], b, sizeof b));
+        put(r, y + 1 + rank, 0, line);
+    }
+    return 1 + s->f.nranks;
+}
+
+/* The bars in one line, when they do not fit: the rank using the most now (the larger peak
+ * among equals) and the DDP figure. */
+static int draw_memory_line(const Side *s, const Region *r, int y) {
+    int most = 0;
+    for (int rank = 1; rank < s->f.nranks; rank++) {
+        size_t used = rank_used(&s->f, rank), best = rank_used(&s->f, most);
+        if (used > best || (used == best && s->f.peak[rank] > s->f.peak[most])) most = rank;
+    }
+    char a[32], b[32], c[32], line[160];
+    snprintf(line, sizeof line, "memory max GPU %d: %s (peak %s), DDP %s", most,
+             format_bytes(rank_used(&s->f, most), a, sizeof a),
+             format_bytes(s->f.peak[most], b, sizeof b),
+             format_bytes(ddp_bytes(s->p), c, sizeof c));
+    put(r, y, 1, line);
+    return 1;
+}
+
+/* Each rank's compute and comm streams over the step, a 'v' over the current event. */
+static void draw_timeline(const Side *s, const Region *r, int y) {
+    char line[128];
+    put(r, y, 1, "timeline of the step  # compute  = comm");
+    snprintf(line, sizeof line, "%*s", 16 + s->f.cursor + 1, "v"); /* rows start 16 in */
+    put(r, y + 1, 0, line);
+    for (int rank = 0; rank < s->f.nranks; rank++) {
+        snprintf(line, sizeof line, " GPU %-2d compute %s", rank,
+                 s->f.timeline[rank * STREAM_COUNT + STREAM_COMPUTE]);
+        put(r, y + 2 + 2 * rank, 0, line);
+        snprintf(line, sizeof line, "        comm    %s",
+                 s->f.timeline[rank * STREAM_COUNT + STREAM_COMM]);
+        put(r, y + 3 + 2 * rank, 0, line);
     }
 }
 
-/* Each rank's compute and comm streams over the step, a 'v' over the current event, when the
- * screen has the rows for it (it is the first panel dropped on a small terminal). */
-static void draw_timeline(Viewer *v, int y) {
-    if (y + 1 + 2 * v->f.nranks >= LINES - 1) return;
-    char line[128];
-    put(y, 1, "timeline of the step  # compute  = comm");
-    snprintf(line, sizeof line, "%*s", 16 + v->f.cursor + 1, "v"); /* rows start 16 in */
-    put(y + 1, 0, line);
-    for (int r = 0; r < v->f.nranks; r++) {
-        snprintf(line, sizeof line, " GPU %-2d compute %s", r,
-                 v->f.timeline[r * STREAM_COUNT + STREAM_COMPUTE]);
-        put(y + 2 + 2 * r, 0, line);
-        snprintf(line, sizeof line, "        comm    %s",
-                 v->f.timeline[r * STREAM_COUNT + STREAM_COMM]);
-        put(y + 3 + 2 * r, 0, line);
+/* One side's panels in its region, top to bottom, as many as fit (see Layout); `title` (NULL
+ * for none) heads the region, and the layout shrinks from step `first`. */
+static void draw_side(const Viewer *v, const Side *s, const Region *r, const char *title,
+                      int first) {
+    int nranks = s->f.nranks;
+    Layout l = layout_fit(nranks, r, title != NULL, first);
+    int y = 0;
+    if (title) {
+        attron(A_BOLD | A_UNDERLINE);
+        put(r, y++, 0, title);
+        attroff(A_BOLD | A_UNDERLINE);
     }
+    y += l.gap;
+    wrapped(r, y, s->f.narration, l.narration);
+    y += l.narration;
+    attron(A_BOLD);
+    wrapped(r, y, s->f.flow, l.flow);
+    attroff(A_BOLD);
+    y += l.flow + l.gap;
+    y += draw_grid(v, s, r, y, l.grid_rows);
+    if (l.bars >= 0)
+        y += l.gap + (l.bars ? draw_bars(v, s, r, y + l.gap) : draw_memory_line(s, r, y + l.gap));
+    if (l.timeline) draw_timeline(s, r, y + l.gap);
 }
 
 static void draw_help(void) {
@@ -141,56 +333,123 @@ static void draw_help(void) {
         "  p, left           previous event",
         "  f / b             next event in forward / backward",
         "  g                 go to an event (type its number, Enter)",
+        "  d                 DDP beside this run, at the same point (d again: off)",
         "  r                 play / pause;  + / -  faster / slower",
         "  h                 this help (any key closes it)",
         "  q                 quit",
+        "memory bars: P shard  U gathered  G grad  g full grad  O optimizer",
+        "             A activations  C comm buffers  H host  | what DDP keeps at rest",
     };
-    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) put(2 + (int)i, 2, lines[i]);
+    Region screen = whole_screen();
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) put(&screen, 2 + (int)i, 2, lines[i]);
+}
+
+/* Units of a side's grid that w columns show. */
+static int grid_units_in(const Side *s, int w) {
+    return units_shown(w, (int)plain_cell_width(&s->f, s->p) + 2, s->p->nunits);
+}
+
+/* Side by side needs SIDE_MIN_COLS for each column (the same width, so that both sides' bars
+ * have the same length) and must not cut grid columns that the full width would show: the
+ * grid is what the view is about (the toy with its values needs about 2x75). */
+static int side_by_side(const Viewer *v) {
+    int w = (COLS - 1) / 2;
+    return w >= SIDE_MIN_COLS && grid_units_in(&v->run, w) == grid_units_in(&v->run, COLS) &&
+           grid_units_in(&v->ddp, w) == grid_units_in(&v->ddp, COLS);
+}
+
+/* The run and DDP, side by side when they fit (above), else stacked with the compact panels. */
+static void draw_compare(const Viewer *v) {
+    char left[256], right[256];
+    const TraceEvent *e = v->ddp.f.event;
+    snprintf(left, sizeof left, "%s, this run: event %zu/%zu", strategy_name(v->run.p->strategy),
+             v->run.index + 1, v->run.t->n);
+    snprintf(right, sizeof right, "DDP at the same point: event %zu/%zu, GPU %d %s %s",
+             v->ddp.index + 1, v->ddp.t->n, e->rank, event_kind_name((EventKind)e->kind),
+             e->unit >= 0 && e->unit < v->ddp.p->nunits ? v->ddp.p->units[e->unit].name : "");
+    int h = LINES - 2;
+    if (side_by_side(v)) {
+        int w = (COLS - 1) / 2;
+        Region a = {0, 1, w, h}, b = {w + 1, 1, w, h};
+        mvvline(1, w, ACS_VLINE, h);
+        draw_side(v, &v->run, &a, left, 0);
+        draw_side(v, &v->ddp, &b, right, 0);
+        return;
+    }
+    Region a = {0, 1, COLS, h / 2}, b = {0, 1 + h / 2, COLS, h - h / 2};
+    draw_side(v, &v->run, &a, left, COMPACT_STEP);
+    draw_side(v, &v->ddp, &b, right, COMPACT_STEP);
+}
+
+/* The DDP side at the same point as the run's current event; on failure the view closes with
+ * a message instead of ending the viewer. */
+static void sync_ddp(Viewer *v) {
+    Err e = {0};
+    size_t j = 0;
+    if (compare_match(v->run.t, v->run.index, v->ddp.t, &j, &e) ||
+        frame_at(&v->ddp.f, v->ddp.t, v->ddp.p, j, &e)) {
+        v->compare = 0;
+        snprintf(v->status, sizeof v->status, " DDP view closed: %s", e.msg);
+        return;
+    }
+    v->ddp.index = j;
+}
+
+/* The keys, or a message in their place (bold: it answers a key just pressed). */
+static void draw_key_line(const Viewer *v) {
+    Region screen = whole_screen();
+    int attr = v->status[0] ? A_BOLD : A_DIM;
+    move(LINES - 1, 0);
+    clrtoeol();
+    attron(attr);
+    put(&screen, LINES - 1, 0,
+        v->status[0] ? v->status
+                     : " n next  p prev  f/b phase  g go  d DDP  r play  h help  q quit");
+    attroff(attr);
 }
 
 static void draw(Viewer *v, Err *err) {
     erase();
+    Region screen = whole_screen();
     if (COLS < MIN_COLS || LINES < MIN_ROWS) {
         char msg[128];
         snprintf(msg, sizeof msg, "too small: %dx%d, needs %dx%d", COLS, LINES, MIN_COLS, MIN_ROWS);
-        put(0, 0, msg);
+        put(&screen, 0, 0, msg);
         refresh();
         return;
     }
-    if (frame_at(&v->f, v->t, v->p, v->index, err)) return;
+    if (frame_at(&v->run.f, v->run.t, v->run.p, v->run.index, err)) return;
+    if (v->compare) sync_ddp(v);
     draw_header(v);
     if (v->help) {
         draw_help();
+    } else if (v->compare) {
+        draw_compare(v);
     } else {
-        int y = 2 + wrapped(2, v->f.narration, 3);
-        if (v->f.flow[0]) {
-            attron(A_BOLD);
-            y += wrapped(y, v->f.flow, 2);
-            attroff(A_BOLD);
-        }
-        y++;
-        draw_grid(v, y);
-        draw_memory(v, y + v->f.nranks + 2);
-        draw_timeline(v, y + 2 * v->f.nranks + 4);
+        Region body = {0, 1, COLS, LINES - 2};
+        draw_side(v, &v->run, &body, NULL, 0);
     }
-    attron(A_DIM);
-    put(LINES - 1, 0, " n next  p prev  f/b phase  g go  r play  h help  q quit");
-    attroff(A_DIM);
+    draw_key_line(v);
     refresh();
 }
 
+/* ---------------------------------------------------------------- keys */
+
 /* The next event after the current one in `phase`, or the current one if there is none. */
 static size_t next_in_phase(const Viewer *v, int phase) {
-    for (size_t i = v->index + 1; i < v->t->n; i++)
-        if (v->t->ev[i].phase == phase && v->t->ev[i - 1].phase != phase) return i;
-    for (size_t i = v->index + 1; i < v->t->n; i++)
-        if (v->t->ev[i].phase == phase) return i;
-    return v->index;
+    const Trace *t = v->run.t;
+    for (size_t i = v->run.index + 1; i < t->n; i++)
+        if (t->ev[i].phase == phase && t->ev[i - 1].phase != phase) return i;
+    for (size_t i = v->run.index + 1; i < t->n; i++)
+        if (t->ev[i].phase == phase) return i;
+    return v->run.index;
 }
 
 static void go_to(Viewer *v) {
     char buf[32] = {0};
-    put(LINES - 1, 0, " go to event: ");
+    move(LINES - 1, 0);
+    clrtoeol();
+    mvaddstr(LINES - 1, 0, " go to event: ");
     echo();
     curs_set(1);
     timeout(-1);
@@ -198,35 +457,96 @@ static void go_to(Viewer *v) {
     noecho();
     curs_set(0);
     unsigned long k = strtoul(buf, NULL, 10);
-    if (k >= 1 && k <= v->t->n) v->index = k - 1;
+    if (k >= 1 && k <= v->run.t->n) v->run.index = k - 1;
+}
+
+/* Sizes a side's frame for its plan and finds its trace's largest peak. */
+static int side_open(Side *s, const Trace *t, const Plan *p, Err *err) {
+    if (!t->n) return err_set(err, ERR_USAGE, "the trace has no events");
+    *s = (Side){.t = t, .p = p};
+    int rc = frame_init(&s->f, p, err);
+    if (rc) return rc;
+    s->open = 1;
+    rc = frame_at(&s->f, t, p, t->n - 1, err);
+    for (int r = 0; !rc && r < s->f.nranks; r++)
+        if (s->f.peak[r] > s->top) s->top = s->f.peak[r];
+    return rc;
+}
+
+static void side_close(Side *s) {
+    if (s->open) frame_free(&s->f);
+    s->open = 0;
+}
+
+/* Runs the DDP step the first time (it can take a while: say so first). */
+static int load_ddp(Viewer *v) {
+    if (v->ddp.open) return 0;
+    snprintf(v->status, sizeof v->status, " running the same step under DDP...");
+    draw_key_line(v);
+    refresh();
+    Err e = {0};
+    const Trace *t = NULL;
+    const Plan *p = NULL;
+    int rc = v->peer->load(v->peer->user, &t, &p, &e);
+    if (!rc) rc = side_open(&v->ddp, t, p, &e);
+    if (rc) {
+        side_close(&v->ddp);
+        snprintf(v->ddp_error, sizeof v->ddp_error, "%s", e.msg);
+        snprintf(v->status, sizeof v->status, " no DDP view: %s", e.msg);
+        return rc;
+    }
+    v->status[0] = 0;
+    return 0;
+}
+
+/* Key d: the DDP view on or off, or a line saying why there is none. */
+static void toggle_ddp(Viewer *v) {
+    if (v->compare) {
+        v->compare = 0;
+    } else if (v->run.p->strategy == STRAT_DDP) {
+        snprintf(v->status, sizeof v->status,
+                 " this run is DDP: d shows DDP beside a zero1/2/3 or hsdp run");
+    } else if (!v->peer) {
+        snprintf(v->status, sizeof v->status,
+                 " no DDP run to compare with (a replayed trace: run fsdp viz instead)");
+    } else if (v->ddp_error[0]) { /* failed once: it would fail again */
+        snprintf(v->status, sizeof v->status, " no DDP view: %s", v->ddp_error);
+    } else if (!load_ddp(v)) {
+        v->compare = 1;
+    }
 }
 
 /* Handles one key; returns 0 to quit. */
 static int on_key(Viewer *v, int key) {
+    if (key != ERR) v->status[0] = 0;
     if (v->help && key != ERR) {
         v->help = 0;
         return 1;
     }
+    size_t last = v->run.t->n - 1;
     switch (key) {
     case 'q':
         return 0;
     case 'n':
     case ' ':
     case KEY_RIGHT:
-        if (v->index + 1 < v->t->n) v->index++;
+        if (v->run.index < last) v->run.index++;
         break;
     case 'p':
     case KEY_LEFT:
-        if (v->index > 0) v->index--;
+        if (v->run.index > 0) v->run.index--;
         break;
     case 'f':
-        v->index = next_in_phase(v, PHASE_FORWARD);
+        v->run.index = next_in_phase(v, PHASE_FORWARD);
         break;
     case 'b':
-        v->index = next_in_phase(v, PHASE_BACKWARD);
+        v->run.index = next_in_phase(v, PHASE_BACKWARD);
         break;
     case 'g':
         go_to(v);
+        break;
+    case 'd':
+        toggle_ddp(v);
         break;
     case 'r':
         v->playing = !v->playing;
@@ -241,8 +561,8 @@ static int on_key(Viewer *v, int key) {
         v->help = 1;
         break;
     case ERR: /* the play timer */
-        if (v->playing && v->index + 1 < v->t->n)
-            v->index++;
+        if (v->playing && v->run.index < last)
+            v->run.index++;
         else
             v->playing = 0;
         break;
@@ -252,17 +572,13 @@ static int on_key(Viewer *v, int key) {
     return 1;
 }
 
-int tui_run(const Trace *t, const Plan *p, Err *err) {
+int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, Err *err) {
     if (!isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO))
         return err_set(err, ERR_USAGE, "the viewer needs a terminal (use --plain)");
-    if (!t->n) return err_set(err, ERR_USAGE, "the trace has no events");
-    Viewer v = {.t = t, .p = p, .delay_ms = 400};
-    int rc = frame_init(&v.f, p, err);
-    if (!rc) rc = frame_at(&v.f, t, p, t->n - 1, err);
-    for (int r = 0; !rc && r < v.f.nranks; r++)
-        if (v.f.peak[r] > v.top) v.top = v.f.peak[r];
+    Viewer v = {.peer = ddp, .delay_ms = 400};
+    int rc = side_open(&v.run, t, p, err);
     if (rc) {
-        frame_free(&v.f);
+        side_close(&v.run);
         return rc;
     }
     setlocale(LC_ALL, "");
@@ -284,6 +600,7 @@ int tui_run(const Trace *t, const Plan *p, Err *err) {
         if (!on_key(&v, getch())) break;
     }
     endwin();
-    frame_free(&v.f);
+    side_close(&v.run);
+    side_close(&v.ddp);
     return err->code ? err->code : 0;
 }

@@ -1,14 +1,24 @@
 /* tui: the full-screen terminal viewer (ncurses) an instructor drives in front of a room.
  * It only draws frames (frame.c) and moves between them on keys: n/space/right next,
- * p/left previous, f/b next forward/backward event, g go to event, r play/pause, +/- speed,
- * h help, q quit. Works at 80x24, over ssh and in tmux, and without colour (NO_COLOR). */
+ * p/left previous, f/b next forward/backward event, g go to event, d the same step under DDP
+ * beside the run at the same point (compare.c), r play/pause, +/- speed, h help, q quit.
+ * Works at 80x24, over ssh and in tmux, and without colour (NO_COLOR); panels that do not fit
+ * give way in a fixed order, the grid's rank rows last (tui.c, Layout). */
 #ifndef FSDP_TUI_H
 #define FSDP_TUI_H
 
 #include "frame.h"
 
+/* The same step under DDP, for the side-by-side view (key d). load runs it the first time d is
+ * pressed (it can take a while, or fail: too big to simulate, a replayed trace) and fills a
+ * trace and plan that stay owned by the caller. */
+typedef struct TuiCompare {
+    int (*load)(void *user, const Trace **t, const Plan **p, Err *err);
+    void *user;
+} TuiCompare;
+
 /* Runs until q. Fails (without touching the screen) when stdout is not a terminal, and with
- * a line saying how big it must be when the terminal is too small. */
-int tui_run(const Trace *t, const Plan *p, Err *err);
+ * a line saying how big it must be when the terminal is too small. ddp may be NULL. */
+int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, Err *err);
 
 #endif

@@ -1,0 +1,439 @@
+#include "trace_file.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+
+/* ---- Chrome Trace Event JSON -------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not valid UTF-8. JSON must be
+ * UTF-8 and Perfetto rejects files that are not, so bad bytes in a user's name are replaced. */
+static int utf8_sequence_length(const unsigned char *s) {
+    int len;
+    unsigned min;
+    unsigned cp;
+    if (s[0] < 0x80) return 1;
+    if ((s[0] & 0xE0) == 0xC0)
+        len = 2, min = 0x80, cp = s[0] & 0x1F;
+    else if ((s[0] & 0xF0) == 0xE0)
+        len = 3, min = 0x800, cp = s[0] & 0x0F;
+    else if ((s[0] & 0xF8) == 0xF0)
+        len = 4, min = 0x10000, cp = s[0] & 0x07;
+    else
+        return 0;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the terminating NUL */
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* Writes s as the inside of a JSON string: quotes, backslashes and control characters
+ * escaped, invalid UTF-8 replaced by U+FFFD. */
+static void write_json_escaped(FILE *f, const char *str) {
+    const unsigned char *s = (const unsigned char *)str;
+    while (*s) {
+        int len = utf8_sequence_length(s);
+        if (len == 0) {
+            fputs("\\ufffd", f);
+            s++;
+        } else if (*s == '"' || *s == '\\') {
+            fprintf(f, "\\%c", *s++);
+        } else if (*s < 0x20) {
+            fprintf(f, "\\u%04x", *s++);
+        } else {
+            fwrite(s, 1, (size_t)len, f);
+            s += len;
+        }
+    }
+}
+
+static const char *stream_name(int stream) {
+    static const char *const names[STREAM_COUNT] = {"compute", "comm", "copy"};
+    return (stream >= 0 && stream < STREAM_COUNT) ? names[stream] : "other";
+}
+
+static int is_memory_event(const TraceEvent *e) {
+    return e->kind == EV_ALLOC || e->kind == EV_FREE;
+}
+
+/* Separates array elements: every element but the first is preceded by ",\n". */
+static void begin_element(FILE *f, int *first) {
+    fputs(*first ? "\n" : ",\n", f);
+    *first = 0;
+}
+
+/* One process per rank ("GPU r") with one thread per stream, sorted so ranks and streams
+ * appear in order in Perfetto. */
+static void write_metadata(FILE *f, int nranks, int *first) {
+    for (int r = 0; r < nranks; r++) {
+        begin_element(f, first);
+        fprintf(f,
+                "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                "\"args\":{\"name\":\"GPU %d\"}}",
+                r, r);
+        begin_element(f, first);
+        fprintf(f,
+                "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,"
+                "\"args\":{\"sort_index\":%d}}",
+                r, r);
+        for (int s = 0; s < STREAM_COUNT; s++) {
+            begin_element(f, first);
+            fprintf(f,
+                    "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"name\":\"%s\"}}",
+                    r, s, stream_name(s));
+            begin_element(f, first);
+            fprintf(f,
+                    "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
+                    "\"args\":{\"sort_index\":%d}}",
+                    r, s, s);
+        }
+    }
+}
+
+/* Memory over time: Perfetto draws one "memory" counter track per rank. */
+static void write_memory_counter(FILE *f, const TraceEvent *e) {
+    fprintf(f,
+            "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
+            "\"args\":{\"bytes\":%llu}}",
+            e->rank, e->start * 1e6, e->mem_total);
+}
+
+static const char *unit_name_of(const TraceEvent *e, const TraceMeta *meta) {
+    if (!meta || e->unit < 0 || e->unit >= meta->nunits) return NULL;
+    return meta->units[e->unit];
+}
+
+static void write_span(FILE *f, const TraceEvent *e, const char *unit_name) {
+    const char *kind = event_kind_name((EventKind)e->kind);
+    double dur = e->end > e->start ? e->end - e->start : 0.0; /* Perfetto rejects dur < 0 */
+    fprintf(f, "{\"name\":\"%s", kind);
+    if (unit_name) {
+        fputc(' ', f);
+        write_json_escaped(f, unit_name);
+    }
+    fprintf(f, "\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,",
+            kind, e->rank, e->stream, e->start * 1e6, dur * 1e6);
+    fprintf(f, "\"args\":{\"unit\":%d,\"bytes\":%llu,\"phase\":\"%s\",\"step\":%d,\"micro\":%d}}",
+            e->unit, e->bytes, phase_name((Phase)e->phase), e->step, e->micro);
+}
+
+/* "nan" and "inf" are not JSON: refuse them rather than write a file nobody can open. */
+static int check_times(const Trace *t, Err *err) {
+    for (size_t i = 0; i < t->n; i++) {
+        if (!isfinite(t->ev[i].start) || !isfinite(t->ev[i].end))
+            return err_set(err, ERR_INTERNAL, "trace event %zu (rank %d, %s) has a non-finite time",
+                           i, t->ev[i].rank, event_kind_name((EventKind)t->ev[i].kind));
+    }
+    return 0;
+}
+
+static int nranks_in(const Trace *t) {
+    int n = t->nranks;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].rank >= n) n = t->ev[i].rank + 1;
+    return n;
+}
+
+/* ---- the fsdpTrace object: what a replay needs -------------------------------------------- */
+
+/* The order of an event's fields in "events" rows; the file names them too. */
+static const char *const event_fields[] = {"start", "end",  "seq",  "bytes",  "mem_total",
+                                           "rank",  "kind", "unit", "stream", "category",
+                                           "phase", "step", "micro"};
+enum { EVENT_FIELDS = sizeof event_fields / sizeof *event_fields };
+
+static void write_string_array(FILE *f, char *const *s, int n) {
+    fputc('[', f);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? ",\"" : "\"", f);
+        write_json_escaped(f, s[i]);
+        fputc('"', f);
+    }
+    fputc(']', f);
+}
+
+/* Times with 17 significant digits so a replay rebuilds exactly the frames the run showed. */
+static void write_event_row(FILE *f, const TraceEvent *e) {
+    fprintf(f, "[%.17g,%.17g,%ld,%llu,%llu,%d,%d,%d,%d,%d,%d,%d,%d]", e->start, e->end, e->seq,
+            e->bytes, e->mem_total, e->rank, e->kind, e->unit, e->stream, e->category, e->phase,
+            e->step, e->micro);
+}
+
+/* Floats with 9 significant digits round-trip exactly; JSON has no NaN, so null stands in. */
+static void write_floats(FILE *f, const char *name, const float *v, size_t n) {
+    fprintf(f, ",\"%s\":[", name);
+    for (size_t i = 0; i < n; i++) {
+        if (i) fputc(',', f);
+        if (isfinite(v[i]))
+            fprintf(f, "%.9g", (double)v[i]);
+        else
+            fputs("null", f);
+    }
+    fputc(']', f);
+}
+
+static void write_fsdp_object(FILE *f, const Trace *t, const TraceMeta *meta, int nranks) {
+    fprintf(f, ",\n\"fsdpTrace\":{\"version\":%d,\"nranks\":%d,\"args\":", TRACE_FILE_VERSION,
+            nranks);
+    write_string_array(f, meta->args, meta->nargs);
+    fputs(",\"units\":", f);
+    write_string_array(f, meta->units, meta->nunits);
+    fputs(",\"fields\":", f);
+    write_string_array(f, (char *const *)event_fields, EVENT_FIELDS);
+    fputs(",\"events\":[", f);
+    for (size_t i = 0; i < t->n; i++) {
+        fputs(i ? ",\n" : "\n", f);
+        write_event_row(f, &t->ev[i]);
+    }
+    fputs("\n]", f);
+    if (t->params && t->grads) {
+        fprintf(f, ",\"steps\":%d,\"numel\":%zu", t->steps, t->numel);
+        write_floats(f, "params", t->params, (size_t)(t->steps + 1) * t->numel);
+        write_floats(f, "grads", t->grads, (size_t)t->steps * t->numel);
+    }
+    fputs("}", f);
+}
+
+int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err) {
+    int rc = check_times(t, err);
+    if (rc) return rc;
+    int nranks = nranks_in(t);
+    int first = 1;
+    errno = 0;
+    fputs("{\"traceEvents\":[", f);
+    write_metadata(f, nranks, &first);
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        begin_element(f, &first);
+        if (is_memory_event(e))
+            write_memory_counter(f, e);
+        else
+            write_span(f, e, unit_name_of(e, meta));
+    }
+    fprintf(f,
+            "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"generator\":\"fsdp\","
+            "\"nranks\":%d,\"events\":%zu,\"time_unit\":\"us\"}",
+            nranks, t->n);
+    if (meta) write_fsdp_object(f, t, meta, nranks);
+    fputs("}\n", f);
+    /* Buffered writes fail late (a full disk shows at flush), so flush before judging. */
+    if (fflush(f) != 0 || ferror(f))
+        return err_set(err, ERR_IO, "writing the trace failed: %s",
+                       errno ? strerror(errno) : "write error");
+    return 0;
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+void trace_meta_free(TraceMeta *m) {
+    for (int i = 0; m->args && i < m->nargs; i++) free(m->args[i]);
+    for (int i = 0; m->units && i < m->nunits; i++) free(m->units[i]);
+    free(m->args);
+    free(m->units);
+    *m = (TraceMeta){0};
+}
+
+/* The whole file, NUL-terminated. */
+static int slurp(const char *path, char **out, size_t *len, Err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(err, ERR_USAGE, "cannot open trace '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got = 1; buf && got;) {
+        if (n + 1 == cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) break;
+            buf = bigger;
+            cap *= 2;
+        }
+        got = fread(buf + n, 1, cap - 1 - n, f);
+        n += got;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || n + 1 == cap) {
+        free(buf);
+        return err_set(err, ERR_NOMEM, "out of memory reading trace '%s'", path);
+    }
+    if (bad) {
+        free(buf);
+        return err_set(err, ERR_IO, "reading trace '%s' failed", path);
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int read_strings(const cJSON *arr, char ***out, int *n, const char *path, const char *what,
+                        Err *err) {
+    if (!cJSON_IsArray(arr))
+        return err_set(err, ERR_USAGE, "trace '%s': \"%s\" is missing or not a list", path, what);
+    int count = cJSON_GetArraySize(arr);
+    *out = calloc((size_t)count + 1, sizeof **out);
+    if (!*out) return err_set(err, ERR_NOMEM, "out of memory reading trace '%s'", path);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, arr) {
+        if (!cJSON_IsString(item))
+            return err_set(err, ERR_USAGE, "trace '%s': \"%s\" holds a non-string", path, what);
+        if (!((*out)[*n] = strdup(item->valuestring)))
+            return err_set(err, ERR_NOMEM, "out of memory reading trace '%s'", path);
+        (*n)++;
+    }
+    return 0;
+}
+
+/* An integer field in [lo, hi]; returns 0 or names the event and field that is wrong. */
+static int int_field(const cJSON *v, long lo, long hi, long *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble) return -1;
+    *out = (long)v->valuedouble;
+    return *out < lo || *out > hi ? -1 : 0;
+}
+
+/* Field ranges of an event row, in event_fields order (times checked apart). */
+static int event_from_row(const cJSON *row, int nranks, int nunits, TraceEvent *e, int *bad) {
+    const cJSON *f[EVENT_FIELDS];
+    if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != EVENT_FIELDS) return *bad = -1, -1;
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, row) f[i++] = item;
+    for (i = 0; i < 2; i++)
+        if (!cJSON_IsNumber(f[i]) || !isfinite(f[i]->valuedouble)) return *bad = i, -1;
+    const long lo[EVENT_FIELDS] = {0, 0, 0, 0, 0, 0, 0, -1, 0, -1, 0, 0, 0};
+    const long hi[EVENT_FIELDS] = {0,
+                                   0,
+                                   LONG_MAX,
+                                   LONG_MAX,
+                                   LONG_MAX,
+                                   nranks - 1,
+                                   EV_KIND_COUNT - 1,
+                                   nunits - 1,
+                                   STREAM_COUNT - 1,
+                                   MEM_CATEGORY_COUNT - 1,
+                                   PHASE_OPTIMIZER,
+                                   INT_MAX,
+                                   INT_MAX};
+    long v[EVENT_FIELDS];
+    for (i = 2; i < EVENT_FIELDS; i++)
+        if (int_field(f[i], lo[i], hi[i], &v[i])) return *bad = i, -1;
+    *e = (TraceEvent){.start = f[0]->valuedouble,
+                      .end = f[1]->valuedouble,
+                      .seq = v[2],
+                      .bytes = (unsigned long long)v[3],
+                      .mem_total = (unsigned long long)v[4],
+                      .rank = (int)v[5],
+                      .kind = (int)v[6],
+                      .unit = (int)v[7],
+                      .stream = (int)v[8],
+                      .category = (int)v[9],
+                      .phase = (int)v[10],
+                      .step = (int)v[11],
+                      .micro = (int)v[12]};
+    return 0;
+}
+
+static int read_events(const cJSON *arr, Trace *t, int nunits, const char *path, Err *err) {
+    if (!cJSON_IsArray(arr))
+        return err_set(err, ERR_USAGE, "trace '%s': \"events\" is missing or not a list", path);
+    size_t n = (size_t)cJSON_GetArraySize(arr);
+    if (n && !(t->ev = malloc(n * sizeof *t->ev)))
+        return err_set(err, ERR_NOMEM, "out of memory for %zu trace events", n);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, arr) {
+        int bad = 0;
+        if (event_from_row(row, t->nranks, nunits, &t->ev[t->n], &bad))
+            return err_set(err, ERR_USAGE, "trace '%s': event %zu: %s", path, t->n + 1,
+                           bad < 0 ? "not a row of 13 numbers" : event_fields[bad]);
+        t->n++;
+    }
+    return 0;
+}
+
+static int read_floats(const cJSON *arr, float **out, size_t n, const char *path, const char *what,
+                       Err *err) {
+    if (!cJSON_IsArray(arr) || (size_t)cJSON_GetArraySize(arr) != n)
+        return err_set(err, ERR_USAGE, "trace '%s': \"%s\" must hold %zu values", path, what, n);
+    if (!(*out = malloc((n ? n : 1) * sizeof **out)))
+        return err_set(err, ERR_NOMEM, "out of memory reading trace '%s'", path);
+    size_t i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, arr) {
+        if (!cJSON_IsNumber(item) && !cJSON_IsNull(item))
+            return err_set(err, ERR_USAGE, "trace '%s': \"%s\" holds a non-number", path, what);
+        (*out)[i++] = cJSON_IsNull(item) ? NAN : (float)item->valuedouble;
+    }
+    return 0;
+}
+
+/* The optional per-step values: both lists or neither. */
+static int read_values(const cJSON *o, Trace *t, const char *path, Err *err) {
+    const cJSON *steps = cJSON_GetObjectItemCaseSensitive(o, "steps");
+    const cJSON *numel = cJSON_GetObjectItemCaseSensitive(o, "numel");
+    if (!steps && !numel) return 0;
+    long s, n;
+    if (int_field(steps, 0, 1 << 20, &s) || int_field(numel, 1, 1 << 20, &n))
+        return err_set(err, ERR_USAGE, "trace '%s': \"steps\" or \"numel\" is out of range", path);
+    t->steps = (int)s;
+    t->numel = (size_t)n;
+    int rc = read_floats(cJSON_GetObjectItemCaseSensitive(o, "params"), &t->params,
+                         (size_t)(s + 1) * (size_t)n, path, "params", err);
+    return rc ? rc
+              : read_floats(cJSON_GetObjectItemCaseSensitive(o, "grads"), &t->grads,
+                            (size_t)s * (size_t)n, path, "grads", err);
+}
+
+static int read_fsdp_object(const cJSON *root, Trace *t, TraceMeta *m, const char *path, Err *err) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "fsdpTrace");
+    if (!cJSON_IsObject(o))
+        return err_set(err, ERR_USAGE,
+                       "'%s' is not an fsdp trace (no \"fsdpTrace\" object; traces come from "
+                       "train --trace-out)",
+                       path);
+    long version, nranks;
+    if (int_field(cJSON_GetObjectItemCaseSensitive(o, "version"), 0, INT_MAX, &version))
+        return err_set(err, ERR_USAGE, "trace '%s' has no format version", path);
+    if (version != TRACE_FILE_VERSION)
+        return err_set(err, ERR_USAGE,
+                       "trace '%s' is format version %ld; this fsdp reads version %d", path,
+                       version, TRACE_FILE_VERSION);
+    if (int_field(cJSON_GetObjectItemCaseSensitive(o, "nranks"), 1, 1 << 16, &nranks))
+        return err_set(err, ERR_USAGE, "trace '%s': \"nranks\" is missing or out of range", path);
+    t->nranks = (int)nranks;
+    int rc = read_strings(cJSON_GetObjectItemCaseSensitive(o, "args"), &m->args, &m->nargs, path,
+                          "args", err);
+    if (!rc)
+        rc = read_strings(cJSON_GetObjectItemCaseSensitive(o, "units"), &m->units, &m->nunits, path,
+                          "units", err);
+    if (!rc)
+        rc = read_events(cJSON_GetObjectItemCaseSensitive(o, "events"), t, m->nunits, path, err);
+    return rc ? rc : read_values(o, t, path, err);
+}
+
+int trace_file_read(const char *path, Trace *t, TraceMeta *meta, Err *err) {
+    *t = (Trace){0};
+    *meta = (TraceMeta){0};
+    char *text = NULL;
+    size_t len = 0;
+    int rc = slurp(path, &text, &len, err);
+    if (rc) return rc;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t where = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
+        /* cJSON stops where the text stopped making sense: at a cut, that is the last bytes */
+        rc = err_set(err, ERR_USAGE, "trace '%s' is not valid JSON (%s at byte %zu of %zu)", path,
+                     len - where <= 64 ? "it ends early: truncated?" : "bad syntax", where, len);
+    }
+    free(text);
+    if (!rc) rc = read_fsdp_object(root, t, meta, path, err);
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* trace_file: a trace on disk, one JSON file for two readers. Perfetto and chrome://tracing
+ * read its "traceEvents" (Chrome Trace Event format); `fsdp viz --trace` replays its
+ * "fsdpTrace" object exactly: the format version, the train flags that made the run (the
+ * replayer rebuilds the model and plan from them), the unit names, every event's fields
+ * and, when recorded, the parameter and gradient values of each step. */
+#ifndef FSDP_TRACE_FILE_H
+#define FSDP_TRACE_FILE_H
+
+#include <stdio.h>
+
+#include "trace.h"
+
+/* Bumped whenever a field's meaning changes: a replayer refuses another version. */
+#define TRACE_FILE_VERSION 1
+
+/* What a trace file says about the run besides its events. */
+typedef struct TraceMeta {
+    int nargs;
+    char **args; /* the train flags, without the command and without --trace-out */
+    int nunits;
+    char **units; /* unit names in plan order */
+} TraceMeta;
+
+/* Writes t as JSON: Chrome's complete events ("ph":"X", pid = rank, tid = stream, times in
+ * microseconds) for compute and comm spans and counter events for each rank's memory, then,
+ * when meta is not NULL, the "fsdpTrace" object. Refuses non-finite times. */
+int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err);
+
+/* Reads a file trace_file_write wrote into t and meta (both freed by the caller, also on
+ * failure). A file that is missing, not JSON, truncated, not an fsdp trace, of another
+ * version or with an event out of range fails with one line naming the file and the fault. */
+int trace_file_read(const char *path, Trace *t, TraceMeta *meta, Err *err);
+
+void trace_meta_free(TraceMeta *m);
+
+#endif
