@@ -1,6 +1,7 @@
 #include "trace_file.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -181,8 +182,7 @@ static void write_floats(FILE *f, const char *name, const float *v, size_t n) {
 }
 
 static void write_fsdp_object(FILE *f, const Trace *t, const TraceMeta *meta, int nranks) {
-    fprintf(f, ",\n\"fsdpTrace\":{\"version\":%d,\"nranks\":%d,\"args\":", TRACE_FILE_VERSION,
-            nranks);
+    fprintf(f, "\"fsdpTrace\":{\"version\":%d,\"nranks\":%d,\"args\":", TRACE_FILE_VERSION, nranks);
     write_string_array(f, meta->args, meta->nargs);
     fputs(",\"units\":", f);
     write_string_array(f, meta->units, meta->nunits);
@@ -199,7 +199,7 @@ static void write_fsdp_object(FILE *f, const Trace *t, const TraceMeta *meta, in
         write_floats(f, "params", t->params, (size_t)(t->steps + 1) * t->numel);
         write_floats(f, "grads", t->grads, (size_t)t->steps * t->numel);
     }
-    fputs("}", f);
+    fputs("},\n", f);
 }
 
 int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err) {
@@ -208,7 +208,10 @@ int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err) {
     int nranks = nranks_in(t);
     int first = 1;
     errno = 0;
-    fputs("{\"traceEvents\":[", f);
+    /* fsdpTrace first: a replay parses only it, and stops before Chrome's events */
+    fputc('{', f);
+    if (meta) write_fsdp_object(f, t, meta, nranks);
+    fputs("\"traceEvents\":[", f);
     write_metadata(f, nranks, &first);
     for (size_t i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
@@ -222,7 +225,6 @@ int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err) {
             "\n],\n\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"generator\":\"fsdp\","
             "\"nranks\":%d,\"events\":%zu,\"time_unit\":\"us\"}",
             nranks, t->n);
-    if (meta) write_fsdp_object(f, t, meta, nranks);
     fputs("}\n", f);
     /* Buffered writes fail late (a full disk shows at flush), so flush before judging. */
     if (fflush(f) != 0 || ferror(f))
@@ -390,8 +392,7 @@ static int read_values(const cJSON *o, Trace *t, const char *path, Err *err) {
                             (size_t)s * (size_t)n, path, "grads", err);
 }
 
-static int read_fsdp_object(const cJSON *root, Trace *t, TraceMeta *m, const char *path, Err *err) {
-    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "fsdpTrace");
+static int read_fsdp_object(const cJSON *o, Trace *t, TraceMeta *m, const char *path, Err *err) {
     if (!cJSON_IsObject(o))
         return err_set(err, ERR_USAGE,
                        "'%s' is not an fsdp trace (no \"fsdpTrace\" object; traces come from "
@@ -417,6 +418,51 @@ static int read_fsdp_object(const cJSON *root, Trace *t, TraceMeta *m, const cha
     return rc ? rc : read_values(o, t, path, err);
 }
 
+/* A JSON object that never closes: what a file cut short by a full disk or a killed writer
+ * looks like, as opposed to a file that was never JSON. */
+static int looks_cut(const char *text, size_t len) {
+    size_t a = 0, b = len;
+    while (a < len && isspace((unsigned char)text[a])) a++;
+    while (b > a && isspace((unsigned char)text[b - 1])) b--;
+    return a < b && text[a] == '{' && text[b - 1] != '}';
+}
+
+/* Where the value of a leading "fsdpTrace" key starts, as trace_file_write puts it; NULL when
+ * the file does not open that way. */
+static const char *leading_fsdp_object(const char *text) {
+    static const char key[] = "\"fsdpTrace\"";
+    const char *s = text;
+    while (isspace((unsigned char)*s)) s++;
+    if (*s++ != '{') return NULL;
+    while (isspace((unsigned char)*s)) s++;
+    if (strncmp(s, key, sizeof key - 1)) return NULL;
+    s += sizeof key - 1;
+    while (isspace((unsigned char)*s)) s++;
+    return *s == ':' ? s + 1 : NULL;
+}
+
+/* Parses the fsdpTrace object: alone when it leads the file (the common case, and half the
+ * work or less: Chrome's events after it are for Perfetto), else from the whole document, which
+ * also tells a file that is not JSON from one that is not a trace. *root is what to free. */
+static int parse_fsdp_object(const char *text, size_t len, const char *path, cJSON **root,
+                             const cJSON **o, Err *err) {
+    if (looks_cut(text, len))
+        return err_set(err, ERR_USAGE, "trace '%s' ends early (truncated?): %zu bytes", path, len);
+    const char *lead = leading_fsdp_object(text);
+    if (lead && (*root = cJSON_ParseWithOpts(lead, NULL, 0))) {
+        *o = *root;
+        return 0;
+    }
+    if (!(*root = cJSON_ParseWithLength(text, len))) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t where = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
+        return err_set(err, ERR_USAGE, "trace '%s' is not valid JSON (at byte %zu of %zu)", path,
+                       where, len);
+    }
+    *o = cJSON_GetObjectItemCaseSensitive(*root, "fsdpTrace");
+    return 0;
+}
+
 int trace_file_read(const char *path, Trace *t, TraceMeta *meta, Err *err) {
     *t = (Trace){0};
     *meta = (TraceMeta){0};
@@ -424,16 +470,11 @@ int trace_file_read(const char *path, Trace *t, TraceMeta *meta, Err *err) {
     size_t len = 0;
     int rc = slurp(path, &text, &len, err);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        size_t where = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
-        /* cJSON stops where the text stopped making sense: at a cut, that is the last bytes */
-        rc = err_set(err, ERR_USAGE, "trace '%s' is not valid JSON (%s at byte %zu of %zu)", path,
-                     len - where <= 64 ? "it ends early: truncated?" : "bad syntax", where, len);
-    }
+    cJSON *root = NULL;
+    const cJSON *o = NULL;
+    rc = parse_fsdp_object(text, len, path, &root, &o, err);
     free(text);
-    if (!rc) rc = read_fsdp_object(root, t, meta, path, err);
+    if (!rc) rc = read_fsdp_object(o, t, meta, path, err);
     cJSON_Delete(root);
     return rc;
 }

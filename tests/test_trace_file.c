@@ -155,6 +155,15 @@ Test(trace_file, bad_files_are_one_clear_line) {
     expect_refused(bad, "event 1: kind");
     write_edited(good, bad, "\"events\":[\n[", "\"events\":[\n[\"x\"],[");
     expect_refused(bad, "event 1: not a row of 13 numbers");
+    /* fsdpTrace after another key: read from the whole document, the same events */
+    write_edited(good, bad, "{\"fsdpTrace\"", "{\"other\":[1,{}],\n\"fsdpTrace\"");
+    Trace t;
+    TraceMeta tm;
+    Err err = {0};
+    cr_expect_eq(trace_file_read(bad, &t, &tm, &err), 0, "%s", err.msg);
+    cr_expect_eq(t.n, run.trace.n);
+    trace_free(&t);
+    trace_meta_free(&tm);
     write_edited(good, bad, "\"units\":[\"La\",", "\"units\":[7,");
     expect_refused(bad, "\"units\" holds a non-string");
     unlink(good);

@@ -67,6 +67,19 @@ static int apply_memory(Frame *f, const TraceEvent *e, Err *err) {
     return 0;
 }
 
+/* Scans the whole trace once for what it ever holds unsharded. */
+static void scan_trace(Frame *f, const Trace *t) {
+    if (f->scanned == t && f->scanned_n == t->n) return;
+    f->ever_gathered = f->ever_grads_full = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->ev[i].kind != EV_ALLOC) continue;
+        f->ever_gathered |= t->ev[i].category == MEM_PARAM_UNSHARDED;
+        f->ever_grads_full |= t->ev[i].category == MEM_GRAD_UNSHARDED;
+    }
+    f->scanned = t;
+    f->scanned_n = t->n;
+}
+
 /* How far each rank is through the current step: gradients reduced, Adam stepped. */
 static void apply_progress(Frame *f, const TraceEvent *e) {
     if (e->unit < 0) return;
@@ -332,6 +345,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     if (t->n && index >= t->n)
         return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, t->n);
     reset(f, p);
+    scan_trace(f, t);
     f->count = t->n;
     f->index = index;
     f->event = t->n ? &t->ev[index] : NULL;

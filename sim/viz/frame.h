@@ -41,6 +41,11 @@ typedef struct Frame {
     /* A small model's numbers when the trace has them (NULL otherwise), all parameters in
      * model order: before and after the current event's step, and its gradients. */
     const float *before, *after, *grads;
+    /* Whether any event of the trace gathers a unit or unshards its gradients (so renderers
+     * size columns for what the run will show), and the trace that was scanned for it. */
+    int ever_gathered, ever_grads_full;
+    const Trace *scanned;
+    size_t scanned_n;
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */

@@ -9,14 +9,29 @@ static void pad(FILE *out, const char *s, size_t width) {
     for (size_t w = report_display_width(s); w < width; w++) fputc(' ', out);
 }
 
+/* The symbols of unit u that the other members of rank sr's group of S keep ("a₁ a₂" for
+ * GPU 0 of 3): what a gather brings in. "" when the unit has no symbols or nobody else keeps
+ * any (a replicated unit). */
+static void others_symbols(const Plan *p, int u, int S, int sr, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int q = 0; q < S && at < n; q++) {
+        char part[160];
+        if (q == sr || !report_unit_symbols(p, u, S, q, "", part, sizeof part) || !part[0])
+            continue;
+        at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? " " : "", part);
+    }
+}
+
 /* What a rank holds of a unit: its shard (symbols, with values when the trace has them and
- * the parameters are sharded, or a count), "+ all" while the unit is gathered, and "+ ∂all" while
- * its unsharded gradients exist. */
+ * the parameters are sharded, or a count), then while the unit is gathered "+a₁ a₂" (the
+ * other ranks' shards it holds a temporary copy of; "+all" for a unit without symbols), and
+ * "+∂all" while its unsharded gradients exist. */
 static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *values, char *buf,
                        size_t n) {
     int S = p->params_sharded ? p->shard_size : 1;
     int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
-    char mine[160];
+    char mine[160], others[160] = "";
     /* Replicated parameters are the same everywhere: their values would only widen the grid
      * (the narration of Adam's step still shows them). */
     if (!p->params_sharded) values = NULL;
@@ -24,15 +39,17 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
         snprintf(mine, sizeof mine, "%zu", c.kept);
     else if (!mine[0])
         snprintf(mine, sizeof mine, "-");
-    snprintf(buf, n, "%s%s%s", mine, c.gathered ? " +all" : "", c.grads_full ? " +\u2202all" : "");
+    if (c.gathered) others_symbols(p, u, S, sr, others, sizeof others);
+    snprintf(buf, n, "%s%s%s%s", mine, c.gathered ? " +" : "",
+             c.gathered && !others[0] ? "all" : others, c.grads_full ? " +\u2202all" : "");
 }
 
 void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
     cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), buf, n);
 }
 
-/* The widest a cell can get (gathered, with full gradients), so columns stay put from one
- * frame to the next. */
+/* The widest a cell can get in this trace (gathered, with full gradients, where the trace ever
+ * does either), so columns stay put from one frame to the next. */
 size_t plain_cell_width(const Frame *f, const Plan *p) {
     char text[200];
     size_t width = 4;
@@ -41,7 +58,8 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
         if (w > width) width = w;
         for (int r = 0; r < f->nranks; r++) {
             FrameCell full = *frame_cell(f, r, u);
-            full.gathered = full.grads_full = 1;
+            full.gathered = f->ever_gathered;
+            full.grads_full = f->ever_grads_full;
             cell_state(p, r, u, full, frame_values(f, r, u), text, sizeof text);
             if (report_display_width(text) > width) width = report_display_width(text);
         }
