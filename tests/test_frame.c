@@ -163,3 +163,48 @@ Test(frame, timeline_marks_streams_and_the_current_event) {
     frame_free(&f);
     toy_run_free(&run);
 }
+
+/* With the step's values in the trace, a rank's parameters are the step's starting values
+ * until it steps Adam on the unit and the result after, each rank on its own schedule, and
+ * its gradients count as reduced from its reduce-scatter of the unit on. */
+Test(frame, values_follow_each_ranks_progress_through_the_step) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    ToyRun run;
+    toy_train(&run, &c, 3, 2, 1);
+    Trace *t = &run.trace;
+    t->params = run.step_params;
+    t->grads = run.step_grads;
+    t->steps = 2;
+    t->numel = 9;
+    Frame f;
+    Err err = {0};
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    /* step 2 (index 1): rank 0 has just stepped Adam on La, rank 1 has not yet */
+    size_t adam = 0;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == EV_OPTIMIZER && t->ev[i].rank == 0 && t->ev[i].unit == 0 &&
+            t->ev[i].step == 1)
+            adam = i;
+    cr_assert_gt(adam, 0);
+    frame_of(&f, &run, adam);
+    cr_expect_eq(f.before, run.step_params + 9, "step 2 starts from the values after step 1");
+    cr_expect_eq(f.after, run.step_params + 18);
+    cr_expect_eq(f.grads, run.step_grads + 9);
+    cr_expect_eq(frame_values(&f, 0, 0), f.after, "rank 0 has stepped La");
+    cr_expect_eq(frame_values(&f, 1, 0), f.before, "rank 1 has not yet");
+    cr_expect_eq(frame_values(&f, 0, 1), f.before, "nor has rank 0 stepped Lb");
+    cr_expect(frame_cell(&f, 1, 0)->reduced && frame_cell(&f, 0, 2)->reduced,
+              "every reduce-scatter of the step came before the optimizer");
+    /* before the step's first reduce-scatter nothing is reduced, and nothing at all is
+     * stepped at its first forward */
+    frame_of(&f, &run, find(t, EV_FORWARD, 0, 0, PHASE_FORWARD));
+    cr_expect_eq(f.before, run.step_params, "step 1 starts from the initial values");
+    for (int r = 0; r < 3; r++)
+        for (int u = 0; u < 3; u++) {
+            cr_expect(!frame_cell(&f, r, u)->reduced && !frame_cell(&f, r, u)->stepped);
+            cr_expect_eq(frame_values(&f, r, u), f.before);
+        }
+    t->params = t->grads = NULL; /* the run owns them */
+    frame_free(&f);
+    toy_run_free(&run);
+}

@@ -26,12 +26,13 @@ static void others_symbols(const Plan *p, int u, int S, int sr, char *buf, size_
 /* What a rank holds of a unit: its shard (symbols, with values when the trace has them and
  * the parameters are sharded, or a count), then while the unit is gathered "+a₁ a₂" (the
  * other ranks' shards it holds a temporary copy of; "+all" for a unit without symbols), and
- * "+∂all" while its unsharded gradients exist. */
-static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *values, char *buf,
-                       size_t n) {
+ * "+∂all" while its unsharded gradients exist; once those are reduced and freed, its gradient
+ * shard with values ("∂a₀=+0.004") until the step ends. grads NULL: no gradient values. */
+static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *values,
+                       const float *grads, char *buf, size_t n) {
     int S = p->params_sharded ? p->shard_size : 1;
     int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
-    char mine[160], others[160] = "";
+    char mine[160], others[160] = "", shard[160] = "";
     /* Replicated parameters are the same everywhere: their values would only widen the grid
      * (the narration of Adam's step still shows them). */
     if (!p->params_sharded) values = NULL;
@@ -40,12 +41,17 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
     else if (!mine[0])
         snprintf(mine, sizeof mine, "-");
     if (c.gathered) others_symbols(p, u, S, sr, others, sizeof others);
-    snprintf(buf, n, "%s%s%s%s", mine, c.gathered ? " +" : "",
-             c.gathered && !others[0] ? "all" : others, c.grads_full ? " +\u2202all" : "");
+    if (grads && p->grads_sharded && c.reduced && !c.grads_full) {
+        int gr = plan_shard_rank(p, r);
+        report_unit_values(p, u, p->shard_size, gr, "\u2202", grads, shard + 1, sizeof shard - 1);
+        if (shard[1]) shard[0] = ' ';
+    }
+    snprintf(buf, n, "%s%s%s%s%s", mine, c.gathered ? " +" : "",
+             c.gathered && !others[0] ? "all" : others, c.grads_full ? " +\u2202all" : "", shard);
 }
 
 void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
-    cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), buf, n);
+    cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), f->grads, buf, n);
 }
 
 /* The widest a cell can get in this trace (gathered, with full gradients, where the trace ever
@@ -57,10 +63,16 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
         size_t w = report_display_width(p->units[u].name);
         if (w > width) width = w;
         for (int r = 0; r < f->nranks; r++) {
-            FrameCell full = *frame_cell(f, r, u);
-            full.gathered = f->ever_gathered;
-            full.grads_full = f->ever_grads_full;
-            cell_state(p, r, u, full, frame_values(f, r, u), text, sizeof text);
+            /* busiest in backward (gathered, full gradients), or at rest with a gradient
+             * shard after its reduce-scatter */
+            FrameCell busy = *frame_cell(f, r, u), reduced = busy;
+            busy.gathered = f->ever_gathered;
+            busy.grads_full = f->ever_grads_full;
+            busy.reduced = reduced.gathered = reduced.grads_full = 0;
+            reduced.reduced = 1;
+            cell_state(p, r, u, busy, frame_values(f, r, u), f->grads, text, sizeof text);
+            if (report_display_width(text) > width) width = report_display_width(text);
+            cell_state(p, r, u, reduced, frame_values(f, r, u), f->grads, text, sizeof text);
             if (report_display_width(text) > width) width = report_display_width(text);
         }
     }
