@@ -192,7 +192,8 @@ static void pack_rows(Engine *e, int u, const float *src, const size_t *local, D
         shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
         char *dst = block + up->wire_offset * ds;
         e->k->cast(dst, t, src + local[i], DTYPE_FP32, rows * ps->row_elems);
-        memset(dst + rows * ps->row_elems * ds, 0, (up->chunk_rows - rows) * ps->row_elems * ds);
+        e->k->zero_bytes(dst + rows * ps->row_elems * ds,
+                         (up->chunk_rows - rows) * ps->row_elems * ds);
     }
 }
 
@@ -207,7 +208,8 @@ static void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *d
             size_t begin, rows;
             shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
             const char *src = recv + ((size_t)q * unit->wire_numel + up->wire_offset) * ds;
-            memcpy(dst + (up->offset + begin * ps->row_elems) * ds, src, rows * ps->row_elems * ds);
+            e->k->copy_bytes(dst + (up->offset + begin * ps->row_elems) * ds, src,
+                             rows * ps->row_elems * ds);
         }
 }
 
@@ -346,7 +348,7 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
         int rc = dev_alloc(e, (void **)&us->ugrad, unit->numel * sizeof(float), MEM_GRAD_UNSHARDED,
                            u, err);
         if (rc) return rc;
-        memset(us->ugrad, 0, unit->numel * sizeof(float));
+        e->k->zero(us->ugrad, unit->numel);
         us->ugrad_owned = 1;
     }
     for (int i = 0; i < unit->nparams; i++) us->grad_ptrs[i] = us->ugrad + unit->params[i].offset;
@@ -368,8 +370,8 @@ static void pack_grads_for_scatter(Engine *e, int u, char *send) {
             char *dst = send + ((size_t)q * unit->wire_numel + up->wire_offset) * ds;
             e->k->cast(dst, t, us->ugrad + up->offset + begin * ps->row_elems, DTYPE_FP32,
                        rows * ps->row_elems);
-            memset(dst + rows * ps->row_elems * ds, 0,
-                   (up->chunk_rows - rows) * ps->row_elems * ds);
+            e->k->zero_bytes(dst + rows * ps->row_elems * ds,
+                             (up->chunk_rows - rows) * ps->row_elems * ds);
         }
 }
 
@@ -663,7 +665,7 @@ int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_lo
                 Err *err) {
     memset(st, 0, sizeof *st);
     for (int u = 0; u < e->plan->nunits; u++) /* an empty shard has no buffer at all */
-        if (e->units[u].grad) memset(e->units[u].grad, 0, e->units[u].grad_n * sizeof(float));
+        if (e->units[u].grad) e->k->zero(e->units[u].grad, e->units[u].grad_n);
     int K = e->cfg.grad_accum, B = e->cfg.batch_size, rc;
     /* the loss scale and the 1/K of accumulation both ride on the output gradient */
     float grad_scale = (fsdp_uses_loss_scaling(&e->cfg) ? e->loss_scale : 1.0f) / (float)K;
@@ -734,8 +736,8 @@ int engine_full_params(Engine *e, float *out, Err *err) {
         }
         for (int i = 0; !rc && i < unit->nparams; i++) {
             const ParamSpec *ps = unit_param_spec(e, u, i);
-            memcpy(out + e->param_flat[unit->params[i].param], full + unit->params[i].offset,
-                   ps->numel * sizeof(float));
+            e->dev->ops->copy(e->dev, out + e->param_flat[unit->params[i].param],
+                              full + unit->params[i].offset, ps->numel * sizeof(float));
         }
         dev_free(e, send, u);
         dev_free(e, recv, u);
@@ -776,15 +778,21 @@ static void kept_elements(const Engine *e, int u, int i, size_t *first, size_t *
     *n = rows * ps->row_elems;
 }
 
-/* Each rank draws exactly its own rows: the starting point is the same at any world size. */
-static void init_params(Engine *e, int u) {
+/* Each rank draws exactly its own rows: the starting point is the same at any world size.
+ * The draw happens on the host and is copied to the device. */
+static int init_params(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     for (int i = 0; i < e->plan->units[u].nparams; i++) {
         size_t first, n;
         kept_elements(e, u, i, &first, &n);
-        param_init_fill(unit_param_spec(e, u, i), e->cfg.seed, first, n,
-                        us->param + us->param_local[i]);
+        if (!n) continue;
+        float *host = malloc(n * sizeof *host);
+        if (!host) return err_set(err, ERR_NOMEM, "out of memory initialising parameters");
+        param_init_fill(unit_param_spec(e, u, i), e->cfg.seed, first, n, host);
+        e->dev->ops->copy(e->dev, us->param + us->param_local[i], host, n * sizeof *host);
+        free(host);
     }
+    return 0;
 }
 
 int engine_set_full_params(Engine *e, const float *full) {
@@ -864,11 +872,10 @@ static int create_unit_state(Engine *e, int u, Err *err) {
         rc = dev_alloc(e, (void **)&us->v, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
                        u, err);
     if (rc) return rc;
-    if (us->grad) memset(us->grad, 0, us->grad_n * sizeof(float));
-    if (us->m) memset(us->m, 0, us->optim_n * sizeof(float));
-    if (us->v) memset(us->v, 0, us->optim_n * sizeof(float));
-    init_params(e, u);
-    return 0;
+    if (us->grad) e->k->zero(us->grad, us->grad_n);
+    if (us->m) e->k->zero(us->m, us->optim_n);
+    if (us->v) e->k->zero(us->v, us->optim_n);
+    return init_params(e, u, err);
 }
 
 /* Unit entries in module order (forward) and reverse module order (backward). */

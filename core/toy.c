@@ -57,10 +57,15 @@ static int toy_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t
     r->target = alloc_act(r);
     if (n && (!r->act[0] || !r->target))
         return err_set(err, ERR_NOMEM, "out of memory for a toy batch of %zu", n);
+    float *host = malloc(2 * n * sizeof *host + 1);
+    if (!host) return err_set(err, ERR_NOMEM, "out of memory staging a toy batch of %zu", n);
     for (size_t i = 0; i < n; i++) {
-        r->act[0][i] = ds->inputs[idx[i]];
-        r->target[i] = ds->targets[idx[i]];
+        host[i] = ds->inputs[idx[i]];
+        host[n + i] = ds->targets[idx[i]];
     }
+    r->dev->ops->copy(r->dev, r->act[0], host, n * sizeof *host); /* staged: device memory */
+    r->dev->ops->copy(r->dev, r->target, host + n, n * sizeof *host);
+    free(host);
     return 0;
 }
 

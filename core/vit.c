@@ -276,7 +276,30 @@ static void vit_run_destroy(ModelRun *r) {
     free(r);
 }
 
-/* Normalises as the workshop does: ToTensor (p / 255) then Normalize(0.5, 0.5). */
+/* Normalises the batch on the host as the workshop does, ToTensor (p / 255) then
+ * Normalize(0.5, 0.5), and copies it and its labels to the device. */
+static int stage_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, size_t pixels,
+                       Err *err) {
+    float *images = malloc(n * pixels * sizeof *images);
+    int32_t *labels = malloc(n * sizeof *labels);
+    if (!images || !labels) {
+        free(images);
+        free(labels);
+        return err_set(err, ERR_NOMEM, "out of memory staging a batch of %zu images", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *src = ds->pixels + (size_t)idx[i] * pixels;
+        float *dst = images + i * pixels;
+        for (size_t j = 0; j < pixels; j++) dst[j] = ((float)src[j] / 255.0f - 0.5f) / 0.5f;
+        labels[i] = ds->labels[idx[i]];
+    }
+    r->dev->ops->copy(r->dev, r->images, images, n * pixels * sizeof *images);
+    r->dev->ops->copy(r->dev, r->labels, labels, n * sizeof *labels);
+    free(images);
+    free(labels);
+    return 0;
+}
+
 static int vit_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
     const VitConfig *c = r->c;
     size_t pixels = (size_t)c->image * (size_t)c->image;
@@ -291,13 +314,7 @@ static int vit_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t
     r->labels = n ? r->dev->ops->alloc(r->dev, n * sizeof(int32_t), MEM_ACTIVATIONS, -1) : NULL;
     if (n && (!r->images || !r->labels))
         return err_set(err, ERR_NOMEM, "out of memory for a batch of %zu images", n);
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *src = ds->pixels + (size_t)idx[i] * pixels;
-        float *dst = r->images + i * pixels;
-        for (size_t j = 0; j < pixels; j++) dst[j] = ((float)src[j] / 255.0f - 0.5f) / 0.5f;
-        r->labels[i] = ds->labels[idx[i]];
-    }
-    return 0;
+    return n ? stage_batch(r, ds, idx, n, pixels, err) : 0;
 }
 
 /* ---------------------------------------------------------------- work estimates */

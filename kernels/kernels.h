@@ -21,6 +21,11 @@ typedef struct Kernels {
     void (*cast)(void *dst, DType dst_type, const void *src, DType src_type, size_t n);
     /* x[i] = 0 (device memory is not the host's: core never memsets it itself) */
     void (*zero)(float *x, size_t n);
+    /* Device memory to device memory, and zeroing bytes: how the engine packs a unit's shards
+     * into comm buffers and pads them (core never memcpys device memory itself). dst and src
+     * may not overlap. */
+    void (*copy_bytes)(void *dst, const void *src, size_t bytes);
+    void (*zero_bytes)(void *dst, size_t bytes);
     /* x[i] *= s */
     void (*scale)(float *x, float s, size_t n);
     /* y[i] += x[i] */

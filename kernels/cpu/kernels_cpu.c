@@ -45,6 +45,14 @@ static void cpu_zero(float *x, size_t n) {
     if (n) memset(x, 0, n * sizeof *x);
 }
 
+static void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
+    if (bytes) memcpy(dst, src, bytes);
+}
+
+static void cpu_zero_bytes(void *dst, size_t bytes) {
+    if (bytes) memset(dst, 0, bytes);
+}
+
 static void cpu_scale(float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
@@ -178,6 +186,8 @@ const Kernels kernels_cpu = {
     .name = "cpu",
     .cast = cpu_cast,
     .zero = cpu_zero,
+    .copy_bytes = cpu_copy_bytes,
+    .zero_bytes = cpu_zero_bytes,
     .scale = cpu_scale,
     .accumulate = cpu_accumulate,
     .sum_squares = cpu_sum_squares,
