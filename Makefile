@@ -21,20 +21,40 @@ CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 
 LIB_SRCS := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c sim/*.c sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+
+# The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and runtime/ (C against
+# CUDA's headers), built when nvcc is found. Sanitizer builds leave it out: ASan and the CUDA
+# driver do not share an address space peacefully, and the sanitizers guard the CPU code.
+ifneq ($(NVCC),)
+ifneq ($(SANITIZE),1)
+WITH_CUDA := 1
+endif
+endif
+GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
+ifeq ($(WITH_CUDA),1)
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -MMD -MP \
+	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90
+CFLAGS += -DFSDP_HAVE_CUDA=1
+CUDA_CFLAGS := -I$(CUDA_HOME)/include
+LIB_OBJS += $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(patsubst %.c,$(BUILD)/%.o,$(wildcard runtime/*.c))
+LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+endif
 MAIN_OBJ := $(BUILD)/main.o
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan bench bench-vs-torch bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu bench bench-vs-torch bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
 ifeq ($(NVCC),)
 	@echo "nvcc not found (set CUDA_HOME): built the simulator only"
-else ifeq ($(CUDA_SRCS),)
-	@echo "nvcc found at $(NVCC); no CUDA sources yet: built the simulator only"
+else ifneq ($(WITH_CUDA),1)
+	@echo "sanitizer build: the CUDA backend is left out"
 endif
 
 $(BIN): $(LIB_OBJS) $(MAIN_OBJ)
@@ -43,6 +63,18 @@ $(BIN): $(LIB_OBJS) $(MAIN_OBJ)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/runtime/%.o: runtime/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/gpu/%.o: tests/gpu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(TEST_BIN): $(LIB_OBJS) $(TEST_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcriterion
@@ -64,6 +96,20 @@ test: deps $(BIN) $(TEST_BIN)
 
 test-asan:
 	$(MAKE) SANITIZE=1 test
+
+# The GPU's own tests (kernels against the CPU's, a training step against the simulator).
+# Where there is no GPU each test is skipped with the reason; without nvcc nothing is built.
+test-gpu: deps $(BIN)
+ifeq ($(WITH_CUDA),1)
+	@$(MAKE) --no-print-directory $(BUILD)/test_gpu
+	@./$(BIN) train --backend auto --ranks 1 --print-plan | head -1
+	FSDP_BIN=./$(BIN) ./$(BUILD)/test_gpu --jobs 1
+else
+	@echo "test-gpu: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
+endif
+
+$(BUILD)/test_gpu: $(LIB_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/tests/util.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcriterion
 
 bench: deps $(BUILD)/bench_toy
 	./$(BUILD)/bench_toy

@@ -20,6 +20,9 @@
 #include "sim/viz/frame.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/tui.h"
+#ifdef FSDP_HAVE_CUDA
+#include "runtime/gpu_run.h"
+#endif
 
 static void usage(FILE *f) {
     fputs("usage: ./fsdp <command> [flags]\n"
@@ -125,6 +128,7 @@ typedef struct TrainRun {
     char eval_name[96]; /* what the evaluation set is, for people */
     Plan plan;
     OutFile dump, trace;
+    char backend_note[192]; /* what --backend auto chose, and why ("" otherwise) */
     RankMemory *memory;
     float *params;
     float *init; /* --init-from's weights, NULL without it */
@@ -176,8 +180,39 @@ static int plan_prepare(TrainRun *t, Err *err) {
                             a->fsdp.replicas, err);
 }
 
+/* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
+static int choose_backend(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    char why[128] = "this fsdp was built without CUDA: nvcc was not found";
+    int gpu = 0;
+#ifdef FSDP_HAVE_CUDA
+    gpu = gpu_available(why, sizeof why);
+#endif
+    if (a->backend == BACKEND_AUTO) {
+        a->backend = gpu ? BACKEND_CUDA : BACKEND_SIM;
+        snprintf(t->backend_note, sizeof t->backend_note, "backend: %s (auto: %s)",
+                 gpu ? "cuda" : "sim", why);
+    } else if (a->backend == BACKEND_CUDA && !gpu) {
+        return err_set(err, ERR_USAGE, "--backend cuda: no GPU to run on (%s)", why);
+    }
+    return 0;
+}
+
+/* The job on every rank: simulated ranks, or this machine's GPU. */
+static int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job,
+                     ClusterResult *res, Err *err) {
+#ifdef FSDP_HAVE_CUDA
+    if (t->args.backend == BACKEND_CUDA) return gpu_run(opt, train_rank, job, res, err);
+#else
+    (void)t; /* choose_backend refused cuda already */
+#endif
+    return cluster_run(opt, train_rank, job, res, err);
+}
+
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
+    int brc = choose_backend(t, err);
+    if (brc) return brc;
     t->profile = profile_find(a->profile);
     if (!t->profile)
         return err_set(err, ERR_USAGE, "--profile must be one of %s (got '%s')", profile_names(),
@@ -310,12 +345,13 @@ static int train_execute(TrainRun *t, Err *err) {
     ClusterOptions opt = cluster_options(t, a->trace_out != NULL);
     ClusterResult res;
     int rc = a->trace_out ? values_alloc(t, &job, err) : 0;
-    if (!rc) rc = cluster_run(&opt, train_rank, &job, &res, err);
+    if (!rc) rc = run_ranks(t, &opt, &job, &res, err);
     if (!rc) values_to_trace(&job, t->model.total_numel, &res.trace);
     free(job.step_params);
     free(job.step_grads);
     if (!rc) rc = train_write_outputs(t, &res, err);
     cluster_result_free(&res);
+    if (!rc && a->json) report_memory_json(stdout, t->memory, a->ranks);
     if (rc || a->json) return rc;
     if (!vit) {
         printf("final parameters:\n");
@@ -446,7 +482,7 @@ static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
                     .init_params = t->init};
     ClusterOptions opt = cluster_options(t, 1);
     int rc = values_alloc(t, &job, err);
-    if (!rc) rc = cluster_run(&opt, train_rank, &job, res, err);
+    if (!rc) rc = run_ranks(t, &opt, &job, res, err);
     if (!rc) values_to_trace(&job, t->model.total_numel, &res->trace);
     free(job.step_params);
     free(job.step_grads);
@@ -483,6 +519,7 @@ static int ddp_peer_run(DdpPeer *d, Err *err) {
     c->replicas = 1;
     c->reshard_after_forward = -1;
     c->offload = OFFLOAD_NONE;
+    d->run.args.backend = BACKEND_SIM; /* the peer is always simulated: DDP's memory, modelled */
     d->run.args.trace_out = d->run.args.dump_params = NULL;
     int rc = train_prepare(&d->run, err);
     if (!rc) rc = ddp_peer_fits(&d->run, err);
@@ -615,6 +652,7 @@ static int cmd_train(int argc, char **argv) {
         return 0;
     }
     if (!rc) rc = train_prepare(&t, &err);
+    if (!rc && !t.args.json && t.backend_note[0]) printf("%s\n", t.backend_note);
     if (!rc && !t.args.json) {
         report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, t.profile->name);
         if (train_args_is_vit(&t.args))

@@ -163,6 +163,15 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->trace_out = v;
         return 0;
     }
+    if (!strcmp(f, "--backend")) {
+        static const char *const names[] = {"sim", "cuda", "auto"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, names[i])) {
+                a->backend = (Backend)i;
+                return 0;
+            }
+        return err_set(err, ERR_USAGE, "--backend must be sim, cuda or auto (got '%s')", v);
+    }
     return err_set(err, ERR_USAGE, "unknown flag %s (see ./fsdp train --help)", f);
 }
 
@@ -186,6 +195,10 @@ static int check_combination(const TrainArgs *a, Err *err) {
     if (c->strategy != STRAT_HSDP && c->replicas != 1)
         return err_set(err, ERR_USAGE, "--replicas applies only to --strategy hsdp (got %d)",
                        c->replicas);
+    if (c->offload == OFFLOAD_CPU && a->backend != BACKEND_SIM)
+        return err_set(err, ERR_USAGE,
+                       "--offload cpu runs on the simulator only for now "
+                       "(--backend sim)");
     if (c->offload == OFFLOAD_CPU && (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
         return err_set(err, ERR_USAGE,
                        "--offload cpu needs a sharded strategy (zero2, zero3 or hsdp), not %s",
@@ -271,6 +284,9 @@ void train_args_help(FILE *f) {
           "cluster\n"
           "  --ranks N                      simulated GPUs, 1 to 1024 (default 3)\n"
           "  --profile P                    cost model: h100-nvlink, a100-nvlink, l4-pcie\n"
+          "  --backend B                    sim (default: the simulated cluster), cuda (this\n"
+          "                                 machine's GPU, --ranks 1), auto (cuda if there\n"
+          "                                 is a GPU, else sim)\n"
           "FSDP\n"
           "  --strategy S                   ddp, zero1, zero2, zero3 (default), hsdp\n"
           "  --replicas R                   hsdp: replica groups; must divide --ranks\n"

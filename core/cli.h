@@ -10,8 +10,13 @@
 
 #define CLI_MAX_RANKS 1024
 
+/* Where a run's ranks execute: the simulated cluster, this machine's GPU, or the GPU when
+ * there is one. */
+typedef enum { BACKEND_SIM = 0, BACKEND_CUDA, BACKEND_AUTO } Backend;
+
 typedef struct TrainArgs {
     FsdpConfig fsdp;
+    Backend backend;
     char model[32];
     char profile[32];
     int layers, heads, hidden, mlp; /* ViT overrides of the preset; 0: the preset's */

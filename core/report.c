@@ -262,6 +262,15 @@ void report_step_text(FILE *f, const StepReport *r, int fp16) {
     fprintf(f, "\n");
 }
 
+void report_memory_json(FILE *f, const RankMemory *m, int ranks) {
+    size_t top = 0;
+    for (int r = 0; r < ranks; r++)
+        if (m[r].peak > top) top = m[r].peak;
+    fprintf(f, "{\"peak_bytes\":%zu,\"rank_peaks\":[", top);
+    for (int r = 0; r < ranks; r++) fprintf(f, "%s%zu", r ? "," : "", m[r].peak);
+    fputs("]}\n", f);
+}
+
 void report_step_json(FILE *f, const StepReport *r) {
     fprintf(f,
             "{\"step\":%ld,\"epoch\":%d,\"loss\":%.9g,\"images_per_s\":%.6g,\"lr\":%.9g,"

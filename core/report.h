@@ -22,6 +22,8 @@ void report_step_text(FILE *f, const StepReport *r, int fp16);
 void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s);
 /* The same redrawn in place on a terminal ("\r"), ending the line with each epoch. */
 void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s);
+/* One JSON line: each rank's peak bytes and the largest, {"peak_bytes":N,"rank_peaks":[...]}. */
+void report_memory_json(FILE *f, const RankMemory *m, int ranks);
 void report_step_json(FILE *f, const StepReport *r);
 void report_eval_text(FILE *f, const EvalReport *r);
 void report_eval_json(FILE *f, const EvalReport *r);

@@ -64,6 +64,9 @@ Test(cli, bad_input_exits_2_with_one_line) {
     expect_usage_error("train --model toy --layers 2", "--layers");
     expect_usage_error("train --model vit-tiny --data /nonexistent/dir",
                        "/nonexistent/dir/train-images-idx3-ubyte.gz");
+    expect_usage_error("train --backend gpu", "--backend must be sim, cuda or auto");
+    expect_usage_error("train --backend cuda --offload cpu", "--offload cpu");
+    expect_usage_error("train --backend auto --offload cpu", "--offload cpu");
 }
 
 Test(cli, a_bad_flag_writes_no_file) {
@@ -132,11 +135,18 @@ Test(cli, print_plan_shows_the_workshop_table) {
 
 Test(cli, json_lines_show_the_loss_falling) {
     char *out = stdout_of("train --ranks 3 --steps 60 --batch-size 8 --json");
-    int lines = 0;
+    int lines = 0, memory = 0;
     double first = 0, last = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         long step;
         double loss;
+        unsigned long peak;
+        if (sscanf(line, "{\"peak_bytes\":%lu,", &peak) == 1) { /* the last line */
+            cr_expect_eq(peak, 312, "the toy's peak at 3 ranks: %s", line);
+            memory++;
+            continue;
+        }
+        cr_expect_eq(memory, 0, "the memory line comes last");
         cr_assert_eq(sscanf(line, "{\"step\":%ld,\"epoch\":%*d,\"loss\":%lf", &step, &loss), 2,
                      "not a step line: %s", line);
         cr_expect_eq(step, lines + 1);
@@ -145,6 +155,7 @@ Test(cli, json_lines_show_the_loss_falling) {
         lines++;
     }
     cr_expect_eq(lines, 60);
+    cr_expect_eq(memory, 1);
     cr_expect_lt(last, 0.2 * first, "loss %g -> %g", first, last);
     free(out);
 }
@@ -193,7 +204,7 @@ Test(cli, vit_json_has_steps_and_an_evaluation) {
     /* a small ViT trained on the test split for 3 steps, evaluated on held-out train images */
     char *out = stdout_of("train --model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 "
                           "--split test --steps 3 --batch-size 16 --ranks 2 --json");
-    int steps = 0, evals = 0;
+    int steps = 0, evals = 0, memory = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(line);
         cr_assert(o, "not JSON: %s", line);
@@ -203,6 +214,11 @@ Test(cli, vit_json_has_steps_and_an_evaluation) {
             cr_expect(acc->valuedouble >= 0.0 && acc->valuedouble <= 1.0, "%s", line);
             cr_expect_eq(cJSON_GetObjectItem(o, "samples")->valueint, 10000);
             evals++;
+        } else if (cJSON_GetObjectItem(o, "peak_bytes")) {
+            const cJSON *ranks = cJSON_GetObjectItem(o, "rank_peaks");
+            cr_expect_eq(cJSON_GetArraySize(ranks), 2, "%s", line);
+            cr_expect_gt(cJSON_GetObjectItem(o, "peak_bytes")->valuedouble, 0.0);
+            memory++;
         } else {
             const char *keys[] = {"step", "epoch", "loss", "images_per_s", "lr"};
             for (int k = 0; k < 5; k++)
@@ -216,5 +232,17 @@ Test(cli, vit_json_has_steps_and_an_evaluation) {
     }
     cr_expect_eq(steps, 3);
     cr_expect_eq(evals, 1);
+    cr_expect_eq(memory, 1);
     free(out);
+}
+
+/* auto says what it chose and why; on a machine with a GPU it is cuda, else the simulator,
+ * and one rank trains either way. --backend cuda without a GPU is a usage error. */
+Test(cli, backend_auto_says_which_it_chose) {
+    char *out = stdout_of("train --backend auto --ranks 1 --steps 3");
+    int gpu = strstr(out, "backend: cuda (auto: ") != NULL;
+    cr_expect(gpu || strstr(out, "backend: sim (auto: ") != NULL, "%s", out);
+    cr_expect(strstr(out, "final parameters:") != NULL, "it trained: %s", out);
+    free(out);
+    if (!gpu) expect_usage_error("train --backend cuda --ranks 1", "--backend cuda: no GPU");
 }

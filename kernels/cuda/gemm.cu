@@ -1,0 +1,276 @@
+// Linear forward and backward through cuBLASLt (semantics in ../kernels.h), fp32 in and out.
+//
+// Row-major to column-major: cuBLASLt reads matrices column-major, and a row-major X[r, c]
+// (leading dimension c) is, byte for byte, the column-major X^T [c, r] with ld c. So every
+// product is computed transposed, with no copies:
+//
+//   forward  out[M,N] = in[M,K] w[N,K]^T  <=>  out^T[N,M] = w . in^T
+//            A = w   as col-major [K,N] ld K, op T   -> [N,K]
+//            B = in  as col-major [K,M] ld K, op N   -> [K,M]
+//            D = out as col-major [N,M] ld N (m = N, n = M, k = K); beta 0
+//            b[N] through CUBLASLT_EPILOGUE_BIAS: a vector as long as D's rows (N), added to
+//            every column of D, i.e. to every row of the row-major out.
+//   din      din[M,K] = dout[M,N] w[N,K]  <=>  din^T[K,M] = w^T . dout^T
+//            A = w    as col-major [K,N] ld K, op N
+//            B = dout as col-major [N,M] ld N, op N
+//            D = din  as col-major [K,M] ld K (m = K, n = M, k = N); beta 0
+//   dw       dw[N,K] += dout^T in  <=>  dw^T[K,N] += in^T . dout
+//            A = in   as col-major [K,M] ld K, op N
+//            B = dout as col-major [N,M] ld N, op T  -> [M,N]
+//            C = D = dw as col-major [K,N] ld K (m = K, n = N, k = M); beta 1 (accumulates)
+//   db       db[N] += column sums of dout: a small deterministic kernel below. cuBLASLt's
+//            BGRADB epilogue would fuse it into dw's GEMM, but it stores the bias gradient
+//            (overwrites) where kernels.h asks for +=.
+//
+// cuBLASLt objects live in a small per-thread table (each rank thread has its own context, so
+// no locks), keyed by shape, op, TF32 and the alignment of every pointer; the descriptors are
+// initialised in place (cublasLt*Init, no allocation) and the heuristic's algorithm is kept,
+// so a shape met again costs one cublasLtMatmul call. Nothing here allocates device memory:
+// the workspace is the context's.
+#include <stdint.h>
+#include <string.h>
+
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace {
+
+enum LinearOp : int { OP_FORWARD = 0, OP_FORWARD_BIAS = 1, OP_DIN = 2, OP_DW = 3 };
+
+struct LinearPlan {
+    int used;
+    int device;
+    int op;
+    int tf32;
+    uint32_t aligns; // log2 of the alignment of A, B, C/D and bias, 4 bits each
+    size_t M, K, N;
+    cublasLtMatmulDescOpaque_t desc;
+    cublasLtMatrixLayoutOpaque_t a, b, c; // c describes both C and D
+    cublasLtMatmulAlgo_t algo;
+};
+
+enum { PLAN_SLOTS = 64 };
+
+thread_local LinearPlan plans[PLAN_SLOTS];
+thread_local unsigned plan_victim;
+
+// Largest power of two dividing the address, from 4 to 256 bytes (cuBLASLt's default
+// assumption is 256; telling it less keeps it off algorithms that would need more).
+unsigned pointer_alignment(const void *p) {
+    const uintptr_t a = (uintptr_t)p;
+    unsigned al = 256;
+    while (al > 4 && (a % al) != 0) al >>= 1;
+    return al;
+}
+
+unsigned log2u(unsigned x) {
+    unsigned r = 0;
+    while (x > 1) x >>= 1, r++;
+    return r;
+}
+
+// The shape of one GEMM in cuBLASLt's terms (see the top of the file).
+struct GemmShape {
+    cublasOperation_t transa, transb;
+    uint64_t a_rows, a_cols, b_rows, b_cols, c_rows, c_cols;
+    int64_t lda, ldb, ldc;
+};
+
+GemmShape gemm_shape(int op, size_t M, size_t K, size_t N) {
+    GemmShape s;
+    switch (op) {
+    case OP_FORWARD:
+    case OP_FORWARD_BIAS:
+        s = {CUBLAS_OP_T, CUBLAS_OP_N, K, N, K, M, N, M, (int64_t)K, (int64_t)K, (int64_t)N};
+        break;
+    case OP_DIN:
+        s = {CUBLAS_OP_N, CUBLAS_OP_N, K, N, N, M, K, M, (int64_t)K, (int64_t)N, (int64_t)K};
+        break;
+    default: // OP_DW
+        s = {CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, M, K, N, (int64_t)K, (int64_t)N, (int64_t)K};
+        break;
+    }
+    return s;
+}
+
+// Builds a plan in `p`: descriptors, layouts and the heuristic's best algorithm for pointers of
+// these alignments. Returns 0, or records the error under `where` and returns 1.
+int plan_build(LinearPlan *p, CudaContext *ctx, int op, size_t M, size_t K, size_t N,
+               const unsigned align[4], const float *bias, const char *where) {
+    const cublasComputeType_t compute = p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const GemmShape s = gemm_shape(op, M, K, N);
+    cublasStatus_t st = cublasLtMatmulDescInit(&p->desc, compute, CUDA_R_32F);
+    const int32_t transa = s.transa, transb = s.transb;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa,
+                                            sizeof transa);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb,
+                                            sizeof transb);
+    if (op == OP_FORWARD_BIAS) {
+        const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+        const int32_t bias_type = CUDA_R_32F;
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                                sizeof epilogue);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                &bias_type, sizeof bias_type);
+        // the heuristic reads the bias pointer's value for its alignment (never dereferences
+        // it); every later call sets the real one, which has the same alignment (the key)
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof bias);
+    }
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutInit(&p->a, CUDA_R_32F, s.a_rows, s.a_cols, s.lda);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutInit(&p->b, CUDA_R_32F, s.b_rows, s.b_cols, s.ldb);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatrixLayoutInit(&p->c, CUDA_R_32F, s.c_rows, s.c_cols, s.ldc);
+    if (cuda_note_cublas(st, where)) return 1;
+
+    cublasLtMatmulPreferenceOpaque_t pref;
+    st = cublasLtMatmulPreferenceInit(&pref);
+    const uint64_t workspace = CUDA_WORKSPACE_BYTES;
+    const uint32_t align_a = align[0], align_b = align[1], align_c = align[2];
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                  &workspace, sizeof workspace);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                  &align_a, sizeof align_a);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                  &align_b, sizeof align_b);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                  &align_c, sizeof align_c);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                  &align_c, sizeof align_c);
+    if (cuda_note_cublas(st, where)) return 1;
+
+    cublasLtMatmulHeuristicResult_t result;
+    memset(&result, 0, sizeof result);
+    int found = 0;
+    st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, &p->desc, &p->a, &p->b, &p->c, &p->c, &pref, 1,
+                                        &result, &found);
+    if (cuda_note_cublas(st, where)) return 1;
+    if (found < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
+        // no fallback: a shape cuBLASLt cannot do is an error the caller sees
+        cuda_note_cublas(found < 1 ? CUBLAS_STATUS_NOT_SUPPORTED : result.state, where);
+        return 1;
+    }
+    p->algo = result.algo;
+    return 0;
+}
+
+// The thread's plan for this GEMM (built on first use), or NULL with the error recorded.
+LinearPlan *plan_get(CudaContext *ctx, int op, size_t M, size_t K, size_t N, const void *a_ptr,
+                     const void *b_ptr, const void *c_ptr, const float *bias, const char *where) {
+    int device = 0;
+    if (cuda_note(cudaGetDevice(&device), where)) return NULL;
+    const unsigned align[4] = {pointer_alignment(a_ptr), pointer_alignment(b_ptr),
+                               pointer_alignment(c_ptr), bias ? pointer_alignment(bias) : 256u};
+    const uint32_t aligns =
+        log2u(align[0]) | log2u(align[1]) << 4 | log2u(align[2]) << 8 | log2u(align[3]) << 12;
+    const int tf32 = ctx->tf32 != 0;
+    for (int i = 0; i < PLAN_SLOTS; i++) {
+        LinearPlan *p = &plans[i];
+        if (p->used && p->op == op && p->M == M && p->K == K && p->N == N && p->tf32 == tf32 &&
+            p->aligns == aligns && p->device == device)
+            return p;
+    }
+    LinearPlan *p = &plans[plan_victim++ % PLAN_SLOTS];
+    p->used = 0;
+    p->device = device;
+    p->op = op;
+    p->tf32 = tf32;
+    p->aligns = aligns;
+    p->M = M, p->K = K, p->N = N;
+    if (plan_build(p, ctx, op, M, K, N, align, bias, where)) return NULL;
+    p->used = 1;
+    return p;
+}
+
+// D = alpha op(A) op(B) + beta C with C = D, through the plan for (op, M, K, N).
+void run_gemm(int op, float *d, const float *a, const float *b, const float *bias, float beta,
+              size_t M, size_t K, size_t N, const char *where) {
+    CudaContext *ctx = cuda_ctx();
+    LinearPlan *p = plan_get(ctx, op, M, K, N, a, b, d, bias, where);
+    if (!p) return;
+    if (op == OP_FORWARD_BIAS &&
+        cuda_note_cublas(cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &bias, sizeof bias),
+                         where))
+        return;
+    const float alpha = 1.0f;
+    cuda_note_cublas(cublasLtMatmul(ctx->lt, &p->desc, &alpha, a, &p->a, b, &p->b, &beta, d, &p->c,
+                                    d, &p->c, &p->algo, ctx->workspace, CUDA_WORKSPACE_BYTES,
+                                    ctx->stream),
+                     where);
+}
+
+// out[i, :] = b (or 0 without b) for M rows of N: forward's empty product (K == 0).
+__global__ void fill_rows_kernel(float *out, const float *b, size_t M, size_t N) {
+    const size_t n = M * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = b ? b[i % N] : 0.0f;
+}
+
+// db[j] += sum over M rows of dout[i * N + j]. A block takes COLSUM_COLS adjacent columns;
+// its COLSUM_ROWS thread rows each sum every COLSUM_ROWS-th row (reads coalesced along j),
+// then the partial sums are added in a fixed order: the same bits on every run.
+enum { COLSUM_COLS = 32, COLSUM_ROWS = 16 };
+
+__global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
+    column_sums_add_kernel(float *db, const float *dout, size_t M, size_t N) {
+    __shared__ float partial[COLSUM_ROWS][COLSUM_COLS + 1];
+    const size_t j = blockIdx.x * (size_t)COLSUM_COLS + threadIdx.x;
+    float acc = 0.0f;
+    if (j < N)
+        for (size_t i = threadIdx.y; i < M; i += COLSUM_ROWS) acc += dout[i * N + j];
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < N) {
+        float s = partial[0][threadIdx.x];
+        for (int r = 1; r < COLSUM_ROWS; r++) s += partial[r][threadIdx.x];
+        db[j] += s;
+    }
+}
+
+} // namespace
+
+extern "C" void cuda_linear_forward(float *out, const float *in, const float *w, const float *b,
+                                    size_t M, size_t K, size_t N) {
+    if (M == 0 || N == 0) return;
+    if (K == 0) { // an empty product: out is the bias (or zero); ld = 0 is no valid layout
+        fill_rows_kernel<<<cuda_blocks(M * N, 256), 256, 0, cuda_ctx()->stream>>>(out, b, M, N);
+        CUDA_LAUNCHED("linear_forward");
+        return;
+    }
+    run_gemm(b ? OP_FORWARD_BIAS : OP_FORWARD, out, w, in, b, 0.0f, M, K, N, "linear_forward");
+}
+
+extern "C" void cuda_linear_backward(float *din, float *dw, float *db, const float *dout,
+                                     const float *in, const float *w, size_t M, size_t K,
+                                     size_t N) {
+    if (M == 0) return; // no rows: every gradient is += 0 and din is empty
+    CudaContext *ctx = cuda_ctx();
+    if (din && K > 0) {
+        if (N == 0)
+            cuda_note(cudaMemsetAsync(din, 0, M * K * sizeof(float), ctx->stream),
+                      "linear_backward");
+        else
+            run_gemm(OP_DIN, din, w, dout, NULL, 0.0f, M, K, N, "linear_backward");
+    }
+    if (K > 0 && N > 0) run_gemm(OP_DW, dw, in, dout, NULL, 1.0f, M, K, N, "linear_backward");
+    if (db && N > 0) {
+        const dim3 threads(COLSUM_COLS, COLSUM_ROWS);
+        const unsigned blocks = (unsigned)((N + COLSUM_COLS - 1) / COLSUM_COLS);
+        column_sums_add_kernel<<<blocks, threads, 0, ctx->stream>>>(db, dout, M, N);
+        CUDA_LAUNCHED("linear_backward");
+    }
+}

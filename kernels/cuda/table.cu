@@ -1,0 +1,36 @@
+// The op table on the GPU: every entry is a function of cuda_ops.h.
+#include "cuda_ops.h"
+#include "kernels_cuda.h"
+
+extern "C" const Kernels kernels_cuda = {
+    "cuda",
+    cuda_cast,
+    cuda_zero,
+    cuda_copy_bytes,
+    cuda_zero_bytes,
+    cuda_scale,
+    cuda_accumulate,
+    cuda_sum_squares,
+    cuda_all_finite,
+    cuda_adam_step,
+    cuda_toy_forward,
+    cuda_toy_backward,
+    cuda_mse_loss,
+    cuda_linear_forward,
+    cuda_linear_backward,
+    cuda_bias_grad,
+    cuda_layernorm_forward,
+    cuda_layernorm_backward,
+    cuda_gelu_forward,
+    cuda_gelu_backward,
+    cuda_attention_forward,
+    cuda_attention_backward,
+    cuda_patchify,
+    cuda_embed_forward,
+    cuda_embed_backward,
+    cuda_class_token_select,
+    cuda_class_token_select_backward,
+    cuda_cross_entropy,
+    cuda_count_correct,
+    cuda_add,
+};

@@ -1,0 +1,85 @@
+#include "gpu_util.h"
+
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <math.h>
+
+#include "../../kernels/cuda/kernels_cuda.h"
+
+void gpu_or_skip(void) {
+    char why[128];
+    if (!kernels_cuda_available(why, sizeof why)) cr_skip_test("no GPU: %s", why);
+    Err err = {0};
+    cr_assert_eq(kernels_cuda_bind(NULL, &err), 0, "%s", err.msg);
+}
+
+void gpu_done(void) {
+    kernels_cuda_unbind();
+}
+
+void *gpu_alloc(size_t bytes) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    cr_assert_eq(e, cudaSuccess, "cudaMalloc(%zu): %s", bytes, cudaGetErrorString(e));
+    return p;
+}
+
+void gpu_free(void *p) {
+    cudaFree(p);
+}
+
+void gpu_put(void *dst, const void *host, size_t bytes) {
+    cudaError_t e = cudaMemcpy(dst, host, bytes, cudaMemcpyHostToDevice);
+    cr_assert_eq(e, cudaSuccess, "%s", cudaGetErrorString(e));
+}
+
+void gpu_get(void *host, const void *src, size_t bytes) {
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e == cudaSuccess) e = cudaMemcpy(host, src, bytes, cudaMemcpyDeviceToHost);
+    cr_assert_eq(e, cudaSuccess, "%s", cudaGetErrorString(e));
+}
+
+void gpu_poison(void *p, size_t bytes) {
+    cudaError_t e = cudaMemset(p, 0xFF, bytes);
+    cr_assert_eq(e, cudaSuccess, "%s", cudaGetErrorString(e));
+}
+
+float *gpu_floats(const float *host, size_t n) {
+    float *d = gpu_alloc(n * sizeof *d);
+    gpu_put(d, host, n * sizeof *d);
+    return d;
+}
+
+void gpu_check(void) {
+    Err err = {0};
+    cr_assert_eq(kernels_cuda_status(&err), 0, "%s", err.msg);
+    cudaError_t e = cudaDeviceSynchronize();
+    cr_assert_eq(e, cudaSuccess, "%s", cudaGetErrorString(e));
+}
+
+void gpu_expect_close(const float *got, const float *want, size_t n, double rel, const char *what) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(want[i]) && !isfinite(got[i])) {
+            cr_expect_fail("%s[%zu] is %g, want %g", what, i, (double)got[i], (double)want[i]);
+            return;
+        }
+        double d = (double)got[i] - (double)want[i];
+        diff += d * d;
+        norm += (double)want[i] * (double)want[i];
+    }
+    diff = sqrt(diff);
+    norm = sqrt(norm);
+    cr_expect(diff <= rel * norm, "%s: relative L2 error %.3g (bound %.1g) over %zu values", what,
+              norm > 0 ? diff / norm : diff, rel, n);
+}
+
+void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed) {
+    unsigned long long s = 0x9E3779B97F4A7C15ull * (seed + 1);
+    for (size_t i = 0; i < n; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        out[i] = lo + (hi - lo) * (float)((s >> 40) / 16777216.0);
+    }
+}

@@ -1,0 +1,566 @@
+/* The ViT's LayerNorm, patch, token, class-token, loss and accuracy ops on the GPU
+ * (kernels/cuda/vit_ops.cu) against kernels_cpu on the same random inputs, at the shapes the
+ * ViT runs (vit-tiny: batch 64, T = 17 tokens, hidden 128, 10 classes; vit-workshop: hidden
+ * 3840, batch up to 128) and at odd small ones. Overwritten outputs are poisoned with NaN
+ * first (an element a kernel forgets fails); "+=" outputs start from the same random non-zero
+ * values on both sides (a kernel that overwrites, or adds twice, fails). fp32 results agree
+ * within 1e-5 relative L2 (invariant 6), copies and single adds bit for bit, counts exactly. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/cuda/kernels_cuda.h"
+#include "../../kernels/kernels.h"
+#include "gpu_util.h"
+
+#define REL 1e-5
+#define LN_EPS 1e-6f /* the ViT's (core/vit.c) */
+
+static const Kernels *CPU = &kernels_cpu;
+static const Kernels *GPU = &kernels_cuda;
+
+/* ---- host helpers ---- */
+
+static float *host_floats(size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    cr_assert_not_null(h);
+    return h;
+}
+
+static float *host_random(size_t n, float lo, float hi, unsigned seed) {
+    float *h = host_floats(n);
+    gpu_random(h, n, lo, hi, seed);
+    return h;
+}
+
+static float *host_zeros(size_t n) {
+    float *h = calloc(n ? n : 1, sizeof *h);
+    cr_assert_not_null(h);
+    return h;
+}
+
+static float *host_copy(const float *src, size_t n) {
+    float *h = host_floats(n);
+    memcpy(h, src, n * sizeof *h);
+    return h;
+}
+
+/* n floats of device memory, NaN-poisoned */
+static float *gpu_poisoned(size_t n) {
+    float *d = gpu_alloc((n ? n : 1) * sizeof *d);
+    gpu_poison(d, (n ? n : 1) * sizeof *d);
+    return d;
+}
+
+/* A host copy of n device floats (caller frees). */
+static float *fetch(const float *d, size_t n) {
+    float *h = host_floats(n);
+    if (n) gpu_get(h, d, n * sizeof *h);
+    return h;
+}
+
+static void expect_close_dev(const float *d, const float *want, size_t n, const char *what) {
+    float *got = fetch(d, n);
+    gpu_expect_close(got, want, n, REL, what);
+    free(got);
+}
+
+/* Bit-for-bit equality, for copies and single adds (the same IEEE operation on both sides). */
+static void expect_identical_dev(const float *d, const float *want, size_t n, const char *what) {
+    float *got = fetch(d, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+    cr_expect_eq(bad, 0, "%s: %zu of %zu values differ, first [%zu]: %g, want %g", what, bad, n,
+                 first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
+    free(got);
+}
+
+static int32_t *gpu_labels(const int32_t *host, size_t n) {
+    int32_t *d = gpu_alloc((n ? n : 1) * sizeof *d);
+    if (n) gpu_put(d, host, n * sizeof *d);
+    return d;
+}
+
+/* labels uniform in [0, classes) */
+static int32_t *host_labels(size_t n, size_t classes, unsigned seed) {
+    float *u = host_random(n, 0.0f, 1.0f, seed);
+    int32_t *l = malloc((n ? n : 1) * sizeof *l);
+    cr_assert_not_null(l);
+    for (size_t i = 0; i < n; i++) {
+        size_t y = (size_t)(u[i] * (float)classes);
+        l[i] = (int32_t)(y < classes ? y : classes - 1);
+    }
+    free(u);
+    return l;
+}
+
+/* ---- LayerNorm ---- */
+
+typedef struct {
+    size_t M, C;
+} RowShape;
+
+/* vit-tiny's blocks (64 x 17 tokens, hidden 128) and head (64 rows); vit-workshop's at batch
+ * 128 and its head; then odd ones: one column, a warp's worth and one past the warp-per-row
+ * limit (1024), rows that do not fill a block, one row. */
+static const RowShape LN_SHAPES[] = {
+    {64 * 17, 128}, {64, 128},   {128 * 17, 3840}, {128, 3840}, {7, 33},   {5, 1},
+    {9, 1024},      {100, 1025}, {3, 4097},        {1, 3},      {130, 17}, {2176, 200},
+};
+#define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
+
+Test(cuda_vit_ops, layernorm_forward) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_LN_SHAPES; s++) {
+        const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].C;
+        const unsigned seed = 100 + 10 * (unsigned)s;
+        /* a mean away from zero (0.5) and a spread of about 1.4 */
+        float *in = host_random(M * C, -2.0f, 3.0f, seed);
+        float *w = host_random(C, 0.5f, 1.5f, seed + 1);
+        float *b = host_random(C, -0.5f, 0.5f, seed + 2);
+        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
+        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
+
+        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C);
+        float *d_out = gpu_poisoned(M * C), *d_mean = gpu_poisoned(M), *d_rstd = gpu_poisoned(M);
+        GPU->layernorm_forward(d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "layernorm out (M %zu, C %zu)", M, C);
+        expect_close_dev(d_out, out, M * C, what);
+        snprintf(what, sizeof what, "layernorm mean (M %zu, C %zu)", M, C);
+        expect_close_dev(d_mean, mean, M, what);
+        snprintf(what, sizeof what, "layernorm rstd (M %zu, C %zu)", M, C);
+        expect_close_dev(d_rstd, rstd, M, what);
+
+        gpu_free(d_in), gpu_free(d_w), gpu_free(d_b);
+        gpu_free(d_out), gpu_free(d_mean), gpu_free(d_rstd);
+        free(in), free(w), free(b), free(out), free(mean), free(rstd);
+    }
+    gpu_done();
+}
+
+/* The statistics are the CPU forward's, as in training. */
+Test(cuda_vit_ops, layernorm_backward_accumulates) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_LN_SHAPES; s++) {
+        const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].C;
+        const unsigned seed = 300 + 10 * (unsigned)s;
+        float *in = host_random(M * C, -2.0f, 3.0f, seed);
+        float *w = host_random(C, 0.5f, 1.5f, seed + 1);
+        float *b = host_random(C, -0.5f, 0.5f, seed + 2);
+        float *dout = host_random(M * C, -1.0f, 1.0f, seed + 3);
+        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
+        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
+        /* the "+=" outputs start non-zero, the same on both sides */
+        float *din0 = host_random(M * C, -1.0f, 1.0f, seed + 4);
+        float *dw0 = host_random(C, -1.0f, 1.0f, seed + 5);
+        float *db0 = host_random(C, -1.0f, 1.0f, seed + 6);
+        float *din = host_copy(din0, M * C), *dw = host_copy(dw0, C), *db = host_copy(db0, C);
+        CPU->layernorm_backward(din, dw, db, dout, in, mean, rstd, w, M, C);
+
+        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C);
+        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(mean, M),
+              *d_rstd = gpu_floats(rstd, M);
+        float *d_din = gpu_floats(din0, M * C), *d_dw = gpu_floats(dw0, C),
+              *d_db = gpu_floats(db0, C);
+        GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "layernorm din (M %zu, C %zu)", M, C);
+        expect_close_dev(d_din, din, M * C, what);
+        snprintf(what, sizeof what, "layernorm dw (M %zu, C %zu)", M, C);
+        expect_close_dev(d_dw, dw, C, what);
+        snprintf(what, sizeof what, "layernorm db (M %zu, C %zu)", M, C);
+        expect_close_dev(d_db, db, C, what);
+
+        gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
+        gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
+        free(in), free(w), free(b), free(dout), free(out), free(mean), free(rstd);
+        free(din0), free(dw0), free(db0), free(din), free(dw), free(db);
+    }
+    gpu_done();
+}
+
+/* dw and db sum over rows in chunks (through the context's scratch at these shapes): the same
+ * inputs give the same bits on a second run. */
+Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
+    gpu_or_skip();
+    const RowShape shapes[] = {{64 * 17, 128}, {128 * 17, 3840}};
+    for (size_t s = 0; s < 2; s++) {
+        const size_t M = shapes[s].M, C = shapes[s].C;
+        float *in = host_random(M * C, -2.0f, 3.0f, 700 + (unsigned)s);
+        float *w = host_random(C, 0.5f, 1.5f, 710 + (unsigned)s);
+        float *b = host_random(C, -0.5f, 0.5f, 720 + (unsigned)s);
+        float *dout = host_random(M * C, -1.0f, 1.0f, 730 + (unsigned)s);
+        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
+        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
+        float *zero = host_zeros(M * C);
+        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C);
+        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(mean, M),
+              *d_rstd = gpu_floats(rstd, M);
+        float *d_din = gpu_floats(zero, M * C), *d_dw = gpu_floats(zero, C),
+              *d_db = gpu_floats(zero, C);
+        float *first[3] = {NULL, NULL, NULL};
+        for (int run = 0; run < 2; run++) {
+            gpu_put(d_din, zero, M * C * sizeof(float));
+            gpu_put(d_dw, zero, C * sizeof(float));
+            gpu_put(d_db, zero, C * sizeof(float));
+            GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
+            gpu_check();
+            if (run == 0) {
+                first[0] = fetch(d_din, M * C);
+                first[1] = fetch(d_dw, C);
+                first[2] = fetch(d_db, C);
+            } else {
+                expect_identical_dev(d_din, first[0], M * C, "layernorm din, second run");
+                expect_identical_dev(d_dw, first[1], C, "layernorm dw, second run");
+                expect_identical_dev(d_db, first[2], C, "layernorm db, second run");
+            }
+        }
+        for (int i = 0; i < 3; i++) free(first[i]);
+        gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
+        gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
+        free(in), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(zero);
+    }
+    gpu_done();
+}
+
+/* ---- patches ---- */
+
+Test(cuda_vit_ops, patchify) {
+    gpu_or_skip();
+    /* vit-tiny's 28 x 28 images in 7 x 7 patches at batch 64 and 128, and other patch sizes
+     * that divide 28 (one patch, one pixel), and a small odd image */
+    const size_t shapes[][3] = {{64, 28, 7}, {128, 28, 7}, {3, 28, 4}, {2, 28, 14},
+                                {5, 28, 28}, {2, 28, 1},   {3, 15, 5}, {1, 6, 3}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const size_t B = shapes[s][0], S = shapes[s][1], P = shapes[s][2];
+        const size_t n = B * S * S; /* S % P == 0: as many patch elements as pixels */
+        float *images = host_random(n, -1.0f, 2.0f, 900 + (unsigned)s);
+        float *patches = host_floats(n);
+        CPU->patchify(patches, images, B, S, P);
+        float *d_images = gpu_floats(images, n), *d_patches = gpu_poisoned(n);
+        GPU->patchify(d_patches, d_images, B, S, P);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "patchify (B %zu, S %zu, P %zu)", B, S, P);
+        expect_identical_dev(d_patches, patches, n, what);
+        gpu_free(d_images), gpu_free(d_patches);
+        free(images), free(patches);
+    }
+    gpu_done();
+}
+
+/* ---- tokens ---- */
+
+typedef struct {
+    size_t B, T, C;
+} TokenShape;
+
+/* vit-tiny at batch 64, vit-workshop at batch 128, 4 x 4 patches (T = 50), and odd ones,
+ * including a class token alone (T = 1) */
+static const TokenShape TOKEN_SHAPES[] = {{64, 17, 128}, {128, 17, 3840}, {16, 50, 128},
+                                          {3, 5, 7},     {1, 2, 1},       {5, 1, 33}};
+#define N_TOKEN_SHAPES (sizeof TOKEN_SHAPES / sizeof TOKEN_SHAPES[0])
+
+Test(cuda_vit_ops, embed_forward) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
+        const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
+        const unsigned seed = 1100 + 10 * (unsigned)s;
+        float *patch_out = host_random(B * (T - 1) * C, -1.0f, 1.0f, seed);
+        float *cls = host_random(C, -1.0f, 1.0f, seed + 1);
+        float *pos = host_random(T * C, -1.0f, 1.0f, seed + 2);
+        float *x = host_floats(B * T * C);
+        CPU->embed_forward(x, patch_out, cls, pos, B, T, C);
+        float *d_patch_out = gpu_floats(patch_out, B * (T - 1) * C);
+        float *d_cls = gpu_floats(cls, C), *d_pos = gpu_floats(pos, T * C);
+        float *d_x = gpu_poisoned(B * T * C);
+        GPU->embed_forward(d_x, d_patch_out, d_cls, d_pos, B, T, C);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "embed x (B %zu, T %zu, C %zu)", B, T, C);
+        expect_identical_dev(d_x, x, B * T * C, what);
+        gpu_free(d_patch_out), gpu_free(d_cls), gpu_free(d_pos), gpu_free(d_x);
+        free(patch_out), free(cls), free(pos), free(x);
+    }
+    gpu_done();
+}
+
+Test(cuda_vit_ops, embed_backward) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
+        const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
+        const unsigned seed = 1300 + 10 * (unsigned)s;
+        float *dx = host_random(B * T * C, -1.0f, 1.0f, seed);
+        float *dcls0 = host_random(C, -1.0f, 1.0f, seed + 1);
+        float *dpos0 = host_random(T * C, -1.0f, 1.0f, seed + 2);
+        float *dcls = host_copy(dcls0, C), *dpos = host_copy(dpos0, T * C);
+        float *dpatch = host_floats(B * (T - 1) * C);
+        CPU->embed_backward(dcls, dpos, dpatch, dx, B, T, C);
+        float *d_dx = gpu_floats(dx, B * T * C);
+        float *d_dcls = gpu_floats(dcls0, C), *d_dpos = gpu_floats(dpos0, T * C);
+        float *d_dpatch = gpu_poisoned(B * (T - 1) * C);
+        GPU->embed_backward(d_dcls, d_dpos, d_dpatch, d_dx, B, T, C);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "embed dcls (B %zu, T %zu, C %zu)", B, T, C);
+        expect_close_dev(d_dcls, dcls, C, what);
+        snprintf(what, sizeof what, "embed dpos (B %zu, T %zu, C %zu)", B, T, C);
+        expect_close_dev(d_dpos, dpos, T * C, what);
+        snprintf(what, sizeof what, "embed dpatch_out (B %zu, T %zu, C %zu)", B, T, C);
+        expect_identical_dev(d_dpatch, dpatch, B * (T - 1) * C, what);
+        gpu_free(d_dx), gpu_free(d_dcls), gpu_free(d_dpos), gpu_free(d_dpatch);
+        free(dx), free(dcls0), free(dpos0), free(dcls), free(dpos), free(dpatch);
+    }
+    gpu_done();
+}
+
+/* ---- the class token ---- */
+
+Test(cuda_vit_ops, class_token_select) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
+        const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
+        float *x = host_random(B * T * C, -1.0f, 1.0f, 1500 + (unsigned)s);
+        float *out = host_floats(B * C);
+        CPU->class_token_select(out, x, B, T, C);
+        float *d_x = gpu_floats(x, B * T * C), *d_out = gpu_poisoned(B * C);
+        GPU->class_token_select(d_out, d_x, B, T, C);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "class token (B %zu, T %zu, C %zu)", B, T, C);
+        expect_identical_dev(d_out, out, B * C, what);
+        gpu_free(d_x), gpu_free(d_out);
+        free(x), free(out);
+    }
+    gpu_done();
+}
+
+/* dx starts random everywhere: row 0 of each sample must come out as start + dout, every
+ * other row exactly as it started. */
+Test(cuda_vit_ops, class_token_select_backward) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
+        const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
+        float *dx0 = host_random(B * T * C, -1.0f, 1.0f, 1700 + (unsigned)s);
+        float *dout = host_random(B * C, -1.0f, 1.0f, 1750 + (unsigned)s);
+        float *dx = host_copy(dx0, B * T * C);
+        CPU->class_token_select_backward(dx, dout, B, T, C);
+        float *d_dx = gpu_floats(dx0, B * T * C), *d_dout = gpu_floats(dout, B * C);
+        GPU->class_token_select_backward(d_dx, d_dout, B, T, C);
+        gpu_check();
+        char what[64];
+        snprintf(what, sizeof what, "class token dx (B %zu, T %zu, C %zu)", B, T, C);
+        expect_identical_dev(d_dx, dx, B * T * C, what);
+        gpu_free(d_dx), gpu_free(d_dout);
+        free(dx0), free(dout), free(dx);
+    }
+    gpu_done();
+}
+
+/* ---- loss ---- */
+
+typedef struct {
+    size_t B, classes;
+    float grad_scale;
+} LossShape;
+
+/* FashionMNIST's 10 classes at the ViT's batches (and a loss scale), one row, one class, a
+ * row wider than a warp, many classes, and more rows than the kernel's grid holds at once */
+static const LossShape LOSS_SHAPES[] = {{64, 10, 1.0f},  {128, 10, 0.5f}, {1, 10, 1024.0f},
+                                        {7, 1, 1.0f},    {37, 33, 1.0f},  {5, 1000, 2.0f},
+                                        {8195, 10, 1.0f}};
+#define N_LOSS_SHAPES (sizeof LOSS_SHAPES / sizeof LOSS_SHAPES[0])
+
+static void expect_loss_close(float got, float want, const char *what) {
+    cr_expect(isfinite(got) && fabs((double)got - (double)want) <= REL * fabs((double)want),
+              "%s: loss %.9g, want %.9g", what, (double)got, (double)want);
+}
+
+Test(cuda_vit_ops, cross_entropy) {
+    gpu_or_skip();
+    for (size_t s = 0; s < N_LOSS_SHAPES; s++) {
+        const size_t B = LOSS_SHAPES[s].B, K = LOSS_SHAPES[s].classes;
+        const float scale = LOSS_SHAPES[s].grad_scale;
+        const unsigned seed = 1900 + 10 * (unsigned)s;
+        float *logits = host_random(B * K, -5.0f, 5.0f, seed);
+        int32_t *labels = host_labels(B, K, seed + 1);
+        float *dlogits = host_floats(B * K);
+        const float want = CPU->cross_entropy(dlogits, logits, labels, B, K, scale);
+        cr_assert(isfinite(want) && want > 0.0f);
+
+        float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned(B * K);
+        int32_t *d_labels = gpu_labels(labels, B);
+        char what[80];
+        snprintf(what, sizeof what, "cross entropy (B %zu, classes %zu, scale %g)", B, K,
+                 (double)scale);
+        const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, scale);
+        gpu_check();
+        expect_loss_close(got, want, what);
+        expect_close_dev(d_dlogits, dlogits, B * K, what);
+
+        /* the loss alone (dlogits NULL) is the same number, and the same bits run to run */
+        const float again = GPU->cross_entropy(NULL, d_logits, d_labels, B, K, scale);
+        gpu_check();
+        cr_expect(memcmp(&again, &got, sizeof got) == 0, "%s without dlogits: %.9g, then %.9g",
+                  what, (double)got, (double)again);
+
+        gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
+        free(logits), free(labels), free(dlogits);
+    }
+    gpu_done();
+}
+
+/* A label outside [0, classes) makes the loss NaN (so the caller's finiteness check sees it)
+ * and that row's dlogits the softmax alone, as on the CPU; the other rows are unaffected. */
+Test(cuda_vit_ops, cross_entropy_bad_label) {
+    gpu_or_skip();
+    enum { B = 6, K = 10 };
+    float *logits = host_random(B * K, -3.0f, 3.0f, 2100);
+    int32_t labels[B] = {1, -1, 9, 10, 0, 5};
+    float dlogits[B * K];
+    const float want = CPU->cross_entropy(dlogits, logits, labels, B, K, 1.0f);
+    cr_assert(isnan(want));
+    float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned(B * K);
+    int32_t *d_labels = gpu_labels(labels, B);
+    const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, 1.0f);
+    gpu_check();
+    cr_expect(isnan(got), "loss with a bad label: %g, want NaN", (double)got);
+    expect_close_dev(d_dlogits, dlogits, B * K, "cross entropy dlogits with bad labels");
+    gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
+    free(logits);
+    gpu_done();
+}
+
+/* ---- accuracy ---- */
+
+/* The count with the last maximum winning ties: what a wrong kernel would give. */
+static size_t count_last_max(const float *logits, const int32_t *labels, size_t B, size_t K) {
+    size_t n = 0;
+    for (size_t i = 0; i < B; i++) {
+        size_t best = 0;
+        for (size_t j = 1; j < K; j++)
+            if (logits[i * K + j] >= logits[i * K + best]) best = j;
+        n += labels[i] >= 0 && (size_t)labels[i] == best;
+    }
+    return n;
+}
+
+/* Random logits with planted ties: in every third row the maximum appears twice (at a < b),
+ * the label on a (correct: the first maximum wins) or on b (wrong); some rows are all equal,
+ * all -inf, or hold NaN (z[0] NaN: index 0 is the CPU's answer; NaN elsewhere: passed over);
+ * some labels are negative (never correct); a sixth of the labels are their row's argmax, so
+ * the count is far from 0. */
+static void plant_rows(float *z, int32_t *labels, size_t B, size_t K, unsigned seed) {
+    gpu_random(z, B * K, -1.0f, 1.0f, seed);
+    float *u = host_random(B * 3, 0.0f, 1.0f, seed + 1);
+    for (size_t i = 0; i < B; i++) {
+        float *row = z + i * K;
+        const size_t a = (size_t)(u[3 * i] * (float)K) % K;
+        const size_t b =
+            K > 1 ? (a + 1 + (size_t)(u[3 * i + 1] * (float)(K - 1)) % (K - 1)) % K : a;
+        const size_t lo = a < b ? a : b, hi = a < b ? b : a;
+        size_t best = 0;
+        for (size_t j = 1; j < K; j++)
+            if (row[j] > row[best]) best = j;
+        labels[i] = (int32_t)((size_t)(u[3 * i + 2] * (float)K) % K);
+        switch (i % 12) {
+        case 0:
+        case 3:
+        case 6: /* a tie for the maximum, labelled on the first */
+            row[lo] = row[hi] = 2.0f;
+            labels[i] = (int32_t)lo;
+            break;
+        case 9: /* a tie, labelled on the second */
+            row[lo] = row[hi] = 2.0f;
+            labels[i] = (int32_t)hi;
+            break;
+        case 1:
+        case 4: /* the argmax */
+            labels[i] = (int32_t)best;
+            break;
+        case 2: /* all equal */
+            for (size_t j = 0; j < K; j++) row[j] = 0.25f;
+            labels[i] = (int32_t)(i % 24 == 2 ? 0 : K - 1);
+            break;
+        case 5: /* all -inf */
+            for (size_t j = 0; j < K; j++) row[j] = -INFINITY;
+            labels[i] = (int32_t)(i % 24 == 5 ? 0 : K - 1);
+            break;
+        case 7: /* NaN first */
+            row[0] = NAN;
+            labels[i] = 0;
+            break;
+        case 8:          /* NaN elsewhere, label on the argmax of the rest */
+            if (K > 1) { /* hi >= 1 */
+                row[hi] = NAN;
+                best = 0;
+                for (size_t j = 0; j < K; j++)
+                    if (j != hi && row[j] > row[best]) best = j;
+            }
+            labels[i] = (int32_t)best;
+            break;
+        case 10: /* a negative label */
+            labels[i] = -1 - (int32_t)(i % 3);
+            break;
+        default:
+            break;
+        }
+    }
+    free(u);
+}
+
+Test(cuda_vit_ops, count_correct_first_max_wins) {
+    gpu_or_skip();
+    const size_t shapes[][2] = {{64, 10}, {128, 10},  {1, 10},   {24, 1},
+                                {37, 33}, {13, 1000}, {8195, 10}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const size_t B = shapes[s][0], K = shapes[s][1];
+        float *logits = host_floats(B * K);
+        int32_t *labels = malloc(B * sizeof *labels);
+        cr_assert_not_null(labels);
+        plant_rows(logits, labels, B, K, 2300 + 10 * (unsigned)s);
+        const size_t want = CPU->count_correct(logits, labels, B, K);
+        if (B >= 12 && K > 1) /* the ties matter: last-max-wins would count differently */
+            cr_assert_neq(want, count_last_max(logits, labels, B, K),
+                          "test setup: ties planted in %zu x %zu do not matter", B, K);
+        float *d_logits = gpu_floats(logits, B * K);
+        int32_t *d_labels = gpu_labels(labels, B);
+        const size_t got = GPU->count_correct(d_logits, d_labels, B, K);
+        gpu_check();
+        cr_expect_eq(got, want, "count_correct (B %zu, classes %zu): %zu, want %zu", B, K, got,
+                     want);
+        gpu_free(d_logits), gpu_free(d_labels);
+        free(logits), free(labels);
+    }
+    gpu_done();
+}
+
+/* Values by hand: ties, a NaN first, -inf rows, a negative label. */
+Test(cuda_vit_ops, count_correct_by_hand) {
+    gpu_or_skip();
+    enum { B = 6, K = 4 };
+    const float z[B * K] = {
+        1,         3,         3,         0,         /* tie at 1 and 2: 1 wins */
+        1,         3,         3,         0,         /* labelled 2: wrong */
+        NAN,       5,         6,         7,         /* NaN first: 0 */
+        -INFINITY, -INFINITY, -INFINITY, -INFINITY, /* all -inf: 0 */
+        0,         1,         NAN,       2,         /* NaN passed over: 3 */
+        9,         1,         1,         1,         /* label -1: never */
+    };
+    const int32_t labels[B] = {1, 2, 0, 0, 3, -1};
+    cr_assert_eq(CPU->count_correct(z, labels, B, K), 4);
+    float *d_z = gpu_floats(z, B * K);
+    int32_t *d_labels = gpu_labels(labels, B);
+    const size_t got = GPU->count_correct(d_z, d_labels, B, K);
+    gpu_check();
+    cr_expect_eq(got, 4, "count_correct by hand: %zu, want 4", got);
+    gpu_free(d_z), gpu_free(d_labels);
+    gpu_done();
+}

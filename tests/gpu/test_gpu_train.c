@@ -1,0 +1,157 @@
+/* The whole engine on the GPU: a vit-tiny training step (and the toy's) on one GPU against the
+ * simulator at one rank, with fp32 and with bf16 parameters, the trace it records, and 50
+ * steps that learn. Skipped where there is no GPU. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/mnist.h"
+#include "../../core/toy.h"
+#include "../../core/train.h"
+#include "../../core/vit.h"
+#include "../../runtime/gpu_run.h"
+#include "../../sim/cluster.h"
+#include "gpu_util.h"
+
+typedef struct Losses {
+    float first, last;
+    long steps;
+} Losses;
+
+static void record(void *user, const StepReport *r) {
+    Losses *l = user;
+    if (r->step == 1) l->first = r->stats.loss;
+    l->last = r->stats.loss;
+    l->steps = r->step;
+}
+
+static const Dataset *test_split(void) {
+    static Dataset d;
+    static int loaded;
+    if (!loaded) {
+        Err err = {0};
+        cr_assert_eq(mnist_load(&d, MNIST_DEFAULT_DIR, "test", &err), 0, "%s", err.msg);
+        loaded = 1;
+    }
+    return &d;
+}
+
+/* Trains `steps` steps at one rank on the GPU (gpu 1) or the simulator; returns the final
+ * parameters (caller frees) and the losses. */
+static float *train(const ModelDesc *m, const Dataset *data, FsdpConfig cfg, long steps, int gpu,
+                    Losses *losses, Trace *trace) {
+    Plan plan;
+    Err err = {0};
+    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, 1, 1, &err), 0, "%s", err.msg);
+    float *params = calloc(m->total_numel, sizeof(float));
+    memset(losses, 0, sizeof *losses);
+    TrainJob job = {.model = m,
+                    .data = data,
+                    .plan = &plan,
+                    .cfg = &cfg,
+                    .steps = steps,
+                    .log_every = 1,
+                    .on_step = record,
+                    .user = losses,
+                    .final_params = params};
+    ClusterOptions opt = {.ranks = 1, .profile = profile_default(), .trace = trace != NULL};
+    ClusterResult res;
+    int rc = gpu ? gpu_run(&opt, train_rank, &job, &res, &err)
+                 : cluster_run(&opt, train_rank, &job, &res, &err);
+    cr_assert_eq(rc, 0, "%s: %s", gpu ? "gpu" : "sim", err.msg);
+    if (trace)
+        *trace = res.trace;
+    else
+        cluster_result_free(&res);
+    plan_free(&plan);
+    return params;
+}
+
+static void vit_tiny(ModelDesc *m, int layers) {
+    VitConfig c;
+    vit_preset("vit-tiny", &c);
+    if (layers) c.layers = layers;
+    Err err = {0};
+    cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
+}
+
+static FsdpConfig vit_config(DType param_dtype) {
+    FsdpConfig c;
+    fsdp_config_defaults(&c);
+    c.batch_size = 64;
+    c.lr = 1e-3f;
+    c.param_dtype = param_dtype;
+    return c;
+}
+
+/* One step from the same seeded start: the GPU's parameters match the simulator's. */
+static void expect_step_matches(DType param_dtype, double bound) {
+    gpu_or_skip();
+    ModelDesc m;
+    vit_tiny(&m, 0);
+    Losses gl, sl;
+    float *g = train(&m, test_split(), vit_config(param_dtype), 1, 1, &gl, NULL);
+    float *s = train(&m, test_split(), vit_config(param_dtype), 1, 0, &sl, NULL);
+    gpu_expect_close(g, s, m.total_numel, bound, "parameters after one step");
+    cr_expect(fabsf(gl.first - sl.first) <= (float)bound * 10.0f * sl.first,
+              "loss: gpu %.6f, sim %.6f", (double)gl.first, (double)sl.first);
+    free(g);
+    free(s);
+    model_desc_free(&m);
+    gpu_done();
+}
+
+Test(gpu_train, a_vit_tiny_step_matches_the_simulator_fp32) {
+    expect_step_matches(DTYPE_FP32, 1e-5);
+}
+
+Test(gpu_train, a_vit_tiny_step_matches_the_simulator_bf16) {
+    expect_step_matches(DTYPE_BF16, 1e-2);
+}
+
+Test(gpu_train, the_toy_matches_the_simulator_and_records_a_trace) {
+    gpu_or_skip();
+    ModelDesc m;
+    Dataset d;
+    Err err = {0};
+    cr_assert_eq(toy_model_create(&m, &err), 0);
+    cr_assert_eq(toy_dataset_create(&d, &err), 0);
+    FsdpConfig c;
+    fsdp_config_defaults(&c);
+    c.batch_size = 16;
+    c.lr = 0.05f;
+    Losses gl, sl;
+    Trace t;
+    float *g = train(&m, &d, c, 5, 1, &gl, &t);
+    float *s = train(&m, &d, c, 5, 0, &sl, NULL);
+    gpu_expect_close(g, s, m.total_numel, 1e-5, "toy parameters after 5 steps");
+    size_t forwards = 0, allocs = 0;
+    for (size_t i = 0; i < t.n; i++) {
+        forwards += t.ev[i].kind == EV_FORWARD;
+        allocs += t.ev[i].kind == EV_ALLOC;
+        cr_expect(t.ev[i].end >= t.ev[i].start && t.ev[i].start >= 0.0, "event %zu's times", i);
+    }
+    cr_expect_eq(forwards, 5 * 3, "a forward per unit per step");
+    cr_expect_gt(allocs, 0);
+    trace_free(&t);
+    free(g);
+    free(s);
+    dataset_free(&d);
+    model_desc_free(&m);
+    gpu_done();
+}
+
+Test(gpu_train, fifty_steps_learn, .timeout = 300) {
+    gpu_or_skip();
+    ModelDesc m;
+    vit_tiny(&m, 0);
+    Losses l;
+    float *p = train(&m, test_split(), vit_config(DTYPE_BF16), 50, 1, &l, NULL);
+    cr_expect_eq(l.steps, 50);
+    cr_expect_lt(l.last, 0.7f * l.first, "loss %.4f -> %.4f in 50 steps", (double)l.first,
+                 (double)l.last);
+    free(p);
+    model_desc_free(&m);
+    gpu_done();
+}
