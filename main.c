@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "core/checkpoint.h"
 #include "core/cli.h"
 #include "core/mnist.h"
 #include "core/report.h"
@@ -129,6 +130,7 @@ typedef struct TrainRun {
     Plan plan;
     OutFile dump, trace;
     char backend_note[192]; /* what --backend auto chose, and why ("" otherwise) */
+    char resume[4096];      /* the checkpoint --resume resolved to ("" for none) */
     RankMemory *memory;
     float *params;
     float *init; /* --init-from's weights, NULL without it */
@@ -209,6 +211,17 @@ static int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job
     return cluster_run(opt, train_rank, job, res, err);
 }
 
+/* --resume auto: the newest complete checkpoint in --checkpoint-dir (none yet: the start). */
+static int resolve_resume(TrainRun *t, Err *err) {
+    const char *r = t->args.resume;
+    if (!r) return 0;
+    if (strcmp(r, "auto") != 0) {
+        snprintf(t->resume, sizeof t->resume, "%s", r);
+        return 0;
+    }
+    return checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, err);
+}
+
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int brc = choose_backend(t, err);
@@ -237,6 +250,7 @@ static int train_prepare(TrainRun *t, Err *err) {
             return err_set(err, ERR_NOMEM, "out of memory for --init-from's weights");
         if ((rc = weights_load(&t->model, a->init_from, t->init, err))) return rc;
     }
+    if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = out_open(&t->dump, a->dump_params, err))) return rc;
     return out_open(&t->trace, a->trace_out, err);
 }
@@ -340,6 +354,11 @@ static int train_execute(TrainRun *t, Err *err) {
                     .user = &printer,
                     .memory = t->memory,
                     .init_params = t->init,
+                    .ckpt_dir = a->ckpt_dir,
+                    .ckpt_every = a->ckpt_every,
+                    .ckpt_keep = a->keep,
+                    .resume_from = t->resume[0] ? t->resume : NULL,
+                    .model_name = a->model,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
     ClusterOptions opt = cluster_options(t, a->trace_out != NULL);
@@ -653,6 +672,8 @@ static int cmd_train(int argc, char **argv) {
     }
     if (!rc) rc = train_prepare(&t, &err);
     if (!rc && !t.args.json && t.backend_note[0]) printf("%s\n", t.backend_note);
+    if (!rc && !t.args.json && t.args.resume)
+        printf("resume: %s\n", t.resume[0] ? t.resume : "no checkpoint yet, from the start");
     if (!rc && !t.args.json) {
         report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, t.profile->name);
         if (train_args_is_vit(&t.args))

@@ -15,6 +15,7 @@ void train_args_defaults(TrainArgs *a) {
     a->eval = 1;
     a->ranks = 3;
     a->steps = 100;
+    a->keep = 3;
 }
 
 static int parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err) {
@@ -163,6 +164,16 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->trace_out = v;
         return 0;
     }
+    if (!strcmp(f, "--checkpoint-dir")) {
+        a->ckpt_dir = v;
+        return 0;
+    }
+    if (!strcmp(f, "--checkpoint-every")) return parse_long(f, v, 1, 1L << 40, &a->ckpt_every, err);
+    if (!strcmp(f, "--keep")) return parse_int(f, v, 0, 1 << 20, &a->keep, err);
+    if (!strcmp(f, "--resume")) {
+        a->resume = v;
+        return 0;
+    }
     if (!strcmp(f, "--backend")) {
         static const char *const names[] = {"sim", "cuda", "auto"};
         for (int i = 0; i < 3; i++)
@@ -195,6 +206,10 @@ static int check_combination(const TrainArgs *a, Err *err) {
     if (c->strategy != STRAT_HSDP && c->replicas != 1)
         return err_set(err, ERR_USAGE, "--replicas applies only to --strategy hsdp (got %d)",
                        c->replicas);
+    if (a->ckpt_every && !a->ckpt_dir)
+        return err_set(err, ERR_USAGE, "--checkpoint-every needs --checkpoint-dir");
+    if (a->resume && !strcmp(a->resume, "auto") && !a->ckpt_dir)
+        return err_set(err, ERR_USAGE, "--resume auto needs --checkpoint-dir (where to look)");
     if (c->offload == OFFLOAD_CPU && a->backend != BACKEND_SIM)
         return err_set(err, ERR_USAGE,
                        "--offload cpu runs on the simulator only for now "
@@ -284,6 +299,12 @@ void train_args_help(FILE *f) {
           "cluster\n"
           "  --ranks N                      simulated GPUs, 1 to 1024 (default 3)\n"
           "  --profile P                    cost model: h100-nvlink, a100-nvlink, l4-pcie\n"
+          "  --checkpoint-dir D             save sharded checkpoints into D (each epoch's end)\n"
+          "  --checkpoint-every N           ... and every N steps\n"
+          "  --keep K                       keep the newest K checkpoints (default 3; 0: all)\n"
+          "  --resume auto|DIR              continue from the newest checkpoint in\n"
+          "                                 --checkpoint-dir, or from DIR (any world size and\n"
+          "                                 strategy); --steps counts every step\n"
           "  --backend B                    sim (default: the simulated cluster), cuda (this\n"
           "                                 machine's GPU, --ranks 1), auto (cuda if there\n"
           "                                 is a GPU, else sim)\n"

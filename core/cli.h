@@ -32,6 +32,10 @@ typedef struct TrainArgs {
     const char *dump_params;                /* NULL: none */
     const char *init_from;                  /* safetensors to start from; NULL: seeded init */
     const char *trace_out;
+    const char *ckpt_dir; /* --checkpoint-dir; NULL: no checkpoints */
+    long ckpt_every;      /* --checkpoint-every N; 0: epoch ends only */
+    int keep;             /* --keep K newest checkpoints (0: all) */
+    const char *resume;   /* --resume auto|DIR; NULL: from the start */
 } TrainArgs;
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */

@@ -841,6 +841,79 @@ void engine_own_values(const Engine *e, float *params, float *grads) {
     }
 }
 
+/* ---------------------------------------------------------------- checkpoint state */
+
+const char *state_kind_name(StateKind k) {
+    static const char *const names[STATE_KIND_COUNT] = {"param", "adam_m", "adam_v"};
+    return k >= 0 && k < STATE_KIND_COUNT ? names[k] : "unknown";
+}
+
+EngineCounters engine_counters(const Engine *e) {
+    return (EngineCounters){
+        .steps = e->steps, .loss_scale = e->loss_scale, .good_steps = e->good_steps};
+}
+
+void engine_set_counters(Engine *e, EngineCounters c) {
+    e->steps = c.steps;
+    e->loss_scale = c.loss_scale;
+    e->good_steps = c.good_steps;
+}
+
+/* Where unit u's i-th tensor of `kind` lives on this rank: its rows and its device memory. */
+static float *state_rows(Engine *e, int u, int i, StateKind kind, size_t *begin, size_t *rows) {
+    UnitState *us = &e->units[u];
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    size_t d0 = (size_t)ps->shape[0];
+    if (kind == STATE_PARAM) {
+        *begin = 0;
+        *rows = d0;
+        if (e->plan->params_sharded)
+            shard_rows(d0, e->plan->shard_size, e->shard_rank, begin, rows);
+        return us->param + us->param_local[i];
+    }
+    shard_rows(d0, e->optim_size, e->optim_rank, begin, rows);
+    return (kind == STATE_ADAM_M ? us->m : us->v) + us->optim_local[i];
+}
+
+/* The rank that saves a kind: as engine_own_values decides, with Adam's moments sharded by
+ * the optimizer's groups. */
+static int saves_state(const Engine *e, StateKind kind) {
+    return kind == STATE_PARAM ? reports_values(e, e->plan->params_sharded)
+                               : e->env.rank == e->optim_rank;
+}
+
+/* Moves every piece this rank keeps between the device and fn: to fn when saving (only the
+ * pieces it saves), from fn when loading. */
+static int move_state(Engine *e, StateFn fn, void *user, int saving, Err *err) {
+    for (int u = 0; u < e->plan->nunits; u++)
+        for (int i = 0; i < e->plan->units[u].nparams; i++)
+            for (int k = 0; k < STATE_KIND_COUNT; k++) {
+                if (saving && !saves_state(e, (StateKind)k)) continue;
+                StatePiece piece = {.param = e->plan->units[u].params[i].param,
+                                    .kind = (StateKind)k,
+                                    .row_elems = unit_param_spec(e, u, i)->row_elems};
+                float *dev = state_rows(e, u, i, (StateKind)k, &piece.row_begin, &piece.rows);
+                size_t bytes = piece.rows * piece.row_elems * sizeof(float);
+                if (!bytes) continue;
+                if (!(piece.data = malloc(bytes)))
+                    return err_set(err, ERR_NOMEM, "out of memory moving a checkpoint piece");
+                if (saving) e->dev->ops->copy(e->dev, piece.data, dev, bytes);
+                int rc = fn(user, &piece, err);
+                if (!rc && !saving) e->dev->ops->copy(e->dev, dev, piece.data, bytes);
+                free(piece.data);
+                if (rc) return rc;
+            }
+    return 0;
+}
+
+int engine_save_state(Engine *e, StateFn fn, void *user, Err *err) {
+    return move_state(e, fn, user, 1, err);
+}
+
+int engine_load_state(Engine *e, StateFn fn, void *user, Err *err) {
+    return move_state(e, fn, user, 0, err);
+}
+
 static int create_unit_state(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];

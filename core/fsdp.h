@@ -94,4 +94,41 @@ void engine_own_values(const Engine *e, float *params, float *grads);
 
 long engine_steps_done(const Engine *e);
 
+/* ---- state for checkpoints */
+
+/* What a checkpoint holds of each parameter: its fp32 values and Adam's two moments. */
+typedef enum { STATE_PARAM = 0, STATE_ADAM_M, STATE_ADAM_V, STATE_KIND_COUNT } StateKind;
+
+const char *state_kind_name(StateKind k); /* "param", "adam_m", "adam_v" */
+
+/* Rows [row_begin, row_begin + rows) of model parameter `param`'s `kind`: rows * row_elems
+ * floats in host memory. */
+typedef struct StatePiece {
+    int param;
+    StateKind kind;
+    size_t row_begin, rows, row_elems;
+    float *data;
+} StatePiece;
+
+typedef int (*StateFn)(void *user, const StatePiece *piece, Err *err);
+
+/* Hands fn, one at a time, every piece of state this rank is the one to save: its own rows of
+ * sharded state, everything on rank 0 for replicated state, nothing on later replicas (data is
+ * valid during the call). No communication. */
+int engine_save_state(Engine *e, StateFn fn, void *user, Err *err);
+/* Asks fn to fill every piece of state this rank keeps now (its rows at this world size and
+ * strategy, whatever saved them) and copies each to the device. No communication. */
+int engine_load_state(Engine *e, StateFn fn, void *user, Err *err);
+
+/* What besides tensors a resumed run needs to continue exactly: Adam's step count (bias
+ * correction) and fp16's loss scale with its count of good steps. */
+typedef struct EngineCounters {
+    long steps;
+    float loss_scale;
+    int good_steps;
+} EngineCounters;
+
+EngineCounters engine_counters(const Engine *e);
+void engine_set_counters(Engine *e, EngineCounters c);
+
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "rng.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
@@ -89,12 +90,24 @@ static void record_values(TrainJob *job, const Engine *e, long done) {
     engine_own_values(e, job->step_params + (size_t)done * n, grads);
 }
 
-static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, long *idx,
-                     Err *err) {
+/* A checkpoint after step `done` when one is due: every ckpt_every steps and at epoch ends. */
+static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long done, int epoch_end,
+                            Err *err) {
+    if (!job->ckpt_dir) return 0;
+    if (!epoch_end && !(job->ckpt_every > 0 && done % job->ckpt_every == 0)) return 0;
+    CheckpointInfo info = {.model_name = job->model_name ? job->model_name : "model",
+                           .strategy = strategy_name(job->cfg->strategy),
+                           .step = done,
+                           .keep = job->ckpt_keep};
+    return checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
+}
+
+static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, long *perm,
+                     long *idx, Err *err) {
     long per_epoch = train_steps_per_epoch(job, env->world);
     long global_batch = (long)env->world * job->cfg->batch_size * job->cfg->grad_accum;
     int epoch = -1;
-    for (long s = 0; s < job->steps; s++) {
+    for (long s = first; s < job->steps; s++) {
         if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
             epoch = (int)(s / per_epoch);
             rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm, job->data->n);
@@ -120,6 +133,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long *perm, l
         if (job->eval_data && epoch_end &&
             (rc = evaluate(env, job, e, idx, s + 1, (int)((s + per_epoch) / per_epoch), err)))
             return rc;
+        if ((rc = maybe_checkpoint(env, job, e, s + 1, epoch_end, err))) return rc;
     }
     return 0;
 }
@@ -137,8 +151,11 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params);
+    long first = 0;
+    if (!rc && job->resume_from) rc = checkpoint_load(e, job->model, job->resume_from, &first, err);
+    if (!rc && env->rank == 0) job->resumed_step = first;
     if (!rc) record_values(job, e, 0);
-    if (!rc) rc = run_steps(env, job, e, perm, idx, err);
+    if (!rc) rc = run_steps(env, job, e, first, perm, idx, err);
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
     if (!rc && job->final_params) {
         float *full = malloc(job->model->total_numel * sizeof(float) + 1);

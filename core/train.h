@@ -57,6 +57,16 @@ typedef struct TrainJob {
      * step and after each, [(steps + 1) * total_numel], and each step's gradients,
      * [steps * total_numel]; NULL: not recorded. */
     float *step_params, *step_grads;
+    /* Checkpoints: with ckpt_dir, saved every ckpt_every steps (0: only at epoch ends) and at
+     * each epoch's end, keeping the newest ckpt_keep (0: all); model_name is recorded. With
+     * resume_from (a checkpoint directory), training continues from its step: steps counts
+     * every step, those before the checkpoint included. */
+    const char *ckpt_dir;
+    long ckpt_every;
+    int ckpt_keep;
+    const char *resume_from;
+    const char *model_name;
+    long resumed_step; /* filled: the step the run resumed from (0: from the start) */
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

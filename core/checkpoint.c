@@ -1,0 +1,491 @@
+#include "checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+/* A file inside a checkpoint directory whose own path fits 4 KiB. */
+enum { FILE_MAX = 4096 + 64 };
+
+/* One saved piece: rows [row_begin, row_begin + rows) of a tensor's kind, at `offset` in
+ * rank-RRRRR.bin. */
+typedef struct Piece {
+    int tensor, kind, rank;
+    size_t row_begin, rows;
+    unsigned long long offset, bytes;
+    unsigned long crc;
+} Piece;
+
+typedef struct PieceList {
+    Piece *p;
+    size_t n, cap;
+} PieceList;
+
+static int pieces_add(PieceList *l, Piece p) {
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 64;
+        Piece *grown = realloc(l->p, cap * sizeof *grown);
+        if (!grown) return -1;
+        l->p = grown;
+        l->cap = cap;
+    }
+    l->p[l->n++] = p;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- paths and files */
+
+/* Paths are cut at the buffer (4 KiB): a directory that long fails to open, which says so. */
+static int path_of(char *buf, size_t n, const char *dir, const char *name) {
+    return snprintf(buf, n, "%s/%s", dir, name) >= (int)n;
+}
+
+static int rank_file(char *buf, size_t n, const char *dir, int rank, const char *ext) {
+    return snprintf(buf, n, "%s/rank-%05d.%s", dir, rank, ext) >= (int)n;
+}
+
+/* Flushes a file's data to the disk: a checkpoint counts only once it is there. */
+static int sync_file(FILE *f) {
+    return fflush(f) == 0 && fsync(fileno(f)) == 0 ? 0 : -1;
+}
+
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* Removes a checkpoint directory: only the files a checkpoint has, then the directory. */
+static void remove_checkpoint_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[FILE_MAX];
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "rank-", 5) || !strcmp(e->d_name, "meta.json")) {
+            path_of(path, sizeof path, dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    rmdir(dir);
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size + 1))) {
+        if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+            free(buf);
+            buf = NULL;
+        } else {
+            buf[size] = 0;
+            *len = (size_t)size;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+/* ---------------------------------------------------------------- saving */
+
+typedef struct Writer {
+    FILE *f;
+    const char *path;
+    int rank;
+    unsigned long long at;
+    PieceList pieces;
+} Writer;
+
+static int write_piece(void *user, const StatePiece *s, Err *err) {
+    Writer *w = user;
+    size_t bytes = s->rows * s->row_elems * sizeof(float);
+    if (fwrite(s->data, 1, bytes, w->f) != bytes)
+        return err_set(err, ERR_IO, "writing %s failed: %s", w->path, strerror(errno));
+    Piece p = {.tensor = s->param,
+               .kind = s->kind,
+               .rank = w->rank,
+               .row_begin = s->row_begin,
+               .rows = s->rows,
+               .offset = w->at,
+               .bytes = bytes,
+               .crc = crc32(0L, (const Bytef *)s->data, (uInt)bytes)};
+    /* zlib's crc32 takes uInt lengths: pieces past 4 GiB are summed in parts */
+    if (bytes > 0xFFFFFFFFu) {
+        p.crc = 0;
+        for (size_t at = 0; at < bytes; at += 1u << 30) {
+            size_t part = bytes - at < (1u << 30) ? bytes - at : (1u << 30);
+            p.crc = crc32(p.crc, (const Bytef *)s->data + at, (uInt)part);
+        }
+    }
+    w->at += bytes;
+    if (pieces_add(&w->pieces, p)) return err_set(err, ERR_NOMEM, "out of memory saving");
+    return 0;
+}
+
+static void write_piece_json(FILE *f, const Piece *p, int first) {
+    fprintf(f,
+            "%s\n{\"tensor\":%d,\"kind\":\"%s\",\"rank\":%d,\"row_begin\":%zu,\"rows\":%zu,"
+            "\"offset\":%llu,\"bytes\":%llu,\"crc32\":%lu}",
+            first ? "" : ",", p->tensor, state_kind_name((StateKind)p->kind), p->rank, p->row_begin,
+            p->rows, p->offset, p->bytes, p->crc);
+}
+
+/* This rank's state file and its index (rank-RRRRR.json: its pieces), both synced. */
+static int save_rank_files(const RankEnv *env, Engine *e, const char *tmp, Err *err) {
+    char bin[FILE_MAX], idx[FILE_MAX];
+    rank_file(bin, sizeof bin, tmp, env->rank, "bin");
+    rank_file(idx, sizeof idx, tmp, env->rank, "json");
+    Writer w = {.f = fopen(bin, "wb"), .path = bin, .rank = env->rank};
+    if (!w.f) return err_set(err, ERR_IO, "cannot write %s: %s", bin, strerror(errno));
+    int rc = engine_save_state(e, write_piece, &w, err);
+    if (!rc && sync_file(w.f)) rc = err_set(err, ERR_IO, "writing %s failed", bin);
+    if (fclose(w.f) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", bin);
+    FILE *f = rc ? NULL : fopen(idx, "w");
+    if (!rc && !f) rc = err_set(err, ERR_IO, "cannot write %s", idx);
+    if (f) {
+        fputc('[', f);
+        for (size_t i = 0; i < w.pieces.n; i++) write_piece_json(f, &w.pieces.p[i], i == 0);
+        fputs("]\n", f);
+        if (sync_file(f) || fclose(f)) rc = err_set(err, ERR_IO, "writing %s failed", idx);
+    }
+    free(w.pieces.p);
+    return rc;
+}
+
+static void write_tensors_json(FILE *f, const ModelDesc *m) {
+    fputs("\"tensors\":[", f);
+    for (int i = 0; i < m->nparams; i++) {
+        const ParamSpec *p = &m->params[i];
+        fprintf(f, "%s\n{\"name\":\"%s\",\"dtype\":\"fp32\",\"shape\":[", i ? "," : "", p->name);
+        for (int d = 0; d < p->ndim; d++)
+            fprintf(f, "%s%lld", d ? "," : "", (long long)p->shape[d]);
+        fputs("]}", f);
+    }
+    fputs("],\n", f);
+}
+
+/* Rank 0, after every rank has written: meta.json gathers the ranks' indexes. */
+static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const char *tmp,
+                      const CheckpointInfo *info, Err *err) {
+    char path[FILE_MAX];
+    path_of(path, sizeof path, tmp, "meta.json");
+    FILE *f = fopen(path, "w");
+    if (!f) return err_set(err, ERR_IO, "cannot write %s", path);
+    EngineCounters c = engine_counters(e);
+    fprintf(f,
+            "{\"format\":\"fsdp-checkpoint\",\"version\":%d,\"model\":\"%s\",\"strategy\":\"%s\","
+            "\"world\":%d,\"step\":%ld,\"adam_steps\":%ld,\"loss_scale\":%.9g,\"good_steps\":%d,\n",
+            CHECKPOINT_VERSION, info->model_name, info->strategy, env->world, info->step, c.steps,
+            (double)c.loss_scale, c.good_steps);
+    write_tensors_json(f, m);
+    fputs("\"pieces\":[", f);
+    int rc = 0, any = 0;
+    for (int r = 0; !rc && r < env->world; r++) {
+        char idx[FILE_MAX];
+        size_t len;
+        rank_file(idx, sizeof idx, tmp, r, "json");
+        char *text = slurp(idx, &len);
+        /* each index is a JSON list: splice its inside into ours */
+        char *open = text ? strchr(text, '[') : NULL, *close = text ? strrchr(text, ']') : NULL;
+        if (!open || !close || close < open) {
+            rc = err_set(err, ERR_IO, "rank %d's index %s is missing or cut", r, idx);
+        } else if (close > open + 1) {
+            fprintf(f, "%s%.*s", any ? "," : "", (int)(close - open - 1), open + 1);
+            any = 1;
+        }
+        free(text);
+    }
+    fputs("\n]}\n", f);
+    if (sync_file(f) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", path);
+    if (fclose(f) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", path);
+    return rc;
+}
+
+/* Keeps the newest `keep` complete checkpoints in dir. */
+static void prune(const char *dir, int keep, long newest) {
+    if (keep <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long steps[4096];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        long s;
+        char tail;
+        if (sscanf(e->d_name, "step-%ld%c", &s, &tail) == 1 && s <= newest) steps[n++] = s;
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        int newer = 0;
+        for (int j = 0; j < n; j++) newer += steps[j] > steps[i];
+        if (newer >= keep) {
+            char path[FILE_MAX];
+            snprintf(path, sizeof path, "%s/step-%08ld", dir, steps[i]);
+            remove_checkpoint_dir(path);
+        }
+    }
+}
+
+/* Rank 0's part once every rank's files are on disk: the merged metadata, then the rename
+ * that makes the checkpoint exist. */
+static int publish(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
+                   const char *tmp, const CheckpointInfo *info, Err *err) {
+    int rc = write_meta(env, e, m, tmp, info, err);
+    for (int r = 0; !rc && r < env->world; r++) {
+        char idx[FILE_MAX];
+        rank_file(idx, sizeof idx, tmp, r, "json");
+        unlink(idx);
+    }
+    if (rc) return rc;
+    sync_dir(tmp);
+    char final[4096];
+    snprintf(final, sizeof final, "%s/step-%08ld", dir, info->step);
+    remove_checkpoint_dir(final); /* the same step saved again replaces it */
+    if (rename(tmp, final) != 0)
+        return err_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
+    sync_dir(dir);
+    prune(dir, info->keep, info->step);
+    return 0;
+}
+
+/* Rank 0 makes the directory and a fresh temporary one before anybody writes. */
+static int prepare_dirs(const char *dir, const char *tmp, Err *err) {
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return err_set(err, ERR_USAGE, "cannot create checkpoint directory %s: %s", dir,
+                       strerror(errno));
+    remove_checkpoint_dir(tmp); /* what a killed save left behind */
+    if (mkdir(tmp, 0777) != 0)
+        return err_set(err, ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
+                    const CheckpointInfo *info, Err *err) {
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s/.step-%08ld.tmp", dir, info->step);
+    int rc = env->rank == 0 ? prepare_dirs(dir, tmp, err) : 0;
+    if (!rc) rc = comm_barrier(env->world_comm, err);
+    if (!rc) rc = save_rank_files(env, e, tmp, err);
+    if (!rc) rc = comm_barrier(env->world_comm, err);
+    if (!rc && env->rank == 0) rc = publish(env, e, m, dir, tmp, info, err);
+    if (!rc) rc = comm_barrier(env->world_comm, err);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct Reader {
+    const char *path; /* the checkpoint directory */
+    const ModelDesc *m;
+    PieceList pieces;
+    int world;
+} Reader;
+
+static int json_number(const cJSON *o, const char *key, double *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) return -1;
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* The saved tensors must be this model's, name for name and shape for shape. */
+static int check_tensors(const Reader *r, const cJSON *tensors, Err *err) {
+    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) != r->m->nparams)
+        return err_set(err, ERR_USAGE,
+                       "checkpoint %s is of another model: %d tensors, this model has %d", r->path,
+                       cJSON_GetArraySize(tensors), r->m->nparams);
+    int i = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, tensors) {
+        const ParamSpec *p = &r->m->params[i];
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+        int same = cJSON_IsString(name) && !strcmp(name->valuestring, p->name) &&
+                   cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) {
+            const cJSON *dim = cJSON_GetArrayItem(shape, d);
+            same = cJSON_IsNumber(dim) && (long long)dim->valuedouble == (long long)p->shape[d];
+        }
+        if (!same)
+            return err_set(err, ERR_USAGE,
+                           "checkpoint %s is of another model: tensor %d is %s, this model's is "
+                           "%s",
+                           r->path, i, cJSON_IsString(name) ? name->valuestring : "unnamed",
+                           p->name);
+        i++;
+    }
+    return 0;
+}
+
+static int kind_of(const char *s) {
+    for (int k = 0; k < STATE_KIND_COUNT; k++)
+        if (!strcmp(s, state_kind_name((StateKind)k))) return k;
+    return -1;
+}
+
+static int read_pieces(Reader *r, const cJSON *list, Err *err) {
+    if (!cJSON_IsArray(list))
+        return err_set(err, ERR_USAGE, "checkpoint %s: meta.json has no pieces", r->path);
+    const cJSON *o;
+    size_t i = 0;
+    cJSON_ArrayForEach(o, list) {
+        double v[7];
+        const char *keys[] = {"tensor", "rank", "row_begin", "rows", "offset", "bytes", "crc32"};
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+        int ok = cJSON_IsString(kind) && kind_of(kind->valuestring) >= 0;
+        for (int k = 0; ok && k < 7; k++) ok = !json_number(o, keys[k], &v[k]) && v[k] >= 0;
+        ok = ok && v[0] < r->m->nparams && v[1] < r->world;
+        if (ok) {
+            const ParamSpec *p = &r->m->params[(int)v[0]];
+            ok = v[2] + v[3] <= (double)p->shape[0] &&
+                 v[5] == v[3] * (double)p->row_elems * sizeof(float);
+        }
+        if (!ok)
+            return err_set(err, ERR_USAGE, "checkpoint %s: meta.json piece %zu is malformed",
+                           r->path, i);
+        Piece p = {.tensor = (int)v[0],
+                   .kind = kind_of(kind->valuestring),
+                   .rank = (int)v[1],
+                   .row_begin = (size_t)v[2],
+                   .rows = (size_t)v[3],
+                   .offset = (unsigned long long)v[4],
+                   .bytes = (unsigned long long)v[5],
+                   .crc = (unsigned long)v[6]};
+        if (pieces_add(&r->pieces, p)) return err_set(err, ERR_NOMEM, "out of memory loading");
+        i++;
+    }
+    return 0;
+}
+
+static unsigned long crc_of(const void *data, size_t bytes) {
+    unsigned long crc = 0;
+    for (size_t at = 0; at < bytes || at == 0; at += 1u << 30) {
+        size_t part = bytes - at < (1u << 30) ? bytes - at : (1u << 30);
+        crc = crc32(crc, (const Bytef *)data + at, (uInt)part);
+        if (!bytes) break;
+    }
+    return crc;
+}
+
+/* Reads a whole saved piece and checks its CRC. */
+static int read_piece(const Reader *r, const Piece *p, float *buf, Err *err) {
+    char path[FILE_MAX];
+    rank_file(path, sizeof path, r->path, p->rank, "bin");
+    const char *tensor = r->m->params[p->tensor].name;
+    FILE *f = fopen(path, "rb");
+    if (!f) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
+    int ok = fseeko(f, (off_t)p->offset, SEEK_SET) == 0 && fread(buf, 1, p->bytes, f) == p->bytes;
+    fclose(f);
+    if (!ok)
+        return err_set(err, ERR_USAGE, "%s is cut short: %s's %s needs bytes %llu-%llu", path,
+                       tensor, state_kind_name((StateKind)p->kind), p->offset,
+                       p->offset + p->bytes);
+    if (crc_of(buf, p->bytes) != p->crc)
+        return err_set(err, ERR_USAGE, "%s is corrupt: CRC mismatch in %s's %s (rows %zu-%zu)",
+                       path, tensor, state_kind_name((StateKind)p->kind), p->row_begin,
+                       p->row_begin + p->rows);
+    return 0;
+}
+
+/* Fills a piece the engine keeps from every saved piece that overlaps it. */
+static int fill_piece(void *user, const StatePiece *want, Err *err) {
+    const Reader *r = user;
+    size_t covered = 0, row = want->row_elems * sizeof(float);
+    for (size_t i = 0; i < r->pieces.n; i++) {
+        const Piece *p = &r->pieces.p[i];
+        if (p->tensor != want->param || p->kind != (int)want->kind) continue;
+        size_t lo = p->row_begin > want->row_begin ? p->row_begin : want->row_begin;
+        size_t hi_p = p->row_begin + p->rows, hi_w = want->row_begin + want->rows;
+        size_t hi = hi_p < hi_w ? hi_p : hi_w;
+        if (lo >= hi) continue;
+        float *buf = malloc(p->bytes ? p->bytes : 1);
+        if (!buf) return err_set(err, ERR_NOMEM, "out of memory loading a checkpoint piece");
+        int rc = read_piece(r, p, buf, err);
+        if (!rc)
+            memcpy((char *)want->data + (lo - want->row_begin) * row,
+                   (char *)buf + (lo - p->row_begin) * row, (hi - lo) * row);
+        free(buf);
+        if (rc) return rc;
+        covered += hi - lo;
+    }
+    if (covered != want->rows)
+        return err_set(err, ERR_USAGE, "checkpoint %s lacks rows of %s's %s (has %zu of %zu)",
+                       r->path, r->m->params[want->param].name, state_kind_name(want->kind),
+                       covered, want->rows);
+    return 0;
+}
+
+static int read_meta(Reader *r, EngineCounters *c, long *step, Err *err) {
+    char path[FILE_MAX];
+    size_t len;
+    path_of(path, sizeof path, r->path, "meta.json");
+    char *text = slurp(path, &len);
+    if (!text)
+        return err_set(err, ERR_USAGE, "%s is not a checkpoint: cannot read %s", r->path, path);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    double version = 0, world = 0, s = 0, adam = 0, scale = 0, good = 0;
+    int rc = 0;
+    if (!root || !cJSON_IsString(format) || strcmp(format->valuestring, "fsdp-checkpoint"))
+        rc = err_set(err, ERR_USAGE, "%s is not an fsdp checkpoint's metadata", path);
+    else if (json_number(root, "version", &version) || version != CHECKPOINT_VERSION)
+        rc = err_set(err, ERR_USAGE, "%s is format version %g; this fsdp reads version %d", path,
+                     version, CHECKPOINT_VERSION);
+    else if (json_number(root, "world", &world) || world < 1 || json_number(root, "step", &s) ||
+             s < 0 || json_number(root, "adam_steps", &adam) ||
+             json_number(root, "loss_scale", &scale) || json_number(root, "good_steps", &good))
+        rc = err_set(err, ERR_USAGE, "%s lacks the world size, step or counters", path);
+    if (!rc) {
+        r->world = (int)world;
+        rc = check_tensors(r, cJSON_GetObjectItemCaseSensitive(root, "tensors"), err);
+    }
+    if (!rc) rc = read_pieces(r, cJSON_GetObjectItemCaseSensitive(root, "pieces"), err);
+    *c = (EngineCounters){.steps = (long)adam, .loss_scale = (float)scale, .good_steps = (int)good};
+    *step = (long)s;
+    cJSON_Delete(root);
+    return rc;
+}
+
+int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step, Err *err) {
+    Reader r = {.path = path, .m = m};
+    EngineCounters c;
+    int rc = read_meta(&r, &c, step, err);
+    if (!rc) rc = engine_load_state(e, fill_piece, &r, err);
+    if (!rc) engine_set_counters(e, c);
+    free(r.pieces.p);
+    return rc;
+}
+
+int checkpoint_latest(const char *dir, char *path, size_t n, Err *err) {
+    path[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0; /* nothing saved yet */
+        return err_set(err, ERR_USAGE, "cannot read checkpoint directory %s: %s", dir,
+                       strerror(errno));
+    }
+    long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long s;
+        char tail, meta[FILE_MAX];
+        if (sscanf(e->d_name, "step-%ld%c", &s, &tail) != 1 || s <= best) continue;
+        snprintf(meta, sizeof meta, "%s/%s/meta.json", dir, e->d_name);
+        if (access(meta, R_OK) == 0) best = s;
+    }
+    closedir(d);
+    if (best >= 0) snprintf(path, n, "%s/step-%08ld", dir, best);
+    return 0;
+}

@@ -1,0 +1,202 @@
+/* Checkpoints through the CLI: a run resumed from a checkpoint ends with the parameters of a
+ * run never interrupted (bit for bit at the same world size, any strategy; within fp32
+ * rounding at another world size with the same global batch), saves are atomic and pruned,
+ * and a damaged checkpoint is one clear line and exit 2. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util.h"
+
+static char dir[128];
+
+static void fresh_dir(const char *tag) {
+    snprintf(dir, sizeof dir, "/tmp/fsdp_ckpt_%ld_%s", (long)getpid(), tag);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Runs `fsdp train ARGS`, asserting success; returns stdout+stderr (caller frees). */
+static char *train_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *train_ok(const char *fmt, ...) {
+    char args[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int status;
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_assert_eq(status, 0, "fsdp %s failed: %.400s", args, out);
+    return out;
+}
+
+/* The values of a --dump-params file (`name index value` lines). */
+static int read_dump(const char *path, double *v, int max) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    int n = 0;
+    char name[128];
+    long idx;
+    while (n < max && fscanf(f, "%127s %ld %lf", name, &idx, &v[n]) == 3) n++;
+    fclose(f);
+    return n;
+}
+
+static double max_rel_diff(const char *a, const char *b) {
+    static double va[1 << 16], vb[1 << 16];
+    int na = read_dump(a, va, 1 << 16), nb = read_dump(b, vb, 1 << 16);
+    cr_assert_eq(na, nb);
+    cr_assert_gt(na, 0);
+    double num = 0, den = 0;
+    for (int i = 0; i < na; i++) {
+        num += (va[i] - vb[i]) * (va[i] - vb[i]);
+        den += vb[i] * vb[i];
+    }
+    return sqrt(num / den);
+}
+
+static int same_file(const char *a, const char *b) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
+    return system(cmd) == 0;
+}
+
+Test(checkpoint, resume_is_bit_identical_at_the_same_world_size, .timeout = 60) {
+    const char *cases[] = {"--strategy zero3",
+                           "--strategy zero2",
+                           "--strategy zero1",
+                           "--strategy ddp",
+                           "--strategy hsdp --ranks 4 --replicas 2",
+                           "--strategy zero3 --param-dtype fp16 --reduce-dtype fp16"};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        fresh_dir("same");
+        char full[256], resumed[256];
+        snprintf(full, sizeof full, "%s/full.txt", dir);
+        snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+        free(train_ok("train %s --steps 12 --dump-params %s", cases[c], full));
+        /* a run stopped after 5 steps with checkpoints every 5, then resumed to 12 */
+        free(train_ok("train %s --steps 5 --checkpoint-dir %s/ck --checkpoint-every 5", cases[c],
+                      dir));
+        char *out = train_ok("train %s --steps 12 --checkpoint-dir %s/ck --resume auto "
+                             "--dump-params %s",
+                             cases[c], dir, resumed);
+        cr_expect_neq(strstr(out, "resume: "), NULL, "%s", out);
+        cr_expect_neq(strstr(out, "step-00000005"), NULL, "resumed from step 5: %.300s", out);
+        cr_expect_eq(strstr(out, "step      1 "), NULL, "steps 1-5 are not run again");
+        cr_expect(same_file(full, resumed), "%s: the resumed run differs", cases[c]);
+        free(out);
+    }
+}
+
+Test(checkpoint, a_checkpoint_loads_at_another_world_size_and_strategy, .timeout = 60) {
+    fresh_dir("reshard");
+    char full[256], resumed[256];
+    snprintf(full, sizeof full, "%s/full.txt", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+    /* global batch 24 in every run: 4 x 6, 3 x 8, 2 x 12, 1 x 24 */
+    free(train_ok("train --ranks 4 --batch-size 6 --steps 10 --dump-params %s", full));
+    free(train_ok("train --ranks 4 --batch-size 6 --steps 4 --checkpoint-dir %s/ck "
+                  "--checkpoint-every 4",
+                  dir));
+    const char *later[] = {"--ranks 3 --batch-size 8 --strategy zero2",
+                           "--ranks 2 --batch-size 12 --strategy zero1",
+                           "--ranks 1 --batch-size 24 --strategy ddp",
+                           "--ranks 4 --batch-size 6 --strategy hsdp --replicas 2"};
+    for (int i = 0; i < 4; i++) {
+        free(train_ok("train %s --steps 10 --resume %s/ck/step-00000004 --dump-params %s", later[i],
+                      dir, resumed));
+        double d = max_rel_diff(resumed, full);
+        cr_expect_leq(d, 1e-5, "resumed as %s: relative difference %.3g", later[i], d);
+    }
+}
+
+Test(checkpoint, saves_are_pruned_and_a_killed_save_is_ignored) {
+    fresh_dir("keep");
+    free(train_ok("train --steps 9 --checkpoint-dir %s/ck --checkpoint-every 2 --keep 2", dir));
+    char path[256];
+    struct stat st;
+    const long kept[] = {8, 9}, gone[] = {2, 4, 6};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/ck/step-%08ld/meta.json", dir, kept[i]);
+        cr_expect_eq(stat(path, &st), 0, "%s is kept", path);
+    }
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/ck/step-%08ld", dir, gone[i]);
+        cr_expect_neq(stat(path, &st), 0, "%s was pruned", path);
+    }
+    /* what a save killed half-way leaves: a temporary directory and a step without meta.json */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p %s/ck/.step-00000011.tmp %s/ck/step-00000012 && "
+             "echo junk > %s/ck/step-00000012/rank-00000.bin",
+             dir, dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    char *out = train_ok("train --steps 10 --checkpoint-dir %s/ck --resume auto", dir);
+    cr_expect_neq(strstr(out, "step-00000009"), NULL, "the newest complete one: %.300s", out);
+    free(out);
+    /* --resume auto with nothing saved starts from the beginning */
+    out = train_ok("train --steps 2 --checkpoint-dir %s/empty --resume auto", dir);
+    cr_expect_neq(strstr(out, "no checkpoint yet, from the start"), NULL, "%.300s", out);
+    free(out);
+}
+
+/* Damages the step-4 checkpoint with `cmd` (%s is its directory) and expects a resume from
+ * it to fail with one line mentioning `want`. */
+static void expect_refused(const char *cmd, const char *want) {
+    fresh_dir("bad");
+    free(train_ok("train --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
+    char ck[256], shell[2048], args[512];
+    snprintf(ck, sizeof ck, "%s/ck/step-00000004", dir);
+    snprintf(shell, sizeof shell, cmd, ck, ck, ck);
+    cr_assert_eq(system(shell), 0, "%s", shell);
+    snprintf(args, sizeof args, "train --steps 6 --resume %s", ck);
+    int status;
+    char *out = fsdp_output(args, "2>&1 >/dev/null", &status); /* stderr alone */
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "`%s` after `%s`: %d", args, shell,
+              status);
+    cr_expect_neq(strstr(out, want), NULL, "after `%s`: %s", shell, out);
+    int lines = 0;
+    for (const char *c = out; *c; c++) lines += *c == '\n';
+    cr_expect_eq(lines, 1, "one line: %s", out);
+    free(out);
+}
+
+Test(checkpoint, a_damaged_checkpoint_is_one_line_and_exit_2) {
+    /* a flipped byte in rank 1's parameters */
+    expect_refused("printf '\\x42' | dd of=%s/rank-00001.bin bs=1 seek=0 conv=notrunc 2>/dev/null",
+                   "CRC mismatch");
+    expect_refused("truncate -s 10 %s/rank-00002.bin", "rank-00002.bin is cut short");
+    expect_refused("rm %s/rank-00000.bin", "cannot open");
+    expect_refused("rm %s/meta.json", "is not a checkpoint");
+    expect_refused("sed -i 's/\"version\":1/\"version\":9/' %s/meta.json", "format version 9");
+    expect_refused("sed -i 's/La.weight/Lx.weight/' %s/meta.json", "another model");
+    expect_refused("sed -i 's/\"shape\":\\[3\\]/\"shape\":[4]/' %s/meta.json", "another model");
+    expect_refused("sed -i 's/\"rows\":1,/\"rows\":0,/' %s/meta.json", "malformed");
+}
+
+/* The ViT too: every tensor (embedding, attention, MLP, head) with its Adam state survives a
+ * change from 2 ranks under zero3 to 1 rank. */
+Test(checkpoint, a_vit_resumes_at_another_world_size, .timeout = 60) {
+    fresh_dir("vit");
+    const char *vit = "--model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 --split test "
+                      "--eval false";
+    char full[256], resumed[256];
+    snprintf(full, sizeof full, "%s/full.txt", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+    free(train_ok("train %s --ranks 2 --batch-size 8 --steps 6 --dump-params %s", vit, full));
+    free(train_ok("train %s --ranks 2 --batch-size 8 --steps 3 --checkpoint-dir %s/ck "
+                  "--checkpoint-every 3",
+                  vit, dir));
+    free(train_ok("train %s --ranks 1 --batch-size 16 --steps 6 --resume %s/ck/step-00000003 "
+                  "--dump-params %s",
+                  vit, dir, resumed));
+    double d = max_rel_diff(resumed, full);
+    cr_expect_leq(d, 1e-5, "relative difference %.3g", d);
+}
