@@ -332,6 +332,31 @@ static void values_to_trace(TrainJob *job, size_t numel, Trace *trace) {
     job->step_params = job->step_grads = NULL;
 }
 
+/* Runs the job; when a rank fails and --max-restarts allows, starts again from the newest
+ * complete checkpoint (or from the beginning when there is none yet), as torchrun and Ray do.
+ * An injected failure (--fail-at) happens once: the restarted run goes past it. */
+static int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job,
+                             ClusterResult *res, Err *err) {
+    int rc = run_ranks(t, opt, job, res, err);
+    for (int restart = 1; rc && restart <= t->args.max_restarts; restart++) {
+        cluster_result_free(res);
+        fprintf(stderr, "fsdp: %s\n", err->msg);
+        Err latest = {0};
+        t->resume[0] = 0;
+        if (t->args.ckpt_dir &&
+            checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, &latest))
+            return err_set(err, latest.code, "%s", latest.msg);
+        fprintf(stderr, "fsdp: restart %d of %d from %s\n", restart, t->args.max_restarts,
+                t->resume[0] ? t->resume : "the beginning (no checkpoint yet)");
+        job->resume_from = t->resume[0] ? t->resume : NULL;
+        job->fail_at_step = 0;
+        memset(t->memory, 0, (size_t)t->args.ranks * sizeof *t->memory);
+        *err = (Err){0};
+        rc = run_ranks(t, opt, job, res, err);
+    }
+    return rc;
+}
+
 static int train_execute(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int vit = train_args_is_vit(a);
@@ -359,12 +384,14 @@ static int train_execute(TrainRun *t, Err *err) {
                     .ckpt_keep = a->keep,
                     .resume_from = t->resume[0] ? t->resume : NULL,
                     .model_name = a->model,
+                    .fail_at_step = a->fail_at_step,
+                    .fail_at_rank = a->fail_at_rank,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
     ClusterOptions opt = cluster_options(t, a->trace_out != NULL);
     ClusterResult res;
     int rc = a->trace_out ? values_alloc(t, &job, err) : 0;
-    if (!rc) rc = run_ranks(t, &opt, &job, &res, err);
+    if (!rc) rc = run_with_restarts(t, &opt, &job, &res, err);
     if (!rc) values_to_trace(&job, t->model.total_numel, &res.trace);
     free(job.step_params);
     free(job.step_grads);

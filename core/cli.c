@@ -71,6 +71,23 @@ static int copy_word(const char *flag, const char *v, char *dst, size_t n, Err *
 }
 
 /* One flag with its value. Returns 0, or ERR_USAGE naming the flag. */
+/* "STEP" or "STEP:RANK" (rank 0 by default). */
+static int parse_fail_at(const char *v, TrainArgs *a, Err *err) {
+    char *end;
+    long step = strtol(v, &end, 10), rank = 0;
+    if (end != v && *end == ':') {
+        const char *r = end + 1;
+        rank = strtol(r, &end, 10);
+        if (end == r) step = 0;
+    }
+    if (end == v || *end || step < 1 || rank < 0 || rank >= CLI_MAX_RANKS)
+        return err_set(err, ERR_USAGE, "--fail-at must be STEP or STEP:RANK, STEP >= 1 (got '%s')",
+                       v);
+    a->fail_at_step = step;
+    a->fail_at_rank = (int)rank;
+    return 0;
+}
+
 static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     FsdpConfig *c = &a->fsdp;
     if (!strcmp(f, "--model")) return copy_word(f, v, a->model, sizeof a->model, err);
@@ -170,6 +187,8 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     }
     if (!strcmp(f, "--checkpoint-every")) return parse_long(f, v, 1, 1L << 40, &a->ckpt_every, err);
     if (!strcmp(f, "--keep")) return parse_int(f, v, 0, 1 << 20, &a->keep, err);
+    if (!strcmp(f, "--max-restarts")) return parse_int(f, v, 0, 1000, &a->max_restarts, err);
+    if (!strcmp(f, "--fail-at")) return parse_fail_at(v, a, err);
     if (!strcmp(f, "--resume")) {
         a->resume = v;
         return 0;
@@ -206,6 +225,9 @@ static int check_combination(const TrainArgs *a, Err *err) {
     if (c->strategy != STRAT_HSDP && c->replicas != 1)
         return err_set(err, ERR_USAGE, "--replicas applies only to --strategy hsdp (got %d)",
                        c->replicas);
+    if (a->fail_at_step && a->fail_at_rank >= a->ranks)
+        return err_set(err, ERR_USAGE, "--fail-at names rank %d but there are %d ranks",
+                       a->fail_at_rank, a->ranks);
     if (a->ckpt_every && !a->ckpt_dir)
         return err_set(err, ERR_USAGE, "--checkpoint-every needs --checkpoint-dir");
     if (a->resume && !strcmp(a->resume, "auto") && !a->ckpt_dir)
@@ -305,6 +327,9 @@ void train_args_help(FILE *f) {
           "  --resume auto|DIR              continue from the newest checkpoint in\n"
           "                                 --checkpoint-dir, or from DIR (any world size and\n"
           "                                 strategy); --steps counts every step\n"
+          "  --max-restarts R               when a rank fails, restart from the newest\n"
+          "                                 checkpoint up to R times\n"
+          "  --fail-at STEP[:RANK]          make RANK (default 0) fail as STEP begins, once\n"
           "  --backend B                    sim (default: the simulated cluster), cuda (this\n"
           "                                 machine's GPU, --ranks 1), auto (cuda if there\n"
           "                                 is a GPU, else sim)\n"

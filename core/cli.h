@@ -36,6 +36,9 @@ typedef struct TrainArgs {
     long ckpt_every;      /* --checkpoint-every N; 0: epoch ends only */
     int keep;             /* --keep K newest checkpoints (0: all) */
     const char *resume;   /* --resume auto|DIR; NULL: from the start */
+    int max_restarts;     /* --max-restarts R after a rank fails */
+    long fail_at_step;    /* --fail-at STEP[:RANK]; 0: no injected failure */
+    int fail_at_rank;
 } TrainArgs;
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */

@@ -108,6 +108,9 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
     long global_batch = (long)env->world * job->cfg->batch_size * job->cfg->grad_accum;
     int epoch = -1;
     for (long s = first; s < job->steps; s++) {
+        if (s + 1 == job->fail_at_step && env->rank == job->fail_at_rank)
+            return err_set(err, ERR_INTERNAL, "rank %d failed at step %ld (injected by --fail-at)",
+                           env->rank, s + 1);
         if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
             epoch = (int)(s / per_epoch);
             rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm, job->data->n);

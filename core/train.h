@@ -67,6 +67,10 @@ typedef struct TrainJob {
     const char *resume_from;
     const char *model_name;
     long resumed_step; /* filled: the step the run resumed from (0: from the start) */
+    /* Fault injection for tests and demos: rank fail_at_rank fails as step fail_at_step
+     * begins (0: never). */
+    long fail_at_step;
+    int fail_at_rank;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

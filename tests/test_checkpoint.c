@@ -200,3 +200,38 @@ Test(checkpoint, a_vit_resumes_at_another_world_size, .timeout = 60) {
     double d = max_rel_diff(resumed, full);
     cr_expect_leq(d, 1e-5, "relative difference %.3g", d);
 }
+
+/* A rank that fails mid-run (injected) is survived: the job restarts from the newest
+ * checkpoint and ends with exactly the parameters of a run that never failed. Without
+ * --max-restarts the failure ends the run, naming the rank and step. */
+Test(checkpoint, a_failed_rank_restarts_from_the_newest_checkpoint, .timeout = 60) {
+    fresh_dir("fail");
+    char full[256], survived[256];
+    snprintf(full, sizeof full, "%s/full.txt", dir);
+    snprintf(survived, sizeof survived, "%s/survived.txt", dir);
+    free(train_ok("train --steps 12 --dump-params %s", full));
+    char *out = train_ok("train --steps 12 --checkpoint-dir %s/ck --checkpoint-every 4 "
+                         "--fail-at 7:1 --max-restarts 1 --dump-params %s",
+                         dir, survived);
+    cr_expect_neq(strstr(out, "rank 1 failed at step 7 (injected by --fail-at)"), NULL, "%.400s",
+                  out);
+    cr_expect_neq(strstr(out, "restart 1 of 1 from"), NULL, "%.400s", out);
+    cr_expect_neq(strstr(out, "step-00000004"), NULL, "%.400s", out);
+    cr_expect(same_file(full, survived), "the restarted run ends elsewhere");
+    free(out);
+    /* no checkpoint directory: the restart begins again from step 1, and still ends right */
+    free(train_ok("train --steps 12 --fail-at 3 --max-restarts 2 --dump-params %s", survived));
+    cr_expect(same_file(full, survived));
+    int status;
+    out = fsdp_output("train --steps 12 --fail-at 7:1", "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 1, "status %d", status);
+    cr_expect_str_eq(out, "fsdp: rank 1 failed at step 7 (injected by --fail-at)\n");
+    free(out);
+    out = fsdp_output("train --fail-at 3:5", "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    cr_expect_neq(strstr(out, "--fail-at names rank 5 but there are 3 ranks"), NULL, "%s", out);
+    free(out);
+    out = fsdp_output("train --fail-at x", "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    free(out);
+}
