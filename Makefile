@@ -47,7 +47,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan test-gpu bench bench-vs-torch bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-vs-torch bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -119,6 +119,10 @@ bench: deps $(BUILD)/bench_toy
 bench-vs-torch: deps $(BUILD)/bench_vit
 	./$(BUILD)/bench_vit --batch 64 --ranks 4
 	/usr/bin/python3 bench/torch_vit_cpu.py --batch 64
+
+# Sharded checkpoint save and load of vit-workshop at 4 ranks against dd on the same disk.
+bench-ckpt: deps $(BUILD)/bench_ckpt
+	./$(BUILD)/bench_ckpt --model vit-workshop --ranks 4
 
 # The visualizer at vit-workshop's size: 8 ranks, 100,000 trace events.
 bench-viz: deps $(BUILD)/bench_viz
