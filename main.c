@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/checkpoint.h"
+#include "core/checkpoint_tools.h"
 #include "core/cli.h"
 #include "core/mnist.h"
 #include "core/report.h"
@@ -31,6 +32,8 @@ static void usage(FILE *f) {
           "commands\n"
           "  train     train a model with FSDP on a simulated cluster (./fsdp train --help)\n"
           "  viz       step through one training step event by event (./fsdp viz --help)\n"
+          "  ckpt      inspect a sharded checkpoint, or consolidate it into one safetensors file\n"
+          "            (./fsdp ckpt --help)\n"
           "  help      this text\n"
           "\n"
           "example: ./fsdp train --model toy --ranks 3 --strategy zero3 --steps 200\n",
@@ -714,6 +717,23 @@ static int cmd_train(int argc, char **argv) {
     return rc ? fail(rc, err.msg) : 0;
 }
 
+/* ---------------------------------------------------------------- fsdp ckpt */
+
+static int cmd_ckpt(int argc, char **argv) {
+    CkptArgs a;
+    Err err = {0};
+    int rc = ckpt_args_parse(&a, argc, argv, &err);
+    if (rc == 1) {
+        ckpt_help(stdout);
+        return 0;
+    }
+    if (!rc)
+        rc = a.tool == CKPT_INSPECT ? ckpt_inspect(stdout, a.path, &err)
+                                    : ckpt_consolidate(stdout, a.path, a.out, &err);
+    fflush(stdout);
+    return rc ? fail(rc, err.msg) : 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -726,6 +746,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     fprintf(stderr, "fsdp: unknown command '%s' (see ./fsdp --help)\n", cmd);
     return 2;
 }

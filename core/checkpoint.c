@@ -11,27 +11,21 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "vit.h"
+
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
 enum { FILE_MAX = 4096 + 64 };
 
-/* One saved piece: rows [row_begin, row_begin + rows) of a tensor's kind, at `offset` in
- * rank-RRRRR.bin. */
-typedef struct Piece {
-    int tensor, kind, rank;
-    size_t row_begin, rows;
-    unsigned long long offset, bytes;
-    unsigned long crc;
-} Piece;
-
+/* The pieces a rank saved, as they are written. */
 typedef struct PieceList {
-    Piece *p;
+    CkptPiece *p;
     size_t n, cap;
 } PieceList;
 
-static int pieces_add(PieceList *l, Piece p) {
+static int pieces_add(PieceList *l, CkptPiece p) {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 64;
-        Piece *grown = realloc(l->p, cap * sizeof *grown);
+        CkptPiece *grown = realloc(l->p, cap * sizeof *grown);
         if (!grown) return -1;
         l->p = grown;
         l->cap = cap;
@@ -112,14 +106,14 @@ static int write_piece(void *user, const StatePiece *s, Err *err) {
     size_t bytes = s->rows * s->row_elems * sizeof(float);
     if (fwrite(s->data, 1, bytes, w->f) != bytes)
         return err_set(err, ERR_IO, "writing %s failed: %s", w->path, strerror(errno));
-    Piece p = {.tensor = s->param,
-               .kind = s->kind,
-               .rank = w->rank,
-               .row_begin = s->row_begin,
-               .rows = s->rows,
-               .offset = w->at,
-               .bytes = bytes,
-               .crc = crc32(0L, (const Bytef *)s->data, (uInt)bytes)};
+    CkptPiece p = {.tensor = s->param,
+                   .kind = s->kind,
+                   .rank = w->rank,
+                   .row_begin = s->row_begin,
+                   .rows = s->rows,
+                   .offset = w->at,
+                   .bytes = bytes,
+                   .crc = crc32(0L, (const Bytef *)s->data, (uInt)bytes)};
     /* zlib's crc32 takes uInt lengths: pieces past 4 GiB are summed in parts */
     if (bytes > 0xFFFFFFFFu) {
         p.crc = 0;
@@ -133,12 +127,12 @@ static int write_piece(void *user, const StatePiece *s, Err *err) {
     return 0;
 }
 
-static void write_piece_json(FILE *f, const Piece *p, int first) {
+static void write_piece_json(FILE *f, const CkptPiece *p, int first) {
     fprintf(f,
             "%s\n{\"tensor\":%d,\"kind\":\"%s\",\"rank\":%d,\"row_begin\":%zu,\"rows\":%zu,"
             "\"offset\":%llu,\"bytes\":%llu,\"crc32\":%lu}",
-            first ? "" : ",", p->tensor, state_kind_name((StateKind)p->kind), p->rank, p->row_begin,
-            p->rows, p->offset, p->bytes, p->crc);
+            first ? "" : ",", p->tensor, state_kind_name(p->kind), p->rank, p->row_begin, p->rows,
+            p->offset, p->bytes, p->crc);
 }
 
 /* This rank's state file and its index (rank-RRRRR.json: its pieces), both synced. */
@@ -175,6 +169,17 @@ static void write_tensors_json(FILE *f, const ModelDesc *m) {
     fputs("],\n", f);
 }
 
+/* The model's configuration, for tools that write the model out (fsdp ckpt consolidate): the
+ * ViT's, under the names PyTorch's fixture uses. The toy has none. */
+static void write_config_json(FILE *f, const ModelDesc *m) {
+    if (strcmp(m->name, "vit") != 0 || !m->config) return;
+    const VitConfig *c = m->config;
+    fprintf(f,
+            "\"config\":{\"image\":%d,\"patch\":%d,\"layers\":%d,\"heads\":%d,\"hidden\":%d,"
+            "\"mlp\":%d,\"classes\":%d,\"channels\":1},\n",
+            c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes);
+}
+
 /* Rank 0, after every rank has written: meta.json gathers the ranks' indexes. */
 static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const char *tmp,
                       const CheckpointInfo *info, Err *err) {
@@ -188,6 +193,7 @@ static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const c
             "\"world\":%d,\"step\":%ld,\"adam_steps\":%ld,\"loss_scale\":%.9g,\"good_steps\":%d,\n",
             CHECKPOINT_VERSION, info->model_name, info->strategy, env->world, info->step, c.steps,
             (double)c.loss_scale, c.good_steps);
+    write_config_json(f, m);
     write_tensors_json(f, m);
     fputs("\"pieces\":[", f);
     int rc = 0, any = 0;
@@ -283,14 +289,7 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
     return rc;
 }
 
-/* ---------------------------------------------------------------- loading */
-
-typedef struct Reader {
-    const char *path; /* the checkpoint directory */
-    const ModelDesc *m;
-    PieceList pieces;
-    int world;
-} Reader;
+/* ---------------------------------------------------------------- reading */
 
 static int json_number(const cJSON *o, const char *key, double *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -299,16 +298,21 @@ static int json_number(const cJSON *o, const char *key, double *out) {
     return 0;
 }
 
+/* A whole number in [0, 2^53]: counts, sizes and offsets. */
+static int is_count(double v) {
+    return v >= 0 && v <= 9007199254740992.0 && v == (double)(unsigned long long)v;
+}
+
 /* The saved tensors must be this model's, name for name and shape for shape. */
-static int check_tensors(const Reader *r, const cJSON *tensors, Err *err) {
-    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) != r->m->nparams)
+static int check_tensors(const char *path, const ModelDesc *m, const cJSON *tensors, Err *err) {
+    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) != m->nparams)
         return err_set(err, ERR_USAGE,
-                       "checkpoint %s is of another model: %d tensors, this model has %d", r->path,
-                       cJSON_GetArraySize(tensors), r->m->nparams);
+                       "checkpoint %s is of another model: %d tensors, this model has %d", path,
+                       cJSON_GetArraySize(tensors), m->nparams);
     int i = 0;
     const cJSON *t;
     cJSON_ArrayForEach(t, tensors) {
-        const ParamSpec *p = &r->m->params[i];
+        const ParamSpec *p = &m->params[i];
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
         const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
         int same = cJSON_IsString(name) && !strcmp(name->valuestring, p->name) &&
@@ -321,9 +325,48 @@ static int check_tensors(const Reader *r, const cJSON *tensors, Err *err) {
             return err_set(err, ERR_USAGE,
                            "checkpoint %s is of another model: tensor %d is %s, this model's is "
                            "%s",
-                           r->path, i, cJSON_IsString(name) ? name->valuestring : "unnamed",
-                           p->name);
+                           path, i, cJSON_IsString(name) ? name->valuestring : "unnamed", p->name);
         i++;
+    }
+    return 0;
+}
+
+/* The tensors as saved: a name, fp32, 1 to MODEL_MAX_NDIM whole dimensions. */
+static int read_tensors(CkptMeta *c, const cJSON *list, Err *err) {
+    if (!cJSON_IsArray(list))
+        return err_set(err, ERR_USAGE, "checkpoint %s: meta.json has no tensors", c->path);
+    int n = cJSON_GetArraySize(list);
+    if (!(c->tensors = calloc((size_t)n + 1, sizeof *c->tensors)))
+        return err_set(err, ERR_NOMEM, "out of memory reading %s", c->path);
+    const cJSON *t;
+    cJSON_ArrayForEach(t, list) {
+        CkptTensor *out = &c->tensors[c->ntensors];
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+        int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
+        int ok = cJSON_IsString(name) && name->valuestring[0] &&
+                 strlen(name->valuestring) < sizeof out->name && ndim >= 1 &&
+                 ndim <= MODEL_MAX_NDIM &&
+                 (!dtype || (cJSON_IsString(dtype) && !strcmp(dtype->valuestring, "fp32")));
+        size_t numel = 1;
+        for (int d = 0; ok && d < ndim; d++) {
+            const cJSON *dim = cJSON_GetArrayItem(shape, d);
+            ok = cJSON_IsNumber(dim) && is_count(dim->valuedouble) &&
+                 !__builtin_mul_overflow(numel, (size_t)dim->valuedouble, &numel);
+            if (ok) out->shape[d] = (int64_t)dim->valuedouble;
+        }
+        if (!ok)
+            return err_set(err, ERR_USAGE,
+                           "checkpoint %s: meta.json tensor %d is malformed (it needs a name, "
+                           "dtype fp32 and 1 to %d dimensions)",
+                           c->path, c->ntensors, MODEL_MAX_NDIM);
+        snprintf(out->name, sizeof out->name, "%s", name->valuestring);
+        out->ndim = ndim;
+        out->numel = numel;
+        out->row_elems = 1;
+        for (int d = 1; d < ndim; d++) out->row_elems *= (size_t)out->shape[d];
+        c->ntensors++;
     }
     return 0;
 }
@@ -334,137 +377,208 @@ static int kind_of(const char *s) {
     return -1;
 }
 
-static int read_pieces(Reader *r, const cJSON *list, Err *err) {
+static int read_pieces(CkptMeta *c, const cJSON *list, Err *err) {
     if (!cJSON_IsArray(list))
-        return err_set(err, ERR_USAGE, "checkpoint %s: meta.json has no pieces", r->path);
+        return err_set(err, ERR_USAGE, "checkpoint %s: meta.json has no pieces", c->path);
+    size_t n = (size_t)cJSON_GetArraySize(list);
+    if (!(c->pieces = calloc(n + 1, sizeof *c->pieces)))
+        return err_set(err, ERR_NOMEM, "out of memory loading");
     const cJSON *o;
-    size_t i = 0;
     cJSON_ArrayForEach(o, list) {
         double v[7];
         const char *keys[] = {"tensor", "rank", "row_begin", "rows", "offset", "bytes", "crc32"};
         const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
         int ok = cJSON_IsString(kind) && kind_of(kind->valuestring) >= 0;
-        for (int k = 0; ok && k < 7; k++) ok = !json_number(o, keys[k], &v[k]) && v[k] >= 0;
-        ok = ok && v[0] < r->m->nparams && v[1] < r->world;
+        for (int k = 0; ok && k < 7; k++) ok = !json_number(o, keys[k], &v[k]) && is_count(v[k]);
+        ok = ok && v[0] < c->ntensors && v[1] < c->world && v[6] <= 4294967295.0;
         if (ok) {
-            const ParamSpec *p = &r->m->params[(int)v[0]];
-            ok = v[2] + v[3] <= (double)p->shape[0] &&
-                 v[5] == v[3] * (double)p->row_elems * sizeof(float);
+            const CkptTensor *t = &c->tensors[(int)v[0]];
+            ok = v[2] + v[3] <= (double)t->shape[0] &&
+                 v[5] == v[3] * (double)t->row_elems * sizeof(float);
         }
         if (!ok)
             return err_set(err, ERR_USAGE, "checkpoint %s: meta.json piece %zu is malformed",
-                           r->path, i);
-        Piece p = {.tensor = (int)v[0],
-                   .kind = kind_of(kind->valuestring),
-                   .rank = (int)v[1],
-                   .row_begin = (size_t)v[2],
-                   .rows = (size_t)v[3],
-                   .offset = (unsigned long long)v[4],
-                   .bytes = (unsigned long long)v[5],
-                   .crc = (unsigned long)v[6]};
-        if (pieces_add(&r->pieces, p)) return err_set(err, ERR_NOMEM, "out of memory loading");
-        i++;
+                           c->path, c->npieces);
+        c->pieces[c->npieces++] = (CkptPiece){.tensor = (int)v[0],
+                                              .kind = (StateKind)kind_of(kind->valuestring),
+                                              .rank = (int)v[1],
+                                              .row_begin = (size_t)v[2],
+                                              .rows = (size_t)v[3],
+                                              .offset = (unsigned long long)v[4],
+                                              .bytes = (unsigned long long)v[5],
+                                              .crc = (unsigned long)v[6]};
     }
     return 0;
 }
 
-static unsigned long crc_of(const void *data, size_t bytes) {
-    unsigned long crc = 0;
-    for (size_t at = 0; at < bytes || at == 0; at += 1u << 30) {
-        size_t part = bytes - at < (1u << 30) ? bytes - at : (1u << 30);
-        crc = crc32(crc, (const Bytef *)data + at, (uInt)part);
-        if (!bytes) break;
-    }
-    return crc;
+static void copy_string(char *dst, size_t n, const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
 }
 
-/* Reads a whole saved piece and checks its CRC. */
-static int read_piece(const Reader *r, const Piece *p, float *buf, Err *err) {
+/* "config": {"layers": 2, ...} as text pairs; absent in checkpoints that predate it. */
+static int read_config(CkptMeta *c, const cJSON *config, Err *err) {
+    if (!cJSON_IsObject(config)) return 0;
+    int n = cJSON_GetArraySize(config);
+    if (!(c->config = calloc(2 * (size_t)n + 1, sizeof *c->config)))
+        return err_set(err, ERR_NOMEM, "out of memory reading %s", c->path);
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, config) {
+        char value[64];
+        if (cJSON_IsNumber(kv))
+            snprintf(value, sizeof value, "%.17g", kv->valuedouble);
+        else if (cJSON_IsString(kv))
+            snprintf(value, sizeof value, "%s", kv->valuestring);
+        else
+            return err_set(err, ERR_USAGE, "checkpoint %s: meta.json config %s is not a value",
+                           c->path, kv->string);
+        char *key = strdup(kv->string), *val = strdup(value);
+        c->config[2 * c->nconfig] = key;
+        c->config[2 * c->nconfig + 1] = val;
+        c->nconfig++;
+        if (!key || !val) return err_set(err, ERR_NOMEM, "out of memory reading %s", c->path);
+    }
+    return 0;
+}
+
+static int read_root(CkptMeta *c, const cJSON *root, const char *path, const ModelDesc *expect,
+                     Err *err) {
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    double version = 0, world = 0, s = 0, adam = 0, scale = 0, good = 0;
+    if (!root || !cJSON_IsString(format) || strcmp(format->valuestring, "fsdp-checkpoint"))
+        return err_set(err, ERR_USAGE, "%s is not an fsdp checkpoint's metadata", path);
+    if (json_number(root, "version", &version) || version != CHECKPOINT_VERSION)
+        return err_set(err, ERR_USAGE, "%s is format version %g; this fsdp reads version %d", path,
+                       version, CHECKPOINT_VERSION);
+    if (json_number(root, "world", &world) || world < 1 || world > 1e6 ||
+        json_number(root, "step", &s) || s < 0 || json_number(root, "adam_steps", &adam) ||
+        json_number(root, "loss_scale", &scale) || json_number(root, "good_steps", &good))
+        return err_set(err, ERR_USAGE, "%s lacks the world size, step or counters", path);
+    c->version = (int)version;
+    c->world = (int)world;
+    c->step = (long)s;
+    c->counters =
+        (EngineCounters){.steps = (long)adam, .loss_scale = (float)scale, .good_steps = (int)good};
+    copy_string(c->model, sizeof c->model, root, "model");
+    copy_string(c->strategy, sizeof c->strategy, root, "strategy");
+    const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
+    int rc = expect ? check_tensors(c->path, expect, tensors, err) : 0;
+    if (!rc) rc = read_tensors(c, tensors, err);
+    if (!rc) rc = read_pieces(c, cJSON_GetObjectItemCaseSensitive(root, "pieces"), err);
+    if (!rc) rc = read_config(c, cJSON_GetObjectItemCaseSensitive(root, "config"), err);
+    return rc;
+}
+
+void ckpt_meta_free(CkptMeta *m) {
+    for (int i = 0; i < 2 * m->nconfig; i++) free(m->config[i]);
+    free(m->config);
+    free(m->tensors);
+    free(m->pieces);
+    memset(m, 0, sizeof *m);
+}
+
+int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err *err) {
+    memset(out, 0, sizeof *out);
+    if (strlen(path) + 64 > sizeof out->path)
+        return err_set(err, ERR_USAGE, "checkpoint path is too long: %.200s...", path);
+    snprintf(out->path, sizeof out->path, "%s", path);
+    char meta[FILE_MAX];
+    size_t len;
+    path_of(meta, sizeof meta, path, "meta.json");
+    char *text = slurp(meta, &len);
+    if (!text) return err_set(err, ERR_USAGE, "%s is not a checkpoint: cannot read %s", path, meta);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    int rc = read_root(out, root, meta, expect, err);
+    cJSON_Delete(root);
+    if (rc) ckpt_meta_free(out);
+    return rc;
+}
+
+void ckpt_rank_file(const CkptMeta *m, int rank, char *buf, size_t n) {
+    rank_file(buf, n, m->path, rank, "bin");
+}
+
+/* Reads piece p through CRC32, into buf when given, else through a buffer of its own. */
+static int piece_read(const CkptMeta *m, const CkptPiece *p, unsigned char *buf, Err *err) {
+    enum { CHUNK = 1 << 20 };
     char path[FILE_MAX];
-    rank_file(path, sizeof path, r->path, p->rank, "bin");
-    const char *tensor = r->m->params[p->tensor].name;
+    ckpt_rank_file(m, p->rank, path, sizeof path);
+    const char *tensor = m->tensors[p->tensor].name, *kind = state_kind_name(p->kind);
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
-    int ok = fseeko(f, (off_t)p->offset, SEEK_SET) == 0 && fread(buf, 1, p->bytes, f) == p->bytes;
+    unsigned char *scratch = buf ? NULL : malloc(CHUNK);
+    if (!buf && !scratch) {
+        fclose(f);
+        return err_set(err, ERR_NOMEM, "out of memory reading %s", path);
+    }
+    int ok = fseeko(f, (off_t)p->offset, SEEK_SET) == 0;
+    unsigned long crc = crc32(0L, Z_NULL, 0);
+    for (unsigned long long at = 0; ok && at < p->bytes;) {
+        size_t part = p->bytes - at < CHUNK ? (size_t)(p->bytes - at) : CHUNK;
+        unsigned char *into = buf ? buf + at : scratch;
+        ok = fread(into, 1, part, f) == part;
+        if (ok) crc = crc32(crc, into, (uInt)part);
+        at += part;
+    }
     fclose(f);
+    free(scratch);
     if (!ok)
         return err_set(err, ERR_USAGE, "%s is cut short: %s's %s needs bytes %llu-%llu", path,
-                       tensor, state_kind_name((StateKind)p->kind), p->offset,
-                       p->offset + p->bytes);
-    if (crc_of(buf, p->bytes) != p->crc)
+                       tensor, kind, p->offset, p->offset + p->bytes);
+    if (crc != p->crc)
         return err_set(err, ERR_USAGE, "%s is corrupt: CRC mismatch in %s's %s (rows %zu-%zu)",
-                       path, tensor, state_kind_name((StateKind)p->kind), p->row_begin,
-                       p->row_begin + p->rows);
+                       path, tensor, kind, p->row_begin, p->row_begin + p->rows);
     return 0;
 }
+
+int ckpt_piece_read(const CkptMeta *m, const CkptPiece *p, void *buf, Err *err) {
+    return piece_read(m, p, buf, err);
+}
+
+int ckpt_piece_verify(const CkptMeta *m, const CkptPiece *p, Err *err) {
+    return piece_read(m, p, NULL, err);
+}
+
+/* ---------------------------------------------------------------- loading */
 
 /* Fills a piece the engine keeps from every saved piece that overlaps it. */
 static int fill_piece(void *user, const StatePiece *want, Err *err) {
-    const Reader *r = user;
+    const CkptMeta *c = user;
     size_t covered = 0, row = want->row_elems * sizeof(float);
-    for (size_t i = 0; i < r->pieces.n; i++) {
-        const Piece *p = &r->pieces.p[i];
-        if (p->tensor != want->param || p->kind != (int)want->kind) continue;
+    for (size_t i = 0; i < c->npieces; i++) {
+        const CkptPiece *p = &c->pieces[i];
+        if (p->tensor != want->param || p->kind != want->kind) continue;
         size_t lo = p->row_begin > want->row_begin ? p->row_begin : want->row_begin;
         size_t hi_p = p->row_begin + p->rows, hi_w = want->row_begin + want->rows;
         size_t hi = hi_p < hi_w ? hi_p : hi_w;
         if (lo >= hi) continue;
-        float *buf = malloc(p->bytes ? p->bytes : 1);
+        unsigned char *buf = malloc(p->bytes ? p->bytes : 1);
         if (!buf) return err_set(err, ERR_NOMEM, "out of memory loading a checkpoint piece");
-        int rc = read_piece(r, p, buf, err);
+        int rc = ckpt_piece_read(c, p, buf, err);
         if (!rc)
             memcpy((char *)want->data + (lo - want->row_begin) * row,
-                   (char *)buf + (lo - p->row_begin) * row, (hi - lo) * row);
+                   buf + (lo - p->row_begin) * row, (hi - lo) * row);
         free(buf);
         if (rc) return rc;
         covered += hi - lo;
     }
     if (covered != want->rows)
         return err_set(err, ERR_USAGE, "checkpoint %s lacks rows of %s's %s (has %zu of %zu)",
-                       r->path, r->m->params[want->param].name, state_kind_name(want->kind),
-                       covered, want->rows);
+                       c->path, c->tensors[want->param].name, state_kind_name(want->kind), covered,
+                       want->rows);
     return 0;
 }
 
-static int read_meta(Reader *r, EngineCounters *c, long *step, Err *err) {
-    char path[FILE_MAX];
-    size_t len;
-    path_of(path, sizeof path, r->path, "meta.json");
-    char *text = slurp(path, &len);
-    if (!text)
-        return err_set(err, ERR_USAGE, "%s is not a checkpoint: cannot read %s", r->path, path);
-    cJSON *root = cJSON_ParseWithLength(text, len);
-    free(text);
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
-    double version = 0, world = 0, s = 0, adam = 0, scale = 0, good = 0;
-    int rc = 0;
-    if (!root || !cJSON_IsString(format) || strcmp(format->valuestring, "fsdp-checkpoint"))
-        rc = err_set(err, ERR_USAGE, "%s is not an fsdp checkpoint's metadata", path);
-    else if (json_number(root, "version", &version) || version != CHECKPOINT_VERSION)
-        rc = err_set(err, ERR_USAGE, "%s is format version %g; this fsdp reads version %d", path,
-                     version, CHECKPOINT_VERSION);
-    else if (json_number(root, "world", &world) || world < 1 || json_number(root, "step", &s) ||
-             s < 0 || json_number(root, "adam_steps", &adam) ||
-             json_number(root, "loss_scale", &scale) || json_number(root, "good_steps", &good))
-        rc = err_set(err, ERR_USAGE, "%s lacks the world size, step or counters", path);
-    if (!rc) {
-        r->world = (int)world;
-        rc = check_tensors(r, cJSON_GetObjectItemCaseSensitive(root, "tensors"), err);
-    }
-    if (!rc) rc = read_pieces(r, cJSON_GetObjectItemCaseSensitive(root, "pieces"), err);
-    *c = (EngineCounters){.steps = (long)adam, .loss_scale = (float)scale, .good_steps = (int)good};
-    *step = (long)s;
-    cJSON_Delete(root);
-    return rc;
-}
-
 int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step, Err *err) {
-    Reader r = {.path = path, .m = m};
-    EngineCounters c;
-    int rc = read_meta(&r, &c, step, err);
-    if (!rc) rc = engine_load_state(e, fill_piece, &r, err);
-    if (!rc) engine_set_counters(e, c);
-    free(r.pieces.p);
+    CkptMeta c;
+    int rc = ckpt_meta_read(&c, path, m, err);
+    if (!rc) rc = engine_load_state(e, fill_piece, &c, err);
+    if (!rc) {
+        engine_set_counters(e, c.counters);
+        *step = c.step;
+    }
+    ckpt_meta_free(&c);
     return rc;
 }
 

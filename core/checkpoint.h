@@ -1,17 +1,20 @@
 /* checkpoint: sharded checkpoints that survive crashes and load at any world size. Each rank
  * writes its own file of the state it is the one to save (engine_save_state); rank 0 writes
- * meta.json: format version, the model's tensors (name, shape, dtype), every piece (which
- * file, which rows of which tensor, offset, bytes, CRC32), the step and the engine's
- * counters. A checkpoint is written into D/.step-NNNNNNNN.tmp, fsync'd, and renamed to
- * D/step-NNNNNNNN only when complete, so a killed save leaves the previous one intact. Loading
- * reads, for each piece a rank keeps now, the overlapping rows of whichever saved pieces hold
- * them: that is resharding. */
+ * meta.json: format version, the model's configuration (the ViT's) and tensors (name, shape,
+ * dtype), every piece (which file, which rows of which tensor, offset, bytes, CRC32), the step
+ * and the engine's counters. A checkpoint is written into D/.step-NNNNNNNN.tmp, fsync'd, and
+ * renamed to D/step-NNNNNNNN only when complete, so a killed save leaves the previous one
+ * intact. Loading reads, for each piece a rank keeps now, the overlapping rows of whichever
+ * saved pieces hold them: that is resharding. The reader below (CkptMeta) serves loading and
+ * the tools of `fsdp ckpt` alike: it reads meta.json without a model, and reads or verifies
+ * one piece at a time. */
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
 #include <stddef.h>
 
 #include "fsdp.h"
+#include "model.h"
 
 #define CHECKPOINT_VERSION 1
 
@@ -35,5 +38,62 @@ int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step,
 
 /* The newest complete checkpoint in dir into path ("" when there is none). */
 int checkpoint_latest(const char *dir, char *path, size_t n, Err *err);
+
+/* ---------------------------------------------------------------- reading, for any reader */
+
+/* A tensor as meta.json lists it. */
+typedef struct CkptTensor {
+    char name[96];
+    int ndim;
+    int64_t shape[MODEL_MAX_NDIM];
+    size_t numel, row_elems; /* row_elems: elements per dim-0 row */
+} CkptTensor;
+
+/* One saved piece: rows [row_begin, row_begin + rows) of a tensor's kind, `bytes` bytes of fp32
+ * at `offset` in rank-RRRRR.bin, with their CRC32. */
+typedef struct CkptPiece {
+    int tensor; /* index into CkptMeta.tensors */
+    StateKind kind;
+    int rank;
+    size_t row_begin, rows;
+    unsigned long long offset, bytes;
+    unsigned long crc;
+} CkptPiece;
+
+/* A checkpoint's meta.json, checked for consistency: every piece names a tensor, a rank below
+ * the world size, rows inside the tensor and bytes that are those rows' fp32. */
+typedef struct CkptMeta {
+    char path[4096]; /* the checkpoint directory (D/step-NNNNNNNN) */
+    int version;
+    char model[64];    /* as saved ("toy", "vit-tiny"); "" if not recorded */
+    char strategy[32]; /* as saved; "" if not recorded */
+    int world;
+    long step;
+    EngineCounters counters;
+    CkptTensor *tensors;
+    int ntensors;
+    CkptPiece *pieces; /* in meta.json's order (rank by rank, in each rank's file order) */
+    size_t npieces;
+    /* the model's configuration as saved ("config": the ViT's image, patch, layers, heads,
+     * hidden, mlp, classes, channels), as text: key config[2i], value config[2i + 1] */
+    char **config;
+    int nconfig;
+} CkptMeta;
+
+/* Reads path/meta.json. With expect, the saved tensors must be that model's, name for name and
+ * shape for shape (checked before the pieces, so another model's checkpoint says so); NULL
+ * takes the checkpoint's own. Failures (ERR_USAGE) are one line naming the file. On failure
+ * *out is empty and safe to ckpt_meta_free. */
+int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err *err);
+void ckpt_meta_free(CkptMeta *m);
+
+/* The path of rank's file, path/rank-RRRRR.bin. */
+void ckpt_rank_file(const CkptMeta *m, int rank, char *buf, size_t n);
+
+/* Reads piece p's bytes into buf (p->bytes of them) and checks its CRC32. A missing or cut
+ * file or a CRC mismatch is one line naming the file, the tensor and the kind (ERR_USAGE). */
+int ckpt_piece_read(const CkptMeta *m, const CkptPiece *p, void *buf, Err *err);
+/* The same check without keeping the bytes: reads through a small buffer. */
+int ckpt_piece_verify(const CkptMeta *m, const CkptPiece *p, Err *err);
 
 #endif

@@ -398,8 +398,11 @@ const char *st_metadata(const SafeTensors *st, const char *key) {
 
 /* ---------------------------------------------------------------- writing */
 
+/* need_data: every tensor with bytes must point at them (st_write; a streamed file gets its
+ * data later). */
 static int check_outputs(const char *path, const StTensorOut *tensors, int n,
-                         const char *const *meta_kv, int n_meta, size_t *sizes, Err *err) {
+                         const char *const *meta_kv, int n_meta, int need_data, size_t *sizes,
+                         Err *err) {
     if (n < 0 || n_meta < 0 || (n > 0 && !tensors) || (n_meta > 0 && !meta_kv))
         return err_set(err, ERR_USAGE, "%s: bad tensor or metadata count", path);
     for (int i = 0; i < 2 * n_meta; i++)
@@ -429,7 +432,7 @@ static int check_outputs(const char *path, const StTensorOut *tensors, int n,
                                t->name, (long long)t->shape[d]);
         if (shape_bytes(t->shape, t->ndim, elem, &numel, &sizes[i]) != 0)
             return err_set(err, ERR_USAGE, "%s: tensor '%s' is too large", path, t->name);
-        if (sizes[i] > 0 && !t->data)
+        if (need_data && sizes[i] > 0 && !t->data)
             return err_set(err, ERR_USAGE, "%s: tensor '%s' has no data", path, t->name);
     }
     /* Unique names: the writer's inputs are small, quadratic is fine but sort anyway. */
@@ -485,61 +488,122 @@ static int write_all(FILE *f, const void *buf, size_t n) {
     return n == 0 || fwrite(buf, 1, n, f) == n ? 0 : -1;
 }
 
+struct StWriter {
+    char *path;
+    char tmp[4096];
+    FILE *f;
+    size_t *sizes;
+    int n, next; /* tensors in the header, and the next one to write */
+};
+
+void st_writer_abort(StWriter *w) {
+    if (!w) return;
+    if (w->f) {
+        fclose(w->f);
+        unlink(w->tmp);
+    }
+    free(w->sizes);
+    free(w->path);
+    free(w);
+}
+
+/* Creates the temporary file beside w->path and writes the length and the header. */
+static int writer_start(StWriter *w, const char *json, Err *err) {
+    const char *path = w->path;
+    size_t json_len = strlen(json);
+    size_t header_len = (json_len + 7) / 8 * 8; /* padded with spaces, as the spec allows */
+    if ((size_t)snprintf(w->tmp, sizeof w->tmp, "%s.tmp.XXXXXX", path) >= sizeof w->tmp)
+        return err_set(err, ERR_USAGE, "%.200s...: path too long", path);
+    int fd = mkstemp(w->tmp);
+    if (fd < 0)
+        return err_set(err, ERR_IO, "cannot create a temporary file next to %s: %s", path,
+                       strerror(errno));
+    (void)fchmod(fd, 0644);
+    if (!(w->f = fdopen(fd, "wb"))) {
+        int e = errno;
+        close(fd);
+        unlink(w->tmp);
+        return err_set(err, ERR_IO, "cannot write %s: %s", w->tmp, strerror(e));
+    }
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
+    int bad = write_all(w->f, len8, 8) || write_all(w->f, json, json_len);
+    for (size_t i = json_len; i < header_len && !bad; i++) bad = fputc(' ', w->f) == EOF;
+    if (bad) return err_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int st_writer_open(StWriter **out, const char *path, const StTensorOut *tensors, int n,
+                   const char *const *meta_kv, int n_meta, Err *err) {
+    *out = NULL;
+    StWriter *w = calloc(1, sizeof *w);
+    size_t len = path ? strlen(path) + 1 : 1;
+    if (w) w->path = malloc(len);
+    if (w && w->path) w->sizes = calloc((size_t)(n > 0 ? n : 0) + 1, sizeof *w->sizes);
+    if (!w || !w->path || !w->sizes) {
+        st_writer_abort(w);
+        return err_set(err, ERR_NOMEM, "%s: out of memory", path ? path : "(null)");
+    }
+    memcpy(w->path, path ? path : "", len);
+    w->n = n;
+    char *json = NULL;
+    int rc = check_outputs(path, tensors, n, meta_kv, n_meta, 0, w->sizes, err);
+    if (!rc && !(json = build_header(tensors, n, meta_kv, n_meta, w->sizes)))
+        rc = err_set(err, ERR_NOMEM, "%s: out of memory building the header", path);
+    if (!rc) rc = writer_start(w, json, err);
+    free(json);
+    if (rc) {
+        st_writer_abort(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int st_writer_tensor(StWriter *w, const void *data, Err *err) {
+    if (w->next >= w->n)
+        return err_set(err, ERR_INTERNAL, "%s: all %d tensors are written already", w->path, w->n);
+    size_t bytes = w->sizes[w->next];
+    if (bytes > 0 && !data)
+        return err_set(err, ERR_USAGE, "%s: tensor %d has no data", w->path, w->next);
+    if (write_all(w->f, data, bytes))
+        return err_set(err, ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
+    w->next++;
+    return 0;
+}
+
+int st_writer_commit(StWriter *w, Err *err) {
+    int rc = 0;
+    if (w->next != w->n) {
+        rc =
+            err_set(err, ERR_INTERNAL, "%s: %d of %d tensors were written", w->path, w->next, w->n);
+    } else {
+        int bad = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
+        bad = fclose(w->f) != 0 || bad;
+        w->f = NULL;
+        if (bad)
+            rc = err_set(err, ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
+        else if (rename(w->tmp, w->path) != 0)
+            rc = err_set(err, ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path,
+                         strerror(errno));
+        if (rc) unlink(w->tmp);
+    }
+    st_writer_abort(w); /* frees; the file is closed already unless the count was short */
+    return rc;
+}
+
 int st_write(const char *path, const StTensorOut *tensors, int n, const char *const *meta_kv,
              int n_meta, Err *err) {
     size_t *sizes = calloc((size_t)(n > 0 ? n : 0) + 1, sizeof *sizes);
     if (!sizes) return err_set(err, ERR_NOMEM, "%s: out of memory", path);
-    char *json = NULL;
-    char tmp[4096] = "";
-    int created = 0; /* tmp exists and must go on failure */
-    int fd = -1;
-    FILE *f = NULL;
-    int rc = check_outputs(path, tensors, n, meta_kv, n_meta, sizes, err);
-    if (rc != 0) goto done;
-    if (!(json = build_header(tensors, n, meta_kv, n_meta, sizes))) {
-        rc = err_set(err, ERR_NOMEM, "%s: out of memory building the header", path);
-        goto done;
-    }
-    size_t json_len = strlen(json);
-    size_t header_len = (json_len + 7) / 8 * 8; /* padded with spaces, as the spec allows */
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp) {
-        rc = err_set(err, ERR_USAGE, "%.200s...: path too long", path);
-        goto done;
-    }
-    if ((fd = mkstemp(tmp)) < 0) {
-        rc = err_set(err, ERR_IO, "cannot create a temporary file next to %s: %s", path,
-                     strerror(errno));
-        goto done;
-    }
-    created = 1;
-    (void)fchmod(fd, 0644);
-    if (!(f = fdopen(fd, "wb"))) {
-        rc = err_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        goto done;
-    }
-    fd = -1; /* owned by f now */
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
-    int bad = write_all(f, len8, 8) || write_all(f, json, json_len);
-    for (size_t i = json_len; i < header_len && !bad; i++) bad = fputc(' ', f) == EOF;
-    for (int i = 0; i < n && !bad; i++) bad = write_all(f, tensors[i].data, sizes[i]);
-    bad = bad || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    int close_bad = fclose(f) != 0;
-    f = NULL;
-    if (bad || close_bad) {
-        rc = err_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        rc = err_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        goto done;
-    }
-    created = 0; /* renamed: nothing to clean up */
-done:
-    if (f) fclose(f);
-    if (fd >= 0) close(fd);
-    if (created) unlink(tmp);
-    free(json);
+    int rc = check_outputs(path, tensors, n, meta_kv, n_meta, 1, sizes, err);
     free(sizes);
-    return rc;
+    StWriter *w = NULL;
+    if (!rc) rc = st_writer_open(&w, path, tensors, n, meta_kv, n_meta, err);
+    for (int i = 0; !rc && i < n; i++) rc = st_writer_tensor(w, tensors[i].data, err);
+    if (rc) {
+        st_writer_abort(w);
+        return rc;
+    }
+    return st_writer_commit(w, err);
 }

@@ -3,8 +3,9 @@
  * Used for the PyTorch reference fixtures and for weights and checkpoints. Reading loads
  * the whole file and validates it completely (every byte of the data buffer belongs to
  * exactly one tensor, sizes agree with dtype x shape); writing goes through a temporary
- * file and a rename so an existing file is never half-overwritten. Touches only the files
- * it is given; parses the header with cJSON, which stays out of this interface. */
+ * file and a rename so an existing file is never half-overwritten, all at once (st_write) or
+ * streamed a tensor at a time (StWriter) for files larger than one wants to hold. Touches only the
+ * files it is given; parses the header with cJSON, which stays out of this interface. */
 #ifndef FSDP_SAFETENSORS_H
 #define FSDP_SAFETENSORS_H
 
@@ -77,5 +78,21 @@ void st_free(SafeTensors *st);
  * an existing file at path is left untouched and no temp file is left behind. */
 int st_write(const char *path, const StTensorOut *tensors, int n, const char *const *meta_kv,
              int n_meta, Err *err);
+
+/* A file written a tensor at a time, so only one tensor need be in memory: st_writer_open
+ * checks the tensors as st_write does (their data pointers are not used), writes the header
+ * (every name, dtype, shape and offset is known up front) to a temporary file beside path;
+ * st_writer_tensor writes the next tensor's data (numel x dtype size bytes, in the order
+ * given); st_writer_commit, once every tensor is written, syncs the file and renames it onto
+ * path, and frees the writer whatever happens. st_writer_abort (NULL is fine) removes the
+ * temporary file and frees the writer: until the commit's rename, an existing file at path is
+ * untouched and on failure no temporary file is left behind. */
+typedef struct StWriter StWriter;
+
+int st_writer_open(StWriter **out, const char *path, const StTensorOut *tensors, int n,
+                   const char *const *meta_kv, int n_meta, Err *err);
+int st_writer_tensor(StWriter *w, const void *data, Err *err);
+int st_writer_commit(StWriter *w, Err *err);
+void st_writer_abort(StWriter *w);
 
 #endif
