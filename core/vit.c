@@ -186,7 +186,7 @@ typedef struct BlockActs {
     float *attn;                      /* attention output before out_proj [M, H] */
     float *mid;                       /* residual stream after attention [M, H] */
     float *ln2, *ln2_mean, *ln2_rstd;
-    float *fc1;  /* mlp.0 output before GELU [M, mlp] */
+    float *fc1;  /* mlp.0's GEMM output without its bias [M, mlp] (GELU's input: fc1 + bias) */
     float *gelu; /* GELU output [M, mlp] */
 } BlockActs;
 
@@ -380,13 +380,18 @@ static int block_forward(ModelRun *r, int layer, float *const *p, Work *w, Err *
     k->linear_forward(a->qkv, a->ln1, p[B_QKV_W], p[B_QKV_B], M, H, 3 * H);
     k->attention_forward(a->attn, a->probs, a->qkv, r->B, r->T, H, heads);
     k->linear_forward(a->mid, a->attn, p[B_OUT_W], p[B_OUT_B], M, H, H);
-    k->add(a->mid, a->mid, x, M * H); /* residual */
-    k->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, p[B_LN2_W], p[B_LN2_B], M, H,
-                         VIT_LN_EPS);
-    k->linear_forward(a->fc1, a->ln2, p[B_FC1_W], p[B_FC1_B], M, H, F);
-    k->gelu_forward(a->gelu, a->fc1, M * F);
+    /* the residual (mid = mid + x) and ln_2 on it, in one pass */
+    k->residual_layernorm_forward(a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x, p[B_LN2_W],
+                                  p[B_LN2_B], M, H, VIT_LN_EPS);
+    /* mlp.0 without its bias, then bias + GELU in one pass (backward redoes fc1 + bias) */
+    k->linear_forward(a->fc1, a->ln2, p[B_FC1_W], NULL, M, H, F);
+    k->bias_gelu_forward(a->gelu, a->fc1, p[B_FC1_B], M, F);
     k->linear_forward(*out, a->gelu, p[B_FC2_W], p[B_FC2_B], M, F, H);
-    k->add(*out, *out, a->mid, M * H); /* residual */
+    /* The second residual stays a plain add: the LayerNorm that reads it, the next block's
+     * ln_1, belongs to the next module, which FSDP gathers as its own unit (and activation
+     * checkpointing recomputes from its input, this sum). Fusing across the boundary would
+     * make this block's forward need the next block's ln_1 parameters. */
+    k->add(*out, *out, a->mid, M * H);
     return 0;
 }
 
@@ -471,8 +476,9 @@ static int block_backward(ModelRun *r, int layer, float *const *p, float *const 
     if (!rc && M) {
         /* MLP branch: out = mid + fc2(gelu(fc1(ln2(mid)))) */
         k->linear_backward(dmlp, g[B_FC2_W], g[B_FC2_B], dy, a->gelu, p[B_FC2_W], M, F, H);
-        k->gelu_backward(dmlp, a->fc1, dmlp, M * F);
-        k->linear_backward(dh, g[B_FC1_W], g[B_FC1_B], dmlp, a->ln2, p[B_FC1_W], M, H, F);
+        k->bias_gelu_backward(dmlp, g[B_FC1_B], dmlp, a->fc1, p[B_FC1_B], M, F); /* + mlp.0's db */
+        k->linear_backward(dh, g[B_FC1_W], NULL, dmlp, a->ln2, p[B_FC1_W], M, H, F);
+        /* the residual add passes dy through to both of its inputs; ln_2's share is added in */
         k->layernorm_backward(dy, g[B_LN2_W], g[B_LN2_B], dh, a->mid, a->ln2_mean, a->ln2_rstd,
                               p[B_LN2_W], M, H); /* dy is now dL/d(mid) */
         /* attention branch: mid = x + out_proj(attention(in_proj(ln1(x)))) */

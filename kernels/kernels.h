@@ -118,6 +118,35 @@ typedef struct Kernels {
     size_t (*count_correct)(const float *logits, const int32_t *labels, size_t B, size_t classes);
     /* out[i] = a[i] + b[i]; out may be a or b (residual connections). */
     void (*add)(float *out, const float *a, const float *b, size_t n);
+
+    /* ---- fused ops: one pass where the unfused ops take two, each computing what the ops it
+     * replaces compute (fp32: within 1e-5 relative; kernels_cpu serially: bit for bit, except
+     * where noted). */
+
+    /* Bias + exact GELU after a GEMM: pre[M, N] is linear_forward's output without its bias
+     * (b = NULL); out[M, N] = GELU(pre + b) (b[N] added to every row), as gelu_forward computes
+     * it. pre is left as it is and backward redoes the add (recomputing one float add an
+     * element rather than writing the pre-activation back: a pass over memory saved), so out
+     * may not be pre. Equals linear_forward with b, then gelu_forward: linear_forward adds its
+     * bias as the GEMM's C (beta = 1), the same float add when the GEMM takes K in one block
+     * (OpenBLAS 0.3's Haswell sgemm: bit for bit up to K = 300, the last bit of some elements
+     * beyond). */
+    void (*bias_gelu_forward)(float *out, const float *pre, const float *b, size_t M, size_t N);
+    /* dpre[M, N] = dout * GELU'(pre + b) (gelu_backward at the pre-activation; dpre may be
+     * dout) and db[N] += the column sums of dpre (bias_grad of dpre): the bias's gradient, so
+     * the GEMM's linear_backward that follows takes db = NULL. pre and b are bias_gelu_forward's
+     * (b is read, not written). */
+    void (*bias_gelu_backward)(float *dpre, float *db, const float *dout, const float *pre,
+                               const float *b, size_t M, size_t N);
+
+    /* A residual add and the LayerNorm that reads it: sum[M, C] = x + y (sum may be x or y),
+     * then LayerNorm of sum exactly as layernorm_forward: out, mean[M], rstd[M] (out may not
+     * alias sum, x or y). Backward needs no fused op: the add passes the residual stream's
+     * gradient through unchanged, and layernorm_backward's din is "+=", so it adds LayerNorm's
+     * share straight into that gradient. */
+    void (*residual_layernorm_forward)(float *sum, float *out, float *mean, float *rstd,
+                                       const float *x, const float *y, const float *w,
+                                       const float *b, size_t M, size_t C, float eps);
 } Kernels;
 
 /* The longest sequence attention accepts (its CPU backward keeps a T x T tile on the stack). */

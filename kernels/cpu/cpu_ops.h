@@ -16,12 +16,13 @@ void kernels_cpu_set_threads(int n);
 
 /* The pool that the calling thread's later kernels_cpu ops split their work over (NULL: each
  * op runs serially on the calling thread, the default). Ops whose work pays for a dispatch
- * (linear, LayerNorm, GELU, attention, add, bias_grad, Adam) cut it into a fixed partition
- * that depends only on the shapes and the pool's size, so results are bit-identical run to
- * run for a given pool size. Elementwise results, LayerNorm's and attention's outputs and
+ * (linear, LayerNorm, GELU, attention, add, bias_grad, Adam, the fused ops) cut it into a fixed
+ * partition that depends only on the shapes and the pool's size, so results are bit-identical run
+ * to run for a given pool size. Elementwise results, LayerNorm's and attention's outputs and
  * linear's out and din equal the serial ones exactly (linear's with OpenBLAS's Haswell/Zen
- * kernels; see vit_cpu.c); the sums over rows (linear's and LayerNorm's dw and db, bias_grad)
- * are taken per task and added in task order, so their last bits depend on the pool's size.
+ * kernels; see vit_cpu.c); the sums over rows (linear's and LayerNorm's dw and db, bias_grad,
+ * bias_gelu_backward's db) are taken per task and added in task order, so their last bits
+ * depend on the pool's size.
  * The binding is per thread: a rank thread binds its own pool, and the pool must outlive the
  * binding (bind NULL before destroying it). Use with kernels_cpu_set_threads(1): OpenBLAS
  * threads inside the tasks would only compete with the pool's. */
@@ -69,5 +70,12 @@ float cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *labe
                         size_t classes, float grad_scale);
 size_t cpu_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
+
+void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N);
+void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
+                            const float *b, size_t M, size_t N);
+void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
+                                    const float *x, const float *y, const float *w, const float *b,
+                                    size_t M, size_t C, float eps);
 
 #endif

@@ -213,4 +213,7 @@ const Kernels kernels_cpu = {
     .cross_entropy = cpu_cross_entropy,
     .count_correct = cpu_count_correct,
     .add = cpu_add,
+    .bias_gelu_forward = cpu_bias_gelu_forward,
+    .bias_gelu_backward = cpu_bias_gelu_backward,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
 };

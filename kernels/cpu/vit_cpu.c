@@ -16,12 +16,12 @@
  * core works on the rows it wrote in the op before; on the 2-core development VM, splitting
  * the gradients' column ranges instead (every task reading every row) made LayerNorm backward
  * 2x slower than serial and linear backward 10% slower. Where a task computes whole outputs
- * (linear's out and din, LayerNorm, GELU, attention, add, Adam) it does so in the serial
- * code's order: the same bits. The gradients that sum over rows (linear's and LayerNorm's dw
- * and db, bias_grad) are summed per task into the pool's scratch and added in task order:
- * bit-identical run to run for a pool size, rounded differently between sizes. When the
- * partials do not fit the scratch, they are split by columns instead, every task summing all
- * rows in the serial order.
+ * (linear's out and din, LayerNorm, GELU, attention, add, Adam, the fused ops' outputs) it
+ * does so in the serial code's order: the same bits. The gradients that sum over rows
+ * (linear's and LayerNorm's dw and db, bias_grad, bias + GELU's db) are summed per task into
+ * the pool's scratch and added in task order: bit-identical run to run for a pool size,
+ * rounded differently between sizes. When the partials do not fit the scratch, they are split
+ * by columns instead, every task summing all rows in the serial order.
  *
  * linear's tasks each make their own single-threaded sgemm call on a block of rows. Cut at
  * multiples of 24 rows, these give exactly the whole call's results with OpenBLAS 0.3's
@@ -703,20 +703,22 @@ void cpu_add(float *out, const float *a, const float *b, size_t n) {
     cpu_parallel(nt, add_task, &e);
 }
 
+/* GELU(x) = x Phi(x) */
+static inline float gelu_value(float x) {
+    return 0.5f * x * (1.0f + erf_approx(x * INV_SQRT2));
+}
+
 /* Every element of a chunk is read before any is written, so out may be in. */
 static void gelu_forward_serial(float *out, const float *in, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
         float y[CHUNK];
         UNROLL
-        for (int k = 0; k < CHUNK; k++) {
-            const float x = in[i + k];
-            y[k] = 0.5f * x * (1.0f + erf_approx(x * INV_SQRT2));
-        }
+        for (int k = 0; k < CHUNK; k++) y[k] = gelu_value(in[i + k]);
         UNROLL
         for (int k = 0; k < CHUNK; k++) out[i + k] = y[k];
     }
-    for (; i < n; i++) out[i] = 0.5f * in[i] * (1.0f + erf_approx(in[i] * INV_SQRT2));
+    for (; i < n; i++) out[i] = gelu_value(in[i]);
 }
 
 /* GELU'(x) = Phi(x) + x phi(x) */
@@ -737,6 +739,192 @@ static void gelu_backward_serial(float *din, const float *in, const float *dout,
         for (int k = 0; k < CHUNK; k++) din[i + k] = g[k];
     }
     for (; i < n; i++) din[i] = dout[i] * gelu_grad(in[i]);
+}
+
+/* ---- fused: bias + GELU, residual + LayerNorm ----
+ *
+ * Each computes, element for element, what the unfused ops compute, in the same order: bias
+ * + GELU is the bias add then gelu_forward's formula; its backward redoes the bias add (the
+ * same float add, so the same pre-activation) for gelu_backward's product, with the bias
+ * gradient's column sums taken as colsum_add takes them (each column summed over the rows in
+ * order from 0, then added once); residual + LayerNorm is add, then layernorm_forward's rows. So
+ * serially the results are those of the ops they replace, bit for bit (bias + GELU's against
+ * linear_forward with its bias: see kernels.h). What they save is memory traffic: a pass over the
+ * tensor each, with the row still in L1 for the second half. (Here that is worth little: at
+ * vit-tiny's sizes the tensors sit in cache and GELU's erf and exp cost more than the passes; on
+ * the development VM the fused ops and the pairs they replace ran within a few percent of each
+ * other, inside the noise.) With a pool, bias + GELU forward splits elements as gelu_forward does;
+ * its backward splits rows at multiples of GEMM_ROW_ALIGN (the cut of the GEMM after it, so each
+ * core keeps its rows) with each task's column sums in the scratch, added in task order
+ * (bias_grad's scheme: the last bits depend on the pool's size), or, for few or very wide rows,
+ * columns (every row in the serial order: the serial sums); residual + LayerNorm splits rows as
+ * LayerNorm does. */
+
+typedef struct FusedArgs {
+    float *out, *dpre, *db, *partials, *sum, *mean, *rstd;
+    const float *b, *dout, *cpre, *x, *y, *w;
+    size_t M, N; /* rows, columns (LayerNorm's C) */
+    float eps;
+} FusedArgs;
+
+/* elements [i0, i1) of pre[., N]: out = GELU(pre + b) (b[j] for column j); a run of columns
+ * at a time, so any cut works */
+static void bias_gelu_forward_range(float *restrict out, const float *restrict pre,
+                                    const float *restrict b, size_t i0, size_t i1, size_t N) {
+    for (size_t i = i0; i < i1;) {
+        const size_t j0 = i % N, len = N - j0 < i1 - i ? N - j0 : i1 - i;
+        const float *x = pre + i, *bj = b + j0;
+        float *y = out + i;
+        size_t j = 0;
+        for (; j + CHUNK <= len; j += CHUNK) {
+            UNROLL
+            for (int k = 0; k < CHUNK; k++) y[j + k] = gelu_value(x[j + k] + bj[j + k]);
+        }
+        for (; j < len; j++) y[j] = gelu_value(x[j] + bj[j]);
+        i += len;
+    }
+}
+
+/* Task t: its share of the elements, cut at CHUNK multiples as gelu_forward's. */
+static void bias_gelu_forward_task(void *ctx, int t, int n) {
+    const FusedArgs *a = ctx;
+    size_t i0, i1;
+    cpu_split_range(a->M * a->N, CHUNK, t, n, &i0, &i1);
+    bias_gelu_forward_range(a->out, a->cpre, a->b, i0, i1, a->N);
+}
+
+void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N) {
+    if (M == 0 || N == 0) return;
+    const int n = cpu_split_count(M * N, GELU_MIN_ELEMS);
+    if (n == 1) {
+        bias_gelu_forward_range(out, pre, b, 0, M * N, N);
+        return;
+    }
+    FusedArgs a = {.out = out, .cpre = pre, .b = b, .M = M, .N = N};
+    cpu_parallel(n, bias_gelu_forward_task, &a);
+}
+
+/* Rows [m0, m1), columns [c0, c1) of dpre = dout * GELU'(pre + b), and db[j] += those rows' sum of
+ * dpre[., j]. Row by row over blocks of at most BG_COLS columns, each column's sum kept in a
+ * block of zeroed sums on the stack and added to db once: colsum_add's order (rows in order,
+ * from 0), while the rows stream through as they lie in memory. dpre may be dout: a chunk is
+ * read before it is written. */
+enum { BG_COLS = 512 };
+
+static void bias_gelu_backward_block(float *dpre, float *restrict db, const float *dout,
+                                     const float *restrict pre, const float *restrict b, size_t m0,
+                                     size_t m1, size_t N, size_t c0, size_t c1) {
+    float acc[BG_COLS];
+    for (size_t j0 = c0; j0 < c1; j0 += BG_COLS) {
+        const size_t width = c1 - j0 < BG_COLS ? c1 - j0 : BG_COLS;
+        const float *bj = b + j0;
+        memset(acc, 0, width * sizeof(float));
+        for (size_t i = m0; i < m1; i++) {
+            const float *g = dout + i * N + j0, *x = pre + i * N + j0;
+            float *d = dpre + i * N + j0;
+            size_t k = 0;
+            for (; k + CHUNK <= width; k += CHUNK) {
+                float v[CHUNK];
+                UNROLL
+                for (int c = 0; c < CHUNK; c++) v[c] = g[k + c] * gelu_grad(x[k + c] + bj[k + c]);
+                UNROLL
+                for (int c = 0; c < CHUNK; c++) {
+                    d[k + c] = v[c];
+                    acc[k + c] += v[c];
+                }
+            }
+            for (; k < width; k++) {
+                const float v = g[k] * gelu_grad(x[k] + bj[k]);
+                d[k] = v;
+                acc[k] += v;
+            }
+        }
+        for (size_t k = 0; k < width; k++) db[j0 + k] += acc[k];
+    }
+}
+
+/* Task t: its rows (cut like the GEMMs'), db's sums into its zeroed partials (N floats). */
+static void bias_gelu_backward_rows_task(void *ctx, int t, int n) {
+    const FusedArgs *a = ctx;
+    size_t m0, m1;
+    cpu_split_range(a->M, GEMM_ROW_ALIGN, t, n, &m0, &m1);
+    float *part = a->partials + a->N * (size_t)t;
+    memset(part, 0, a->N * sizeof(float));
+    bias_gelu_backward_block(a->dpre, part, a->dout, a->cpre, a->b, m0, m1, a->N, 0, a->N);
+}
+
+/* Task t: every row of its columns (cut at CHUNK multiples), straight into db: the serial sums.
+ * For rows too few to give every task a block of GEMM_ROW_ALIGN, or too wide for the partials
+ * to fit the scratch. */
+static void bias_gelu_backward_cols_task(void *ctx, int t, int n) {
+    const FusedArgs *a = ctx;
+    size_t c0, c1;
+    cpu_split_range(a->N, CHUNK, t, n, &c0, &c1);
+    bias_gelu_backward_block(a->dpre, a->db, a->dout, a->cpre, a->b, 0, a->M, a->N, c0, c1);
+}
+
+void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
+                            const float *b, size_t M, size_t N) {
+    if (M == 0 || N == 0) return;
+    const int n = cpu_split_count(M * N, GELU_MIN_ELEMS);
+    if (n == 1) {
+        bias_gelu_backward_block(dpre, db, dout, pre, b, 0, M, N, 0, N);
+        return;
+    }
+    size_t room;
+    FusedArgs a = {.dpre = dpre, .db = db, .dout = dout, .cpre = pre, .b = b, .M = M, .N = N};
+    a.partials = cpu_pool_scratch(kernels_cpu_pool(), &room);
+    if (N * (size_t)n > room || M < (size_t)n * GEMM_ROW_ALIGN) {
+        cpu_parallel(n, bias_gelu_backward_cols_task, &a);
+        return;
+    }
+    cpu_parallel(n, bias_gelu_backward_rows_task, &a);
+    for (int t = 0; t < n; t++) {
+        const float *part = a.partials + N * (size_t)t;
+        for (size_t j = 0; j < N; j++) db[j] += part[j];
+    }
+}
+
+/* rows [m0, m1): sum = x + y, then LayerNorm of the row just written (still in L1) */
+static void residual_layernorm_rows(float *sum, float *restrict out, float *restrict mean,
+                                    float *restrict rstd, const float *x, const float *y,
+                                    const float *restrict w, const float *restrict b, size_t m0,
+                                    size_t m1, size_t C, float eps) {
+    for (size_t i = m0; i < m1; i++) {
+        add_serial(sum + i * C, x + i * C, y + i * C, C);
+        layernorm_forward_rows(out, mean, rstd, sum, w, b, i, i + 1, C, eps);
+    }
+}
+
+static void residual_layernorm_task(void *ctx, int t, int n) {
+    const FusedArgs *a = ctx;
+    size_t m0, m1;
+    cpu_split_range(a->M, 1, t, n, &m0, &m1);
+    residual_layernorm_rows(a->sum, a->out, a->mean, a->rstd, a->x, a->y, a->w, a->b, m0, m1, a->N,
+                            a->eps);
+}
+
+void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
+                                    const float *x, const float *y, const float *w, const float *b,
+                                    size_t M, size_t C, float eps) {
+    if (C == 0) return;
+    const int n = cpu_split_count(M * C, LAYERNORM_MIN_ELEMS);
+    if (n == 1) {
+        residual_layernorm_rows(sum, out, mean, rstd, x, y, w, b, 0, M, C, eps);
+        return;
+    }
+    FusedArgs a = {.sum = sum,
+                   .out = out,
+                   .mean = mean,
+                   .rstd = rstd,
+                   .x = x,
+                   .y = y,
+                   .w = w,
+                   .b = b,
+                   .M = M,
+                   .N = C,
+                   .eps = eps};
+    cpu_parallel(n, residual_layernorm_task, &a);
 }
 
 /* ---- attention ---- */

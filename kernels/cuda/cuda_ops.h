@@ -53,6 +53,12 @@ float cuda_cross_entropy(float *dlogits, const float *logits, const int32_t *lab
                          size_t classes, float grad_scale);
 size_t cuda_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes);
 void cuda_add(float *out, const float *a, const float *b, size_t n);
+void cuda_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N);
+void cuda_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
+                             const float *b, size_t M, size_t N);
+void cuda_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
+                                     const float *x, const float *y, const float *w, const float *b,
+                                     size_t M, size_t C, float eps);
 
 #ifdef __cplusplus
 }

@@ -33,4 +33,7 @@ extern "C" const Kernels kernels_cuda = {
     cuda_cross_entropy,
     cuda_count_correct,
     cuda_add,
+    cuda_bias_gelu_forward,
+    cuda_bias_gelu_backward,
+    cuda_residual_layernorm_forward,
 };
