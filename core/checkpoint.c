@@ -101,6 +101,16 @@ typedef struct Writer {
     PieceList pieces;
 } Writer;
 
+/* CRC32 of a buffer of any size: zlib's crc32 takes uInt lengths, so it is fed in parts. */
+static unsigned long crc_of(const void *data, size_t bytes) {
+    unsigned long crc = crc32(0L, Z_NULL, 0);
+    for (size_t at = 0; at < bytes; at += 1u << 30) {
+        size_t part = bytes - at < (1u << 30) ? bytes - at : (1u << 30);
+        crc = crc32(crc, (const Bytef *)data + at, (uInt)part);
+    }
+    return crc;
+}
+
 static int write_piece(void *user, const StatePiece *s, Err *err) {
     Writer *w = user;
     size_t bytes = s->rows * s->row_elems * sizeof(float);
@@ -113,15 +123,7 @@ static int write_piece(void *user, const StatePiece *s, Err *err) {
                    .rows = s->rows,
                    .offset = w->at,
                    .bytes = bytes,
-                   .crc = crc32(0L, (const Bytef *)s->data, (uInt)bytes)};
-    /* zlib's crc32 takes uInt lengths: pieces past 4 GiB are summed in parts */
-    if (bytes > 0xFFFFFFFFu) {
-        p.crc = 0;
-        for (size_t at = 0; at < bytes; at += 1u << 30) {
-            size_t part = bytes - at < (1u << 30) ? bytes - at : (1u << 30);
-            p.crc = crc32(p.crc, (const Bytef *)s->data + at, (uInt)part);
-        }
-    }
+                   .crc = crc_of(s->data, bytes)};
     w->at += bytes;
     if (pieces_add(&w->pieces, p)) return err_set(err, ERR_NOMEM, "out of memory saving");
     return 0;
