@@ -59,6 +59,12 @@ const char *event_kind_name(EventKind k) {
     return (k >= 0 && k < EV_KIND_COUNT) ? names[k] : "unknown";
 }
 
+EventKind event_kind_of_work(WorkKind k) {
+    static const EventKind kinds[] = {EV_FORWARD,  EV_BACKWARD, EV_OPTIMIZER,
+                                      EV_COPY_H2D, EV_COPY_D2H, EV_PACK};
+    return k >= WORK_FORWARD && k <= WORK_PACK ? kinds[k] : EV_PACK;
+}
+
 const char *phase_name(Phase p) {
     static const char *const names[] = {"none", "forward", "backward", "optimizer"};
     return (p >= PHASE_NONE && p <= PHASE_OPTIMIZER) ? names[p] : "unknown";

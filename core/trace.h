@@ -6,6 +6,7 @@
 #ifndef FSDP_TRACE_H
 #define FSDP_TRACE_H
 
+#include "device.h"
 #include "err.h"
 #include <stddef.h>
 
@@ -74,6 +75,8 @@ typedef struct Trace {
 
 const char *event_kind_name(EventKind k); /* "alloc", "all_gather", ... */
 const char *phase_name(Phase p);          /* "forward", ... */
+/* The trace event that timed work of kind k is recorded as (every backend's run op). */
+EventKind event_kind_of_work(WorkKind k);
 
 /* Merges per-rank buffers into one list ordered by (start, seq, rank): at equal times the
  * ranks take turns, event by event. */

@@ -248,18 +248,12 @@ static void cuda_copy(Device *base, void *dst, const void *src, size_t bytes) {
     note(d, cudaStreamSynchronize(d->stream[STREAM_COMPUTE]));
 }
 
-static EventKind work_event(WorkKind k) {
-    static const EventKind kinds[] = {EV_FORWARD,  EV_BACKWARD, EV_OPTIMIZER,
-                                      EV_COPY_H2D, EV_COPY_D2H, EV_PACK};
-    return k >= 0 && k <= WORK_PACK ? kinds[k] : EV_PACK;
-}
-
 static void cuda_run(Device *base, StreamId s, const Work *w) {
     CudaDevice *d = dev_of(base);
     trace_enqueue(d, s,
                   (TraceEvent){.bytes = (unsigned long long)w->bytes,
                                .mem_total = d->total,
-                               .kind = work_event(w->kind),
+                               .kind = event_kind_of_work(w->kind),
                                .unit = w->unit,
                                .category = -1},
                   0);

@@ -93,24 +93,6 @@ static void sim_copy(Device *d, void *dst, const void *src, size_t bytes) {
     memcpy(dst, src, bytes);
 }
 
-static EventKind work_event(WorkKind k) {
-    switch (k) {
-    case WORK_FORWARD:
-        return EV_FORWARD;
-    case WORK_BACKWARD:
-        return EV_BACKWARD;
-    case WORK_OPTIMIZER:
-        return EV_OPTIMIZER;
-    case WORK_COPY_H2D:
-        return EV_COPY_H2D;
-    case WORK_COPY_D2H:
-        return EV_COPY_D2H;
-    case WORK_PACK:
-        return EV_PACK;
-    }
-    return EV_PACK;
-}
-
 static void sim_run(Device *d, StreamId st, const Work *w) {
     SimDevice *s = sim(d);
     double start = s->clock->stream_time[st];
@@ -121,7 +103,7 @@ static void sim_run(Device *d, StreamId st, const Work *w) {
                         .end = end,
                         .bytes = (unsigned long long)w->bytes,
                         .mem_total = s->total,
-                        .kind = work_event(w->kind),
+                        .kind = event_kind_of_work(w->kind),
                         .unit = w->unit,
                         .stream = st,
                         .category = -1};
