@@ -19,6 +19,8 @@ typedef enum {
     MEM_ACTIVATIONS,     /* saved forward values and their gradients */
     MEM_COMM_BUFFER,     /* packed send/receive buffers of collectives */
     MEM_HOST_OFFLOAD,    /* host memory holding offloaded shards, grads and state */
+    MEM_AC_INPUT,        /* inputs activation checkpointing keeps to recompute a unit from */
+    MEM_NVME,            /* file bytes of the NVMe tier: resting shards and optimizer state */
     MEM_CATEGORY_COUNT
 } MemCategory;
 
@@ -41,7 +43,10 @@ typedef enum {
     WORK_OPTIMIZER,
     WORK_COPY_H2D,
     WORK_COPY_D2H,
-    WORK_PACK, /* casting/packing shards into a comm buffer and back */
+    WORK_PACK,      /* casting/packing shards into a comm buffer and back */
+    WORK_RECOMPUTE, /* activation checkpointing: a unit's forward again, before its backward */
+    WORK_NVME_READ,  /* the NVMe tier: a unit's resting state read from its file */
+    WORK_NVME_WRITE, /* ... and written back */
 } WorkKind;
 
 /* Work handed to the clock: the sim turns flops and bytes into modelled seconds. */

@@ -24,6 +24,9 @@ typedef enum {
     EV_COPY_H2D,
     EV_COPY_D2H,
     EV_PACK,
+    EV_RECOMPUTE,
+    EV_NVME_READ,
+    EV_NVME_WRITE,
     EV_KIND_COUNT
 } EventKind;
 

@@ -93,6 +93,9 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host) {
     case WORK_COPY_H2D:
     case WORK_COPY_D2H:
         return p->launch_overhead + w->bytes / p->pcie_bw;
+    case WORK_NVME_READ:
+    case WORK_NVME_WRITE:
+        return p->launch_overhead + w->bytes / p->disk_bw;
     default:
         break;
     }

@@ -72,7 +72,8 @@ Test(trace, disabled_buffer_stores_nothing) {
 Test(trace, kind_and_phase_names) {
     const char *kinds[] = {"alloc",     "free",     "all_gather", "reduce_scatter", "all_reduce",
                            "broadcast", "barrier",  "forward",    "backward",       "optimizer",
-                           "copy_h2d",  "copy_d2h", "pack"};
+                           "copy_h2d",  "copy_d2h", "pack",       "recompute",      "nvme_read",
+                           "nvme_write"};
     cr_assert_eq(sizeof kinds / sizeof *kinds, (size_t)EV_KIND_COUNT);
     for (int k = 0; k < EV_KIND_COUNT; k++)
         cr_assert_str_eq(event_kind_name((EventKind)k), kinds[k]);
