@@ -117,6 +117,7 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         return parse_int(f, v, 1, 1 << 20, &c->batch_size, err);
     }
     if (!strcmp(f, "--grad-accum")) return parse_int(f, v, 1, 4096, &c->grad_accum, err);
+    if (!strcmp(f, "--ac-every")) return parse_int(f, v, 1, 1000000, &c->ac_every, err);
     if (!strcmp(f, "--replicas")) return parse_int(f, v, 1, CLI_MAX_RANKS, &c->replicas, err);
     if (!strcmp(f, "--prefetch-forward")) return parse_int(f, v, 0, 16, &c->prefetch_forward, err);
     if (!strcmp(f, "--prefetch-backward"))
@@ -217,6 +218,10 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--layers, --heads, --hidden, --mlp, --data, --split and "
                        "--epochs apply to the ViT models, not the toy");
+    if (!vit && c->ac_every)
+        return err_set(err, ERR_USAGE,
+                       "--activation-checkpointing and --ac-every apply to the ViT's blocks; "
+                       "the toy saves only each layer's input, so there is nothing to drop");
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
     if (c->strategy == STRAT_HSDP && a->ranks % c->replicas != 0)
@@ -244,13 +249,16 @@ static int check_combination(const TrainArgs *a, Err *err) {
 }
 
 static int is_bool_flag(const char *f) {
-    return !strcmp(f, "--print-plan") || !strcmp(f, "--memory") || !strcmp(f, "--json");
+    return !strcmp(f, "--print-plan") || !strcmp(f, "--memory") || !strcmp(f, "--json") ||
+           !strcmp(f, "--activation-checkpointing");
 }
 
 static void set_bool_flag(TrainArgs *a, const char *f) {
     if (!strcmp(f, "--print-plan")) a->print_plan = 1;
     if (!strcmp(f, "--memory")) a->memory = 1;
     if (!strcmp(f, "--json")) a->json = 1;
+    /* every block, unless --ac-every chose every K-th */
+    if (!strcmp(f, "--activation-checkpointing") && !a->fsdp.ac_every) a->fsdp.ac_every = 1;
 }
 
 int train_args_is_vit(const TrainArgs *a) {
@@ -344,6 +352,9 @@ void train_args_help(FILE *f) {
           "  --param-dtype T                fp32 (default), bf16, fp16: gathered params\n"
           "  --reduce-dtype T               fp32 (default), bf16, fp16: gradient reduction\n"
           "  --offload none|cpu             keep shards, grads and Adam state in host memory\n"
+          "  --activation-checkpointing     ViT: keep only each block's input in forward and\n"
+          "                                 recompute the block before its backward\n"
+          "  --ac-every K                   ... only every K-th block (implies the above)\n"
           "optimizer\n"
           "  --optim adam|adamw             (default adam)\n"
           "  --lr X                         learning rate (toy 0.05, ViT 1e-3)\n"

@@ -51,6 +51,7 @@ struct Engine {
     int *fwd_seq, *bwd_seq;
     int nseq;
     int *module_first_up; /* module -> index of its first parameter within its unit */
+    char *checkpointed;   /* module -> activation checkpointing keeps only its input */
     size_t *param_flat;   /* model param -> offset in the flat full-parameter vector */
     int reshard;
     int shard_rank, optim_rank, optim_size;
@@ -87,6 +88,13 @@ int fsdp_reshard_after_forward(const FsdpConfig *c) {
     if (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1) return 0;
     if (c->reshard_after_forward >= 0) return c->reshard_after_forward;
     return c->strategy != STRAT_ZERO2;
+}
+
+int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module) {
+    if (c->ac_every <= 0 || !m->modules[module].is_block) return 0;
+    int nth = 0; /* which block this is, from 1 */
+    for (int i = 0; i <= module; i++) nth += m->modules[i].is_block;
+    return nth % c->ac_every == 0;
 }
 
 int fsdp_uses_loss_scaling(const FsdpConfig *c) {
@@ -485,7 +493,10 @@ static int enter_unit_forward(Engine *e, int pos, Err *err) {
     return rc ? rc : unit_params_wait(e, u, err);
 }
 
-static int forward_pass(Engine *e, int micro, float grad_scale, float *loss, Err *err) {
+/* Training's forward (`training`: backward follows, so checkpointed blocks drop what they
+ * saved) or evaluation's. */
+static int forward_pass(Engine *e, int micro, int training, float grad_scale, float *loss,
+                        Err *err) {
     set_phase(e, PHASE_FORWARD, micro);
     int prev = -1, pos = -1, rc;
     for (int m = 0; m < e->model->nmodules; m++) {
@@ -497,6 +508,8 @@ static int forward_pass(Engine *e, int micro, float grad_scale, float *loss, Err
         if (rc) return rc;
         w.unit = u;
         run_work(e, STREAM_COMPUTE, w);
+        if (training && e->checkpointed[m] && (rc = e->model->ops->checkpoint(e->run, m, err)))
+            return rc;
         if (m == last_module_of(e, u) && e->reshard && !e->plan->units[u].is_root) reshard(e, u);
         prev = u;
     }
@@ -514,6 +527,19 @@ static int enter_unit_backward(Engine *e, int pos, Err *err) {
     return rc ? rc : ugrad_ready(e, u, err);
 }
 
+/* Activation checkpointing: the block's forward again, on the parameters its backward has
+ * just gathered (no extra all-gather). */
+static int recompute(Engine *e, int m, int u, Err *err) {
+    Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
+    int rc = e->model->ops->recompute(e->run, m, e->units[u].param_ptrs + e->module_first_up[m], &w,
+                                      err);
+    if (rc) return rc;
+    w.unit = u;
+    w.kind = WORK_RECOMPUTE;
+    run_work(e, STREAM_COMPUTE, w);
+    return 0;
+}
+
 static int backward_pass(Engine *e, int micro, int sync, Err *err) {
     set_phase(e, PHASE_BACKWARD, micro);
     int prev = -1, pos = -1, rc;
@@ -521,8 +547,9 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
         int u = e->plan->module_unit[m];
         UnitState *us = &e->units[u];
         if (u != prev && (rc = enter_unit_backward(e, ++pos, err))) return rc;
-        Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
         int first = e->module_first_up[m];
+        if (e->checkpointed[m] && (rc = recompute(e, m, u, err))) return rc;
+        Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
         rc = e->model->ops->backward(e->run, m, us->param_ptrs + first, us->grad_ptrs + first, &w,
                                      err);
         if (rc) return rc;
@@ -673,7 +700,7 @@ int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_lo
     for (int micro = 0; micro < K; micro++) {
         rc = e->model->ops->set_batch(e->run, ds, indices + (size_t)micro * B, (size_t)B, err);
         float loss;
-        if (!rc) rc = forward_pass(e, micro, grad_scale, &loss, err);
+        if (!rc) rc = forward_pass(e, micro, 1, grad_scale, &loss, err);
         if (!rc) rc = backward_pass(e, micro, micro == K - 1, err);
         if (rc) return rc;
         loss_sum += loss;
@@ -693,7 +720,7 @@ int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n,
     memset(st, 0, sizeof *st);
     int rc = ops->set_batch(e->run, ds, indices, n, err);
     float loss = 0.0f;
-    if (!rc) rc = forward_pass(e, 0, 1.0f, &loss, err);
+    if (!rc) rc = forward_pass(e, 0, 0, 1.0f, &loss, err);
     if (!rc) rc = pending_drain(e, err); /* nothing should be in flight; be sure */
     if (!rc) {
         st->loss_sum = (double)loss * (double)n;
@@ -968,8 +995,12 @@ static int create_tables(Engine *e, Err *err) {
     e->bwd_seq = calloc((size_t)m->nmodules + 1, sizeof *e->bwd_seq);
     e->module_first_up = calloc((size_t)m->nmodules + 1, sizeof *e->module_first_up);
     e->param_flat = calloc((size_t)m->nparams + 1, sizeof *e->param_flat);
-    if (!e->units || !e->fwd_seq || !e->bwd_seq || !e->module_first_up || !e->param_flat)
+    e->checkpointed = calloc((size_t)m->nmodules + 1, 1);
+    if (!e->units || !e->fwd_seq || !e->bwd_seq || !e->module_first_up || !e->param_flat ||
+        !e->checkpointed)
         return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    for (int i = 0; i < m->nmodules; i++)
+        e->checkpointed[i] = (char)fsdp_module_checkpointed(&e->cfg, m, i);
     size_t flat = 0;
     for (int i = 0; i < m->nparams; i++) {
         e->param_flat[i] = flat;
@@ -1000,6 +1031,11 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
     e->optim_rank = plan_optim_rank(plan, env.rank);
     e->optim_size = plan_optim_size(plan);
     e->loss_scale = 65536.0f;
+    if (cfg->ac_every > 0 && !model->ops->checkpoint)
+        return err_set(err, ERR_USAGE,
+                       "--activation-checkpointing: the %s model has no blocks to checkpoint "
+                       "(it saves only each layer's input); use a ViT",
+                       model->name);
     int rc = create_tables(e, err);
     for (int u = 0; !rc && u < plan->nunits; u++) rc = create_unit_state(e, u, err);
     if (!rc)
@@ -1033,5 +1069,6 @@ void engine_destroy(Engine *e) {
     free(e->bwd_seq);
     free(e->module_first_up);
     free(e->param_flat);
+    free(e->checkpointed);
     free(e);
 }

@@ -30,11 +30,15 @@ typedef struct FsdpConfig {
     OffloadKind offload;
     int batch_size; /* per rank, per micro-step */
     uint64_t seed;
+    int ac_every; /* activation checkpointing of every K-th block (1: all of them; 0: off) */
 } FsdpConfig;
 
 void fsdp_config_defaults(FsdpConfig *c);
 /* The value reshard_after_forward really takes for this config. */
 int fsdp_reshard_after_forward(const FsdpConfig *c);
+/* 1 if activation checkpointing applies to module m: it is the K-th, 2K-th, ... block of the
+ * model (counting blocks from 1, as torchtitan's ac_freq does). */
+int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module);
 /* 1 if this config uses fp16 loss scaling. */
 int fsdp_uses_loss_scaling(const FsdpConfig *c);
 

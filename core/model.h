@@ -75,6 +75,13 @@ typedef struct ModelOps {
     size_t (*correct)(ModelRun *run);
     /* Frees what forward saved for backward: evaluation runs forward alone. */
     void (*discard)(ModelRun *run);
+    /* Activation checkpointing of a block module (NULL: the model has nothing to checkpoint).
+     * checkpoint, right after the block's forward: frees everything the forward saved for
+     * backward except the block's input, which moves to MEM_AC_INPUT. recompute, right before
+     * the block's backward: runs its forward again from that input on the same parameters, so
+     * backward finds exactly the values it would have found. */
+    int (*checkpoint)(ModelRun *run, int module, Err *err);
+    int (*recompute)(ModelRun *run, int module, float *const *params, Work *w, Err *err);
 } ModelOps;
 
 struct ModelDesc {

@@ -229,7 +229,7 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
             "memory per rank%s (accounted; peak: the breakdown when the rank's total peaked; "
             "DDP: a rank at rest under DDP):\n",
             shown < p->world ? ", first 4" : "");
-    fprintf(f, "  %-17s", "");
+    fprintf(f, "  %-19s", "");
     for (int r = 0; r < shown; r++) fprintf(f, "  %9s%-2d %9s%-2d", "rest GPU ", r, "peak GPU ", r);
     fprintf(f, "  %12s\n", "DDP at rest");
     size_t rest[8] = {0}, ddp = 0;
@@ -238,7 +238,7 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
         for (int r = 0; r < shown; r++) any += mem[r].rest[cat] + mem[r].at_peak[cat];
         ddp += dd;
         if (!any) continue;
-        fprintf(f, "  %-17s", mem_category_label((MemCategory)cat));
+        fprintf(f, "  %-19s", mem_category_label((MemCategory)cat));
         for (int r = 0; r < shown; r++) {
             rest[r] += mem[r].rest[cat];
             fprintf(f, "  %11s %11s", format_bytes(mem[r].rest[cat], a, sizeof a),
@@ -246,7 +246,7 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
         }
         fprintf(f, "  %12s\n", format_bytes(dd, a, sizeof a));
     }
-    fprintf(f, "  %-17s", "total");
+    fprintf(f, "  %-19s", "total");
     for (int r = 0; r < shown; r++)
         fprintf(f, "  %11s %11s", format_bytes(rest[r], a, sizeof a),
                 format_bytes(mem[r].peak, b, sizeof b));

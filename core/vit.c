@@ -525,6 +525,36 @@ static int vit_backward(ModelRun *r, int module, float *const *params, float *co
     return head_backward(r, params, grads, w, err);
 }
 
+/* ---------------------------------------------------------------- activation checkpointing */
+
+/* A block keeps only its input x[layer + 1]; it moves to its own category so the memory
+ * panel shows what checkpointing keeps apart from what it frees. */
+static int vit_checkpoint(ModelRun *r, int module, Err *err) {
+    if (module < 1 || module > r->c->layers)
+        return err_set(err, ERR_INTERNAL, "module %d is not an encoder block", module);
+    release_block(r, &r->blocks[module - 1]);
+    float **input = &r->x[module];
+    size_t n = r->B * r->T * r->H;
+    if (!*input || !n) return 0;
+    float *kept = r->dev->ops->alloc(r->dev, n * sizeof(float), MEM_AC_INPUT, -1);
+    if (!kept) return err_set(err, ERR_NOMEM, "out of memory for a checkpointed input");
+    r->k->copy_bytes(kept, *input, n * sizeof(float));
+    release(r, input);
+    *input = kept;
+    return 0;
+}
+
+/* The block's forward again; its output is the next block's input, whose backward is done
+ * and freed it, so the copy made here is dropped at once. */
+static int vit_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
+    if (module < 1 || module > r->c->layers)
+        return err_set(err, ERR_INTERNAL, "module %d is not an encoder block", module);
+    int rc = block_forward(r, module - 1, params, w, err);
+    release(r, &r->x[module + 1]);
+    w->kind = WORK_RECOMPUTE;
+    return rc;
+}
+
 static const ModelOps vit_ops = {
     .run_create = vit_run_create,
     .run_destroy = vit_run_destroy,
@@ -534,6 +564,8 @@ static const ModelOps vit_ops = {
     .backward = vit_backward,
     .correct = vit_correct,
     .discard = vit_discard,
+    .checkpoint = vit_checkpoint,
+    .recompute = vit_recompute,
 };
 
 int vit_model_create(ModelDesc *m, const VitConfig *c, Err *err) {

@@ -293,62 +293,9 @@ Test(vit, parameter_counts_and_names) {
 
 /* ---------------------------------------------------------------- FSDP on the ViT */
 
-typedef struct VitRun {
-    float *params;
-    long nsteps;
-    float first_loss, last_loss;
-} VitRun;
-
-static void record(void *user, const StepReport *r) {
-    VitRun *v = user;
-    if (r->step == 1) v->first_loss = r->stats.loss;
-    v->last_loss = r->stats.loss;
-    v->nsteps = r->step;
-}
-
-static const Dataset *test_split(void) {
-    static Dataset d; /* loaded once for the whole file: every test reads it, none writes */
-    static int loaded;
-    if (!loaded) {
-        Err err = {0};
-        cr_assert_eq(mnist_load(&d, MNIST_DEFAULT_DIR, "test", &err), 0, "%s", err.msg);
-        loaded = 1;
-    }
-    return &d;
-}
-
-static void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long steps) {
-    Plan plan;
-    Err err = {0};
-    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, ranks, cfg.replicas, &err), 0, "%s",
-                 err.msg);
-    memset(out, 0, sizeof *out);
-    out->params = calloc(m->total_numel, sizeof(float));
-    TrainJob job = {.model = m,
-                    .data = test_split(),
-                    .plan = &plan,
-                    .cfg = &cfg,
-                    .steps = steps,
-                    .log_every = 1,
-                    .on_step = record,
-                    .user = out,
-                    .final_params = out->params};
-    ClusterOptions opt = {.ranks = ranks,
-                          .replicas = cfg.strategy == STRAT_HSDP ? cfg.replicas : 1,
-                          .profile = profile_default()};
-    ClusterResult res;
-    cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
-    plan_free(&plan);
-}
-
 Test(vit, every_strategy_equals_one_rank_on_the_global_batch, .timeout = 120) {
-    VitConfig c;
-    vit_preset("vit-tiny", &c);
-    c.layers = 2;
     ModelDesc m;
-    Err err = {0};
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0, "%s", err.msg);
+    vit_small_create(&m, 2);
     enum { B = 4, STEPS = 20 };
     struct {
         Strategy s;
@@ -365,15 +312,15 @@ Test(vit, every_strategy_equals_one_rank_on_the_global_batch, .timeout = 120) {
         many.strategy = cases[i].s;
         many.replicas = cases[i].replicas;
         VitRun ref, run;
-        vit_train(&ref, &m, one, 1, STEPS);
-        vit_train(&run, &m, many, cases[i].ranks, STEPS);
+        vit_train(&ref, &m, one, 1, STEPS, 0);
+        vit_train(&run, &m, many, cases[i].ranks, STEPS, 0);
         double d = rel_l2(run.params, ref.params, m.total_numel);
         cr_expect_leq(d, 1e-5, "%s at %d ranks: relative L2 %.3g from one rank",
                       strategy_name(cases[i].s), cases[i].ranks, d);
         cr_expect_lt(run.last_loss, run.first_loss, "it learned: %g -> %g", run.first_loss,
                      run.last_loss);
-        free(ref.params);
-        free(run.params);
+        vit_run_free(&ref);
+        vit_run_free(&run);
     }
     model_desc_free(&m);
 }

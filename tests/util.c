@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/mnist.h"
 #include "../core/toy.h"
+#include "../core/vit.h"
 
 static void record_step(void *user, const StepReport *r) {
     ToyRun *t = user;
@@ -59,6 +61,66 @@ void toy_run_free(ToyRun *t) {
     trace_free(&t->trace);
     plan_free(&t->plan);
     model_desc_free(&t->model);
+}
+
+static void record_vit_step(void *user, const StepReport *r) {
+    VitRun *v = user;
+    if (r->step == 1) v->first_loss = r->stats.loss;
+    v->last_loss = r->stats.loss;
+    v->nsteps = r->step;
+}
+
+const Dataset *vit_test_split(void) {
+    static Dataset d; /* loaded once per test process: every test reads it, none writes */
+    static int loaded;
+    if (!loaded) {
+        Err err = {0};
+        cr_assert_eq(mnist_load(&d, MNIST_DEFAULT_DIR, "test", &err), 0, "%s", err.msg);
+        loaded = 1;
+    }
+    return &d;
+}
+
+void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long steps, int trace) {
+    Plan plan;
+    Err err = {0};
+    cr_assert_leq(ranks, 16);
+    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, ranks, cfg.replicas, &err), 0, "%s",
+                 err.msg);
+    memset(out, 0, sizeof *out);
+    out->params = calloc(m->total_numel, sizeof(float));
+    TrainJob job = {.model = m,
+                    .data = vit_test_split(),
+                    .plan = &plan,
+                    .cfg = &cfg,
+                    .steps = steps,
+                    .log_every = 1,
+                    .on_step = record_vit_step,
+                    .user = out,
+                    .memory = out->memory,
+                    .final_params = out->params};
+    ClusterOptions opt = {.ranks = ranks,
+                          .replicas = cfg.strategy == STRAT_HSDP ? cfg.replicas : 1,
+                          .profile = profile_default(),
+                          .trace = trace};
+    ClusterResult res;
+    cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
+    out->trace = res.trace;
+    plan_free(&plan);
+}
+
+void vit_run_free(VitRun *r) {
+    free(r->params);
+    trace_free(&r->trace);
+    r->params = NULL;
+}
+
+void vit_small_create(ModelDesc *m, int layers) {
+    VitConfig c;
+    vit_preset("vit-tiny", &c);
+    c.layers = layers;
+    Err err = {0};
+    cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
 }
 
 double rel_l2(const float *a, const float *b, size_t n) {

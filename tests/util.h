@@ -24,6 +24,22 @@ void toy_run_free(ToyRun *r);
 double rel_l2(const float *a, const float *b, size_t n);
 FsdpConfig toy_config(Strategy s, int batch);
 
+/* A ViT trained on the test split in-process (the split is loaded once per test process). */
+typedef struct VitRun {
+    float *params; /* final full parameters; free with vit_run_free */
+    long nsteps;
+    float first_loss, last_loss;
+    RankMemory memory[16];
+    Trace trace; /* when traced */
+} VitRun;
+
+const Dataset *vit_test_split(void);
+/* Trains model m (a ViT) for `steps` on `ranks` simulated ranks; asserts success. */
+void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long steps, int trace);
+void vit_run_free(VitRun *r);
+/* A 2-layer vit-tiny, the size the engine's ViT tests train. */
+void vit_small_create(ModelDesc *m, int layers);
+
 /* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
 const char *fsdp_bin(void);
 /* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and

@@ -280,6 +280,18 @@ static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
     case EV_BACKWARD:
         say(f, "GPU %d runs %s's backward, computing its gradients", r, name);
         return;
+    case EV_RECOMPUTE:
+        say(f,
+            "GPU %d runs %s's forward again from its checkpointed input, on the parameters "
+            "backward just gathered, to get back what it dropped (activation checkpointing)",
+            r, name);
+        return;
+    case EV_NVME_READ:
+    case EV_NVME_WRITE:
+        say(f, "GPU %d %s %s of %s's resting state %s its NVMe file", r,
+            e->kind == EV_NVME_READ ? "reads" : "writes", bytes, name,
+            e->kind == EV_NVME_READ ? "from" : "back to");
+        return;
     case EV_OPTIMIZER:
         narrate_adam(f, p, e, name);
         return;
