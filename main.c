@@ -136,7 +136,6 @@ typedef struct TrainRun {
     char resume[4096];      /* the checkpoint --resume resolved to ("" for none) */
     RankMemory *memory;
     float *params;
-    float *init; /* --init-from's weights, NULL without it */
 } TrainRun;
 
 /* The training split and the data it is evaluated on. Evaluating on data the model trained on
@@ -248,10 +247,10 @@ static int train_prepare(TrainRun *t, Err *err) {
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
     if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");
-    if (a->init_from) {
-        if (!(t->init = malloc((t->model.total_numel + 1) * sizeof(float))))
-            return err_set(err, ERR_NOMEM, "out of memory for --init-from's weights");
-        if ((rc = weights_load(&t->model, a->init_from, t->init, err))) return rc;
+    if (a->init_from) { /* checked here, one line and exit 2 if bad; ranks read their rows */
+        WeightsFile *w;
+        if ((rc = weights_open(&w, &t->model, a->init_from, err))) return rc;
+        weights_close(w);
     }
     if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = out_open(&t->dump, a->dump_params, err))) return rc;
@@ -381,7 +380,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .on_eval = print_eval,
                     .user = &printer,
                     .memory = t->memory,
-                    .init_params = t->init,
+                    .init_from = a->init_from,
                     .ckpt_dir = a->ckpt_dir,
                     .ckpt_every = a->ckpt_every,
                     .ckpt_keep = a->keep,
@@ -420,7 +419,6 @@ static void train_cleanup(TrainRun *t) {
     dataset_free(&t->eval);
     free(t->memory);
     free(t->params);
-    free(t->init);
 }
 
 /* ---------------------------------------------------------------- fsdp viz */
@@ -528,7 +526,7 @@ static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
                     .cfg = &a->fsdp,
                     .steps = a->steps,
                     .memory = t->memory,
-                    .init_params = t->init};
+                    .init_from = t->args.init_from};
     ClusterOptions opt = cluster_options(t, 1);
     int rc = values_alloc(t, &job, err);
     if (!rc) rc = run_ranks(t, &opt, &job, res, err);

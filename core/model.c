@@ -28,6 +28,15 @@ static float init_draw(const ParamSpec *p, uint64_t seed, uint64_t stream, size_
         return p->init_a + (p->init_b - p->init_a) * rng_uniform(seed, stream, index);
     case INIT_NORMAL:
         return p->init_a + p->init_b * rng_normal(seed, stream, index);
+    case INIT_TRUNC_NORMAL:
+        /* redraw from further streams until inside the bounds: still a pure function of
+         * (seed, name, index); 64 misses in a row cannot happen for any sane std */
+        for (uint64_t attempt = 0; attempt < 64; attempt++) {
+            float v = p->init_a +
+                      p->init_b * rng_normal(seed, stream + attempt * 0x9e3779b97f4a7c15ULL, index);
+            if (v >= -2.0f && v <= 2.0f) return v;
+        }
+        return p->init_a;
     }
     return 0.0f;
 }

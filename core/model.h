@@ -14,7 +14,9 @@
 
 #define MODEL_MAX_NDIM 4
 
-typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_UNIFORM, INIT_NORMAL } InitKind;
+/* INIT_TRUNC_NORMAL is PyTorch's trunc_normal_: normal(mean, std) redrawn outside the absolute
+ * bounds [-2, 2], its defaults. */
+typedef enum { INIT_ZERO = 0, INIT_ONE, INIT_UNIFORM, INIT_NORMAL, INIT_TRUNC_NORMAL } InitKind;
 
 typedef struct ParamSpec {
     char name[96];
@@ -24,7 +26,7 @@ typedef struct ParamSpec {
     size_t row_elems; /* elements per dim-0 row: sharding moves whole rows */
     int module;
     InitKind init;
-    float init_a, init_b; /* uniform: [a, b); normal: mean a, std b */
+    float init_a, init_b; /* uniform: [a, b); (truncated) normal: mean a, std b */
     /* a short symbol for narration: the toy's "a" so element 1 prints as a₁ */
     char symbol[8];
 } ParamSpec;

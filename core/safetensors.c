@@ -2,6 +2,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,7 +292,8 @@ static int read_all(FILE *f, void *buf, size_t n) {
     return n == 0 || fread(buf, 1, n, f) == n ? 0 : -1;
 }
 
-int st_read(SafeTensors *out, const char *path, Err *err) {
+/* Reads the header of path and, with load_data, the data buffer too. */
+static int st_load(SafeTensors *out, const char *path, int load_data, Err *err) {
     memset(out, 0, sizeof *out);
     snprintf(out->path, sizeof out->path, "%s", path);
     FILE *f = fopen(path, "rb");
@@ -343,6 +345,11 @@ int st_read(SafeTensors *out, const char *path, Err *err) {
         goto done;
     }
     out->data_bytes = (size_t)(file_bytes - 8 - header_len);
+    out->data_start = (size_t)(8 + header_len);
+    if (!load_data) {
+        rc = parse_header(out, json, err);
+        goto done;
+    }
     /* aligned_alloc wants a size that is a multiple of the alignment. */
     out->data = aligned_alloc(64, (out->data_bytes + 63) / 64 * 64 + 64);
     if (!out->data) {
@@ -361,6 +368,42 @@ done:
     fclose(f);
     if (rc != 0) st_free(out);
     return rc;
+}
+
+int st_read(SafeTensors *out, const char *path, Err *err) {
+    return st_load(out, path, 1, err);
+}
+
+int st_open(SafeTensors *out, const char *path, Err *err) {
+    return st_load(out, path, 0, err);
+}
+
+int st_read_bytes(const SafeTensors *st, const StTensor *t, size_t begin, size_t n, void *dst,
+                  Err *err) {
+    if (begin > t->nbytes || n > t->nbytes - begin)
+        return err_set(err, ERR_INTERNAL, "%s: bytes %zu..%zu are outside %s", st->path, begin,
+                       begin + n, t->name);
+    if (st->data) {
+        memcpy(dst, st->data + t->offset + begin, n);
+        return 0;
+    }
+    int fd = open(st->path, O_RDONLY);
+    if (fd < 0) return err_set(err, ERR_IO, "cannot open %s: %s", st->path, strerror(errno));
+    size_t done = 0;
+    while (done < n) {
+        ssize_t got = pread(fd, (char *)dst + done, n - done,
+                            (off_t)(st->data_start + t->offset + begin + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = errno;
+            close(fd);
+            return err_set(err, ERR_IO, "%s: cannot read %s: %s", st->path, t->name,
+                           got < 0 ? strerror(e) : "the file is shorter than its header says");
+        }
+        done += (size_t)got;
+    }
+    close(fd);
+    return 0;
 }
 
 const StTensor *st_find(const SafeTensors *st, const char *name) {

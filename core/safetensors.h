@@ -31,9 +31,10 @@ typedef struct SafeTensors {
     char path[256];    /* for error messages */
     StTensor *tensors; /* in header order */
     int n;
-    unsigned char *data; /* the data buffer, 64-byte aligned */
+    unsigned char *data; /* the data buffer, 64-byte aligned; NULL after st_open */
     size_t data_bytes;
-    char **meta_keys; /* "__metadata__", in header order */
+    size_t data_start; /* file offset of the data buffer: 8 + the header's length */
+    char **meta_keys;  /* "__metadata__", in header order */
     char **meta_values;
     int n_meta;
 } SafeTensors;
@@ -53,6 +54,15 @@ size_t st_dtype_size(const char *dtype);
 /* Reads and validates the whole file. On failure *out is empty (safe to st_free) and err
  * names the file and the problem. */
 int st_read(SafeTensors *out, const char *path, Err *err);
+
+/* Reads and validates the header only (the data stays on disk; st_read_bytes reads it):
+ * for taking a few rows of a file too big to hold. Checks as st_read does. */
+int st_open(SafeTensors *out, const char *path, Err *err);
+
+/* Bytes [begin, begin + n) of tensor t's data into dst, from memory after st_read or from
+ * the file after st_open. */
+int st_read_bytes(const SafeTensors *st, const StTensor *t, size_t begin, size_t n, void *dst,
+                  Err *err);
 
 /* The tensor called name, or NULL. */
 const StTensor *st_find(const SafeTensors *st, const char *name);

@@ -6,6 +6,7 @@
 
 #include "checkpoint.h"
 #include "rng.h"
+#include "weights.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
     long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;
@@ -141,6 +142,25 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
     return 0;
 }
 
+/* --init-from, sharded: a piece of this rank's state from the weights file. The parameters'
+ * rows come from the file; Adam's moments start at zero, as for a fresh run. */
+static int fill_from_weights(void *user, const StatePiece *p, Err *err) {
+    size_t n = p->rows * p->row_elems;
+    if (p->kind != STATE_PARAM) {
+        memset(p->data, 0, n * sizeof(float));
+        return 0;
+    }
+    return weights_read(user, p->param, p->row_begin * p->row_elems, n, p->data, err);
+}
+
+static int load_own_rows(Engine *e, const TrainJob *job, Err *err) {
+    WeightsFile *w;
+    int rc = weights_open(&w, job->model, job->init_from, err);
+    if (!rc) rc = engine_load_state(e, fill_from_weights, w, err);
+    weights_close(w);
+    return rc;
+}
+
 int train_rank(const RankEnv *env, void *arg, Err *err) {
     TrainJob *job = arg;
     if (train_steps_per_epoch(job, env->world) < 1 && job->steps > 0)
@@ -154,6 +174,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params);
+    if (!rc && job->init_from) rc = load_own_rows(e, job, err);
     long first = 0;
     if (!rc && job->resume_from) rc = checkpoint_load(e, job->model, job->resume_from, &first, err);
     if (!rc && env->rank == 0) job->resumed_step = first;

@@ -53,6 +53,9 @@ typedef struct TrainJob {
     /* Starting parameters (model->total_numel floats in model order), NULL: the seeded
      * initialization. */
     const float *init_params;
+    /* Or a safetensors file of PyTorch-named weights, of which each rank reads only its own
+     * rows (checked beforehand with weights_open); NULL: none. */
+    const char *init_from;
     /* Optional, for looking at a small model's numbers: the full parameters before the first
      * step and after each, [(steps + 1) * total_numel], and each step's gradients,
      * [steps * total_numel]; NULL: not recorded. */

@@ -119,10 +119,12 @@ static void begin_module(ParamMaker *pm, const char *name, int is_block) {
     mod->is_block = is_block;
 }
 
-/* PyTorch's defaults: Linear and Conv2d draw U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming
- * uniform with a = sqrt(5)); MultiheadAttention's in_proj and torchvision's MLP use xavier
- * uniform, U(-sqrt(6/(fan_in+fan_out)), ...), with zero (attention) or N(0, 1e-6) (MLP)
- * biases; the class token and the head start at zero, the position embedding N(0, 0.02). */
+/* torchvision's VisionTransformer initialization: conv_proj's weight truncated normal with
+ * std sqrt(1/fan_in) and a zero bias; MultiheadAttention's in_proj and the MLP's Linears
+ * xavier uniform, U(-sqrt(6/(fan_in+fan_out)), ...), with zero (attention) or N(0, 1e-6)
+ * (MLP) biases; out_proj keeps Linear's default U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (kaiming
+ * uniform with a = sqrt(5)) with a zero bias; the class token and the head start at zero,
+ * the position embedding N(0, 0.02), LayerNorms at weight 1, bias 0. */
 static float default_bound(double fan_in) {
     return (float)(1.0 / sqrt(fan_in));
 }
@@ -133,11 +135,11 @@ static float xavier_bound(double fan_in, double fan_out) {
 
 static void add_embed(ParamMaker *pm, const VitConfig *c) {
     int64_t H = c->hidden, P = c->patch, T = vit_tokens(c);
-    float conv = default_bound((double)(P * P));
+    float conv_std = (float)sqrt(1.0 / (double)(P * P)); /* fan_in: 1 channel x P x P */
     begin_module(pm, "embed", 0);
     add_param(pm, "class_token", 3, (int64_t[]){1, 1, H}, INIT_ZERO, 0, 0);
-    add_param(pm, "conv_proj.weight", 4, (int64_t[]){H, 1, P, P}, INIT_UNIFORM, -conv, conv);
-    add_param(pm, "conv_proj.bias", 1, (int64_t[]){H}, INIT_UNIFORM, -conv, conv);
+    add_param(pm, "conv_proj.weight", 4, (int64_t[]){H, 1, P, P}, INIT_TRUNC_NORMAL, 0, conv_std);
+    add_param(pm, "conv_proj.bias", 1, (int64_t[]){H}, INIT_ZERO, 0, 0);
     add_param(pm, "encoder.pos_embedding", 3, (int64_t[]){1, T, H}, INIT_NORMAL, 0, 0.02f);
 }
 

@@ -67,21 +67,85 @@ static void widen(float *dst, const unsigned char *src, DType t, size_t n) {
     }
 }
 
-int weights_load(const ModelDesc *m, const char *path, float *full, Err *err) {
+struct WeightsFile {
     SafeTensors st;
-    int rc = st_read(&st, path, err);
-    if (rc) return rc == ERR_IO ? ERR_USAGE : rc; /* a bad file is bad input */
-    int *dtypes = calloc((size_t)m->nparams + 1, sizeof *dtypes);
-    if (!dtypes) rc = err_set(err, ERR_NOMEM, "out of memory loading %s", path);
-    for (int i = 0; !rc && i < m->nparams; i++)
-        if ((dtypes[i] = check_tensor(&st, &m->params[i], path, err)) < 0) rc = ERR_USAGE;
-    if (!rc) rc = check_unexpected(&st, m, path, err);
-    size_t at = 0;
-    for (int i = 0; !rc && i < m->nparams; at += m->params[i++].numel) {
-        const StTensor *t = st_find(&st, m->params[i].name);
-        widen(full + at, st_data(&st, t), (DType)dtypes[i], m->params[i].numel);
+    const ModelDesc *m;
+    int *dtypes;              /* per model parameter */
+    const StTensor **tensors; /* per model parameter */
+};
+
+void weights_close(WeightsFile *w) {
+    if (!w) return;
+    st_free(&w->st);
+    free(w->dtypes);
+    free(w->tensors);
+    free(w);
+}
+
+/* Every parameter present with its shape and a float dtype, and nothing else. */
+static int check_file(WeightsFile *w, const char *path, Err *err) {
+    const ModelDesc *m = w->m;
+    for (int i = 0; i < m->nparams; i++) {
+        if ((w->dtypes[i] = check_tensor(&w->st, &m->params[i], path, err)) < 0) return ERR_USAGE;
+        w->tensors[i] = st_find(&w->st, m->params[i].name);
     }
-    free(dtypes);
-    st_free(&st);
+    return check_unexpected(&w->st, m, path, err);
+}
+
+static int weights_begin(WeightsFile **out, const ModelDesc *m, const char *path, int load_data,
+                         Err *err) {
+    WeightsFile *w = calloc(1, sizeof *w);
+    *out = NULL;
+    if (w) {
+        w->m = m;
+        w->dtypes = calloc((size_t)m->nparams + 1, sizeof *w->dtypes);
+        w->tensors = calloc((size_t)m->nparams + 1, sizeof *w->tensors);
+    }
+    if (!w || !w->dtypes || !w->tensors) {
+        weights_close(w);
+        return err_set(err, ERR_NOMEM, "out of memory loading %s", path);
+    }
+    int rc = load_data ? st_read(&w->st, path, err) : st_open(&w->st, path, err);
+    if (rc == ERR_IO) rc = ERR_USAGE; /* a bad file is bad input */
+    if (!rc) rc = check_file(w, path, err);
+    if (rc) {
+        weights_close(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int weights_open(WeightsFile **out, const ModelDesc *m, const char *path, Err *err) {
+    return weights_begin(out, m, path, 0, err);
+}
+
+/* Reads through a bounded bounce buffer, so a rank's rows of a huge tensor never need a second
+ * copy of their own size. */
+int weights_read(const WeightsFile *w, int param, size_t first, size_t n, float *dst, Err *err) {
+    DType t = (DType)w->dtypes[param];
+    size_t es = dtype_size(t);
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = malloc(CHUNK * 4);
+    if (!buf) return err_set(err, ERR_NOMEM, "out of memory reading %s", w->st.path);
+    int rc = 0;
+    for (size_t done = 0; !rc && done < n;) {
+        size_t k = n - done < CHUNK ? n - done : CHUNK;
+        rc = st_read_bytes(&w->st, w->tensors[param], (first + done) * es, k * es, buf, err);
+        if (rc == ERR_IO) rc = ERR_USAGE;
+        if (!rc) widen(dst + done, buf, t, k);
+        done += k;
+    }
+    free(buf);
+    return rc;
+}
+
+int weights_load(const ModelDesc *m, const char *path, float *full, Err *err) {
+    WeightsFile *w;
+    int rc = weights_begin(&w, m, path, 1, err);
+    size_t at = 0;
+    for (int i = 0; !rc && i < m->nparams; at += m->params[i++].numel)
+        rc = weights_read(w, i, 0, m->params[i].numel, full + at, err);
+    weights_close(w);
     return rc;
 }

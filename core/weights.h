@@ -13,4 +13,14 @@
  * or dtype is one line naming the file and the tensor; full is untouched on failure. */
 int weights_load(const ModelDesc *m, const char *path, float *full, Err *err);
 
+/* A weights file checked against the model with its data left on disk, so each rank reads
+ * only its own rows (FSDP2's sharded load: no rank ever holds the whole model). */
+typedef struct WeightsFile WeightsFile;
+
+/* Checks the header as weights_load does; reads no tensor data. */
+int weights_open(WeightsFile **out, const ModelDesc *m, const char *path, Err *err);
+/* Elements [first, first + n) (flat, row-major) of model parameter `param`, widened to fp32. */
+int weights_read(const WeightsFile *w, int param, size_t first, size_t n, float *dst, Err *err);
+void weights_close(WeightsFile *w);
+
 #endif

@@ -1,10 +1,17 @@
-/* The memory levers beyond sharding: activation checkpointing trains to the same bits while
+/* The memory levers beyond sharding. Activation checkpointing trains to the same bits while
  * holding less, recomputes each checkpointed block once per backward on parameters it
- * gathers anyway, and keeps its inputs in their own category. */
+ * gathers anyway, and keeps its inputs in their own category. Sharded initialization gives
+ * the same bits at any world size, never holds more than a rank's shards, and follows
+ * torchvision's distributions; --init-from reads each rank's rows. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../core/fsdp.h"
+#include "../core/safetensors.h"
 #include "../core/vit.h"
 #include "util.h"
 
@@ -119,4 +126,200 @@ Test(activation_checkpointing, bad_flags_are_one_line) {
         cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: '%s'", out);
         free(out);
     }
+}
+
+/* ---- sharded initialization */
+
+static void initial_params(const ModelDesc *m, int ranks, Strategy s, VitRun *run) {
+    vit_train(run, m, vit_config(s, 2), ranks, 0, 0);
+}
+
+/* Every rank draws only its own rows, keyed by (seed, name, index): the starting point is the
+ * same bits at 1 to 5 ranks. */
+Test(sharded_init, the_same_bits_at_every_world_size, .timeout = 60) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    VitRun one;
+    initial_params(&m, 1, STRAT_ZERO3, &one);
+    for (int ranks = 2; ranks <= 5; ranks++) {
+        VitRun run;
+        initial_params(&m, ranks, ranks == 4 ? STRAT_ZERO2 : STRAT_ZERO3, &run);
+        cr_expect(memcmp(run.params, one.params, m.total_numel * sizeof(float)) == 0,
+                  "%d ranks start elsewhere", ranks);
+        vit_run_free(&run);
+    }
+    vit_run_free(&one);
+    model_desc_free(&m);
+}
+
+/* Engine creation alone on every rank: the accounted peak it reached. */
+typedef struct CreateOnly {
+    const ModelDesc *m;
+    const Plan *plan;
+    FsdpConfig cfg;
+    size_t peak[8];
+} CreateOnly;
+
+static int create_only(const RankEnv *env, void *arg, Err *err) {
+    CreateOnly *c = arg;
+    Engine *e = NULL;
+    int rc = engine_create(&e, &c->cfg, c->plan, c->m, *env, err);
+    if (!rc) c->peak[env->rank] = env->dev->ops->peak_bytes(env->dev);
+    engine_destroy(e);
+    return rc;
+}
+
+/* While the engine is created and initialised, no rank's accounted bytes ever exceed its
+ * shards: it never holds the whole model, not even for a moment. */
+Test(sharded_init, no_rank_holds_more_than_its_shards) {
+    ModelDesc m;
+    vit_small_create(&m, 3);
+    enum { RANKS = 4 };
+    CreateOnly c = {.m = &m, .cfg = vit_config(STRAT_ZERO3, 2)};
+    Plan plan;
+    Err err = {0};
+    cr_assert_eq(plan_create(&plan, &m, c.cfg.wrap, STRAT_ZERO3, RANKS, 1, &err), 0);
+    c.plan = &plan;
+    ClusterOptions opt = {.ranks = RANKS, .replicas = 1, .profile = profile_default()};
+    ClusterResult res;
+    cr_assert_eq(cluster_run(&opt, create_only, &c, &res, &err), 0, "%s", err.msg);
+    for (int r = 0; r < RANKS; r++) {
+        RestBytes want = plan_rest_bytes(&plan, r, OFFLOAD_NONE);
+        cr_expect_eq(c.peak[r], want.param + want.grad + want.optim, "rank %d: %zu bytes", r,
+                     c.peak[r]);
+        cr_expect_lt(want.param, m.total_numel * sizeof(float) / 2, "rank %d shards", r);
+    }
+    cluster_result_free(&res);
+    plan_free(&plan);
+    model_desc_free(&m);
+}
+
+/* A parameter's initial values against the formula's mean and spread: the sample mean within
+ * 5 standard errors, the sample standard deviation within 5 of its own (sd(s)/sigma is about
+ * 0.71/sqrt(n) for a normal and 0.45/sqrt(n) for a uniform; 0.71 covers both). */
+static void expect_distribution(const ParamSpec *p, double mean, double std) {
+    size_t n = p->numel < 400000 ? p->numel : 400000;
+    float *v = malloc(n * sizeof *v);
+    param_init_fill(p, 1234, 0, n, v);
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < n; i++) sum += v[i];
+    double mu = sum / (double)n;
+    for (size_t i = 0; i < n; i++) sq += (v[i] - mu) * (v[i] - mu);
+    double sd = sqrt(sq / (double)(n - 1));
+    if (std == 0) {
+        for (size_t i = 0; i < n; i++) cr_expect_eq(v[i], (float)mean, "%s[%zu]", p->name, i);
+    } else {
+        cr_expect_leq(fabs(mu - mean), 5 * std / sqrt((double)n), "%s: mean %g, want %g", p->name,
+                      mu, mean);
+        cr_expect_leq(fabs(sd / std - 1), 5 * 0.71 / sqrt((double)n), "%s: std %g, want %g",
+                      p->name, sd, std);
+    }
+    free(v);
+}
+
+static const ParamSpec *param_named(const ModelDesc *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (!strcmp(m->params[i].name, name)) return &m->params[i];
+    cr_assert_fail("no parameter %s", name);
+    return NULL;
+}
+
+/* torchvision's scheme, with every formula written out here from its definition. */
+Test(sharded_init, follows_torchvision_distributions) {
+    VitConfig c;
+    vit_preset("vit-workshop", &c);
+    ModelDesc m;
+    Err err = {0};
+    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    double H = c.hidden, F = c.mlp, P = c.patch;
+    double uniform_std = 1.0 / sqrt(3.0); /* U(-b, b) has std b / sqrt(3) */
+    const char *block = "encoder.layers.encoder_layer_5.";
+    char name[128];
+    struct {
+        const char *suffix;
+        double mean, std;
+    } want[] = {
+        {"ln_1.weight", 1, 0},
+        {"ln_1.bias", 0, 0},
+        {"self_attention.in_proj_weight", 0, sqrt(6.0 / (H + 3 * H)) * uniform_std},
+        {"self_attention.in_proj_bias", 0, 0},
+        {"self_attention.out_proj.weight", 0, 1.0 / sqrt(H) * uniform_std},
+        {"self_attention.out_proj.bias", 0, 0},
+        {"mlp.0.weight", 0, sqrt(6.0 / (H + F)) * uniform_std},
+        {"mlp.0.bias", 0, 1e-6},
+        {"mlp.3.weight", 0, sqrt(6.0 / (F + H)) * uniform_std},
+        {"mlp.3.bias", 0, 1e-6},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        snprintf(name, sizeof name, "%s%s", block, want[i].suffix);
+        expect_distribution(param_named(&m, name), want[i].mean, want[i].std);
+    }
+    expect_distribution(param_named(&m, "conv_proj.weight"), 0, sqrt(1.0 / (P * P)));
+    expect_distribution(param_named(&m, "conv_proj.bias"), 0, 0);
+    expect_distribution(param_named(&m, "class_token"), 0, 0);
+    expect_distribution(param_named(&m, "encoder.pos_embedding"), 0, 0.02);
+    expect_distribution(param_named(&m, "heads.head.weight"), 0, 0);
+    expect_distribution(param_named(&m, "heads.head.bias"), 0, 0);
+    expect_distribution(param_named(&m, "encoder.ln.weight"), 1, 0);
+    model_desc_free(&m);
+}
+
+/* trunc_normal_ keeps every draw inside [-2, 2]: a std of 1 puts 4.6% of a normal outside. */
+Test(sharded_init, truncated_normal_stays_inside_its_bounds) {
+    ParamSpec p = {
+        .name = "t", .numel = 100000, .init = INIT_TRUNC_NORMAL, .init_a = 0, .init_b = 1};
+    float *v = malloc(p.numel * sizeof *v);
+    param_init_fill(&p, 7, 0, p.numel, v);
+    size_t beyond_one = 0;
+    for (size_t i = 0; i < p.numel; i++) {
+        cr_assert(v[i] >= -2.0f && v[i] <= 2.0f, "v[%zu] = %g", i, v[i]);
+        beyond_one += fabsf(v[i]) > 1.0f;
+    }
+    /* a normal truncated at 2 sigma has (95.45% - 68.27%) / 95.45% = 28.48% of its mass
+     * beyond 1 sigma; the standard error at n = 100,000 is 0.14% */
+    cr_expect_leq(fabs((double)beyond_one / (double)p.numel - 0.2848), 0.006);
+    free(v);
+}
+
+/* --init-from reads each rank's rows straight from the file: a model written from one run
+ * starts another, at another world size, exactly there. */
+Test(sharded_init, init_from_reads_each_ranks_rows, .timeout = 60) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    VitRun a;
+    vit_train(&a, &m, vit_config(STRAT_ZERO3, 2), 1, 3, 0); /* somewhere away from the init */
+    StTensorOut *t = calloc((size_t)m.nparams, sizeof *t);
+    size_t at = 0;
+    for (int i = 0; i < m.nparams; at += m.params[i++].numel)
+        t[i] = (StTensorOut){m.params[i].name, "F32", m.params[i].ndim, m.params[i].shape,
+                             a.params + at};
+    char path[] = "/tmp/fsdp-init-from-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    Err err = {0};
+    cr_assert_eq(st_write(path, t, m.nparams, NULL, 0, &err), 0, "%s", err.msg);
+    for (int ranks = 1; ranks <= 3; ranks += 2) {
+        Plan plan;
+        FsdpConfig cfg = vit_config(STRAT_ZERO3, 2);
+        cr_assert_eq(plan_create(&plan, &m, cfg.wrap, cfg.strategy, ranks, 1, &err), 0);
+        float *got = calloc(m.total_numel, sizeof *got);
+        TrainJob job = {.model = &m,
+                        .data = vit_test_split(),
+                        .plan = &plan,
+                        .cfg = &cfg,
+                        .init_from = path,
+                        .final_params = got};
+        ClusterOptions opt = {.ranks = ranks, .replicas = 1, .profile = profile_default()};
+        ClusterResult res;
+        cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
+        cr_expect(memcmp(got, a.params, m.total_numel * sizeof(float)) == 0, "%d ranks", ranks);
+        cluster_result_free(&res);
+        free(got);
+        plan_free(&plan);
+    }
+    unlink(path);
+    free(t);
+    vit_run_free(&a);
+    model_desc_free(&m);
 }
