@@ -162,12 +162,9 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         return 0;
     }
     if (!strcmp(f, "--offload")) {
-        if (!strcmp(v, "none"))
-            c->offload = OFFLOAD_NONE;
-        else if (!strcmp(v, "cpu"))
-            c->offload = OFFLOAD_CPU;
-        else
-            return err_set(err, ERR_USAGE, "--offload must be none or cpu (got '%s')", v);
+        if (offload_parse(v, &c->offload))
+            return err_set(err, ERR_USAGE, "--offload must be none, optimizer or cpu (got '%s')",
+                           v);
         return 0;
     }
     if (!strcmp(f, "--dump-params")) {
@@ -237,10 +234,11 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE, "--checkpoint-every needs --checkpoint-dir");
     if (a->resume && !strcmp(a->resume, "auto") && !a->ckpt_dir)
         return err_set(err, ERR_USAGE, "--resume auto needs --checkpoint-dir (where to look)");
-    if (c->offload == OFFLOAD_CPU && a->backend != BACKEND_SIM)
+    if (c->offload != OFFLOAD_NONE && a->backend != BACKEND_SIM)
         return err_set(err, ERR_USAGE,
-                       "--offload cpu runs on the simulator only for now "
-                       "(--backend sim)");
+                       "--offload %s runs on the simulator only for now "
+                       "(--backend sim)",
+                       offload_name(c->offload));
     if (c->offload == OFFLOAD_CPU && (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
         return err_set(err, ERR_USAGE,
                        "--offload cpu needs a sharded strategy (zero2, zero3 or hsdp), not %s",
@@ -351,7 +349,9 @@ void train_args_help(FILE *f) {
           "  --grad-accum K                 micro-steps per step, gradient sync off between\n"
           "  --param-dtype T                fp32 (default), bf16, fp16: gathered params\n"
           "  --reduce-dtype T               fp32 (default), bf16, fp16: gradient reduction\n"
-          "  --offload none|cpu             keep shards, grads and Adam state in host memory\n"
+          "  --offload T                    none (default); optimizer: Adam's state and step on\n"
+          "                                 the host (ZeRO-Offload); cpu: shards, grads and\n"
+          "                                 Adam's state in host memory (FSDP2 CPUOffload)\n"
           "  --activation-checkpointing     ViT: keep only each block's input in forward and\n"
           "                                 recompute the block before its backward\n"
           "  --ac-every K                   ... only every K-th block (implies the above)\n"

@@ -115,8 +115,11 @@ static void dev_free(Engine *e, void *p, int unit) {
     if (p) e->dev->ops->free(e->dev, p, unit);
 }
 
+/* Where resting state of category `cat` lives under the offload tier. */
 static MemCategory resting(const Engine *e, MemCategory cat) {
-    return e->cfg.offload == OFFLOAD_CPU ? MEM_HOST_OFFLOAD : cat;
+    if (e->cfg.offload == OFFLOAD_CPU) return MEM_HOST_OFFLOAD;
+    if (e->cfg.offload == OFFLOAD_OPTIMIZER && cat == MEM_OPTIM_STATE) return MEM_HOST_OFFLOAD;
+    return cat;
 }
 
 static const ParamSpec *unit_param_spec(const Engine *e, int u, int i) {
@@ -614,12 +617,25 @@ static void adam_unit(Engine *e, int u, const AdamHyper *h) {
                         e->steps + 1);
         total += n;
     }
+    int zero_offload = e->cfg.offload == OFFLOAD_OPTIMIZER;
+    if (zero_offload) { /* ZeRO-Offload: the gradient rows go to the host's Adam ... */
+        stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
+        run_work(e, STREAM_COPY,
+                 (Work){.kind = WORK_COPY_D2H, .unit = u, .bytes = 4.0 * (double)total});
+        stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
+    }
     run_work(e, STREAM_COMPUTE,
              (Work){.kind = WORK_OPTIMIZER,
                     .unit = u,
                     .flops = 14.0 * total,
                     .bytes = 28.0 * total,
-                    .on_host = e->cfg.offload == OFFLOAD_CPU});
+                    .on_host = e->cfg.offload != OFFLOAD_NONE});
+    if (zero_offload) { /* ... and the updated rows come back */
+        stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
+        run_work(e, STREAM_COPY,
+                 (Work){.kind = WORK_COPY_H2D, .unit = u, .bytes = 4.0 * (double)total});
+        stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
+    }
 }
 
 /* zero1: each rank updated its rows of a replicated parameter; gather them back. */

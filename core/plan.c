@@ -256,6 +256,24 @@ RestBytes plan_rest_bytes(const Plan *p, int world_rank, OffloadKind offload) {
     if (offload == OFFLOAD_CPU) {
         b.host = b.param + b.grad + b.optim;
         b.param = b.grad = b.optim = 0;
+    } else if (offload == OFFLOAD_OPTIMIZER) {
+        b.host = b.optim;
+        b.optim = 0;
     }
     return b;
+}
+
+static const char *const offload_names[] = {"none", "cpu", "optimizer"};
+
+const char *offload_name(OffloadKind k) {
+    return k >= OFFLOAD_NONE && k <= OFFLOAD_OPTIMIZER ? offload_names[k] : "unknown";
+}
+
+int offload_parse(const char *s, OffloadKind *out) {
+    for (int k = OFFLOAD_NONE; k <= OFFLOAD_OPTIMIZER; k++)
+        if (!strcmp(s, offload_names[k])) {
+            *out = (OffloadKind)k;
+            return 0;
+        }
+    return -1;
 }

@@ -21,7 +21,13 @@ typedef enum {
     STRAT_COUNT
 } Strategy;
 typedef enum { WRAP_LAYER = 0, WRAP_BLOCK, WRAP_SIZE, WRAP_NONE } WrapKind;
-typedef enum { OFFLOAD_NONE = 0, OFFLOAD_CPU } OffloadKind;
+/* Where resting state lives: all on the device; FSDP2's CPUOffloadPolicy (shards, grads and
+ * optimizer state in host memory); ZeRO-Offload (only the optimizer state and its step on
+ * the host). */
+typedef enum { OFFLOAD_NONE = 0, OFFLOAD_CPU, OFFLOAD_OPTIMIZER } OffloadKind;
+
+const char *offload_name(OffloadKind k); /* "none", "cpu", "optimizer" */
+int offload_parse(const char *s, OffloadKind *out);
 typedef enum { OPTIM_ADAM = 0, OPTIM_ADAMW } OptimKind;
 
 const char *strategy_name(Strategy s);

@@ -65,6 +65,8 @@ Test(engine, knobs_do_not_change_the_math) {
     FsdpConfig off = toy_config(STRAT_ZERO3, BATCH);
     off.offload = OFFLOAD_CPU;
     check_equals_one_rank(off, 3);
+    off.offload = OFFLOAD_OPTIMIZER;
+    check_equals_one_rank(off, 3);
     FsdpConfig clip = toy_config(STRAT_ZERO2, BATCH);
     clip.clip_grad_norm = 0.1f;
     FsdpConfig clip1 = clip;
@@ -122,6 +124,10 @@ Test(engine, memory_at_rest_is_the_plan_formula) {
     FsdpConfig off = toy_config(STRAT_ZERO3, BATCH);
     off.offload = OFFLOAD_CPU;
     check_rest_bytes(off, 3);
+    off.offload = OFFLOAD_OPTIMIZER;
+    check_rest_bytes(off, 3);
+    off.strategy = STRAT_DDP;
+    check_rest_bytes(off, 2);
 }
 
 Test(engine, formula_values_by_hand) {

@@ -323,3 +323,43 @@ Test(sharded_init, init_from_reads_each_ranks_rows, .timeout = 60) {
     vit_run_free(&a);
     model_desc_free(&m);
 }
+
+/* ---- offload tiers */
+
+/* Where state rests changes no arithmetic: every tier trains a ViT to the same bits as none,
+ * and ZeRO-Offload's trace shows each unit's gradient rows going to the host's Adam and the
+ * updated rows coming back. */
+Test(offload, every_tier_trains_to_the_same_bits, .timeout = 60) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    VitRun none;
+    vit_train(&none, &m, vit_config(STRAT_ZERO3, 4), 2, 3, 0);
+    OffloadKind tiers[] = {OFFLOAD_CPU, OFFLOAD_OPTIMIZER};
+    for (size_t i = 0; i < sizeof tiers / sizeof *tiers; i++) {
+        FsdpConfig c = vit_config(STRAT_ZERO3, 4);
+        c.offload = tiers[i];
+        VitRun run;
+        vit_train(&run, &m, c, 2, 3, 1);
+        cr_expect(memcmp(run.params, none.params, m.total_numel * sizeof(float)) == 0,
+                  "--offload %s changed the parameters", offload_name(tiers[i]));
+        size_t optim_steps = count_events(&run.trace, EV_OPTIMIZER);
+        if (tiers[i] == OFFLOAD_OPTIMIZER) {
+            cr_expect_eq(count_events(&run.trace, EV_COPY_D2H), optim_steps);
+            cr_expect_eq(count_events(&run.trace, EV_COPY_H2D), optim_steps);
+            cr_expect_eq(run.memory[0].rest[MEM_OPTIM_STATE], 0);
+            cr_expect_gt(run.memory[0].rest[MEM_HOST_OFFLOAD], 0);
+            cr_expect_gt(run.memory[0].rest[MEM_PARAM_SHARD], 0, "the shards stay on the GPU");
+        }
+        vit_run_free(&run);
+    }
+    vit_run_free(&none);
+    model_desc_free(&m);
+}
+
+Test(offload, an_unknown_tier_is_one_line) {
+    int status;
+    char *out = fsdp_output("train --offload disk", "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    cr_expect_str_eq(out, "fsdp: --offload must be none, optimizer or cpu (got 'disk')\n");
+    free(out);
+}
