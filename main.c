@@ -20,6 +20,7 @@
 #include "sim/cluster.h"
 #include "sim/cost.h"
 #include "sim/viz/frame.h"
+#include "sim/viz/memory_timeline.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/tui.h"
 #ifdef FSDP_HAVE_CUDA
@@ -131,7 +132,7 @@ typedef struct TrainRun {
     long eval_loaded;   /* images read for evaluation (more than eval.n when it is a slice) */
     char eval_name[96]; /* what the evaluation set is, for people */
     Plan plan;
-    OutFile dump, trace;
+    OutFile dump, trace, svg;
     char backend_note[192]; /* what --backend auto chose, and why ("" otherwise) */
     char resume[4096];      /* the checkpoint --resume resolved to ("" for none) */
     RankMemory *memory;
@@ -254,12 +255,14 @@ static int train_prepare(TrainRun *t, Err *err) {
     }
     if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = out_open(&t->dump, a->dump_params, err))) return rc;
+    if ((rc = out_open(&t->svg, a->memory_svg, err))) return rc;
     return out_open(&t->trace, a->trace_out, err);
 }
 
 /* Flags that name files the run writes: a replay has no business with them. */
 static int is_output_flag(const char *flag) {
-    return !strcmp(flag, "--trace-out") || !strcmp(flag, "--dump-params");
+    return !strcmp(flag, "--trace-out") || !strcmp(flag, "--dump-params") ||
+           !strcmp(flag, "--memory-svg");
 }
 
 static int write_trace(const TrainRun *t, const Trace *trace, Err *err) {
@@ -276,11 +279,36 @@ static int write_trace(const TrainRun *t, const Trace *trace, Err *err) {
     return trace_file_write(trace, &meta, t->trace.f, err);
 }
 
+/* Memory over the last step, from the trace: as an SVG picture into svg (NULL: none) and, with
+ * text, as the terminal's timeline on stdout. */
+static int write_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int text,
+                                 Err *err) {
+    MemoryTimeline mt;
+    int rc = memory_timeline_build(&mt, trace, -1, err);
+    if (!rc && svg) {
+        char title[160];
+        snprintf(title, sizeof title, "fsdp memory: %s, %s, %d ranks", t->args.model,
+                 strategy_name(t->args.fsdp.strategy), t->args.ranks);
+        /* DDP: every parameter, its gradient and Adam's two moments, in fp32 */
+        MemorySvgOptions o = {.title = title,
+                              .ddp_bytes = 4 * t->model.total_numel * sizeof(float)};
+        rc = memory_svg_write(&mt, &o, svg, err);
+    }
+    if (!rc && text) {
+        printf("memory over the last step (each row scaled to the rank's peak):\n");
+        rc = memory_text_write(&mt, 48, stdout, err);
+    }
+    memory_timeline_free(&mt);
+    return rc;
+}
+
 static int train_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) {
     int rc = 0;
     if (t->dump.f) rc = report_dump_params(t->dump.f, &t->model, t->params, err);
     if (!rc && t->trace.f) rc = write_trace(t, &res->trace, err);
+    if (!rc && t->svg.f) rc = write_memory_timeline(t, &res->trace, t->svg.f, 0, err);
     if (!rc) rc = out_commit(&t->dump, err);
+    if (!rc) rc = out_commit(&t->svg, err);
     if (!rc) rc = out_commit(&t->trace, err);
     return rc;
 }
@@ -390,7 +418,8 @@ static int train_execute(TrainRun *t, Err *err) {
                     .fail_at_rank = a->fail_at_rank,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
-    ClusterOptions opt = cluster_options(t, a->trace_out != NULL);
+    /* the memory timeline is drawn from the trace */
+    ClusterOptions opt = cluster_options(t, a->trace_out || a->memory_svg || a->memory);
     ClusterResult res;
     int rc = a->trace_out ? values_alloc(t, &job, err) : 0;
     if (!rc) rc = run_with_restarts(t, &opt, &job, &res, err);
@@ -398,20 +427,23 @@ static int train_execute(TrainRun *t, Err *err) {
     free(job.step_params);
     free(job.step_grads);
     if (!rc) rc = train_write_outputs(t, &res, err);
-    cluster_result_free(&res);
     if (!rc && a->json) report_memory_json(stdout, t->memory, a->ranks);
-    if (rc || a->json) return rc;
-    if (!vit) {
-        printf("final parameters:\n");
-        report_final_params(stdout, &t->model, t->params);
+    if (!rc && !a->json) {
+        if (!vit) {
+            printf("final parameters:\n");
+            report_final_params(stdout, &t->model, t->params);
+        }
+        if (a->memory || vit) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
+        if (a->memory) rc = write_memory_timeline(t, &res.trace, NULL, 1, err);
+        if (vit) report_resident(stdout, t);
     }
-    if (a->memory || vit) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
-    if (vit) report_resident(stdout, t);
-    return 0;
+    cluster_result_free(&res);
+    return rc;
 }
 
 static void train_cleanup(TrainRun *t) {
     out_discard(&t->dump);
+    out_discard(&t->svg);
     out_discard(&t->trace);
     plan_free(&t->plan);
     model_desc_free(&t->model);

@@ -175,6 +175,10 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->init_from = v;
         return 0;
     }
+    if (!strcmp(f, "--memory-svg")) {
+        a->memory_svg = v;
+        return 0;
+    }
     if (!strcmp(f, "--trace-out")) {
         a->trace_out = v;
         return 0;
@@ -362,7 +366,10 @@ void train_args_help(FILE *f) {
           "  --clip-grad-norm X             clip by global norm; 0 = off (default)\n"
           "output\n"
           "  --print-plan                   print units and who owns which elements, then exit\n"
-          "  --memory                       per rank: at-rest and peak bytes by category\n"
+          "  --memory                       per rank: at-rest and peak bytes by category, and\n"
+          "                                 the last step's memory over time by category\n"
+          "  --memory-svg FILE              that timeline as an SVG picture, with the DDP\n"
+          "                                 level and each rank's peak marked\n"
           "  --json                         one JSON object per step on stdout\n"
           "  --print-every N                log every N steps (default: ten lines a run)\n"
           "  --dump-params FILE             final parameters: `name index value` lines\n"

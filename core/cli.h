@@ -32,12 +32,13 @@ typedef struct TrainArgs {
     const char *dump_params;                /* NULL: none */
     const char *init_from;                  /* safetensors to start from; NULL: seeded init */
     const char *trace_out;
-    const char *ckpt_dir; /* --checkpoint-dir; NULL: no checkpoints */
-    long ckpt_every;      /* --checkpoint-every N; 0: epoch ends only */
-    int keep;             /* --keep K newest checkpoints (0: all) */
-    const char *resume;   /* --resume auto|DIR; NULL: from the start */
-    int max_restarts;     /* --max-restarts R after a rank fails */
-    long fail_at_step;    /* --fail-at STEP[:RANK]; 0: no injected failure */
+    const char *memory_svg; /* --memory-svg FILE: each rank's memory over the last step */
+    const char *ckpt_dir;   /* --checkpoint-dir; NULL: no checkpoints */
+    long ckpt_every;        /* --checkpoint-every N; 0: epoch ends only */
+    int keep;               /* --keep K newest checkpoints (0: all) */
+    const char *resume;     /* --resume auto|DIR; NULL: from the start */
+    int max_restarts;       /* --max-restarts R after a rank fails */
+    long fail_at_step;      /* --fail-at STEP[:RANK]; 0: no injected failure */
     int fail_at_rank;
 } TrainArgs;
 

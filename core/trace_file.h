@@ -21,9 +21,12 @@ typedef struct TraceMeta {
     char **units; /* unit names in plan order */
 } TraceMeta;
 
-/* Writes t as JSON: Chrome's complete events ("ph":"X", pid = rank, tid = stream, times in
- * microseconds) for compute and comm spans and counter events for each rank's memory, then,
- * when meta is not NULL, the "fsdpTrace" object. Refuses non-finite times. */
+/* Writes t as JSON: when meta is not NULL, the "fsdpTrace" object, then Chrome's complete
+ * events ("ph":"X", pid = rank, tid = stream, times in microseconds) for compute and comm spans
+ * and, at each alloc and free, a "memory" counter event of its rank whose args are the bytes of
+ * every memory category (mem_category_name) after it, adding up to the event's mem_total.
+ * Refuses non-finite times and memory events that do not replay (no category, or a free of
+ * more than the category holds) before writing anything. */
 int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err);
 
 /* Reads a file trace_file_write wrote into t and meta (both freed by the caller, also on

@@ -363,3 +363,37 @@ Test(offload, an_unknown_tier_is_one_line) {
     cr_expect_str_eq(out, "fsdp: --offload must be none, optimizer or cpu (got 'disk')\n");
     free(out);
 }
+
+/* ---- memory over time, from the command line */
+
+Test(memory_over_time, train_writes_the_svg_and_prints_the_timeline) {
+    char path[] = "/tmp/fsdp-memory-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char args[256];
+    snprintf(args, sizeof args, "train --model toy --ranks 2 --steps 2 --memory --memory-svg %s",
+             path);
+    int status;
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", out);
+    cr_expect(strstr(out, "memory over the last step") != NULL, "%s", out);
+    cr_expect(strstr(out, "GPU 1  peak") != NULL, "both ranks are drawn: %s", out);
+    FILE *f = fopen(path, "r");
+    char head[256] = {0};
+    cr_assert(f);
+    cr_expect_gt(fread(head, 1, sizeof head - 1, f), 0);
+    fclose(f);
+    cr_expect(strstr(head, "<svg") != NULL, "an SVG: %s", head);
+    free(out);
+    unlink(path);
+}
+
+Test(memory_over_time, an_unwritable_svg_is_one_line) {
+    int status;
+    char *out = fsdp_output("train --model toy --steps 1 --memory-svg /nonexistent-dir/m.svg",
+                            "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+    cr_expect_str_eq(out, "fsdp: cannot write /nonexistent-dir/m.svg\n");
+    free(out);
+}

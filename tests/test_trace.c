@@ -70,10 +70,10 @@ Test(trace, disabled_buffer_stores_nothing) {
 }
 
 Test(trace, kind_and_phase_names) {
-    const char *kinds[] = {"alloc",     "free",     "all_gather", "reduce_scatter", "all_reduce",
-                           "broadcast", "barrier",  "forward",    "backward",       "optimizer",
-                           "copy_h2d",  "copy_d2h", "pack",       "recompute",      "nvme_read",
-                           "nvme_write"};
+    const char *kinds[] = {"alloc",      "free",      "all_gather", "reduce_scatter",
+                           "all_reduce", "broadcast", "barrier",    "forward",
+                           "backward",   "optimizer", "copy_h2d",   "copy_d2h",
+                           "pack",       "recompute", "nvme_read",  "nvme_write"};
     cr_assert_eq(sizeof kinds / sizeof *kinds, (size_t)EV_KIND_COUNT);
     for (int k = 0; k < EV_KIND_COUNT; k++)
         cr_assert_str_eq(event_kind_name((EventKind)k), kinds[k]);
@@ -220,12 +220,12 @@ static void build_two_rank_trace(Trace *t) {
         bufs[r].step = 3;
         TraceEvent gather = span(EV_ALL_GATHER, 0.0015 + r, 0.00275 + r, 0, STREAM_COMM);
         gather.bytes = 123456789ULL;
-        cr_assert_eq(tracebuf_append(&bufs[r], memory_event(EV_ALLOC, 0.001 + r, 4096, 8192)), 0);
+        cr_assert_eq(tracebuf_append(&bufs[r], memory_event(EV_ALLOC, 0.001 + r, 4096, 4096)), 0);
         cr_assert_eq(tracebuf_append(&bufs[r], gather), 0);
         cr_assert_eq(
             tracebuf_append(&bufs[r], span(EV_FORWARD, 0.003 + r, 0.0045 + r, 1, STREAM_COMPUTE)),
             0);
-        cr_assert_eq(tracebuf_append(&bufs[r], memory_event(EV_FREE, 0.005 + r, 4096, 4096)), 0);
+        cr_assert_eq(tracebuf_append(&bufs[r], memory_event(EV_FREE, 0.005 + r, 4096, 0)), 0);
     }
     Err err = {0};
     cr_assert_eq(trace_merge(t, bufs, 2, &err), 0, "%s", err.msg);
@@ -287,9 +287,14 @@ Test(trace, chrome_json_events_and_metadata) {
     cr_assert_str_eq(string(alloc, "name"), "memory");
     cr_assert_eq(number(alloc, "pid"), 0);
     cr_assert_float_eq(number(alloc, "ts"), 1000.0, 1e-6);
-    cr_assert_eq(number(cJSON_GetObjectItemCaseSensitive(alloc, "args"), "bytes"), 8192);
+    /* one arg per memory category: the alloc's category holds its bytes, the rest nothing */
+    const cJSON *alloc_args = cJSON_GetObjectItemCaseSensitive(alloc, "args");
+    cr_assert_eq(cJSON_GetArraySize(alloc_args), MEM_CATEGORY_COUNT);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        cr_assert_eq(number(alloc_args, mem_category_name((MemCategory)c)),
+                     c == MEM_PARAM_UNSHARDED ? 4096 : 0, "%s", mem_category_name((MemCategory)c));
     const cJSON *freed = nth_phase(events, "C", 1);
-    cr_assert_eq(number(cJSON_GetObjectItemCaseSensitive(freed, "args"), "bytes"), 4096);
+    cr_assert_eq(number(cJSON_GetObjectItemCaseSensitive(freed, "args"), "param_unsharded"), 0);
 
     cJSON_Delete(root);
     trace_free(&t);
@@ -350,6 +355,24 @@ Test(trace, chrome_refuses_non_finite_times) {
     cr_assert_not_null(f);
     Err err = {0};
     cr_assert_eq(trace_file_write(&t, NULL, f, &err), ERR_INTERNAL);
+    cr_assert_eq(ftell(f), 0, "nothing written");
+    fclose(f);
+}
+
+/* Counters that would not add up are refused before anything is written. */
+Test(trace, chrome_refuses_memory_that_does_not_replay) {
+    TraceEvent ev[2] = {memory_event(EV_ALLOC, 0.0, 100, 100), memory_event(EV_FREE, 1e-6, 200, 0)};
+    Trace t = {.ev = ev, .n = 2, .nranks = 1};
+    FILE *f = tmpfile();
+    cr_assert_not_null(f);
+    Err err = {0};
+    cr_assert_eq(trace_file_write(&t, NULL, f, &err), ERR_INTERNAL);
+    cr_expect_neq(strstr(err.msg, "frees 200 bytes of param_unsharded, which holds only 100"), NULL,
+                  "%s", err.msg);
+    ev[1] = memory_event(EV_FREE, 1e-6, 100, 0);
+    ev[1].category = -1;
+    cr_assert_eq(trace_file_write(&t, NULL, f, &err), ERR_INTERNAL);
+    cr_expect_neq(strstr(err.msg, "has no memory category"), NULL, "%s", err.msg);
     cr_assert_eq(ftell(f), 0, "nothing written");
     fclose(f);
 }
