@@ -131,6 +131,13 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         return parse_float(f, v, 0.0, 1e30, &c->clip_grad_norm, err);
     if (!strcmp(f, "--param-dtype")) return parse_dtype(f, v, &c->param_dtype, err);
     if (!strcmp(f, "--reduce-dtype")) return parse_dtype(f, v, &c->reduce_dtype, err);
+    if (!strcmp(f, "--output-dtype")) {
+        DType t;
+        int rc = parse_dtype(f, v, &t, err);
+        if (!rc) c->output_dtype = (int)t;
+        return rc;
+    }
+    if (!strcmp(f, "--cast-forward-inputs")) return parse_bool(f, v, &c->cast_forward_inputs, err);
     if (!strcmp(f, "--eval")) return parse_bool(f, v, &a->eval, err);
     if (!strcmp(f, "--reshard-after-forward"))
         return parse_bool(f, v, &c->reshard_after_forward, err);
@@ -353,6 +360,10 @@ void train_args_help(FILE *f) {
           "  --grad-accum K                 micro-steps per step, gradient sync off between\n"
           "  --param-dtype T                fp32 (default), bf16, fp16: gathered params\n"
           "  --reduce-dtype T               fp32 (default), bf16, fp16: gradient reduction\n"
+          "  --output-dtype T               cast each unit's forward output to T (default:\n"
+          "                                 as computed)\n"
+          "  --cast-forward-inputs B        cast each unit's inputs to --param-dtype\n"
+          "                                 (default true; FSDP2's MixedPrecisionPolicy)\n"
           "  --offload T                    none (default); optimizer: Adam's state and step on\n"
           "                                 the host (ZeRO-Offload); cpu: shards, grads and\n"
           "                                 Adam's state in host memory (FSDP2 CPUOffload)\n"

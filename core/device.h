@@ -43,8 +43,8 @@ typedef enum {
     WORK_OPTIMIZER,
     WORK_COPY_H2D,
     WORK_COPY_D2H,
-    WORK_PACK,      /* casting/packing shards into a comm buffer and back */
-    WORK_RECOMPUTE, /* activation checkpointing: a unit's forward again, before its backward */
+    WORK_PACK,       /* casting/packing shards into a comm buffer and back */
+    WORK_RECOMPUTE,  /* activation checkpointing: a unit's forward again, before its backward */
     WORK_NVME_READ,  /* the NVMe tier: a unit's resting state read from its file */
     WORK_NVME_WRITE, /* ... and written back */
 } WorkKind;

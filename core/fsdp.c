@@ -52,7 +52,10 @@ struct Engine {
     int nseq;
     int *module_first_up; /* module -> index of its first parameter within its unit */
     char *checkpointed;   /* module -> activation checkpointing keeps only its input */
-    size_t *param_flat;   /* model param -> offset in the flat full-parameter vector */
+    /* module -> FSDP2 casts there: the model's input or a non-root unit's first module
+     * (enters), the model's output or a non-root unit's last module (leaves) */
+    char *unit_entry, *unit_exit;
+    size_t *param_flat; /* model param -> offset in the flat full-parameter vector */
     int reshard;
     int shard_rank, optim_rank, optim_size;
     Pending pending[MAX_PENDING];
@@ -80,6 +83,8 @@ void fsdp_config_defaults(FsdpConfig *c) {
     c->eps = 1e-8f;
     c->param_dtype = DTYPE_FP32;
     c->reduce_dtype = DTYPE_FP32;
+    c->output_dtype = -1;
+    c->cast_forward_inputs = 1;
     c->batch_size = 8;
     c->seed = 1234;
 }
@@ -482,6 +487,37 @@ static int complete_reduce(Engine *e, int u, Err *err) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- mixed precision */
+
+/* The unit computes in low precision and its inputs are cast to it. */
+static int casts_inputs(const Engine *e) {
+    return e->cfg.param_dtype != DTYPE_FP32 && e->cfg.cast_forward_inputs;
+}
+
+static int casts_outputs(const Engine *e) {
+    return e->cfg.output_dtype >= 0 && e->cfg.output_dtype != DTYPE_FP32;
+}
+
+/* Rounds the model's buffer at a boundary of module m to dtype t in place, as a cast to t
+ * and back would. */
+static int round_boundary(Engine *e, int m, BoundaryKind which, DType t, Err *err) {
+    size_t n = 0;
+    float *x = e->model->ops->boundary ? e->model->ops->boundary(e->run, m, which, &n) : NULL;
+    if (!x || !n || t == DTYPE_FP32) return 0;
+    void *low;
+    int rc = dev_alloc(e, &low, n * dtype_size(t), MEM_ACTIVATIONS, -1, err);
+    if (rc) return rc;
+    e->k->cast(low, t, x, DTYPE_FP32, n);
+    e->k->cast(x, DTYPE_FP32, low, t, n);
+    dev_free(e, low, -1);
+    int backward = which == BOUNDARY_OUTPUT_GRAD || which == BOUNDARY_INPUT_GRAD;
+    run_work(e, STREAM_COMPUTE,
+             (Work){.kind = backward ? WORK_BACKWARD : WORK_FORWARD,
+                    .unit = e->plan->module_unit[m],
+                    .bytes = 2.0 * (double)n * (double)(sizeof(float) + dtype_size(t))});
+    return 0;
+}
+
 /* ---------------------------------------------------------------- forward and backward */
 
 static int last_module_of(const Engine *e, int u) {
@@ -506,11 +542,17 @@ static int forward_pass(Engine *e, int micro, int training, float grad_scale, fl
         int u = e->plan->module_unit[m];
         UnitState *us = &e->units[u];
         if (u != prev && (rc = enter_unit_forward(e, ++pos, err))) return rc;
+        if (e->unit_entry[m] && casts_inputs(e) &&
+            (rc = round_boundary(e, m, BOUNDARY_INPUT, e->cfg.param_dtype, err)))
+            return rc;
         Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
         rc = e->model->ops->forward(e->run, m, us->param_ptrs + e->module_first_up[m], &w, err);
         if (rc) return rc;
         w.unit = u;
         run_work(e, STREAM_COMPUTE, w);
+        if (e->unit_exit[m] && casts_outputs(e) &&
+            (rc = round_boundary(e, m, BOUNDARY_OUTPUT, (DType)e->cfg.output_dtype, err)))
+            return rc;
         if (training && e->checkpointed[m] && (rc = e->model->ops->checkpoint(e->run, m, err)))
             return rc;
         if (m == last_module_of(e, u) && e->reshard && !e->plan->units[u].is_root) reshard(e, u);
@@ -552,12 +594,19 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
         if (u != prev && (rc = enter_unit_backward(e, ++pos, err))) return rc;
         int first = e->module_first_up[m];
         if (e->checkpointed[m] && (rc = recompute(e, m, u, err))) return rc;
+        /* a low-precision unit's backward takes and gives gradients in its dtype */
+        if (e->unit_exit[m] && casts_inputs(e) &&
+            (rc = round_boundary(e, m, BOUNDARY_OUTPUT_GRAD, e->cfg.param_dtype, err)))
+            return rc;
         Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
         rc = e->model->ops->backward(e->run, m, us->param_ptrs + first, us->grad_ptrs + first, &w,
                                      err);
         if (rc) return rc;
         w.unit = u;
         run_work(e, STREAM_COMPUTE, w);
+        if (e->unit_entry[m] && casts_inputs(e) &&
+            (rc = round_boundary(e, m, BOUNDARY_INPUT_GRAD, e->cfg.param_dtype, err)))
+            return rc;
         if (m == e->plan->units[u].modules[0]) { /* the unit's backward is complete */
             if (sync && (rc = reduce_start(e, u, err))) return rc;
             reshard(e, u);
@@ -1004,6 +1053,19 @@ static void entry_sequences(Engine *e) {
     e->nseq = n;
 }
 
+/* The root unit's forward is the whole model's: it takes the model's input and gives its
+ * output. Every other unit is entered at its first module and left after its last. */
+static void mark_unit_boundaries(Engine *e) {
+    int nm = e->model->nmodules;
+    e->unit_entry[0] = e->unit_exit[nm - 1] = 1;
+    for (int u = 0; u < e->plan->nunits; u++) {
+        const Unit *unit = &e->plan->units[u];
+        if (unit->is_root || !unit->nmodules) continue;
+        e->unit_entry[unit->modules[0]] = 1;
+        e->unit_exit[unit->modules[unit->nmodules - 1]] = 1;
+    }
+}
+
 static int create_tables(Engine *e, Err *err) {
     const ModelDesc *m = e->model;
     e->units = calloc((size_t)e->plan->nunits + 1, sizeof *e->units);
@@ -1012,11 +1074,14 @@ static int create_tables(Engine *e, Err *err) {
     e->module_first_up = calloc((size_t)m->nmodules + 1, sizeof *e->module_first_up);
     e->param_flat = calloc((size_t)m->nparams + 1, sizeof *e->param_flat);
     e->checkpointed = calloc((size_t)m->nmodules + 1, 1);
+    e->unit_entry = calloc((size_t)m->nmodules + 1, 1);
+    e->unit_exit = calloc((size_t)m->nmodules + 1, 1);
     if (!e->units || !e->fwd_seq || !e->bwd_seq || !e->module_first_up || !e->param_flat ||
-        !e->checkpointed)
+        !e->checkpointed || !e->unit_entry || !e->unit_exit)
         return err_set(err, ERR_NOMEM, "out of memory creating the engine");
     for (int i = 0; i < m->nmodules; i++)
         e->checkpointed[i] = (char)fsdp_module_checkpointed(&e->cfg, m, i);
+    mark_unit_boundaries(e);
     size_t flat = 0;
     for (int i = 0; i < m->nparams; i++) {
         e->param_flat[i] = flat;
@@ -1086,5 +1151,7 @@ void engine_destroy(Engine *e) {
     free(e->module_first_up);
     free(e->param_flat);
     free(e->checkpointed);
+    free(e->unit_entry);
+    free(e->unit_exit);
     free(e);
 }

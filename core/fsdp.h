@@ -27,6 +27,12 @@ typedef struct FsdpConfig {
     OptimKind optim;
     float lr, beta1, beta2, eps, weight_decay;
     DType param_dtype, reduce_dtype;
+    /* FSDP2's MixedPrecisionPolicy: each unit's forward outputs cast to output_dtype (a DType;
+     * -1: left as computed, FSDP2's None), and its floating-point inputs cast to param_dtype
+     * when cast_forward_inputs (default 1). The simulator computes in fp32 on rounded values,
+     * so these casts are where it rounds activations and their gradients. */
+    int output_dtype;
+    int cast_forward_inputs;
     OffloadKind offload;
     int batch_size; /* per rank, per micro-step */
     uint64_t seed;

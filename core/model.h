@@ -57,6 +57,14 @@ typedef struct ModelDesc ModelDesc;
 /* Per-rank runtime state of a model (activations of the current micro-batch). */
 typedef struct ModelRun ModelRun;
 
+/* Where a module meets the rest of the model: FSDP2's mixed precision casts there. */
+typedef enum {
+    BOUNDARY_INPUT = 0,   /* the module's forward input, before its forward */
+    BOUNDARY_OUTPUT,      /* its forward output, after its forward */
+    BOUNDARY_OUTPUT_GRAD, /* the gradient arriving at its output, before its backward */
+    BOUNDARY_INPUT_GRAD,  /* the gradient it passes to its input, after its backward */
+} BoundaryKind;
+
 typedef struct ModelOps {
     int (*run_create)(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
                       ModelRun **out, Err *err);
@@ -84,6 +92,9 @@ typedef struct ModelOps {
      * backward finds exactly the values it would have found. */
     int (*checkpoint)(ModelRun *run, int module, Err *err);
     int (*recompute)(ModelRun *run, int module, float *const *params, Work *w, Err *err);
+    /* The current micro-batch's buffer at a boundary of module m and its length in floats;
+     * NULL when there is none (the gradient of the images). */
+    float *(*boundary)(ModelRun *run, int module, BoundaryKind which, size_t *n);
 } ModelOps;
 
 struct ModelDesc {

@@ -27,6 +27,8 @@ void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks,
     fprintf(f, ", wrap %s, reshard_after_forward=%s, param %s, reduce %s", wrap,
             fsdp_reshard_after_forward(c) ? "true" : "false", dtype_name(c->param_dtype),
             dtype_name(c->reduce_dtype));
+    if (c->output_dtype >= 0) fprintf(f, ", output %s", dtype_name((DType)c->output_dtype));
+    if (c->param_dtype != DTYPE_FP32 && !c->cast_forward_inputs) fprintf(f, ", inputs uncast");
     if (c->offload != OFFLOAD_NONE) fprintf(f, ", offload %s", offload_name(c->offload));
     if (c->grad_accum > 1) fprintf(f, ", grad_accum %d", c->grad_accum);
     fprintf(f, "\n");

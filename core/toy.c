@@ -121,6 +121,21 @@ static void toy_discard(ModelRun *r) {
     free_act(r, &r->target);
 }
 
+static float *toy_boundary(ModelRun *r, int m, BoundaryKind which, size_t *n) {
+    *n = r->batch;
+    switch (which) {
+    case BOUNDARY_INPUT:
+        return r->act[m];
+    case BOUNDARY_OUTPUT:
+        return r->act[m + 1];
+    case BOUNDARY_OUTPUT_GRAD:
+        return r->grad[m + 1];
+    case BOUNDARY_INPUT_GRAD:
+        return m == 0 ? NULL : r->grad[m];
+    }
+    return NULL;
+}
+
 static const ModelOps toy_ops = {
     .run_create = toy_run_create,
     .run_destroy = toy_run_destroy,
@@ -129,6 +144,7 @@ static const ModelOps toy_ops = {
     .loss = toy_loss,
     .backward = toy_backward,
     .discard = toy_discard,
+    .boundary = toy_boundary,
 };
 
 int toy_model_create(ModelDesc *m, Err *err) {

@@ -54,15 +54,15 @@ int tracebuf_append(TraceBuf *b, TraceEvent e) {
 
 const char *event_kind_name(EventKind k) {
     static const char *const names[EV_KIND_COUNT] = {
-        "alloc",   "free",     "all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier",
-        "forward", "backward", "optimizer",  "copy_h2d",       "copy_d2h",   "pack",
-        "recompute", "nvme_read", "nvme_write"};
+        "alloc",   "free",      "all_gather", "reduce_scatter", "all_reduce", "broadcast",
+        "barrier", "forward",   "backward",   "optimizer",      "copy_h2d",   "copy_d2h",
+        "pack",    "recompute", "nvme_read",  "nvme_write"};
     return (k >= 0 && k < EV_KIND_COUNT) ? names[k] : "unknown";
 }
 
 EventKind event_kind_of_work(WorkKind k) {
-    static const EventKind kinds[] = {EV_FORWARD, EV_BACKWARD,  EV_OPTIMIZER,
-                                      EV_COPY_H2D, EV_COPY_D2H, EV_PACK,
+    static const EventKind kinds[] = {EV_FORWARD,   EV_BACKWARD,  EV_OPTIMIZER,
+                                      EV_COPY_H2D,  EV_COPY_D2H,  EV_PACK,
                                       EV_RECOMPUTE, EV_NVME_READ, EV_NVME_WRITE};
     return k >= WORK_FORWARD && k <= WORK_NVME_WRITE ? kinds[k] : EV_PACK;
 }

@@ -557,6 +557,28 @@ static int vit_recompute(ModelRun *r, int module, float *const *params, Work *w,
     return rc;
 }
 
+/* ---------------------------------------------------------------- unit boundaries */
+
+static float *vit_boundary(ModelRun *r, int m, BoundaryKind which, size_t *n) {
+    size_t hidden = r->B * r->T * r->H, logits = r->B * (size_t)r->c->classes;
+    int head = r->c->layers + 1;
+    *n = hidden;
+    switch (which) {
+    case BOUNDARY_INPUT:
+        if (m == 0) *n = r->B * (size_t)r->c->image * (size_t)r->c->image;
+        return m == 0 ? r->images : r->x[m];
+    case BOUNDARY_OUTPUT:
+        if (m == head) *n = logits;
+        return m == head ? r->logits : r->x[m + 1];
+    case BOUNDARY_OUTPUT_GRAD:
+        if (m == head) *n = logits;
+        return m == head ? r->dlogits : r->grad;
+    case BOUNDARY_INPUT_GRAD:
+        return m == 0 ? NULL : r->grad;
+    }
+    return NULL;
+}
+
 static const ModelOps vit_ops = {
     .run_create = vit_run_create,
     .run_destroy = vit_run_destroy,
@@ -568,6 +590,7 @@ static const ModelOps vit_ops = {
     .discard = vit_discard,
     .checkpoint = vit_checkpoint,
     .recompute = vit_recompute,
+    .boundary = vit_boundary,
 };
 
 int vit_model_create(ModelDesc *m, const VitConfig *c, Err *err) {

@@ -397,3 +397,78 @@ Test(memory_over_time, an_unwritable_svg_is_one_line) {
     cr_expect_str_eq(out, "fsdp: cannot write /nonexistent-dir/m.svg\n");
     free(out);
 }
+
+/* ---- the mixed-precision policy */
+
+static void train_policy(VitRun *run, const ModelDesc *m, DType param, int output, int cast_inputs,
+                         int ac_every) {
+    FsdpConfig c = vit_config(STRAT_ZERO3, 4);
+    c.param_dtype = param;
+    c.output_dtype = output;
+    c.cast_forward_inputs = cast_inputs;
+    c.ac_every = ac_every;
+    vit_train(run, m, c, 2, 4, 0);
+}
+
+static int same_bits(const VitRun *a, const VitRun *b, const ModelDesc *m) {
+    return memcmp(a->params, b->params, m->total_numel * sizeof(float)) == 0;
+}
+
+/* Casting to fp32 is no cast: an all-fp32 policy spelled out trains to the default's bits. */
+Test(mixed_precision, an_fp32_policy_changes_nothing, .timeout = 60) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    VitRun plain, spelled;
+    train_policy(&plain, &m, DTYPE_FP32, -1, 1, 0);
+    train_policy(&spelled, &m, DTYPE_FP32, DTYPE_FP32, 0, 0);
+    cr_expect(same_bits(&plain, &spelled, &m));
+    vit_run_free(&plain);
+    vit_run_free(&spelled);
+    model_desc_free(&m);
+}
+
+/* Each cast rounds something: bf16 inputs (the default with bf16 params) against uncast
+ * inputs, and bf16 outputs against none, all land near fp32 but not on the same bits. The
+ * rounding is the same in a recomputed block, so checkpointing still changes nothing. */
+Test(mixed_precision, each_cast_rounds_and_stays_close, .timeout = 120) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    VitRun fp32, cast_in, uncast, out_bf16, cast_in_ac;
+    train_policy(&fp32, &m, DTYPE_FP32, -1, 1, 0);
+    train_policy(&cast_in, &m, DTYPE_BF16, -1, 1, 0);
+    train_policy(&uncast, &m, DTYPE_BF16, -1, 0, 0);
+    train_policy(&out_bf16, &m, DTYPE_FP32, DTYPE_BF16, 1, 0);
+    train_policy(&cast_in_ac, &m, DTYPE_BF16, DTYPE_BF16, 1, 1);
+    cr_expect(!same_bits(&cast_in, &uncast, &m), "casting the inputs rounded nothing");
+    cr_expect(!same_bits(&out_bf16, &fp32, &m), "casting the outputs rounded nothing");
+    VitRun *close[] = {&cast_in, &uncast, &out_bf16};
+    for (size_t i = 0; i < 3; i++) {
+        double d = rel_l2(close[i]->params, fp32.params, m.total_numel);
+        cr_expect_leq(d, 1e-2, "case %zu: relative L2 %.3g from fp32", i, d);
+        cr_expect_gt(d, 0.0);
+    }
+    VitRun both;
+    train_policy(&both, &m, DTYPE_BF16, DTYPE_BF16, 1, 0);
+    cr_expect(same_bits(&both, &cast_in_ac, &m), "checkpointing changed a bf16 run");
+    VitRun *all[] = {&fp32, &cast_in, &uncast, &out_bf16, &cast_in_ac, &both};
+    for (size_t i = 0; i < 6; i++) vit_run_free(all[i]);
+    model_desc_free(&m);
+}
+
+Test(mixed_precision, bad_policy_flags_are_one_line) {
+    struct {
+        const char *args, *want;
+    } cases[] = {
+        {"train --output-dtype fp8",
+         "fsdp: --output-dtype must be fp32, bf16 or fp16 (got 'fp8')\n"},
+        {"train --cast-forward-inputs maybe",
+         "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        int status;
+        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
+        cr_expect_str_eq(out, cases[i].want);
+        free(out);
+    }
+}
