@@ -1,11 +1,12 @@
 #include "device.h"
 
 static const char *const category_names[MEM_CATEGORY_COUNT] = {
-    "param_shard", "param_unsharded", "grad_shard",   "grad_unsharded", "optim_state",
-    "activations", "comm_buffer",     "host_offload", "ac_inputs",      "nvme"};
+    "param_shard", "param_unsharded", "grad_shard", "grad_unsharded", "optim_state", "activations",
+    "comm_buffer", "host_offload",    "ac_inputs",  "nvme",           "compute_copy"};
 static const char *const category_labels[MEM_CATEGORY_COUNT] = {
-    "param shard", "unsharded params", "grad shard",     "unsharded grads",     "optim state",
-    "activations", "comm buffers",     "host (offload)", "checkpointed inputs", "NVMe (offload)"};
+    "param shard",         "unsharded params", "grad shard",   "unsharded grads",
+    "optim state",         "activations",      "comm buffers", "host (offload)",
+    "checkpointed inputs", "NVMe (offload)",   "fp32 copies"};
 
 const char *mem_category_name(MemCategory c) {
     return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_names[c] : "?";

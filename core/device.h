@@ -21,6 +21,10 @@ typedef enum {
     MEM_HOST_OFFLOAD,    /* host memory holding offloaded shards, grads and state */
     MEM_AC_INPUT,        /* inputs activation checkpointing keeps to recompute a unit from */
     MEM_NVME,            /* file bytes of the NVMe tier: resting shards and optimizer state */
+    /* fp32 copies of bf16/fp16 gathered parameters for kernels that compute in fp32: real on
+     * a backend whose kernels need them, an artefact of emulation in the simulator, which
+     * keeps them out of a rank's total (a GPU computing in bf16 holds no such copy) */
+    MEM_COMPUTE_COPY,
     MEM_CATEGORY_COUNT
 } MemCategory;
 

@@ -268,7 +268,7 @@ static int make_compute_view(Engine *e, int u, const void *src, Err *err) {
         us->compute_owned = 0;
     } else {
         int rc = dev_alloc(e, (void **)&us->compute, unit->numel * sizeof(float),
-                           MEM_PARAM_UNSHARDED, u, err);
+                           MEM_COMPUTE_COPY, u, err);
         if (rc) return rc;
         e->k->cast(us->compute, DTYPE_FP32, src, e->cfg.param_dtype, unit->numel);
         us->compute_owned = 1;

@@ -224,7 +224,6 @@ static size_t ddp_rest(const Plan *p, MemCategory c) {
 /* One table: categories as rows, for each shown rank its bytes at rest and at its peak
  * (the breakdown at the moment the rank's total peaked), then the DDP figure at rest. */
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem) {
-    (void)c;
     int shown = p->world < 4 ? p->world : 4;
     char a[32], b[32];
     fprintf(f,
@@ -253,6 +252,14 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
         fprintf(f, "  %11s %11s", format_bytes(rest[r], a, sizeof a),
                 format_bytes(mem[r].peak, b, sizeof b));
     fprintf(f, "  %12s\n", format_bytes(ddp, a, sizeof a));
+    size_t copies = 0;
+    for (int r = 0; r < shown; r++) copies += mem[r].at_peak[MEM_COMPUTE_COPY];
+    if (copies)
+        fprintf(f,
+                "  (fp32 copies: the kernels here compute in fp32, so each gathered %s unit gets "
+                "an fp32 copy;\n   the simulator leaves them out of the totals, as a GPU "
+                "computing in %s holds none)\n",
+                dtype_name(c->param_dtype), dtype_name(c->param_dtype));
 }
 
 void report_step_text(FILE *f, const StepReport *r, int fp16) {

@@ -69,6 +69,7 @@ static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     h->bytes = bytes;
     h->category = cat;
     s->in_use[cat] += bytes;
+    if (cat == MEM_COMPUTE_COPY) return h + 1; /* emulation's own, not the modelled GPU's */
     s->total += bytes;
     if (s->total > s->peak) {
         s->peak = s->total;
@@ -83,8 +84,10 @@ static void sim_free(Device *d, void *p, int unit) {
     SimDevice *s = sim(d);
     BlockHeader *h = (BlockHeader *)p - 1;
     s->in_use[h->category] -= h->bytes;
-    s->total -= h->bytes;
-    trace_memory(s, EV_FREE, h->bytes, h->category, unit);
+    if (h->category != MEM_COMPUTE_COPY) {
+        s->total -= h->bytes;
+        trace_memory(s, EV_FREE, h->bytes, h->category, unit);
+    }
     if (!cache_put(s, h)) free(h);
 }
 

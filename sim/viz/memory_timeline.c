@@ -300,6 +300,7 @@ static const char *const category_colour[] = {
     "#9c755f", /* host (offload): brown */
     "#edc948", /* checkpointed inputs: yellow */
     "#bab0ac", /* NVMe (offload): grey */
+    "#ff9da7", /* fp32 copies (never in a simulated trace): pink */
 };
 _Static_assert(sizeof category_colour / sizeof *category_colour == MEM_CATEGORY_COUNT,
                "every memory category needs a colour");
