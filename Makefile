@@ -47,7 +47,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-vs-torch bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-vs-torch bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -123,6 +123,11 @@ bench-vs-torch: deps $(BUILD)/bench_vit
 # Sharded checkpoint save and load of vit-workshop at 4 ranks against dd on the same disk.
 bench-ckpt: deps $(BUILD)/bench_ckpt
 	./$(BUILD)/bench_ckpt --model vit-workshop --ranks 4
+
+# The NVMe tier (--offload nvme): 1 GiB written and read in 64 MiB units, two in flight,
+# against dd on the same disk (/var/tmp) in the same run.
+bench-nvme: deps $(BUILD)/bench_nvme
+	$(BUILD)/bench_nvme --bytes 1G --chunk 64M --dir /var/tmp/fsdp_bench_nvme
 
 # The visualizer at vit-workshop's size: 8 ranks, 100,000 trace events.
 bench-viz: deps $(BUILD)/bench_viz

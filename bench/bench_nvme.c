@@ -1,0 +1,268 @@
+/* bench_nvme: the NVMe tier's achieved write and read bandwidth against dd on the same disk,
+ * in the same run. The tier moves --bytes in --chunk pieces (a unit's resting state) with two
+ * requests in flight, as the engine double-buffers: writes go out back to back from memory;
+ * each read lands in one of two chunk buffers and is checked against what was written (the
+ * "compute") while the next chunk loads. dd moves the same bytes with bs=--chunk into a file
+ * reserved the same way (posix_fallocate), from a source file in /dev/shm so its input costs
+ * no disk. The tier runs in its three modes (default: O_DIRECT writes, buffered reads; O_DIRECT
+ * both ways; buffered both ways) and dd in two (oflag/iflag=direct; conv=fdatasync and a
+ * buffered read). Medians of --runs runs.
+ *
+ *     build/bench_nvme [--bytes 1G] [--chunk 64M] [--dir /var/tmp/fsdp_bench_nvme] [--runs 3]
+ *
+ * Reads must come from the disk, not the page cache: O_DIRECT bypasses it; the tier's buffered
+ * path syncs every written chunk and drops the pages of every chunk (POSIX_FADV_DONTNEED), and
+ * before dd's buffered read the same is done to dd's file. (A virtual disk's host may still
+ * cache below this machine; that holds for the tier and dd alike.) --dir must be on a disk:
+ * tmpfs is refused. The data is random: a virtual disk may compress zeros. The source is held
+ * in memory whole: --bytes of RAM, and as much again in /dev/shm for dd. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "../core/nvme_tier.h"
+#include "bench_util.h"
+
+#define TMPFS_MAGIC_NUMBER 0x01021994
+
+typedef struct Setup {
+    size_t bytes, chunk;
+    const char *dir;
+    unsigned char *src;    /* bytes of random data, NVME_TIER_ALIGN-aligned */
+    unsigned char *buf[2]; /* the two read buffers */
+    char dd_src[4096 + 64], dd_file[4096 + 64];
+} Setup;
+
+/* "1G", "64M", "512K" or bytes. */
+static size_t parse_size(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    size_t unit = 1;
+    if (*end == 'K' || *end == 'k') unit = 1u << 10;
+    if (*end == 'M' || *end == 'm') unit = 1u << 20;
+    if (*end == 'G' || *end == 'g') unit = 1u << 30;
+    return v > 0 ? (size_t)(v * (double)unit) : 0;
+}
+
+static void fill_random(unsigned char *buf, size_t n) {
+    uint64_t x = 0x243F6A8885A308D3ull;
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(buf + i, &x, 8);
+    }
+}
+
+/* Writes then reads s->bytes through a tier in `mode`; rates in bytes/s. */
+static int tier_run(const Setup *s, NvmeIoMode mode, double *write_bps, double *read_bps,
+                    NvmeStats *opened, Err *err) {
+    NvmeTier *t = NULL;
+    int rc = nvme_tier_open_mode(&t, s->dir, 0, s->bytes, mode, err);
+    if (rc) return rc;
+    *opened = nvme_tier_stats(t);
+    size_t n = s->bytes / s->chunk;
+    NvmeRequest req[2] = {{0}};
+    double t0 = now_s();
+    for (size_t i = 0; !rc && i < n; i++) {
+        if (i >= 2) rc = nvme_tier_wait(t, &req[i % 2], err);
+        if (!rc)
+            rc =
+                nvme_tier_write(t, i * s->chunk, s->src + i * s->chunk, s->chunk, &req[i % 2], err);
+    }
+    for (size_t i = n > 2 ? n - 2 : 0; !rc && i < n; i++) rc = nvme_tier_wait(t, &req[i % 2], err);
+    *write_bps = (double)s->bytes / (now_s() - t0);
+    t0 = now_s();
+    for (size_t i = 0; !rc && i < n && i < 2; i++)
+        rc = nvme_tier_read(t, i * s->chunk, s->buf[i], s->chunk, &req[i], err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = nvme_tier_wait(t, &req[i % 2], err);
+        if (!rc && memcmp(s->buf[i % 2], s->src + i * s->chunk, s->chunk))
+            rc = err_set(err, ERR_INTERNAL, "chunk %zu read back differs from what was written", i);
+        if (!rc && i + 2 < n)
+            rc = nvme_tier_read(t, (i + 2) * s->chunk, s->buf[i % 2], s->chunk, &req[i % 2], err);
+    }
+    *read_bps = (double)s->bytes / (now_s() - t0);
+    nvme_tier_close(t); /* waits for anything an error left in flight */
+    return rc;
+}
+
+/* Drops a file's pages from the page cache once they are on the disk. */
+static void drop_cached(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+}
+
+static double timed_system(const char *cmd) {
+    double t0 = now_s();
+    return system(cmd) == 0 ? now_s() - t0 : -1;
+}
+
+/* dd writes then reads s->bytes, bs = chunk, into a file reserved as the tier's is. */
+static int dd_run(const Setup *s, int direct, double *write_bps, double *read_bps, Err *err) {
+    int fd = open(s->dd_file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int rc = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)s->bytes);
+    if (fd >= 0) close(fd);
+    if (rc) return err_set(err, ERR_IO, "cannot reserve %s: %s", s->dd_file, strerror(rc));
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "dd if=%s of=%s bs=%zu count=%zu conv=notrunc%s status=none",
+             s->dd_src, s->dd_file, s->chunk, s->bytes / s->chunk,
+             direct ? " oflag=direct" : ",fdatasync");
+    double w = timed_system(cmd);
+    drop_cached(s->dd_file);
+    snprintf(cmd, sizeof cmd, "dd if=%s of=/dev/null bs=%zu%s status=none", s->dd_file, s->chunk,
+             direct ? " iflag=direct" : "");
+    double r = w > 0 ? timed_system(cmd) : -1;
+    unlink(s->dd_file);
+    if (w <= 0 || r <= 0) return err_set(err, ERR_IO, "dd failed: %s", cmd);
+    *write_bps = (double)s->bytes / w;
+    *read_bps = (double)s->bytes / r;
+    return 0;
+}
+
+/* The source file dd reads: in /dev/shm when it is memory, else next to dd's file (where it
+ * stays in the page cache: it is read, never dropped). */
+static int write_dd_source(Setup *s, Err *err) {
+    struct statfs fs;
+    int shm = statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC_NUMBER;
+    snprintf(s->dd_src, sizeof s->dd_src, "%s/fsdp-bench-nvme-%ld-src.bin",
+             shm ? "/dev/shm" : s->dir, (long)getpid());
+    snprintf(s->dd_file, sizeof s->dd_file, "%s/fsdp-bench-nvme-%ld-dd.bin", s->dir,
+             (long)getpid());
+    FILE *f = fopen(s->dd_src, "wb");
+    if (!f) return err_set(err, ERR_IO, "cannot write %s: %s", s->dd_src, strerror(errno));
+    int bad = fwrite(s->src, 1, s->bytes, f) != s->bytes;
+    if (fclose(f) || bad) {
+        unlink(s->dd_src);
+        return err_set(err, ERR_IO, "cannot write %s (room in /dev/shm?)", s->dd_src);
+    }
+    return 0;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return v[n / 2];
+}
+
+int main(int argc, char **argv) {
+    Setup s = {.bytes = 1u << 30, .chunk = 64u << 20, .dir = "/var/tmp/fsdp_bench_nvme"};
+    int runs = 3;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--bytes"))
+            s.bytes = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "--chunk"))
+            s.chunk = parse_size(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dir"))
+            s.dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--runs"))
+            runs = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "bench_nvme: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!s.chunk || s.chunk % NVME_TIER_ALIGN || s.bytes < s.chunk || runs < 1 || runs > 99) {
+        fprintf(stderr, "bench_nvme: --chunk must be a multiple of 4 KiB, --bytes at least one "
+                        "chunk, --runs 1 to 99\n");
+        return 2;
+    }
+    s.bytes -= s.bytes % s.chunk;
+    int made_dir = mkdir(s.dir, 0777) == 0; /* then it goes at the end */
+    struct statfs fs;
+    if (statfs(s.dir, &fs)) {
+        fprintf(stderr, "bench_nvme: --dir %s: %s\n", s.dir, strerror(errno));
+        return 2;
+    }
+    if (fs.f_type == TMPFS_MAGIC_NUMBER) {
+        if (made_dir) rmdir(s.dir);
+        fprintf(stderr, "bench_nvme: --dir %s is tmpfs (memory), not a disk\n", s.dir);
+        return 2;
+    }
+    Err err = {0};
+    if (posix_memalign((void **)&s.src, NVME_TIER_ALIGN, s.bytes) ||
+        posix_memalign((void **)&s.buf[0], NVME_TIER_ALIGN, s.chunk) ||
+        posix_memalign((void **)&s.buf[1], NVME_TIER_ALIGN, s.chunk)) {
+        fprintf(stderr, "bench_nvme: out of memory for %zu bytes\n", s.bytes);
+        return 1;
+    }
+    fill_random(s.src, s.bytes);
+    if (write_dd_source(&s, &err)) {
+        fprintf(stderr, "bench_nvme: %s\n", err.msg);
+        return 1;
+    }
+    /* the filesystem and device under --dir, e.g. "ext4 on /dev/vda" */
+    char cmd[8192], disk[256] = "?";
+    snprintf(cmd, sizeof cmd, "df -PT '%s' | tail -1 | awk '{print $2 \" on \" $1}'", s.dir);
+    FILE *df = popen(cmd, "r");
+    if (df && fgets(disk, sizeof disk, df)) disk[strcspn(disk, "\n")] = 0;
+    if (df) pclose(df);
+    printf("bench_nvme: %.2f GiB in %zu MiB chunks, 2 in flight, %s (%s), %d runs\n",
+           (double)s.bytes / (1 << 30), s.chunk >> 20, s.dir, disk, runs);
+    enum { TIER_AUTO, DD_DIRECT, TIER_DIRECT, DD_BUFFERED, TIER_BUFFERED, NWAYS };
+    static const char *names[NWAYS] = {"tier, default (O_DIRECT write, buffered read)",
+                                       "dd oflag=direct / iflag=direct", "tier, O_DIRECT both ways",
+                                       "dd conv=fdatasync / buffered read",
+                                       "tier, buffered both ways"};
+    double w[NWAYS][99], r[NWAYS][99];
+    int rc = 0;
+    NvmeStats opened = {0}, ignored;
+    /* Each run measures the five in turn, tier and dd alternating; every other run goes in
+     * the reverse order, so nothing always follows the same neighbour's writes on a disk
+     * whose host may flush behind. */
+    for (int run = 0; !rc && run < runs; run++) {
+        printf("  run %d MB/s, write/read:", run + 1);
+        for (int step = 0; !rc && step < NWAYS; step++) {
+            int k = run % 2 ? NWAYS - 1 - step : step;
+            if (k == TIER_AUTO)
+                rc = tier_run(&s, NVME_IO_AUTO, &w[k][run], &r[k][run], &opened, &err);
+            if (k == TIER_DIRECT)
+                rc = tier_run(&s, NVME_IO_DIRECT, &w[k][run], &r[k][run], &ignored, &err);
+            if (k == TIER_BUFFERED)
+                rc = tier_run(&s, NVME_IO_BUFFERED, &w[k][run], &r[k][run], &ignored, &err);
+            if (k == DD_DIRECT || k == DD_BUFFERED)
+                rc = dd_run(&s, k == DD_DIRECT, &w[k][run], &r[k][run], &err);
+        }
+        for (int k = 0; !rc && k < NWAYS; k++)
+            printf(" %s %.0f/%.0f",
+                   k == TIER_AUTO       ? "tier"
+                   : k == TIER_DIRECT   ? "tier-direct"
+                   : k == TIER_BUFFERED ? "tier-buffered"
+                   : k == DD_DIRECT     ? "dd-direct"
+                                        : "dd-buffered",
+                   w[k][run] / 1e6, r[k][run] / 1e6);
+        printf("\n");
+    }
+    unlink(s.dd_src);
+    if (made_dir) rmdir(s.dir);
+    if (rc) {
+        fprintf(stderr, "bench_nvme: %s\n", err.msg);
+        return 1;
+    }
+    if (!opened.direct_writes)
+        printf("  note: %s does not take O_DIRECT: every tier mode ran buffered\n", s.dir);
+    double mw[NWAYS], mr[NWAYS];
+    printf("  median of %d runs %30s write MB/s  read MB/s\n", runs, "");
+    for (int k = 0; k < NWAYS; k++) {
+        mw[k] = median(w[k], runs);
+        mr[k] = median(r[k], runs);
+        printf("  %-47s %9.0f  %9.0f\n", names[k], mw[k] / 1e6, mr[k] / 1e6);
+    }
+    double best_w = mw[DD_DIRECT] > mw[DD_BUFFERED] ? mw[DD_DIRECT] : mw[DD_BUFFERED];
+    double best_r = mr[DD_DIRECT] > mr[DD_BUFFERED] ? mr[DD_DIRECT] : mr[DD_BUFFERED];
+    printf("  tier (default) / dd in the same mode: write %.2fx (dd direct), read %.2fx (dd "
+           "buffered)\n",
+           mw[TIER_AUTO] / mw[DD_DIRECT], mr[TIER_AUTO] / mr[DD_BUFFERED]);
+    printf("  tier (default) / dd's faster mode:    write %.2fx, read %.2fx\n",
+           mw[TIER_AUTO] / best_w, mr[TIER_AUTO] / best_r);
+    free(s.src);
+    free(s.buf[0]);
+    free(s.buf[1]);
+    return 0;
+}
