@@ -11,6 +11,7 @@
 #include "core/checkpoint_tools.h"
 #include "core/cli.h"
 #include "core/mnist.h"
+#include "core/nvme_tier.h"
 #include "core/report.h"
 #include "core/toy.h"
 #include "core/trace_file.h"
@@ -225,6 +226,21 @@ static int resolve_resume(TrainRun *t, Err *err) {
     return checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, err);
 }
 
+/* --offload nvme: the directory must take every rank's file; tried before anything runs (one
+ * file of the whole size, removed at once) so a bad directory is one line and exit 2. */
+static int check_nvme_dir(const TrainRun *t, Err *err) {
+    const FsdpConfig *c = &t->args.fsdp;
+    if (c->offload != OFFLOAD_NVME) return 0;
+    size_t bytes = 0;
+    for (int r = 0; r < t->args.ranks; r++)
+        bytes += plan_rest_bytes(&t->plan, r, OFFLOAD_NVME).nvme +
+                 3 * (size_t)t->plan.nunits * NVME_TIER_ALIGN; /* each piece 4 KiB aligned */
+    NvmeTier *probe;
+    int rc = nvme_tier_open(&probe, c->nvme_dir, 0, bytes, err);
+    nvme_tier_close(probe);
+    return rc == ERR_IO ? ERR_USAGE : rc;
+}
+
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int brc = choose_backend(t, err);
@@ -253,6 +269,7 @@ static int train_prepare(TrainRun *t, Err *err) {
         if ((rc = weights_open(&w, &t->model, a->init_from, err))) return rc;
         weights_close(w);
     }
+    if ((rc = check_nvme_dir(t, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = out_open(&t->dump, a->dump_params, err))) return rc;
     if ((rc = out_open(&t->svg, a->memory_svg, err))) return rc;

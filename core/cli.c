@@ -170,8 +170,8 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     }
     if (!strcmp(f, "--offload")) {
         if (offload_parse(v, &c->offload))
-            return err_set(err, ERR_USAGE, "--offload must be none, optimizer or cpu (got '%s')",
-                           v);
+            return err_set(err, ERR_USAGE,
+                           "--offload must be none, optimizer, cpu or nvme (got '%s')", v);
         return 0;
     }
     if (!strcmp(f, "--dump-params")) {
@@ -180,6 +180,10 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     }
     if (!strcmp(f, "--init-from")) {
         a->init_from = v;
+        return 0;
+    }
+    if (!strcmp(f, "--nvme-dir")) {
+        c->nvme_dir = v;
         return 0;
     }
     if (!strcmp(f, "--memory-svg")) {
@@ -250,10 +254,15 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "--offload %s runs on the simulator only for now "
                        "(--backend sim)",
                        offload_name(c->offload));
-    if (c->offload == OFFLOAD_CPU && (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
+    if ((c->offload == OFFLOAD_CPU || c->offload == OFFLOAD_NVME) &&
+        (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
         return err_set(err, ERR_USAGE,
-                       "--offload cpu needs a sharded strategy (zero2, zero3 or hsdp), not %s",
-                       strategy_name(c->strategy));
+                       "--offload %s needs a sharded strategy (zero2, zero3 or hsdp), not %s",
+                       offload_name(c->offload), strategy_name(c->strategy));
+    if (c->offload == OFFLOAD_NVME && !c->nvme_dir)
+        return err_set(err, ERR_USAGE, "--offload nvme needs --nvme-dir DIR (where its files go)");
+    if (c->nvme_dir && c->offload != OFFLOAD_NVME)
+        return err_set(err, ERR_USAGE, "--nvme-dir applies only to --offload nvme");
     return 0;
 }
 
@@ -366,7 +375,11 @@ void train_args_help(FILE *f) {
           "                                 (default true; FSDP2's MixedPrecisionPolicy)\n"
           "  --offload T                    none (default); optimizer: Adam's state and step on\n"
           "                                 the host (ZeRO-Offload); cpu: shards, grads and\n"
-          "                                 Adam's state in host memory (FSDP2 CPUOffload)\n"
+          "                                 Adam's state in host memory (FSDP2 CPUOffload);\n"
+          "                                 nvme: shards and Adam's state in a file per rank\n"
+          "                                 under --nvme-dir, grads in host memory\n"
+          "                                 (ZeRO-Infinity), loaded unit by unit\n"
+          "  --nvme-dir D                   where --offload nvme's files go (removed at exit)\n"
           "  --activation-checkpointing     ViT: keep only each block's input in forward and\n"
           "                                 recompute the block before its backward\n"
           "  --ac-every K                   ... only every K-th block (implies the above)\n"

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nvme_tier.h"
+
 /* Requests in flight, in issue order; a rank waits on them first-in first-out, the way
  * one NCCL stream completes them. */
 #define MAX_PENDING 64
@@ -34,6 +36,12 @@ typedef struct UnitState {
     CommRequest gather, reduce;
     void *gather_send, *gather_recv, *reduce_buf, *reduce_send;
     int gather_in_flight, reduce_in_flight;
+    /* --offload nvme: param, m and v rest in the rank's file at these offsets and are in host
+     * memory only while a unit needs them; nvme_bytes is charged to MEM_NVME */
+    void *nvme_bytes;
+    size_t nvme_at[3];
+    NvmeRequest nvme_req[3];
+    int nvme_reading, nvme_writing; /* which of param (1), m and v (2) are in flight */
 } UnitState;
 
 struct Engine {
@@ -63,6 +71,7 @@ struct Engine {
     long steps;
     float loss_scale;
     int good_steps;
+    NvmeTier *nvme; /* --offload nvme: this rank's file */
 };
 
 /* ---------------------------------------------------------------- configuration */
@@ -120,9 +129,10 @@ static void dev_free(Engine *e, void *p, int unit) {
     if (p) e->dev->ops->free(e->dev, p, unit);
 }
 
-/* Where resting state of category `cat` lives under the offload tier. */
+/* Where resting state of category `cat` lives under the offload tier (the NVMe tier's
+ * param and optimizer state are host buffers only while a unit is loaded). */
 static MemCategory resting(const Engine *e, MemCategory cat) {
-    if (e->cfg.offload == OFFLOAD_CPU) return MEM_HOST_OFFLOAD;
+    if (e->cfg.offload == OFFLOAD_CPU || e->cfg.offload == OFFLOAD_NVME) return MEM_HOST_OFFLOAD;
     if (e->cfg.offload == OFFLOAD_OPTIMIZER && cat == MEM_OPTIM_STATE) return MEM_HOST_OFFLOAD;
     return cat;
 }
@@ -147,6 +157,132 @@ static void stream_follow(Engine *e, StreamId waiter, StreamId source) {
     DevEvent ev = {0};
     e->dev->ops->event_record(e->dev, source, &ev);
     e->dev->ops->stream_wait(e->dev, waiter, &ev);
+}
+
+/* ---------------------------------------------------------------- the NVMe tier */
+
+/* ZeRO-Infinity's tier: a unit's fp32 param rows and Adam's m and v rest in the rank's file.
+ * A unit is loaded into host buffers (the param alone to gather it, all three for its
+ * optimizer step) and dropped again; reads of the next unit start while this one computes. */
+enum { NVME_PARAM = 1, NVME_STATE = 2 }; /* what a load brings in */
+
+static int nvme_on(const Engine *e) {
+    return e->cfg.offload == OFFLOAD_NVME;
+}
+
+static float **nvme_buffer(UnitState *us, int slot) {
+    return slot == 0 ? &us->param : slot == 1 ? &us->m : &us->v;
+}
+
+static size_t nvme_numel(const UnitState *us, int slot) {
+    return slot == 0 ? us->param_n : us->optim_n;
+}
+
+static void nvme_slots(int what, int *first, int *last) {
+    *first = what & NVME_PARAM ? 0 : 1;
+    *last = what & NVME_STATE ? 2 : 0;
+}
+
+/* Host buffers for `what` of unit u, and reads into them (not waited for). */
+static int nvme_start_read(Engine *e, int u, int what, Err *err) {
+    UnitState *us = &e->units[u];
+    int first, last, rc = 0;
+    nvme_slots(what, &first, &last);
+    double bytes = 0;
+    for (int s = first; s <= last && !rc; s++) {
+        float **buf = nvme_buffer(us, s);
+        size_t n = nvme_numel(us, s) * sizeof(float);
+        if (*buf || !n) continue;
+        if ((rc = dev_alloc(e, (void **)buf, n, MEM_HOST_OFFLOAD, u, err))) break;
+        rc = nvme_tier_read(e->nvme, us->nvme_at[s], *buf, n, &us->nvme_req[s], err);
+        us->nvme_reading |= 1 << s;
+        bytes += (double)n;
+    }
+    if (bytes > 0)
+        run_work(e, STREAM_COPY, (Work){.kind = WORK_NVME_READ, .unit = u, .bytes = bytes});
+    return rc;
+}
+
+/* Unit u's `what` in host memory, read now or waited for if a read is already under way. */
+static int nvme_load(Engine *e, int u, int what, Err *err) {
+    UnitState *us = &e->units[u];
+    int rc = nvme_start_read(e, u, what, err);
+    for (int s = 0; s < 3 && !rc; s++)
+        if (us->nvme_reading & (1 << s)) {
+            rc = nvme_tier_wait(e->nvme, &us->nvme_req[s], err);
+            us->nvme_reading &= ~(1 << s);
+        }
+    return rc;
+}
+
+/* Waits for unit u's writes and frees its buffers (a read still in flight is waited first). */
+static int nvme_drop(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    int rc = 0;
+    for (int s = 0; s < 3; s++) {
+        int bit = 1 << s;
+        if ((us->nvme_reading | us->nvme_writing) & bit) {
+            int w = nvme_tier_wait(e->nvme, &us->nvme_req[s], err);
+            if (!rc) rc = w;
+        }
+        us->nvme_reading &= ~bit;
+        us->nvme_writing &= ~bit;
+        float **buf = nvme_buffer(us, s);
+        dev_free(e, *buf, u);
+        *buf = NULL;
+    }
+    return rc;
+}
+
+/* Starts writing unit u's `what` back; nvme_drop waits for it. */
+static int nvme_start_write(Engine *e, int u, int what, Err *err) {
+    UnitState *us = &e->units[u];
+    int first, last, rc = 0;
+    nvme_slots(what, &first, &last);
+    double bytes = 0;
+    for (int s = first; s <= last && !rc; s++) {
+        float *buf = *nvme_buffer(us, s);
+        size_t n = nvme_numel(us, s) * sizeof(float);
+        if (!buf || !n) continue;
+        rc = nvme_tier_write(e->nvme, us->nvme_at[s], buf, n, &us->nvme_req[s], err);
+        us->nvme_writing |= 1 << s;
+        bytes += (double)n;
+    }
+    if (bytes > 0)
+        run_work(e, STREAM_COPY, (Work){.kind = WORK_NVME_WRITE, .unit = u, .bytes = bytes});
+    return rc;
+}
+
+/* For code that reads or changes a unit's resting state outside the schedule (checkpoints,
+ * initial values, reports): load it, and afterwards write it back if `dirty` and drop it. */
+static int resident_begin(Engine *e, int u, Err *err) {
+    return nvme_on(e) ? nvme_load(e, u, NVME_PARAM | NVME_STATE, err) : 0;
+}
+
+static int resident_end(Engine *e, int u, int dirty, Err *err) {
+    if (!nvme_on(e)) return 0;
+    int rc = dirty ? nvme_start_write(e, u, NVME_PARAM | NVME_STATE, err) : 0;
+    int d = nvme_drop(e, u, err);
+    return rc ? rc : d;
+}
+
+/* The byte ranges of every unit's param, m and v in the file, each 4 KiB aligned so the
+ * transfers can go straight to the disk; opens the file; charges each unit's share. */
+static int nvme_open(Engine *e, Err *err) {
+    size_t at = 0;
+    for (int u = 0; u < e->plan->nunits; u++)
+        for (int s = 0; s < 3; s++) {
+            e->units[u].nvme_at[s] = at;
+            size_t n = nvme_numel(&e->units[u], s) * sizeof(float);
+            at += (n + NVME_TIER_ALIGN - 1) / NVME_TIER_ALIGN * NVME_TIER_ALIGN;
+        }
+    int rc = nvme_tier_open(&e->nvme, e->cfg.nvme_dir, e->env.rank, at ? at : 1, err);
+    for (int u = 0; !rc && u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        rc = dev_alloc(e, &us->nvme_bytes, (us->param_n + 2 * us->optim_n) * sizeof(float),
+                       MEM_NVME, u, err);
+    }
+    return rc;
 }
 
 /* ---------------------------------------------------------------- the pending queue */
@@ -239,14 +375,16 @@ static int gather_start(Engine *e, int u, Err *err) {
         rc = dev_alloc(e, &us->gather_recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u,
                        err);
     if (rc) return rc;
-    if (e->cfg.offload == OFFLOAD_CPU) { /* the shard crosses PCIe before it goes on the wire */
+    if (e->cfg.offload == OFFLOAD_CPU || nvme_on(e)) { /* the shard crosses PCIe first */
         run_work(e, STREAM_COPY,
                  (Work){.kind = WORK_COPY_H2D,
                         .unit = u,
                         .bytes = (double)(us->param_n * sizeof(float))});
         stream_follow(e, STREAM_COMM, STREAM_COPY);
     }
+    if (nvme_on(e) && (rc = nvme_load(e, u, NVME_PARAM, err))) return rc;
     pack_rows(e, u, us->param, us->param_local, t, us->gather_send);
+    if (nvme_on(e) && (rc = nvme_drop(e, u, err))) return rc; /* the wire block has it now */
     us->gather = (CommRequest){.kind = COLL_ALL_GATHER,
                                .send = us->gather_send,
                                .recv = us->gather_recv,
@@ -267,8 +405,8 @@ static int make_compute_view(Engine *e, int u, const void *src, Err *err) {
         us->compute = (float *)src;
         us->compute_owned = 0;
     } else {
-        int rc = dev_alloc(e, (void **)&us->compute, unit->numel * sizeof(float),
-                           MEM_COMPUTE_COPY, u, err);
+        int rc = dev_alloc(e, (void **)&us->compute, unit->numel * sizeof(float), MEM_COMPUTE_COPY,
+                           u, err);
         if (rc) return rc;
         e->k->cast(us->compute, DTYPE_FP32, src, e->cfg.param_dtype, unit->numel);
         us->compute_owned = 1;
@@ -475,7 +613,7 @@ static int complete_reduce(Engine *e, int u, Err *err) {
     }
     dev_free(e, us->reduce_buf, u);
     us->reduce_buf = NULL;
-    if (e->cfg.offload == OFFLOAD_CPU) { /* the reduced shard goes home to host memory */
+    if (e->cfg.offload == OFFLOAD_CPU || nvme_on(e)) { /* the reduced shard goes to the host */
         e->dev->ops->stream_wait(e->dev, STREAM_COPY, &done);
         run_work(e, STREAM_COPY,
                  (Work){.kind = WORK_COPY_D2H,
@@ -525,10 +663,19 @@ static int last_module_of(const Engine *e, int u) {
     return unit->modules[unit->nmodules - 1];
 }
 
+/* The NVMe tier's double buffer: the param rows of the first unit past the gather prefetch
+ * start loading now, so they are in host memory when its gather is issued. */
+static int nvme_prefetch(Engine *e, const int *seq, int pos, int depth, Err *err) {
+    int i = pos + depth + 1;
+    if (!nvme_on(e) || i >= e->nseq || unit_present(e, seq[i])) return 0;
+    return nvme_start_read(e, seq[i], NVME_PARAM, err);
+}
+
 static int enter_unit_forward(Engine *e, int pos, Err *err) {
     int u = e->fwd_seq[pos];
     int rc = unit_params_ready(e, u, err);
     if (!rc) rc = prefetch(e, e->fwd_seq, pos, e->cfg.prefetch_forward, err);
+    if (!rc) rc = nvme_prefetch(e, e->fwd_seq, pos, e->cfg.prefetch_forward, err);
     return rc ? rc : unit_params_wait(e, u, err);
 }
 
@@ -568,6 +715,7 @@ static int enter_unit_backward(Engine *e, int pos, Err *err) {
     int u = e->bwd_seq[pos];
     int rc = unit_params_ready(e, u, err);
     if (!rc) rc = prefetch(e, e->bwd_seq, pos, e->cfg.prefetch_backward, err);
+    if (!rc) rc = nvme_prefetch(e, e->bwd_seq, pos, e->cfg.prefetch_backward, err);
     if (!rc) rc = unit_params_wait(e, u, err);
     return rc ? rc : ugrad_ready(e, u, err);
 }
@@ -687,6 +835,29 @@ static void adam_unit(Engine *e, int u, const AdamHyper *h) {
     }
 }
 
+/* Adam over units whose state rests on NVMe: unit u+1 loads while u steps, and u's writes
+ * finish while u+1 steps; a unit's buffers are freed once its writes are done. */
+static int nvme_adam(Engine *e, const AdamHyper *h, Err *err) {
+    int n = e->plan->nunits, rc = 0, written = -1;
+    if (n) rc = nvme_start_read(e, 0, NVME_PARAM | NVME_STATE, err);
+    for (int u = 0; u < n && !rc; u++) {
+        rc = nvme_load(e, u, NVME_PARAM | NVME_STATE, err);
+        if (!rc && u + 1 < n) rc = nvme_start_read(e, u + 1, NVME_PARAM | NVME_STATE, err);
+        if (rc) break;
+        stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
+        adam_unit(e, u, h);
+        stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
+        if (written >= 0 && (rc = nvme_drop(e, written, err))) break;
+        rc = nvme_start_write(e, u, NVME_PARAM | NVME_STATE, err);
+        written = u;
+    }
+    if (written >= 0) {
+        int d = nvme_drop(e, written, err);
+        if (!rc) rc = d;
+    }
+    return rc;
+}
+
 /* zero1: each rank updated its rows of a replicated parameter; gather them back. */
 static int zero1_regather(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
@@ -743,7 +914,11 @@ static int optimizer_step(Engine *e, StepStats *st, Err *err) {
     }
     AdamHyper h = {e->cfg.lr,  e->cfg.beta1,        e->cfg.beta2,
                    e->cfg.eps, e->cfg.weight_decay, e->cfg.optim == OPTIM_ADAMW};
-    for (int u = 0; u < e->plan->nunits; u++) adam_unit(e, u, &h);
+    if (nvme_on(e)) {
+        if ((rc = nvme_adam(e, &h, err))) return rc;
+    } else {
+        for (int u = 0; u < e->plan->nunits; u++) adam_unit(e, u, &h);
+    }
     e->steps++;
     if (e->plan->strategy == STRAT_ZERO1)
         for (int u = 0; u < e->plan->nunits; u++)
@@ -807,9 +982,10 @@ int engine_full_params(Engine *e, float *out, Err *err) {
     for (int u = 0; u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         const Unit *unit = &e->plan->units[u];
-        float *full = us->param;
         void *send = NULL, *recv = NULL;
-        int rc = 0;
+        int rc = resident_begin(e, u, err);
+        if (rc) return rc;
+        float *full = us->param;
         if (e->plan->params_sharded) {
             size_t block = unit->wire_numel * sizeof(float);
             rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
@@ -834,7 +1010,8 @@ int engine_full_params(Engine *e, float *out, Err *err) {
         dev_free(e, send, u);
         dev_free(e, recv, u);
         if (full != us->param) dev_free(e, full, u);
-        if (rc) return rc;
+        int end = resident_end(e, u, 0, err);
+        if (rc || end) return rc ? rc : end;
     }
     return 0;
 }
@@ -887,17 +1064,20 @@ static int init_params(Engine *e, int u, Err *err) {
     return 0;
 }
 
-int engine_set_full_params(Engine *e, const float *full) {
+int engine_set_full_params(Engine *e, const float *full, Err *err) {
     for (int u = 0; u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         const Unit *unit = &e->plan->units[u];
-        for (int i = 0; i < unit->nparams; i++) {
+        int rc = resident_begin(e, u, err);
+        for (int i = 0; !rc && i < unit->nparams; i++) {
             size_t first, n;
             kept_elements(e, u, i, &first, &n);
             e->dev->ops->copy(e->dev, us->param + us->param_local[i],
                               full + e->param_flat[unit->params[i].param] + first,
                               n * sizeof(float));
         }
+        if (!rc) rc = resident_end(e, u, 1, err);
+        if (rc) return rc;
     }
     return 0;
 }
@@ -920,17 +1100,21 @@ static void copy_local_rows(const Engine *e, int u, int i, int sharded, const fl
         local, rows * ps->row_elems * sizeof(float));
 }
 
-void engine_own_values(const Engine *e, float *params, float *grads) {
+int engine_own_values(Engine *e, float *params, float *grads, Err *err) {
     const Plan *p = e->plan;
     for (int u = 0; u < p->nunits; u++) {
         const UnitState *us = &e->units[u];
-        for (int i = 0; i < p->units[u].nparams; i++) {
+        int rc = resident_begin(e, u, err);
+        for (int i = 0; !rc && i < p->units[u].nparams; i++) {
             if (reports_values(e, p->params_sharded))
                 copy_local_rows(e, u, i, p->params_sharded, us->param + us->param_local[i], params);
             if (grads && reports_values(e, p->grads_sharded))
                 copy_local_rows(e, u, i, p->grads_sharded, us->grad + us->grad_local[i], grads);
         }
+        if (!rc) rc = resident_end(e, u, 0, err);
+        if (rc) return rc;
     }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- checkpoint state */
@@ -974,10 +1158,22 @@ static int saves_state(const Engine *e, StateKind kind) {
                                : e->env.rank == e->optim_rank;
 }
 
+static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err);
+
 /* Moves every piece this rank keeps between the device and fn: to fn when saving (only the
  * pieces it saves), from fn when loading. */
 static int move_state(Engine *e, StateFn fn, void *user, int saving, Err *err) {
-    for (int u = 0; u < e->plan->nunits; u++)
+    for (int u = 0; u < e->plan->nunits; u++) {
+        int rc = resident_begin(e, u, err);
+        if (!rc) rc = move_unit_state(e, u, fn, user, saving, err);
+        int end = resident_end(e, u, !saving, err);
+        if (rc || end) return rc ? rc : end;
+    }
+    return 0;
+}
+
+static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err) {
+    {
         for (int i = 0; i < e->plan->units[u].nparams; i++)
             for (int k = 0; k < STATE_KIND_COUNT; k++) {
                 if (saving && !saves_state(e, (StateKind)k)) continue;
@@ -995,6 +1191,7 @@ static int move_state(Engine *e, StateFn fn, void *user, int saving, Err *err) {
                 free(piece.data);
                 if (rc) return rc;
             }
+    }
     return 0;
 }
 
@@ -1004,6 +1201,14 @@ int engine_save_state(Engine *e, StateFn fn, void *user, Err *err) {
 
 int engine_load_state(Engine *e, StateFn fn, void *user, Err *err) {
     return move_state(e, fn, user, 0, err);
+}
+
+/* Elements of unit u's param rows, gradient rows and each Adam moment this rank keeps. */
+static void unit_sizes(Engine *e, int u) {
+    UnitState *us = &e->units[u];
+    us->param_n = plan_param_numel(e->plan, u, e->env.rank);
+    us->grad_n = plan_grad_numel(e->plan, u, e->env.rank);
+    us->optim_n = plan_optim_numel(e->plan, u, e->env.rank);
 }
 
 static int create_unit_state(Engine *e, int u, Err *err) {
@@ -1019,9 +1224,7 @@ static int create_unit_state(Engine *e, int u, Err *err) {
         !us->grad_ptrs)
         return err_set(err, ERR_NOMEM, "out of memory creating the engine");
     const Plan *p = e->plan;
-    us->param_n = plan_param_numel(p, u, e->env.rank);
-    us->grad_n = plan_grad_numel(p, u, e->env.rank);
-    us->optim_n = plan_optim_numel(p, u, e->env.rank);
+    unit_sizes(e, u);
     local_offsets(e, u, p->params_sharded, p->shard_size, e->shard_rank, us->param_local);
     local_offsets(e, u, p->grads_sharded, p->shard_size, e->shard_rank, us->grad_local);
     local_offsets(e, u, 1, e->optim_size, e->optim_rank, us->optim_local);
@@ -1040,7 +1243,8 @@ static int create_unit_state(Engine *e, int u, Err *err) {
     if (us->grad) e->k->zero(us->grad, us->grad_n);
     if (us->m) e->k->zero(us->m, us->optim_n);
     if (us->v) e->k->zero(us->v, us->optim_n);
-    return init_params(e, u, err);
+    rc = init_params(e, u, err);
+    return rc ? rc : resident_end(e, u, 1, err); /* NVMe: to the file, out of memory */
 }
 
 /* Unit entries in module order (forward) and reverse module order (backward). */
@@ -1118,6 +1322,10 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
                        "(it saves only each layer's input); use a ViT",
                        model->name);
     int rc = create_tables(e, err);
+    if (!rc && nvme_on(e)) { /* the file first: each unit goes there as it is created */
+        for (int u = 0; u < plan->nunits; u++) unit_sizes(e, u);
+        rc = nvme_open(e, err);
+    }
     for (int u = 0; !rc && u < plan->nunits; u++) rc = create_unit_state(e, u, err);
     if (!rc)
         rc = model->ops->run_create(model, env.dev, env.k, (size_t)cfg->batch_size, &e->run, err);
@@ -1130,6 +1338,11 @@ void engine_destroy(Engine *e) {
     for (int u = 0; e->units && u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         reshard(e, u);
+        if (e->nvme) {
+            Err ignored = {0}; /* teardown: the file goes whatever its last writes did */
+            nvme_drop(e, u, &ignored);
+        }
+        dev_free(e, us->nvme_bytes, u);
         if (us->ugrad_owned) dev_free(e, us->ugrad, u);
         dev_free(e, us->gather_send, u);
         dev_free(e, us->gather_recv, u);
@@ -1153,5 +1366,6 @@ void engine_destroy(Engine *e) {
     free(e->checkpointed);
     free(e->unit_entry);
     free(e->unit_exit);
+    nvme_tier_close(e->nvme); /* removes the file */
     free(e);
 }

@@ -34,7 +34,8 @@ typedef struct FsdpConfig {
     int output_dtype;
     int cast_forward_inputs;
     OffloadKind offload;
-    int batch_size; /* per rank, per micro-step */
+    const char *nvme_dir; /* --offload nvme: where each rank's file goes */
+    int batch_size;       /* per rank, per micro-step */
     uint64_t seed;
     int ac_every; /* activation checkpointing of every K-th block (1: all of them; 0: off) */
 } FsdpConfig;
@@ -93,14 +94,14 @@ int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n,
 int engine_full_params(Engine *e, float *out, Err *err);
 /* Replaces the parameters with `full` (model->total_numel floats, parameters in model order,
  * host memory): each rank copies only its own rows. No communication. */
-int engine_set_full_params(Engine *e, const float *full);
+int engine_set_full_params(Engine *e, const float *full, Err *err);
 
 /* Copies the fp32 parameters and the last step's gradients (as the optimizer used them) that
  * this rank is the one to report into host arrays of model->total_numel floats in model order:
  * its own rows of sharded values, everything on rank 0 for replicated ones, nothing on other
  * replicas. grads may be NULL. Every rank filling the same two arrays assembles the whole
  * model without a write race. No communication; for looking at, not for checkpoints. */
-void engine_own_values(const Engine *e, float *params, float *grads);
+int engine_own_values(Engine *e, float *params, float *grads, Err *err);
 
 long engine_steps_done(const Engine *e);
 

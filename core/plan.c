@@ -259,18 +259,22 @@ RestBytes plan_rest_bytes(const Plan *p, int world_rank, OffloadKind offload) {
     } else if (offload == OFFLOAD_OPTIMIZER) {
         b.host = b.optim;
         b.optim = 0;
+    } else if (offload == OFFLOAD_NVME) { /* params and Adam on disk, grads in host memory */
+        b.nvme = b.param + b.optim;
+        b.host = b.grad;
+        b.param = b.grad = b.optim = 0;
     }
     return b;
 }
 
-static const char *const offload_names[] = {"none", "cpu", "optimizer"};
+static const char *const offload_names[] = {"none", "cpu", "optimizer", "nvme"};
 
 const char *offload_name(OffloadKind k) {
-    return k >= OFFLOAD_NONE && k <= OFFLOAD_OPTIMIZER ? offload_names[k] : "unknown";
+    return k >= OFFLOAD_NONE && k <= OFFLOAD_NVME ? offload_names[k] : "unknown";
 }
 
 int offload_parse(const char *s, OffloadKind *out) {
-    for (int k = OFFLOAD_NONE; k <= OFFLOAD_OPTIMIZER; k++)
+    for (int k = OFFLOAD_NONE; k <= OFFLOAD_NVME; k++)
         if (!strcmp(s, offload_names[k])) {
             *out = (OffloadKind)k;
             return 0;

@@ -24,9 +24,9 @@ typedef enum { WRAP_LAYER = 0, WRAP_BLOCK, WRAP_SIZE, WRAP_NONE } WrapKind;
 /* Where resting state lives: all on the device; FSDP2's CPUOffloadPolicy (shards, grads and
  * optimizer state in host memory); ZeRO-Offload (only the optimizer state and its step on
  * the host). */
-typedef enum { OFFLOAD_NONE = 0, OFFLOAD_CPU, OFFLOAD_OPTIMIZER } OffloadKind;
+typedef enum { OFFLOAD_NONE = 0, OFFLOAD_CPU, OFFLOAD_OPTIMIZER, OFFLOAD_NVME } OffloadKind;
 
-const char *offload_name(OffloadKind k); /* "none", "cpu", "optimizer" */
+const char *offload_name(OffloadKind k); /* "none", "cpu", "optimizer", "nvme" */
 int offload_parse(const char *s, OffloadKind *out);
 typedef enum { OPTIM_ADAM = 0, OPTIM_ADAMW } OptimKind;
 
@@ -94,6 +94,7 @@ size_t plan_optim_numel(const Plan *p, int u, int world_rank); /* per moment */
 /* At-rest bytes of one rank by category: the formula the accounting must equal. */
 typedef struct RestBytes {
     size_t param, grad, optim, host; /* host: what offload moved to host memory */
+    size_t nvme;                     /* what the NVMe tier keeps in its file */
 } RestBytes;
 RestBytes plan_rest_bytes(const Plan *p, int world_rank, OffloadKind offload);
 

@@ -84,11 +84,11 @@ static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, lon
 }
 
 /* The values after `done` steps, when the job records them. */
-static void record_values(TrainJob *job, const Engine *e, long done) {
-    if (!job->step_params) return;
+static int record_values(TrainJob *job, Engine *e, long done, Err *err) {
+    if (!job->step_params) return 0;
     size_t n = job->model->total_numel;
     float *grads = done ? job->step_grads + (size_t)(done - 1) * n : NULL;
-    engine_own_values(e, job->step_params + (size_t)done * n, grads);
+    return engine_own_values(e, job->step_params + (size_t)done * n, grads, err);
 }
 
 /* A checkpoint after step `done` when one is due: every ckpt_every steps and at epoch ends. */
@@ -132,7 +132,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         rep.wall_time = wall_seconds() - w0;
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
         if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
-        record_values(job, e, s + 1);
+        if ((rc = record_values(job, e, s + 1, err))) return rc;
         int epoch_end = (s + 1) % per_epoch == 0 || s + 1 == job->steps;
         if (job->eval_data && epoch_end &&
             (rc = evaluate(env, job, e, idx, s + 1, (int)((s + per_epoch) / per_epoch), err)))
@@ -173,12 +173,12 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     long *idx = malloc((size_t)job->cfg->batch_size * job->cfg->grad_accum * sizeof(long));
     int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
-    if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params);
+    if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params, err);
     if (!rc && job->init_from) rc = load_own_rows(e, job, err);
     long first = 0;
     if (!rc && job->resume_from) rc = checkpoint_load(e, job->model, job->resume_from, &first, err);
     if (!rc && env->rank == 0) job->resumed_step = first;
-    if (!rc) record_values(job, e, 0);
+    if (!rc) rc = record_values(job, e, 0, err);
     if (!rc) rc = run_steps(env, job, e, first, perm, idx, err);
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
     if (!rc && job->final_params) {

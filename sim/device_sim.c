@@ -64,8 +64,10 @@ static int cache_put(SimDevice *s, BlockHeader *h) {
 
 static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     SimDevice *s = sim(d);
-    BlockHeader *h = cache_take(s, bytes);
-    if (!h && !(h = malloc(sizeof *h + bytes))) return NULL;
+    /* NVMe bytes live in a file: charge them, hold only the header */
+    size_t held = cat == MEM_NVME ? 0 : bytes;
+    BlockHeader *h = held ? cache_take(s, held) : NULL;
+    if (!h && !(h = malloc(sizeof *h + held))) return NULL;
     h->bytes = bytes;
     h->category = cat;
     s->in_use[cat] += bytes;
@@ -88,7 +90,8 @@ static void sim_free(Device *d, void *p, int unit) {
         s->total -= h->bytes;
         trace_memory(s, EV_FREE, h->bytes, h->category, unit);
     }
-    if (!cache_put(s, h)) free(h);
+    /* an NVMe block is a header only: it must never serve a request of its charged size */
+    if (h->category == MEM_NVME || !cache_put(s, h)) free(h);
 }
 
 static void sim_copy(Device *d, void *dst, const void *src, size_t bytes) {

@@ -107,6 +107,7 @@ static void check_rest_bytes(FsdpConfig c, int ranks) {
         cr_expect_eq(got[MEM_OPTIM_STATE], want.optim, "%s rank %d/%d optim",
                      strategy_name(c.strategy), r, ranks);
         cr_expect_eq(got[MEM_HOST_OFFLOAD], want.host);
+        cr_expect_eq(got[MEM_NVME], want.nvme);
         size_t transient = got[MEM_PARAM_UNSHARDED] + got[MEM_GRAD_UNSHARDED] +
                            got[MEM_ACTIVATIONS] + got[MEM_COMM_BUFFER];
         cr_expect_eq(transient, 0, "nothing transient survives a step");
@@ -128,6 +129,10 @@ Test(engine, memory_at_rest_is_the_plan_formula) {
     check_rest_bytes(off, 3);
     off.strategy = STRAT_DDP;
     check_rest_bytes(off, 2);
+    off.strategy = STRAT_ZERO3;
+    off.offload = OFFLOAD_NVME;
+    off.nvme_dir = "/tmp";
+    check_rest_bytes(off, 3);
 }
 
 Test(engine, formula_values_by_hand) {

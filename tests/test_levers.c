@@ -4,6 +4,7 @@
  * the same bits at any world size, never holds more than a rank's shards, and follows
  * torchvision's distributions; --init-from reads each rank's rows. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,15 +330,27 @@ Test(sharded_init, init_from_reads_each_ranks_rows, .timeout = 60) {
 /* Where state rests changes no arithmetic: every tier trains a ViT to the same bits as none,
  * and ZeRO-Offload's trace shows each unit's gradient rows going to the host's Adam and the
  * updated rows coming back. */
+static int dir_is_empty(const char *path) {
+    DIR *d = opendir(path);
+    cr_assert(d, "cannot open %s", path);
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
+    closedir(d);
+    return n == 0;
+}
+
 Test(offload, every_tier_trains_to_the_same_bits, .timeout = 60) {
     ModelDesc m;
     vit_small_create(&m, 2);
     VitRun none;
     vit_train(&none, &m, vit_config(STRAT_ZERO3, 4), 2, 3, 0);
-    OffloadKind tiers[] = {OFFLOAD_CPU, OFFLOAD_OPTIMIZER};
+    char dir[] = "/tmp/fsdp-nvme-test-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    OffloadKind tiers[] = {OFFLOAD_CPU, OFFLOAD_OPTIMIZER, OFFLOAD_NVME};
     for (size_t i = 0; i < sizeof tiers / sizeof *tiers; i++) {
         FsdpConfig c = vit_config(STRAT_ZERO3, 4);
         c.offload = tiers[i];
+        c.nvme_dir = dir;
         VitRun run;
         vit_train(&run, &m, c, 2, 3, 1);
         cr_expect(memcmp(run.params, none.params, m.total_numel * sizeof(float)) == 0,
@@ -350,8 +363,17 @@ Test(offload, every_tier_trains_to_the_same_bits, .timeout = 60) {
             cr_expect_gt(run.memory[0].rest[MEM_HOST_OFFLOAD], 0);
             cr_expect_gt(run.memory[0].rest[MEM_PARAM_SHARD], 0, "the shards stay on the GPU");
         }
+        if (tiers[i] == OFFLOAD_NVME) {
+            /* every unit's rows read to be gathered (forward and backward) and, with Adam's
+             * state, read for its step; written back after each of the 3 steps' optimizer
+             * steps and once when the engine is created */
+            cr_expect_geq(count_events(&run.trace, EV_NVME_READ), 3 * optim_steps);
+            cr_expect_eq(count_events(&run.trace, EV_NVME_WRITE), optim_steps + optim_steps / 3);
+            cr_expect(dir_is_empty(dir), "the tier's files are removed at exit");
+        }
         vit_run_free(&run);
     }
+    rmdir(dir);
     vit_run_free(&none);
     model_desc_free(&m);
 }
@@ -360,8 +382,68 @@ Test(offload, an_unknown_tier_is_one_line) {
     int status;
     char *out = fsdp_output("train --offload disk", "2>&1 >/dev/null", &status);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2);
-    cr_expect_str_eq(out, "fsdp: --offload must be none, optimizer or cpu (got 'disk')\n");
+    cr_expect_str_eq(out, "fsdp: --offload must be none, optimizer, cpu or nvme (got 'disk')\n");
     free(out);
+}
+
+/* A directory the NVMe tier cannot use is one line, exit 2, before anything runs: no
+ * parameters dumped, nothing left in the directory. */
+Test(offload, a_bad_nvme_dir_is_one_line_and_writes_nothing) {
+    struct {
+        const char *args, *want;
+    } cases[] = {
+        {"--offload nvme", "fsdp: --offload nvme needs --nvme-dir DIR (where its files go)\n"},
+        {"--nvme-dir /tmp", "fsdp: --nvme-dir applies only to --offload nvme\n"},
+        {"--offload nvme --nvme-dir /nonexistent-fsdp-dir",
+         "fsdp: --nvme-dir /nonexistent-fsdp-dir: not usable: No such file or directory\n"},
+        {"--offload nvme --nvme-dir /etc/hostname", "fsdp: --nvme-dir /etc/hostname: not a"},
+        {"--offload nvme --nvme-dir /tmp --strategy ddp",
+         "fsdp: --offload nvme needs a sharded strategy (zero2, zero3 or hsdp), not ddp\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "train --steps 1 --dump-params /tmp/fsdp-nvme-bad.txt %s",
+                 cases[i].args);
+        int status;
+        char *out = fsdp_output(args, "2>&1 >/dev/null", &status);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
+        cr_expect(strncmp(out, cases[i].want, strlen(cases[i].want)) == 0, "%s: got '%s'",
+                  cases[i].args, out);
+        cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: %s", out);
+        cr_expect_neq(access("/tmp/fsdp-nvme-bad.txt", F_OK), 0, "nothing written");
+        free(out);
+    }
+}
+
+/* Checkpoints read and write the NVMe tier's state through the same path: a resumed run ends
+ * on the bits of an uninterrupted one. */
+Test(offload, nvme_state_checkpoints_and_resumes, .timeout = 60) {
+    char dir[] = "/tmp/fsdp-nvme-ckpt-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    const char *common = "train --model vit-tiny --layers 1 --ranks 2 --batch-size 4 --eval false "
+                         "--offload nvme";
+    char args[1024];
+    int status;
+    snprintf(args, sizeof args, "%s --nvme-dir %s --steps 4 --dump-params %s/whole.txt", common,
+             dir, dir);
+    free(fsdp_output(args, "2>&1", &status));
+    cr_assert_eq(status, 0, "%s", args);
+    snprintf(args, sizeof args,
+             "%s --nvme-dir %s --steps 2 --checkpoint-dir %s/ck --checkpoint-every 2", common, dir,
+             dir);
+    free(fsdp_output(args, "2>&1", &status));
+    cr_assert_eq(status, 0, "%s", args);
+    snprintf(args, sizeof args,
+             "%s --nvme-dir %s --steps 4 --checkpoint-dir %s/ck --resume auto --dump-params "
+             "%s/resumed.txt",
+             common, dir, dir, dir);
+    free(fsdp_output(args, "2>&1", &status));
+    cr_assert_eq(status, 0, "%s", args);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/whole.txt %s/resumed.txt", dir, dir);
+    cr_expect_eq(system(cmd), 0, "a resumed nvme run differs from an uninterrupted one");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
 }
 
 /* ---- memory over time, from the command line */
