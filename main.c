@@ -404,8 +404,62 @@ static int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *j
     return rc;
 }
 
+/* --memory-compare's settings, as the workshop's memory profiles name them; each starts from
+ * the job's own flags. */
+typedef struct CompareSetting {
+    const char *name, *flags;
+    int reshard, bf16, ac;
+    OffloadKind offload;
+} CompareSetting;
+
+static const CompareSetting compare_settings[] = {
+    {"default", "--reshard-after-forward false", 0, 0, 0, OFFLOAD_NONE},
+    {"CPU offload", "--reshard-after-forward false --offload cpu", 0, 0, 0, OFFLOAD_CPU},
+    {"reshard after forward", "--reshard-after-forward true", 1, 0, 0, OFFLOAD_NONE},
+    {"mixed precision", "--reshard-after-forward false --param-dtype bf16", 0, 1, 0, OFFLOAD_NONE},
+    {"all combined", "--reshard-after-forward true --offload cpu --param-dtype bf16", 1, 1, 0,
+     OFFLOAD_CPU},
+    {"+ activation ckpt", "all combined + --activation-checkpointing", 1, 1, 1, OFFLOAD_CPU},
+};
+
+static int memory_compare(TrainRun *t, Err *err) {
+    const TrainArgs *a = &t->args;
+    int n = (int)(sizeof compare_settings / sizeof *compare_settings);
+    if (!train_args_is_vit(a)) n--; /* the toy has no blocks to checkpoint */
+    CompareRow rows[sizeof compare_settings / sizeof *compare_settings];
+    int rc = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        const CompareSetting *s = &compare_settings[i];
+        FsdpConfig c = a->fsdp;
+        c.reshard_after_forward = s->reshard;
+        c.offload = s->offload;
+        c.param_dtype = s->bf16 ? DTYPE_BF16 : c.param_dtype;
+        c.ac_every = s->ac ? 1 : c.ac_every;
+        memset(t->memory, 0, (size_t)a->ranks * sizeof *t->memory);
+        TrainJob job = {.model = &t->model,
+                        .data = &t->data,
+                        .plan = &t->plan,
+                        .cfg = &c,
+                        .steps = a->steps,
+                        .memory = t->memory,
+                        .init_from = a->init_from};
+        ClusterOptions opt = cluster_options(t, 0);
+        ClusterResult res;
+        rc = run_ranks(t, &opt, &job, &res, err);
+        cluster_result_free(&res);
+        int top = 0;
+        for (int r = 1; r < a->ranks; r++)
+            if (t->memory[r].peak > t->memory[top].peak) top = r;
+        rows[i] = (CompareRow){.name = s->name, .flags = s->flags, .peak = t->memory[top]};
+    }
+    if (!rc)
+        report_memory_compare(stdout, rows, n, (size_t)t->profile->mem_bytes, t->profile->name);
+    return rc;
+}
+
 static int train_execute(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
+    if (a->memory_compare) return memory_compare(t, err);
     int vit = train_args_is_vit(a);
     Printer printer = {.json = a->json,
                        .fp16 = fsdp_uses_loss_scaling(&a->fsdp),

@@ -261,6 +261,12 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        offload_name(c->offload), strategy_name(c->strategy));
     if (c->offload == OFFLOAD_NVME && !c->nvme_dir)
         return err_set(err, ERR_USAGE, "--offload nvme needs --nvme-dir DIR (where its files go)");
+    if (a->memory_compare && (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
+        return err_set(err, ERR_USAGE,
+                       "--memory-compare compares FSDP settings: use zero2, zero3 or hsdp, not %s",
+                       strategy_name(c->strategy));
+    if (a->memory_compare && a->backend != BACKEND_SIM)
+        return err_set(err, ERR_USAGE, "--memory-compare runs on the simulator (--backend sim)");
     if (c->nvme_dir && c->offload != OFFLOAD_NVME)
         return err_set(err, ERR_USAGE, "--nvme-dir applies only to --offload nvme");
     return 0;
@@ -268,13 +274,14 @@ static int check_combination(const TrainArgs *a, Err *err) {
 
 static int is_bool_flag(const char *f) {
     return !strcmp(f, "--print-plan") || !strcmp(f, "--memory") || !strcmp(f, "--json") ||
-           !strcmp(f, "--activation-checkpointing");
+           !strcmp(f, "--activation-checkpointing") || !strcmp(f, "--memory-compare");
 }
 
 static void set_bool_flag(TrainArgs *a, const char *f) {
     if (!strcmp(f, "--print-plan")) a->print_plan = 1;
     if (!strcmp(f, "--memory")) a->memory = 1;
     if (!strcmp(f, "--json")) a->json = 1;
+    if (!strcmp(f, "--memory-compare")) a->memory_compare = 1;
     /* every block, unless --ac-every chose every K-th */
     if (!strcmp(f, "--activation-checkpointing") && !a->fsdp.ac_every) a->fsdp.ac_every = 1;
 }
@@ -286,6 +293,10 @@ int train_args_is_vit(const TrainArgs *a) {
 /* What a flag left unset means depends on the model: the ViT trains one epoch at batch 64
  * per rank with Adam at 1e-3 (the workshop's settings); the toy 100 steps of 8 at 0.05. */
 static void apply_model_defaults(TrainArgs *a) {
+    if (a->memory_compare && !a->steps_given && !a->epochs) { /* one step shows the peaks */
+        a->steps = 1;
+        a->steps_given = 1;
+    }
     if (!train_args_is_vit(a)) return;
     if (!a->batch_given) a->fsdp.batch_size = 64;
     if (!a->lr_given) a->fsdp.lr = 1e-3f;
@@ -394,6 +405,10 @@ void train_args_help(FILE *f) {
           "                                 the last step's memory over time by category\n"
           "  --memory-svg FILE              that timeline as an SVG picture, with the DDP\n"
           "                                 level and each rank's peak marked\n"
+          "  --memory-compare               run the job (one step unless --steps) under the\n"
+          "                                 workshop's settings (default, CPU offload, reshard\n"
+          "                                 after forward, bf16, all combined, + activation\n"
+          "                                 checkpointing) and compare their peaks\n"
           "  --json                         one JSON object per step on stdout\n"
           "  --print-every N                log every N steps (default: ten lines a run)\n"
           "  --dump-params FILE             final parameters: `name index value` lines\n"

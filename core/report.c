@@ -379,3 +379,39 @@ int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *er
     if (fflush(f) || ferror(f)) return err_set(err, ERR_IO, "could not write the parameters");
     return 0;
 }
+
+/* GPU bytes at the peak: everything charged but what offload keeps in host memory or in files
+ * (the fp32 emulation copies are never in the total). */
+static size_t gpu_at_peak(const RankMemory *m) {
+    size_t b = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        if (c != MEM_HOST_OFFLOAD && c != MEM_NVME && c != MEM_COMPUTE_COPY) b += m->at_peak[c];
+    return b;
+}
+
+void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_bytes,
+                           const char *profile) {
+    char b[8][32], cap[32];
+    fprintf(f,
+            "memory at each setting's peak (the rank with the largest peak; GPU: what the GPU "
+            "holds then; fits: %s's %s):\n",
+            profile, format_bytes(gpu_bytes, cap, sizeof cap));
+    fprintf(f, "  %-24s %10s %10s %10s %10s %10s %10s %10s  %s\n", "setting", "params", "grads",
+            "Adam", "activations", "comm", "GPU", "host", "fits");
+    for (int i = 0; i < n; i++) {
+        const size_t *at = rows[i].peak.at_peak;
+        size_t gpu = gpu_at_peak(&rows[i].peak);
+        size_t cols[7] = {at[MEM_PARAM_SHARD] + at[MEM_PARAM_UNSHARDED],
+                          at[MEM_GRAD_SHARD] + at[MEM_GRAD_UNSHARDED],
+                          at[MEM_OPTIM_STATE],
+                          at[MEM_ACTIVATIONS] + at[MEM_AC_INPUT],
+                          at[MEM_COMM_BUFFER],
+                          gpu,
+                          at[MEM_HOST_OFFLOAD] + at[MEM_NVME]};
+        for (int c = 0; c < 7; c++) format_bytes(cols[c], b[c], sizeof b[c]);
+        fprintf(f, "  %-24s %10s %10s %10s %10s %10s %10s %10s  %s\n", rows[i].name, b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], gpu <= gpu_bytes ? "yes" : "no");
+    }
+    fprintf(f, "settings:\n");
+    for (int i = 0; i < n; i++) fprintf(f, "  %-24s %s\n", rows[i].name, rows[i].flags);
+}

@@ -24,6 +24,20 @@ void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images
 void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s);
 /* One JSON line: each rank's peak bytes and the largest, {"peak_bytes":N,"rank_peaks":[...]}. */
 void report_memory_json(FILE *f, const RankMemory *m, int ranks);
+
+/* One setting of --memory-compare: its name, the flags that make it, and the memory of the
+ * rank whose peak was largest. */
+typedef struct CompareRow {
+    const char *name;
+    const char *flags;
+    RankMemory peak;
+} CompareRow;
+
+/* The settings side by side: at each one's peak, GPU memory by kind (params, grads, Adam,
+ * activations with checkpointed inputs, comm buffers), the GPU total against gpu_bytes, and
+ * what offload keeps in host memory. */
+void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_bytes,
+                           const char *profile);
 void report_step_json(FILE *f, const StepReport *r);
 void report_eval_text(FILE *f, const EvalReport *r);
 void report_eval_json(FILE *f, const EvalReport *r);

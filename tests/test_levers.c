@@ -554,3 +554,53 @@ Test(mixed_precision, bad_policy_flags_are_one_line) {
         free(out);
     }
 }
+
+/* ---- --memory-compare */
+
+/* Column k (0: params ... 6: host) of a row of the compare table, in bytes. */
+static double compare_column(const char *row, int k) {
+    char cell[16] = {0};
+    memcpy(cell, row + 2 + 24 + k * 11 + 1, 10);
+    double v = 0;
+    char unit[8] = {0};
+    cr_assert_eq(sscanf(cell, "%lf %7s", &v, unit), 2, "cell '%s'", cell);
+    const char *units[] = {"B", "KiB", "MiB", "GiB"};
+    for (int i = 0; i < 4; i++, v *= 1024)
+        if (!strcmp(unit, units[i])) return v;
+    cr_assert_fail("unit '%s'", unit);
+    return 0;
+}
+
+static const char *compare_row(const char *out, const char *name) {
+    char key[40];
+    snprintf(key, sizeof key, "\n  %-24s", name);
+    const char *row = strstr(out, key);
+    cr_assert(row, "no row %s in:\n%s", name, out);
+    return row + 1;
+}
+
+/* Each setting moves the memory where it should: CPU offload empties the GPU of Adam's state
+ * into host memory, reshard after forward and bf16 shrink the parameters held, combining them
+ * shrinks the GPU total further, and checkpointing cuts the activations. */
+Test(memory_compare, each_setting_moves_memory_where_it_should, .timeout = 60) {
+    int status;
+    char *out =
+        fsdp_output("train --model vit-tiny --layers 2 --ranks 2 --batch-size 8 --memory-compare",
+                    "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    const char *def = compare_row(out, "default"), *cpu = compare_row(out, "CPU offload");
+    const char *rs = compare_row(out, "reshard after forward");
+    const char *mp = compare_row(out, "mixed precision"), *all = compare_row(out, "all combined");
+    const char *ac = compare_row(out, "+ activation ckpt");
+    enum { PARAMS = 0, ADAM = 2, ACTS = 3, GPU = 5, HOST = 6 };
+    cr_expect_gt(compare_column(def, ADAM), 0);
+    cr_expect_eq(compare_column(cpu, ADAM), 0);
+    cr_expect_gt(compare_column(cpu, HOST), compare_column(def, ADAM));
+    cr_expect_eq(compare_column(def, HOST), 0);
+    cr_expect_lt(compare_column(rs, PARAMS), compare_column(def, PARAMS));
+    cr_expect_lt(compare_column(mp, PARAMS), compare_column(def, PARAMS));
+    cr_expect_lt(compare_column(all, GPU), compare_column(rs, GPU));
+    cr_expect_lt(compare_column(all, GPU), compare_column(cpu, GPU));
+    cr_expect_lt(compare_column(ac, ACTS), 0.75 * compare_column(all, ACTS));
+    free(out);
+}
