@@ -47,7 +47,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-vs-torch bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-vs-torch bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -128,6 +128,12 @@ bench-ckpt: deps $(BUILD)/bench_ckpt
 # against dd on the same disk (/var/tmp) in the same run.
 bench-nvme: deps $(BUILD)/bench_nvme
 	$(BUILD)/bench_nvme --bytes 1G --chunk 64M --dir /var/tmp/fsdp_bench_nvme
+
+# Activation checkpointing's memory saving and step-time cost, with and without, interleaved:
+# vit-tiny (3 runs of 10 steps), then vit-workshop (one run of 2 steps each: about 10 minutes).
+bench-ac: deps $(BIN)
+	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-tiny 4 64 10 3
+	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-workshop 4 8 2 1
 
 # The visualizer at vit-workshop's size: 8 ranks, 100,000 trace events.
 bench-viz: deps $(BUILD)/bench_viz

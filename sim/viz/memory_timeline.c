@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../../core/report.h"
+#include "../../core/utf8.h"
 
 /* ---- the model ---------------------------------------------------------------------------- */
 
@@ -319,33 +320,12 @@ enum {
     SVG_PANEL = SVG_PANEL_LABEL + SVG_PLOT_HEIGHT + SVG_PANEL_BELOW,
 };
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not valid UTF-8. */
-static int utf8_length(const unsigned char *s) {
-    int len;
-    unsigned min, cp;
-    if (s[0] < 0x80) return 1;
-    if ((s[0] & 0xE0) == 0xC0)
-        len = 2, min = 0x80, cp = s[0] & 0x1F;
-    else if ((s[0] & 0xF0) == 0xE0)
-        len = 3, min = 0x800, cp = s[0] & 0x0F;
-    else if ((s[0] & 0xF8) == 0xF0)
-        len = 4, min = 0x10000, cp = s[0] & 0x07;
-    else
-        return 0;
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0; /* also stops at the terminating NUL */
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
 /* Text as XML character data: markup characters escaped, bytes that are not UTF-8 replaced by
  * U+FFFD and control characters (which XML 1.0 forbids) by spaces, so any title renders. */
 static void write_xml_text(FILE *f, const char *text) {
     const unsigned char *s = (const unsigned char *)text;
     while (*s) {
-        int len = utf8_length(s);
+        int len = utf8_sequence_length(s);
         if (len == 0) {
             fputs("&#xFFFD;", f);
             s++;

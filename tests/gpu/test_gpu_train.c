@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/mnist.h"
 #include "../../core/toy.h"
 #include "../../core/train.h"
 #include "../../core/vit.h"
 #include "../../runtime/gpu_run.h"
 #include "../../sim/cluster.h"
+#include "../util.h"
 #include "gpu_util.h"
 
 typedef struct Losses {
@@ -24,17 +24,6 @@ static void record(void *user, const StepReport *r) {
     if (r->step == 1) l->first = r->stats.loss;
     l->last = r->stats.loss;
     l->steps = r->step;
-}
-
-static const Dataset *test_split(void) {
-    static Dataset d;
-    static int loaded;
-    if (!loaded) {
-        Err err = {0};
-        cr_assert_eq(mnist_load(&d, MNIST_DEFAULT_DIR, "test", &err), 0, "%s", err.msg);
-        loaded = 1;
-    }
-    return &d;
 }
 
 /* Trains `steps` steps at one rank on the GPU (gpu 1) or the simulator; returns the final
@@ -91,8 +80,8 @@ static void expect_step_matches(DType param_dtype, double bound) {
     ModelDesc m;
     vit_tiny(&m, 0);
     Losses gl, sl;
-    float *g = train(&m, test_split(), vit_config(param_dtype), 1, 1, &gl, NULL);
-    float *s = train(&m, test_split(), vit_config(param_dtype), 1, 0, &sl, NULL);
+    float *g = train(&m, vit_test_split(), vit_config(param_dtype), 1, 1, &gl, NULL);
+    float *s = train(&m, vit_test_split(), vit_config(param_dtype), 1, 0, &sl, NULL);
     gpu_expect_close(g, s, m.total_numel, bound, "parameters after one step");
     cr_expect(fabsf(gl.first - sl.first) <= (float)bound * 10.0f * sl.first,
               "loss: gpu %.6f, sim %.6f", (double)gl.first, (double)sl.first);
@@ -147,7 +136,7 @@ Test(gpu_train, fifty_steps_learn, .timeout = 300) {
     ModelDesc m;
     vit_tiny(&m, 0);
     Losses l;
-    float *p = train(&m, test_split(), vit_config(DTYPE_BF16), 50, 1, &l, NULL);
+    float *p = train(&m, vit_test_split(), vit_config(DTYPE_BF16), 50, 1, &l, NULL);
     cr_expect_eq(l.steps, 50);
     cr_expect_lt(l.last, 0.7f * l.first, "loss %.4f -> %.4f in 50 steps", (double)l.first,
                  (double)l.last);

@@ -1,0 +1,10 @@
+/* utf8: checking UTF-8 one sequence at a time, for the writers (JSON traces, SVG pictures) that
+ * must emit valid UTF-8 whatever bytes a user's names contain. Pure function, no state. */
+#ifndef FSDP_UTF8_H
+#define FSDP_UTF8_H
+
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if it is not valid UTF-8 (overlong
+ * forms, surrogates and code points past U+10FFFF included); stops at a terminating NUL. */
+int utf8_sequence_length(const unsigned char *s);
+
+#endif
