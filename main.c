@@ -444,6 +444,7 @@ static int memory_compare(TrainRun *t, Err *err) {
                         .memory = t->memory,
                         .init_from = a->init_from};
         ClusterOptions opt = cluster_options(t, 0);
+        opt.accounting_only = a->accounting_only;
         ClusterResult res;
         rc = run_ranks(t, &opt, &job, &res, err);
         cluster_result_free(&res);
@@ -789,6 +790,37 @@ static int cmd_viz(int argc, char **argv) {
     return rc ? fail(rc, err.msg) : 0;
 }
 
+/* --scenario workshop: the workshop's own cluster (two nodes, one 24 GB L4 each, joined by
+ * Ethernet: the l4-pcie profile at 2 ranks) and its two models, vit-workshop at hidden 3840
+ * and 7680, compared setting by setting in accounting-only runs (the 7680 model does not fit
+ * this machine's memory, let alone compute). */
+static int workshop_scenario(const TrainArgs *given, Err *err) {
+    static const int hidden[] = {3840, 7680};
+    int rc = 0;
+    for (int i = 0; i < 2 && !rc; i++) {
+        TrainRun t;
+        memset(&t, 0, sizeof t);
+        t.args = *given;
+        snprintf(t.args.model, sizeof t.args.model, "vit-workshop");
+        snprintf(t.args.profile, sizeof t.args.profile, "l4-pcie");
+        t.args.hidden = hidden[i];
+        t.args.ranks = 2;
+        t.args.accounting_only = 1;
+        if (!t.args.batch_given) t.args.fsdp.batch_size = 64; /* the ViT's default */
+        rc = train_prepare(&t, err);
+        if (!rc) {
+            char count[32];
+            printf("%sworkshop cluster: %s; vit-workshop at hidden %d: %s parameters, batch %d "
+                   "per GPU\n",
+                   i ? "\n" : "", t.profile->description, hidden[i],
+                   with_commas(t.model.total_numel, count, sizeof count), t.args.fsdp.batch_size);
+            rc = memory_compare(&t, err);
+        }
+        train_cleanup(&t);
+    }
+    return rc;
+}
+
 static int cmd_train(int argc, char **argv) {
     TrainRun t;
     memset(&t, 0, sizeof t);
@@ -800,6 +832,10 @@ static int cmd_train(int argc, char **argv) {
     if (rc == 1) {
         train_args_help(stdout);
         return 0;
+    }
+    if (!rc && t.args.scenario_workshop) {
+        rc = workshop_scenario(&t.args, &err);
+        return rc ? fail(rc, err.msg) : 0;
     }
     if (!rc) rc = train_prepare(&t, &err);
     if (!rc && !t.args.json && t.backend_note[0]) printf("%s\n", t.backend_note);

@@ -182,6 +182,12 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->init_from = v;
         return 0;
     }
+    if (!strcmp(f, "--scenario")) {
+        if (strcmp(v, "workshop"))
+            return err_set(err, ERR_USAGE, "--scenario must be workshop (got '%s')", v);
+        a->scenario_workshop = 1;
+        return 0;
+    }
     if (!strcmp(f, "--nvme-dir")) {
         c->nvme_dir = v;
         return 0;
@@ -265,6 +271,8 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--memory-compare compares FSDP settings: use zero2, zero3 or hsdp, not %s",
                        strategy_name(c->strategy));
+    if ((a->accounting_only || a->scenario_workshop) && !a->memory_compare)
+        return err_set(err, ERR_USAGE, "--accounting-only and --scenario go with --memory-compare");
     if (a->memory_compare && a->backend != BACKEND_SIM)
         return err_set(err, ERR_USAGE, "--memory-compare runs on the simulator (--backend sim)");
     if (c->nvme_dir && c->offload != OFFLOAD_NVME)
@@ -274,7 +282,8 @@ static int check_combination(const TrainArgs *a, Err *err) {
 
 static int is_bool_flag(const char *f) {
     return !strcmp(f, "--print-plan") || !strcmp(f, "--memory") || !strcmp(f, "--json") ||
-           !strcmp(f, "--activation-checkpointing") || !strcmp(f, "--memory-compare");
+           !strcmp(f, "--activation-checkpointing") || !strcmp(f, "--memory-compare") ||
+           !strcmp(f, "--accounting-only");
 }
 
 static void set_bool_flag(TrainArgs *a, const char *f) {
@@ -282,6 +291,7 @@ static void set_bool_flag(TrainArgs *a, const char *f) {
     if (!strcmp(f, "--memory")) a->memory = 1;
     if (!strcmp(f, "--json")) a->json = 1;
     if (!strcmp(f, "--memory-compare")) a->memory_compare = 1;
+    if (!strcmp(f, "--accounting-only")) a->accounting_only = 1;
     /* every block, unless --ac-every chose every K-th */
     if (!strcmp(f, "--activation-checkpointing") && !a->fsdp.ac_every) a->fsdp.ac_every = 1;
 }
@@ -409,6 +419,11 @@ void train_args_help(FILE *f) {
           "                                 workshop's settings (default, CPU offload, reshard\n"
           "                                 after forward, bf16, all combined, + activation\n"
           "                                 checkpointing) and compare their peaks\n"
+          "  --accounting-only              ... charging memory and modelled time without\n"
+          "                                 computing or holding data (any model size)\n"
+          "  --scenario workshop            ... on the live workshop's cluster: two nodes with\n"
+          "                                 one 24 GB L4 each, vit-workshop at hidden 3840 and\n"
+          "                                 7680 (accounting only)\n"
           "  --json                         one JSON object per step on stdout\n"
           "  --print-every N                log every N steps (default: ten lines a run)\n"
           "  --dump-params FILE             final parameters: `name index value` lines\n"

@@ -27,8 +27,10 @@ typedef struct TrainArgs {
     int epochs;      /* 0: use steps */
     int print_every; /* 0: about ten lines per run */
     int print_plan, memory, json;
-    int memory_compare; /* --memory-compare: the job under the workshop's memory settings */
-    int eval;           /* ViT: evaluate at each epoch's end and after the last step (default 1) */
+    int memory_compare;    /* --memory-compare: the job under the workshop's memory settings */
+    int accounting_only;   /* --accounting-only: memory and modelled time, nothing computed */
+    int scenario_workshop; /* --scenario workshop: the live workshop's cluster and models */
+    int eval; /* ViT: evaluate at each epoch's end and after the last step (default 1) */
     int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
     const char *dump_params;                /* NULL: none */
     const char *init_from;                  /* safetensors to start from; NULL: seeded init */

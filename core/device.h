@@ -90,6 +90,9 @@ struct Device {
     const DeviceOps *ops;
     int rank;
     void *impl;
+    /* 1: the device charges memory and models time but stores nothing (accounting-only runs
+     * of models too big to hold); the engine skips work that only fills in values */
+    int accounting_only;
 };
 
 #endif

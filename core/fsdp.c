@@ -194,8 +194,10 @@ static int nvme_start_read(Engine *e, int u, int what, Err *err) {
         size_t n = nvme_numel(us, s) * sizeof(float);
         if (*buf || !n) continue;
         if ((rc = dev_alloc(e, (void **)buf, n, MEM_HOST_OFFLOAD, u, err))) break;
-        rc = nvme_tier_read(e->nvme, us->nvme_at[s], *buf, n, &us->nvme_req[s], err);
-        us->nvme_reading |= 1 << s;
+        if (e->nvme) { /* an accounting-only run has no file and no data to read */
+            rc = nvme_tier_read(e->nvme, us->nvme_at[s], *buf, n, &us->nvme_req[s], err);
+            us->nvme_reading |= 1 << s;
+        }
         bytes += (double)n;
     }
     if (bytes > 0)
@@ -244,8 +246,10 @@ static int nvme_start_write(Engine *e, int u, int what, Err *err) {
         float *buf = *nvme_buffer(us, s);
         size_t n = nvme_numel(us, s) * sizeof(float);
         if (!buf || !n) continue;
-        rc = nvme_tier_write(e->nvme, us->nvme_at[s], buf, n, &us->nvme_req[s], err);
-        us->nvme_writing |= 1 << s;
+        if (e->nvme) {
+            rc = nvme_tier_write(e->nvme, us->nvme_at[s], buf, n, &us->nvme_req[s], err);
+            us->nvme_writing |= 1 << s;
+        }
         bytes += (double)n;
     }
     if (bytes > 0)
@@ -276,7 +280,9 @@ static int nvme_open(Engine *e, Err *err) {
             size_t n = nvme_numel(&e->units[u], s) * sizeof(float);
             at += (n + NVME_TIER_ALIGN - 1) / NVME_TIER_ALIGN * NVME_TIER_ALIGN;
         }
-    int rc = nvme_tier_open(&e->nvme, e->cfg.nvme_dir, e->env.rank, at ? at : 1, err);
+    int rc = e->dev->accounting_only
+                 ? 0
+                 : nvme_tier_open(&e->nvme, e->cfg.nvme_dir, e->env.rank, at ? at : 1, err);
     for (int u = 0; !rc && u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         rc = dev_alloc(e, &us->nvme_bytes, (us->param_n + 2 * us->optim_n) * sizeof(float),
@@ -1051,6 +1057,7 @@ static void kept_elements(const Engine *e, int u, int i, size_t *first, size_t *
  * The draw happens on the host and is copied to the device. */
 static int init_params(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
+    if (e->dev->accounting_only) return 0; /* nothing to fill */
     for (int i = 0; i < e->plan->units[u].nparams; i++) {
         size_t first, n;
         kept_elements(e, u, i, &first, &n);

@@ -42,7 +42,7 @@ static void format_shape(const ParamSpec *ps, char *buf, size_t n) {
 }
 
 /* 779298826 -> "779,298,826" */
-static const char *with_commas(size_t v, char *buf, size_t n) {
+const char *with_commas(size_t v, char *buf, size_t n) {
     char digits[32];
     int len = snprintf(digits, sizeof digits, "%zu", v), at = 0;
     for (int i = 0; i < len && (size_t)at + 2 < n; i++) {

@@ -25,6 +25,9 @@ void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double im
 /* One JSON line: each rank's peak bytes and the largest, {"peak_bytes":N,"rank_peaks":[...]}. */
 void report_memory_json(FILE *f, const RankMemory *m, int ranks);
 
+/* v with thousands separators ("779,298,826") into buf; returns buf. */
+const char *with_commas(size_t v, char *buf, size_t n);
+
 /* One setting of --memory-compare: its name, the flags that make it, and the memory of the
  * rank whose peak was largest. */
 typedef struct CompareRow {

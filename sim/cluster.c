@@ -9,6 +9,7 @@
 #include "../kernels/cpu/pool.h"
 #include "comm_sim.h"
 #include "device_sim.h"
+#include "kernels_none.h"
 
 typedef struct RankSlot {
     RankEnv env;
@@ -91,6 +92,14 @@ static void destroy_groups(Cluster *c) {
     free(c->replica_groups);
 }
 
+static void mark_accounting_only(Cluster *c) {
+    sim_world_accounting_only(c->world);
+    for (int g = 0; c->shard_groups && g < c->replicas; g++)
+        sim_world_accounting_only(c->shard_groups[g]);
+    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
+        sim_world_accounting_only(c->replica_groups[g]);
+}
+
 static void init_slot(Cluster *c, int r, const ClusterOptions *opt, RankMain fn, void *arg) {
     RankSlot *s = &c->slots[r];
     s->cluster = c;
@@ -98,11 +107,12 @@ static void init_slot(Cluster *c, int r, const ClusterOptions *opt, RankMain fn,
     s->arg = arg;
     tracebuf_init(&s->trace, r, opt->trace);
     device_sim_init(&s->dev, r, &s->clock, &s->trace, opt->profile);
+    if (opt->accounting_only) device_sim_accounting_only(&s->dev);
     comm_sim_init(&s->world, c->world, r, &s->clock, &s->trace);
     s->env = (RankEnv){.rank = r,
                        .world = c->n,
                        .dev = &s->dev.base,
-                       .k = &kernels_cpu,
+                       .k = opt->accounting_only ? &kernels_none : &kernels_cpu,
                        .world_comm = &s->world,
                        .shard_comm = &s->world,
                        .trace = &s->trace};
@@ -133,6 +143,7 @@ int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult
                  .replicas = opt->replicas > 1 ? opt->replicas : 1,
                  .pool_threads = pool_threads_per_rank(opt->ranks)};
     int rc = create_groups(&c, opt->profile, err);
+    if (!rc && opt->accounting_only) mark_accounting_only(&c);
     c.slots = rc ? NULL : calloc((size_t)c.n, sizeof *c.slots);
     if (!rc && !c.slots) rc = err_set(err, ERR_NOMEM, "out of memory creating %d ranks", c.n);
     int started = 0;

@@ -16,6 +16,9 @@ typedef struct ClusterOptions {
     int replicas; /* > 1: build hsdp shard groups of ranks/replicas and replica groups */
     const Profile *profile;
     int trace; /* record every event */
+    /* accounting only: devices hold no data, collectives move none, kernels do nothing; the
+     * schedule, memory accounting and modelled times are those of a real run */
+    int accounting_only;
 } ClusterOptions;
 
 typedef struct ClusterResult {

@@ -52,8 +52,9 @@ struct SimWorld {
     pthread_cond_t changed;
     int aborted;
     char why[256];
-    int *world_ranks; /* [size] */
-    SimComm *members; /* [size] each rank's view, handed out by comm_sim_init */
+    int accounting_only; /* collectives are timed and traced but move no data */
+    int *world_ranks;    /* [size] */
+    SimComm *members;    /* [size] each rank's view, handed out by comm_sim_init */
     Slot slots[SLOTS];
 };
 
@@ -214,7 +215,7 @@ static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
     size_t bytes = input_count(c, r) * es;
     int in_place = overlaps(r->send, bytes, r->recv, output_count(c, r) * es);
     s->input[c->rank] = r->send;
-    if (s->large && !in_place) return 0;
+    if ((s->large && !in_place) || sim_comm(c)->w->accounting_only) return 0;
     if (bytes > s->staged_cap[c->rank]) {
         void *p = realloc(s->staged[c->rank], bytes);
         if (!p)
@@ -313,6 +314,7 @@ static void reduce_range(const Slot *s, int size, size_t first, size_t n, void *
 
 static void compute_output(const Comm *c, const Slot *s, void *recv) {
     size_t es = dtype_size(s->dtype), n = s->count;
+    if (sim_comm((Comm *)c)->w->accounting_only) return;
     switch (s->kind) {
     case COLL_ALL_GATHER:
         for (int q = 0; q < c->size; q++)
@@ -411,4 +413,8 @@ void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *tr
                 .size = w->size,
                 .world_rank = w->world_ranks[rank],
                 .impl = sc};
+}
+
+void sim_world_accounting_only(SimWorld *w) {
+    w->accounting_only = 1;
 }

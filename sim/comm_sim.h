@@ -26,6 +26,8 @@ typedef struct SimWorld SimWorld; /* shared by all ranks of a group */
 SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
                            const Profile *profile, Err *err);
 void sim_world_destroy(SimWorld *w);
+/* Collectives keep their timing and trace but move no data (accounting-only runs). */
+void sim_world_accounting_only(SimWorld *w);
 /* Wakes every rank blocked in this group; their waits fail with "aborted: why". Used when
  * one rank fails so the others stop instead of waiting forever for it. */
 void sim_world_abort(SimWorld *w, const char *why);

@@ -64,8 +64,9 @@ static int cache_put(SimDevice *s, BlockHeader *h) {
 
 static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     SimDevice *s = sim(d);
-    /* NVMe bytes live in a file: charge them, hold only the header */
-    size_t held = cat == MEM_NVME ? 0 : bytes;
+    /* NVMe bytes live in a file, and an accounting-only device holds nothing: charge them,
+     * keep only the header */
+    size_t held = cat == MEM_NVME || d->accounting_only ? 0 : bytes;
     BlockHeader *h = held ? cache_take(s, held) : NULL;
     if (!h && !(h = malloc(sizeof *h + held))) return NULL;
     h->bytes = bytes;
@@ -90,13 +91,12 @@ static void sim_free(Device *d, void *p, int unit) {
         s->total -= h->bytes;
         trace_memory(s, EV_FREE, h->bytes, h->category, unit);
     }
-    /* an NVMe block is a header only: it must never serve a request of its charged size */
-    if (h->category == MEM_NVME || !cache_put(s, h)) free(h);
+    /* a header-only block must never serve a request of its charged size */
+    if (h->category == MEM_NVME || d->accounting_only || !cache_put(s, h)) free(h);
 }
 
 static void sim_copy(Device *d, void *dst, const void *src, size_t bytes) {
-    (void)d;
-    memcpy(dst, src, bytes);
+    if (!d->accounting_only) memcpy(dst, src, bytes);
 }
 
 static void sim_run(Device *d, StreamId st, const Work *w) {
@@ -183,4 +183,8 @@ void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
     d->clock = clock;
     d->trace = trace;
     d->profile = profile;
+}
+
+void device_sim_accounting_only(SimDevice *d) {
+    d->base.accounting_only = 1;
 }

@@ -36,6 +36,9 @@ typedef struct SimDevice {
 
 void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
                      const Profile *profile);
+/* Accounting only: every allocation is charged as usual but holds no data (a header), and
+ * copies move nothing; for runs of models too big to hold, with the no-op kernel table. */
+void device_sim_accounting_only(SimDevice *d);
 /* Returns the cached blocks to the system. Blocks still allocated stay the caller's. */
 void device_sim_release(SimDevice *d);
 

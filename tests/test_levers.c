@@ -173,27 +173,40 @@ static int create_only(const RankEnv *env, void *arg, Err *err) {
 }
 
 /* While the engine is created and initialised, no rank's accounted bytes ever exceed its
- * shards: it never holds the whole model, not even for a moment. */
-Test(sharded_init, no_rank_holds_more_than_its_shards) {
-    ModelDesc m;
-    vit_small_create(&m, 3);
-    enum { RANKS = 4 };
-    CreateOnly c = {.m = &m, .cfg = vit_config(STRAT_ZERO3, 2)};
+ * shards: it never holds the whole model, not even for a moment. A 3-layer vit-tiny for real,
+ * and vit-workshop (779M parameters) at 4 ranks in an accounting-only run. */
+static void expect_creation_within_shards(const ModelDesc *m, int ranks, int accounting_only) {
+    CreateOnly c = {.m = m, .cfg = vit_config(STRAT_ZERO3, 2)};
     Plan plan;
     Err err = {0};
-    cr_assert_eq(plan_create(&plan, &m, c.cfg.wrap, STRAT_ZERO3, RANKS, 1, &err), 0);
+    cr_assert_eq(plan_create(&plan, m, c.cfg.wrap, STRAT_ZERO3, ranks, 1, &err), 0);
     c.plan = &plan;
-    ClusterOptions opt = {.ranks = RANKS, .replicas = 1, .profile = profile_default()};
+    ClusterOptions opt = {.ranks = ranks,
+                          .replicas = 1,
+                          .profile = profile_default(),
+                          .accounting_only = accounting_only};
     ClusterResult res;
     cr_assert_eq(cluster_run(&opt, create_only, &c, &res, &err), 0, "%s", err.msg);
-    for (int r = 0; r < RANKS; r++) {
+    for (int r = 0; r < ranks; r++) {
         RestBytes want = plan_rest_bytes(&plan, r, OFFLOAD_NONE);
         cr_expect_eq(c.peak[r], want.param + want.grad + want.optim, "rank %d: %zu bytes", r,
                      c.peak[r]);
-        cr_expect_lt(want.param, m.total_numel * sizeof(float) / 2, "rank %d shards", r);
+        cr_expect_lt(want.param, m->total_numel * sizeof(float) / 2, "rank %d shards", r);
     }
     cluster_result_free(&res);
     plan_free(&plan);
+}
+
+Test(sharded_init, no_rank_holds_more_than_its_shards) {
+    ModelDesc m;
+    vit_small_create(&m, 3);
+    expect_creation_within_shards(&m, 4, 0);
+    model_desc_free(&m);
+    VitConfig c;
+    vit_preset("vit-workshop", &c);
+    Err err = {0};
+    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    expect_creation_within_shards(&m, 4, 1);
     model_desc_free(&m);
 }
 
@@ -605,4 +618,104 @@ Test(memory_compare, each_setting_moves_memory_where_it_should) {
     cr_expect_lt(compare_column(all, GPU), compare_column(cpu, GPU));
     cr_expect_lt(compare_column(ac, ACTS), 0.75 * compare_column(all, ACTS));
     free(out);
+}
+
+/* ---- accounting-only runs and the workshop's scenario */
+
+/* A training job on the simulated cluster, accounting only or for real; its ranks' memory. */
+static void run_accounting(const ModelDesc *m, FsdpConfig cfg, int ranks, int accounting_only,
+                           RankMemory *memory, size_t *events) {
+    Plan plan;
+    Err err = {0};
+    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, ranks, 1, &err), 0);
+    TrainJob job = {.model = m,
+                    .data = vit_test_split(),
+                    .plan = &plan,
+                    .cfg = &cfg,
+                    .steps = 2,
+                    .memory = memory};
+    ClusterOptions opt = {.ranks = ranks,
+                          .replicas = 1,
+                          .profile = profile_default(),
+                          .trace = 1,
+                          .accounting_only = accounting_only};
+    ClusterResult res;
+    cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
+    *events = res.trace.n;
+    cluster_result_free(&res);
+    plan_free(&plan);
+}
+
+/* Accounting only runs the same schedule through the same accounting: every rank's bytes at
+ * rest and at its peak, by category, and the number of events equal a real run's, whatever
+ * the levers. */
+Test(accounting_only, charges_exactly_what_a_real_run_charges) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    FsdpConfig cases[4];
+    for (int i = 0; i < 4; i++) cases[i] = vit_config(STRAT_ZERO3, 4);
+    cases[1].strategy = STRAT_ZERO2;
+    cases[1].offload = OFFLOAD_CPU;
+    cases[2].param_dtype = DTYPE_BF16;
+    cases[2].ac_every = 1;
+    cases[3].offload = OFFLOAD_NVME;
+    cases[3].nvme_dir = "/nonexistent-dir"; /* never opened: accounting only holds no data */
+    for (int i = 0; i < 3 + 1; i++) {
+        RankMemory real[3], counted[3];
+        size_t real_events = 0, counted_events;
+        if (i < 3) run_accounting(&m, cases[i], 3, 0, real, &real_events);
+        run_accounting(&m, cases[i], 3, 1, counted, &counted_events);
+        if (i == 3) { /* no real run without a directory: compare with the plan at rest */
+            for (int r = 0; r < 3; r++) cr_expect_gt(counted[r].rest[MEM_NVME], 0, "rank %d", r);
+            continue;
+        }
+        cr_expect_eq(counted_events, real_events, "case %d", i);
+        for (int r = 0; r < 3; r++) {
+            cr_expect_eq(counted[r].peak, real[r].peak, "case %d rank %d", i, r);
+            for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+                cr_expect_eq(counted[r].rest[c], real[r].rest[c], "case %d rank %d %s", i, r,
+                             mem_category_name((MemCategory)c));
+                cr_expect_eq(counted[r].at_peak[c], real[r].at_peak[c], "case %d rank %d %s", i, r,
+                             mem_category_name((MemCategory)c));
+            }
+        }
+    }
+    model_desc_free(&m);
+}
+
+/* The workshop's cluster, two 24 GB L4s: the hidden-3840 model (779,298,826 parameters, not
+ * "~180M") fits in every setting, the hidden-7680 one (about 2.97B) only with its state
+ * offloaded to the host. */
+Test(accounting_only, the_workshop_scenario_says_which_settings_fit) {
+    int status;
+    char *out = fsdp_output("train --memory-compare --scenario workshop", "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    const char *small = strstr(out, "hidden 3840: 779,298,826 parameters");
+    const char *big = strstr(out, "hidden 7680: 2,974,166,026 parameters");
+    cr_assert(small && big && small < big, "%s", out);
+    const char *row = compare_row(small, "default");
+    cr_expect(strstr(row, "yes") && strstr(row, "yes") < strchr(row, '\n'), "%.120s", row);
+    row = compare_row(big, "default");
+    cr_expect(strstr(row, " no") && strstr(row, " no") < strchr(row, '\n'), "%.120s", row);
+    row = compare_row(big, "all combined");
+    cr_expect(strstr(row, "yes") && strstr(row, "yes") < strchr(row, '\n'), "%.120s", row);
+    free(out);
+}
+
+Test(accounting_only, bad_flags_are_one_line) {
+    struct {
+        const char *args, *want;
+    } cases[] = {
+        {"train --memory-compare --scenario lab",
+         "fsdp: --scenario must be workshop (got 'lab')\n"},
+        {"train --accounting-only",
+         "fsdp: --accounting-only and --scenario go with --memory-compare\n"},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        int status;
+        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
+        cr_expect_str_eq(out, cases[i].want);
+        free(out);
+    }
 }
