@@ -36,6 +36,8 @@ typedef struct UnitState {
     CommRequest gather, reduce;
     void *gather_send, *gather_recv, *reduce_buf, *reduce_send;
     int gather_in_flight, reduce_in_flight;
+    DevEvent reduced;    /* the reduced gradient shard is in place from this point of comm */
+    int reduced_pending; /* ... and compute has not waited for it yet */
     /* --offload nvme: param, m and v rest in the rank's file at these offsets and are in host
      * memory only while a unit needs them; nvme_bytes is charged to MEM_NVME */
     void *nvme_bytes;
@@ -582,7 +584,22 @@ static int reduce_start_replicated(Engine *e, int u, Err *err) {
     return e->env.world_comm->ops->start(e->env.world_comm, &us->reduce, err);
 }
 
+/* FSDP2 keeps one reduce-scatter in flight: the previous one is waited for (and its buffers
+ * freed) before the next starts, so a backward that gathers nothing (reshard_after_forward
+ * false) does not hold every unit's gradient buffers until it ends. */
+static int finish_earlier_reduces(Engine *e, Err *err) {
+    for (;;) {
+        int pending = 0;
+        for (int i = 0; i < e->npending; i++) pending |= e->pending[i].kind == PENDING_REDUCE;
+        if (!pending) return 0;
+        int rc = pending_pop(e, err);
+        if (rc) return rc;
+    }
+}
+
 static int reduce_start(Engine *e, int u, Err *err) {
+    int rc0 = finish_earlier_reduces(e, err);
+    if (rc0) return rc0;
     stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the grads must exist first */
     int rc = e->plan->grads_sharded ? reduce_start_sharded(e, u, err)
                                     : reduce_start_replicated(e, u, err);
@@ -627,7 +644,10 @@ static int complete_reduce(Engine *e, int u, Err *err) {
                         .bytes = (double)(us->grad_n * sizeof(float))});
         e->dev->ops->event_record(e->dev, STREAM_COPY, &done);
     }
-    e->dev->ops->stream_wait(e->dev, STREAM_COMPUTE, &done);
+    /* compute needs the reduced shard only for the optimizer step: it waits at the end of
+     * backward (backward_done), not here, so no unit's backward waits on another's reduction */
+    us->reduced = done;
+    us->reduced_pending = 1;
     return 0;
 }
 
@@ -726,6 +746,18 @@ static int enter_unit_backward(Engine *e, int pos, Err *err) {
     return rc ? rc : ugrad_ready(e, u, err);
 }
 
+/* Every reduction of the micro-step finished, and compute (the optimizer next) after them. */
+static int backward_done(Engine *e, Err *err) {
+    int rc = pending_drain(e, err);
+    for (int u = 0; !rc && u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        if (!us->reduced_pending) continue;
+        e->dev->ops->stream_wait(e->dev, STREAM_COMPUTE, &us->reduced);
+        us->reduced_pending = 0;
+    }
+    return rc;
+}
+
 /* Activation checkpointing: the block's forward again, on the parameters its backward has
  * just gathered (no extra all-gather). */
 static int recompute(Engine *e, int m, int u, Err *err) {
@@ -767,7 +799,7 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
         }
         prev = u;
     }
-    return sync ? pending_drain(e, err) : 0;
+    return sync ? backward_done(e, err) : 0;
 }
 
 /* ---------------------------------------------------------------- optimizer */
