@@ -1,0 +1,149 @@
+/* fsdp_internal: the engine's private state, shared by the files that make it up: fsdp.c (the
+ * schedule: gathers, reductions, forward, backward, the optimizer step), fsdp_state.c
+ * (creation, initial values, values for reports and checkpoints) and fsdp_nvme.c (the NVMe
+ * tier's unit-by-unit residency). Nothing outside core/fsdp*.c includes it. */
+#ifndef FSDP_FSDP_INTERNAL_H
+#define FSDP_FSDP_INTERNAL_H
+
+#include "fsdp.h"
+#include "nvme_tier.h"
+
+/* Requests in flight, in issue order; a rank waits on them first-in first-out, the way
+ * one NCCL stream completes them. */
+#define MAX_PENDING 64
+
+typedef enum { PENDING_GATHER, PENDING_REDUCE } PendingKind;
+
+typedef struct Pending {
+    PendingKind kind;
+    int unit;
+} Pending;
+
+typedef struct UnitState {
+    float *param; /* fp32 master: this rank's rows (sharded) or the whole unit */
+    float *grad;  /* persistent gradient: rows or whole unit */
+    float *m, *v; /* Adam moments of the rows this rank updates */
+    size_t param_n, grad_n, optim_n;
+    size_t *param_local; /* per unit param: offset of its rows in `param` */
+    size_t *grad_local;
+    size_t *optim_local;
+    void *unsharded;   /* gathered params in param_dtype; NULL when resharded */
+    float *compute;    /* fp32 params the kernels read */
+    int compute_owned; /* compute is a cast copy we allocated */
+    DevEvent ready;    /* compute may read `compute` from this point of its stream */
+    float *ugrad;      /* unsharded grads (sharded grads), or `grad` itself */
+    int ugrad_owned;
+    float **param_ptrs; /* per unit param: into compute */
+    float **grad_ptrs;  /* per unit param: into ugrad */
+    CommRequest gather, reduce;
+    void *gather_send, *gather_recv, *reduce_buf, *reduce_send;
+    int gather_in_flight, reduce_in_flight;
+    DevEvent reduced;    /* the reduced gradient shard is in place from this point of comm */
+    int reduced_pending; /* ... and compute has not waited for it yet */
+    /* --offload nvme: param, m and v rest in the rank's file at these offsets and are in host
+     * memory only while a unit needs them; nvme_bytes is charged to MEM_NVME */
+    void *nvme_bytes;
+    size_t nvme_at[3];
+    NvmeRequest nvme_req[3];
+    int nvme_reading, nvme_writing; /* which of param (1), m and v (2) are in flight */
+} UnitState;
+
+struct Engine {
+    FsdpConfig cfg;
+    const Plan *plan;
+    const ModelDesc *model;
+    RankEnv env;
+    Device *dev;
+    const Kernels *k;
+    UnitState *units;
+    ModelRun *run;
+    /* The units in the order forward (backward) enters them, one entry per entry: a unit
+     * whose modules are not adjacent (the root: embedding and head) appears twice. Prefetch
+     * looks ahead in these. */
+    int *fwd_seq, *bwd_seq;
+    int nseq;
+    int *module_first_up; /* module -> index of its first parameter within its unit */
+    char *checkpointed;   /* module -> activation checkpointing keeps only its input */
+    /* module -> FSDP2 casts there: the model's input or a non-root unit's first module
+     * (enters), the model's output or a non-root unit's last module (leaves) */
+    char *unit_entry, *unit_exit;
+    size_t *param_flat; /* model param -> offset in the flat full-parameter vector */
+    int reshard;
+    int shard_rank, optim_rank, optim_size;
+    Pending pending[MAX_PENDING];
+    int npending;
+    long steps;
+    float loss_scale;
+    int good_steps;
+    NvmeTier *nvme; /* --offload nvme: this rank's file */
+};
+
+/* ---------------------------------------------------------------- memory helpers */
+
+static inline int dev_alloc(Engine *e, void **out, size_t bytes, MemCategory cat, int unit,
+                            Err *err) {
+    *out = bytes ? e->dev->ops->alloc(e->dev, bytes, cat, unit) : NULL;
+    if (bytes && !*out)
+        return err_set(err, ERR_NOMEM, "rank %d: out of memory allocating %zu bytes of %s",
+                       e->env.rank, bytes, mem_category_label(cat));
+    return 0;
+}
+
+static inline void dev_free(Engine *e, void *p, int unit) {
+    if (p) e->dev->ops->free(e->dev, p, unit);
+}
+
+/* Where resting state of category `cat` lives under the offload tier (the NVMe tier's
+ * param and optimizer state are host buffers only while a unit is loaded). */
+static inline MemCategory resting(const Engine *e, MemCategory cat) {
+    if (e->cfg.offload == OFFLOAD_CPU || e->cfg.offload == OFFLOAD_NVME) return MEM_HOST_OFFLOAD;
+    if (e->cfg.offload == OFFLOAD_OPTIMIZER && cat == MEM_OPTIM_STATE) return MEM_HOST_OFFLOAD;
+    return cat;
+}
+
+static inline const ParamSpec *unit_param_spec(const Engine *e, int u, int i) {
+    return &e->model->params[e->plan->units[u].params[i].param];
+}
+
+static inline void set_phase(Engine *e, Phase p, int micro) {
+    if (!e->env.trace) return;
+    e->env.trace->phase = p;
+    e->env.trace->step = (int)e->steps;
+    e->env.trace->micro = micro;
+}
+
+static inline void run_work(Engine *e, StreamId s, Work w) {
+    e->dev->ops->run(e->dev, s, &w);
+}
+
+/* The stream `waiter` does not run ahead of what `source` has done so far. */
+static inline void stream_follow(Engine *e, StreamId waiter, StreamId source) {
+    DevEvent ev = {0};
+    e->dev->ops->event_record(e->dev, source, &ev);
+    e->dev->ops->stream_wait(e->dev, waiter, &ev);
+}
+
+/* ---- shared between the engine's files */
+
+/* fsdp.c */
+void pack_rows(Engine *e, int u, const float *src, const size_t *local, DType t, char *block);
+void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst);
+void reshard(Engine *e, int u);
+
+/* fsdp_nvme.c: --offload nvme. A unit's param rows, or all of its resting state, in host
+ * buffers for a while, and back to its file. */
+enum { NVME_PARAM = 1, NVME_STATE = 2 }; /* what a load brings in */
+
+static inline int nvme_on(const Engine *e) {
+    return e->cfg.offload == OFFLOAD_NVME;
+}
+
+int nvme_open(Engine *e, Err *err);
+int nvme_start_read(Engine *e, int u, int what, Err *err);
+int nvme_load(Engine *e, int u, int what, Err *err);
+int nvme_start_write(Engine *e, int u, int what, Err *err);
+int nvme_drop(Engine *e, int u, Err *err);
+int resident_begin(Engine *e, int u, Err *err);
+int resident_end(Engine *e, int u, int dirty, Err *err);
+
+#endif

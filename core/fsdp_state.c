@@ -1,0 +1,399 @@
+#include "fsdp_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- gathered values */
+
+int engine_full_params(Engine *e, float *out, Err *err) {
+    for (int u = 0; u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        const Unit *unit = &e->plan->units[u];
+        void *send = NULL, *recv = NULL;
+        int rc = resident_begin(e, u, err);
+        if (rc) return rc;
+        float *full = us->param;
+        if (e->plan->params_sharded) {
+            size_t block = unit->wire_numel * sizeof(float);
+            rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
+            if (!rc)
+                rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u,
+                               err);
+            if (!rc)
+                rc = dev_alloc(e, (void **)&full, unit->numel * sizeof(float), MEM_PARAM_UNSHARDED,
+                               u, err);
+            if (!rc) {
+                pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, send);
+                rc = comm_all_gather(e->env.shard_comm, send, recv, unit->wire_numel, DTYPE_FP32, u,
+                                     err);
+            }
+            if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)full);
+        }
+        for (int i = 0; !rc && i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            e->dev->ops->copy(e->dev, out + e->param_flat[unit->params[i].param],
+                              full + unit->params[i].offset, ps->numel * sizeof(float));
+        }
+        dev_free(e, send, u);
+        dev_free(e, recv, u);
+        if (full != us->param) dev_free(e, full, u);
+        int end = resident_end(e, u, 0, err);
+        if (rc || end) return rc ? rc : end;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- creation */
+
+/* Offsets of each parameter's kept rows inside a rank's flat buffer. */
+static void local_offsets(Engine *e, int u, int sharded, int size, int rank, size_t *off) {
+    const Unit *unit = &e->plan->units[u];
+    size_t acc = 0;
+    for (int i = 0; i < unit->nparams; i++) {
+        if (!sharded) {
+            off[i] = unit->params[i].offset;
+            continue;
+        }
+        const ParamSpec *ps = unit_param_spec(e, u, i);
+        size_t begin, rows;
+        shard_rows((size_t)ps->shape[0], size, rank, &begin, &rows);
+        off[i] = acc;
+        acc += rows * ps->row_elems;
+    }
+}
+
+/* The elements [*first, *first + *n) of unit u's i-th parameter this rank keeps at rest:
+ * its rows when parameters are sharded, all of them when they are replicated. */
+static void kept_elements(const Engine *e, int u, int i, size_t *first, size_t *n) {
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    int S = e->plan->params_sharded ? e->plan->shard_size : 1;
+    int r = e->plan->params_sharded ? e->shard_rank : 0;
+    size_t begin, rows;
+    shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
+    *first = begin * ps->row_elems;
+    *n = rows * ps->row_elems;
+}
+
+/* Each rank draws exactly its own rows: the starting point is the same at any world size.
+ * The draw happens on the host and is copied to the device. */
+static int init_params(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    if (e->dev->accounting_only) return 0; /* nothing to fill */
+    for (int i = 0; i < e->plan->units[u].nparams; i++) {
+        size_t first, n;
+        kept_elements(e, u, i, &first, &n);
+        if (!n) continue;
+        float *host = malloc(n * sizeof *host);
+        if (!host) return err_set(err, ERR_NOMEM, "out of memory initialising parameters");
+        param_init_fill(unit_param_spec(e, u, i), e->cfg.seed, first, n, host);
+        e->dev->ops->copy(e->dev, us->param + us->param_local[i], host, n * sizeof *host);
+        free(host);
+    }
+    return 0;
+}
+
+int engine_set_full_params(Engine *e, const float *full, Err *err) {
+    for (int u = 0; u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        const Unit *unit = &e->plan->units[u];
+        int rc = resident_begin(e, u, err);
+        for (int i = 0; !rc && i < unit->nparams; i++) {
+            size_t first, n;
+            kept_elements(e, u, i, &first, &n);
+            e->dev->ops->copy(e->dev, us->param + us->param_local[i],
+                              full + e->param_flat[unit->params[i].param] + first,
+                              n * sizeof(float));
+        }
+        if (!rc) rc = resident_end(e, u, 1, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The rank that reports values stored `sharded` or replicated: a shard's owner in the first
+ * replica group (whose shard ranks are its world ranks), rank 0 for replicated values. */
+static int reports_values(const Engine *e, int sharded) {
+    return e->env.rank == (sharded ? e->shard_rank : 0);
+}
+
+/* Copies unit u's i-th tensor of a rank's local store (param or grad) to its place in full. */
+static void copy_local_rows(const Engine *e, int u, int i, int sharded, const float *local,
+                            float *full) {
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    size_t begin = 0, rows = (size_t)ps->shape[0];
+    if (sharded) shard_rows(rows, e->plan->shard_size, e->shard_rank, &begin, &rows);
+    if (!rows) return; /* an empty shard has no storage to copy from */
+    e->dev->ops->copy(
+        e->dev, full + e->param_flat[e->plan->units[u].params[i].param] + begin * ps->row_elems,
+        local, rows * ps->row_elems * sizeof(float));
+}
+
+int engine_own_values(Engine *e, float *params, float *grads, Err *err) {
+    const Plan *p = e->plan;
+    for (int u = 0; u < p->nunits; u++) {
+        const UnitState *us = &e->units[u];
+        int rc = resident_begin(e, u, err);
+        for (int i = 0; !rc && i < p->units[u].nparams; i++) {
+            if (reports_values(e, p->params_sharded))
+                copy_local_rows(e, u, i, p->params_sharded, us->param + us->param_local[i], params);
+            if (grads && reports_values(e, p->grads_sharded))
+                copy_local_rows(e, u, i, p->grads_sharded, us->grad + us->grad_local[i], grads);
+        }
+        if (!rc) rc = resident_end(e, u, 0, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- checkpoint state */
+
+const char *state_kind_name(StateKind k) {
+    static const char *const names[STATE_KIND_COUNT] = {"param", "adam_m", "adam_v"};
+    return k >= 0 && k < STATE_KIND_COUNT ? names[k] : "unknown";
+}
+
+EngineCounters engine_counters(const Engine *e) {
+    return (EngineCounters){
+        .steps = e->steps, .loss_scale = e->loss_scale, .good_steps = e->good_steps};
+}
+
+void engine_set_counters(Engine *e, EngineCounters c) {
+    e->steps = c.steps;
+    e->loss_scale = c.loss_scale;
+    e->good_steps = c.good_steps;
+}
+
+/* Where unit u's i-th tensor of `kind` lives on this rank: its rows and its device memory. */
+static float *state_rows(Engine *e, int u, int i, StateKind kind, size_t *begin, size_t *rows) {
+    UnitState *us = &e->units[u];
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    size_t d0 = (size_t)ps->shape[0];
+    if (kind == STATE_PARAM) {
+        *begin = 0;
+        *rows = d0;
+        if (e->plan->params_sharded)
+            shard_rows(d0, e->plan->shard_size, e->shard_rank, begin, rows);
+        return us->param + us->param_local[i];
+    }
+    shard_rows(d0, e->optim_size, e->optim_rank, begin, rows);
+    return (kind == STATE_ADAM_M ? us->m : us->v) + us->optim_local[i];
+}
+
+/* The rank that saves a kind: as engine_own_values decides, with Adam's moments sharded by
+ * the optimizer's groups. */
+static int saves_state(const Engine *e, StateKind kind) {
+    return kind == STATE_PARAM ? reports_values(e, e->plan->params_sharded)
+                               : e->env.rank == e->optim_rank;
+}
+
+static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err);
+
+/* Moves every piece this rank keeps between the device and fn: to fn when saving (only the
+ * pieces it saves), from fn when loading. */
+static int move_state(Engine *e, StateFn fn, void *user, int saving, Err *err) {
+    for (int u = 0; u < e->plan->nunits; u++) {
+        int rc = resident_begin(e, u, err);
+        if (!rc) rc = move_unit_state(e, u, fn, user, saving, err);
+        int end = resident_end(e, u, !saving, err);
+        if (rc || end) return rc ? rc : end;
+    }
+    return 0;
+}
+
+static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err) {
+    {
+        for (int i = 0; i < e->plan->units[u].nparams; i++)
+            for (int k = 0; k < STATE_KIND_COUNT; k++) {
+                if (saving && !saves_state(e, (StateKind)k)) continue;
+                StatePiece piece = {.param = e->plan->units[u].params[i].param,
+                                    .kind = (StateKind)k,
+                                    .row_elems = unit_param_spec(e, u, i)->row_elems};
+                float *dev = state_rows(e, u, i, (StateKind)k, &piece.row_begin, &piece.rows);
+                size_t bytes = piece.rows * piece.row_elems * sizeof(float);
+                if (!bytes) continue;
+                if (!(piece.data = malloc(bytes)))
+                    return err_set(err, ERR_NOMEM, "out of memory moving a checkpoint piece");
+                if (saving) e->dev->ops->copy(e->dev, piece.data, dev, bytes);
+                int rc = fn(user, &piece, err);
+                if (!rc && !saving) e->dev->ops->copy(e->dev, dev, piece.data, bytes);
+                free(piece.data);
+                if (rc) return rc;
+            }
+    }
+    return 0;
+}
+
+int engine_save_state(Engine *e, StateFn fn, void *user, Err *err) {
+    return move_state(e, fn, user, 1, err);
+}
+
+int engine_load_state(Engine *e, StateFn fn, void *user, Err *err) {
+    return move_state(e, fn, user, 0, err);
+}
+
+/* Elements of unit u's param rows, gradient rows and each Adam moment this rank keeps. */
+static void unit_sizes(Engine *e, int u) {
+    UnitState *us = &e->units[u];
+    us->param_n = plan_param_numel(e->plan, u, e->env.rank);
+    us->grad_n = plan_grad_numel(e->plan, u, e->env.rank);
+    us->optim_n = plan_optim_numel(e->plan, u, e->env.rank);
+}
+
+static int create_unit_state(Engine *e, int u, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    size_t np = (size_t)unit->nparams + 1;
+    us->param_local = calloc(np, sizeof(size_t));
+    us->grad_local = calloc(np, sizeof(size_t));
+    us->optim_local = calloc(np, sizeof(size_t));
+    us->param_ptrs = calloc(np, sizeof(float *));
+    us->grad_ptrs = calloc(np, sizeof(float *));
+    if (!us->param_local || !us->grad_local || !us->optim_local || !us->param_ptrs ||
+        !us->grad_ptrs)
+        return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    const Plan *p = e->plan;
+    unit_sizes(e, u);
+    local_offsets(e, u, p->params_sharded, p->shard_size, e->shard_rank, us->param_local);
+    local_offsets(e, u, p->grads_sharded, p->shard_size, e->shard_rank, us->grad_local);
+    local_offsets(e, u, 1, e->optim_size, e->optim_rank, us->optim_local);
+    int rc = dev_alloc(e, (void **)&us->param, us->param_n * sizeof(float),
+                       resting(e, MEM_PARAM_SHARD), u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)&us->grad, us->grad_n * sizeof(float),
+                       resting(e, MEM_GRAD_SHARD), u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)&us->m, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
+                       u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)&us->v, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
+                       u, err);
+    if (rc) return rc;
+    if (us->grad) e->k->zero(us->grad, us->grad_n);
+    if (us->m) e->k->zero(us->m, us->optim_n);
+    if (us->v) e->k->zero(us->v, us->optim_n);
+    rc = init_params(e, u, err);
+    return rc ? rc : resident_end(e, u, 1, err); /* NVMe: to the file, out of memory */
+}
+
+/* Unit entries in module order (forward) and reverse module order (backward). */
+static void entry_sequences(Engine *e) {
+    int n = 0, nm = e->model->nmodules;
+    for (int m = 0; m < nm; m++)
+        if (m == 0 || e->plan->module_unit[m] != e->plan->module_unit[m - 1])
+            e->fwd_seq[n++] = e->plan->module_unit[m];
+    for (int i = 0; i < n; i++) e->bwd_seq[i] = e->fwd_seq[n - 1 - i];
+    e->nseq = n;
+}
+
+/* The root unit's forward is the whole model's: it takes the model's input and gives its
+ * output. Every other unit is entered at its first module and left after its last. */
+static void mark_unit_boundaries(Engine *e) {
+    int nm = e->model->nmodules;
+    e->unit_entry[0] = e->unit_exit[nm - 1] = 1;
+    for (int u = 0; u < e->plan->nunits; u++) {
+        const Unit *unit = &e->plan->units[u];
+        if (unit->is_root || !unit->nmodules) continue;
+        e->unit_entry[unit->modules[0]] = 1;
+        e->unit_exit[unit->modules[unit->nmodules - 1]] = 1;
+    }
+}
+
+static int create_tables(Engine *e, Err *err) {
+    const ModelDesc *m = e->model;
+    e->units = calloc((size_t)e->plan->nunits + 1, sizeof *e->units);
+    e->fwd_seq = calloc((size_t)m->nmodules + 1, sizeof *e->fwd_seq);
+    e->bwd_seq = calloc((size_t)m->nmodules + 1, sizeof *e->bwd_seq);
+    e->module_first_up = calloc((size_t)m->nmodules + 1, sizeof *e->module_first_up);
+    e->param_flat = calloc((size_t)m->nparams + 1, sizeof *e->param_flat);
+    e->checkpointed = calloc((size_t)m->nmodules + 1, 1);
+    e->unit_entry = calloc((size_t)m->nmodules + 1, 1);
+    e->unit_exit = calloc((size_t)m->nmodules + 1, 1);
+    if (!e->units || !e->fwd_seq || !e->bwd_seq || !e->module_first_up || !e->param_flat ||
+        !e->checkpointed || !e->unit_entry || !e->unit_exit)
+        return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    for (int i = 0; i < m->nmodules; i++)
+        e->checkpointed[i] = (char)fsdp_module_checkpointed(&e->cfg, m, i);
+    mark_unit_boundaries(e);
+    size_t flat = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        e->param_flat[i] = flat;
+        flat += m->params[i].numel;
+    }
+    for (int u = 0; u < e->plan->nunits; u++) {
+        const Unit *unit = &e->plan->units[u];
+        for (int i = unit->nparams - 1; i >= 0; i--)
+            e->module_first_up[m->params[unit->params[i].param].module] = i;
+    }
+    entry_sequences(e);
+    return 0;
+}
+
+int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const ModelDesc *model,
+                  RankEnv env, Err *err) {
+    Engine *e = calloc(1, sizeof *e);
+    if (!e) return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    *out = e;
+    e->cfg = *cfg;
+    e->plan = plan;
+    e->model = model;
+    e->env = env;
+    e->dev = env.dev;
+    e->k = env.k;
+    e->reshard = fsdp_reshard_after_forward(cfg);
+    e->shard_rank = plan_shard_rank(plan, env.rank);
+    e->optim_rank = plan_optim_rank(plan, env.rank);
+    e->optim_size = plan_optim_size(plan);
+    e->loss_scale = 65536.0f;
+    if (cfg->ac_every > 0 && !model->ops->checkpoint)
+        return err_set(err, ERR_USAGE,
+                       "--activation-checkpointing: the %s model has no blocks to checkpoint "
+                       "(it saves only each layer's input); use a ViT",
+                       model->name);
+    int rc = create_tables(e, err);
+    if (!rc && nvme_on(e)) { /* the file first: each unit goes there as it is created */
+        for (int u = 0; u < plan->nunits; u++) unit_sizes(e, u);
+        rc = nvme_open(e, err);
+    }
+    for (int u = 0; !rc && u < plan->nunits; u++) rc = create_unit_state(e, u, err);
+    if (!rc)
+        rc = model->ops->run_create(model, env.dev, env.k, (size_t)cfg->batch_size, &e->run, err);
+    return rc;
+}
+
+void engine_destroy(Engine *e) {
+    if (!e) return;
+    if (e->run) e->model->ops->run_destroy(e->run);
+    for (int u = 0; e->units && u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        reshard(e, u);
+        if (e->nvme) {
+            Err ignored = {0}; /* teardown: the file goes whatever its last writes did */
+            nvme_drop(e, u, &ignored);
+        }
+        dev_free(e, us->nvme_bytes, u);
+        if (us->ugrad_owned) dev_free(e, us->ugrad, u);
+        dev_free(e, us->gather_send, u);
+        dev_free(e, us->gather_recv, u);
+        dev_free(e, us->reduce_send, u);
+        dev_free(e, us->reduce_buf, u);
+        dev_free(e, us->param, u);
+        dev_free(e, us->grad, u);
+        dev_free(e, us->m, u);
+        dev_free(e, us->v, u);
+        free(us->param_local);
+        free(us->grad_local);
+        free(us->optim_local);
+        free(us->param_ptrs);
+        free(us->grad_ptrs);
+    }
+    free(e->units);
+    free(e->fwd_seq);
+    free(e->bwd_seq);
+    free(e->module_first_up);
+    free(e->param_flat);
+    free(e->checkpointed);
+    free(e->unit_entry);
+    free(e->unit_exit);
+    nvme_tier_close(e->nvme); /* removes the file */
+    free(e);
+}
