@@ -155,6 +155,34 @@ Test(sharded_init, the_same_bits_at_every_world_size) {
     model_desc_free(&m);
 }
 
+/* `--steps 0 --dump-params F` writes the initial parameters, the same bytes at 1 and 3 ranks. */
+Test(sharded_init, steps_0_dumps_the_initial_parameters) {
+    const char *paths[2] = {"/tmp/fsdp-init-1.txt", "/tmp/fsdp-init-3.txt"};
+    int ranks[2] = {1, 3};
+    for (int i = 0; i < 2; i++) {
+        char args[256];
+        snprintf(args, sizeof args,
+                 "train --model vit-tiny --layers 1 --ranks %d --steps 0 --eval false "
+                 "--dump-params %s",
+                 ranks[i], paths[i]);
+        int status;
+        char *out = fsdp_output(args, "2>&1", &status);
+        cr_assert_eq(status, 0, "%s", out);
+        free(out);
+    }
+    FILE *f = fopen(paths[0], "r");
+    cr_assert(f);
+    char line[256];
+    cr_assert(fgets(line, sizeof line, f));
+    fclose(f);
+    cr_expect(strncmp(line, "class_token 0 0", 15) == 0, "the zero class token first: %s", line);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "cmp -s %s %s", paths[0], paths[1]);
+    cr_expect_eq(system(cmd), 0, "1 and 3 ranks start from different parameters");
+    unlink(paths[0]);
+    unlink(paths[1]);
+}
+
 /* Engine creation alone on every rank: the accounted peak it reached. */
 typedef struct CreateOnly {
     const ModelDesc *m;
