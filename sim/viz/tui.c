@@ -214,7 +214,8 @@ static int draw_grid(const Viewer *v, const Side *s, const Region *r, int y, int
 }
 
 /* One letter per memory category in the stacked bars, in MemCategory order. */
-static const char bar_letter[MEM_CATEGORY_COUNT] = {'P', 'U', 'G', 'g', 'O', 'A', 'C', 'H', 'K', 'N', 'F'};
+static const char bar_letter[MEM_CATEGORY_COUNT] = {'P', 'U', 'G', 'g', 'O', 'A',
+                                                    'C', 'H', 'K', 'N', 'F'};
 
 /* What one rank would hold at rest under DDP: every parameter, its gradient and Adam's two
  * moments, in fp32. */
