@@ -32,6 +32,15 @@ static size_t count_events(const Trace *t, EventKind kind) {
     return n;
 }
 
+/* `fsdp ARGS` exits 2 having printed exactly `want` on stderr and nothing on stdout. */
+static void expect_refused(const char *args, const char *want) {
+    int status;
+    char *out = fsdp_output(args, "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", args, status);
+    cr_expect_str_eq(out, want, "%s", args);
+    free(out);
+}
+
 /* Bit-identical parameters with and without checkpointing, for several strategies, every
  * block or every second one, and with gradient accumulation. */
 Test(activation_checkpointing, trains_to_the_same_bits) {
@@ -422,11 +431,8 @@ Test(offload, every_tier_trains_to_the_same_bits) {
 }
 
 Test(offload, an_unknown_tier_is_one_line) {
-    int status;
-    char *out = fsdp_output("train --offload disk", "2>&1 >/dev/null", &status);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2);
-    cr_expect_str_eq(out, "fsdp: --offload must be none, optimizer, cpu or nvme (got 'disk')\n");
-    free(out);
+    expect_refused("train --offload disk",
+                   "fsdp: --offload must be none, optimizer, cpu or nvme (got 'disk')\n");
 }
 
 /* A directory the NVMe tier cannot use is one line, exit 2, before anything runs: no
@@ -515,12 +521,8 @@ Test(memory_over_time, train_writes_the_svg_and_prints_the_timeline) {
 }
 
 Test(memory_over_time, an_unwritable_svg_is_one_line) {
-    int status;
-    char *out = fsdp_output("train --model toy --steps 1 --memory-svg /nonexistent-dir/m.svg",
-                            "2>&1 >/dev/null", &status);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2);
-    cr_expect_str_eq(out, "fsdp: cannot write /nonexistent-dir/m.svg\n");
-    free(out);
+    expect_refused("train --model toy --steps 1 --memory-svg /nonexistent-dir/m.svg",
+                   "fsdp: cannot write /nonexistent-dir/m.svg\n");
 }
 
 /* ---- the mixed-precision policy */
@@ -589,13 +591,7 @@ Test(mixed_precision, bad_policy_flags_are_one_line) {
         {"train --cast-forward-inputs maybe",
          "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n"},
     };
-    for (size_t i = 0; i < 2; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
-        cr_expect_str_eq(out, cases[i].want);
-        free(out);
-    }
+    for (size_t i = 0; i < 2; i++) expect_refused(cases[i].args, cases[i].want);
 }
 
 /* ---- --memory-compare */
@@ -739,11 +735,5 @@ Test(accounting_only, bad_flags_are_one_line) {
         {"train --accounting-only",
          "fsdp: --accounting-only and --scenario go with --memory-compare\n"},
     };
-    for (size_t i = 0; i < 2; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
-        cr_expect_str_eq(out, cases[i].want);
-        free(out);
-    }
+    for (size_t i = 0; i < 2; i++) expect_refused(cases[i].args, cases[i].want);
 }
