@@ -1,10 +1,12 @@
 /* main: the `fsdp` command. Parses the subcommand, wires the engine (core/) to a backend
  * (the simulated cluster in sim/; the GPUs in runtime/ in a later issue), prints what the
  * user asked for and maps errors to exit codes: 2 for bad input, 1 for failures. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/checkpoint.h"
@@ -241,6 +243,23 @@ static int check_nvme_dir(const TrainRun *t, Err *err) {
     return rc == ERR_IO ? ERR_USAGE : rc;
 }
 
+/* --save-full writes at the very end: a path that cannot take the file is refused before any
+ * training, not after it. */
+static int check_save_full(const char *path, Err *err) {
+    if (!path) return 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return err_set(err, ERR_USAGE, "--save-full %s is a directory; give a file", path);
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1,
+             slash ? path : ".");
+    if (access(dir, W_OK) != 0)
+        return err_set(err, ERR_USAGE, "--save-full %s: cannot write in %s: %s", path, dir,
+                       strerror(errno));
+    return 0;
+}
+
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int brc = choose_backend(t, err);
@@ -270,6 +289,7 @@ static int train_prepare(TrainRun *t, Err *err) {
         weights_close(w);
     }
     if ((rc = check_nvme_dir(t, err))) return rc;
+    if ((rc = check_save_full(a->save_full, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = out_open(&t->dump, a->dump_params, err))) return rc;
     if ((rc = out_open(&t->svg, a->memory_svg, err))) return rc;
@@ -481,6 +501,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .user = &printer,
                     .memory = t->memory,
                     .init_from = a->init_from,
+                    .save_full = a->save_full,
                     .ckpt_dir = a->ckpt_dir,
                     .ckpt_every = a->ckpt_every,
                     .ckpt_keep = a->keep,

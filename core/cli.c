@@ -178,6 +178,10 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->dump_params = v;
         return 0;
     }
+    if (!strcmp(f, "--save-full")) {
+        a->save_full = v;
+        return 0;
+    }
     if (!strcmp(f, "--init-from")) {
         a->init_from = v;
         return 0;
@@ -366,6 +370,8 @@ void train_args_help(FILE *f) {
           "  --init-from FILE               start from these weights (safetensors with PyTorch's\n"
           "                                 state-dict names, e.g. exported from torchvision)\n"
           "cluster\n"
+          "  --save-full FILE               at the end, the trained model as one safetensors\n"
+          "                                 file with PyTorch's names (gathered unit by unit)\n"
           "  --ranks N                      simulated GPUs, 1 to 1024 (default 3)\n"
           "  --profile P                    cost model: h100-nvlink, a100-nvlink, l4-pcie\n"
           "  --checkpoint-dir D             save sharded checkpoints into D (each epoch's end)\n"

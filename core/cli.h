@@ -34,6 +34,7 @@ typedef struct TrainArgs {
     int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
     const char *dump_params;                /* NULL: none */
     const char *init_from;                  /* safetensors to start from; NULL: seeded init */
+    const char *save_full;                  /* --save-full FILE at the end; NULL: none */
     const char *trace_out;
     const char *memory_svg; /* --memory-svg FILE: each rank's memory over the last step */
     const char *ckpt_dir;   /* --checkpoint-dir; NULL: no checkpoints */

@@ -92,6 +92,12 @@ int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n,
 /* Gathers the full fp32 parameters of every unit into out (model->total_numel floats,
  * parameters in model order). Collective: every rank must call it. */
 int engine_full_params(Engine *e, float *out, Err *err);
+/* Hands sink, unit after unit, each unit's gathered fp32 parameters in host memory (the unit's
+ * layout: parameter i of the unit at plan->units[u].params[i].offset), on every rank: a rank
+ * never holds more than its shards plus one gathered unit. Collective. */
+typedef int (*UnitSink)(void *user, int unit, const float *full, Err *err);
+int engine_gather_units(Engine *e, UnitSink sink, void *user, Err *err);
+
 /* Replaces the parameters with `full` (model->total_numel floats, parameters in model order,
  * host memory): each rank copies only its own rows. No communication. */
 int engine_set_full_params(Engine *e, const float *full, Err *err);

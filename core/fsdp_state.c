@@ -5,42 +5,69 @@
 
 /* ---------------------------------------------------------------- gathered values */
 
-int engine_full_params(Engine *e, float *out, Err *err) {
+/* Unit u's fp32 parameters gathered into `full` (unit->numel floats, device memory): the
+ * collective every rank joins. */
+static int gather_unit(Engine *e, int u, float **full, Err *err) {
+    UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    *full = us->param;
+    if (!e->plan->params_sharded) return 0;
+    void *send = NULL, *recv = NULL;
+    size_t block = unit->wire_numel * sizeof(float);
+    int rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
+    if (!rc) rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
+    if (!rc)
+        rc = dev_alloc(e, (void **)full, unit->numel * sizeof(float), MEM_PARAM_UNSHARDED, u, err);
+    if (!rc) {
+        pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, send);
+        rc = comm_all_gather(e->env.shard_comm, send, recv, unit->wire_numel, DTYPE_FP32, u, err);
+    }
+    if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)*full);
+    dev_free(e, send, u);
+    dev_free(e, recv, u);
+    return rc;
+}
+
+int engine_gather_units(Engine *e, UnitSink sink, void *user, Err *err) {
     for (int u = 0; u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         const Unit *unit = &e->plan->units[u];
-        void *send = NULL, *recv = NULL;
+        float *full = NULL, *host = NULL;
         int rc = resident_begin(e, u, err);
-        if (rc) return rc;
-        float *full = us->param;
-        if (e->plan->params_sharded) {
-            size_t block = unit->wire_numel * sizeof(float);
-            rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
-            if (!rc)
-                rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u,
-                               err);
-            if (!rc)
-                rc = dev_alloc(e, (void **)&full, unit->numel * sizeof(float), MEM_PARAM_UNSHARDED,
-                               u, err);
-            if (!rc) {
-                pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, send);
-                rc = comm_all_gather(e->env.shard_comm, send, recv, unit->wire_numel, DTYPE_FP32, u,
-                                     err);
-            }
-            if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)full);
-        }
-        for (int i = 0; !rc && i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            e->dev->ops->copy(e->dev, out + e->param_flat[unit->params[i].param],
-                              full + unit->params[i].offset, ps->numel * sizeof(float));
-        }
-        dev_free(e, send, u);
-        dev_free(e, recv, u);
-        if (full != us->param) dev_free(e, full, u);
+        if (!rc) rc = gather_unit(e, u, &full, err);
+        if (!rc && !(host = malloc(unit->numel * sizeof(float) + 1)))
+            rc = err_set(err, ERR_NOMEM, "out of memory for unit %s's parameters", unit->name);
+        if (!rc) e->dev->ops->copy(e->dev, host, full, unit->numel * sizeof(float));
+        if (!rc) rc = sink(user, u, host, err);
+        free(host);
+        if (full && full != us->param) dev_free(e, full, u);
         int end = resident_end(e, u, 0, err);
         if (rc || end) return rc ? rc : end;
     }
     return 0;
+}
+
+/* engine_full_params's sink: each of the unit's parameters to its place in model order. */
+typedef struct FullParams {
+    const Engine *e;
+    float *out;
+} FullParams;
+
+static int place_unit(void *user, int u, const float *full, Err *err) {
+    (void)err;
+    const FullParams *f = user;
+    const Unit *unit = &f->e->plan->units[u];
+    for (int i = 0; i < unit->nparams; i++) {
+        const ParamSpec *ps = unit_param_spec(f->e, u, i);
+        memcpy(f->out + f->e->param_flat[unit->params[i].param], full + unit->params[i].offset,
+               ps->numel * sizeof(float));
+    }
+    return 0;
+}
+
+int engine_full_params(Engine *e, float *out, Err *err) {
+    FullParams f = {e, out};
+    return engine_gather_units(e, place_unit, &f, err);
 }
 
 /* ---------------------------------------------------------------- creation */

@@ -1,11 +1,14 @@
 #include "train.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "checkpoint.h"
 #include "rng.h"
+#include "safetensors.h"
+#include "vit.h"
 #include "weights.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
@@ -161,6 +164,78 @@ static int load_own_rows(Engine *e, const TrainJob *job, Err *err) {
     return rc;
 }
 
+/* ---- --save-full: the trained model as one safetensors file, gathered unit by unit; rank 0
+ * writes each unit's tensors as they arrive, so it never holds more than its shards and one
+ * unit. PyTorch's names and shapes; the ViT's configuration in __metadata__. */
+
+typedef struct FullSave {
+    const TrainJob *job;
+    StWriter *w; /* rank 0's; NULL elsewhere */
+    StTensorOut *tensors;
+    char text[9][32]; /* metadata values */
+    const char *kv[18];
+    int nkv;
+} FullSave;
+
+static void full_save_metadata(FullSave *s, long step) {
+    const ModelDesc *m = s->job->model;
+    s->kv[0] = "fsdp_model";
+    s->kv[1] = s->job->model_name ? s->job->model_name : m->name;
+    snprintf(s->text[0], sizeof s->text[0], "%ld", step);
+    s->kv[2] = "fsdp_step";
+    s->kv[3] = s->text[0];
+    s->nkv = 2;
+    if (strcmp(m->name, "vit") != 0 || !m->config) return;
+    const VitConfig *c = m->config;
+    const char *keys[] = {"image", "patch", "layers", "heads", "hidden", "mlp", "classes"};
+    int vals[] = {c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes};
+    for (int i = 0; i < 7; i++, s->nkv++) {
+        snprintf(s->text[1 + i], sizeof s->text[1 + i], "%d", vals[i]);
+        s->kv[2 * s->nkv] = keys[i];
+        s->kv[2 * s->nkv + 1] = s->text[1 + i];
+    }
+}
+
+/* The file's tensors in the order the units arrive: unit by unit, each unit's in its order. */
+static int full_save_open(FullSave *s, long step, Err *err) {
+    const ModelDesc *m = s->job->model;
+    const Plan *p = s->job->plan;
+    if (!(s->tensors = calloc((size_t)m->nparams + 1, sizeof *s->tensors)))
+        return err_set(err, ERR_NOMEM, "out of memory writing %s", s->job->save_full);
+    int n = 0;
+    for (int u = 0; u < p->nunits; u++)
+        for (int i = 0; i < p->units[u].nparams; i++) {
+            const ParamSpec *ps = &m->params[p->units[u].params[i].param];
+            s->tensors[n++] = (StTensorOut){
+                .name = ps->name, .dtype = "F32", .ndim = ps->ndim, .shape = ps->shape};
+        }
+    full_save_metadata(s, step);
+    return st_writer_open(&s->w, s->job->save_full, s->tensors, n, s->kv, s->nkv, err);
+}
+
+static int full_save_unit(void *user, int u, const float *full, Err *err) {
+    FullSave *s = user;
+    const Unit *unit = &s->job->plan->units[u];
+    int rc = 0;
+    for (int i = 0; s->w && !rc && i < unit->nparams; i++)
+        rc = st_writer_tensor(s->w, full + unit->params[i].offset, err);
+    return rc;
+}
+
+static int save_full(const RankEnv *env, TrainJob *job, Engine *e, Err *err) {
+    FullSave s = {.job = job};
+    int rc = env->rank == 0 ? full_save_open(&s, engine_steps_done(e), err) : 0;
+    if (!rc) rc = engine_gather_units(e, full_save_unit, &s, err);
+    if (s.w) {
+        if (rc)
+            st_writer_abort(s.w);
+        else
+            rc = st_writer_commit(s.w, err);
+    }
+    free(s.tensors);
+    return rc;
+}
+
 int train_rank(const RankEnv *env, void *arg, Err *err) {
     TrainJob *job = arg;
     if (train_steps_per_epoch(job, env->world) < 1 && job->steps > 0)
@@ -181,6 +256,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc) rc = record_values(job, e, 0, err);
     if (!rc) rc = run_steps(env, job, e, first, perm, idx, err);
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
+    if (!rc && job->save_full) rc = save_full(env, job, e, err);
     if (!rc && job->final_params) {
         float *full = malloc(job->model->total_numel * sizeof(float) + 1);
         rc = full ? engine_full_params(e, full, err)

@@ -56,6 +56,9 @@ typedef struct TrainJob {
     /* Or a safetensors file of PyTorch-named weights, of which each rank reads only its own
      * rows (checked beforehand with weights_open); NULL: none. */
     const char *init_from;
+    /* --save-full: the trained parameters as one safetensors file (PyTorch's names), gathered
+     * unit by unit at the end; NULL: none */
+    const char *save_full;
     /* Optional, for looking at a small model's numbers: the full parameters before the first
      * step and after each, [(steps + 1) * total_numel], and each step's gradients,
      * [steps * total_numel]; NULL: not recorded. */

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../core/safetensors.h"
 #include "util.h"
 
 static char dir[128];
@@ -233,5 +234,41 @@ Test(checkpoint, a_failed_rank_restarts_from_the_newest_checkpoint, .timeout = 6
     free(out);
     out = fsdp_output("train --fail-at x", "2>&1 >/dev/null", &status);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    free(out);
+}
+
+/* --save-full: the trained model as one safetensors file, gathered unit by unit at 3 ranks; it
+ * starts a 2-rank run exactly where the first ended (the dumps match byte for byte), carries the
+ * ViT's configuration in __metadata__, and a path that cannot take it is refused before any
+ * training. */
+Test(checkpoint, save_full_writes_the_trained_model) {
+    fresh_dir("savefull");
+    const char *vit = "train --model vit-tiny --layers 2 --batch-size 4 --eval false";
+    free(train_ok("%s --ranks 3 --steps 3 --save-full %s/m.safetensors --dump-params %s/a.txt", vit,
+                  dir, dir));
+    free(train_ok("%s --ranks 2 --steps 0 --init-from %s/m.safetensors --dump-params %s/b.txt", vit,
+                  dir, dir));
+    char a[256], b[256], path[256];
+    snprintf(a, sizeof a, "%s/a.txt", dir);
+    snprintf(b, sizeof b, "%s/b.txt", dir);
+    cr_expect(same_file(a, b), "the saved model does not start where training ended");
+    snprintf(path, sizeof path, "%s/m.safetensors", dir);
+    SafeTensors st;
+    Err err = {0};
+    cr_assert_eq(st_open(&st, path, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(st_metadata(&st, "layers"), "2");
+    cr_expect_str_eq(st_metadata(&st, "hidden"), "128");
+    cr_expect_str_eq(st_metadata(&st, "fsdp_step"), "3");
+    cr_expect_eq(st.n, 4 + 2 * 12 + 4, "every parameter: embed, two blocks, head");
+    st_free(&st);
+    int status;
+    char args[512];
+    snprintf(args, sizeof args, "%s --steps 1 --dump-params %s/c.txt --save-full %s", vit, dir,
+             dir);
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    cr_expect(strstr(out, "is a directory") != NULL, "%s", out);
+    snprintf(path, sizeof path, "%s/c.txt", dir);
+    cr_expect_neq(access(path, F_OK), 0, "nothing written");
     free(out);
 }
