@@ -156,9 +156,9 @@ static int fill_from_weights(void *user, const StatePiece *p, Err *err) {
     return weights_read(user, p->param, p->row_begin * p->row_elems, n, p->data, err);
 }
 
-static int load_own_rows(Engine *e, const TrainJob *job, Err *err) {
+int train_load_weights(Engine *e, const ModelDesc *m, const char *path, Err *err) {
     WeightsFile *w;
-    int rc = weights_open(&w, job->model, job->init_from, err);
+    int rc = weights_open(&w, m, path, err);
     if (!rc) rc = engine_load_state(e, fill_from_weights, w, err);
     weights_close(w);
     return rc;
@@ -249,7 +249,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params, err);
-    if (!rc && job->init_from) rc = load_own_rows(e, job, err);
+    if (!rc && job->init_from) rc = train_load_weights(e, job->model, job->init_from, err);
     long first = 0;
     if (!rc && job->resume_from) rc = checkpoint_load(e, job->model, job->resume_from, &first, err);
     if (!rc && env->rank == 0) job->resumed_step = first;

@@ -86,6 +86,10 @@ typedef struct TrainJob {
 /* Steps per epoch with drop-last: data size / (ranks x batch x grad_accum). */
 long train_steps_per_epoch(const TrainJob *job, int world);
 
+/* Loads a weights file (PyTorch's names, checked with weights_open) into the engine: each rank
+ * reads only the rows it keeps; Adam's moments start at zero. No communication. */
+int train_load_weights(Engine *e, const ModelDesc *m, const char *path, Err *err);
+
 /* Rank-main for a cluster: runs the whole job on this rank. arg is a TrainJob. */
 int train_rank(const RankEnv *env, void *arg, Err *err);
 

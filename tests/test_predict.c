@@ -1,0 +1,119 @@
+/* `fsdp predict`: the accuracy it reports from a --save-full file is the training run's own
+ * evaluation of the same parameters; one image's line names the class and the true label; a
+ * file without __metadata__ (as PyTorch writes one) needs --model; bad input is one line. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../core/safetensors.h"
+#include "../core/vit.h"
+#include "util.h"
+
+static char *run_ok(const char *args) {
+    int status;
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_assert_eq(status, 0, "fsdp %s: %s", args, out);
+    return out;
+}
+
+Test(predict, reports_what_training_evaluated_and_classifies_one_image) {
+    char path[] = "/tmp/fsdp-predict-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    char args[512];
+    snprintf(args, sizeof args,
+             "train --model vit-tiny --layers 2 --ranks 2 --steps 30 --batch-size 16 "
+             "--save-full %s",
+             path);
+    char *trained = run_ok(args);
+    const char *eval = strstr(trained, "accuracy ");
+    cr_assert(eval, "%s", trained);
+    char want[64];
+    cr_assert_eq(sscanf(eval, "accuracy %63[^,]", want), 1);
+    snprintf(args, sizeof args, "predict --weights %s --eval", path);
+    char *got = run_ok(args);
+    cr_expect(strstr(got, want) != NULL, "training said '%s', predict said '%s'", want, got);
+    free(got);
+    const Dataset *test = vit_test_split();
+    for (int n = 0; n < 3; n++) {
+        snprintf(args, sizeof args, "predict --weights %s --image %d", path, n);
+        char *line = run_ok(args);
+        int predicted = -1, actual = -1;
+        cr_assert_eq(sscanf(line, "Predicted: %d (%*[^)]), Actual: %d", &predicted, &actual), 2,
+                     "%s", line);
+        cr_expect_eq(actual, test->labels[n], "image %d", n);
+        cr_expect(predicted >= 0 && predicted < 10, "%s", line);
+        free(line);
+    }
+    free(trained);
+    unlink(path);
+}
+
+/* A file with PyTorch's names and no __metadata__: the shape must come from --model. */
+Test(predict, a_file_without_metadata_needs_model) {
+    VitConfig c;
+    vit_preset("vit-tiny", &c);
+    ModelDesc m;
+    Err err = {0};
+    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    float *values = malloc(m.total_numel * sizeof *values);
+    StTensorOut *t = calloc((size_t)m.nparams, sizeof *t);
+    size_t at = 0;
+    for (int i = 0; i < m.nparams; at += m.params[i++].numel) {
+        param_init_fill(&m.params[i], 7, 0, m.params[i].numel, values + at);
+        t[i] = (StTensorOut){m.params[i].name, "F32", m.params[i].ndim, m.params[i].shape,
+                             values + at};
+    }
+    char path[] = "/tmp/fsdp-predict-torch-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(st_write(path, t, m.nparams, NULL, 0, &err), 0, "%s", err.msg);
+    char args[512];
+    int status;
+    snprintf(args, sizeof args, "predict --weights %s --image 0", path);
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    cr_expect(strstr(out, "no model configuration in __metadata__") != NULL, "%s", out);
+    free(out);
+    snprintf(args, sizeof args, "predict --weights %s --image 0 --model vit-tiny", path);
+    out = run_ok(args);
+    cr_expect(strncmp(out, "Predicted: ", 11) == 0, "%s", out);
+    free(out);
+    snprintf(args, sizeof args, "predict --weights %s --image 0 --model vit-workshop", path);
+    out = fsdp_output(args, "2>&1", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    cr_expect(strstr(out, "has shape") != NULL, "the other model's shapes are refused: %s", out);
+    free(out);
+    unlink(path);
+    free(t);
+    free(values);
+    model_desc_free(&m);
+}
+
+Test(predict, bad_input_is_one_line) {
+    struct {
+        const char *args, *want;
+    } cases[] = {
+        {"predict --image 3", "fsdp: predict needs --weights FILE.safetensors\n"},
+        {"predict --weights x.safetensors",
+         "fsdp: predict needs --image N or --eval (one of them)\n"},
+        {"predict --weights x --image -1",
+         "fsdp: --image must be a test image number (got '-1')\n"},
+        {"predict --weights /nonexistent.safetensors --eval",
+         "fsdp: cannot open /nonexistent.safetensors: No such file or directory\n"},
+        {"predict --weights x --eval --colour red",
+         "fsdp: unknown flag --colour (see ./fsdp predict --help)\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int status;
+        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: %d", cases[i].args, status);
+        cr_expect_str_eq(out, cases[i].want, "%s", cases[i].args);
+        free(out);
+    }
+}
