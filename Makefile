@@ -47,7 +47,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-vs-torch bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -142,6 +142,24 @@ bench-viz: deps $(BUILD)/bench_viz
 .PRECIOUS: $(BUILD)/bench/%.o
 $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# libFuzzer targets for the parsers of untrusted files (safetensors, checkpoint metadata),
+# built with clang, ASan and UBSan into build/fuzz; each runs FUZZ_SECONDS (default 60) from
+# the seeds in tests/fuzz/corpus (a toy's --save-full file and checkpoint meta.json). A crash
+# leaves its input in build/fuzz/ (crash-*): make it a test.
+FUZZ_SECONDS ?= 60
+FUZZ_SRCS := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c sim/*.c)
+FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+fuzz: deps
+	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
+	@mkdir -p build/fuzz/corpus-st build/fuzz/corpus-ckpt
+	cp tests/fuzz/corpus/*.safetensors build/fuzz/corpus-st/
+	cp tests/fuzz/corpus/*.json build/fuzz/corpus-ckpt/
+	clang $(FUZZ_FLAGS) -o build/fuzz/fuzz_safetensors tests/fuzz/fuzz_safetensors.c $(FUZZ_SRCS) $(filter-out -pthread,$(LDLIBS))
+	clang $(FUZZ_FLAGS) -o build/fuzz/fuzz_ckpt_meta tests/fuzz/fuzz_ckpt_meta.c $(FUZZ_SRCS) $(filter-out -pthread,$(LDLIBS))
+	cd build/fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-st
+	cd build/fuzz && ./fuzz_ckpt_meta -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-ckpt
 
 format:
 	clang-format -i $(LIB_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) $(wildcard */*.h */*/*.h)
