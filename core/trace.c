@@ -134,3 +134,20 @@ void trace_free(Trace *t) {
     free(t->grads);
     *t = (Trace){0};
 }
+
+int trace_memory_apply(size_t *row, const TraceEvent *e, size_t index, int code, Err *err) {
+    if (e->category < 0 || e->category >= MEM_CATEGORY_COUNT)
+        return err_set(err, code, "trace event %zu (GPU %d, %s) has no memory category", index,
+                       e->rank, event_kind_name((EventKind)e->kind));
+    size_t *held = &row[e->category];
+    if (e->kind == EV_ALLOC) {
+        *held += (size_t)e->bytes;
+    } else if (e->bytes > *held) {
+        return err_set(
+            err, code, "trace event %zu (GPU %d) frees %llu bytes of %s, which holds only %zu",
+            index, e->rank, e->bytes, mem_category_name((MemCategory)e->category), *held);
+    } else {
+        *held -= (size_t)e->bytes;
+    }
+    return 0;
+}

@@ -81,6 +81,12 @@ const char *phase_name(Phase p);          /* "forward", ... */
 /* The trace event that timed work of kind k is recorded as (every backend's run op). */
 EventKind event_kind_of_work(WorkKind k);
 
+/* Applies alloc/free event e (the index-th of its trace) to row, its rank's bytes per memory
+ * category. An event without a category, or a free of more than the category holds, is one
+ * line naming the event, returned as `code` (ERR_INTERNAL for a trace this program recorded,
+ * ERR_USAGE for one read from a file). */
+int trace_memory_apply(size_t *row, const TraceEvent *e, size_t index, int code, Err *err);
+
 /* Merges per-rank buffers into one list ordered by (start, seq, rank): at equal times the
  * ranks take turns, event by event. */
 int trace_merge(Trace *out, const TraceBuf *bufs, int nranks, Err *err);

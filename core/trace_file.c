@@ -81,38 +81,26 @@ static void write_metadata(FILE *f, int nranks, int *first) {
  * bytes on that rank after the event (mem: the rank's running totals). Chrome draws the args
  * of one counter as stacked areas and Perfetto gives each category its own track; either way
  * the args add up to the event's mem_total. */
-static void write_memory_counter(FILE *f, const TraceEvent *e, const unsigned long long *mem) {
+static void write_memory_counter(FILE *f, const TraceEvent *e, const size_t *mem) {
     fprintf(f, "{\"name\":\"memory\",\"ph\":\"C\",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{",
             e->rank, e->start * 1e6);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        fprintf(f, "%s\"%s\":%llu", c ? "," : "", mem_category_name((MemCategory)c), mem[c]);
+        fprintf(f, "%s\"%s\":%zu", c ? "," : "", mem_category_name((MemCategory)c), mem[c]);
     fputs("}}", f);
 }
 
 /* Applies alloc/free event i to its rank's running totals (mem: [nranks * MEM_CATEGORY_COUNT]).
  * An event without a category, or a free of more than its category holds, means the backend
  * traced its memory wrongly: the counters would lie, so it is an error. */
-static int apply_memory_event(unsigned long long *mem, const TraceEvent *e, size_t i, Err *err) {
+/* Event i's memory change on its rank's row of mem (a rank's bytes per category). */
+static int apply_memory_event(size_t *mem, const TraceEvent *e, size_t i, Err *err) {
     if (e->rank < 0) return err_set(err, ERR_INTERNAL, "trace event %zu has a negative rank", i);
-    if (e->category < 0 || e->category >= MEM_CATEGORY_COUNT)
-        return err_set(err, ERR_INTERNAL, "trace event %zu (rank %d, %s) has no memory category", i,
-                       e->rank, event_kind_name((EventKind)e->kind));
-    unsigned long long *held = &mem[(size_t)e->rank * MEM_CATEGORY_COUNT + (size_t)e->category];
-    if (e->kind == EV_ALLOC) {
-        *held += e->bytes;
-    } else if (e->bytes > *held) {
-        return err_set(err, ERR_INTERNAL,
-                       "trace event %zu (rank %d) frees %llu bytes of %s, which holds only %llu", i,
-                       e->rank, e->bytes, mem_category_name((MemCategory)e->category), *held);
-    } else {
-        *held -= e->bytes;
-    }
-    return 0;
+    return trace_memory_apply(&mem[(size_t)e->rank * MEM_CATEGORY_COUNT], e, i, ERR_INTERNAL, err);
 }
 
 /* Replays every alloc and free once before anything is written, so a trace whose memory does
  * not add up fails without leaving half a file behind. Leaves mem zeroed for the writer. */
-static int check_memory(const Trace *t, unsigned long long *mem, size_t nmem, Err *err) {
+static int check_memory(const Trace *t, size_t *mem, size_t nmem, Err *err) {
     for (size_t i = 0; i < t->n; i++) {
         if (!is_memory_event(&t->ev[i])) continue;
         int rc = apply_memory_event(mem, &t->ev[i], i, err);
@@ -223,7 +211,7 @@ int trace_file_write(const Trace *t, const TraceMeta *meta, FILE *f, Err *err) {
     int nranks = nranks_in(t);
     /* each rank's bytes by category so far, for the memory counters */
     size_t nmem = (size_t)nranks * MEM_CATEGORY_COUNT;
-    unsigned long long *mem = calloc(nmem ? nmem : 1, sizeof *mem);
+    size_t *mem = calloc(nmem ? nmem : 1, sizeof *mem);
     if (!mem)
         return err_set(err, ERR_NOMEM, "out of memory for the memory counters of %d ranks", nranks);
     if ((rc = check_memory(t, mem, nmem, err))) {

@@ -81,24 +81,6 @@ static int push_sample(MemoryRank *r, double time, const size_t *bytes, Err *err
     return 0;
 }
 
-/* Applies alloc/free event i to its rank's bytes (held: that rank's row). */
-static int apply_event(size_t *held, const TraceEvent *e, size_t i, Err *err) {
-    if (e->category < 0 || e->category >= MEM_CATEGORY_COUNT)
-        return err_set(err, ERR_USAGE, "trace event %zu (GPU %d, %s) has no memory category", i,
-                       e->rank, event_kind_name((EventKind)e->kind));
-    size_t *c = &held[e->category];
-    if (e->kind == EV_ALLOC) {
-        *c += (size_t)e->bytes;
-    } else if (e->bytes > *c) {
-        return err_set(err, ERR_USAGE,
-                       "trace event %zu (GPU %d) frees %llu bytes of %s, which holds only %zu", i,
-                       e->rank, e->bytes, mem_category_name((MemCategory)e->category), *c);
-    } else {
-        *c -= (size_t)e->bytes;
-    }
-    return 0;
-}
-
 static size_t sample_total(const MemorySample *s) {
     size_t sum = 0;
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += s->bytes[c];
@@ -129,7 +111,7 @@ static int replay(MemoryTimeline *mt, const Trace *t, size_t *held, Err *err) {
         size_t *row = &held[(size_t)e->rank * MEM_CATEGORY_COUNT];
         int rc = 0;
         if (in && r->n == 0) rc = push_sample(r, mt->start, row, err);
-        if (!rc) rc = apply_event(row, e, i, err);
+        if (!rc) rc = trace_memory_apply(row, e, i, ERR_USAGE, err);
         if (!rc && in) rc = push_sample(r, e->start, row, err);
         if (rc) return rc;
     }
