@@ -122,7 +122,7 @@ bench-vs-torch: deps $(BUILD)/bench_vit
 
 # Sharded checkpoint save and load of vit-workshop at 4 ranks against dd on the same disk.
 bench-ckpt: deps $(BUILD)/bench_ckpt
-	./$(BUILD)/bench_ckpt --model vit-workshop --ranks 4
+	./$(BUILD)/bench_ckpt --model vit-workshop --ranks 4 --runs 3
 
 # The NVMe tier (--offload nvme): 1 GiB written and read in 64 MiB units, two in flight,
 # against dd on the same disk (/var/tmp) in the same run.

@@ -513,6 +513,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .model_name = a->model,
                     .fail_at_step = a->fail_at_step,
                     .fail_at_rank = a->fail_at_rank,
+                    .kill_in_save_step = a->kill_in_save_step,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
     /* the memory timeline is drawn from the trace */

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "bulk_file.h"
 #include "vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
@@ -94,10 +96,9 @@ static char *slurp(const char *path, size_t *len) {
 /* ---------------------------------------------------------------- saving */
 
 typedef struct Writer {
-    FILE *f;
-    const char *path;
+    BulkFile *f;
     int rank;
-    unsigned long long at;
+    int kill; /* CheckpointInfo.kill_midway, on rank 0 */
     PieceList pieces;
 } Writer;
 
@@ -114,18 +115,17 @@ static unsigned long crc_of(const void *data, size_t bytes) {
 static int write_piece(void *user, const StatePiece *s, Err *err) {
     Writer *w = user;
     size_t bytes = s->rows * s->row_elems * sizeof(float);
-    if (fwrite(s->data, 1, bytes, w->f) != bytes)
-        return err_set(err, ERR_IO, "writing %s failed: %s", w->path, strerror(errno));
     CkptPiece p = {.tensor = s->param,
                    .kind = s->kind,
                    .rank = w->rank,
                    .row_begin = s->row_begin,
                    .rows = s->rows,
-                   .offset = w->at,
+                   .offset = bulk_size(w->f),
                    .bytes = bytes,
                    .crc = crc_of(s->data, bytes)};
-    w->at += bytes;
+    if (bulk_write(w->f, s->data, bytes, err)) return ERR_IO;
     if (pieces_add(&w->pieces, p)) return err_set(err, ERR_NOMEM, "out of memory saving");
+    if (w->kill) raise(SIGKILL);
     return 0;
 }
 
@@ -138,15 +138,18 @@ static void write_piece_json(FILE *f, const CkptPiece *p, int first) {
 }
 
 /* This rank's state file and its index (rank-RRRRR.json: its pieces), both synced. */
-static int save_rank_files(const RankEnv *env, Engine *e, const char *tmp, Err *err) {
+static int save_rank_files(const RankEnv *env, Engine *e, const char *tmp, int kill, Err *err) {
     char bin[FILE_MAX], idx[FILE_MAX];
     rank_file(bin, sizeof bin, tmp, env->rank, "bin");
     rank_file(idx, sizeof idx, tmp, env->rank, "json");
-    Writer w = {.f = fopen(bin, "wb"), .path = bin, .rank = env->rank};
-    if (!w.f) return err_set(err, ERR_IO, "cannot write %s: %s", bin, strerror(errno));
-    int rc = engine_save_state(e, write_piece, &w, err);
-    if (!rc && sync_file(w.f)) rc = err_set(err, ERR_IO, "writing %s failed", bin);
-    if (fclose(w.f) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", bin);
+    Writer w = {.rank = env->rank, .kill = kill};
+    int rc = bulk_open(&w.f, bin, err);
+    if (rc) return rc;
+    rc = engine_save_state(e, write_piece, &w, err);
+    if (rc)
+        bulk_abandon(w.f);
+    else
+        rc = bulk_close(w.f, err); /* synced */
     FILE *f = rc ? NULL : fopen(idx, "w");
     if (!rc && !f) rc = err_set(err, ERR_IO, "cannot write %s", idx);
     if (f) {
@@ -284,7 +287,7 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
     snprintf(tmp, sizeof tmp, "%s/.step-%08ld.tmp", dir, info->step);
     int rc = env->rank == 0 ? prepare_dirs(dir, tmp, err) : 0;
     if (!rc) rc = comm_barrier(env->world_comm, err);
-    if (!rc) rc = save_rank_files(env, e, tmp, err);
+    if (!rc) rc = save_rank_files(env, e, tmp, env->rank == 0 && info->kill_midway, err);
     if (!rc) rc = comm_barrier(env->world_comm, err);
     if (!rc && env->rank == 0) rc = publish(env, e, m, dir, tmp, info, err);
     if (!rc) rc = comm_barrier(env->world_comm, err);
@@ -472,6 +475,9 @@ static int read_root(CkptMeta *c, const cJSON *root, const char *path, const Mod
 }
 
 void ckpt_meta_free(CkptMeta *m) {
+    for (int r = 0; m->fds && r < m->world; r++)
+        if (m->fds[r] >= 0) close(m->fds[r]);
+    free(m->fds);
     for (int i = 0; i < 2 * m->nconfig; i++) free(m->config[i]);
     free(m->config);
     free(m->tensors);
@@ -493,6 +499,9 @@ int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err
     free(text);
     int rc = read_root(out, root, meta, expect, err);
     cJSON_Delete(root);
+    if (!rc && !(out->fds = malloc((size_t)out->world * sizeof *out->fds)))
+        rc = err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    for (int r = 0; !rc && r < out->world; r++) out->fds[r] = -1;
     if (rc) ckpt_meta_free(out);
     return rc;
 }
@@ -501,29 +510,47 @@ void ckpt_rank_file(const CkptMeta *m, int rank, char *buf, size_t n) {
     rank_file(buf, n, m->path, rank, "bin");
 }
 
+/* pread until n bytes have come (a read may return fewer); 0 at end of file or on error. */
+static int read_fully(int fd, unsigned char *into, size_t n, off_t at) {
+    while (n > 0) {
+        ssize_t got = pread(fd, into, n, at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0;
+        into += got, n -= (size_t)got, at += got;
+    }
+    return 1;
+}
+
+/* Rank file `rank`, opened on first use for sequential reading (a larger readahead window);
+ * -1 with errno set when it cannot be opened. */
+static int rank_fd(const CkptMeta *m, int rank, const char *path) {
+    if (m->fds[rank] < 0 && (m->fds[rank] = open(path, O_RDONLY | O_CLOEXEC)) >= 0)
+        posix_fadvise(m->fds[rank], 0, 0, POSIX_FADV_SEQUENTIAL);
+    return m->fds[rank];
+}
+
 /* Reads piece p through CRC32, into buf when given, else through a buffer of its own. */
 static int piece_read(const CkptMeta *m, const CkptPiece *p, unsigned char *buf, Err *err) {
-    enum { CHUNK = 1 << 20 };
+    enum { CHUNK = 8 << 20 }; /* large reads, each checked while still in cache */
     char path[FILE_MAX];
     ckpt_rank_file(m, p->rank, path, sizeof path);
     const char *tensor = m->tensors[p->tensor].name, *kind = state_kind_name(p->kind);
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
+    int fd = rank_fd(m, p->rank, path);
+    if (fd < 0) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
     unsigned char *scratch = buf ? NULL : malloc(CHUNK);
-    if (!buf && !scratch) {
-        fclose(f);
-        return err_set(err, ERR_NOMEM, "out of memory reading %s", path);
-    }
-    int ok = fseeko(f, (off_t)p->offset, SEEK_SET) == 0;
+    if (!buf && !scratch) return err_set(err, ERR_NOMEM, "out of memory reading %s", path);
+    int ok = 1;
     unsigned long crc = crc32(0L, Z_NULL, 0);
     for (unsigned long long at = 0; ok && at < p->bytes;) {
         size_t part = p->bytes - at < CHUNK ? (size_t)(p->bytes - at) : CHUNK;
         unsigned char *into = buf ? buf + at : scratch;
-        ok = fread(into, 1, part, f) == part;
+        /* the disk fetches the next stretch while this one is checked and stored: readahead
+         * alone runs only a few hundred KiB ahead */
+        posix_fadvise(fd, (off_t)(p->offset + at + part), 4 * CHUNK, POSIX_FADV_WILLNEED);
+        ok = read_fully(fd, into, part, (off_t)(p->offset + at));
         if (ok) crc = crc32(crc, into, (uInt)part);
         at += part;
     }
-    fclose(f);
     free(scratch);
     if (!ok)
         return err_set(err, ERR_USAGE, "%s is cut short: %s's %s needs bytes %llu-%llu", path,
@@ -555,12 +582,14 @@ static int fill_piece(void *user, const StatePiece *want, Err *err) {
         size_t hi_p = p->row_begin + p->rows, hi_w = want->row_begin + want->rows;
         size_t hi = hi_p < hi_w ? hi_p : hi_w;
         if (lo >= hi) continue;
-        unsigned char *buf = malloc(p->bytes ? p->bytes : 1);
-        if (!buf) return err_set(err, ERR_NOMEM, "out of memory loading a checkpoint piece");
-        int rc = ckpt_piece_read(c, p, buf, err);
-        if (!rc)
-            memcpy((char *)want->data + (lo - want->row_begin) * row,
-                   buf + (lo - p->row_begin) * row, (hi - lo) * row);
+        char *into = (char *)want->data + (lo - want->row_begin) * row;
+        /* a saved piece wholly inside the wanted rows (always, at the same world size) is read
+         * in place; one that straddles them is read whole, for its CRC, and the rows copied */
+        int whole = lo == p->row_begin && hi == hi_p;
+        unsigned char *buf = whole ? NULL : malloc(p->bytes ? p->bytes : 1);
+        if (!whole && !buf) return err_set(err, ERR_NOMEM, "out of memory loading a checkpoint");
+        int rc = ckpt_piece_read(c, p, whole ? (void *)into : buf, err);
+        if (!rc && !whole) memcpy(into, buf + (lo - p->row_begin) * row, (hi - lo) * row);
         free(buf);
         if (rc) return rc;
         covered += hi - lo;

@@ -23,6 +23,8 @@ typedef struct CheckpointInfo {
     const char *strategy;   /* recorded for people: any strategy loads any other's */
     long step;              /* steps done */
     int keep;               /* complete checkpoints to keep in the directory (0: all) */
+    int kill_midway;        /* fault injection: rank 0 SIGKILLs the whole process right after
+                             * handing over its first piece: rank files begun, no meta.json */
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
@@ -78,6 +80,9 @@ typedef struct CkptMeta {
      * hidden, mlp, classes, channels), as text: key config[2i], value config[2i + 1] */
     char **config;
     int nconfig;
+    /* [world] each rank file, opened at its first read and kept open: one descriptor per file
+     * keeps the kernel's readahead growing across pieces (-1: not opened yet) */
+    int *fds;
 } CkptMeta;
 
 /* Reads path/meta.json. With expect, the saved tensors must be that model's, name for name and

@@ -212,6 +212,8 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     if (!strcmp(f, "--keep")) return parse_int(f, v, 0, 1 << 20, &a->keep, err);
     if (!strcmp(f, "--max-restarts")) return parse_int(f, v, 0, 1000, &a->max_restarts, err);
     if (!strcmp(f, "--fail-at")) return parse_fail_at(v, a, err);
+    if (!strcmp(f, "--kill-in-save"))
+        return parse_long(f, v, 1, 1000000000L, &a->kill_in_save_step, err);
     if (!strcmp(f, "--resume")) {
         a->resume = v;
         return 0;
@@ -255,6 +257,8 @@ static int check_combination(const TrainArgs *a, Err *err) {
     if (a->fail_at_step && a->fail_at_rank >= a->ranks)
         return err_set(err, ERR_USAGE, "--fail-at names rank %d but there are %d ranks",
                        a->fail_at_rank, a->ranks);
+    if (a->kill_in_save_step && !a->ckpt_dir)
+        return err_set(err, ERR_USAGE, "--kill-in-save needs --checkpoint-dir");
     if (a->ckpt_every && !a->ckpt_dir)
         return err_set(err, ERR_USAGE, "--checkpoint-every needs --checkpoint-dir");
     if (a->resume && !strcmp(a->resume, "auto") && !a->ckpt_dir)
@@ -383,6 +387,8 @@ void train_args_help(FILE *f) {
           "  --max-restarts R               when a rank fails, restart from the newest\n"
           "                                 checkpoint up to R times\n"
           "  --fail-at STEP[:RANK]          make RANK (default 0) fail as STEP begins, once\n"
+          "  --kill-in-save STEP            SIGKILL this process half-way through saving the\n"
+          "                                 checkpoint of STEP (the previous one survives)\n"
           "  --backend B                    sim (default: the simulated cluster), cuda (this\n"
           "                                 machine's GPU, --ranks 1), auto (cuda if there\n"
           "                                 is a GPU, else sim)\n"

@@ -44,6 +44,7 @@ typedef struct TrainArgs {
     int max_restarts;       /* --max-restarts R after a rank fails */
     long fail_at_step;      /* --fail-at STEP[:RANK]; 0: no injected failure */
     int fail_at_rank;
+    long kill_in_save_step; /* --kill-in-save STEP; 0: none */
 } TrainArgs;
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */

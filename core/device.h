@@ -93,6 +93,9 @@ struct Device {
     /* 1: the device charges memory and models time but stores nothing (accounting-only runs
      * of models too big to hold); the engine skips work that only fills in values */
     int accounting_only;
+    /* 1: device pointers are host memory the CPU may read and write in place (the simulator's
+     * devices), so host I/O such as checkpoints needs no staging copy */
+    int host_addressable;
 };
 
 #endif

@@ -5,42 +5,50 @@
 
 /* ---------------------------------------------------------------- gathered values */
 
-/* Unit u's fp32 parameters gathered into `full` (unit->numel floats, device memory): the
- * collective every rank joins. */
-static int gather_unit(Engine *e, int u, float **full, Err *err) {
+/* Unit u's fp32 parameters gathered into `host` (unit->numel floats, host memory), on every
+ * rank: the collective every rank joins. The all-gather runs in place (this rank's block packed
+ * at its slot of the receive buffer, as NCCL allows) and each rank's rows are copied from it
+ * straight to the host, so the device holds the rank's shards plus one gathered unit (padded
+ * to whole chunks) and nothing more: no send block, no unsharded copy. */
+static int gather_unit(Engine *e, int u, float *host, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
-    *full = us->param;
-    if (!e->plan->params_sharded) return 0;
-    void *send = NULL, *recv = NULL;
-    size_t block = unit->wire_numel * sizeof(float);
-    int rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
-    if (!rc) rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
-    if (!rc)
-        rc = dev_alloc(e, (void **)full, unit->numel * sizeof(float), MEM_PARAM_UNSHARDED, u, err);
-    if (!rc) {
-        pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, send);
-        rc = comm_all_gather(e->env.shard_comm, send, recv, unit->wire_numel, DTYPE_FP32, u, err);
+    if (!e->plan->params_sharded) {
+        e->dev->ops->copy(e->dev, host, us->param, unit->numel * sizeof(float));
+        return 0;
     }
-    if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)*full);
-    dev_free(e, send, u);
+    size_t block = unit->wire_numel * sizeof(float);
+    char *recv = NULL;
+    int rc =
+        dev_alloc(e, (void **)&recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
+    if (rc) return rc;
+    char *mine = recv + (size_t)e->shard_rank * block;
+    pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, mine);
+    rc = comm_all_gather(e->env.shard_comm, mine, recv, unit->wire_numel, DTYPE_FP32, u, err);
+    for (int q = 0; !rc && q < e->plan->shard_size; q++)
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            const UnitParam *up = &unit->params[i];
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
+            e->dev->ops->copy(e->dev, host + up->offset + begin * ps->row_elems,
+                              recv + (size_t)q * block + up->wire_offset * sizeof(float),
+                              rows * ps->row_elems * sizeof(float));
+        }
     dev_free(e, recv, u);
     return rc;
 }
 
 int engine_gather_units(Engine *e, UnitSink sink, void *user, Err *err) {
     for (int u = 0; u < e->plan->nunits; u++) {
-        UnitState *us = &e->units[u];
         const Unit *unit = &e->plan->units[u];
-        float *full = NULL, *host = NULL;
+        float *host = NULL;
         int rc = resident_begin(e, u, err);
-        if (!rc) rc = gather_unit(e, u, &full, err);
         if (!rc && !(host = malloc(unit->numel * sizeof(float) + 1)))
             rc = err_set(err, ERR_NOMEM, "out of memory for unit %s's parameters", unit->name);
-        if (!rc) e->dev->ops->copy(e->dev, host, full, unit->numel * sizeof(float));
+        if (!rc) rc = gather_unit(e, u, host, err);
         if (!rc) rc = sink(user, u, host, err);
         free(host);
-        if (full && full != us->param) dev_free(e, full, u);
         int end = resident_end(e, u, 0, err);
         if (rc || end) return rc ? rc : end;
     }
@@ -227,6 +235,18 @@ static int move_state(Engine *e, StateFn fn, void *user, int saving, Err *err) {
     return 0;
 }
 
+/* A piece of device memory the host cannot address goes through a host buffer. */
+static int move_staged(Engine *e, float *dev, StatePiece *piece, size_t bytes, StateFn fn,
+                       void *user, int saving, Err *err) {
+    if (!(piece->data = malloc(bytes)))
+        return err_set(err, ERR_NOMEM, "out of memory moving a checkpoint piece");
+    if (saving) e->dev->ops->copy(e->dev, piece->data, dev, bytes);
+    int rc = fn(user, piece, err);
+    if (!rc && !saving) e->dev->ops->copy(e->dev, dev, piece->data, bytes);
+    free(piece->data);
+    return rc;
+}
+
 static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err) {
     {
         for (int i = 0; i < e->plan->units[u].nparams; i++)
@@ -238,12 +258,13 @@ static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving,
                 float *dev = state_rows(e, u, i, (StateKind)k, &piece.row_begin, &piece.rows);
                 size_t bytes = piece.rows * piece.row_elems * sizeof(float);
                 if (!bytes) continue;
-                if (!(piece.data = malloc(bytes)))
-                    return err_set(err, ERR_NOMEM, "out of memory moving a checkpoint piece");
-                if (saving) e->dev->ops->copy(e->dev, piece.data, dev, bytes);
-                int rc = fn(user, &piece, err);
-                if (!rc && !saving) e->dev->ops->copy(e->dev, dev, piece.data, bytes);
-                free(piece.data);
+                int rc;
+                if (e->dev->host_addressable) {
+                    piece.data = dev; /* read or filled in place */
+                    rc = fn(user, &piece, err);
+                } else {
+                    rc = move_staged(e, dev, &piece, bytes, fn, user, saving, err);
+                }
                 if (rc) return rc;
             }
     }

@@ -102,7 +102,8 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
     CheckpointInfo info = {.model_name = job->model_name ? job->model_name : "model",
                            .strategy = strategy_name(job->cfg->strategy),
                            .step = done,
-                           .keep = job->ckpt_keep};
+                           .keep = job->ckpt_keep,
+                           .kill_midway = done == job->kill_in_save_step};
     return checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
 }
 

@@ -77,6 +77,9 @@ typedef struct TrainJob {
      * begins (0: never). */
     long fail_at_step;
     int fail_at_rank;
+    /* ... and the whole process is killed (SIGKILL) half-way through writing the checkpoint
+     * of step kill_in_save_step (0: never), as a crash or an out-of-memory kill would. */
+    long kill_in_save_step;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

@@ -180,6 +180,7 @@ void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
     d->base.ops = &sim_device_ops;
     d->base.rank = rank;
     d->base.impl = d;
+    d->base.host_addressable = 1;
     d->clock = clock;
     d->trace = trace;
     d->profile = profile;
@@ -187,4 +188,5 @@ void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
 
 void device_sim_accounting_only(SimDevice *d) {
     d->base.accounting_only = 1;
+    d->base.host_addressable = 0; /* blocks are headers only */
 }

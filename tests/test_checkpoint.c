@@ -4,6 +4,7 @@
  * and a damaged checkpoint is one clear line and exit 2. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,54 @@ Test(checkpoint, saves_are_pruned_and_a_killed_save_is_ignored) {
     /* --resume auto with nothing saved starts from the beginning */
     out = train_ok("train --steps 2 --checkpoint-dir %s/empty --resume auto", dir);
     cr_expect_neq(strstr(out, "no checkpoint yet, from the start"), NULL, "%.300s", out);
+    free(out);
+}
+
+static int killed_by_sigkill(int status) {
+    /* the shell may exec fsdp (the signal shows) or wait for it (128 + 9) */
+    return (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
+           (WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL);
+}
+
+Test(checkpoint, a_process_killed_during_a_save_leaves_the_previous_checkpoint_loadable) {
+    fresh_dir("kill");
+    char full[256], resumed[256], path[512];
+    snprintf(full, sizeof full, "%s/full.txt", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+    free(train_ok("train --steps 6 --dump-params %s", full));
+    char args[512];
+    snprintf(args, sizeof args,
+             "train --steps 6 --checkpoint-dir %s/ck --checkpoint-every 2 --kill-in-save 4", dir);
+    int status;
+    free(fsdp_output(args, "> /dev/null 2>&1", &status));
+    cr_assert(killed_by_sigkill(status), "the save of step 4 was not killed (status %d)", status);
+    struct stat st;
+    /* the kill came mid-save: a rank file begun, no metadata, no step-4 checkpoint */
+    snprintf(path, sizeof path, "%s/ck/.step-00000004.tmp/rank-00000.bin", dir);
+    cr_assert_eq(stat(path, &st), 0, "%s was being written", path);
+    snprintf(path, sizeof path, "%s/ck/.step-00000004.tmp/meta.json", dir);
+    cr_expect_neq(stat(path, &st), 0, "no metadata was written");
+    snprintf(path, sizeof path, "%s/ck/step-00000004", dir);
+    cr_expect_neq(stat(path, &st), 0, "step 4 does not exist");
+    /* the previous checkpoint is whole: every CRC checks */
+    snprintf(args, sizeof args, "ckpt inspect %s/ck/step-00000002", dir);
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_expect_eq(status, 0, "%.400s", out);
+    free(out);
+    /* and a resume from it ends where the run that was never killed did */
+    out = train_ok("train --steps 6 --checkpoint-dir %s/ck --checkpoint-every 2 --resume auto "
+                   "--dump-params %s",
+                   dir, resumed);
+    cr_expect_neq(strstr(out, "step-00000002"), NULL, "resumed from step 2: %.300s", out);
+    free(out);
+    cr_expect(same_file(full, resumed), "the resumed run differs from the uninterrupted one");
+    snprintf(path, sizeof path, "%s/ck/.step-00000004.tmp", dir);
+    cr_expect_neq(stat(path, &st), 0, "the next save of step 4 cleared what the kill left");
+    snprintf(path, sizeof path, "%s/ck/step-00000006/meta.json", dir);
+    cr_expect_eq(stat(path, &st), 0);
+    out = fsdp_output("train --kill-in-save 2", "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
+    cr_expect_str_eq(out, "fsdp: --kill-in-save needs --checkpoint-dir\n");
     free(out);
 }
 
