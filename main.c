@@ -24,6 +24,7 @@
 #include "core/weights.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
+#include "sim/plan_cmd.h"
 #include "sim/viz/frame.h"
 #include "sim/viz/memory_timeline.h"
 #include "sim/viz/plain.h"
@@ -42,6 +43,8 @@ static void usage(FILE *f) {
           "            (./fsdp ckpt --help)\n"
           "  predict   classify a test image, or measure test accuracy, with trained weights\n"
           "            (./fsdp predict --help)\n"
+          "  plan      memory, communication and step time of any model on any cluster, without\n"
+          "            the cluster (./fsdp plan --help)\n"
           "  help      this text\n"
           "\n"
           "example: ./fsdp train --model toy --ranks 3 --strategy zero3 --steps 200\n",
@@ -1042,6 +1045,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "viz")) return cmd_viz(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return plan_command(argc - 2, argv + 2);
     fprintf(stderr, "fsdp: unknown command '%s' (see ./fsdp --help)\n", cmd);
     return 2;
 }

@@ -12,6 +12,10 @@ const char *mem_category_name(MemCategory c) {
     return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_names[c] : "?";
 }
 
+int mem_category_on_gpu(MemCategory c) {
+    return c != MEM_HOST_OFFLOAD && c != MEM_NVME && c != MEM_COMPUTE_COPY;
+}
+
 const char *mem_category_label(MemCategory c) {
     return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_labels[c] : "?";
 }

@@ -30,6 +30,9 @@ typedef enum {
 
 const char *mem_category_name(MemCategory c);  /* "param_shard", ... */
 const char *mem_category_label(MemCategory c); /* "param shard", ... for people */
+/* 1 for what the GPU itself holds: not offloaded host memory or NVMe files, and not the fp32
+ * copies the simulator's emulation keeps out of every total. */
+int mem_category_on_gpu(MemCategory c);
 
 /* Streams are fixed: compute, collectives, host<->device copies. */
 typedef enum { STREAM_COMPUTE = 0, STREAM_COMM, STREAM_COPY, STREAM_COUNT } StreamId;

@@ -385,7 +385,7 @@ int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *er
 static size_t gpu_at_peak(const RankMemory *m) {
     size_t b = 0;
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        if (c != MEM_HOST_OFFLOAD && c != MEM_NVME && c != MEM_COMPUTE_COPY) b += m->at_peak[c];
+        if (mem_category_on_gpu((MemCategory)c)) b += m->at_peak[c];
     return b;
 }
 

@@ -45,6 +45,7 @@ typedef struct TraceEvent {
     int phase;    /* Phase */
     int step;     /* training step (0-based) */
     int micro;    /* micro-step within the step (grad accumulation) */
+    int peers;    /* collectives: ranks in the group (0: not recorded, e.g. read from a file) */
 } TraceEvent;
 
 /* Growable per-rank buffer. enabled=0 makes appends free (long runs, benchmarks). */

@@ -5,23 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tblock.h"
+
 /* Parameters of each module, in torchvision's state-dict order. */
 enum { E_CLS, E_CONV_W, E_CONV_B, E_POS, EMBED_PARAMS };
-enum {
-    B_LN1_W,
-    B_LN1_B,
-    B_QKV_W,
-    B_QKV_B,
-    B_OUT_W,
-    B_OUT_B,
-    B_LN2_W,
-    B_LN2_B,
-    B_FC1_W,
-    B_FC1_B,
-    B_FC2_W,
-    B_FC2_B,
-    BLOCK_PARAMS
-};
+/* an encoder block's are tblock's TBLOCK_*, in the same order */
 enum { H_LN_W, H_LN_B, H_HEAD_W, H_HEAD_B, HEAD_PARAMS };
 
 #define VIT_LN_EPS 1e-6f
@@ -71,8 +59,7 @@ static size_t embed_params(const VitConfig *c) {
 }
 
 static size_t block_params(const VitConfig *c) {
-    size_t H = (size_t)c->hidden, M = (size_t)c->mlp;
-    return 2 * H + 3 * H * H + 3 * H + H * H + H + 2 * H + M * H + M + H * M + H;
+    return tblock_param_count((size_t)c->hidden, (size_t)c->mlp);
 }
 
 static size_t head_params(const VitConfig *c) {
@@ -85,39 +72,6 @@ size_t vit_param_count(const VitConfig *c) {
 }
 
 /* ---------------------------------------------------------------- the description */
-
-typedef struct ParamMaker {
-    ModelDesc *m;
-    int module;
-} ParamMaker;
-
-static ParamSpec *add_param(ParamMaker *pm, const char *name, int ndim, const int64_t *shape,
-                            InitKind init, float a, float b) {
-    ParamSpec *p = &pm->m->params[pm->m->nparams++];
-    snprintf(p->name, sizeof p->name, "%s", name);
-    p->ndim = ndim;
-    p->numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        p->shape[d] = shape[d];
-        p->numel *= (size_t)shape[d];
-    }
-    p->row_elems = p->numel / (size_t)shape[0];
-    p->module = pm->module;
-    p->init = init;
-    p->init_a = a;
-    p->init_b = b;
-    pm->m->modules[pm->module].nparams++;
-    pm->m->total_numel += p->numel;
-    return p;
-}
-
-static void begin_module(ParamMaker *pm, const char *name, int is_block) {
-    ModuleSpec *mod = &pm->m->modules[pm->m->nmodules];
-    pm->module = pm->m->nmodules++;
-    snprintf(mod->name, sizeof mod->name, "%s", name);
-    mod->first_param = pm->m->nparams;
-    mod->is_block = is_block;
-}
 
 /* torchvision's VisionTransformer initialization: conv_proj's weight truncated normal with
  * std sqrt(1/fan_in) and a zero bias; MultiheadAttention's in_proj and the MLP's Linears
@@ -136,61 +90,54 @@ static float xavier_bound(double fan_in, double fan_out) {
 static void add_embed(ParamMaker *pm, const VitConfig *c) {
     int64_t H = c->hidden, P = c->patch, T = vit_tokens(c);
     float conv_std = (float)sqrt(1.0 / (double)(P * P)); /* fan_in: 1 channel x P x P */
-    begin_module(pm, "embed", 0);
-    add_param(pm, "class_token", 3, (int64_t[]){1, 1, H}, INIT_ZERO, 0, 0);
-    add_param(pm, "conv_proj.weight", 4, (int64_t[]){H, 1, P, P}, INIT_TRUNC_NORMAL, 0, conv_std);
-    add_param(pm, "conv_proj.bias", 1, (int64_t[]){H}, INIT_ZERO, 0, 0);
-    add_param(pm, "encoder.pos_embedding", 3, (int64_t[]){1, T, H}, INIT_NORMAL, 0, 0.02f);
+    param_maker_begin(pm, "embed", 0);
+    param_maker_add(pm, "class_token", 3, (int64_t[]){1, 1, H}, INIT_ZERO, 0, 0);
+    param_maker_add(pm, "conv_proj.weight", 4, (int64_t[]){H, 1, P, P}, INIT_TRUNC_NORMAL, 0,
+                    conv_std);
+    param_maker_add(pm, "conv_proj.bias", 1, (int64_t[]){H}, INIT_ZERO, 0, 0);
+    param_maker_add(pm, "encoder.pos_embedding", 3, (int64_t[]){1, T, H}, INIT_NORMAL, 0, 0.02f);
 }
 
 static void add_block(ParamMaker *pm, const VitConfig *c, int layer) {
+    static const char *const suffix[TBLOCK_PARAMS] = {
+        "ln_1.weight",
+        "ln_1.bias",
+        "self_attention.in_proj_weight",
+        "self_attention.in_proj_bias",
+        "self_attention.out_proj.weight",
+        "self_attention.out_proj.bias",
+        "ln_2.weight",
+        "ln_2.bias",
+        "mlp.0.weight",
+        "mlp.0.bias",
+        "mlp.3.weight",
+        "mlp.3.bias",
+    };
     int64_t H = c->hidden, M = c->mlp;
-    char module[64], name[96];
-    snprintf(module, sizeof module, "encoder_layer_%d", layer);
-    begin_module(pm, module, 1);
-#define PARAM(suffix, ndim, shape, init, a, b)                                                     \
-    do {                                                                                           \
-        snprintf(name, sizeof name, "encoder.layers.encoder_layer_%d.%s", layer, suffix);          \
-        add_param(pm, name, ndim, shape, init, a, b);                                              \
-    } while (0)
     float qkv = xavier_bound((double)H, (double)(3 * H)), out = default_bound((double)H);
     float fc1 = xavier_bound((double)H, (double)M), fc2 = xavier_bound((double)M, (double)H);
-    PARAM("ln_1.weight", 1, ((int64_t[]){H}), INIT_ONE, 0, 0);
-    PARAM("ln_1.bias", 1, ((int64_t[]){H}), INIT_ZERO, 0, 0);
-    PARAM("self_attention.in_proj_weight", 2, ((int64_t[]){3 * H, H}), INIT_UNIFORM, -qkv, qkv);
-    PARAM("self_attention.in_proj_bias", 1, ((int64_t[]){3 * H}), INIT_ZERO, 0, 0);
-    PARAM("self_attention.out_proj.weight", 2, ((int64_t[]){H, H}), INIT_UNIFORM, -out, out);
-    PARAM("self_attention.out_proj.bias", 1, ((int64_t[]){H}), INIT_ZERO, 0, 0);
-    PARAM("ln_2.weight", 1, ((int64_t[]){H}), INIT_ONE, 0, 0);
-    PARAM("ln_2.bias", 1, ((int64_t[]){H}), INIT_ZERO, 0, 0);
-    PARAM("mlp.0.weight", 2, ((int64_t[]){M, H}), INIT_UNIFORM, -fc1, fc1);
-    PARAM("mlp.0.bias", 1, ((int64_t[]){M}), INIT_NORMAL, 0, 1e-6f);
-    PARAM("mlp.3.weight", 2, ((int64_t[]){H, M}), INIT_UNIFORM, -fc2, fc2);
-    PARAM("mlp.3.bias", 1, ((int64_t[]){H}), INIT_NORMAL, 0, 1e-6f);
-#undef PARAM
+    const ParamInit init[TBLOCK_PARAMS] = {
+        {INIT_ONE, 0, 0},        {INIT_ZERO, 0, 0},         {INIT_UNIFORM, -qkv, qkv},
+        {INIT_ZERO, 0, 0},       {INIT_UNIFORM, -out, out}, {INIT_ZERO, 0, 0},
+        {INIT_ONE, 0, 0},        {INIT_ZERO, 0, 0},         {INIT_UNIFORM, -fc1, fc1},
+        {INIT_NORMAL, 0, 1e-6f}, {INIT_UNIFORM, -fc2, fc2}, {INIT_NORMAL, 0, 1e-6f},
+    };
+    char module[64], prefix[64];
+    snprintf(module, sizeof module, "encoder_layer_%d", layer);
+    snprintf(prefix, sizeof prefix, "encoder.layers.encoder_layer_%d.", layer);
+    tblock_describe(pm, module, prefix, suffix, init, H, M);
 }
 
 static void add_head(ParamMaker *pm, const VitConfig *c) {
     int64_t H = c->hidden, K = c->classes;
-    begin_module(pm, "head", 0);
-    add_param(pm, "encoder.ln.weight", 1, (int64_t[]){H}, INIT_ONE, 0, 0);
-    add_param(pm, "encoder.ln.bias", 1, (int64_t[]){H}, INIT_ZERO, 0, 0);
-    add_param(pm, "heads.head.weight", 2, (int64_t[]){K, H}, INIT_ZERO, 0, 0);
-    add_param(pm, "heads.head.bias", 1, (int64_t[]){K}, INIT_ZERO, 0, 0);
+    param_maker_begin(pm, "head", 0);
+    param_maker_add(pm, "encoder.ln.weight", 1, (int64_t[]){H}, INIT_ONE, 0, 0);
+    param_maker_add(pm, "encoder.ln.bias", 1, (int64_t[]){H}, INIT_ZERO, 0, 0);
+    param_maker_add(pm, "heads.head.weight", 2, (int64_t[]){K, H}, INIT_ZERO, 0, 0);
+    param_maker_add(pm, "heads.head.bias", 1, (int64_t[]){K}, INIT_ZERO, 0, 0);
 }
 
 /* ---------------------------------------------------------------- per-rank state */
-
-typedef struct BlockActs {
-    float *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 output and statistics */
-    float *qkv;                       /* in_proj output [M, 3H] */
-    float *probs;                     /* attention probabilities [B, heads, T, T] */
-    float *attn;                      /* attention output before out_proj [M, H] */
-    float *mid;                       /* residual stream after attention [M, H] */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fc1;  /* mlp.0's GEMM output without its bias [M, mlp] (GELU's input: fc1 + bias) */
-    float *gelu; /* GELU output [M, mlp] */
-} BlockActs;
 
 struct ModelRun {
     const VitConfig *c;
@@ -208,27 +155,28 @@ struct ModelRun {
 };
 
 static float *take(ModelRun *r, size_t n) {
-    return n ? r->dev->ops->alloc(r->dev, n * sizeof(float), MEM_ACTIVATIONS, -1) : NULL;
+    return act_take(r->dev, n);
 }
 
 static void release(ModelRun *r, float **p) {
-    if (*p) r->dev->ops->free(r->dev, *p, -1);
-    *p = NULL;
+    act_release(r->dev, p);
 }
 
-/* Each pointer was just taken for `n > 0` elements: any NULL is out of memory. */
-static int check_taken(float *const *ptrs, int n, size_t elems, Err *err) {
-    if (!elems) return 0;
-    for (int i = 0; i < n; i++)
-        if (!ptrs[i])
-            return err_set(err, ERR_NOMEM, "out of memory for activations (%zu floats)", elems);
-    return 0;
+/* The shared block's view of this run's current batch. */
+static TBlock block_of(const ModelRun *r) {
+    return (TBlock){.dev = r->dev,
+                    .k = r->k,
+                    .B = r->B,
+                    .T = r->T,
+                    .H = r->H,
+                    .F = (size_t)r->c->mlp,
+                    .heads = (size_t)r->c->heads,
+                    .ln_eps = VIT_LN_EPS};
 }
 
 static void release_block(ModelRun *r, BlockActs *a) {
-    float **all[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->probs, &a->attn,
-                     &a->mid, &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,   &a->gelu};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) release(r, all[i]);
+    TBlock t = block_of(r);
+    tblock_release(&t, a);
 }
 
 static void release_labels(ModelRun *r) {
@@ -316,23 +264,13 @@ static int vit_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t
     r->labels = n ? r->dev->ops->alloc(r->dev, n * sizeof(int32_t), MEM_ACTIVATIONS, -1) : NULL;
     if (n && (!r->images || !r->labels))
         return err_set(err, ERR_NOMEM, "out of memory for a batch of %zu images", n);
-    return n ? stage_batch(r, ds, idx, n, pixels, err) : 0;
+    /* an accounting-only device stores nothing: the buffers are charged, nothing is staged */
+    return n && !r->dev->accounting_only ? stage_batch(r, ds, idx, n, pixels, err) : 0;
 }
 
 /* ---------------------------------------------------------------- work estimates */
 
-/* Roughly what the cost model charges: GEMM flops and activation traffic, 4 bytes a float. */
-static void block_work(const ModelRun *r, Work *w, WorkKind kind) {
-    double M = (double)(r->B * r->T), H = (double)r->H, F = (double)r->c->mlp;
-    double T = (double)r->T, B = (double)r->B;
-    double flops = 2 * M * H * (3 * H + H + 2 * F) + 4 * B * T * T * H;
-    double bytes = 4 * (M * (12 * H + 3 * F) + 2 * B * r->c->heads * T * T);
-    double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
-    w->kind = kind;
-    w->flops = flops * passes;
-    w->bytes = bytes * passes;
-}
-
+/* What the embedding and the head charge the clock (the blocks: tblock_work). */
 static void small_work(const ModelRun *r, Work *w, WorkKind kind, double flops) {
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
@@ -348,7 +286,7 @@ static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
     r->patches = take(r, M * P * P);
     float *pout = take(r, M * r->H);
     r->x[1] = take(r, r->B * r->T * r->H);
-    int rc = check_taken((float *[]){r->patches, pout, r->x[1]}, 3, M, err);
+    int rc = act_check_taken((float *[]){r->patches, pout, r->x[1]}, 3, M, err);
     if (!rc && M) {
         k->patchify(r->patches, r->images, r->B, (size_t)r->c->image, P);
         k->linear_forward(pout, r->patches, p[E_CONV_W], p[E_CONV_B], M, P * P, r->H);
@@ -361,40 +299,8 @@ static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
 }
 
 static int block_forward(ModelRun *r, int layer, float *const *p, Work *w, Err *err) {
-    const Kernels *k = r->k;
-    BlockActs *a = &r->blocks[layer];
-    size_t M = r->B * r->T, H = r->H, F = (size_t)r->c->mlp, heads = (size_t)r->c->heads;
-    const float *x = r->x[layer + 1];
-    float **out = &r->x[layer + 2];
-    a->ln1 = take(r, M * H), a->ln1_mean = take(r, M), a->ln1_rstd = take(r, M);
-    a->qkv = take(r, M * 3 * H), a->probs = take(r, r->B * heads * r->T * r->T);
-    a->attn = take(r, M * H), a->mid = take(r, M * H);
-    a->ln2 = take(r, M * H), a->ln2_mean = take(r, M), a->ln2_rstd = take(r, M);
-    a->fc1 = take(r, M * F), a->gelu = take(r, M * F), *out = take(r, M * H);
-    int rc =
-        check_taken((float *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->probs, a->attn, a->mid,
-                                a->ln2, a->ln2_mean, a->ln2_rstd, a->fc1, a->gelu, *out},
-                    13, M, err);
-    block_work(r, w, WORK_FORWARD);
-    if (rc || !M) return rc;
-    k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[B_LN1_W], p[B_LN1_B], M, H,
-                         VIT_LN_EPS);
-    k->linear_forward(a->qkv, a->ln1, p[B_QKV_W], p[B_QKV_B], M, H, 3 * H);
-    k->attention_forward(a->attn, a->probs, a->qkv, r->B, r->T, H, heads);
-    k->linear_forward(a->mid, a->attn, p[B_OUT_W], p[B_OUT_B], M, H, H);
-    /* the residual (mid = mid + x) and ln_2 on it, in one pass */
-    k->residual_layernorm_forward(a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x, p[B_LN2_W],
-                                  p[B_LN2_B], M, H, VIT_LN_EPS);
-    /* mlp.0 without its bias, then bias + GELU in one pass (backward redoes fc1 + bias) */
-    k->linear_forward(a->fc1, a->ln2, p[B_FC1_W], NULL, M, H, F);
-    k->bias_gelu_forward(a->gelu, a->fc1, p[B_FC1_B], M, F);
-    k->linear_forward(*out, a->gelu, p[B_FC2_W], p[B_FC2_B], M, F, H);
-    /* The second residual stays a plain add: the LayerNorm that reads it, the next block's
-     * ln_1, belongs to the next module, which FSDP gathers as its own unit (and activation
-     * checkpointing recomputes from its input, this sum). Fusing across the boundary would
-     * make this block's forward need the next block's ln_1 parameters. */
-    k->add(*out, *out, a->mid, M * H);
-    return 0;
+    TBlock t = block_of(r);
+    return tblock_forward(&t, &r->blocks[layer], p, r->x[layer + 1], &r->x[layer + 2], w, err);
 }
 
 static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
@@ -402,8 +308,8 @@ static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
     size_t B = r->B, H = r->H, K = (size_t)r->c->classes;
     r->cls = take(r, B * H), r->head_ln = take(r, B * H);
     r->head_mean = take(r, B), r->head_rstd = take(r, B), r->logits = take(r, B * K);
-    int rc = check_taken((float *[]){r->cls, r->head_ln, r->head_mean, r->head_rstd, r->logits}, 5,
-                         B, err);
+    int rc = act_check_taken((float *[]){r->cls, r->head_ln, r->head_mean, r->head_rstd, r->logits},
+                             5, B, err);
     small_work(r, w, WORK_FORWARD, 2.0 * (double)(B * H * K));
     if (rc || !B) return rc;
     /* torchvision normalises every token and then keeps the class token's row; only that row
@@ -444,7 +350,7 @@ static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w,
     size_t B = r->B, H = r->H, K = (size_t)r->c->classes;
     float *dln = take(r, B * H), *dcls = take(r, B * H);
     r->grad = take(r, B * r->T * H);
-    int rc = check_taken((float *[]){dln, dcls, r->grad}, 3, B, err);
+    int rc = act_check_taken((float *[]){dln, dcls, r->grad}, 3, B, err);
     if (!rc && B) {
         k->linear_backward(dln, g[H_HEAD_W], g[H_HEAD_B], r->dlogits, r->head_ln, p[H_HEAD_W], B, H,
                            K);
@@ -464,51 +370,18 @@ static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w,
 }
 
 /* The residual stream's gradient r->grad arrives as dL/d(output) and leaves, updated in place,
- * as dL/d(input): both residual connections pass it through unchanged, so each branch only
- * adds its own contribution. */
+ * as dL/d(input). */
 static int block_backward(ModelRun *r, int layer, float *const *p, float *const *g, Work *w,
                           Err *err) {
-    const Kernels *k = r->k;
-    BlockActs *a = &r->blocks[layer];
-    size_t M = r->B * r->T, H = r->H, F = (size_t)r->c->mlp, heads = (size_t)r->c->heads;
-    float *dy = r->grad, *x = r->x[layer + 1];
-    float *dmlp = take(r, M * F), *dh = take(r, M * H), *dqkv = take(r, M * 3 * H);
-    int rc = check_taken((float *[]){dmlp, dh, dqkv}, 3, M, err);
-    block_work(r, w, WORK_BACKWARD);
-    if (!rc && M) {
-        /* MLP branch: out = mid + fc2(gelu(fc1(ln2(mid)))) */
-        k->linear_backward(dmlp, g[B_FC2_W], g[B_FC2_B], dy, a->gelu, p[B_FC2_W], M, F, H);
-        k->bias_gelu_backward(dmlp, g[B_FC1_B], dmlp, a->fc1, p[B_FC1_B], M, F); /* + mlp.0's db */
-        k->linear_backward(dh, g[B_FC1_W], NULL, dmlp, a->ln2, p[B_FC1_W], M, H, F);
-        /* the residual add passes dy through to both of its inputs; ln_2's share is added in */
-        k->layernorm_backward(dy, g[B_LN2_W], g[B_LN2_B], dh, a->mid, a->ln2_mean, a->ln2_rstd,
-                              p[B_LN2_W], M, H); /* dy is now dL/d(mid) */
-        /* attention branch: mid = x + out_proj(attention(in_proj(ln1(x)))) */
-        k->linear_backward(dh, g[B_OUT_W], g[B_OUT_B], dy, a->attn, p[B_OUT_W], M, H, H);
-        k->attention_backward(dqkv, dh, a->qkv, a->probs, r->B, r->T, H, heads);
-        /* The key bias's gradient is exactly zero: it adds q.b_k to every score of a query's
-         * row, and softmax ignores a shift of the whole row. Summing dk would give rounding
-         * noise that Adam turns into steps of +-lr, different at every world size; so only
-         * the query and value biases get the column sums. */
-        k->linear_backward(dh, g[B_QKV_W], NULL, dqkv, a->ln1, p[B_QKV_W], M, H, 3 * H);
-        k->bias_grad(g[B_QKV_B], dqkv, M, H, 3 * H);
-        k->bias_grad(g[B_QKV_B] + 2 * H, dqkv + 2 * H, M, H, 3 * H);
-        k->layernorm_backward(dy, g[B_LN1_W], g[B_LN1_B], dh, x, a->ln1_mean, a->ln1_rstd,
-                              p[B_LN1_W], M, H); /* dy is now dL/dx */
-    }
-    release(r, &dmlp);
-    release(r, &dh);
-    release(r, &dqkv);
-    release_block(r, a);
-    release(r, &r->x[layer + 1]);
-    return rc;
+    TBlock t = block_of(r);
+    return tblock_backward(&t, &r->blocks[layer], p, g, &r->x[layer + 1], r->grad, w, err);
 }
 
 static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
     const Kernels *k = r->k;
     size_t P = (size_t)r->c->patch, M = r->B * (r->T - 1);
     float *dpout = take(r, M * r->H);
-    int rc = check_taken((float *[]){dpout}, 1, M, err);
+    int rc = act_check_taken((float *[]){dpout}, 1, M, err);
     if (!rc && M) {
         k->embed_backward(g[E_CLS], g[E_POS], dpout, r->grad, r->B, r->T, r->H);
         k->linear_backward(NULL, g[E_CONV_W], g[E_CONV_B], dpout, r->patches, p[E_CONV_W], M, P * P,
@@ -529,21 +402,12 @@ static int vit_backward(ModelRun *r, int module, float *const *params, float *co
 
 /* ---------------------------------------------------------------- activation checkpointing */
 
-/* A block keeps only its input x[layer + 1]; it moves to its own category so the memory
- * panel shows what checkpointing keeps apart from what it frees. */
+/* A block keeps only its input x[layer + 1] (tblock_checkpoint). */
 static int vit_checkpoint(ModelRun *r, int module, Err *err) {
     if (module < 1 || module > r->c->layers)
         return err_set(err, ERR_INTERNAL, "module %d is not an encoder block", module);
-    release_block(r, &r->blocks[module - 1]);
-    float **input = &r->x[module];
-    size_t n = r->B * r->T * r->H;
-    if (!*input || !n) return 0;
-    float *kept = r->dev->ops->alloc(r->dev, n * sizeof(float), MEM_AC_INPUT, -1);
-    if (!kept) return err_set(err, ERR_NOMEM, "out of memory for a checkpointed input");
-    r->k->copy_bytes(kept, *input, n * sizeof(float));
-    release(r, input);
-    *input = kept;
-    return 0;
+    TBlock t = block_of(r);
+    return tblock_checkpoint(&t, &r->blocks[module - 1], &r->x[module], err);
 }
 
 /* The block's forward again; its output is the next block's input, whose backward is done
@@ -551,10 +415,9 @@ static int vit_checkpoint(ModelRun *r, int module, Err *err) {
 static int vit_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
     if (module < 1 || module > r->c->layers)
         return err_set(err, ERR_INTERNAL, "module %d is not an encoder block", module);
-    int rc = block_forward(r, module - 1, params, w, err);
-    release(r, &r->x[module + 1]);
-    w->kind = WORK_RECOMPUTE;
-    return rc;
+    TBlock t = block_of(r);
+    return tblock_recompute(&t, &r->blocks[module - 1], params, r->x[module], &r->x[module + 1], w,
+                            err);
 }
 
 /* ---------------------------------------------------------------- unit boundaries */
@@ -598,7 +461,7 @@ int vit_model_create(ModelDesc *m, const VitConfig *c, Err *err) {
     int rc = vit_config_check(c, err);
     if (rc) return rc;
     int nmodules = c->layers + 2;
-    int nparams = EMBED_PARAMS + c->layers * BLOCK_PARAMS + HEAD_PARAMS;
+    int nparams = EMBED_PARAMS + c->layers * TBLOCK_PARAMS + HEAD_PARAMS;
     m->params = calloc((size_t)nparams, sizeof *m->params);
     m->modules = calloc((size_t)nmodules, sizeof *m->modules);
     m->config = malloc(sizeof *c);

@@ -92,12 +92,22 @@ static void destroy_groups(Cluster *c) {
     free(c->replica_groups);
 }
 
-static void mark_accounting_only(Cluster *c) {
+static void mark_accounting_only(Cluster *c, const unsigned char *runs) {
     sim_world_accounting_only(c->world);
     for (int g = 0; c->shard_groups && g < c->replicas; g++)
         sim_world_accounting_only(c->shard_groups[g]);
     for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
         sim_world_accounting_only(c->replica_groups[g]);
+    if (!runs) return;
+    sim_world_set_present(c->world, runs);
+    for (int g = 0; c->shard_groups && g < c->replicas; g++)
+        sim_world_set_present(c->shard_groups[g], runs);
+    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
+        sim_world_set_present(c->replica_groups[g], runs);
+}
+
+static int runs(const ClusterOptions *opt, int r) {
+    return !opt->run_rank || opt->run_rank[r];
 }
 
 static void init_slot(Cluster *c, int r, const ClusterOptions *opt, RankMain fn, void *arg) {
@@ -142,18 +152,23 @@ int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult
     Cluster c = {.n = opt->ranks,
                  .replicas = opt->replicas > 1 ? opt->replicas : 1,
                  .pool_threads = pool_threads_per_rank(opt->ranks)};
-    int rc = create_groups(&c, opt->profile, err);
-    if (!rc && opt->accounting_only) mark_accounting_only(&c);
+    int rc = opt->run_rank && !opt->accounting_only
+                 ? err_set(err, ERR_INTERNAL, "running some ranks only needs accounting_only")
+                 : create_groups(&c, opt->profile, err);
+    if (!rc && opt->accounting_only) mark_accounting_only(&c, opt->run_rank);
     c.slots = rc ? NULL : calloc((size_t)c.n, sizeof *c.slots);
     if (!rc && !c.slots) rc = err_set(err, ERR_NOMEM, "out of memory creating %d ranks", c.n);
-    int started = 0;
-    for (int r = 0; !rc && r < c.n; r++) init_slot(&c, r, opt, fn, arg);
+    int started = 0, nrun = 0;
+    for (int r = 0; !rc && r < c.n; r++)
+        if (runs(opt, r)) init_slot(&c, r, opt, fn, arg);
     for (; !rc && started < c.n; started++)
-        if (pthread_create(&c.slots[started].thread, NULL, rank_thread, &c.slots[started])) {
+        if (runs(opt, started) &&
+            pthread_create(&c.slots[started].thread, NULL, rank_thread, &c.slots[started])) {
             rc = err_set(err, ERR_INTERNAL, "could not start the thread of rank %d", started);
             abort_all(&c, "a rank thread could not start");
         }
-    for (int r = 0; r < started; r++) pthread_join(c.slots[r].thread, NULL);
+    for (int r = 0; r < started; r++)
+        if (runs(opt, r)) pthread_join(c.slots[r].thread, NULL);
     /* report the root cause: the first rank that failed other than by being aborted */
     for (int r = 0; !rc && r < c.n; r++)
         if (c.slots[r].rc && strncmp(c.slots[r].err.msg, "aborted", 7) != 0) {
@@ -168,11 +183,13 @@ int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult
     if (!rc && opt->trace) {
         TraceBuf *bufs = calloc((size_t)c.n, sizeof *bufs);
         if (!bufs) rc = err_set(err, ERR_NOMEM, "out of memory merging the trace");
-        for (int r = 0; bufs && r < c.n; r++) bufs[r] = c.slots[r].trace;
-        if (bufs) rc = trace_merge(&out->trace, bufs, c.n, err);
+        for (int r = 0; bufs && r < c.n; r++)
+            if (runs(opt, r)) bufs[nrun++] = c.slots[r].trace;
+        if (bufs) rc = trace_merge(&out->trace, bufs, nrun, err);
         free(bufs);
     }
     for (int r = 0; c.slots && r < c.n; r++) {
+        if (!runs(opt, r)) continue;
         tracebuf_free(&c.slots[r].trace);
         device_sim_release(&c.slots[r].dev);
     }

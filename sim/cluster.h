@@ -19,6 +19,10 @@ typedef struct ClusterOptions {
     /* accounting only: devices hold no data, collectives move none, kernels do nothing; the
      * schedule, memory accounting and modelled times are those of a real run */
     int accounting_only;
+    /* With accounting_only, the ranks to run (run_rank[r] != 0), NULL: all. The others do not
+     * exist; collectives complete when the running members arrive. Sound only when each
+     * absent rank would do exactly what a running one does (sim/planner.c picks them). */
+    const unsigned char *run_rank;
 } ClusterOptions;
 
 typedef struct ClusterResult {

@@ -53,6 +53,7 @@ struct SimWorld {
     int aborted;
     char why[256];
     int accounting_only; /* collectives are timed and traced but move no data */
+    int present;         /* members that run (all but in a planner's run of representatives) */
     int *world_ranks;    /* [size] */
     SimComm *members;    /* [size] each rank's view, handed out by comm_sim_init */
     Slot slots[SLOTS];
@@ -82,6 +83,7 @@ SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
         return NULL;
     }
     w->size = size;
+    w->present = size;
     w->nnodes = count_nodes(size, world_ranks, ranks_per_node);
     w->profile = profile;
     pthread_mutex_init(&w->lock, NULL);
@@ -353,7 +355,7 @@ static void model_time(const Comm *c, const Slot *s, const CommRequest *r, doubl
     *end = t + cost_collective(w->profile, r->kind, wire_bytes(c, r), c->size, w->nnodes);
 }
 
-static void record(SimComm *sc, const CommRequest *r, double bytes) {
+static void record(SimComm *sc, const CommRequest *r, double bytes, int peers) {
     if (!sc->trace || !sc->trace->enabled) return;
     TraceEvent e = {.start = r->start_time,
                     .end = r->end_time,
@@ -361,7 +363,8 @@ static void record(SimComm *sc, const CommRequest *r, double bytes) {
                     .kind = trace_kind(r->kind),
                     .unit = r->unit,
                     .stream = STREAM_COMM,
-                    .category = -1};
+                    .category = -1,
+                    .peers = peers};
     tracebuf_append(sc->trace, e);
 }
 
@@ -377,9 +380,9 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
     /* a rank is ready only after its start staged the input, so all ready means all staged;
      * only the last arrival wakes anyone: waking on every change would cost a context switch
      * per rank per change */
-    if (__atomic_add_fetch(&s->ready, 1, __ATOMIC_RELEASE) == c->size)
+    if (__atomic_add_fetch(&s->ready, 1, __ATOMIC_RELEASE) == w->present)
         pthread_cond_broadcast(&w->changed);
-    int rc = wait_for(w, &s->ready, c->size, err);
+    int rc = wait_for(w, &s->ready, w->present, err);
     pthread_mutex_unlock(&w->lock);
     if (rc) return rc;
     /* every input is in place and nobody writes the slot until all have departed */
@@ -387,11 +390,11 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
     model_time(c, s, r, &r->start_time, &r->end_time);
     pthread_mutex_lock(&w->lock);
     if (s->large) { /* others may still be reading this rank's send buffer */
-        if (__atomic_add_fetch(&s->finished, 1, __ATOMIC_RELEASE) == c->size)
+        if (__atomic_add_fetch(&s->finished, 1, __ATOMIC_RELEASE) == w->present)
             pthread_cond_broadcast(&w->changed);
-        rc = wait_for(w, &s->finished, c->size, err);
+        rc = wait_for(w, &s->finished, w->present, err);
     }
-    if (++s->departed == c->size) retire_slot(w, s);
+    if (++s->departed == w->present) retire_slot(w, s);
     pthread_mutex_unlock(&w->lock);
     if (rc) return rc;
     sc->clock->comm_last_end = r->end_time;
@@ -399,7 +402,7 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
         sc->clock->stream_time[STREAM_COMM] = r->end_time;
     r->done.time = r->end_time;
     r->done.handle = NULL;
-    record(sc, r, wire_bytes(c, r));
+    record(sc, r, wire_bytes(c, r), c->size);
     return 0;
 }
 
@@ -417,4 +420,9 @@ void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *tr
 
 void sim_world_accounting_only(SimWorld *w) {
     w->accounting_only = 1;
+}
+
+void sim_world_set_present(SimWorld *w, const unsigned char *runs) {
+    w->present = 0;
+    for (int i = 0; i < w->size; i++) w->present += runs[w->world_ranks[i]] != 0;
 }

@@ -28,6 +28,10 @@ SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
 void sim_world_destroy(SimWorld *w);
 /* Collectives keep their timing and trace but move no data (accounting-only runs). */
 void sim_world_accounting_only(SimWorld *w);
+/* Accounting-only runs of some of the ranks (runs[world rank] != 0): a collective completes
+ * once the members that run have arrived. Their timing is exact when every absent member
+ * would arrive when some present one does, as the planner's representatives guarantee. */
+void sim_world_set_present(SimWorld *w, const unsigned char *runs);
 /* Wakes every rank blocked in this group; their waits fail with "aborted: why". Used when
  * one rank fails so the others stop instead of waiting forever for it. */
 void sim_world_abort(SimWorld *w, const char *why);

@@ -105,6 +105,21 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host) {
     return p->launch_overhead + max2(w->flops / rate, w->bytes / p->mem_bw);
 }
 
+double cost_sent_bytes(CollKind k, double bytes, int nranks) {
+    if (nranks <= 1) return 0.0;
+    double share = (double)(nranks - 1) / nranks * bytes;
+    switch (k) {
+    case COLL_ALL_GATHER:
+    case COLL_REDUCE_SCATTER:
+    case COLL_BROADCAST:
+        return share;
+    case COLL_ALL_REDUCE:
+        return 2.0 * share;
+    default:
+        return 0.0;
+    }
+}
+
 double cost_collective(const Profile *p, CollKind k, double bytes, int nranks, int nnodes) {
     if (nranks <= 1) return 0.0; /* one rank talks to nobody */
     double bw = nnodes > 1 ? p->inter_bw : p->intra_bw;

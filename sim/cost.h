@@ -42,5 +42,9 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host);
  * bytes is each rank's full buffer: the gathered output for all-gather, the input for
  * reduce-scatter, the buffer for all-reduce and broadcast. */
 double cost_collective(const Profile *p, CollKind k, double bytes, int nranks, int nnodes);
+/* The bytes one rank sends in that collective (same `bytes`): (N-1)/N of it for a ring
+ * all-gather or reduce-scatter, twice that for an all-reduce, (N-1)/N for a pipelined
+ * broadcast on average, nothing for a barrier or one rank. */
+double cost_sent_bytes(CollKind k, double bytes, int nranks);
 
 #endif

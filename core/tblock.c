@@ -1,0 +1,221 @@
+#include "tblock.h"
+
+#include <stdio.h>
+
+/* ---------------------------------------------------------------- activations */
+
+float *act_take(Device *dev, size_t n) {
+    return n ? dev->ops->alloc(dev, n * sizeof(float), MEM_ACTIVATIONS, -1) : NULL;
+}
+
+void act_release(Device *dev, float **p) {
+    if (*p) dev->ops->free(dev, *p, -1);
+    *p = NULL;
+}
+
+int act_check_taken(float *const *ptrs, int n, size_t elems, Err *err) {
+    if (!elems) return 0;
+    for (int i = 0; i < n; i++)
+        if (!ptrs[i])
+            return err_set(err, ERR_NOMEM, "out of memory for activations (%zu floats)", elems);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the description */
+
+void param_maker_begin(ParamMaker *pm, const char *name, int is_block) {
+    ModuleSpec *mod = &pm->m->modules[pm->m->nmodules];
+    pm->module = pm->m->nmodules++;
+    snprintf(mod->name, sizeof mod->name, "%s", name);
+    mod->first_param = pm->m->nparams;
+    mod->is_block = is_block;
+}
+
+void param_maker_add(ParamMaker *pm, const char *name, int ndim, const int64_t *shape,
+                     InitKind init, float a, float b) {
+    ParamSpec *p = &pm->m->params[pm->m->nparams++];
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        p->shape[d] = shape[d];
+        p->numel *= (size_t)shape[d];
+    }
+    p->row_elems = p->numel / (size_t)shape[0];
+    p->module = pm->module;
+    p->init = init;
+    p->init_a = a;
+    p->init_b = b;
+    pm->m->modules[pm->module].nparams++;
+    pm->m->total_numel += p->numel;
+}
+
+void tblock_describe(ParamMaker *pm, const char *module, const char *prefix,
+                     const char *const suffix[TBLOCK_PARAMS], const ParamInit init[TBLOCK_PARAMS],
+                     int64_t H, int64_t F) {
+    /* the shapes the forward below reads its parameters in: Linear weights [out, in] */
+    const int64_t shapes[TBLOCK_PARAMS][2] = {{H}, {H}, {3 * H, H}, {3 * H}, {H, H}, {H},
+                                              {H}, {H}, {F, H},     {F},     {H, F}, {H}};
+    const int ndim[TBLOCK_PARAMS] = {1, 1, 2, 1, 2, 1, 1, 1, 2, 1, 2, 1};
+    char name[96];
+    param_maker_begin(pm, module, 1);
+    for (int i = 0; i < TBLOCK_PARAMS; i++) {
+        snprintf(name, sizeof name, "%s%s", prefix, suffix[i]);
+        param_maker_add(pm, name, ndim[i], shapes[i], init[i].kind, init[i].a, init[i].b);
+    }
+}
+
+size_t tblock_param_count(size_t H, size_t F) {
+    return 2 * H + 3 * H * H + 3 * H + H * H + H + 2 * H + F * H + F + H * F + H;
+}
+
+/* ---------------------------------------------------------------- work estimates */
+
+void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
+    double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
+    double T = (double)t->T, B = (double)t->B;
+    double flops = 2 * M * H * (3 * H + H + 2 * F) + 4 * B * T * T * H;
+    double bytes = 4 * (M * (12 * H + 3 * F) + 2 * B * (double)t->heads * T * T);
+    double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
+    w->kind = kind;
+    w->flops = flops * passes;
+    w->bytes = bytes * passes;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* Every buffer the forward saves, and its output, in one order (the trace shows it). */
+static int take_acts(const TBlock *t, BlockActs *a, float **out, Err *err) {
+    Device *d = t->dev;
+    size_t M = t->B * t->T, H = t->H, F = t->F;
+    a->ln1 = act_take(d, M * H), a->ln1_mean = act_take(d, M), a->ln1_rstd = act_take(d, M);
+    a->qkv = act_take(d, M * 3 * H), a->probs = act_take(d, t->B * t->heads * t->T * t->T);
+    a->attn = act_take(d, M * H), a->mid = act_take(d, M * H);
+    a->ln2 = act_take(d, M * H), a->ln2_mean = act_take(d, M), a->ln2_rstd = act_take(d, M);
+    a->fc1 = act_take(d, M * F), a->gelu = act_take(d, M * F), *out = act_take(d, M * H);
+    return act_check_taken((float *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->probs, a->attn,
+                                       a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc1, a->gelu,
+                                       *out},
+                           13, M, err);
+}
+
+static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x,
+                            float *out) {
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, F = t->F;
+    k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[TBLOCK_LN1_W], p[TBLOCK_LN1_B], M,
+                         H, t->ln_eps);
+    k->linear_forward(a->qkv, a->ln1, p[TBLOCK_QKV_W], p[TBLOCK_QKV_B], M, H, 3 * H);
+    k->attention_forward(a->attn, a->probs, a->qkv, t->B, t->T, H, t->heads);
+    k->linear_forward(a->mid, a->attn, p[TBLOCK_OUT_W], p[TBLOCK_OUT_B], M, H, H);
+    /* the residual (mid = mid + x) and ln_2 on it, in one pass */
+    k->residual_layernorm_forward(a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x,
+                                  p[TBLOCK_LN2_W], p[TBLOCK_LN2_B], M, H, t->ln_eps);
+    /* fc1 without its bias, then bias + GELU in one pass (backward redoes fc1 + bias) */
+    k->linear_forward(a->fc1, a->ln2, p[TBLOCK_FC1_W], NULL, M, H, F);
+    k->bias_gelu_forward(a->gelu, a->fc1, p[TBLOCK_FC1_B], M, F);
+    k->linear_forward(out, a->gelu, p[TBLOCK_FC2_W], p[TBLOCK_FC2_B], M, F, H);
+    /* The second residual stays a plain add: the LayerNorm that reads it (the next block's
+     * ln_1, or the model's final one) belongs to the next module, which FSDP gathers as its
+     * own unit (and activation checkpointing recomputes from its input, this sum). Fusing
+     * across the boundary would make this block's forward need the next module's parameters. */
+    k->add(out, out, a->mid, M * H);
+}
+
+int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                   Work *w, Err *err) {
+    size_t M = t->B * t->T;
+    int rc = take_acts(t, a, out, err);
+    tblock_work(t, w, WORK_FORWARD);
+    if (rc || !M) return rc;
+    compute_forward(t, a, p, x, *out);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* Both residual connections pass the stream's gradient dy through unchanged, so each branch
+ * only adds its own contribution into it. */
+
+/* MLP branch: out = mid + fc2(gelu(fc1(ln2(mid)))); dy becomes dL/d(mid). */
+static void mlp_backward(const TBlock *t, const BlockActs *a, float *const *p, float *const *g,
+                         float *dy, float *dmlp, float *dh) {
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, F = t->F;
+    k->linear_backward(dmlp, g[TBLOCK_FC2_W], g[TBLOCK_FC2_B], dy, a->gelu, p[TBLOCK_FC2_W], M, F,
+                       H);
+    k->bias_gelu_backward(dmlp, g[TBLOCK_FC1_B], dmlp, a->fc1, p[TBLOCK_FC1_B], M,
+                          F); /* + fc1's db */
+    k->linear_backward(dh, g[TBLOCK_FC1_W], NULL, dmlp, a->ln2, p[TBLOCK_FC1_W], M, H, F);
+    /* the residual add passes dy through to both of its inputs; ln_2's share is added in */
+    k->layernorm_backward(dy, g[TBLOCK_LN2_W], g[TBLOCK_LN2_B], dh, a->mid, a->ln2_mean,
+                          a->ln2_rstd, p[TBLOCK_LN2_W], M, H);
+}
+
+/* Attention branch: mid = x + out_proj(attention(in_proj(ln1(x)))); dy becomes dL/dx. */
+static void attention_branch_backward(const TBlock *t, const BlockActs *a, float *const *p,
+                                      float *const *g, const float *x, float *dy, float *dh,
+                                      float *dqkv) {
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H;
+    k->linear_backward(dh, g[TBLOCK_OUT_W], g[TBLOCK_OUT_B], dy, a->attn, p[TBLOCK_OUT_W], M, H, H);
+    k->attention_backward(dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
+    /* The key bias's gradient is exactly zero: it adds q.b_k to every score of a query's
+     * row, and softmax ignores a shift of the whole row. Summing dk would give rounding
+     * noise that Adam turns into steps of +-lr, different at every world size; so only
+     * the query and value biases get the column sums. */
+    k->linear_backward(dh, g[TBLOCK_QKV_W], NULL, dqkv, a->ln1, p[TBLOCK_QKV_W], M, H, 3 * H);
+    k->bias_grad(g[TBLOCK_QKV_B], dqkv, M, H, 3 * H);
+    k->bias_grad(g[TBLOCK_QKV_B] + 2 * H, dqkv + 2 * H, M, H, 3 * H);
+    k->layernorm_backward(dy, g[TBLOCK_LN1_W], g[TBLOCK_LN1_B], dh, x, a->ln1_mean, a->ln1_rstd,
+                          p[TBLOCK_LN1_W], M, H);
+}
+
+int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
+                    float *dy, Work *w, Err *err) {
+    Device *d = t->dev;
+    size_t M = t->B * t->T, H = t->H, F = t->F;
+    float *dmlp = act_take(d, M * F), *dh = act_take(d, M * H), *dqkv = act_take(d, M * 3 * H);
+    int rc = act_check_taken((float *[]){dmlp, dh, dqkv}, 3, M, err);
+    tblock_work(t, w, WORK_BACKWARD);
+    if (!rc && M) {
+        mlp_backward(t, a, p, g, dy, dmlp, dh);
+        attention_branch_backward(t, a, p, g, *input, dy, dh, dqkv);
+    }
+    act_release(d, &dmlp);
+    act_release(d, &dh);
+    act_release(d, &dqkv);
+    tblock_release(t, a);
+    act_release(d, input);
+    return rc;
+}
+
+void tblock_release(const TBlock *t, BlockActs *a) {
+    float **all[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->probs, &a->attn,
+                     &a->mid, &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,   &a->gelu};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
+}
+
+/* ---------------------------------------------------------------- activation checkpointing */
+
+/* The kept input moves to its own category so the memory panel shows what checkpointing
+ * keeps apart from what it frees. */
+int tblock_checkpoint(const TBlock *t, BlockActs *a, float **input, Err *err) {
+    tblock_release(t, a);
+    size_t n = t->B * t->T * t->H;
+    if (!*input || !n) return 0;
+    float *kept = t->dev->ops->alloc(t->dev, n * sizeof(float), MEM_AC_INPUT, -1);
+    if (!kept) return err_set(err, ERR_NOMEM, "out of memory for a checkpointed input");
+    t->k->copy_bytes(kept, *input, n * sizeof(float));
+    act_release(t->dev, input);
+    *input = kept;
+    return 0;
+}
+
+int tblock_recompute(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                     Work *w, Err *err) {
+    int rc = tblock_forward(t, a, p, x, out, w, err);
+    act_release(t->dev, out);
+    w->kind = WORK_RECOMPUTE;
+    return rc;
+}

@@ -1,0 +1,107 @@
+/* tblock: the pre-LayerNorm transformer block the ViT and the GPT-2-style transformer share:
+ * its parameters, saved activations, forward, backward, checkpointing and work estimate. It
+ * touches only the device it is given (activations as MEM_ACTIVATIONS) and its kernels. */
+#ifndef FSDP_TBLOCK_H
+#define FSDP_TBLOCK_H
+
+#include "model.h"
+
+/* A block's parameters, in the order a model describes them (torchvision's and GPT-2's
+ * state dicts agree on it). */
+enum {
+    TBLOCK_LN1_W,
+    TBLOCK_LN1_B,
+    TBLOCK_QKV_W, /* [3H, H] */
+    TBLOCK_QKV_B, /* [3H] */
+    TBLOCK_OUT_W, /* [H, H] */
+    TBLOCK_OUT_B,
+    TBLOCK_LN2_W,
+    TBLOCK_LN2_B,
+    TBLOCK_FC1_W, /* [mlp, H] */
+    TBLOCK_FC1_B, /* [mlp] */
+    TBLOCK_FC2_W, /* [H, mlp] */
+    TBLOCK_FC2_B, /* [H] */
+    TBLOCK_PARAMS
+};
+
+/* What one block's computation needs: where it runs and the current batch's shape. */
+typedef struct TBlock {
+    Device *dev;
+    const Kernels *k;
+    size_t B;     /* sequences (images) in the micro-batch */
+    size_t T;     /* tokens of each */
+    size_t H;     /* width of the residual stream */
+    size_t F;     /* width of the MLP's hidden layer */
+    size_t heads; /* attention heads; H % heads == 0 */
+    float ln_eps; /* both LayerNorms' eps */
+} TBlock;
+
+/* What a block's forward saves for its backward; NULL when not held. */
+typedef struct BlockActs {
+    float *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 output and statistics */
+    float *qkv;                       /* in_proj output [B*T, 3H] */
+    float *probs;                     /* attention probabilities [B, heads, T, T] */
+    float *attn;                      /* attention output before out_proj [B*T, H] */
+    float *mid;                       /* residual stream after attention [B*T, H] */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fc1;  /* fc1's GEMM output without its bias [B*T, F] (GELU's input: fc1 + bias) */
+    float *gelu; /* GELU output [B*T, F] */
+} BlockActs;
+
+/* ---- activations: how both models take and release their buffers (fp32, charged to the
+ * device as MEM_ACTIVATIONS), so a block's buffers and a model's own are accounted alike */
+
+/* n floats, or NULL for n == 0 (and when out of memory). */
+float *act_take(Device *dev, size_t n);
+/* Frees *p if held and forgets it. */
+void act_release(Device *dev, float **p);
+/* Each pointer was just taken for `elems > 0` elements: any NULL is out of memory. */
+int act_check_taken(float *const *ptrs, int n, size_t elems, Err *err);
+
+/* ---- describing parameters (shared by the models built from these blocks) */
+
+typedef struct ParamMaker {
+    ModelDesc *m; /* params and modules allocated large enough */
+    int module;   /* the module being described */
+} ParamMaker;
+
+typedef struct ParamInit {
+    InitKind kind;
+    float a, b; /* as ParamSpec.init_a, init_b */
+} ParamInit;
+
+void param_maker_begin(ParamMaker *pm, const char *module, int is_block);
+void param_maker_add(ParamMaker *pm, const char *name, int ndim, const int64_t *shape,
+                     InitKind init, float a, float b);
+/* A block module named `module` with the TBLOCK_PARAMS parameters `prefix` + suffix[i],
+ * shaped for width H and MLP width F ([out, in] Linear weights), initialised by init[i]. */
+void tblock_describe(ParamMaker *pm, const char *module, const char *prefix,
+                     const char *const suffix[TBLOCK_PARAMS], const ParamInit init[TBLOCK_PARAMS],
+                     int64_t H, int64_t F);
+/* Parameters of one block. */
+size_t tblock_param_count(size_t H, size_t F);
+
+/* ---- computation */
+
+/* Roughly what the cost model charges for one block's forward or backward: GEMM flops and
+ * activation traffic, 4 bytes a float. */
+void tblock_work(const TBlock *t, Work *w, WorkKind kind);
+/* Forward on full parameters p from input x[B*T, H]: takes the activations into a and the
+ * output into *out (the next module's input); fills w. */
+int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                   Work *w, Err *err);
+/* Backward: dy arrives as dL/d(output) and leaves, updated in place, as dL/d(input); ADDS the
+ * parameters' gradients into g. Releases a and the block's input *input afterwards. */
+int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
+                    float *dy, Work *w, Err *err);
+/* Releases whatever a holds. */
+void tblock_release(const TBlock *t, BlockActs *a);
+/* Activation checkpointing, right after the forward: releases a and moves the input *input
+ * to MEM_AC_INPUT, all the block keeps. */
+int tblock_checkpoint(const TBlock *t, BlockActs *a, float **input, Err *err);
+/* Right before the backward: the forward again from x, whose output *out (the next block's
+ * input, already done with and freed) is released at once. w is charged as WORK_RECOMPUTE. */
+int tblock_recompute(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                     Work *w, Err *err);
+
+#endif

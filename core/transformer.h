@@ -1,0 +1,30 @@
+/* transformer: a decoder-only transformer in GPT-2's layout and names (modules: embed, blocks
+ * h.N, head with an untied lm_head) so the planner can size a 7B or 70B model. It runs only
+ * in accounting-only runs: memory and modelled time are charged exactly, nothing computed. */
+#ifndef FSDP_TRANSFORMER_H
+#define FSDP_TRANSFORMER_H
+
+#include "model.h"
+
+typedef struct TransformerConfig {
+    int layers; /* blocks */
+    int hidden; /* width of the residual stream */
+    int heads;  /* attention heads; hidden % heads == 0 */
+    int mlp;    /* width of the MLP's hidden layer */
+    int seq;    /* tokens of a sequence (and rows of the position embedding) */
+    int vocab;  /* rows of the token embedding and of the LM head */
+} TransformerConfig;
+
+/* Every field positive and within bounds that keep every byte count in 64 bits; one line
+ * naming the bad field (as its flag) and its value. */
+int transformer_config_check(const TransformerConfig *c, Err *err);
+/* Parameters of the whole model, computed from the config alone. */
+size_t transformer_param_count(const TransformerConfig *c);
+/* A GPT-like shape of (within 0.1% of) `params` parameters, for `--params 7e9`: width,
+ * heads and depth from published models of about that size, mlp 4 x hidden, seq 2048, and the
+ * vocabulary that brings the count closest. Refuses <= 0, NaN and more than 1e13. */
+int transformer_config_for_params(double params, TransformerConfig *out, Err *err);
+
+int transformer_model_create(ModelDesc *m, const TransformerConfig *c, Err *err);
+
+#endif

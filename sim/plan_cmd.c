@@ -1,0 +1,592 @@
+#include "plan_cmd.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/cli.h"
+#include "../core/report.h"
+#include "../core/toy.h"
+#include "../core/transformer.h"
+#include "../core/vit.h"
+#include "planner.h"
+
+typedef enum { MODEL_TOY = 0, MODEL_VIT, MODEL_TRANSFORMER } ModelKind;
+
+typedef struct PlanArgs {
+    TrainArgs train; /* the knobs of `fsdp train` (strategy, wrap, dtypes, offload, batch...) */
+    ModelKind kind;
+    char model[32];
+    double params;                              /* --params; 0: none */
+    int layers, hidden, heads, mlp, seq, vocab; /* shape overrides; 0: not given */
+    int gpus, gpus_per_node;
+    double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
+    int compare, json;
+} PlanArgs;
+
+static void plan_help(FILE *f) {
+    fputs("usage: ./fsdp plan [flags]\n"
+          "\n"
+          "Will it fit, and how slow will it be? Runs the engine's schedule with accounting\n"
+          "only (no tensors) for any model and cluster: memory per GPU at rest and at peak,\n"
+          "what each collective moves, the modelled step time and the largest batch that fits.\n"
+          "\n"
+          "model (default: the toy)\n"
+          "  --model M                 toy, vit-tiny, vit-workshop, transformer\n"
+          "  --params P                a generic transformer of about P parameters (7e9)\n"
+          "  --layers --hidden --heads --mlp   shape of the ViT or the transformer\n"
+          "  --seq --vocab             the transformer's sequence length and vocabulary\n"
+          "cluster\n"
+          "  --gpus N                  GPUs, 1 to 1024 (default 3)\n"
+          "  --gpus-per-node G         default: the profile's\n"
+          "  --profile P               h100-nvlink (default), a100-nvlink, l4-pcie\n"
+          "  --gpu-mem GB --flops TFLOPS --link-bw GBPS --inter-node-bw GBPS\n"
+          "                            override the profile (decimal GB, bf16 TFLOP/s)\n"
+          "training (as ./fsdp train)\n"
+          "  --strategy --replicas --wrap --reshard-after-forward --prefetch-forward\n"
+          "  --prefetch-backward --param-dtype --reduce-dtype --output-dtype\n"
+          "  --cast-forward-inputs --offload --batch-size --grad-accum --optim\n"
+          "  --activation-checkpointing --ac-every\n"
+          "output\n"
+          "  --compare                 one table across ddp, zero1, zero2, zero3 and hsdp\n"
+          "  --json                    one JSON object\n"
+          "\n"
+          "example: ./fsdp plan --params 7e9 --gpus 8 --param-dtype bf16\n",
+          f);
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+static int parse_count(const char *flag, const char *v, long lo, long hi, int *out, Err *err) {
+    char *end;
+    double d = strtod(v, &end); /* 1e4 is a count too */
+    if (end == v || *end || d != floor(d) || d < (double)lo || d > (double)hi)
+        return err_set(err, ERR_USAGE, "%s must be a whole number from %ld to %ld (got '%s')", flag,
+                       lo, hi, v);
+    *out = (int)d;
+    return 0;
+}
+
+static int parse_positive(const char *flag, const char *v, double hi, double *out, Err *err) {
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end || !(d > 0) || !(d <= hi))
+        return err_set(err, ERR_USAGE, "%s must be a number above 0 and at most %g (got '%s')",
+                       flag, hi, v);
+    *out = d;
+    return 0;
+}
+
+/* The flags of `fsdp train` that mean something to a plan; the rest train or write files. */
+static int is_training_knob(const char *f) {
+    static const char *const knobs[] = {"--strategy",
+                                        "--replicas",
+                                        "--wrap",
+                                        "--reshard-after-forward",
+                                        "--prefetch-forward",
+                                        "--prefetch-backward",
+                                        "--param-dtype",
+                                        "--reduce-dtype",
+                                        "--output-dtype",
+                                        "--cast-forward-inputs",
+                                        "--offload",
+                                        "--batch-size",
+                                        "--grad-accum",
+                                        "--optim",
+                                        "--profile"};
+    for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)
+        if (!strcmp(f, knobs[i])) return 1;
+    return 0;
+}
+
+/* One plan-only flag with its value; 1 if the flag is not one of them. */
+static int parse_plan_flag(PlanArgs *a, const char *f, const char *v, Err *err) {
+    if (!strcmp(f, "--model")) {
+        if (strlen(v) >= sizeof a->model)
+            return err_set(err, ERR_USAGE, "--model is too long (got '%s')", v);
+        snprintf(a->model, sizeof a->model, "%s", v);
+        return 0;
+    }
+    if (!strcmp(f, "--params")) return parse_positive(f, v, 1e13, &a->params, err);
+    if (!strcmp(f, "--gpus")) return parse_count(f, v, 1, CLI_MAX_RANKS, &a->gpus, err);
+    if (!strcmp(f, "--gpus-per-node"))
+        return parse_count(f, v, 1, CLI_MAX_RANKS, &a->gpus_per_node, err);
+    if (!strcmp(f, "--gpu-mem")) return parse_positive(f, v, 1e6, &a->gpu_mem_gb, err);
+    if (!strcmp(f, "--flops")) return parse_positive(f, v, 1e6, &a->tflops, err);
+    if (!strcmp(f, "--link-bw")) return parse_positive(f, v, 1e6, &a->link_gbps, err);
+    if (!strcmp(f, "--inter-node-bw")) return parse_positive(f, v, 1e6, &a->inter_gbps, err);
+    struct {
+        const char *name;
+        int *out;
+    } shapes[] = {{"--layers", &a->layers}, {"--hidden", &a->hidden}, {"--heads", &a->heads},
+                  {"--mlp", &a->mlp},       {"--seq", &a->seq},       {"--vocab", &a->vocab}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        if (!strcmp(f, shapes[i].name)) return parse_count(f, v, 1, 1 << 24, shapes[i].out, err);
+    if (!strcmp(f, "--ac-every")) {
+        int k;
+        if (parse_count(f, v, 1, 1 << 20, &k, err)) return ERR_USAGE;
+        a->train.fsdp.ac_every = k;
+        return 0;
+    }
+    return 1;
+}
+
+static int choose_model(PlanArgs *a, Err *err) {
+    int shape = a->layers || a->hidden || a->heads || a->mlp;
+    int text = a->seq || a->vocab;
+    if (!a->model[0])
+        snprintf(a->model, sizeof a->model, "%s", a->params || text ? "transformer" : "toy");
+    if (!strcmp(a->model, "toy"))
+        a->kind = MODEL_TOY;
+    else if (!strcmp(a->model, "vit-tiny") || !strcmp(a->model, "vit-workshop"))
+        a->kind = MODEL_VIT;
+    else if (!strcmp(a->model, "transformer"))
+        a->kind = MODEL_TRANSFORMER;
+    else
+        return err_set(err, ERR_USAGE,
+                       "--model must be toy, vit-tiny, vit-workshop or transformer (got '%s')",
+                       a->model);
+    if (a->params && a->kind != MODEL_TRANSFORMER)
+        return err_set(err, ERR_USAGE, "--params sizes a generic transformer, not --model %s",
+                       a->model);
+    if (a->params && (shape || text))
+        return err_set(err, ERR_USAGE,
+                       "give --params or the shape (--layers, --hidden, --heads, --mlp, --seq, "
+                       "--vocab), not both");
+    if (text && a->kind != MODEL_TRANSFORMER)
+        return err_set(err, ERR_USAGE, "--seq and --vocab apply to the transformer, not %s",
+                       a->model);
+    if (shape && a->kind == MODEL_TOY)
+        return err_set(err, ERR_USAGE,
+                       "the toy has a fixed shape: --layers, --hidden, --heads "
+                       "and --mlp apply to the ViT and the transformer");
+    if (a->train.fsdp.ac_every && a->kind == MODEL_TOY)
+        return err_set(err, ERR_USAGE,
+                       "--activation-checkpointing and --ac-every apply to "
+                       "blocks; the toy saves only each layer's input");
+    return 0;
+}
+
+/* The bare flags of plan; 1 if f is not one. */
+static int set_switch(PlanArgs *a, const char *f, int *ac) {
+    if (!strcmp(f, "--compare"))
+        a->compare = 1;
+    else if (!strcmp(f, "--json"))
+        a->json = 1;
+    else if (!strcmp(f, "--activation-checkpointing"))
+        *ac = 1;
+    else
+        return 1;
+    return 0;
+}
+
+static int asks_nvme(char **fwd, int n) {
+    for (int i = 0; i + 1 < n; i += 2)
+        if (!strcmp(fwd[i], "--offload") && !strcmp(fwd[i + 1], "nvme")) return 1;
+    return 0;
+}
+
+/* Plan flags are taken here; the training knobs go through train's own parser (with --gpus
+ * as its --ranks), so they mean and check exactly what they do there. */
+static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
+    memset(a, 0, sizeof *a);
+    train_args_defaults(&a->train);
+    a->gpus = 3;
+    char **fwd = calloc((size_t)argc + 4, sizeof *fwd);
+    if (!fwd) return err_set(err, ERR_NOMEM, "out of memory reading the flags");
+    int n = 0, rc = 0, ac = 0;
+    for (int i = 0; rc == 0 && i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h"))
+            rc = -1;
+        else if (set_switch(a, f, &ac) == 0)
+            continue;
+        else if (strncmp(f, "--", 2) != 0)
+            rc = err_set(err, ERR_USAGE, "unexpected argument '%s' (flags start with --)", f);
+        else if (i + 1 >= argc)
+            rc = err_set(err, ERR_USAGE, "%s needs a value (see ./fsdp plan --help)", f);
+        else if ((rc = parse_plan_flag(a, f, argv[i + 1], err)) != 1)
+            i++;
+        else if (!is_training_knob(f))
+            rc = err_set(err, ERR_USAGE, "plan does not take %s (see ./fsdp plan --help)", f);
+        else {
+            rc = 0;
+            fwd[n++] = argv[i];
+            fwd[n++] = argv[++i];
+        }
+    }
+    if (ac && !a->train.fsdp.ac_every) a->train.fsdp.ac_every = 1;
+    if (!rc) rc = choose_model(a, err);
+    char gpus[16];
+    snprintf(gpus, sizeof gpus, "%d", a->gpus);
+    int nvme = asks_nvme(fwd, n);
+    fwd[n++] = "--ranks";
+    fwd[n++] = gpus;
+    if (nvme) { /* training needs a directory for the tier's files; a plan opens none */
+        fwd[n++] = "--nvme-dir";
+        fwd[n++] = "(none)";
+    }
+    int ac_every = a->train.fsdp.ac_every;
+    a->train.fsdp.ac_every = 0; /* train's parser takes the model for the toy and refuses it */
+    if (!rc) rc = train_args_parse(&a->train, n, fwd, err);
+    a->train.fsdp.ac_every = ac_every;
+    free(fwd);
+    if (rc == -1 || rc == 1) return 1;
+    if (rc) return rc;
+    if (!a->train.batch_given)
+        a->train.fsdp.batch_size = a->kind == MODEL_VIT ? 64 : a->kind == MODEL_TOY ? 8 : 1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the job */
+
+typedef struct PlanSetup {
+    ModelDesc model;
+    Profile profile;
+    char profile_name[64];
+} PlanSetup;
+
+static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
+    const Profile *base = a->train.profile[0] ? profile_find(a->train.profile) : profile_default();
+    if (!base)
+        return err_set(err, ERR_USAGE, "--profile must be one of %s (got '%s')", profile_names(),
+                       a->train.profile);
+    s->profile = *base;
+    int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps;
+    snprintf(s->profile_name, sizeof s->profile_name, "%s%s", base->name,
+             custom ? " with overrides" : "");
+    s->profile.name = s->profile_name;
+    if (a->gpus_per_node) s->profile.gpus_per_node = a->gpus_per_node;
+    if (a->gpu_mem_gb) s->profile.mem_bytes = a->gpu_mem_gb * 1e9;
+    if (a->tflops) { /* bf16 as given; fp32 keeps the profile's ratio to it */
+        s->profile.flops_fp32 *= a->tflops * 1e12 / s->profile.flops_low;
+        s->profile.flops_low = a->tflops * 1e12;
+    }
+    if (a->link_gbps) s->profile.intra_bw = a->link_gbps * 1e9;
+    if (a->inter_gbps) s->profile.inter_bw = a->inter_gbps * 1e9;
+    return 0;
+}
+
+static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
+    if (a->kind == MODEL_TOY) return toy_model_create(&s->model, err);
+    if (a->kind == MODEL_VIT) {
+        VitConfig c;
+        vit_preset(a->model, &c);
+        if (a->layers) c.layers = a->layers;
+        if (a->hidden) c.hidden = a->hidden;
+        if (a->heads) c.heads = a->heads;
+        if (a->mlp) c.mlp = a->mlp;
+        int rc = vit_config_check(&c, err);
+        return rc ? rc : vit_model_create(&s->model, &c, err);
+    }
+    TransformerConfig c = {.layers = a->layers ? a->layers : 12,
+                           .hidden = a->hidden ? a->hidden : 768,
+                           .heads = a->heads ? a->heads : 12,
+                           .seq = a->seq ? a->seq : 1024,
+                           .vocab = a->vocab ? a->vocab : 50257};
+    c.mlp = a->mlp ? a->mlp : 4 * c.hidden;
+    int rc = a->params ? transformer_config_for_params(a->params, &c, err)
+                       : transformer_config_check(&c, err);
+    return rc ? rc : transformer_model_create(&s->model, &c, err);
+}
+
+/* Plans the job under strategy s (replicas for hsdp) at the given batch. */
+static int plan_once(const PlanArgs *a, const PlanSetup *setup, Strategy s, int replicas, int batch,
+                     PlannerResult *out, Err *err) {
+    Plan plan;
+    int rc = plan_create(&plan, &setup->model, a->train.fsdp.wrap, s, a->gpus, replicas, err);
+    if (rc) return rc;
+    PlannerJob job = {.model = &setup->model, .plan = &plan, .profile = &setup->profile};
+    job.cfg = a->train.fsdp;
+    job.cfg.strategy = s;
+    job.cfg.replicas = replicas;
+    job.cfg.batch_size = batch;
+    rc = planner_run(&job, out, err);
+    plan_free(&plan);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- figures */
+
+/* Decimal units, as GPU memory and the workshop's arithmetic are quoted (28 GB = 28e9 B). */
+static const char *si_bytes(double b, char *buf, size_t n) {
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    while (b >= 1000.0 && u < 5) b /= 1000.0, u++;
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+    return buf;
+}
+
+static const char *seconds(double t, char *buf, size_t n) {
+    if (t >= 1.0)
+        snprintf(buf, n, "%.3f s", t);
+    else
+        snprintf(buf, n, "%.3f ms", t * 1e3);
+    return buf;
+}
+
+static size_t gpu_bytes(const size_t *by_category) {
+    size_t b = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        if (mem_category_on_gpu((MemCategory)c)) b += by_category[c];
+    return b;
+}
+
+static size_t off_gpu_bytes(const size_t *by_category) {
+    return by_category[MEM_HOST_OFFLOAD] + by_category[MEM_NVME];
+}
+
+static int fits(const PlanSetup *s, const PlannerResult *r) {
+    return (double)gpu_bytes(r->memory[r->top].at_peak) <= s->profile.mem_bytes;
+}
+
+/* The largest batch per GPU whose peak fits the GPU: doubling, then bisecting. 0 when even
+ * one sample does not fit. */
+static int max_batch(const PlanArgs *a, const PlanSetup *s, Strategy st, int replicas, int *out,
+                     Err *err) {
+    enum { CAP = 1 << 20 };
+    int good = 0, bad = 0;
+    for (int b = 1; !bad && b <= CAP; b *= 2) {
+        PlannerResult r;
+        int rc = plan_once(a, s, st, replicas, b, &r, err);
+        if (rc) return rc;
+        if (fits(s, &r))
+            good = b;
+        else
+            bad = b;
+        planner_result_free(&r);
+    }
+    while (bad && bad - good > 1) {
+        int mid = good + (bad - good) / 2;
+        PlannerResult r;
+        int rc = plan_once(a, s, st, replicas, mid, &r, err);
+        if (rc) return rc;
+        *(fits(s, &r) ? &good : &bad) = mid;
+        planner_result_free(&r);
+    }
+    *out = good;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- text */
+
+static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
+    char n[32], mem[32];
+    const FsdpConfig *c = &a->train.fsdp;
+    fprintf(f, "fsdp plan: %s, %s parameters (%s in fp32)\n", a->model,
+            with_commas(s->model.total_numel, n, sizeof n),
+            si_bytes(4.0 * (double)s->model.total_numel, mem, sizeof mem));
+    if (a->kind == MODEL_VIT && s->model.config &&
+        ((const VitConfig *)s->model.config)->hidden == 3840)
+        fprintf(f, "  (the workshop's notes say ~180M for this hidden-3840 ViT; it has %s)\n", n);
+    char wrap[32];
+    wrap_format(&c->wrap, wrap, sizeof wrap);
+    fprintf(f, "cluster: %d GPUs, %s (%d per node, %s each)\n", a->gpus, s->profile.name,
+            s->profile.gpus_per_node, si_bytes(s->profile.mem_bytes, mem, sizeof mem));
+    fprintf(f, "job: batch %d per GPU x %d micro-step%s, wrap %s, params %s, reduce %s, offload %s",
+            c->batch_size, c->grad_accum, c->grad_accum == 1 ? "" : "s", wrap,
+            dtype_name(c->param_dtype), dtype_name(c->reduce_dtype), offload_name(c->offload));
+    if (c->ac_every) fprintf(f, ", activation checkpointing every %d block(s)", c->ac_every);
+    fputc('\n', f);
+}
+
+static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
+    const RankMemory *m = &r->memory[r->top];
+    char a[32], b[32];
+    fprintf(f, "\nmemory per GPU (rank %d, the fullest)    at rest      at peak\n", r->top);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+        if (!mem_category_on_gpu((MemCategory)c) || (!m->rest[c] && !m->at_peak[c])) continue;
+        fprintf(f, "  %-34s %11s  %11s\n", mem_category_label((MemCategory)c),
+                si_bytes((double)m->rest[c], a, sizeof a),
+                si_bytes((double)m->at_peak[c], b, sizeof b));
+    }
+    size_t peak = gpu_bytes(m->at_peak);
+    char cap[32];
+    fprintf(f, "  %-34s %11s  %11s  %s %s\n", "GPU total",
+            si_bytes((double)gpu_bytes(m->rest), a, sizeof a), si_bytes((double)peak, b, sizeof b),
+            fits(s, r) ? "fits in" : "does NOT fit in",
+            si_bytes(s->profile.mem_bytes, cap, sizeof cap));
+    if (off_gpu_bytes(m->rest) || off_gpu_bytes(m->at_peak))
+        fprintf(f, "  %-34s %11s  %11s\n", "off the GPU (host memory, NVMe)",
+                si_bytes((double)off_gpu_bytes(m->rest), a, sizeof a),
+                si_bytes((double)off_gpu_bytes(m->at_peak), b, sizeof b));
+}
+
+static void print_traffic(FILE *f, const PlannerResult *r) {
+    char a[32], b[32], c[32];
+    fprintf(f, "\ncommunication per step  calls/GPU   buffers/GPU    sent/GPU   sent, all GPUs\n");
+    for (int k = 0; k < COLL_KIND_COUNT; k++) {
+        const PlannerTraffic *t = &r->traffic[k];
+        if (!t->calls || k == COLL_BARRIER) continue;
+        fprintf(f, "  %-20s %10.0f %13s %11s %16s\n", coll_kind_name((CollKind)k), t->calls,
+                si_bytes(t->buffer_bytes, a, sizeof a), si_bytes(t->sent_bytes, b, sizeof b),
+                si_bytes(t->total_sent, c, sizeof c));
+    }
+}
+
+static void print_time(FILE *f, const PlannerResult *r) {
+    char a[32], b[32], c[32], d[32];
+    double hidden = r->comm_time > 0 ? 1.0 - r->exposed_comm / r->comm_time : 1.0;
+    if (hidden < 0) hidden = 0;
+    fprintf(f,
+            "\nstep time (modelled): %s = compute %s + exposed communication %s\n"
+            "  (communication busy %s, %.0f%% of it hidden behind compute)\n",
+            seconds(r->step_time, a, sizeof a), seconds(r->compute_time, b, sizeof b),
+            seconds(r->exposed_comm, c, sizeof c), seconds(r->comm_time, d, sizeof d),
+            100.0 * hidden);
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+static void json_categories(FILE *f, const char *key, const size_t *by) {
+    fprintf(f, "\"%s\":{", key);
+    for (int c = 0, first = 1; c < MEM_CATEGORY_COUNT; c++) {
+        if (c == MEM_COMPUTE_COPY) continue;
+        fprintf(f, "%s\"%s\":%zu", first ? "" : ",", mem_category_name((MemCategory)c), by[c]);
+        first = 0;
+    }
+    fputc('}', f);
+}
+
+static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy st,
+                        const PlannerResult *r, int best_batch) {
+    const RankMemory *m = &r->memory[r->top];
+    fprintf(f,
+            "{\"model\":\"%s\",\"parameters\":%zu,\"gpus\":%d,\"profile\":\"%s\","
+            "\"strategy\":\"%s\",\"batch\":%d,\"grad_accum\":%d,\"gpu_memory\":%.0f,"
+            "\"top_rank\":%d,\"gpu_rest\":%zu,\"gpu_peak\":%zu,\"fits\":%s,",
+            a->model, s->model.total_numel, a->gpus, s->profile.name, strategy_name(st),
+            a->train.fsdp.batch_size, a->train.fsdp.grad_accum, s->profile.mem_bytes, r->top,
+            gpu_bytes(m->rest), gpu_bytes(m->at_peak), fits(s, r) ? "true" : "false");
+    json_categories(f, "rest", m->rest);
+    fputc(',', f);
+    json_categories(f, "at_peak", m->at_peak);
+    fputs(",\"collectives\":{", f);
+    for (int k = 0; k < COLL_KIND_COUNT; k++) {
+        const PlannerTraffic *t = &r->traffic[k];
+        fprintf(f,
+                "%s\"%s\":{\"calls\":%.0f,\"buffer_bytes\":%.0f,\"sent_bytes\":%.0f,"
+                "\"total_sent_bytes\":%.0f}",
+                k ? "," : "", coll_kind_name((CollKind)k), t->calls, t->buffer_bytes, t->sent_bytes,
+                t->total_sent);
+    }
+    fprintf(f,
+            "},\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_s\":%.9g,"
+            "\"max_batch\":%d,\"ranks_run\":%d}",
+            r->step_time, r->compute_time, r->comm_time, r->exposed_comm, best_batch,
+            r->representatives);
+}
+
+/* ---------------------------------------------------------------- the command */
+
+/* hsdp in --compare: the --replicas given, else one replica per node when there are several
+ * nodes, else two replicas; 0 when the GPUs cannot be split. */
+static int compare_replicas(const PlanArgs *a, const PlanSetup *s) {
+    if (a->train.fsdp.strategy == STRAT_HSDP) return a->train.fsdp.replicas;
+    int per_node = s->profile.gpus_per_node;
+    if (per_node > 0 && a->gpus > per_node && a->gpus % per_node == 0) return a->gpus / per_node;
+    return a->gpus >= 2 && a->gpus % 2 == 0 ? 2 : 0;
+}
+
+typedef struct CompareRowPlan {
+    Strategy strategy;
+    int replicas;
+    PlannerResult result;
+} CompareRowPlan;
+
+static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
+    const PlannerResult *r = &row->result;
+    const size_t *at = r->memory[r->top].at_peak;
+    char name[32], b[6][32], t1[32], t2[32];
+    if (row->strategy == STRAT_HSDP)
+        snprintf(name, sizeof name, "hsdp x%d", row->replicas);
+    else
+        snprintf(name, sizeof name, "%s", strategy_name(row->strategy));
+    double cols[6] = {(double)(at[MEM_PARAM_SHARD] + at[MEM_PARAM_UNSHARDED]),
+                      (double)(at[MEM_GRAD_SHARD] + at[MEM_GRAD_UNSHARDED]),
+                      (double)at[MEM_OPTIM_STATE],
+                      (double)(at[MEM_ACTIVATIONS] + at[MEM_AC_INPUT]),
+                      (double)at[MEM_COMM_BUFFER],
+                      (double)gpu_bytes(at)};
+    for (int c = 0; c < 6; c++) si_bytes(cols[c], b[c], sizeof b[c]);
+    printf("%-12s %10s %10s %10s %11s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
+           b[4], b[5], fits(s, r) ? "yes" : "no", seconds(r->step_time, t1, sizeof t1),
+           seconds(r->exposed_comm, t2, sizeof t2));
+}
+
+/* Every strategy planned first, then printed: a failure prints nothing but its line. */
+static int run_compare(const PlanArgs *a, const PlanSetup *s, Err *err) {
+    CompareRowPlan rows[STRAT_COUNT];
+    int n = 0, rc = 0;
+    for (int st = 0; !rc && st < STRAT_COUNT; st++) {
+        int replicas = st == STRAT_HSDP ? compare_replicas(a, s) : 1;
+        if (!replicas) continue; /* one GPU, or an odd count on one node: no hsdp */
+        rows[n] = (CompareRowPlan){.strategy = (Strategy)st, .replicas = replicas};
+        rc =
+            plan_once(a, s, (Strategy)st, replicas, a->train.fsdp.batch_size, &rows[n].result, err);
+        if (!rc) n++;
+    }
+    if (!rc && a->json) {
+        fputs("{\"compare\":[", stdout);
+        for (int i = 0; i < n; i++) {
+            fputs(i ? "," : "", stdout);
+            json_result(stdout, a, s, rows[i].strategy, &rows[i].result, -1);
+        }
+        fputs("]}\n", stdout);
+    } else if (!rc) {
+        print_header(stdout, a, s);
+        printf("\nat peak, per GPU (the fullest)\n%-12s %10s %10s %10s %11s %10s %10s %5s %11s "
+               "%11s\n",
+               "strategy", "params", "grads", "optimizer", "activations", "buffers", "GPU total",
+               "fits", "step", "exposed");
+        for (int i = 0; i < n; i++) print_compare_row(s, &rows[i]);
+    }
+    for (int i = 0; i < n; i++) planner_result_free(&rows[i].result);
+    return rc;
+}
+
+static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
+    const FsdpConfig *c = &a->train.fsdp;
+    PlannerResult r;
+    int rc = plan_once(a, s, c->strategy, c->replicas, c->batch_size, &r, err);
+    if (rc) return rc;
+    int best = 0;
+    rc = max_batch(a, s, c->strategy, c->replicas, &best, err);
+    if (!rc && a->json) {
+        json_result(stdout, a, s, c->strategy, &r, best);
+        fputc('\n', stdout);
+    } else if (!rc) {
+        print_header(stdout, a, s);
+        print_memory(stdout, s, &r);
+        print_traffic(stdout, &r);
+        print_time(stdout, &r);
+        if (best)
+            printf("largest batch per GPU that fits: %d\n", best);
+        else
+            printf("does not fit even at batch 1 per GPU\n");
+        printf("(%d of %d GPUs' schedules run: the others keep the same rows as one of them)\n",
+               r.representatives, r.gpus);
+    }
+    planner_result_free(&r);
+    return rc;
+}
+
+int plan_command(int argc, char **argv) {
+    PlanArgs a;
+    Err err = {0};
+    int rc = plan_args_parse(&a, argc, argv, &err);
+    if (rc == 1) {
+        plan_help(stdout);
+        return 0;
+    }
+    PlanSetup s;
+    memset(&s, 0, sizeof s);
+    if (!rc) rc = make_profile(&a, &s, &err);
+    if (!rc) rc = make_model(&a, &s, &err);
+    if (!rc) rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
+    if (s.model.params) model_desc_free(&s.model);
+    if (!rc) return 0;
+    fprintf(stderr, "fsdp: %s\n", err.msg);
+    return err.code == ERR_USAGE ? 2 : 1;
+}

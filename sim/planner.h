@@ -1,0 +1,52 @@
+/* planner: the engine behind `fsdp plan`. It answers "will it fit, and how slow will it be?"
+ * for any model and cluster by running the engine's own schedule accounting-only on the
+ * simulated cluster, so its bytes are the simulator's by construction. Ranks that would do
+ * exactly the same thing (the same rows of every unit) run once: a 70B model on 1,024 GPUs
+ * takes a handful of representative ranks, and the rest copy their figures. */
+#ifndef FSDP_PLANNER_H
+#define FSDP_PLANNER_H
+
+#include "../core/train.h"
+#include "cost.h"
+
+typedef struct PlannerJob {
+    const ModelDesc *model;
+    const Plan *plan; /* the sharding of model over plan->world GPUs */
+    FsdpConfig cfg;   /* strategy, wrap, dtypes, offload, batch, grad_accum, checkpointing */
+    const Profile *profile;
+    long steps; /* training steps to run (0: 2); the last is the one timed */
+} PlannerJob;
+
+/* What every GPU's collectives of one kind do in one step. */
+typedef struct PlannerTraffic {
+    double calls;        /* per GPU */
+    double buffer_bytes; /* per GPU: the buffers handed to the collective */
+    double sent_bytes;   /* per GPU: what the ring algorithm puts on the wire */
+    double total_sent;   /* all GPUs */
+} PlannerTraffic;
+
+typedef struct PlannerResult {
+    int gpus;
+    int representatives; /* ranks actually run */
+    RankMemory *memory;  /* [gpus]: each rank's, as its representative measured */
+    int top;             /* the rank with the highest peak (the lowest such rank) */
+    /* the top rank's last step, in modelled seconds */
+    double step_time, compute_time, comm_time, exposed_comm;
+    PlannerTraffic traffic[COLL_KIND_COUNT];
+} PlannerResult;
+
+/* Runs the job. Failures are the engine's (out of memory is not one: accounting-only devices
+ * charge past their capacity, and the result says whether it fits). */
+int planner_run(const PlannerJob *job, PlannerResult *out, Err *err);
+void planner_result_free(PlannerResult *r);
+
+/* The ranks that must run: rank 0, and the first rank of every distinct set of per-unit
+ * parameter, gradient and optimizer row counts. rep[r] is the rank whose figures r shares;
+ * returns how many run. */
+int planner_representatives(const Plan *p, int *rep, Err *err);
+
+/* Bytes the top rank's device holds at its peak and at rest (every category but the fp32
+ * copies the simulator keeps out of totals). */
+size_t planner_rest_total(const RankMemory *m);
+
+#endif

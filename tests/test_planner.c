@@ -1,0 +1,293 @@
+/* fsdp plan: the planner's bytes are the simulator's. For every configuration the simulator
+ * can run here, each rank's bytes by category at rest and at peak equal a real run's exactly,
+ * for every strategy, with only the representative ranks run; the traffic matches what the
+ * engine issues; and the command line gives the workshop's arithmetic and one line for bad
+ * input. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "../core/toy.h"
+#include "../core/vit.h"
+#include "../sim/planner.h"
+#include "util.h"
+
+static void expect_same_memory(const RankMemory *real, const RankMemory *planned, int ranks,
+                               const char *what) {
+    for (int r = 0; r < ranks; r++) {
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+            cr_expect_eq(planned[r].rest[c], real[r].rest[c], "%s rank %d %s at rest: %zu vs %zu",
+                         what, r, mem_category_name((MemCategory)c), planned[r].rest[c],
+                         real[r].rest[c]);
+            cr_expect_eq(planned[r].at_peak[c], real[r].at_peak[c],
+                         "%s rank %d %s at peak: %zu vs %zu", what, r,
+                         mem_category_name((MemCategory)c), planned[r].at_peak[c],
+                         real[r].at_peak[c]);
+        }
+        cr_expect_eq(planned[r].peak, real[r].peak, "%s rank %d peak", what, r);
+    }
+}
+
+static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long steps,
+                     PlannerResult *out) {
+    PlannerJob job = {
+        .model = m, .plan = p, .cfg = cfg, .profile = profile_default(), .steps = steps};
+    Err err = {0};
+    cr_assert_eq(planner_run(&job, out, &err), 0, "%s", err.msg);
+}
+
+Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
+    struct {
+        Strategy s;
+        int ranks, replicas;
+    } cases[] = {{STRAT_DDP, 3, 1},   {STRAT_ZERO1, 3, 1}, {STRAT_ZERO2, 3, 1},
+                 {STRAT_ZERO3, 3, 1}, {STRAT_ZERO3, 4, 1}, {STRAT_HSDP, 4, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FsdpConfig cfg = toy_config(cases[i].s, 8);
+        cfg.replicas = cases[i].replicas;
+        ToyRun real;
+        toy_train(&real, &cfg, cases[i].ranks, 2, 0);
+        PlannerResult planned;
+        plan_run(&real.model, &real.plan, cfg, 2, &planned);
+        expect_same_memory(real.memory, planned.memory, cases[i].ranks, strategy_name(cases[i].s));
+        planner_result_free(&planned);
+        toy_run_free(&real);
+    }
+}
+
+static FsdpConfig vit_cfg(Strategy s, int batch) {
+    FsdpConfig c;
+    fsdp_config_defaults(&c);
+    c.strategy = s;
+    c.batch_size = batch;
+    return c;
+}
+
+Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    struct {
+        const char *name;
+        FsdpConfig cfg;
+        int ranks;
+    } cases[] = {{"ddp", vit_cfg(STRAT_DDP, 4), 3},       {"zero1", vit_cfg(STRAT_ZERO1, 4), 3},
+                 {"zero2", vit_cfg(STRAT_ZERO2, 4), 3},   {"zero3", vit_cfg(STRAT_ZERO3, 4), 3},
+                 {"hsdp", vit_cfg(STRAT_HSDP, 4), 4},     {"bf16", vit_cfg(STRAT_ZERO3, 4), 3},
+                 {"offload", vit_cfg(STRAT_ZERO3, 4), 3}, {"ac", vit_cfg(STRAT_ZERO3, 4), 3}};
+    cases[4].cfg.replicas = 2;
+    cases[5].cfg.param_dtype = DTYPE_BF16;
+    cases[6].cfg.offload = OFFLOAD_CPU;
+    cases[7].cfg.ac_every = 1;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        VitRun real;
+        vit_train(&real, &m, cases[i].cfg, cases[i].ranks, 2, 0);
+        Plan p;
+        Err err = {0};
+        cr_assert_eq(plan_create(&p, &m, cases[i].cfg.wrap, cases[i].cfg.strategy, cases[i].ranks,
+                                 cases[i].cfg.replicas, &err),
+                     0, "%s", err.msg);
+        PlannerResult planned;
+        plan_run(&m, &p, cases[i].cfg, 2, &planned);
+        expect_same_memory(real.memory, planned.memory, cases[i].ranks, cases[i].name);
+        planner_result_free(&planned);
+        plan_free(&p);
+        vit_run_free(&real);
+    }
+    model_desc_free(&m);
+}
+
+/* The representatives stand in exactly for the ranks they replace: an accounting-only run of
+ * every rank of vit-workshop gives each rank the same bytes as the planner's few. */
+typedef struct AllRanks {
+    const ModelDesc *m;
+    const Plan *p;
+    FsdpConfig cfg;
+    RankMemory memory[8];
+} AllRanks;
+
+Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
+    VitConfig c;
+    ModelDesc m;
+    Err err = {0};
+    vit_preset("vit-workshop", &c);
+    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    Plan p;
+    cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, 6, 1, &err), 0);
+    FsdpConfig cfg = vit_cfg(STRAT_ZERO3, 2);
+    PlannerResult planned;
+    plan_run(&m, &p, cfg, 2, &planned);
+    cr_expect_lt(planned.representatives, 6, "some ranks were stood in for");
+    /* every rank, accounting only, through the same training loop */
+    RankMemory all[6] = {0};
+    Dataset data = {0};
+    data.n = 6 * 2;
+    data.in_elems = 28 * 28;
+    data.rows = data.cols = 28;
+    data.classes = 10;
+    uint8_t *pix = calloc((size_t)data.n * (data.in_elems + 1), 1);
+    data.pixels = pix;
+    data.labels = pix + (size_t)data.n * data.in_elems;
+    TrainJob job = {.model = &m,
+                    .data = &data,
+                    .plan = &p,
+                    .cfg = &cfg,
+                    .steps = 2,
+                    .log_every = 1,
+                    .memory = all};
+    ClusterOptions opt = {
+        .ranks = 6, .replicas = 1, .profile = profile_default(), .accounting_only = 1};
+    ClusterResult res;
+    cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
+    expect_same_memory(all, planned.memory, 6, "vit-workshop");
+    cluster_result_free(&res);
+    free(pix);
+    planner_result_free(&planned);
+    plan_free(&p);
+    model_desc_free(&m);
+}
+
+Test(planner, a_handful_of_ranks_stand_for_1024) {
+    VitConfig c;
+    ModelDesc m;
+    Err err = {0};
+    vit_preset("vit-workshop", &c);
+    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    Plan p;
+    cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, 1024, 1, &err),
+                 0);
+    int *rep = malloc(1024 * sizeof *rep);
+    int n = planner_representatives(&p, rep, &err);
+    cr_expect_gt(n, 1);
+    cr_expect_lt(n, 16, "%d representatives", n);
+    cr_expect_eq(rep[0], 0);
+    /* each rank keeps exactly what its representative keeps */
+    for (int r = 0; r < 1024; r++)
+        for (int u = 0; u < p.nunits; u++) {
+            cr_expect_eq(plan_param_numel(&p, u, r), plan_param_numel(&p, u, rep[r]));
+            cr_expect_eq(plan_optim_numel(&p, u, r), plan_optim_numel(&p, u, rep[r]));
+        }
+    free(rep);
+    plan_free(&p);
+    model_desc_free(&m);
+}
+
+/* Traffic as the engine issues it: under zero3 every unit's gradient is reduce-scattered once
+ * a step, a padded block per rank; under ddp every gradient is all-reduced once. */
+Test(planner, traffic_is_what_the_engine_sends) {
+    ModelDesc m;
+    vit_small_create(&m, 2);
+    Err err = {0};
+    Plan p;
+    FsdpConfig cfg = vit_cfg(STRAT_ZERO3, 4);
+    cr_assert_eq(plan_create(&p, &m, cfg.wrap, STRAT_ZERO3, 4, 1, &err), 0);
+    PlannerResult r;
+    plan_run(&m, &p, cfg, 2, &r);
+    double rs = 0;
+    for (int u = 0; u < p.nunits; u++) rs += (double)p.units[u].wire_numel * 4 * 4;
+    const PlannerTraffic *t = &r.traffic[COLL_REDUCE_SCATTER];
+    cr_expect_eq(t->calls, p.nunits);
+    cr_expect_eq(t->buffer_bytes, rs);
+    cr_expect_eq(t->sent_bytes, rs * 3 / 4, "a ring sends (N-1)/N");
+    cr_expect_eq(t->total_sent, rs * 3 / 4 * 4);
+    cr_expect_gt(r.traffic[COLL_ALL_GATHER].calls, p.nunits, "backward gathers again");
+    cr_expect_gt(r.step_time, 0);
+    cr_expect_leq(r.exposed_comm, r.step_time);
+    planner_result_free(&r);
+    plan_free(&p);
+
+    cfg = vit_cfg(STRAT_DDP, 4);
+    cr_assert_eq(plan_create(&p, &m, cfg.wrap, STRAT_DDP, 4, 1, &err), 0);
+    plan_run(&m, &p, cfg, 2, &r);
+    double grads = 4.0 * (double)m.total_numel;
+    double ar = r.traffic[COLL_ALL_REDUCE].buffer_bytes;
+    cr_expect_geq(ar, grads);
+    cr_expect_lt(ar - grads, 64, "gradients plus the loss: %.0f bytes over", ar - grads);
+    cr_expect_eq(r.traffic[COLL_ALL_GATHER].calls, 0);
+    planner_result_free(&r);
+    plan_free(&p);
+    model_desc_free(&m);
+}
+
+/* ---------------------------------------------------------------- the command line */
+
+static double json_number(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    cr_assert_not_null(at, "no %s in %.300s", key, json);
+    return strtod(at + strlen(pat), NULL);
+}
+
+/* The rest bytes of one category inside "rest":{...}. */
+static double rest_of(const char *json, const char *category) {
+    const char *rest = strstr(json, "\"rest\":{");
+    cr_assert_not_null(rest);
+    return json_number(rest, category);
+}
+
+Test(plan_cli, the_workshops_7b_arithmetic) {
+    int status;
+    char *out = fsdp_output("plan --params 7e9 --gpus 8 --strategy ddp --json", "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    double n = json_number(out, "parameters");
+    cr_expect(fabs(n - 7e9) < 7e6, "%.0f parameters", n);
+    /* 28 GB weights + 28 GB gradients + 56 GB Adam = 112 GB per GPU under DDP */
+    cr_expect_eq(round(rest_of(out, "param_shard") / 1e8), 280);
+    cr_expect_eq(round(rest_of(out, "grad_shard") / 1e8), 280);
+    cr_expect_eq(round(rest_of(out, "optim_state") / 1e8), 560);
+    cr_expect_eq(round(json_number(out, "gpu_rest") / 1e8), 1120);
+    free(out);
+    /* and 14 GB per GPU with FSDP on 8 GPUs */
+    out = fsdp_output("plan --params 7e9 --gpus 8 --strategy zero3 --json", "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    cr_expect_eq(round(json_number(out, "gpu_rest") / 1e8), 140, "%.0f",
+                 json_number(out, "gpu_rest"));
+    free(out);
+}
+
+Test(plan_cli, prints_the_true_size_of_the_workshop_vit) {
+    int status;
+    char *out = fsdp_output("plan --model vit-workshop --gpus 2 --batch-size 2", "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    cr_expect_neq(strstr(out, "779,298,826 parameters"), NULL, "%.500s", out);
+    cr_expect_neq(strstr(out, "~180M"), NULL);
+    cr_expect_neq(strstr(out, "largest batch per GPU that fits:"), NULL);
+    cr_expect_neq(strstr(out, "reduce_scatter"), NULL);
+    free(out);
+    out = fsdp_output("plan --model vit-tiny --gpus 4 --compare", "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    const char *rows[] = {"ddp ", "zero1 ", "zero2 ", "zero3 ", "hsdp x2 "};
+    for (int i = 0; i < 5; i++)
+        cr_expect_neq(strstr(out, rows[i]), NULL, "%s in %.600s", rows[i], out);
+    free(out);
+}
+
+Test(plan_cli, bad_input_is_one_line_and_exit_2) {
+    const char *cases[][2] = {
+        {"plan --gpus 0", "--gpus must be a whole number from 1 to 1024 (got '0')"},
+        {"plan --gpus -3", "--gpus must be a whole number from 1 to 1024 (got '-3')"},
+        {"plan --params -1", "--params must be a number above 0"},
+        {"plan --params 1e30", "--params must be a number above 0 and at most 1e+13"},
+        {"plan --strategy hsdp --replicas 3 --gpus 8", "--replicas 3 does not divide"},
+        {"plan --model gpt", "--model must be toy, vit-tiny, vit-workshop or transformer"},
+        {"plan --params 7e9 --layers 3", "give --params or the shape"},
+        {"plan --checkpoint-dir x", "plan does not take --checkpoint-dir"},
+        {"plan --batch-size 0", "--batch-size"},
+        {"plan --model toy --hidden 8", "the toy has a fixed shape"},
+        {"plan --gpu-mem nan", "--gpu-mem must be a number above 0"},
+        {"plan --model transformer --hidden 100 --heads 3", "--hidden"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int status;
+        char *out = fsdp_output(cases[i][0], "2>&1 >/dev/null", &status);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i][0],
+                  status);
+        cr_expect_neq(strstr(out, cases[i][1]), NULL, "%s: %s", cases[i][0], out);
+        cr_expect_eq(strchr(out, '\n'), out + strlen(out) - 1, "%s: one line: %s", cases[i][0],
+                     out);
+        free(out);
+    }
+}

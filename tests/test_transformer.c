@@ -1,0 +1,385 @@
+/* The GPT-2-style transformer the planner sizes: its parameter count against the formula and
+ * GPT-2 small's true figure, its names and shapes, shapes chosen by size (--params), bad
+ * configurations refused in one line, and an accounting-only training step on the simulated
+ * cluster whose activation bytes at the peak equal the sum of the buffers a real step holds
+ * there. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/train.h"
+#include "../core/transformer.h"
+#include "../sim/cluster.h"
+#include "../sim/device_sim.h"
+#include "../sim/kernels_none.h"
+
+static const char *const NOT_ACCOUNTING =
+    "the transformer model runs only in accounting-only runs (fsdp plan): there is no text data "
+    "set here";
+
+/* 2 layers of width 64 (4 heads, mlp 256), 32 tokens, a vocabulary of 2000 */
+static TransformerConfig small_config(void) {
+    return (TransformerConfig){
+        .layers = 2, .hidden = 64, .heads = 4, .mlp = 256, .seq = 32, .vocab = 2000};
+}
+
+static void small_model(ModelDesc *m, const TransformerConfig *c) {
+    Err err = {0};
+    cr_assert_eq(transformer_model_create(m, c, &err), 0, "%s", err.msg);
+}
+
+static const ParamSpec *find_param(const ModelDesc *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (!strcmp(m->params[i].name, name)) return &m->params[i];
+    cr_assert_fail("no parameter %s", name);
+    return NULL;
+}
+
+static void expect_shape(const ModelDesc *m, const char *name, int64_t d0, int64_t d1) {
+    const ParamSpec *p = find_param(m, name);
+    cr_expect_eq(p->ndim, d1 ? 2 : 1, "%s", name);
+    cr_expect_eq(p->shape[0], d0, "%s", name);
+    if (d1) cr_expect_eq(p->shape[1], d1, "%s", name);
+}
+
+/* ---------------------------------------------------------------- parameters */
+
+/* GPT-2 small: 124,439,808 parameters with its head tied to wte, plus wte's 50257 x 768 =
+ * 38,597,376 for the untied head here. */
+Test(transformer, gpt2_small_has_its_true_parameter_count) {
+    TransformerConfig c = {
+        .layers = 12, .hidden = 768, .heads = 12, .mlp = 3072, .seq = 1024, .vocab = 50257};
+    cr_expect_eq(transformer_param_count(&c), 124439808 + 38597376);
+    cr_expect_eq(transformer_param_count(&c), 163037184);
+    ModelDesc m;
+    small_model(&m, &c);
+    cr_expect_eq(m.total_numel, 163037184);
+    cr_expect_str_eq(m.name, "transformer");
+    cr_expect_eq(m.nmodules, 14);
+    cr_expect_eq(m.nparams, 2 + 12 * 12 + 3);
+    expect_shape(&m, "wte.weight", 50257, 768);
+    expect_shape(&m, "wpe.weight", 1024, 768);
+    expect_shape(&m, "h.0.ln_1.weight", 768, 0);
+    expect_shape(&m, "h.0.attn.c_attn.weight", 3 * 768, 768);
+    expect_shape(&m, "h.0.attn.c_attn.bias", 3 * 768, 0);
+    expect_shape(&m, "h.5.attn.c_proj.weight", 768, 768);
+    expect_shape(&m, "h.11.mlp.c_fc.weight", 3072, 768);
+    expect_shape(&m, "h.11.mlp.c_fc.bias", 3072, 0);
+    expect_shape(&m, "h.11.mlp.c_proj.weight", 768, 3072);
+    expect_shape(&m, "h.11.mlp.c_proj.bias", 768, 0);
+    expect_shape(&m, "ln_f.bias", 768, 0);
+    expect_shape(&m, "lm_head.weight", 50257, 768);
+    cr_expect_str_eq(m.params[m.nparams - 1].name, "lm_head.weight");
+    model_desc_free(&m);
+}
+
+/* The formula against the description, module by module, for shapes of every kind. */
+Test(transformer, the_count_formula_matches_the_description) {
+    TransformerConfig cases[] = {
+        {.layers = 1, .hidden = 8, .heads = 2, .mlp = 5, .seq = 3, .vocab = 7},
+        {.layers = 2, .hidden = 64, .heads = 4, .mlp = 256, .seq = 32, .vocab = 2000},
+        {.layers = 7, .hidden = 96, .heads = 12, .mlp = 100, .seq = 100, .vocab = 1234},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const TransformerConfig *c = &cases[i];
+        ModelDesc m;
+        small_model(&m, c);
+        size_t H = (size_t)c->hidden, F = (size_t)c->mlp, V = (size_t)c->vocab;
+        size_t block = 4 * H + 3 * H * H + 3 * H + H * H + H + F * H + F + H * F + H;
+        size_t want = V * H + (size_t)c->seq * H + (size_t)c->layers * block + 2 * H + V * H;
+        cr_expect_eq(transformer_param_count(c), want, "case %zu", i);
+        cr_expect_eq(m.total_numel, want, "case %zu", i);
+        cr_expect_eq(m.nmodules, c->layers + 2);
+        cr_expect_str_eq(m.modules[0].name, "embed");
+        cr_expect_eq(m.modules[0].is_block, 0);
+        cr_expect_eq(m.modules[0].nparams, 2);
+        for (int l = 0; l < c->layers; l++) {
+            char name[32];
+            snprintf(name, sizeof name, "h.%d", l);
+            cr_expect_str_eq(m.modules[1 + l].name, name);
+            cr_expect_eq(m.modules[1 + l].is_block, 1);
+            cr_expect_eq(m.modules[1 + l].nparams, 12);
+        }
+        cr_expect_str_eq(m.modules[c->layers + 1].name, "head");
+        cr_expect_eq(m.modules[c->layers + 1].is_block, 0);
+        size_t sum = 0;
+        for (int p = 0; p < m.nparams; p++) {
+            const ParamSpec *s = &m.params[p];
+            cr_expect_eq(s->row_elems * (size_t)s->shape[0], s->numel, "%s", s->name);
+            sum += s->numel;
+        }
+        cr_expect_eq(sum, want);
+        model_desc_free(&m);
+    }
+}
+
+/* GPT-2's initialization: LayerNorms at 1 and 0, biases 0, weights N(0, 0.02), the two
+ * projections into the residual stream N(0, 0.02 / sqrt(2 layers)). */
+Test(transformer, initialises_as_gpt2) {
+    TransformerConfig c = small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    cr_expect_eq(param_init_value(find_param(&m, "h.1.ln_2.weight"), 1, 5), 1.0f);
+    cr_expect_eq(param_init_value(find_param(&m, "h.1.mlp.c_fc.bias"), 1, 5), 0.0f);
+    cr_expect_eq(param_init_value(find_param(&m, "ln_f.bias"), 1, 5), 0.0f);
+    const ParamSpec *wte = find_param(&m, "wte.weight"),
+                    *proj = find_param(&m, "h.0.attn.c_proj.weight");
+    cr_expect_eq(wte->init, INIT_NORMAL);
+    cr_expect_float_eq(wte->init_b, 0.02f, 1e-9f);
+    cr_expect_eq(proj->init, INIT_NORMAL);
+    cr_expect_float_eq(proj->init_b, 0.02f / 2.0f, 1e-7f); /* sqrt(2 x 2 layers) = 2 */
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < wte->numel; i++) {
+        double v = param_init_value(wte, 7, i);
+        sum += v;
+        sq += v * v;
+    }
+    double mean = sum / (double)wte->numel, sd = sqrt(sq / (double)wte->numel - mean * mean);
+    cr_expect_lt(fabs(mean), 0.001, "mean %g", mean);
+    cr_expect_lt(fabs(sd - 0.02), 0.001, "std %g", sd);
+    model_desc_free(&m);
+}
+
+/* ---------------------------------------------------------------- shapes by size */
+
+Test(transformer, a_shape_for_any_size_within_a_tenth_of_a_percent) {
+    Err err = {0};
+    enum { STEPS = 400 }; /* 1e8 to 1e12, 100 a decade */
+    for (int i = 0; i <= STEPS; i++) {
+        double want = 1e8 * pow(10.0, 4.0 * i / STEPS);
+        TransformerConfig c;
+        cr_assert_eq(transformer_config_for_params(want, &c, &err), 0, "%g: %s", want, err.msg);
+        double got = (double)transformer_param_count(&c);
+        cr_expect_leq(fabs(got - want) / want, 1e-3, "%g: %.0f parameters", want, got);
+        cr_expect_geq(c.vocab, 1000, "%g", want);
+        cr_expect_eq(c.mlp, 4 * c.hidden, "%g", want);
+        cr_expect_eq(c.seq, 2048, "%g", want);
+        cr_expect_eq(transformer_config_check(&c, &err), 0, "%g: %s", want, err.msg);
+    }
+    TransformerConfig c;
+    cr_assert_eq(transformer_config_for_params(7e9, &c, &err), 0, "%s", err.msg);
+    cr_expect_eq(c.hidden, 4096);
+    cr_expect_eq(c.layers, 32);
+    cr_expect_eq(c.heads, 32);
+    cr_assert_eq(transformer_config_for_params(125e6, &c, &err), 0, "%s", err.msg);
+    cr_expect(c.layers == 12 && c.hidden == 768 && c.heads == 12, "%d x %d", c.layers, c.hidden);
+    cr_assert_eq(transformer_config_for_params(175e9, &c, &err), 0, "%s", err.msg);
+    cr_expect(c.layers == 96 && c.hidden == 12288 && c.heads == 96, "%d x %d", c.layers, c.hidden);
+    cr_assert_eq(transformer_config_for_params(1e13, &c, &err), 0, "%s", err.msg);
+    cr_expect_leq(fabs((double)transformer_param_count(&c) - 1e13) / 1e13, 1e-3);
+}
+
+static void expect_one_line(const Err *err, const char *want) {
+    cr_expect_eq(err->code, ERR_USAGE, "%s", err->msg);
+    cr_expect_null(strchr(err->msg, '\n'), "%s", err->msg);
+    cr_expect_str_eq(err->msg, want);
+}
+
+Test(transformer, a_size_out_of_range_is_one_line) {
+    struct {
+        double params;
+        const char *want;
+    } cases[] = {
+        {0, "--params must be above 0 and at most 1e13 (got 0)"},
+        {-7e9, "--params must be above 0 and at most 1e13 (got -7e+09)"},
+        {NAN, "--params must be above 0 and at most 1e13 (got nan)"},
+        {2e13, "--params must be above 0 and at most 1e13 (got 2e+13)"},
+        {1e6, "--params 1e+06 is below the smallest shape made here (1 layer of hidden 768 and a "
+              "vocabulary of 1000: 10198272 parameters)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        TransformerConfig c;
+        Err err = {0};
+        cr_expect_eq(transformer_config_for_params(cases[i].params, &c, &err), ERR_USAGE);
+        expect_one_line(&err, cases[i].want);
+    }
+}
+
+Test(transformer, bad_configs_are_one_line) {
+    TransformerConfig base = {
+        .layers = 32, .hidden = 4096, .heads = 32, .mlp = 16384, .seq = 2048, .vocab = 50257};
+    struct {
+        TransformerConfig c;
+        const char *want;
+    } cases[] = {
+        {base, "--hidden must be a multiple of --heads (got 4096 and 30)"},
+        {base, "--layers must be from 1 to 100000 (got 0)"},
+        {base, "--hidden must be from 1 to 131072 (got -1)"},
+        {base, "--mlp must be from 1 to 1048576 (got 2000000)"},
+        {base, "--seq must be from 1 to 1048576 (got 0)"},
+        {base, "--vocab must be from 1 to 16777216 (got 0)"},
+        {base, "--heads must be from 1 to 131072 (got 0)"},
+        {base, "one sequence of --seq 1048576 tokens through --layers 32 would hold 4.51e+15 "
+               "bytes of activations; at most 2^44 are modelled"},
+    };
+    cases[0].c.heads = 30;
+    cases[1].c.layers = 0;
+    cases[2].c.hidden = -1;
+    cases[3].c.mlp = 2000000;
+    cases[4].c.seq = 0;
+    cases[5].c.vocab = 0;
+    cases[6].c.heads = 0;
+    cases[7].c.seq = 1 << 20;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Err err = {0};
+        cr_expect_eq(transformer_config_check(&cases[i].c, &err), ERR_USAGE, "case %zu", i);
+        expect_one_line(&err, cases[i].want);
+        ModelDesc m;
+        cr_expect_eq(transformer_model_create(&m, &cases[i].c, &err), ERR_USAGE, "case %zu", i);
+        cr_expect_null(m.params);
+    }
+    Err err = {0};
+    cr_expect_eq(transformer_config_check(&base, &err), 0, "%s", err.msg);
+}
+
+/* ---------------------------------------------------------------- accounting-only runs */
+
+Test(transformer, refuses_a_device_that_holds_data) {
+    TransformerConfig c = small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    SimClock clock = {0};
+    SimDevice dev;
+    device_sim_init(&dev, 0, &clock, NULL, profile_default());
+    ModelRun *run = NULL;
+    Err err = {0};
+    cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, 2, &run, &err), ERR_USAGE);
+    expect_one_line(&err, NOT_ACCOUNTING);
+    cr_expect_null(run);
+    cr_expect_eq(dev.total, 0);
+    device_sim_release(&dev);
+    model_desc_free(&m);
+}
+
+/* One training step of `ranks` x `batch` sequences on the simulated cluster; each rank's
+ * memory. The data set is only a count: the sampler draws the global batch from it. */
+static int train_step(const ModelDesc *m, FsdpConfig cfg, int ranks, int accounting_only,
+                      RankMemory *memory, Err *err) {
+    Plan plan;
+    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, ranks, 1, err), 0, "%s", err->msg);
+    Dataset data = {.n = (long)ranks * cfg.batch_size};
+    TrainJob job = {
+        .model = m, .data = &data, .plan = &plan, .cfg = &cfg, .steps = 1, .memory = memory};
+    ClusterOptions opt = {.ranks = ranks,
+                          .replicas = 1,
+                          .profile = profile_default(),
+                          .accounting_only = accounting_only};
+    ClusterResult res;
+    int rc = cluster_run(&opt, train_rank, &job, &res, err);
+    cluster_result_free(&res);
+    plan_free(&plan);
+    return rc;
+}
+
+Test(transformer, a_real_run_is_refused_in_one_line) {
+    TransformerConfig c = small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    FsdpConfig cfg;
+    fsdp_config_defaults(&cfg);
+    cfg.batch_size = 2;
+    RankMemory memory[4];
+    Err err = {0};
+    cr_expect_eq(train_step(&m, cfg, 4, 0, memory, &err), ERR_USAGE);
+    expect_one_line(&err, NOT_ACCOUNTING);
+    model_desc_free(&m);
+}
+
+/* Activation bytes a rank holds at the start of the head's backward, once it has taken its
+ * two buffers: every buffer the step has taken and not yet released. Written out buffer by
+ * buffer (fp32 and int32 are 4 bytes); R = B x T rows of the residual stream. */
+static size_t head_backward_bytes(const TransformerConfig *c, size_t B) {
+    size_t T = (size_t)c->seq, H = (size_t)c->hidden, F = (size_t)c->mlp, V = (size_t)c->vocab;
+    size_t L = (size_t)c->layers, heads = (size_t)c->heads, R = B * T;
+    size_t ids = R + R;                /* set_batch: tokens, targets [B, T] int32 */
+    size_t stream = (L + 1) * R * H;   /* x[1] (embed's output) .. x[L+1] (last block's) */
+    size_t block = R * H               /* ln_1 output */
+                   + R + R             /* its mean, rstd */
+                   + R * 3 * H         /* qkv */
+                   + B * heads * T * T /* attention probabilities */
+                   + R * H             /* attention output */
+                   + R * H             /* mid: the stream after attention */
+                   + R * H + R + R     /* ln_2 output, mean, rstd */
+                   + R * F + R * F;    /* fc1 (before bias), GELU output */
+    size_t head = R * H + R + R        /* ln_f output, mean, rstd */
+                  + R * V              /* logits */
+                  + R * V;             /* dlogits (the loss) */
+    size_t backward = R * H + R * H;   /* head backward: dL/d(ln_f out), the stream's gradient */
+    return 4 * (ids + stream + L * block + head + backward);
+}
+
+/* zero3 at 4 ranks, 2 sequences each, unit per block plus the root (embed + head). Rank 0's
+ * total peaks during the head's backward: the root unit is gathered with its gradients, the
+ * first block's parameters are prefetched, and every activation of the step is held, with
+ * the logits and their gradient (2 x 64 x 2000 floats, 1 MB) larger than anything a block's
+ * backward adds after they are freed (its unit's gradients and temporaries, about 0.6 MB). */
+Test(transformer, an_accounting_only_step_holds_exactly_a_real_steps_activations) {
+    TransformerConfig c = small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    FsdpConfig cfg;
+    fsdp_config_defaults(&cfg);
+    cfg.batch_size = 2;
+    RankMemory memory[4];
+    Err err = {0};
+    cr_assert_eq(train_step(&m, cfg, 4, 1, memory, &err), 0, "%s", err.msg);
+    /* R = 64 rows: 512 (ids) + 3 x 16,384 (stream) + 2 x 279,552 (blocks: 64 x 964 floats and
+     * 8,192 of probabilities each) + 16,896 + 1,024,000 (head, logits and dlogits) + 32,768 */
+    size_t want = head_backward_bytes(&c, 2);
+    cr_expect_eq(want, 512 + 3 * 16384 + 2 * 279552 + 16896 + 1024000 + 32768);
+    cr_expect_eq(want, 1682432);
+    cr_expect_eq(memory[0].at_peak[MEM_ACTIVATIONS], want, "rank 0 held %zu bytes at its peak",
+                 memory[0].at_peak[MEM_ACTIVATIONS]);
+    for (int r = 0; r < 4; r++) {
+        cr_expect_eq(memory[r].rest[MEM_ACTIVATIONS], 0, "rank %d released them all", r);
+        cr_expect_gt(memory[r].at_peak[MEM_PARAM_UNSHARDED], 0, "rank %d", r);
+    }
+    /* checkpointing every block keeps their inputs instead and holds less at the peak */
+    cfg.ac_every = 1;
+    RankMemory ckpt[4];
+    cr_assert_eq(train_step(&m, cfg, 4, 1, ckpt, &err), 0, "%s", err.msg);
+    cr_expect_lt(ckpt[0].at_peak[MEM_ACTIVATIONS] + ckpt[0].at_peak[MEM_AC_INPUT],
+                 memory[0].at_peak[MEM_ACTIVATIONS]);
+    cr_expect_eq(ckpt[0].rest[MEM_ACTIVATIONS] + ckpt[0].rest[MEM_AC_INPUT], 0);
+    model_desc_free(&m);
+}
+
+/* The model alone on an accounting-only device: forward, loss and backward take only
+ * activations, so the device's peak is the head's backward again; everything is released by
+ * the end, and each module reports its work (the LM head's GEMM 2 x B x T x H x vocab flops,
+ * twice that on backward; a block's its GEMMs and attention). */
+Test(transformer, the_model_alone_charges_its_buffers_and_work) {
+    TransformerConfig c = small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    SimClock clock = {0};
+    SimDevice dev;
+    device_sim_init(&dev, 0, &clock, NULL, profile_default());
+    device_sim_accounting_only(&dev);
+    ModelRun *run = NULL;
+    Err err = {0};
+    cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, 2, &run, &err), 0, "%s", err.msg);
+    Dataset data = {.n = 2};
+    long idx[2] = {0, 1};
+    cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
+    float *none[16] = {0}; /* parameters and gradients: never read */
+    Work w[4];
+    for (int mod = 0; mod < m.nmodules; mod++)
+        cr_assert_eq(m.ops->forward(run, mod, none, &w[mod], &err), 0, "%s", err.msg);
+    cr_expect_eq(w[0].flops, 2.0 * 32 * 64); /* wte[ids] + wpe */
+    cr_expect_eq(w[1].flops, 2.0 * 64 * 64 * (4 * 64 + 2 * 256) + 4.0 * 2 * 32 * 32 * 64);
+    cr_expect_eq(w[3].flops, 2.0 * 2 * 32 * 64 * 2000);
+    Work loss;
+    cr_expect_eq(m.ops->loss(run, 1.0f, &loss), 0.0f);
+    cr_expect_eq(loss.flops, 8.0 * 2 * 32 * 2000);
+    for (int mod = m.nmodules - 1; mod >= 0; mod--)
+        cr_assert_eq(m.ops->backward(run, mod, none, none, &w[mod], &err), 0, "%s", err.msg);
+    cr_expect_eq(w[3].flops, 2 * 2.0 * 2 * 32 * 64 * 2000);
+    cr_expect_eq(w[2].kind, WORK_BACKWARD);
+    cr_expect_eq(dev.peak, head_backward_bytes(&c, 2));
+    cr_expect_eq(dev.total, 0, "every activation was released");
+    m.ops->run_destroy(run);
+    device_sim_release(&dev);
+    model_desc_free(&m);
+}
