@@ -47,7 +47,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 
-.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-vs-torch fuzz bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note
 
 cuda-note:
@@ -131,6 +131,14 @@ bench-nvme: deps $(BUILD)/bench_nvme
 
 # Activation checkpointing's memory saving and step-time cost, with and without, interleaved:
 # vit-tiny (3 runs of 10 steps), then vit-workshop (one run of 2 steps each: about 10 minutes).
+# fsdp plan's own speed: 70B parameters on 1,024 GPUs (the issue's target: under a second)
+bench-plan: deps $(BIN)
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16 \
+		--activation-checkpointing
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16 \
+		--activation-checkpointing --compare
+
 bench-ac: deps $(BIN)
 	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-tiny 4 64 10 3
 	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-workshop 4 8 2 1

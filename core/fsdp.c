@@ -110,6 +110,9 @@ void pack_rows(Engine *e, int u, const float *src, const size_t *local, DType t,
 
 /* Copies every rank's rows out of the gathered wire blocks into the unit's layout. */
 void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
+    /* nothing stored, nothing to move: a plan of 1,024 ranks would loop over every rank's
+     * rows for nothing */
+    if (e->dev->accounting_only) return;
     const Unit *unit = &e->plan->units[u];
     size_t ds = dtype_size(t);
     for (int q = 0; q < e->plan->shard_size; q++)
@@ -270,6 +273,7 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
 
 /* Every rank's rows of the unsharded grads, cast, into its padded wire block. */
 static void pack_grads_for_scatter(Engine *e, int u, char *send) {
+    if (e->dev->accounting_only) return; /* as unpack_gathered */
     const Unit *unit = &e->plan->units[u];
     UnitState *us = &e->units[u];
     DType t = e->cfg.reduce_dtype;

@@ -181,11 +181,22 @@ static int set_switch(PlanArgs *a, const char *f, int *ac) {
     return 0;
 }
 
+/* train's parser names the GPU count --ranks; plan's flag is --gpus. */
+static void say_gpus(Err *err) {
+    char *at = strstr(err->msg, "--ranks");
+    if (!at) return;
+    char rest[sizeof err->msg];
+    snprintf(rest, sizeof rest, "%s", at + strlen("--ranks"));
+    snprintf(at, sizeof err->msg - (size_t)(at - err->msg), "--gpus%s", rest);
+}
+
 static int asks_nvme(char **fwd, int n) {
     for (int i = 0; i + 1 < n; i += 2)
         if (!strcmp(fwd[i], "--offload") && !strcmp(fwd[i + 1], "nvme")) return 1;
     return 0;
 }
+
+enum { WANTS_HELP = 1000 }; /* apart from 0, 1 and the (negative) error codes */
 
 /* Plan flags are taken here; the training knobs go through train's own parser (with --gpus
  * as its --ranks), so they mean and check exactly what they do there. */
@@ -199,7 +210,7 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     for (int i = 0; rc == 0 && i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h"))
-            rc = -1;
+            rc = WANTS_HELP;
         else if (set_switch(a, f, &ac) == 0)
             continue;
         else if (strncmp(f, "--", 2) != 0)
@@ -229,10 +240,10 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     }
     int ac_every = a->train.fsdp.ac_every;
     a->train.fsdp.ac_every = 0; /* train's parser takes the model for the toy and refuses it */
-    if (!rc) rc = train_args_parse(&a->train, n, fwd, err);
+    if (!rc && (rc = train_args_parse(&a->train, n, fwd, err)) < 0) say_gpus(err);
     a->train.fsdp.ac_every = ac_every;
     free(fwd);
-    if (rc == -1 || rc == 1) return 1;
+    if (rc == WANTS_HELP || rc == 1) return 1; /* 1: train's parser saw --help */
     if (rc) return rc;
     if (!a->train.batch_given)
         a->train.fsdp.batch_size = a->kind == MODEL_VIT ? 64 : a->kind == MODEL_TOY ? 8 : 1;
@@ -561,14 +572,25 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
         print_memory(stdout, s, &r);
         print_traffic(stdout, &r);
         print_time(stdout, &r);
-        if (best)
-            printf("largest batch per GPU that fits: %d\n", best);
-        else
-            printf("does not fit even at batch 1 per GPU\n");
+        if (best) printf("largest batch per GPU that fits: %d\n", best);
         printf("(%d of %d GPUs' schedules run: the others keep the same rows as one of them)\n",
                r.representatives, r.gpus);
     }
     planner_result_free(&r);
+    /* the figures above show by how much; the exit status says it cannot run at all */
+    if (!rc && !best) {
+        char need[32], have[32];
+        PlannerResult one;
+        rc = plan_once(a, s, c->strategy, c->replicas, 1, &one, err);
+        if (!rc) {
+            si_bytes((double)gpu_bytes(one.memory[one.top].at_peak), need, sizeof need);
+            planner_result_free(&one);
+            rc = err_set(err, ERR_USAGE,
+                         "%s does not fit on %d GPU%s of %s even at batch 1 per GPU (peak %s)",
+                         a->model, a->gpus, a->gpus == 1 ? "" : "s",
+                         si_bytes(s->profile.mem_bytes, have, sizeof have), need);
+        }
+    }
     return rc;
 }
 

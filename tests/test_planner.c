@@ -99,6 +99,27 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
     model_desc_free(&m);
 }
 
+/* vit-tiny as `fsdp train --model vit-tiny` builds it (10 blocks), at 4 ranks. */
+Test(planner, the_whole_vit_tiny_plan_equals_a_real_run) {
+    VitConfig c;
+    ModelDesc m;
+    Err err = {0};
+    vit_preset("vit-tiny", &c);
+    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    FsdpConfig cfg = vit_cfg(STRAT_ZERO3, 8);
+    VitRun real;
+    vit_train(&real, &m, cfg, 4, 2, 0);
+    Plan p;
+    cr_assert_eq(plan_create(&p, &m, cfg.wrap, STRAT_ZERO3, 4, 1, &err), 0);
+    PlannerResult planned;
+    plan_run(&m, &p, cfg, 2, &planned);
+    expect_same_memory(real.memory, planned.memory, 4, "vit-tiny");
+    planner_result_free(&planned);
+    plan_free(&p);
+    vit_run_free(&real);
+    model_desc_free(&m);
+}
+
 /* The representatives stand in exactly for the ranks they replace: an accounting-only run of
  * every rank of vit-workshop gives each rank the same bytes as the planner's few. */
 typedef struct AllRanks {
@@ -230,7 +251,9 @@ static double rest_of(const char *json, const char *category) {
 
 Test(plan_cli, the_workshops_7b_arithmetic) {
     int status;
-    char *out = fsdp_output("plan --params 7e9 --gpus 8 --strategy ddp --json", "2>&1", &status);
+    /* on 200 GB GPUs, so that DDP fits at all and the plan is an answer, not a refusal */
+    char *out = fsdp_output("plan --params 7e9 --gpus 8 --gpu-mem 200 --strategy ddp --json",
+                            "2>&1", &status);
     cr_assert_eq(status, 0, "%s", out);
     double n = json_number(out, "parameters");
     cr_expect(fabs(n - 7e9) < 7e6, "%.0f parameters", n);
@@ -278,6 +301,9 @@ Test(plan_cli, bad_input_is_one_line_and_exit_2) {
         {"plan --batch-size 0", "--batch-size"},
         {"plan --model toy --hidden 8", "the toy has a fixed shape"},
         {"plan --gpu-mem nan", "--gpu-mem must be a number above 0"},
+        {"plan --params 70e9 --gpus 8", "transformer does not fit on 8 GPUs of 80.00 GB even at "
+                                        "batch 1 per GPU"},
+        {"plan --model vit-tiny --batch-size 1e12", "--batch-size must be"},
         {"plan --model transformer --hidden 100 --heads 3", "--hidden"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
