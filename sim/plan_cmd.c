@@ -438,14 +438,15 @@ static void print_traffic(FILE *f, const PlannerResult *r) {
 
 static void print_time(FILE *f, const PlannerResult *r) {
     char a[32], b[32], c[32], d[32];
-    double hidden = r->comm_time > 0 ? 1.0 - r->exposed_comm / r->comm_time : 1.0;
-    if (hidden < 0) hidden = 0;
-    fprintf(f,
-            "\nstep time (modelled): %s = compute %s + exposed communication %s\n"
-            "  (communication busy %s, %.0f%% of it hidden behind compute)\n",
+    fprintf(f, "\nstep time (modelled): %s = compute %s + waiting %s\n",
             seconds(r->step_time, a, sizeof a), seconds(r->compute_time, b, sizeof b),
-            seconds(r->exposed_comm, c, sizeof c), seconds(r->comm_time, d, sizeof d),
-            100.0 * hidden);
+            seconds(r->waiting, c, sizeof c));
+    double moving = r->comm_time + r->copy_time;
+    double hidden = moving > 0 ? 1.0 - r->waiting / moving : 1.0;
+    fprintf(f, "  (communication busy %s", seconds(r->comm_time, d, sizeof d));
+    if (r->copy_time > 0)
+        fprintf(f, ", host copies and NVMe %s", seconds(r->copy_time, d, sizeof d));
+    fprintf(f, "; %.0f%% of it hidden behind compute)\n", 100.0 * (hidden > 0 ? hidden : 0));
 }
 
 /* ---------------------------------------------------------------- JSON */
@@ -483,9 +484,10 @@ static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy
                 t->total_sent);
     }
     fprintf(f,
-            "},\"step_time_s\":%.9g,\"compute_s\":%.9g,\"comm_s\":%.9g,\"exposed_comm_s\":%.9g,"
+            "},\"step_time_s\":%.9g,\"compute_s\":%.9g,\"waiting_s\":%.9g,\"comm_s\":%.9g,"
+            "\"copy_s\":%.9g,"
             "\"max_batch\":%d,\"ranks_run\":%d}",
-            r->step_time, r->compute_time, r->comm_time, r->exposed_comm, best_batch,
+            r->step_time, r->compute_time, r->waiting, r->comm_time, r->copy_time, best_batch,
             r->representatives);
 }
 
@@ -523,7 +525,7 @@ static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
     for (int c = 0; c < 6; c++) si_bytes(cols[c], b[c], sizeof b[c]);
     printf("%-12s %10s %10s %10s %11s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
            b[4], b[5], fits(s, r) ? "yes" : "no", seconds(r->step_time, t1, sizeof t1),
-           seconds(r->exposed_comm, t2, sizeof t2));
+           seconds(r->waiting, t2, sizeof t2));
 }
 
 /* Every strategy planned first, then printed: a failure prints nothing but its line. */
@@ -550,7 +552,7 @@ static int run_compare(const PlanArgs *a, const PlanSetup *s, Err *err) {
         printf("\nat peak, per GPU (the fullest)\n%-12s %10s %10s %10s %11s %10s %10s %5s %11s "
                "%11s\n",
                "strategy", "params", "grads", "optimizer", "activations", "buffers", "GPU total",
-               "fits", "step", "exposed");
+               "fits", "step", "waiting");
         for (int i = 0; i < n; i++) print_compare_row(s, &rows[i]);
     }
     for (int i = 0; i < n; i++) planner_result_free(&rows[i].result);

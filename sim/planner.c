@@ -95,6 +95,7 @@ static void read_step(const Trace *t, int rank, int step, PlannerResult *out) {
         double busy = e->end - e->start;
         if (e->stream == STREAM_COMPUTE) out->compute_time += busy;
         if (e->stream == STREAM_COMM) out->comm_time += busy;
+        if (e->stream == STREAM_COPY) out->copy_time += busy;
         if (e->kind < EV_ALL_GATHER || e->kind > EV_BARRIER) continue;
         CollKind k = (CollKind)(e->kind - EV_ALL_GATHER);
         PlannerTraffic *tr = &out->traffic[k];
@@ -103,8 +104,8 @@ static void read_step(const Trace *t, int rank, int step, PlannerResult *out) {
         tr->sent_bytes += cost_sent_bytes(k, (double)e->bytes, e->peers);
     }
     out->step_time = first < 0 ? 0 : last - first;
-    double exposed = out->step_time - out->compute_time;
-    out->exposed_comm = exposed > 0 ? exposed : 0;
+    double waiting = out->step_time - out->compute_time;
+    out->waiting = waiting > 0 ? waiting : 0;
     for (int k = 0; k < COLL_KIND_COUNT; k++)
         out->traffic[k].total_sent = out->traffic[k].sent_bytes * out->gpus;
 }

@@ -30,8 +30,10 @@ typedef struct PlannerResult {
     int representatives; /* ranks actually run */
     RankMemory *memory;  /* [gpus]: each rank's, as its representative measured */
     int top;             /* the rank with the highest peak (the lowest such rank) */
-    /* the top rank's last step, in modelled seconds */
-    double step_time, compute_time, comm_time, exposed_comm;
+    /* the top rank's last step, in modelled seconds: its span; the compute stream's busy
+     * time and the rest of the span, when compute waited (on collectives, or on host copies
+     * and NVMe under offload); the comm and copy streams' busy times */
+    double step_time, compute_time, waiting, comm_time, copy_time;
     PlannerTraffic traffic[COLL_KIND_COUNT];
 } PlannerResult;
 

@@ -215,7 +215,7 @@ Test(planner, traffic_is_what_the_engine_sends) {
     cr_expect_eq(t->total_sent, rs * 3 / 4 * 4);
     cr_expect_gt(r.traffic[COLL_ALL_GATHER].calls, p.nunits, "backward gathers again");
     cr_expect_gt(r.step_time, 0);
-    cr_expect_leq(r.exposed_comm, r.step_time);
+    cr_expect_leq(r.waiting, r.step_time);
     planner_result_free(&r);
     plan_free(&p);
 
