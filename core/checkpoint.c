@@ -475,9 +475,8 @@ static int read_root(CkptMeta *c, const cJSON *root, const char *path, const Mod
 }
 
 void ckpt_meta_free(CkptMeta *m) {
-    for (int r = 0; m->fds && r < m->world; r++)
-        if (m->fds[r] >= 0) close(m->fds[r]);
-    free(m->fds);
+    for (int r = 0; m->readers && r < m->world; r++) bulk_reader_close(m->readers[r]);
+    free(m->readers);
     for (int i = 0; i < 2 * m->nconfig; i++) free(m->config[i]);
     free(m->config);
     free(m->tensors);
@@ -499,9 +498,8 @@ int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err
     free(text);
     int rc = read_root(out, root, meta, expect, err);
     cJSON_Delete(root);
-    if (!rc && !(out->fds = malloc((size_t)out->world * sizeof *out->fds)))
+    if (!rc && !(out->readers = calloc((size_t)out->world, sizeof *out->readers)))
         rc = err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
-    for (int r = 0; !rc && r < out->world; r++) out->fds[r] = -1;
     if (rc) ckpt_meta_free(out);
     return rc;
 }
@@ -511,48 +509,21 @@ void ckpt_rank_file(const CkptMeta *m, int rank, char *buf, size_t n) {
 }
 
 /* pread until n bytes have come (a read may return fewer); 0 at end of file or on error. */
-static int read_fully(int fd, unsigned char *into, size_t n, off_t at) {
-    while (n > 0) {
-        ssize_t got = pread(fd, into, n, at);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) return 0;
-        into += got, n -= (size_t)got, at += got;
-    }
-    return 1;
+/* Rank file `rank`'s reader, opened on first use; NULL with errno set when it cannot be. */
+static BulkReader *rank_reader(const CkptMeta *m, int rank, const char *path) {
+    if (!m->readers[rank] && bulk_reader_open(&m->readers[rank], path)) return NULL;
+    return m->readers[rank];
 }
 
-/* Rank file `rank`, opened on first use for sequential reading (a larger readahead window);
- * -1 with errno set when it cannot be opened. */
-static int rank_fd(const CkptMeta *m, int rank, const char *path) {
-    if (m->fds[rank] < 0 && (m->fds[rank] = open(path, O_RDONLY | O_CLOEXEC)) >= 0)
-        posix_fadvise(m->fds[rank], 0, 0, POSIX_FADV_SEQUENTIAL);
-    return m->fds[rank];
-}
-
-/* Reads piece p through CRC32, into buf when given, else through a buffer of its own. */
+/* Reads piece p through CRC32, into buf when given. */
 static int piece_read(const CkptMeta *m, const CkptPiece *p, unsigned char *buf, Err *err) {
-    enum { CHUNK = 8 << 20 }; /* large reads, each checked while still in cache */
     char path[FILE_MAX];
     ckpt_rank_file(m, p->rank, path, sizeof path);
     const char *tensor = m->tensors[p->tensor].name, *kind = state_kind_name(p->kind);
-    int fd = rank_fd(m, p->rank, path);
-    if (fd < 0) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
-    unsigned char *scratch = buf ? NULL : malloc(CHUNK);
-    if (!buf && !scratch) return err_set(err, ERR_NOMEM, "out of memory reading %s", path);
-    int ok = 1;
+    BulkReader *r = rank_reader(m, p->rank, path);
+    if (!r) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
     unsigned long crc = crc32(0L, Z_NULL, 0);
-    for (unsigned long long at = 0; ok && at < p->bytes;) {
-        size_t part = p->bytes - at < CHUNK ? (size_t)(p->bytes - at) : CHUNK;
-        unsigned char *into = buf ? buf + at : scratch;
-        /* the disk fetches the next stretch while this one is checked and stored: readahead
-         * alone runs only a few hundred KiB ahead */
-        posix_fadvise(fd, (off_t)(p->offset + at + part), 4 * CHUNK, POSIX_FADV_WILLNEED);
-        ok = read_fully(fd, into, part, (off_t)(p->offset + at));
-        if (ok) crc = crc32(crc, into, (uInt)part);
-        at += part;
-    }
-    free(scratch);
-    if (!ok)
+    if (bulk_read(r, p->offset, (size_t)p->bytes, buf, &crc))
         return err_set(err, ERR_USAGE, "%s is cut short: %s's %s needs bytes %llu-%llu", path,
                        tensor, kind, p->offset, p->offset + p->bytes);
     if (crc != p->crc)

@@ -80,9 +80,8 @@ typedef struct CkptMeta {
      * hidden, mlp, classes, channels), as text: key config[2i], value config[2i + 1] */
     char **config;
     int nconfig;
-    /* [world] each rank file, opened at its first read and kept open: one descriptor per file
-     * keeps the kernel's readahead growing across pieces (-1: not opened yet) */
-    int *fds;
+    /* [world] each rank file's reader, opened at its first read and kept (NULL: not yet) */
+    struct BulkReader **readers;
 } CkptMeta;
 
 /* Reads path/meta.json. With expect, the saved tensors must be that model's, name for name and
