@@ -175,4 +175,4 @@ format:
 clean:
 	rm -rf build fsdp
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

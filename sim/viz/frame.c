@@ -47,16 +47,11 @@ static size_t rank_total(const Frame *f, int r) {
 /* An alloc or free moves the rank's bytes of its category; allocations of unsharded
  * parameters and gradients say whether a unit is gathered (with mixed precision a unit has
  * two such blocks, the low-precision copy and its fp32 view, so these are counts). */
-static int apply_memory(Frame *f, const TraceEvent *e, Err *err) {
-    if (e->category < 0 || e->category >= MEM_CATEGORY_COUNT)
-        return err_set(err, ERR_USAGE, "trace event %ld of rank %d has memory category %d", e->seq,
-                       e->rank, e->category);
-    size_t *bytes = &f->mem[(size_t)e->rank * MEM_CATEGORY_COUNT + (size_t)e->category];
+static int apply_memory(Frame *f, const TraceEvent *e, size_t index, Err *err) {
+    int rc =
+        trace_memory_apply(&f->mem[(size_t)e->rank * MEM_CATEGORY_COUNT], e, index, ERR_USAGE, err);
+    if (rc) return rc;
     int delta = e->kind == EV_ALLOC ? 1 : -1;
-    if (delta < 0 && *bytes < e->bytes)
-        return err_set(err, ERR_USAGE, "trace event %ld frees %llu bytes rank %d never allocated",
-                       e->seq, e->bytes, e->rank);
-    *bytes = delta > 0 ? *bytes + e->bytes : *bytes - e->bytes;
     if (e->unit >= 0 && e->unit < f->nunits) {
         FrameCell *cell = frame_cell(f, e->rank, e->unit);
         if (e->category == MEM_PARAM_UNSHARDED) cell->gathered += delta;
@@ -370,7 +365,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
             return err_set(err, ERR_USAGE, "trace event %zu names unit %d; the plan has %d", i,
                            e->unit, f->nunits);
         if (e->kind == EV_ALLOC || e->kind == EV_FREE) {
-            int rc = apply_memory(f, e, err);
+            int rc = apply_memory(f, e, i, err);
             if (rc) return rc;
         }
         if (f->event && e->step == f->event->step) apply_progress(f, e);
