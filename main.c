@@ -172,11 +172,7 @@ static int create_model_desc(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     if (!train_args_is_vit(a)) return toy_model_create(&t->model, err);
     VitConfig c;
-    vit_preset(a->model, &c);
-    if (a->layers) c.layers = a->layers;
-    if (a->heads) c.heads = a->heads;
-    if (a->hidden) c.hidden = a->hidden;
-    if (a->mlp) c.mlp = a->mlp;
+    vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
     return vit_model_create(&t->model, &c, err);
 }
 

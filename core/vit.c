@@ -29,6 +29,15 @@ int vit_preset(const char *name, VitConfig *out) {
     return 0;
 }
 
+int vit_preset_with(const char *name, int layers, int heads, int hidden, int mlp, VitConfig *out) {
+    if (vit_preset(name, out)) return -1;
+    if (layers > 0) out->layers = layers;
+    if (heads > 0) out->heads = heads;
+    if (hidden > 0) out->hidden = hidden;
+    if (mlp > 0) out->mlp = mlp;
+    return 0;
+}
+
 int vit_config_check(const VitConfig *c, Err *err) {
     if (c->layers < 1 || c->layers > 1000)
         return err_set(err, ERR_USAGE, "--layers must be from 1 to 1000 (got %d)", c->layers);

@@ -21,6 +21,9 @@ typedef struct VitConfig {
 /* "vit-tiny" (10 layers, 2 heads, hidden 128, mlp 128) or "vit-workshop" (12 layers,
  * 8 heads, hidden 3840, mlp 768). Returns 0, or -1 for another name. */
 int vit_preset(const char *name, VitConfig *out);
+/* The preset with each of layers, heads, hidden and mlp that is > 0 in place of its own (the
+ * command line's overrides); -1 for an unknown preset. vit_model_create checks the result. */
+int vit_preset_with(const char *name, int layers, int heads, int hidden, int mlp, VitConfig *out);
 /* Checks the dimensions fit together; one line naming the bad one. */
 int vit_config_check(const VitConfig *c, Err *err);
 /* Tokens per image: one per patch plus the class token. */

@@ -283,13 +283,8 @@ static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     if (a->kind == MODEL_TOY) return toy_model_create(&s->model, err);
     if (a->kind == MODEL_VIT) {
         VitConfig c;
-        vit_preset(a->model, &c);
-        if (a->layers) c.layers = a->layers;
-        if (a->hidden) c.hidden = a->hidden;
-        if (a->heads) c.heads = a->heads;
-        if (a->mlp) c.mlp = a->mlp;
-        int rc = vit_config_check(&c, err);
-        return rc ? rc : vit_model_create(&s->model, &c, err);
+        vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
+        return vit_model_create(&s->model, &c, err);
     }
     TransformerConfig c = {.layers = a->layers ? a->layers : 12,
                            .hidden = a->hidden ? a->hidden : 768,
@@ -352,29 +347,36 @@ static int fits(const PlanSetup *s, const PlannerResult *r) {
     return (double)gpu_bytes(r->memory[r->top].at_peak) <= s->profile.mem_bytes;
 }
 
+/* Plans batch b: its peak GPU bytes at *peak, and whether they fit the GPU. */
+static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replicas, int b, int *fit,
+                 size_t *peak, Err *err) {
+    PlannerResult r;
+    int rc = plan_once(a, s, st, replicas, b, &r, err);
+    if (rc) return rc;
+    *fit = fits(s, &r);
+    *peak = gpu_bytes(r.memory[r.top].at_peak);
+    planner_result_free(&r);
+    return 0;
+}
+
 /* The largest batch per GPU whose peak fits the GPU: doubling, then bisecting. 0 when even
- * one sample does not fit. */
+ * one sample does not fit; *peak1 is the GPU peak at batch 1 (the first batch tried). */
 static int max_batch(const PlanArgs *a, const PlanSetup *s, Strategy st, int replicas, int *out,
-                     Err *err) {
+                     size_t *peak1, Err *err) {
     enum { CAP = 1 << 20 };
-    int good = 0, bad = 0;
+    int good = 0, bad = 0, fit;
+    size_t peak;
     for (int b = 1; !bad && b <= CAP; b *= 2) {
-        PlannerResult r;
-        int rc = plan_once(a, s, st, replicas, b, &r, err);
+        int rc = probe(a, s, st, replicas, b, &fit, &peak, err);
         if (rc) return rc;
-        if (fits(s, &r))
-            good = b;
-        else
-            bad = b;
-        planner_result_free(&r);
+        if (b == 1) *peak1 = peak;
+        *(fit ? &good : &bad) = b;
     }
     while (bad && bad - good > 1) {
         int mid = good + (bad - good) / 2;
-        PlannerResult r;
-        int rc = plan_once(a, s, st, replicas, mid, &r, err);
+        int rc = probe(a, s, st, replicas, mid, &fit, &peak, err);
         if (rc) return rc;
-        *(fits(s, &r) ? &good : &bad) = mid;
-        planner_result_free(&r);
+        *(fit ? &good : &bad) = mid;
     }
     *out = good;
     return 0;
@@ -388,8 +390,9 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     fprintf(f, "fsdp plan: %s, %s parameters (%s in fp32)\n", a->model,
             with_commas(s->model.total_numel, n, sizeof n),
             si_bytes(4.0 * (double)s->model.total_numel, mem, sizeof mem));
-    if (a->kind == MODEL_VIT && s->model.config &&
-        ((const VitConfig *)s->model.config)->hidden == 3840)
+    VitConfig workshop;
+    vit_preset("vit-workshop", &workshop);
+    if (a->kind == MODEL_VIT && !memcmp(s->model.config, &workshop, sizeof workshop))
         fprintf(f, "  (the workshop's notes say ~180M for this hidden-3840 ViT; it has %s)\n", n);
     char wrap[32];
     wrap_format(&c->wrap, wrap, sizeof wrap);
@@ -565,7 +568,8 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
     int rc = plan_once(a, s, c->strategy, c->replicas, c->batch_size, &r, err);
     if (rc) return rc;
     int best = 0;
-    rc = max_batch(a, s, c->strategy, c->replicas, &best, err);
+    size_t peak1 = 0;
+    rc = max_batch(a, s, c->strategy, c->replicas, &best, &peak1, err);
     if (!rc && a->json) {
         json_result(stdout, a, s, c->strategy, &r, best);
         fputc('\n', stdout);
@@ -582,16 +586,11 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
     /* the figures above show by how much; the exit status says it cannot run at all */
     if (!rc && !best) {
         char need[32], have[32];
-        PlannerResult one;
-        rc = plan_once(a, s, c->strategy, c->replicas, 1, &one, err);
-        if (!rc) {
-            si_bytes((double)gpu_bytes(one.memory[one.top].at_peak), need, sizeof need);
-            planner_result_free(&one);
-            rc = err_set(err, ERR_USAGE,
-                         "%s does not fit on %d GPU%s of %s even at batch 1 per GPU (peak %s)",
-                         a->model, a->gpus, a->gpus == 1 ? "" : "s",
-                         si_bytes(s->profile.mem_bytes, have, sizeof have), need);
-        }
+        rc = err_set(err, ERR_USAGE,
+                     "%s does not fit on %d GPU%s of %s even at batch 1 per GPU (peak %s)",
+                     a->model, a->gpus, a->gpus == 1 ? "" : "s",
+                     si_bytes(s->profile.mem_bytes, have, sizeof have),
+                     si_bytes((double)peak1, need, sizeof need));
     }
     return rc;
 }

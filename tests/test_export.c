@@ -112,11 +112,8 @@ Test(export, gathers_the_parameters_holding_its_state_plus_one_unit) {
 /* The issue's target at the workshop's size: vit-workshop (779M parameters) at 4 ranks, in an
  * accounting-only run (the bytes a real run charges, with nothing stored). */
 Test(export, vit_workshop_at_4_ranks_holds_its_state_plus_one_unit) {
-    VitConfig c;
     ModelDesc m;
-    Err err = {0};
-    cr_assert_eq(vit_preset("vit-workshop", &c), 0);
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0, "%s", err.msg);
+    vit_preset_create(&m, "vit-workshop");
     Export x = {0};
     run_export(&x, &m, 4, 1);
     model_desc_free(&m);

@@ -15,22 +15,6 @@
 #include "../sim/planner.h"
 #include "util.h"
 
-static void expect_same_memory(const RankMemory *real, const RankMemory *planned, int ranks,
-                               const char *what) {
-    for (int r = 0; r < ranks; r++) {
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
-            cr_expect_eq(planned[r].rest[c], real[r].rest[c], "%s rank %d %s at rest: %zu vs %zu",
-                         what, r, mem_category_name((MemCategory)c), planned[r].rest[c],
-                         real[r].rest[c]);
-            cr_expect_eq(planned[r].at_peak[c], real[r].at_peak[c],
-                         "%s rank %d %s at peak: %zu vs %zu", what, r,
-                         mem_category_name((MemCategory)c), planned[r].at_peak[c],
-                         real[r].at_peak[c]);
-        }
-        cr_expect_eq(planned[r].peak, real[r].peak, "%s rank %d peak", what, r);
-    }
-}
-
 static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long steps,
                      PlannerResult *out) {
     PlannerJob job = {
@@ -58,14 +42,6 @@ Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
     }
 }
 
-static FsdpConfig vit_cfg(Strategy s, int batch) {
-    FsdpConfig c;
-    fsdp_config_defaults(&c);
-    c.strategy = s;
-    c.batch_size = batch;
-    return c;
-}
-
 Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
     ModelDesc m;
     vit_small_create(&m, 2);
@@ -73,10 +49,11 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
         const char *name;
         FsdpConfig cfg;
         int ranks;
-    } cases[] = {{"ddp", vit_cfg(STRAT_DDP, 4), 3},       {"zero1", vit_cfg(STRAT_ZERO1, 4), 3},
-                 {"zero2", vit_cfg(STRAT_ZERO2, 4), 3},   {"zero3", vit_cfg(STRAT_ZERO3, 4), 3},
-                 {"hsdp", vit_cfg(STRAT_HSDP, 4), 4},     {"bf16", vit_cfg(STRAT_ZERO3, 4), 3},
-                 {"offload", vit_cfg(STRAT_ZERO3, 4), 3}, {"ac", vit_cfg(STRAT_ZERO3, 4), 3}};
+    } cases[] = {
+        {"ddp", vit_config(STRAT_DDP, 4), 3},       {"zero1", vit_config(STRAT_ZERO1, 4), 3},
+        {"zero2", vit_config(STRAT_ZERO2, 4), 3},   {"zero3", vit_config(STRAT_ZERO3, 4), 3},
+        {"hsdp", vit_config(STRAT_HSDP, 4), 4},     {"bf16", vit_config(STRAT_ZERO3, 4), 3},
+        {"offload", vit_config(STRAT_ZERO3, 4), 3}, {"ac", vit_config(STRAT_ZERO3, 4), 3}};
     cases[4].cfg.replicas = 2;
     cases[5].cfg.param_dtype = DTYPE_BF16;
     cases[6].cfg.offload = OFFLOAD_CPU;
@@ -101,12 +78,10 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
 
 /* vit-tiny as `fsdp train --model vit-tiny` builds it (10 blocks), at 4 ranks. */
 Test(planner, the_whole_vit_tiny_plan_equals_a_real_run) {
-    VitConfig c;
     ModelDesc m;
     Err err = {0};
-    vit_preset("vit-tiny", &c);
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
-    FsdpConfig cfg = vit_cfg(STRAT_ZERO3, 8);
+    vit_preset_create(&m, "vit-tiny");
+    FsdpConfig cfg = vit_config(STRAT_ZERO3, 8);
     VitRun real;
     vit_train(&real, &m, cfg, 4, 2, 0);
     Plan p;
@@ -130,14 +105,12 @@ typedef struct AllRanks {
 } AllRanks;
 
 Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
-    VitConfig c;
     ModelDesc m;
     Err err = {0};
-    vit_preset("vit-workshop", &c);
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    vit_preset_create(&m, "vit-workshop");
     Plan p;
     cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, 6, 1, &err), 0);
-    FsdpConfig cfg = vit_cfg(STRAT_ZERO3, 2);
+    FsdpConfig cfg = vit_config(STRAT_ZERO3, 2);
     PlannerResult planned;
     plan_run(&m, &p, cfg, 2, &planned);
     cr_expect_lt(planned.representatives, 6, "some ranks were stood in for");
@@ -171,11 +144,9 @@ Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
 }
 
 Test(planner, a_handful_of_ranks_stand_for_1024) {
-    VitConfig c;
     ModelDesc m;
     Err err = {0};
-    vit_preset("vit-workshop", &c);
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    vit_preset_create(&m, "vit-workshop");
     Plan p;
     cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, 1024, 1, &err),
                  0);
@@ -202,7 +173,7 @@ Test(planner, traffic_is_what_the_engine_sends) {
     vit_small_create(&m, 2);
     Err err = {0};
     Plan p;
-    FsdpConfig cfg = vit_cfg(STRAT_ZERO3, 4);
+    FsdpConfig cfg = vit_config(STRAT_ZERO3, 4);
     cr_assert_eq(plan_create(&p, &m, cfg.wrap, STRAT_ZERO3, 4, 1, &err), 0);
     PlannerResult r;
     plan_run(&m, &p, cfg, 2, &r);
@@ -219,7 +190,7 @@ Test(planner, traffic_is_what_the_engine_sends) {
     planner_result_free(&r);
     plan_free(&p);
 
-    cfg = vit_cfg(STRAT_DDP, 4);
+    cfg = vit_config(STRAT_DDP, 4);
     cr_assert_eq(plan_create(&p, &m, cfg.wrap, STRAT_DDP, 4, 1, &err), 0);
     plan_run(&m, &p, cfg, 2, &r);
     double grads = 4.0 * (double)m.total_numel;

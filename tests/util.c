@@ -115,6 +115,35 @@ void vit_run_free(VitRun *r) {
     r->params = NULL;
 }
 
+void vit_preset_create(ModelDesc *m, const char *preset) {
+    VitConfig c;
+    cr_assert_eq(vit_preset(preset, &c), 0, "%s", preset);
+    Err err = {0};
+    cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
+}
+
+FsdpConfig vit_config(Strategy s, int batch) {
+    FsdpConfig c;
+    fsdp_config_defaults(&c);
+    c.strategy = s;
+    c.batch_size = batch;
+    return c;
+}
+
+void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks,
+                        const char *what) {
+    for (int r = 0; r < ranks; r++) {
+        cr_expect_eq(got[r].peak, want[r].peak, "%s rank %d peak", what, r);
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+            const char *name = mem_category_name((MemCategory)c);
+            cr_expect_eq(got[r].rest[c], want[r].rest[c], "%s rank %d %s at rest: %zu vs %zu", what,
+                         r, name, got[r].rest[c], want[r].rest[c]);
+            cr_expect_eq(got[r].at_peak[c], want[r].at_peak[c], "%s rank %d %s at peak: %zu vs %zu",
+                         what, r, name, got[r].at_peak[c], want[r].at_peak[c]);
+        }
+    }
+}
+
 void vit_small_create(ModelDesc *m, int layers) {
     VitConfig c;
     vit_preset("vit-tiny", &c);

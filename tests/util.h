@@ -39,6 +39,13 @@ void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long 
 void vit_run_free(VitRun *r);
 /* A 2-layer vit-tiny, the size the engine's ViT tests train. */
 void vit_small_create(ModelDesc *m, int layers);
+/* A preset ViT ("vit-tiny", "vit-workshop") as `fsdp train --model` builds it. */
+void vit_preset_create(ModelDesc *m, const char *preset);
+/* The engine's defaults with this strategy and per-rank batch. */
+FsdpConfig vit_config(Strategy s, int batch);
+/* Every rank's bytes by category at rest and at peak, and its peak, are the same in got as in
+ * want; `what` names the case in a failure. */
+void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks, const char *what);
 
 /* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
 const char *fsdp_bin(void);
