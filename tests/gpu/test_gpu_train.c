@@ -65,7 +65,8 @@ static void vit_tiny(ModelDesc *m, int layers) {
     cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
 }
 
-static FsdpConfig vit_config(DType param_dtype) {
+/* The workshop's batch and learning rate. */
+static FsdpConfig workshop_config(DType param_dtype) {
     FsdpConfig c;
     fsdp_config_defaults(&c);
     c.batch_size = 64;
@@ -80,8 +81,8 @@ static void expect_step_matches(DType param_dtype, double bound) {
     ModelDesc m;
     vit_tiny(&m, 0);
     Losses gl, sl;
-    float *g = train(&m, vit_test_split(), vit_config(param_dtype), 1, 1, &gl, NULL);
-    float *s = train(&m, vit_test_split(), vit_config(param_dtype), 1, 0, &sl, NULL);
+    float *g = train(&m, vit_test_split(), workshop_config(param_dtype), 1, 1, &gl, NULL);
+    float *s = train(&m, vit_test_split(), workshop_config(param_dtype), 1, 0, &sl, NULL);
     gpu_expect_close(g, s, m.total_numel, bound, "parameters after one step");
     cr_expect(fabsf(gl.first - sl.first) <= (float)bound * 10.0f * sl.first,
               "loss: gpu %.6f, sim %.6f", (double)gl.first, (double)sl.first);
@@ -136,7 +137,7 @@ Test(gpu_train, fifty_steps_learn, .timeout = 300) {
     ModelDesc m;
     vit_tiny(&m, 0);
     Losses l;
-    float *p = train(&m, vit_test_split(), vit_config(DTYPE_BF16), 50, 1, &l, NULL);
+    float *p = train(&m, vit_test_split(), workshop_config(DTYPE_BF16), 50, 1, &l, NULL);
     cr_expect_eq(l.steps, 50);
     cr_expect_lt(l.last, 0.7f * l.first, "loss %.4f -> %.4f in 50 steps", (double)l.first,
                  (double)l.last);
