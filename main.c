@@ -187,8 +187,7 @@ static int plan_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int rc = create_model_desc(t, err);
     return rc ? rc
-              : plan_create(&t->plan, &t->model, a->fsdp.wrap, a->fsdp.strategy, a->ranks,
-                            a->fsdp.replicas, err);
+              : fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
 }
 
 /* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
@@ -273,8 +272,7 @@ static int train_prepare(TrainRun *t, Err *err) {
                        a->profile);
     int rc = create_model(t, err);
     if (!rc)
-        rc = plan_create(&t->plan, &t->model, a->fsdp.wrap, a->fsdp.strategy, a->ranks,
-                         a->fsdp.replicas, err);
+        rc = fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
     if (rc) return rc;
     long global = (long)a->ranks * a->fsdp.batch_size * a->fsdp.grad_accum;
     if (global > t->data.n)

@@ -168,6 +168,11 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
             return err_set(err, ERR_USAGE, "--optim must be adam or adamw (got '%s')", v);
         return 0;
     }
+    if (!strcmp(f, "--layout")) {
+        if (layout_parse(v, &c->layout))
+            return err_set(err, ERR_USAGE, "--layout must be fsdp or deepspeed (got '%s')", v);
+        return 0;
+    }
     if (!strcmp(f, "--offload")) {
         if (offload_parse(v, &c->offload))
             return err_set(err, ERR_USAGE,
@@ -273,6 +278,11 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--offload %s needs a sharded strategy (zero2, zero3 or hsdp), not %s",
                        offload_name(c->offload), strategy_name(c->strategy));
+    if (c->layout == LAYOUT_DEEPSPEED && (c->offload == OFFLOAD_CPU || c->offload == OFFLOAD_NVME))
+        return err_set(err, ERR_USAGE,
+                       "--offload %s is FSDP2's; --layout deepspeed offloads DeepSpeed's way: "
+                       "--offload optimizer (ZeRO-Offload)",
+                       offload_name(c->offload));
     if (c->offload == OFFLOAD_NVME && !c->nvme_dir)
         return err_set(err, ERR_USAGE, "--offload nvme needs --nvme-dir DIR (where its files go)");
     if (a->memory_compare && (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))
@@ -406,6 +416,11 @@ void train_args_help(FILE *f) {
           "                                 as computed)\n"
           "  --cast-forward-inputs B        cast each unit's inputs to --param-dtype\n"
           "                                 (default true; FSDP2's MixedPrecisionPolicy)\n"
+          "  --layout L                     how parameters and gradients rest: fsdp (default:\n"
+          "                                 fp32 rows, the master itself); deepspeed: in\n"
+          "                                 --param-dtype and --reduce-dtype, with an fp32\n"
+          "                                 master beside Adam's state, and zero2 keeping the\n"
+          "                                 parameters whole (ZeRO's paper, K = 12)\n"
           "  --offload T                    none (default); optimizer: Adam's state and step on\n"
           "                                 the host (ZeRO-Offload); cpu: shards, grads and\n"
           "                                 Adam's state in host memory (FSDP2 CPUOffload);\n"

@@ -28,6 +28,12 @@ void fsdp_config_defaults(FsdpConfig *c) {
     c->seed = 1234;
 }
 
+int fsdp_plan_create(Plan *p, const ModelDesc *m, const FsdpConfig *c, int world, Err *err) {
+    int rc = plan_create(p, m, c->wrap, c->strategy, world, c->replicas, err);
+    if (!rc) plan_use_layout(p, c->layout, c->param_dtype, c->reduce_dtype);
+    return rc;
+}
+
 int fsdp_reshard_after_forward(const FsdpConfig *c) {
     if (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1) return 0;
     if (c->reshard_after_forward >= 0) return c->reshard_after_forward;
@@ -92,8 +98,10 @@ static int pending_drain(Engine *e, Err *err) {
 
 /* ---------------------------------------------------------------- gathering parameters */
 
-/* Copies this rank's rows (cast to `t`) into its padded wire block; padding is zero. */
-void pack_rows(Engine *e, int u, const float *src, const size_t *local, DType t, char *block) {
+/* Copies this rank's rows of src (of type src_t; parameter i's rows at local[i]), cast to `t`,
+ * into its padded wire block; padding is zero. */
+void pack_rows(Engine *e, int u, const void *src, DType src_t, const size_t *local, DType t,
+               char *block) {
     const Unit *unit = &e->plan->units[u];
     size_t ds = dtype_size(t);
     for (int i = 0; i < unit->nparams; i++) {
@@ -102,7 +110,8 @@ void pack_rows(Engine *e, int u, const float *src, const size_t *local, DType t,
         size_t begin, rows;
         shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
         char *dst = block + up->wire_offset * ds;
-        e->k->cast(dst, t, src + local[i], DTYPE_FP32, rows * ps->row_elems);
+        e->k->cast(dst, t, (const char *)src + local[i] * dtype_size(src_t), src_t,
+                   rows * ps->row_elems);
         e->k->zero_bytes(dst + rows * ps->row_elems * ds,
                          (up->chunk_rows - rows) * ps->row_elems * ds);
     }
@@ -141,11 +150,11 @@ static int gather_start(Engine *e, int u, Err *err) {
         run_work(e, STREAM_COPY,
                  (Work){.kind = WORK_COPY_H2D,
                         .unit = u,
-                        .bytes = (double)(us->param_n * sizeof(float))});
+                        .bytes = (double)(us->param_n * dtype_size(e->plan->param_store))});
         stream_follow(e, STREAM_COMM, STREAM_COPY);
     }
     if (nvme_on(e) && (rc = nvme_load(e, u, NVME_PARAM, err))) return rc;
-    pack_rows(e, u, us->param, us->param_local, t, us->gather_send);
+    pack_rows(e, u, us->param, e->plan->param_store, us->param_local, t, us->gather_send);
     if (nvme_on(e) && (rc = nvme_drop(e, u, err))) return rc; /* the wire block has it now */
     us->gather = (CommRequest){.kind = COLL_ALL_GATHER,
                                .send = us->gather_send,
@@ -198,7 +207,8 @@ static int replicated_params_ready(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
     e->dev->ops->event_record(e->dev, STREAM_COMPUTE, &us->ready);
-    if (e->cfg.param_dtype == DTYPE_FP32) return make_compute_view(e, u, us->param, err);
+    /* resting in param_dtype already (fp32, or DeepSpeed's layout): no copy to make */
+    if (e->plan->param_store == e->cfg.param_dtype) return make_compute_view(e, u, us->param, err);
     int rc = dev_alloc(e, &us->unsharded, unit->numel * dtype_size(e->cfg.param_dtype),
                        MEM_PARAM_UNSHARDED, u, err);
     if (rc) return rc;
@@ -258,8 +268,8 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
     if (us->ugrad) return 0;
-    if (!e->plan->grads_sharded) {
-        us->ugrad = us->grad;
+    if (!e->plan->grads_sharded && e->plan->grad_store == DTYPE_FP32) {
+        us->ugrad = us->grad; /* backward accumulates into the resting gradient itself */
     } else {
         int rc = dev_alloc(e, (void **)&us->ugrad, unit->numel * sizeof(float), MEM_GRAD_UNSHARDED,
                            u, err);
@@ -321,7 +331,11 @@ static int reduce_start_replicated(Engine *e, int u, Err *err) {
     const Unit *unit = &e->plan->units[u];
     DType t = e->cfg.reduce_dtype;
     void *buf = us->grad;
-    if (t != DTYPE_FP32) {
+    if (us->ugrad_owned) { /* DeepSpeed's layout: rounded to the resting gradient, reduced there */
+        e->k->cast(us->grad, e->plan->grad_store, us->ugrad, DTYPE_FP32, unit->numel);
+        dev_free(e, us->ugrad, u);
+        us->ugrad_owned = 0;
+    } else if (t != DTYPE_FP32) {
         int rc =
             dev_alloc(e, &us->reduce_buf, unit->numel * dtype_size(t), MEM_COMM_BUFFER, u, err);
         if (rc) return rc;
@@ -380,7 +394,7 @@ static int complete_reduce(Engine *e, int u, Err *err) {
             const ParamSpec *ps = unit_param_spec(e, u, i);
             size_t begin, rows;
             shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
-            e->k->cast(us->grad + us->grad_local[i], DTYPE_FP32,
+            e->k->cast(grad_at(e, u, us->grad_local[i]), e->plan->grad_store,
                        (char *)us->reduce_buf + unit->params[i].wire_offset * dtype_size(t), t,
                        rows * ps->row_elems);
         }
@@ -396,7 +410,7 @@ static int complete_reduce(Engine *e, int u, Err *err) {
         run_work(e, STREAM_COPY,
                  (Work){.kind = WORK_COPY_D2H,
                         .unit = u,
-                        .bytes = (double)(us->grad_n * sizeof(float))});
+                        .bytes = (double)(us->grad_n * dtype_size(e->plan->grad_store))});
         e->dev->ops->event_record(e->dev, STREAM_COPY, &done);
     }
     /* compute needs the reduced shard only for the optimizer step: it waits at the end of
@@ -559,13 +573,70 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
 
 /* ---------------------------------------------------------------- optimizer */
 
-/* Sum of squares of the gradient rows this rank is responsible for, over the group that
- * together holds each element once. */
+/* The gradients the optimizer step reads, as fp32 the kernels take: FSDP's resting gradient
+ * (rows, or the whole unit when replicated), or under DeepSpeed's layout an fp32 copy of the
+ * rows this rank's optimizer updates, made for the step (DeepSpeed's optimizer upcasts its
+ * partition's gradients the same way). */
+static float *step_grads(const Engine *e, int u, size_t *n) {
+    const UnitState *us = &e->units[u];
+    if (e->plan->layout == LAYOUT_DEEPSPEED) {
+        *n = us->optim_n;
+        return us->grad32;
+    }
+    *n = us->grad_n;
+    return us->grad;
+}
+
+/* 1 if each rank's step_grads are its own part of the whole, to be combined across ranks. */
+static int step_grads_sharded(const Engine *e) {
+    return e->plan->layout == LAYOUT_DEEPSPEED ? e->plan->optim_sharded : e->plan->grads_sharded;
+}
+
+/* Offset in unit u's resting tensor (local offsets `local`, sharded or whole) of the first of
+ * parameter i's rows that this rank's optimizer updates, which start at element row0. */
+static size_t optim_rows_at(const size_t *local, int i, int sharded, size_t row0) {
+    return local[i] + (sharded ? 0 : row0);
+}
+
+/* DeepSpeed's layout: the fp32 gradients of the optimizer's rows, for this step. They live where
+ * the optimizer runs: on the host under ZeRO-Offload. */
+static int step_grads_create(Engine *e, Err *err) {
+    MemCategory cat = e->cfg.offload != OFFLOAD_NONE ? MEM_HOST_OFFLOAD : MEM_GRAD_SHARD;
+    for (int u = 0; u < e->plan->nunits; u++) {
+        UnitState *us = &e->units[u];
+        const Unit *unit = &e->plan->units[u];
+        int rc = dev_alloc(e, (void **)&us->grad32, us->optim_n * sizeof(float), cat, u, err);
+        if (rc) return rc;
+        for (int i = 0; i < unit->nparams; i++) {
+            const ParamSpec *ps = unit_param_spec(e, u, i);
+            size_t begin, rows;
+            shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
+            size_t at =
+                optim_rows_at(us->grad_local, i, e->plan->grads_sharded, begin * ps->row_elems);
+            e->k->cast(us->grad32 + us->optim_local[i], DTYPE_FP32, grad_at(e, u, at),
+                       e->plan->grad_store, rows * ps->row_elems);
+        }
+    }
+    return 0;
+}
+
+static void step_grads_free(Engine *e) {
+    for (int u = 0; u < e->plan->nunits; u++) {
+        dev_free(e, e->units[u].grad32, u);
+        e->units[u].grad32 = NULL;
+    }
+}
+
+/* Sum of squares of the gradients the step reads, over the group that together holds each
+ * element once. */
 static int grad_sq_norm(Engine *e, double *out, Err *err) {
     double local = 0.0;
-    for (int u = 0; u < e->plan->nunits; u++)
-        local += e->k->sum_squares(e->units[u].grad, e->units[u].grad_n);
-    if (!e->plan->grads_sharded) { /* every rank holds identical whole grads */
+    for (int u = 0; u < e->plan->nunits; u++) {
+        size_t n;
+        const float *g = step_grads(e, u, &n);
+        local += e->k->sum_squares(g, n);
+    }
+    if (!step_grads_sharded(e)) { /* every rank holds identical whole grads */
         *out = local;
         return 0;
     }
@@ -578,40 +649,56 @@ static int grad_sq_norm(Engine *e, double *out, Err *err) {
 
 static int grads_found_inf(Engine *e, int *found, Err *err) {
     float flag = 0.0f;
-    for (int u = 0; u < e->plan->nunits; u++)
-        if (!e->k->all_finite(e->units[u].grad, e->units[u].grad_n)) flag = 1.0f;
+    for (int u = 0; u < e->plan->nunits; u++) {
+        size_t n;
+        const float *g = step_grads(e, u, &n);
+        if (!e->k->all_finite(g, n)) flag = 1.0f;
+    }
     int rc = 0;
-    if (e->plan->grads_sharded)
+    if (step_grads_sharded(e))
         rc = comm_all_reduce(e->env.world_comm, &flag, &flag, 1, DTYPE_FP32, REDUCE_MAX, -1, err);
     *found = flag != 0.0f;
     return rc;
 }
 
 static void scale_grads(Engine *e, float s) {
-    for (int u = 0; u < e->plan->nunits; u++) e->k->scale(e->units[u].grad, s, e->units[u].grad_n);
+    for (int u = 0; u < e->plan->nunits; u++) {
+        size_t n;
+        float *g = step_grads(e, u, &n);
+        e->k->scale(g, s, n);
+    }
 }
 
-/* Adam on the rows of unit u this rank updates. */
+/* Adam on the rows of unit u this rank updates. Under DeepSpeed's layout it updates the fp32
+ * master and writes the rows back to the resting parameters, rounded to param_store. */
 static void adam_unit(Engine *e, int u, const AdamHyper *h) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
+    const Plan *pl = e->plan;
     size_t total = 0;
     for (int i = 0; i < unit->nparams; i++) {
         const ParamSpec *ps = unit_param_spec(e, u, i);
         size_t begin, rows;
         shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
         size_t n = rows * ps->row_elems, row0 = begin * ps->row_elems;
-        float *p = us->param + us->param_local[i] + (e->plan->params_sharded ? 0 : row0);
-        const float *g = us->grad + us->grad_local[i] + (e->plan->grads_sharded ? 0 : row0);
+        size_t p_at = optim_rows_at(us->param_local, i, pl->params_sharded, row0);
+        float *p = pl->master ? us->master + us->optim_local[i] : param_at(e, u, p_at);
+        const float *g = pl->layout == LAYOUT_DEEPSPEED
+                             ? us->grad32 + us->optim_local[i]
+                             : (const float *)grad_at(
+                                   e, u, optim_rows_at(us->grad_local, i, pl->grads_sharded, row0));
         e->k->adam_step(p, g, us->m + us->optim_local[i], us->v + us->optim_local[i], n, h,
                         e->steps + 1);
+        if (pl->master) e->k->cast(param_at(e, u, p_at), pl->param_store, p, DTYPE_FP32, n);
         total += n;
     }
     int zero_offload = e->cfg.offload == OFFLOAD_OPTIMIZER;
     if (zero_offload) { /* ZeRO-Offload: the gradient rows go to the host's Adam ... */
         stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
         run_work(e, STREAM_COPY,
-                 (Work){.kind = WORK_COPY_D2H, .unit = u, .bytes = 4.0 * (double)total});
+                 (Work){.kind = WORK_COPY_D2H,
+                        .unit = u,
+                        .bytes = (double)(dtype_size(pl->grad_store) * total)});
         stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
     }
     run_work(e, STREAM_COMPUTE,
@@ -623,7 +710,9 @@ static void adam_unit(Engine *e, int u, const AdamHyper *h) {
     if (zero_offload) { /* ... and the updated rows come back */
         stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
         run_work(e, STREAM_COPY,
-                 (Work){.kind = WORK_COPY_H2D, .unit = u, .bytes = 4.0 * (double)total});
+                 (Work){.kind = WORK_COPY_H2D,
+                        .unit = u,
+                        .bytes = (double)(dtype_size(pl->param_store) * total)});
         stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
     }
 }
@@ -651,12 +740,14 @@ static int nvme_adam(Engine *e, const AdamHyper *h, Err *err) {
     return rc;
 }
 
-/* zero1: each rank updated its rows of a replicated parameter; gather them back. */
-static int zero1_regather(Engine *e, int u, Err *err) {
+/* zero1 (and DeepSpeed's zero2): each rank updated its rows of a replicated parameter; gather
+ * them back, in the dtype the parameters rest in. */
+static int regather_params(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
+    DType t = e->plan->param_store;
     void *send = NULL, *recv = NULL;
-    size_t block = unit->wire_numel * sizeof(float);
+    size_t block = unit->wire_numel * dtype_size(t);
     int rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
     if (!rc) rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
     if (!rc) {
@@ -667,20 +758,18 @@ static int zero1_regather(Engine *e, int u, Err *err) {
             shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
             local[i] = unit->params[i].offset + begin * ps->row_elems;
         }
-        pack_rows(e, u, us->param, local, DTYPE_FP32, send);
-        rc = comm_all_gather(e->env.world_comm, send, recv, unit->wire_numel, DTYPE_FP32, u, err);
-        if (!rc) unpack_gathered(e, u, recv, DTYPE_FP32, (char *)us->param);
+        pack_rows(e, u, us->param, t, local, t, send);
+        rc = comm_all_gather(e->env.world_comm, send, recv, unit->wire_numel, t, u, err);
+        if (!rc) unpack_gathered(e, u, recv, t, (char *)us->param);
     }
     dev_free(e, send, u);
     dev_free(e, recv, u);
     return rc;
 }
 
-static int optimizer_step(Engine *e, StepStats *st, Err *err) {
-    set_phase(e, PHASE_OPTIMIZER, 0);
+/* Unscaling, clipping and Adam on the gradients step_grads gives. */
+static int optimizer_update(Engine *e, StepStats *st, Err *err) {
     int rc;
-    st->skipped = 0;
-    st->loss_scale = e->loss_scale;
     if (fsdp_uses_loss_scaling(&e->cfg)) {
         int found_inf;
         if ((rc = grads_found_inf(e, &found_inf, err))) return rc;
@@ -713,9 +802,20 @@ static int optimizer_step(Engine *e, StepStats *st, Err *err) {
         for (int u = 0; u < e->plan->nunits; u++) adam_unit(e, u, &h);
     }
     e->steps++;
-    if (e->plan->strategy == STRAT_ZERO1)
-        for (int u = 0; u < e->plan->nunits; u++)
-            if ((rc = zero1_regather(e, u, err))) return rc;
+    return 0;
+}
+
+static int optimizer_step(Engine *e, StepStats *st, Err *err) {
+    set_phase(e, PHASE_OPTIMIZER, 0);
+    st->skipped = 0;
+    st->loss_scale = e->loss_scale;
+    int ds = e->plan->layout == LAYOUT_DEEPSPEED;
+    int rc = ds ? step_grads_create(e, err) : 0;
+    if (!rc) rc = optimizer_update(e, st, err);
+    if (ds) step_grads_free(e);
+    if (rc || st->skipped || e->plan->params_sharded || !e->plan->optim_sharded) return rc;
+    for (int u = 0; u < e->plan->nunits; u++)
+        if ((rc = regather_params(e, u, err))) return rc;
     return 0;
 }
 
@@ -725,7 +825,9 @@ int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_lo
                 Err *err) {
     memset(st, 0, sizeof *st);
     for (int u = 0; u < e->plan->nunits; u++) /* an empty shard has no buffer at all */
-        if (e->units[u].grad) e->k->zero(e->units[u].grad, e->units[u].grad_n);
+        if (e->units[u].grad)
+            e->k->zero_bytes(e->units[u].grad,
+                             e->units[u].grad_n * dtype_size(e->plan->grad_store));
     int K = e->cfg.grad_accum, B = e->cfg.batch_size, rc;
     /* the loss scale and the 1/K of accumulation both ride on the output gradient */
     float grad_scale = (fsdp_uses_loss_scaling(&e->cfg) ? e->loss_scale : 1.0f) / (float)K;

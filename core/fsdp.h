@@ -27,6 +27,7 @@ typedef struct FsdpConfig {
     OptimKind optim;
     float lr, beta1, beta2, eps, weight_decay;
     DType param_dtype, reduce_dtype;
+    StoreLayout layout; /* how parameters and gradients rest (plan.h): FSDP2's or DeepSpeed's */
     /* FSDP2's MixedPrecisionPolicy: each unit's forward outputs cast to output_dtype (a DType;
      * -1: left as computed, FSDP2's None), and its floating-point inputs cast to param_dtype
      * when cast_forward_inputs (default 1). The simulator computes in fp32 on rounded values,
@@ -41,6 +42,8 @@ typedef struct FsdpConfig {
 } FsdpConfig;
 
 void fsdp_config_defaults(FsdpConfig *c);
+/* The plan this config trains with on `world` ranks: its strategy, wrap and layout. */
+int fsdp_plan_create(Plan *p, const ModelDesc *m, const FsdpConfig *c, int world, Err *err);
 /* The value reshard_after_forward really takes for this config. */
 int fsdp_reshard_after_forward(const FsdpConfig *c);
 /* 1 if activation checkpointing applies to module m: it is the K-th, 2K-th, ... block of the

@@ -20,9 +20,12 @@ typedef struct Pending {
 } Pending;
 
 typedef struct UnitState {
-    float *param; /* fp32 master: this rank's rows (sharded) or the whole unit */
-    float *grad;  /* persistent gradient: rows or whole unit */
-    float *m, *v; /* Adam moments of the rows this rank updates */
+    /* resting parameters in plan->param_store (FSDP: the fp32 master itself) and gradients in
+     * plan->grad_store: this rank's rows when sharded, else the whole unit */
+    void *param, *grad;
+    float *m, *v;  /* Adam moments of the rows this rank updates */
+    float *master; /* DeepSpeed's layout: the fp32 master of those rows */
+    float *grad32; /* DeepSpeed's layout, during the optimizer step: their gradients in fp32 */
     size_t param_n, grad_n, optim_n;
     size_t *param_local; /* per unit param: offset of its rows in `param` */
     size_t *grad_local;
@@ -101,6 +104,30 @@ static inline MemCategory resting(const Engine *e, MemCategory cat) {
     return cat;
 }
 
+/* Element `at` of unit u's resting parameters (gradients), in the dtype they rest in. */
+static inline void *param_at(const Engine *e, int u, size_t at) {
+    return (char *)e->units[u].param + at * dtype_size(e->plan->param_store);
+}
+
+static inline void *grad_at(const Engine *e, int u, size_t at) {
+    return (char *)e->units[u].grad + at * dtype_size(e->plan->grad_store);
+}
+
+/* Where the fp32 values of unit u's parameters live on this rank: FSDP's resting rows are the
+ * master itself; DeepSpeed's master keeps the optimizer's rows, whose group (optim_size,
+ * optim_rank) is the shard group whenever it is sharded. */
+typedef struct Fp32Rows {
+    float *base;
+    const size_t *local; /* per unit param: offset of its rows in base */
+    int sharded;         /* rows of the shard group, else the whole unit */
+} Fp32Rows;
+
+static inline Fp32Rows fp32_rows(const Engine *e, int u) {
+    const UnitState *us = &e->units[u];
+    if (e->plan->master) return (Fp32Rows){us->master, us->optim_local, e->plan->optim_sharded};
+    return (Fp32Rows){us->param, us->param_local, e->plan->params_sharded};
+}
+
 static inline const ParamSpec *unit_param_spec(const Engine *e, int u, int i) {
     return &e->model->params[e->plan->units[u].params[i].param];
 }
@@ -126,7 +153,8 @@ static inline void stream_follow(Engine *e, StreamId waiter, StreamId source) {
 /* ---- shared between the engine's files */
 
 /* fsdp.c */
-void pack_rows(Engine *e, int u, const float *src, const size_t *local, DType t, char *block);
+void pack_rows(Engine *e, int u, const void *src, DType src_t, const size_t *local, DType t,
+               char *block);
 void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst);
 void reshard(Engine *e, int u);
 

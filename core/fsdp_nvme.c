@@ -6,8 +6,8 @@
  * A unit is loaded into host buffers (the param alone to gather it, all three for its
  * optimizer step) and dropped again; reads of the next unit start while this one computes. */
 
-static float **nvme_buffer(UnitState *us, int slot) {
-    return slot == 0 ? &us->param : slot == 1 ? &us->m : &us->v;
+static void **nvme_buffer(UnitState *us, int slot) {
+    return slot == 0 ? &us->param : slot == 1 ? (void **)&us->m : (void **)&us->v;
 }
 
 static size_t nvme_numel(const UnitState *us, int slot) {
@@ -26,7 +26,7 @@ int nvme_start_read(Engine *e, int u, int what, Err *err) {
     nvme_slots(what, &first, &last);
     double bytes = 0;
     for (int s = first; s <= last && !rc; s++) {
-        float **buf = nvme_buffer(us, s);
+        void **buf = nvme_buffer(us, s);
         size_t n = nvme_numel(us, s) * sizeof(float);
         if (*buf || !n) continue;
         if ((rc = dev_alloc(e, (void **)buf, n, MEM_HOST_OFFLOAD, u, err))) break;
@@ -65,7 +65,7 @@ int nvme_drop(Engine *e, int u, Err *err) {
         }
         us->nvme_reading &= ~bit;
         us->nvme_writing &= ~bit;
-        float **buf = nvme_buffer(us, s);
+        void **buf = nvme_buffer(us, s);
         dev_free(e, *buf, u);
         *buf = NULL;
     }

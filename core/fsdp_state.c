@@ -11,10 +11,10 @@
  * straight to the host, so the device holds the rank's shards plus one gathered unit (padded
  * to whole chunks) and nothing more: no send block, no unsharded copy. */
 static int gather_unit(Engine *e, int u, float *host, Err *err) {
-    UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
-    if (!e->plan->params_sharded) {
-        e->dev->ops->copy(e->dev, host, us->param, unit->numel * sizeof(float));
+    Fp32Rows values = fp32_rows(e, u);
+    if (!values.sharded) {
+        e->dev->ops->copy(e->dev, host, values.base, unit->numel * sizeof(float));
         return 0;
     }
     size_t block = unit->wire_numel * sizeof(float);
@@ -23,7 +23,7 @@ static int gather_unit(Engine *e, int u, float *host, Err *err) {
         dev_alloc(e, (void **)&recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
     if (rc) return rc;
     char *mine = recv + (size_t)e->shard_rank * block;
-    pack_rows(e, u, us->param, us->param_local, DTYPE_FP32, mine);
+    pack_rows(e, u, values.base, DTYPE_FP32, values.local, DTYPE_FP32, mine);
     rc = comm_all_gather(e->env.shard_comm, mine, recv, unit->wire_numel, DTYPE_FP32, u, err);
     for (int q = 0; !rc && q < e->plan->shard_size; q++)
         for (int i = 0; i < unit->nparams; i++) {
@@ -109,36 +109,66 @@ static void kept_elements(const Engine *e, int u, int i, size_t *first, size_t *
     *n = rows * ps->row_elems;
 }
 
-/* Each rank draws exactly its own rows: the starting point is the same at any world size.
- * The draw happens on the host and is copied to the device. */
-static int init_params(Engine *e, int u, Err *err) {
+/* n fp32 values from the host into device memory holding type t, rounded on the way. */
+static int put_rows(Engine *e, void *dev, DType t, const float *host, size_t n, Err *err) {
+    if (t == DTYPE_FP32) {
+        e->dev->ops->copy(e->dev, dev, host, n * sizeof(float));
+        return 0;
+    }
+    char *rounded = malloc(n * dtype_size(t) + 1);
+    if (!rounded) return err_set(err, ERR_NOMEM, "out of memory setting parameters");
+    for (size_t j = 0; j < n; j++) dtype_store(rounded, t, j, host[j]);
+    e->dev->ops->copy(e->dev, dev, rounded, n * dtype_size(t));
+    free(rounded);
+    return 0;
+}
+
+/* Elements [first, first + n) of unit u's i-th parameter from `full` (the whole parameter's
+ * fp32 values), or drawn from the initialiser when full is NULL, into device memory of type t. */
+static int set_range(Engine *e, int u, int i, const float *full, size_t first, size_t n, void *dev,
+                     DType t, Err *err) {
+    if (!n) return 0;
+    if (full) return put_rows(e, dev, t, full + first, n, err);
+    float *host = malloc(n * sizeof *host);
+    if (!host) return err_set(err, ERR_NOMEM, "out of memory initialising parameters");
+    param_init_fill(unit_param_spec(e, u, i), e->cfg.seed, first, n, host);
+    int rc = put_rows(e, dev, t, host, n, err);
+    free(host);
+    return rc;
+}
+
+/* Sets the values this rank keeps of unit u's i-th parameter: its resting rows (rounded to
+ * param_store) and, under DeepSpeed's layout, the master's rows. Each rank touches exactly its
+ * own rows, so the starting point is the same at any world size. */
+static int set_param_values(Engine *e, int u, int i, const float *full, Err *err) {
     UnitState *us = &e->units[u];
+    size_t first, n;
+    kept_elements(e, u, i, &first, &n);
+    int rc = set_range(e, u, i, full, first, n, param_at(e, u, us->param_local[i]),
+                       e->plan->param_store, err);
+    if (rc || !e->plan->master) return rc;
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    size_t begin, rows;
+    shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
+    return set_range(e, u, i, full, begin * ps->row_elems, rows * ps->row_elems,
+                     us->master + us->optim_local[i], DTYPE_FP32, err);
+}
+
+static int init_params(Engine *e, int u, Err *err) {
     if (e->dev->accounting_only) return 0; /* nothing to fill */
     for (int i = 0; i < e->plan->units[u].nparams; i++) {
-        size_t first, n;
-        kept_elements(e, u, i, &first, &n);
-        if (!n) continue;
-        float *host = malloc(n * sizeof *host);
-        if (!host) return err_set(err, ERR_NOMEM, "out of memory initialising parameters");
-        param_init_fill(unit_param_spec(e, u, i), e->cfg.seed, first, n, host);
-        e->dev->ops->copy(e->dev, us->param + us->param_local[i], host, n * sizeof *host);
-        free(host);
+        int rc = set_param_values(e, u, i, NULL, err);
+        if (rc) return rc;
     }
     return 0;
 }
 
 int engine_set_full_params(Engine *e, const float *full, Err *err) {
     for (int u = 0; u < e->plan->nunits; u++) {
-        UnitState *us = &e->units[u];
         const Unit *unit = &e->plan->units[u];
         int rc = resident_begin(e, u, err);
-        for (int i = 0; !rc && i < unit->nparams; i++) {
-            size_t first, n;
-            kept_elements(e, u, i, &first, &n);
-            e->dev->ops->copy(e->dev, us->param + us->param_local[i],
-                              full + e->param_flat[unit->params[i].param] + first,
-                              n * sizeof(float));
-        }
+        for (int i = 0; !rc && i < unit->nparams; i++)
+            rc = set_param_values(e, u, i, full + e->param_flat[unit->params[i].param], err);
         if (!rc) rc = resident_end(e, u, 1, err);
         if (rc) return rc;
     }
@@ -151,28 +181,41 @@ static int reports_values(const Engine *e, int sharded) {
     return e->env.rank == (sharded ? e->shard_rank : 0);
 }
 
-/* Copies unit u's i-th tensor of a rank's local store (param or grad) to its place in full. */
-static void copy_local_rows(const Engine *e, int u, int i, int sharded, const float *local,
-                            float *full) {
+/* Copies unit u's i-th tensor of a rank's local store (values of type t) to its place in
+ * full, widened to fp32. */
+static int copy_local_rows(const Engine *e, int u, int i, int sharded, const void *local, DType t,
+                           float *full, Err *err) {
     const ParamSpec *ps = unit_param_spec(e, u, i);
     size_t begin = 0, rows = (size_t)ps->shape[0];
     if (sharded) shard_rows(rows, e->plan->shard_size, e->shard_rank, &begin, &rows);
-    if (!rows) return; /* an empty shard has no storage to copy from */
-    e->dev->ops->copy(
-        e->dev, full + e->param_flat[e->plan->units[u].params[i].param] + begin * ps->row_elems,
-        local, rows * ps->row_elems * sizeof(float));
+    if (!rows) return 0; /* an empty shard has no storage to copy from */
+    size_t n = rows * ps->row_elems;
+    float *dst = full + e->param_flat[e->plan->units[u].params[i].param] + begin * ps->row_elems;
+    if (t == DTYPE_FP32) {
+        e->dev->ops->copy(e->dev, dst, local, n * sizeof(float));
+        return 0;
+    }
+    char *raw = malloc(n * dtype_size(t));
+    if (!raw) return err_set(err, ERR_NOMEM, "out of memory copying values");
+    e->dev->ops->copy(e->dev, raw, local, n * dtype_size(t));
+    for (size_t j = 0; j < n; j++) dst[j] = dtype_load(raw, t, j);
+    free(raw);
+    return 0;
 }
 
 int engine_own_values(Engine *e, float *params, float *grads, Err *err) {
     const Plan *p = e->plan;
     for (int u = 0; u < p->nunits; u++) {
         const UnitState *us = &e->units[u];
-        int rc = resident_begin(e, u, err);
+        int rc = resident_begin(e, u, err); /* the NVMe tier's rows come in here */
+        Fp32Rows values = fp32_rows(e, u);
         for (int i = 0; !rc && i < p->units[u].nparams; i++) {
-            if (reports_values(e, p->params_sharded))
-                copy_local_rows(e, u, i, p->params_sharded, us->param + us->param_local[i], params);
-            if (grads && reports_values(e, p->grads_sharded))
-                copy_local_rows(e, u, i, p->grads_sharded, us->grad + us->grad_local[i], grads);
+            if (reports_values(e, values.sharded))
+                rc = copy_local_rows(e, u, i, values.sharded, values.base + values.local[i],
+                                     DTYPE_FP32, params, err);
+            if (!rc && grads && reports_values(e, p->grads_sharded))
+                rc = copy_local_rows(e, u, i, p->grads_sharded, grad_at(e, u, us->grad_local[i]),
+                                     p->grad_store, grads, err);
         }
         if (!rc) rc = resident_end(e, u, 0, err);
         if (rc) return rc;
@@ -203,12 +246,12 @@ static float *state_rows(Engine *e, int u, int i, StateKind kind, size_t *begin,
     UnitState *us = &e->units[u];
     const ParamSpec *ps = unit_param_spec(e, u, i);
     size_t d0 = (size_t)ps->shape[0];
-    if (kind == STATE_PARAM) {
+    if (kind == STATE_PARAM) { /* the fp32 values: FSDP's resting rows, DeepSpeed's master */
+        Fp32Rows values = fp32_rows(e, u);
         *begin = 0;
         *rows = d0;
-        if (e->plan->params_sharded)
-            shard_rows(d0, e->plan->shard_size, e->shard_rank, begin, rows);
-        return us->param + us->param_local[i];
+        if (values.sharded) shard_rows(d0, e->plan->shard_size, e->shard_rank, begin, rows);
+        return values.base + values.local[i];
     }
     shard_rows(d0, e->optim_size, e->optim_rank, begin, rows);
     return (kind == STATE_ADAM_M ? us->m : us->v) + us->optim_local[i];
@@ -217,8 +260,8 @@ static float *state_rows(Engine *e, int u, int i, StateKind kind, size_t *begin,
 /* The rank that saves a kind: as engine_own_values decides, with Adam's moments sharded by
  * the optimizer's groups. */
 static int saves_state(const Engine *e, StateKind kind) {
-    return kind == STATE_PARAM ? reports_values(e, e->plan->params_sharded)
-                               : e->env.rank == e->optim_rank;
+    if (kind == STATE_PARAM && !e->plan->master) return reports_values(e, e->plan->params_sharded);
+    return e->env.rank == e->optim_rank; /* Adam's moments, and DeepSpeed's master beside them */
 }
 
 static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err);
@@ -247,26 +290,51 @@ static int move_staged(Engine *e, float *dev, StatePiece *piece, size_t bytes, S
     return rc;
 }
 
+/* DeepSpeed's layout on load: the resting parameter rows are the checkpoint's fp32 values of
+ * those rows, rounded to param_store (as after every optimizer step: round(master)). */
+static int load_resting_params(Engine *e, int u, int i, StateFn fn, void *user, Err *err) {
+    size_t first, n;
+    kept_elements(e, u, i, &first, &n);
+    const ParamSpec *ps = unit_param_spec(e, u, i);
+    StatePiece piece = {.param = e->plan->units[u].params[i].param,
+                        .kind = STATE_PARAM,
+                        .row_begin = first / ps->row_elems,
+                        .rows = n / ps->row_elems,
+                        .row_elems = ps->row_elems};
+    if (!n) return 0;
+    if (!(piece.data = malloc(n * sizeof(float))))
+        return err_set(err, ERR_NOMEM, "out of memory loading parameters");
+    int rc = fn(user, &piece, err);
+    if (!rc)
+        rc = put_rows(e, param_at(e, u, e->units[u].param_local[i]), e->plan->param_store,
+                      piece.data, n, err);
+    free(piece.data);
+    return rc;
+}
+
 static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving, Err *err) {
-    {
-        for (int i = 0; i < e->plan->units[u].nparams; i++)
-            for (int k = 0; k < STATE_KIND_COUNT; k++) {
-                if (saving && !saves_state(e, (StateKind)k)) continue;
-                StatePiece piece = {.param = e->plan->units[u].params[i].param,
-                                    .kind = (StateKind)k,
-                                    .row_elems = unit_param_spec(e, u, i)->row_elems};
-                float *dev = state_rows(e, u, i, (StateKind)k, &piece.row_begin, &piece.rows);
-                size_t bytes = piece.rows * piece.row_elems * sizeof(float);
-                if (!bytes) continue;
-                int rc;
-                if (e->dev->host_addressable) {
-                    piece.data = dev; /* read or filled in place */
-                    rc = fn(user, &piece, err);
-                } else {
-                    rc = move_staged(e, dev, &piece, bytes, fn, user, saving, err);
-                }
-                if (rc) return rc;
+    for (int i = 0; i < e->plan->units[u].nparams; i++) {
+        for (int k = 0; k < STATE_KIND_COUNT; k++) {
+            if (saving && !saves_state(e, (StateKind)k)) continue;
+            StatePiece piece = {.param = e->plan->units[u].params[i].param,
+                                .kind = (StateKind)k,
+                                .row_elems = unit_param_spec(e, u, i)->row_elems};
+            float *dev = state_rows(e, u, i, (StateKind)k, &piece.row_begin, &piece.rows);
+            size_t bytes = piece.rows * piece.row_elems * sizeof(float);
+            if (!bytes) continue;
+            int rc;
+            if (e->dev->host_addressable) {
+                piece.data = dev; /* read or filled in place */
+                rc = fn(user, &piece, err);
+            } else {
+                rc = move_staged(e, dev, &piece, bytes, fn, user, saving, err);
             }
+            if (rc) return rc;
+        }
+        if (!saving && e->plan->master) {
+            int rc = load_resting_params(e, u, i, fn, user, err);
+            if (rc) return rc;
+        }
     }
     return 0;
 }
@@ -304,11 +372,14 @@ static int create_unit_state(Engine *e, int u, Err *err) {
     local_offsets(e, u, p->params_sharded, p->shard_size, e->shard_rank, us->param_local);
     local_offsets(e, u, p->grads_sharded, p->shard_size, e->shard_rank, us->grad_local);
     local_offsets(e, u, 1, e->optim_size, e->optim_rank, us->optim_local);
-    int rc = dev_alloc(e, (void **)&us->param, us->param_n * sizeof(float),
+    int rc = dev_alloc(e, &us->param, us->param_n * dtype_size(p->param_store),
                        resting(e, MEM_PARAM_SHARD), u, err);
     if (!rc)
-        rc = dev_alloc(e, (void **)&us->grad, us->grad_n * sizeof(float),
+        rc = dev_alloc(e, &us->grad, us->grad_n * dtype_size(p->grad_store),
                        resting(e, MEM_GRAD_SHARD), u, err);
+    if (!rc && p->master)
+        rc = dev_alloc(e, (void **)&us->master, us->optim_n * sizeof(float),
+                       resting(e, MEM_OPTIM_STATE), u, err);
     if (!rc)
         rc = dev_alloc(e, (void **)&us->m, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
                        u, err);
@@ -316,7 +387,7 @@ static int create_unit_state(Engine *e, int u, Err *err) {
         rc = dev_alloc(e, (void **)&us->v, us->optim_n * sizeof(float), resting(e, MEM_OPTIM_STATE),
                        u, err);
     if (rc) return rc;
-    if (us->grad) e->k->zero(us->grad, us->grad_n);
+    if (us->grad) e->k->zero_bytes(us->grad, us->grad_n * dtype_size(p->grad_store));
     if (us->m) e->k->zero(us->m, us->optim_n);
     if (us->v) e->k->zero(us->v, us->optim_n);
     rc = init_params(e, u, err);
@@ -392,6 +463,11 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
     e->optim_rank = plan_optim_rank(plan, env.rank);
     e->optim_size = plan_optim_size(plan);
     e->loss_scale = 65536.0f;
+    if (plan->layout != cfg->layout ||
+        (cfg->layout == LAYOUT_DEEPSPEED &&
+         (plan->param_store != cfg->param_dtype || plan->grad_store != cfg->reduce_dtype)))
+        return err_set(err, ERR_INTERNAL,
+                       "the plan's layout is not the config's (make it with fsdp_plan_create)");
     if (cfg->ac_every > 0 && !model->ops->checkpoint)
         return err_set(err, ERR_USAGE,
                        "--activation-checkpointing: the %s model has no blocks to checkpoint "
@@ -428,6 +504,8 @@ void engine_destroy(Engine *e) {
         dev_free(e, us->grad, u);
         dev_free(e, us->m, u);
         dev_free(e, us->v, u);
+        dev_free(e, us->master, u);
+        dev_free(e, us->grad32, u);
         free(us->param_local);
         free(us->grad_local);
         free(us->optim_local);

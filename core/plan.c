@@ -180,6 +180,7 @@ int plan_create(Plan *p, const ModelDesc *m, WrapPolicy wrap, Strategy s, int wo
                        replicas, world);
     p->model = m;
     set_strategy_shape(p, s, world, replicas);
+    plan_use_layout(p, LAYOUT_FSDP, DTYPE_FP32, DTYPE_FP32);
     p->module_unit = calloc((size_t)m->nmodules + 1, sizeof *p->module_unit);
     if (!p->module_unit) return err_set(err, ERR_NOMEM, "out of memory in plan");
     int root_unit;
@@ -194,6 +195,33 @@ int plan_create(Plan *p, const ModelDesc *m, WrapPolicy wrap, Strategy s, int wo
         }
     }
     return 0;
+}
+
+void plan_use_layout(Plan *p, StoreLayout layout, DType param_dtype, DType reduce_dtype) {
+    p->layout = layout;
+    p->param_store = p->grad_store = DTYPE_FP32;
+    p->master = 0;
+    if (layout != LAYOUT_DEEPSPEED) return;
+    p->param_store = param_dtype;
+    p->grad_store = reduce_dtype;
+    p->master = param_dtype != DTYPE_FP32;
+    /* DeepSpeed's stage 2: gradients and optimizer state partitioned, parameters whole */
+    if (p->strategy == STRAT_ZERO2) p->params_sharded = 0;
+}
+
+static const char *const layout_names[] = {"fsdp", "deepspeed"};
+
+const char *layout_name(StoreLayout l) {
+    return l == LAYOUT_FSDP || l == LAYOUT_DEEPSPEED ? layout_names[l] : "unknown";
+}
+
+int layout_parse(const char *s, StoreLayout *out) {
+    for (int l = LAYOUT_FSDP; l <= LAYOUT_DEEPSPEED; l++)
+        if (!strcmp(s, layout_names[l])) {
+            *out = (StoreLayout)l;
+            return 0;
+        }
+    return -1;
 }
 
 void plan_free(Plan *p) {
@@ -246,12 +274,16 @@ size_t plan_optim_numel(const Plan *p, int u, int world_rank) {
     return owned_numel(p, u, plan_optim_size(p), plan_optim_rank(p, world_rank));
 }
 
+size_t plan_optim_bytes_per_elem(const Plan *p) {
+    return (size_t)(2 + p->master) * sizeof(float);
+}
+
 RestBytes plan_rest_bytes(const Plan *p, int world_rank, OffloadKind offload) {
     RestBytes b = {0};
     for (int u = 0; u < p->nunits; u++) {
-        b.param += plan_param_numel(p, u, world_rank) * sizeof(float);
-        b.grad += plan_grad_numel(p, u, world_rank) * sizeof(float);
-        b.optim += 2 * plan_optim_numel(p, u, world_rank) * sizeof(float); /* Adam m and v */
+        b.param += plan_param_numel(p, u, world_rank) * dtype_size(p->param_store);
+        b.grad += plan_grad_numel(p, u, world_rank) * dtype_size(p->grad_store);
+        b.optim += plan_optim_numel(p, u, world_rank) * plan_optim_bytes_per_elem(p);
     }
     if (offload == OFFLOAD_CPU) {
         b.host = b.param + b.grad + b.optim;

@@ -29,6 +29,15 @@ typedef enum { OFFLOAD_NONE = 0, OFFLOAD_CPU, OFFLOAD_OPTIMIZER, OFFLOAD_NVME } 
 const char *offload_name(OffloadKind k); /* "none", "cpu", "optimizer", "nvme" */
 int offload_parse(const char *s, OffloadKind *out);
 typedef enum { OPTIM_ADAM = 0, OPTIM_ADAMW } OptimKind;
+/* How a rank stores its model state at rest. FSDP2's: a rank's parameter rows are the fp32
+ * master and its gradients rest in fp32; param_dtype is only what a gather sends. DeepSpeed's
+ * mixed precision (the ZeRO paper's K = 12): parameters rest in param_dtype and gradients in
+ * reduce_dtype, and the optimizer keeps an fp32 master copy of its rows beside Adam's moments;
+ * its zero2 keeps the parameters whole on every rank, where FSDP's shards them at rest. */
+typedef enum { LAYOUT_FSDP = 0, LAYOUT_DEEPSPEED } StoreLayout;
+
+const char *layout_name(StoreLayout l); /* "fsdp", "deepspeed" */
+int layout_parse(const char *s, StoreLayout *out);
 
 const char *strategy_name(Strategy s);
 int strategy_parse(const char *s, Strategy *out);
@@ -70,6 +79,9 @@ typedef struct Plan {
     int shard_size; /* S: ranks a parameter is sharded over (1 under ddp) */
     int replicas;   /* R = N / S for hsdp, N for ddp, 1 otherwise */
     int params_sharded, grads_sharded, optim_sharded;
+    StoreLayout layout;
+    DType param_store, grad_store; /* what resting parameters and gradients are kept in */
+    int master;                    /* the optimizer keeps an fp32 master copy of its rows */
     int nunits;
     Unit *units;
     int *module_unit; /* module -> unit */
@@ -79,6 +91,9 @@ typedef struct Plan {
 int plan_create(Plan *p, const ModelDesc *m, WrapPolicy wrap, Strategy s, int world, int replicas,
                 Err *err);
 void plan_free(Plan *p);
+/* Switches a plan made by plan_create (FSDP's layout) to `layout` for a run whose gathers send
+ * param_dtype and whose reductions run in reduce_dtype. */
+void plan_use_layout(Plan *p, StoreLayout layout, DType param_dtype, DType reduce_dtype);
 
 /* The group rank used for sharding: rank within the shard group (hsdp) or world. */
 int plan_shard_rank(const Plan *p, int world_rank);
@@ -90,6 +105,9 @@ int plan_optim_size(const Plan *p);
 size_t plan_param_numel(const Plan *p, int u, int world_rank);
 size_t plan_grad_numel(const Plan *p, int u, int world_rank);
 size_t plan_optim_numel(const Plan *p, int u, int world_rank); /* per moment */
+/* Bytes of one fp32 tensor the optimizer keeps per element it updates: Adam's m and v, and
+ * the master copy when the layout has one. */
+size_t plan_optim_bytes_per_elem(const Plan *p);
 
 /* At-rest bytes of one rank by category: the formula the accounting must equal. */
 typedef struct RestBytes {

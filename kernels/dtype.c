@@ -120,3 +120,28 @@ float dtype_round(DType t, float x) {
         return x;
     }
 }
+
+float dtype_load(const void *src, DType t, size_t i) {
+    switch (t) {
+    case DTYPE_BF16:
+        return bf16_to_fp32(((const uint16_t *)src)[i]);
+    case DTYPE_FP16:
+        return fp16_to_fp32(((const uint16_t *)src)[i]);
+    default:
+        return ((const float *)src)[i];
+    }
+}
+
+void dtype_store(void *dst, DType t, size_t i, float x) {
+    switch (t) {
+    case DTYPE_BF16:
+        ((uint16_t *)dst)[i] = fp32_to_bf16(x);
+        break;
+    case DTYPE_FP16:
+        ((uint16_t *)dst)[i] = fp32_to_fp16(x);
+        break;
+    default:
+        ((float *)dst)[i] = x;
+        break;
+    }
+}

@@ -21,4 +21,8 @@ float fp16_to_fp32(uint16_t h);
 /* x rounded to the nearest value representable in t (identity for fp32). */
 float dtype_round(DType t, float x);
 
+/* Element i of an array of t, widened to fp32 (exact); x rounded into element i of one. */
+float dtype_load(const void *src, DType t, size_t i);
+void dtype_store(void *dst, DType t, size_t i, float x);
+
 #endif

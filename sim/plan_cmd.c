@@ -45,14 +45,16 @@ static void plan_help(FILE *f) {
           "                            override the profile (decimal GB, bf16 TFLOP/s)\n"
           "training (as ./fsdp train)\n"
           "  --strategy --replicas --wrap --reshard-after-forward --prefetch-forward\n"
-          "  --prefetch-backward --param-dtype --reduce-dtype --output-dtype\n"
+          "  --prefetch-backward --param-dtype --reduce-dtype --output-dtype --layout\n"
           "  --cast-forward-inputs --offload --batch-size --grad-accum --optim\n"
           "  --activation-checkpointing --ac-every\n"
           "output\n"
           "  --compare                 one table across ddp, zero1, zero2, zero3 and hsdp\n"
           "  --json                    one JSON object\n"
           "\n"
-          "example: ./fsdp plan --params 7e9 --gpus 8 --param-dtype bf16\n",
+          "example: ./fsdp plan --params 7e9 --gpus 8 --param-dtype bf16\n"
+          "ZeRO's figure: ./fsdp plan --params 7.5e9 --gpus 64 --param-dtype fp16\n"
+          "               --reduce-dtype fp16 --layout deepspeed --compare\n",
           f);
 }
 
@@ -89,6 +91,7 @@ static int is_training_knob(const char *f) {
                                         "--param-dtype",
                                         "--reduce-dtype",
                                         "--output-dtype",
+                                        "--layout",
                                         "--cast-forward-inputs",
                                         "--offload",
                                         "--batch-size",
@@ -300,14 +303,15 @@ static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
 /* Plans the job under strategy s (replicas for hsdp) at the given batch. */
 static int plan_once(const PlanArgs *a, const PlanSetup *setup, Strategy s, int replicas, int batch,
                      PlannerResult *out, Err *err) {
-    Plan plan;
-    int rc = plan_create(&plan, &setup->model, a->train.fsdp.wrap, s, a->gpus, replicas, err);
-    if (rc) return rc;
-    PlannerJob job = {.model = &setup->model, .plan = &plan, .profile = &setup->profile};
+    PlannerJob job = {.model = &setup->model, .profile = &setup->profile};
     job.cfg = a->train.fsdp;
     job.cfg.strategy = s;
     job.cfg.replicas = replicas;
     job.cfg.batch_size = batch;
+    Plan plan;
+    int rc = fsdp_plan_create(&plan, &setup->model, &job.cfg, a->gpus, err);
+    if (rc) return rc;
+    job.plan = &plan;
     rc = planner_run(&job, out, err);
     plan_free(&plan);
     return rc;
@@ -398,9 +402,12 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     wrap_format(&c->wrap, wrap, sizeof wrap);
     fprintf(f, "cluster: %d GPUs, %s (%d per node, %s each)\n", a->gpus, s->profile.name,
             s->profile.gpus_per_node, si_bytes(s->profile.mem_bytes, mem, sizeof mem));
-    fprintf(f, "job: batch %d per GPU x %d micro-step%s, wrap %s, params %s, reduce %s, offload %s",
+    fprintf(f,
+            "job: batch %d per GPU x %d micro-step%s, wrap %s, params %s, reduce %s, layout %s, "
+            "offload %s",
             c->batch_size, c->grad_accum, c->grad_accum == 1 ? "" : "s", wrap,
-            dtype_name(c->param_dtype), dtype_name(c->reduce_dtype), offload_name(c->offload));
+            dtype_name(c->param_dtype), dtype_name(c->reduce_dtype), layout_name(c->layout),
+            offload_name(c->offload));
     if (c->ac_every) fprintf(f, ", activation checkpointing every %d block(s)", c->ac_every);
     fputc('\n', f);
 }
@@ -469,11 +476,12 @@ static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy
     const RankMemory *m = &r->memory[r->top];
     fprintf(f,
             "{\"model\":\"%s\",\"parameters\":%zu,\"gpus\":%d,\"profile\":\"%s\","
-            "\"strategy\":\"%s\",\"batch\":%d,\"grad_accum\":%d,\"gpu_memory\":%.0f,"
-            "\"top_rank\":%d,\"gpu_rest\":%zu,\"gpu_peak\":%zu,\"fits\":%s,",
+            "\"strategy\":\"%s\",\"layout\":\"%s\",\"batch\":%d,\"grad_accum\":%d,"
+            "\"gpu_memory\":%.0f,\"top_rank\":%d,\"gpu_rest\":%zu,\"gpu_peak\":%zu,\"fits\":%s,",
             a->model, s->model.total_numel, a->gpus, s->profile.name, strategy_name(st),
-            a->train.fsdp.batch_size, a->train.fsdp.grad_accum, s->profile.mem_bytes, r->top,
-            gpu_bytes(m->rest), gpu_bytes(m->at_peak), fits(s, r) ? "true" : "false");
+            layout_name(a->train.fsdp.layout), a->train.fsdp.batch_size, a->train.fsdp.grad_accum,
+            s->profile.mem_bytes, r->top, gpu_bytes(m->rest), gpu_bytes(m->at_peak),
+            fits(s, r) ? "true" : "false");
     json_categories(f, "rest", m->rest);
     fputc(',', f);
     json_categories(f, "at_peak", m->at_peak);
@@ -514,7 +522,7 @@ typedef struct CompareRowPlan {
 static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
     const PlannerResult *r = &row->result;
     const size_t *at = r->memory[r->top].at_peak;
-    char name[32], b[6][32], t1[32], t2[32];
+    char name[32], b[6][32], rest[32], t1[32], t2[32];
     if (row->strategy == STRAT_HSDP)
         snprintf(name, sizeof name, "hsdp x%d", row->replicas);
     else
@@ -526,8 +534,9 @@ static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
                       (double)at[MEM_COMM_BUFFER],
                       (double)gpu_bytes(at)};
     for (int c = 0; c < 6; c++) si_bytes(cols[c], b[c], sizeof b[c]);
-    printf("%-12s %10s %10s %10s %11s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
-           b[4], b[5], fits(s, r) ? "yes" : "no", seconds(r->step_time, t1, sizeof t1),
+    si_bytes((double)gpu_bytes(r->memory[r->top].rest), rest, sizeof rest);
+    printf("%-12s %10s %10s %10s %11s %10s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
+           b[4], b[5], rest, fits(s, r) ? "yes" : "no", seconds(r->step_time, t1, sizeof t1),
            seconds(r->waiting, t2, sizeof t2));
 }
 
@@ -552,10 +561,10 @@ static int run_compare(const PlanArgs *a, const PlanSetup *s, Err *err) {
         fputs("]}\n", stdout);
     } else if (!rc) {
         print_header(stdout, a, s);
-        printf("\nat peak, per GPU (the fullest)\n%-12s %10s %10s %10s %11s %10s %10s %5s %11s "
-               "%11s\n",
+        printf("\nper GPU (the fullest): at peak, by category, and the GPU's total at rest\n"
+               "%-12s %10s %10s %10s %11s %10s %10s %10s %5s %11s %11s\n",
                "strategy", "params", "grads", "optimizer", "activations", "buffers", "GPU total",
-               "fits", "step", "waiting");
+               "at rest", "fits", "step", "waiting");
         for (int i = 0; i < n; i++) print_compare_row(s, &rows[i]);
     }
     for (int i = 0; i < n; i++) planner_result_free(&rows[i].result);

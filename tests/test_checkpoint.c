@@ -76,7 +76,11 @@ Test(checkpoint, resume_is_bit_identical_at_the_same_world_size, .timeout = 60) 
                            "--strategy zero1",
                            "--strategy ddp",
                            "--strategy hsdp --ranks 4 --replicas 2",
-                           "--strategy zero3 --param-dtype fp16 --reduce-dtype fp16"};
+                           "--strategy zero3 --param-dtype fp16 --reduce-dtype fp16",
+                           "--strategy zero2 --layout deepspeed --param-dtype bf16 "
+                           "--reduce-dtype bf16",
+                           "--strategy zero1 --layout deepspeed --param-dtype fp16 "
+                           "--reduce-dtype fp16"};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         fresh_dir("same");
         char full[256], resumed[256];
@@ -116,6 +120,32 @@ Test(checkpoint, a_checkpoint_loads_at_another_world_size_and_strategy, .timeout
                       dir, resumed));
         double d = max_rel_diff(resumed, full);
         cr_expect_leq(d, 1e-5, "resumed as %s: relative difference %.3g", later[i], d);
+    }
+}
+
+/* A checkpoint holds fp32 values whatever the layout (DeepSpeed's saves its master), and both
+ * layouts train to the same values: one saved under either resumes under the other to the
+ * bits of a run never interrupted, at another strategy too. */
+Test(checkpoint, a_checkpoint_moves_between_layouts, .timeout = 60) {
+    const char *bf16 = "--ranks 3 --param-dtype bf16 --reduce-dtype bf16";
+    struct {
+        const char *before, *after;
+    } cases[] = {{"--layout deepspeed --strategy zero1", "--layout fsdp --strategy zero3"},
+                 {"--layout fsdp --strategy zero3", "--layout deepspeed --strategy zero2"},
+                 {"--layout deepspeed --strategy zero2", "--layout deepspeed --strategy ddp"}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        fresh_dir("layouts");
+        char full[256], resumed[256];
+        snprintf(full, sizeof full, "%s/full.txt", dir);
+        snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+        free(train_ok("train %s %s --steps 8 --dump-params %s", bf16, cases[c].before, full));
+        free(train_ok("train %s %s --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", bf16,
+                      cases[c].before, dir));
+        free(train_ok("train %s %s --steps 8 --checkpoint-dir %s/ck --resume auto "
+                      "--dump-params %s",
+                      bf16, cases[c].after, dir, resumed));
+        cr_expect(same_file(full, resumed), "saved with %s, resumed with %s: they differ",
+                  cases[c].before, cases[c].after);
     }
 }
 

@@ -49,23 +49,34 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
         const char *name;
         FsdpConfig cfg;
         int ranks;
-    } cases[] = {
-        {"ddp", vit_config(STRAT_DDP, 4), 3},       {"zero1", vit_config(STRAT_ZERO1, 4), 3},
-        {"zero2", vit_config(STRAT_ZERO2, 4), 3},   {"zero3", vit_config(STRAT_ZERO3, 4), 3},
-        {"hsdp", vit_config(STRAT_HSDP, 4), 4},     {"bf16", vit_config(STRAT_ZERO3, 4), 3},
-        {"offload", vit_config(STRAT_ZERO3, 4), 3}, {"ac", vit_config(STRAT_ZERO3, 4), 3}};
+    } cases[] = {{"ddp", vit_config(STRAT_DDP, 4), 3},
+                 {"zero1", vit_config(STRAT_ZERO1, 4), 3},
+                 {"zero2", vit_config(STRAT_ZERO2, 4), 3},
+                 {"zero3", vit_config(STRAT_ZERO3, 4), 3},
+                 {"hsdp", vit_config(STRAT_HSDP, 4), 4},
+                 {"bf16", vit_config(STRAT_ZERO3, 4), 3},
+                 {"offload", vit_config(STRAT_ZERO3, 4), 3},
+                 {"ac", vit_config(STRAT_ZERO3, 4), 3},
+                 {"deepspeed ddp", vit_config(STRAT_DDP, 4), 3},
+                 {"deepspeed zero1", vit_config(STRAT_ZERO1, 4), 3},
+                 {"deepspeed zero2", vit_config(STRAT_ZERO2, 4), 3},
+                 {"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 4), 3}};
     cases[4].cfg.replicas = 2;
     cases[5].cfg.param_dtype = DTYPE_BF16;
     cases[6].cfg.offload = OFFLOAD_CPU;
     cases[7].cfg.ac_every = 1;
+    for (int i = 8; i < 12; i++) {
+        cases[i].cfg.layout = LAYOUT_DEEPSPEED;
+        cases[i].cfg.param_dtype = cases[i].cfg.reduce_dtype = DTYPE_BF16;
+    }
+    cases[11].cfg.offload = OFFLOAD_OPTIMIZER;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         VitRun real;
         vit_train(&real, &m, cases[i].cfg, cases[i].ranks, 2, 0);
         Plan p;
         Err err = {0};
-        cr_assert_eq(plan_create(&p, &m, cases[i].cfg.wrap, cases[i].cfg.strategy, cases[i].ranks,
-                                 cases[i].cfg.replicas, &err),
-                     0, "%s", err.msg);
+        cr_assert_eq(fsdp_plan_create(&p, &m, &cases[i].cfg, cases[i].ranks, &err), 0, "%s",
+                     err.msg);
         PlannerResult planned;
         plan_run(&m, &p, cases[i].cfg, 2, &planned);
         expect_same_memory(real.memory, planned.memory, cases[i].ranks, cases[i].name);
@@ -239,6 +250,48 @@ Test(plan_cli, the_workshops_7b_arithmetic) {
     cr_assert_eq(status, 0, "%s", out);
     cr_expect_eq(round(json_number(out, "gpu_rest") / 1e8), 140, "%.0f",
                  json_number(out, "gpu_rest"));
+    free(out);
+}
+
+/* The ZeRO paper's figure 1: 7.5B parameters on 64 GPUs with mixed-precision Adam (2 bytes of
+ * fp16 parameters, 2 of fp16 gradients and K = 12 of fp32 master, momentum and variance):
+ * 120 GB per GPU for plain data parallel, 31.4 GB sharding the optimizer state, 16.6 GB adding
+ * the gradients, 1.9 GB adding the parameters. DeepSpeed's layout is what gives them. */
+Test(plan_cli, the_zero_papers_figure) {
+    int status;
+    char *out = fsdp_output("plan --params 7.5e9 --gpus 64 --param-dtype fp16 --reduce-dtype fp16 "
+                            "--layout deepspeed --compare --json",
+                            "2>&1", &status);
+    cr_assert_eq(status, 0, "%s", out);
+    double psi = json_number(out, "parameters");
+    cr_expect(fabs(psi - 7.5e9) < 7.5e6, "%.0f parameters", psi);
+    struct {
+        const char *strategy;
+        double gb;                 /* the figure's */
+        double param, grad, optim; /* bytes per parameter, by ZeRO's formulas */
+    } stages[] = {{"ddp", 120.0, 2, 2, 12},
+                  {"zero1", 31.4, 2, 2, 12.0 / 64},
+                  {"zero2", 16.6, 2, 2.0 / 64, 12.0 / 64},
+                  {"zero3", 1.9, 2.0 / 64, 2.0 / 64, 12.0 / 64}};
+    for (size_t i = 0; i < sizeof stages / sizeof *stages; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "\"strategy\":\"%s\",\"layout\":\"deepspeed\"",
+                 stages[i].strategy);
+        const char *row = strstr(out, key);
+        cr_assert_not_null(row, "no %s row in %.300s", stages[i].strategy, out);
+        double rest = json_number(row, "gpu_rest");
+        cr_expect_eq(round(rest / 1e8), round(stages[i].gb * 10),
+                     "%s: %.2f GB, the figure says %.1f", stages[i].strategy, rest / 1e9,
+                     stages[i].gb);
+        /* and by category, within the shards' padding (a few rows of the largest parameter) */
+        double want[] = {stages[i].param * psi, stages[i].grad * psi, stages[i].optim * psi};
+        const char *cats[] = {"param_shard", "grad_shard", "optim_state"};
+        for (int c = 0; c < 3; c++) {
+            double got = rest_of(row, cats[c]);
+            cr_expect(fabs(got - want[c]) <= 1e-3 * want[c], "%s %s: %.0f bytes, ZeRO says %.0f",
+                      stages[i].strategy, cats[c], got, want[c]);
+        }
+    }
     free(out);
 }
 

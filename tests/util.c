@@ -30,9 +30,7 @@ void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trac
     Dataset data;
     cr_assert_eq(toy_model_create(&t->model, &err), 0);
     cr_assert_eq(toy_dataset_create(&data, &err), 0);
-    cr_assert_eq(
-        plan_create(&t->plan, &t->model, cfg->wrap, cfg->strategy, ranks, cfg->replicas, &err), 0,
-        "%s", err.msg);
+    cr_assert_eq(fsdp_plan_create(&t->plan, &t->model, cfg, ranks, &err), 0, "%s", err.msg);
     TrainJob job = {.model = &t->model,
                     .data = &data,
                     .plan = &t->plan,
@@ -85,8 +83,7 @@ void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long 
     Plan plan;
     Err err = {0};
     cr_assert_leq(ranks, 16);
-    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, ranks, cfg.replicas, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(fsdp_plan_create(&plan, m, &cfg, ranks, &err), 0, "%s", err.msg);
     memset(out, 0, sizeof *out);
     out->params = calloc(m->total_numel, sizeof(float));
     TrainJob job = {.model = m,

@@ -5,32 +5,6 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Every pair goes through fp32: widening to fp32 is exact, so the result is rounded once. */
-static float load_elem(const void *src, DType t, size_t i) {
-    switch (t) {
-    case DTYPE_BF16:
-        return bf16_to_fp32(((const uint16_t *)src)[i]);
-    case DTYPE_FP16:
-        return fp16_to_fp32(((const uint16_t *)src)[i]);
-    default:
-        return ((const float *)src)[i];
-    }
-}
-
-static void store_elem(void *dst, DType t, size_t i, float x) {
-    switch (t) {
-    case DTYPE_BF16:
-        ((uint16_t *)dst)[i] = fp32_to_bf16(x);
-        break;
-    case DTYPE_FP16:
-        ((uint16_t *)dst)[i] = fp32_to_fp16(x);
-        break;
-    default:
-        ((float *)dst)[i] = x;
-        break;
-    }
-}
-
 static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
     if (n == 0) return; /* memcpy with NULL is undefined even for 0 bytes */
     /* Same type is a copy; this also keeps bf16/fp16 NaN payloads bit-exact. */
@@ -38,7 +12,8 @@ static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type,
         memcpy(dst, src, n * dtype_size(dst_type));
         return;
     }
-    for (size_t i = 0; i < n; i++) store_elem(dst, dst_type, i, load_elem(src, src_type, i));
+    /* every pair goes through fp32: widening to fp32 is exact, so the result is rounded once */
+    for (size_t i = 0; i < n; i++) dtype_store(dst, dst_type, i, dtype_load(src, src_type, i));
 }
 
 static void cpu_zero(float *x, size_t n) {
