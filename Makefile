@@ -46,6 +46,7 @@ TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
+include lessons/lessons.mk
 
 .PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) cuda-note

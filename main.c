@@ -22,6 +22,7 @@
 #include "core/train.h"
 #include "core/vit.h"
 #include "core/weights.h"
+#include "lessons/tool/lessons_cmd.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
 #include "sim/plan_cmd.h"
@@ -45,6 +46,8 @@ static void usage(FILE *f) {
           "            (./fsdp predict --help)\n"
           "  plan      memory, communication and step time of any model on any cluster, without\n"
           "            the cluster (./fsdp plan --help)\n"
+          "  lessons   exercises: write a piece of FSDP yourself, checked against the engine\n"
+          "            (./fsdp lessons help)\n"
           "  help      this text\n"
           "\n"
           "example: ./fsdp train --model toy --ranks 3 --strategy zero3 --steps 200\n",
@@ -186,8 +189,7 @@ static int create_model(TrainRun *t, Err *err) {
 static int plan_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int rc = create_model_desc(t, err);
-    return rc ? rc
-              : fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
+    return rc ? rc : fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
 }
 
 /* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
@@ -271,8 +273,7 @@ static int train_prepare(TrainRun *t, Err *err) {
         return err_set(err, ERR_USAGE, "--profile must be one of %s (got '%s')", profile_names(),
                        a->profile);
     int rc = create_model(t, err);
-    if (!rc)
-        rc = fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
+    if (!rc) rc = fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
     if (rc) return rc;
     long global = (long)a->ranks * a->fsdp.batch_size * a->fsdp.grad_accum;
     if (global > t->data.n)
@@ -1040,6 +1041,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return plan_command(argc - 2, argv + 2);
+    if (!strcmp(cmd, "lessons")) return lessons_command(argc - 2, argv + 2);
     fprintf(stderr, "fsdp: unknown command '%s' (see ./fsdp --help)\n", cmd);
     return 2;
 }

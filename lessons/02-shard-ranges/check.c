@@ -1,0 +1,117 @@
+/* Lesson 02's check: the learner's shard_range, wire_rows and rank_numel against the engine's
+ * own sharding (core/plan.c: shard_rows, each parameter's padded chunk_rows, and the elements
+ * plan_param_numel says a rank keeps) for the toy and vit-tiny at several world sizes. */
+#include "lessons/tool/check.h"
+#include "core/plan.h"
+#include "core/toy.h"
+#include "core/vit.h"
+#include "exercise.h"
+
+#include <stdlib.h>
+
+static void expect_range(int hint, size_t d0, int S) {
+    for (int r = 0; r < S; r++) {
+        size_t want_begin, want_rows, begin = 12345, rows = 12345;
+        shard_rows(d0, S, r, &want_begin, &want_rows);
+        lesson_try("shard_range(d0=%zu, S=%d, r=%d)", d0, S, r);
+        shard_range(d0, S, r, &begin, &rows);
+        expect_text(hint, lesson_fmt("begin=%zu rows=%zu", want_begin, want_rows),
+                    lesson_fmt("begin=%zu rows=%zu", begin, rows));
+    }
+}
+
+Test(lesson02, t1_even_split) {
+    expect_range(1, 6, 3);
+    expect_range(1, 3, 3); /* the toy's La at 3 GPUs: one scalar each */
+    expect_range(1, 12, 4);
+    expect_range(1, 5, 1);
+}
+
+Test(lesson02, t2_last_shard_short) {
+    expect_range(2, 10, 4); /* 3, 3, 3, 1 */
+    expect_range(2, 7, 2);
+    expect_range(2, 1000, 8);
+    expect_range(2, 3, 2); /* the toy at 2 GPUs: 2 and 1 */
+}
+
+Test(lesson02, t3_empty_shards) {
+    expect_range(3, 3, 4); /* the toy's 3 scalars on 4 GPUs: GPU 3 keeps nothing */
+    expect_range(3, 1, 4); /* the ViT's class token [1, 1, 128]: all of it on GPU 0 */
+    expect_range(3, 5, 4); /* 2, 2, 1, 0: torch.chunk makes only 3 pieces */
+    expect_range(3, 2, 8);
+    expect_range(3, 0, 2);
+}
+
+/* A zero3 plan of a model at S ranks, for the engine's side of the comparison. */
+static void make_plan(Plan *p, const ModelDesc *m, int S) {
+    Err err = {0};
+    cr_assert_eq(plan_create(p, m, (WrapPolicy){WRAP_LAYER, 0}, STRAT_ZERO3, S, 1, &err), 0, "%s",
+                 err.msg);
+}
+
+static void make_model(ModelDesc *m, const char *name) {
+    Err err = {0};
+    if (!strcmp(name, "toy")) {
+        cr_assert_eq(toy_model_create(m, &err), 0, "%s", err.msg);
+        return;
+    }
+    VitConfig c;
+    cr_assert_eq(vit_preset(name, &c), 0);
+    cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
+}
+
+static void expect_wire_rows(const char *model, int S) {
+    ModelDesc m;
+    Plan p;
+    make_model(&m, model);
+    make_plan(&p, &m, S);
+    for (int u = 0; u < p.nunits; u++)
+        for (int i = 0; i < p.units[u].nparams; i++) {
+            const UnitParam *up = &p.units[u].params[i];
+            size_t d0 = (size_t)m.params[up->param].shape[0];
+            lesson_try("wire_rows(d0=%zu, S=%d) for %s's %s", d0, S, model,
+                       m.params[up->param].name);
+            expect_size(4, "rows", up->chunk_rows, wire_rows(d0, S));
+        }
+    plan_free(&p);
+    model_desc_free(&m);
+}
+
+Test(lesson02, t4_wire_rows) {
+    for (int S = 1; S <= 4; S++) expect_wire_rows("toy", S);
+    expect_wire_rows("vit-tiny", 4);
+    expect_wire_rows("vit-tiny", 8);
+}
+
+static void expect_rank_numel(const char *model, int S) {
+    ModelDesc m;
+    Plan p;
+    make_model(&m, model);
+    make_plan(&p, &m, S);
+    TensorShape *shapes = calloc((size_t)m.nparams, sizeof *shapes);
+    cr_assert(shapes);
+    for (int i = 0; i < m.nparams; i++)
+        shapes[i] = (TensorShape){(size_t)m.params[i].shape[0], m.params[i].row_elems};
+    for (int r = 0; r < S; r++) {
+        size_t want = 0;
+        for (int u = 0; u < p.nunits; u++) want += plan_param_numel(&p, u, r);
+        lesson_try("rank_numel(%s's %d tensors, S=%d, r=%d)", model, m.nparams, S, r);
+        size_t got = rank_numel(shapes, m.nparams, S, r);
+        if (got != want) {
+            free(shapes);
+            plan_free(&p);
+            model_desc_free(&m);
+            expect_size(4, "elements", want, got);
+        }
+    }
+    free(shapes);
+    plan_free(&p);
+    model_desc_free(&m);
+}
+
+Test(lesson02, t5_rank_numel) {
+    for (int S = 1; S <= 4; S++) expect_rank_numel("toy", S);
+    expect_rank_numel("vit-tiny", 1);
+    expect_rank_numel("vit-tiny", 4); /* GPU 0 keeps the class token and more of the head */
+    expect_rank_numel("vit-tiny", 8);
+}

@@ -1,0 +1,149 @@
+/* Lesson 03's check: the learner's ring all-gather, run on the lesson's ring (one thread per
+ * rank), against the engine's all-gather on a simulated cluster (sim/comm_sim.c, through
+ * cluster_run) with the same inputs: the same floats bit for bit on every rank, and each
+ * rank sending what the cost model says a ring all-gather sends (sim/cost.c). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/plan.h"
+#include "exercise.h"
+#include "lessons/tool/check.h"
+#include "sim/cluster.h"
+#include "sim/cost.h"
+
+#define MAX_RANKS 8
+
+/* Every buffer is allocated at exactly its size, so that under SANITIZE=1 a write past the
+ * end of `all` is reported where it happens. */
+typedef struct GatherCase {
+    int n;
+    size_t count;
+    float *in[MAX_RANKS];                          /* rank r's block: count floats */
+    float *engine[MAX_RANKS], *learner[MAX_RANKS]; /* n * count floats each */
+} GatherCase;
+
+static float *new_floats(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    cr_assert(p);
+    return p;
+}
+
+static void case_init(GatherCase *g, int n, size_t count) {
+    memset(g, 0, sizeof *g);
+    g->n = n;
+    g->count = count;
+    for (int r = 0; r < n; r++) {
+        g->in[r] = new_floats(count);
+        memset(g->in[r], 0, count * sizeof(float));
+        g->engine[r] = new_floats((size_t)n * count);
+        g->learner[r] = new_floats((size_t)n * count);
+    }
+}
+
+static void case_free(GatherCase *g) {
+    for (int r = 0; r < g->n; r++) {
+        free(g->in[r]);
+        free(g->engine[r]);
+        free(g->learner[r]);
+    }
+}
+
+static int engine_rank(const RankEnv *env, void *arg, Err *err) {
+    GatherCase *g = arg;
+    int r = env->world_comm->rank;
+    return comm_all_gather(env->world_comm, g->in[r], g->engine[r], g->count, DTYPE_FP32, -1, err);
+}
+
+static void learner_rank(Ring *ring, int rank, void *arg) {
+    GatherCase *g = arg;
+    ring_all_gather(ring, rank, g->in[rank], g->learner[rank], g->count);
+}
+
+static void run_engine(GatherCase *g) {
+    ClusterOptions opt = {.ranks = g->n, .profile = profile_default()};
+    ClusterResult res;
+    Err err = {0};
+    cr_assert_eq(cluster_run(&opt, engine_rank, g, &res, &err), 0, "%s", err.msg);
+    cluster_result_free(&res);
+}
+
+/* Distinct, exactly representable values: rank r's element i is (r+1)*100 + i. */
+static void fill_inputs(GatherCase *g) {
+    for (int r = 0; r < g->n; r++)
+        for (size_t i = 0; i < g->count; i++) g->in[r][i] = (float)((r + 1) * 100) + (float)i;
+}
+
+/* Runs both sides on g's inputs and compares: the ring's problems first (a deadlock explains
+ * wrong values), then every rank's gathered floats, then what each rank sent. */
+static void compare(GatherCase *g, int hint) {
+    run_engine(g);
+    for (int r = 0; r < g->n; r++)
+        for (size_t i = 0; i < (size_t)g->n * g->count; i++) g->learner[r][i] = NAN;
+    lesson_try("ring_all_gather(N=%d, count=%zu)", g->n, g->count);
+    RingReport report;
+    cr_assert_eq(ring_run(g->n, learner_rank, g, &report), 0, "%s", report.problem);
+    expect_no_problem(1, report.problem);
+    size_t total = (size_t)g->n * g->count;
+    for (int r = 0; r < g->n; r++)
+        expect_floats(hint, lesson_fmt("rank %d's all", r), g->engine[r], g->learner[r], total);
+    size_t want = (size_t)llround(cost_sent_bytes(COLL_ALL_GATHER, (double)total * 4, g->n));
+    for (int r = 0; r < g->n; r++)
+        expect_size(4, lesson_fmt("bytes rank %d sent", r), want, report.sent_bytes[r]);
+}
+
+static void expect_gather(int n, size_t count, int hint) {
+    GatherCase g;
+    case_init(&g, n, count);
+    fill_inputs(&g);
+    compare(&g, hint);
+    case_free(&g);
+}
+
+Test(lesson03, t1_two_ranks) {
+    expect_gather(2, 3, 1);
+}
+
+Test(lesson03, t2_three_and_four_ranks) {
+    expect_gather(3, 1, 2); /* the toy's La at 3 GPUs: one scalar each */
+    expect_gather(3, 2, 2);
+    expect_gather(4, 5, 2);
+}
+
+Test(lesson03, t3_one_and_eight_ranks) {
+    expect_gather(1, 4, 3); /* nothing to send: the gathered copy is the rank's own block */
+    expect_gather(8, 2, 3);
+    expect_gather(8, 16, 3);
+}
+
+/* A 10-element tensor on 4 GPUs: torch.chunk gives 3, 3, 3 and 1 rows (core/plan.c's
+ * shard_rows); each rank pads its shard to 3 so the collective moves equal blocks, and the
+ * first 10 gathered floats are the tensor again. */
+Test(lesson03, t4_uneven_tensor_padded) {
+    GatherCase g;
+    case_init(&g, 4, 3);
+    float tensor[10];
+    for (int i = 0; i < 10; i++) tensor[i] = (float)(i + 1);
+    for (int r = 0; r < g.n; r++) {
+        size_t begin, rows;
+        shard_rows(10, g.n, r, &begin, &rows);
+        memcpy(g.in[r], tensor + begin, rows * sizeof(float)); /* the rest stays 0: padding */
+    }
+    compare(&g, 3);
+    for (int r = 0; r < g.n; r++)
+        expect_floats(3, lesson_fmt("rank %d's all", r), tensor, g.learner[r], 10);
+    case_free(&g);
+}
+
+Test(lesson03, t5_sent_bytes_formula) {
+    static const int ns[] = {1, 2, 3, 4, 8, 64, 1024};
+    static const size_t counts[] = {1, 3, 1000, 218750000};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t j = 0; j < sizeof counts / sizeof counts[0]; j++) {
+            int n = ns[i];
+            size_t count = counts[j];
+            lesson_try("ring_all_gather_sent_bytes(count=%zu, n=%d)", count, n);
+            double buffer = (double)count * n * 4; /* the gathered buffer, as cost.c takes it */
+            size_t want = (size_t)llround(cost_sent_bytes(COLL_ALL_GATHER, buffer, n));
+            expect_size(4, "bytes", want, ring_all_gather_sent_bytes(count, n));
+        }
+}

@@ -1,0 +1,89 @@
+/* check: what a lesson's check (lessons/NN-topic/check.c, Criterion) uses to say what it
+ * tried, what it expected and what the learner's code gave, as lines the runner
+ * (lessons/tool/lesson_check.c) finds in the check's output and turns into plain words. */
+#ifndef FSDP_LESSONS_CHECK_H
+#define FSDP_LESSONS_CHECK_H
+
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The lines, one per event, tab-separated:
+ *   @lesson-try      INPUT                        a call about to be made
+ *   @lesson-expect   HINT INPUT EXPECTED GOT      the first expectation that failed
+ *   @lesson-problem  HINT INPUT MESSAGE           a failure that is not a value (a deadlock) */
+#define LESSON_TRY_TAG "@lesson-try"
+#define LESSON_EXPECT_TAG "@lesson-expect"
+#define LESSON_PROBLEM_TAG "@lesson-problem"
+#define LESSON_TEXT_MAX 512
+
+/* The call being checked, as a learner would write it: "shard_range(d0=3, S=4, r=3)". */
+static inline char *lesson_input(void) {
+    static char input[LESSON_TEXT_MAX];
+    return input;
+}
+
+/* printf into one of a few rotating buffers, so one expression can format both sides. */
+static inline const char *lesson_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline const char *lesson_fmt(const char *fmt, ...) {
+    static char texts[4][LESSON_TEXT_MAX];
+    static int next;
+    char *t = texts[next++ % 4];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t, LESSON_TEXT_MAX, fmt, ap);
+    va_end(ap);
+    return t;
+}
+
+/* Names the call about to be made. Printed before the call, so that if the learner's code
+ * crashes or never returns, the runner can still say which input it was. */
+static inline void lesson_try(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void lesson_try(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(lesson_input(), LESSON_TEXT_MAX, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, LESSON_TRY_TAG "\t%s\n", lesson_input());
+    fflush(stderr);
+}
+
+/* Fails the test: the input of the last lesson_try, what was expected and what came back,
+ * and the number of the hint that explains this case. */
+static inline void lesson_fail(int hint, const char *expected, const char *got) {
+    fprintf(stderr, LESSON_EXPECT_TAG "\t%d\t%s\t%s\t%s\n", hint, lesson_input(), expected, got);
+    fflush(stderr);
+    cr_assert_fail("%s: expected %s, got %s (hint %d)", lesson_input(), expected, got, hint);
+}
+
+static inline void expect_text(int hint, const char *expected, const char *got) {
+    if (strcmp(expected, got) != 0) lesson_fail(hint, expected, got);
+}
+
+/* `name` labels the value in the message: "rows=0". */
+static inline void expect_size(int hint, const char *name, size_t expected, size_t got) {
+    if (expected != got)
+        lesson_fail(hint, lesson_fmt("%s=%zu", name, expected), lesson_fmt("%s=%zu", name, got));
+}
+
+/* Bit for bit, element by element; the message names the first element that differs. A
+ * check fills outputs with NaN first, so an element never written shows as "nan". */
+static inline void expect_floats(int hint, const char *name, const float *expected,
+                                 const float *got, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&expected[i], &got[i], sizeof(float)) != 0)
+            lesson_fail(hint, lesson_fmt("%s[%zu]=%.9g", name, i, (double)expected[i]),
+                        lesson_fmt("%s[%zu]=%.9g%s", name, i, (double)got[i],
+                                   got[i] != got[i] ? " (never written)" : ""));
+}
+
+/* Fails with `problem` in words unless it is empty. */
+static inline void expect_no_problem(int hint, const char *problem) {
+    if (!problem[0]) return;
+    fprintf(stderr, LESSON_PROBLEM_TAG "\t%d\t%s\t%s\n", hint, lesson_input(), problem);
+    fflush(stderr);
+    cr_assert_fail("%s: %s (hint %d)", lesson_input(), problem, hint);
+}
+
+#endif

@@ -1,0 +1,452 @@
+/* A check is built in a fresh temporary folder (so two checks, or a test and a learner, never
+ * share files) in three steps: the exercise file alone (so its errors are the learner's), the
+ * lesson's check.c, then the link against the library archive with Criterion. The check then
+ * runs one test at a time and stops at the first failure; check.h's tagged lines say what it
+ * tried and what differed. */
+#include "lesson_check.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "lesson_proc.h"
+#include "lessons_baked.h"
+
+#define COMPILE_SECONDS 120.0
+#define RUN_SECONDS 30.0
+#define MAX_ARGS 256
+
+typedef struct ArgList {
+    char *argv[MAX_ARGS + 1]; /* NULL-terminated; every entry owned */
+    int n;
+} ArgList;
+
+static void args_add(ArgList *a, const char *arg) {
+    if (a->n < MAX_ARGS) a->argv[a->n++] = strdup(arg);
+    a->argv[a->n] = NULL;
+}
+
+/* The baked flag strings hold no quoted spaces: split on blanks. */
+static void args_add_words(ArgList *a, const char *words) {
+    char *copy = strdup(words);
+    for (char *w = strtok(copy, " \t"); w; w = strtok(NULL, " \t")) args_add(a, w);
+    free(copy);
+}
+
+static void args_free(ArgList *a) {
+    for (int i = 0; i < a->n; i++) free(a->argv[i]);
+    a->n = 0;
+}
+
+static int args_complete(const ArgList *a, Err *err) {
+    for (int i = 0; i < a->n; i++)
+        if (!a->argv[i]) return err_set(err, ERR_NOMEM, "out of memory");
+    if (a->n == MAX_ARGS) return err_set(err, ERR_INTERNAL, "too many compiler flags");
+    return 0;
+}
+
+/* ------------------------------------------------------------ the log for --verbose */
+
+static void log_append(CheckResult *r, const char *text) {
+    size_t have = r->log ? strlen(r->log) : 0, add = strlen(text);
+    char *grown = realloc(r->log, have + add + 1);
+    if (!grown) return;
+    memcpy(grown + have, text, add + 1);
+    r->log = grown;
+}
+
+static void log_command(CheckResult *r, const ArgList *a) {
+    log_append(r, "$");
+    for (int i = 0; i < a->n; i++) {
+        log_append(r, " ");
+        log_append(r, a->argv[i]);
+    }
+    log_append(r, "\n");
+}
+
+/* ------------------------------------------------------------ reading the output */
+
+/* Copies the line starting at s (without its newline) into buf. */
+static void copy_line(const char *s, char *buf, size_t n) {
+    size_t len = strcspn(s, "\n");
+    if (len >= n) len = n - 1;
+    memcpy(buf, s, len);
+    buf[len] = 0;
+}
+
+/* Appends len bytes of text to the string in buf (size n), cut short if they do not fit. */
+static void append_text(char *buf, size_t n, const char *text, size_t len) {
+    size_t used = strlen(buf);
+    if (used + len + 1 > n) len = n - used - 1;
+    memcpy(buf + used, text, len);
+    buf[used + len] = 0;
+}
+
+/* Line `number` (1-based) of a file into buf; 0 if there is none. */
+static int read_source_line(const char *path, long number, char *buf, size_t n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[1024];
+    long at = 0;
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        if (++at == number) {
+            copy_line(line, buf, n);
+            found = 1;
+            break;
+        }
+    fclose(f);
+    return found;
+}
+
+/* "   14 |     *rows = 0" and a caret under column col, the way compilers show it. */
+static void append_source(char *detail, size_t n, const char *path, long line, long col) {
+    char src[512];
+    if (!read_source_line(path, line, src, sizeof src)) return;
+    char caret[512];
+    size_t k = 0;
+    for (long i = 0; i + 1 < col && src[i] && k + 2 < sizeof caret; i++)
+        caret[k++] = src[i] == '\t' ? '\t' : ' ';
+    caret[k++] = '^';
+    caret[k] = 0;
+    size_t used = strlen(detail);
+    snprintf(detail + used, n - used, "\n%5ld | %s\n%5s | %s", line, src, "", caret);
+}
+
+/* The compiler's first "FILE:LINE:COL: error: ..." with its source line; 0 if none. */
+static int first_compile_error(const char *output, char *detail, size_t n) {
+    for (const char *s = output; *s; s += strcspn(s, "\n") + (s[strcspn(s, "\n")] != 0)) {
+        char line[CHECK_TEXT_MAX];
+        copy_line(s, line, sizeof line);
+        char *mark = strstr(line, ": error: ");
+        if (!mark) mark = strstr(line, ": fatal error: ");
+        if (!mark) continue;
+        char path[CHECK_TEXT_MAX];
+        long at_line = 0, at_col = 0;
+        *mark = 0;
+        /* FILE:LINE:COL, split from the right: FILE may hold colons */
+        char *c2 = strrchr(line, ':');
+        char *c1 = c2 ? (*c2 = 0, strrchr(line, ':')) : NULL;
+        if (c1 && c2) {
+            *c1 = 0;
+            at_line = strtol(c1 + 1, NULL, 10);
+            at_col = strtol(c2 + 1, NULL, 10);
+            snprintf(path, sizeof path, "%s", line);
+            snprintf(detail, n, "%s:%ld:%ld:%s", lessons_shown_path(path), at_line, at_col,
+                     mark + 1);
+            append_source(detail, n, path, at_line, at_col);
+        } else {
+            if (c2) *c2 = ':';
+            snprintf(detail, n, "%s:%s", lessons_shown_path(line), mark + 1);
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* The linker's complaint, from "undefined reference to" or "multiple definition of". */
+static void first_link_error(const char *output, char *detail, size_t n) {
+    static const char *const marks[] = {"undefined reference to", "multiple definition of"};
+    for (int i = 0; i < 2; i++) {
+        const char *m = strstr(output, marks[i]);
+        if (!m) continue;
+        copy_line(m, detail, n);
+        detail[strcspn(detail, ";")] = 0;
+        return;
+    }
+    const char *e = strstr(output, "error");
+    copy_line(e ? e : output, detail, n);
+}
+
+/* Splits a tagged line's fields (tab-separated) in place; returns how many. */
+static int split_tabs(char *line, char **fields, int max) {
+    int k = 0;
+    for (char *p = line; k < max; k++) {
+        fields[k] = p;
+        char *tab = strchr(p, '\t');
+        if (!tab) return k + 1;
+        *tab = 0;
+        p = tab + 1;
+    }
+    return k;
+}
+
+static void copy_text(char *dst, const char *src) {
+    snprintf(dst, CHECK_TEXT_MAX, "%s", src);
+}
+
+/* What the check's output says, line by line. */
+typedef struct OutputScan {
+    int failed, crashed;
+    char sanitizer[CHECK_TEXT_MAX]; /* the sanitizer's verdict in one line */
+    char frame[CHECK_TEXT_MAX / 2]; /* "ring_all_reduce at exercise.c:24" from its stack */
+    const char *file_name;          /* the learner's file name (no folder), to find that frame */
+} OutputScan;
+
+/* UBSan's "exercise.c:12:9: runtime error: ...", or ASan's "AddressSanitizer: SEGV" without
+ * the addresses and the DEADLYSIGNAL line before it. */
+static void sanitizer_verdict(const char *line, char *out, size_t n) {
+    if (strstr(line, "runtime error:")) {
+        snprintf(out, n, "%s", lessons_shown_path(line));
+        return;
+    }
+    const char *s = strstr(line, "Sanitizer:");
+    if (!s || strstr(line, "DEADLYSIGNAL")) return;
+    while (s > line && s[-1] >= 'A' && s[-1] <= 'z') s--; /* back to "Address" */
+    snprintf(out, n, "%s", s);
+    char *on = strstr(out, " on ");
+    if (on) *on = 0; /* "heap-buffer-overflow on address 0x... at pc ..." */
+}
+
+/* The first stack frame in the learner's file: "    #1 0x55 in ring_all_reduce /x/ex.c:24:9". */
+static void learner_frame(const char *line, const char *file_name, char *out, size_t n) {
+    const char *in = strstr(line, " in ");
+    char needle[300], where[256];
+    snprintf(needle, sizeof needle, "/%s:", file_name);
+    if (!strchr(line, '#') || !in || !strstr(line, needle)) return;
+    const char *func = in + 4;
+    size_t func_len = strcspn(func, " ");
+    if (!func[func_len]) return;
+    snprintf(where, sizeof where, "%s", func + func_len + 1); /* "/x/exercise.c:24:9" */
+    char *colon = strchr(where, ':');
+    if (colon && (colon = strchr(colon + 1, ':'))) *colon = 0; /* "/x/exercise.c:24" */
+    out[0] = 0;
+    append_text(out, n, func, func_len);
+    append_text(out, n, " at ", 4);
+    append_text(out, n, lessons_shown_path(where), strlen(lessons_shown_path(where)));
+}
+
+/* One line of the check's output. Once a failure is recorded, only the counts still count. */
+static void read_check_line(char *line, CheckResult *r, OutputScan *scan) {
+    char *f[5];
+    int tested, passing;
+    if (sscanf(line, "[====] Synthesis: Tested: %d | Passing: %d", &tested, &passing) == 2) {
+        r->tests_run = tested;
+        r->tests_passed = passing;
+    } else if (strstr(line, "CRASH")) {
+        scan->crashed = 1;
+    }
+    if (scan->failed) return;
+    /* after a sanitizer's report the input stays the call it interrupted */
+    if (!strncmp(line, LESSON_TRY_TAG "\t", sizeof LESSON_TRY_TAG) && !scan->sanitizer[0]) {
+        copy_text(r->input, line + sizeof LESSON_TRY_TAG);
+    } else if (!strncmp(line, LESSON_EXPECT_TAG "\t", sizeof LESSON_EXPECT_TAG) &&
+               split_tabs(line, f, 5) == 5) {
+        r->hint = atoi(f[1]);
+        copy_text(r->input, f[2]);
+        copy_text(r->expected, f[3]);
+        copy_text(r->got, f[4]);
+        scan->failed = 1;
+    } else if (!strncmp(line, LESSON_PROBLEM_TAG "\t", sizeof LESSON_PROBLEM_TAG) &&
+               split_tabs(line, f, 4) == 4) {
+        r->hint = atoi(f[1]);
+        copy_text(r->input, f[2]);
+        snprintf(r->detail, sizeof r->detail, "%s", f[3]);
+        scan->failed = 1;
+    } else if (!scan->sanitizer[0]) {
+        sanitizer_verdict(line, scan->sanitizer, sizeof scan->sanitizer);
+    } else if (!scan->frame[0]) {
+        learner_frame(line, scan->file_name, scan->frame, sizeof scan->frame);
+    }
+}
+
+static void read_check_output(const ProcResult *p, const char *file, CheckResult *r) {
+    char *out = strdup(p->output);
+    if (!out) return;
+    OutputScan scan = {.file_name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file};
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+        read_check_line(line, r, &scan);
+    free(out);
+    if (scan.failed) {
+        r->outcome = CHECK_FAILED;
+    } else if (p->interrupted) {
+        r->outcome = CHECK_INTERRUPTED;
+    } else if (p->timed_out) {
+        r->outcome = CHECK_TIMED_OUT;
+        snprintf(r->detail, sizeof r->detail, "did not return within %.0f s", RUN_SECONDS);
+    } else if (scan.crashed || scan.sanitizer[0] || p->signal) {
+        r->outcome = CHECK_CRASHED;
+        r->detail[0] = 0;
+        append_text(r->detail, sizeof r->detail, scan.sanitizer, strlen(scan.sanitizer));
+        if (scan.frame[0]) {
+            append_text(r->detail, sizeof r->detail, ", in ", 5);
+            append_text(r->detail, sizeof r->detail, scan.frame, strlen(scan.frame));
+        }
+    } else if (p->exit_code == 0 && r->tests_run > 0 && r->tests_passed == r->tests_run) {
+        r->outcome = CHECK_PASSED;
+    } else {
+        r->outcome = CHECK_FAILED;
+        snprintf(r->detail, sizeof r->detail,
+                 "the check failed without naming an expectation (exit status %d)", p->exit_code);
+    }
+}
+
+/* ------------------------------------------------------------ the three builds and the run */
+
+typedef struct Workdir {
+    char dir[256];
+    char exercise_o[300], check_o[300], check_bin[300];
+} Workdir;
+
+static int workdir_make(Workdir *w, Err *err) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(w->dir, sizeof w->dir, "%s/fsdp-lesson-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(w->dir))
+        return err_set(err, ERR_IO, "cannot make a folder in %s: %s", tmp && *tmp ? tmp : "/tmp",
+                       strerror(errno));
+    snprintf(w->exercise_o, sizeof w->exercise_o, "%s/exercise.o", w->dir);
+    snprintf(w->check_o, sizeof w->check_o, "%s/check.o", w->dir);
+    snprintf(w->check_bin, sizeof w->check_bin, "%s/check", w->dir);
+    return 0;
+}
+
+static void workdir_remove(const Workdir *w) {
+    unlink(w->exercise_o);
+    unlink(w->check_o);
+    unlink(w->check_bin);
+    rmdir(w->dir);
+}
+
+/* cc CFLAGS -I<root> -I<lesson folder> -c SRC -o OBJ */
+static void compile_args(ArgList *a, const Lesson *l, const char *src, const char *obj) {
+    char lesson_dir[4096];
+    snprintf(lesson_dir, sizeof lesson_dir, "-I%s/%s", lessons_dir(), l->folder);
+    args_add_words(a, LESSONS_CC);
+    args_add_words(a, LESSONS_CFLAGS);
+    args_add(a, "-I" LESSONS_ROOT);
+    args_add(a, lesson_dir);
+    args_add(a, "-c");
+    args_add(a, src);
+    args_add(a, "-o");
+    args_add(a, obj);
+}
+
+/* Runs a command, logs it and what it printed; 0 when it ran, whatever its exit. */
+static int run_logged(ArgList *a, double seconds, CheckResult *r, ProcResult *p, Err *err) {
+    int rc = args_complete(a, err);
+    if (!rc) {
+        log_command(r, a);
+        rc = proc_run(a->argv, seconds, p, err);
+        if (!rc) log_append(r, p->output);
+    }
+    args_free(a);
+    return rc;
+}
+
+static int proc_failed(const ProcResult *p) {
+    return p->exit_code != 0 || p->signal || p->timed_out || p->interrupted;
+}
+
+/* The learner's file on its own: a failure here is the learner's to fix. */
+static int build_exercise(const Lesson *l, const char *file, const Workdir *w, CheckResult *r,
+                          Err *err) {
+    ArgList a = {0};
+    ProcResult p;
+    compile_args(&a, l, file, w->exercise_o);
+    int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
+    if (rc) return rc;
+    if (p.interrupted)
+        r->outcome = CHECK_INTERRUPTED;
+    else if (proc_failed(&p)) {
+        r->outcome = CHECK_NO_COMPILE;
+        if (!first_compile_error(p.output, r->detail, sizeof r->detail))
+            copy_line(p.output, r->detail, sizeof r->detail);
+    }
+    proc_result_free(&p);
+    return 0;
+}
+
+/* The lesson's check.c. One that does not compile is the lesson's bug (or an archive older
+ * than the headers): an error, not the learner's failure. */
+static int compile_check(const Lesson *l, const Workdir *w, CheckResult *r, Err *err) {
+    char check_c[4096];
+    lesson_path(l, "check.c", check_c, sizeof check_c);
+    ArgList a = {0};
+    ProcResult p;
+    compile_args(&a, l, check_c, w->check_o);
+    int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
+    if (rc) return rc;
+    char first[2 * CHECK_TEXT_MAX] = "";
+    if (p.interrupted) {
+        r->outcome = CHECK_INTERRUPTED;
+    } else if (proc_failed(&p)) {
+        if (!first_compile_error(p.output, first, sizeof first))
+            copy_line(p.output, first, sizeof first);
+        first[strcspn(first, "\n")] = 0;
+        rc = err_set(err, ERR_INTERNAL,
+                     "lesson %02d's own check does not build (is %s older than the sources? run "
+                     "make): %s",
+                     l->number, lessons_shown_path(LESSONS_ARCHIVE), first);
+    }
+    proc_result_free(&p);
+    return rc;
+}
+
+/* The learner's object, the check's, the engine's archive and Criterion. A failure here is
+ * the learner's: a function missing or renamed, or one that clashes with the engine's. */
+static int link_check(const Workdir *w, CheckResult *r, Err *err) {
+    ArgList a = {0};
+    ProcResult p;
+    args_add_words(&a, LESSONS_CC);
+    args_add_words(&a, LESSONS_LDFLAGS);
+    args_add(&a, "-o");
+    args_add(&a, w->check_bin);
+    args_add(&a, w->exercise_o);
+    args_add(&a, w->check_o);
+    args_add(&a, LESSONS_ARCHIVE);
+    args_add_words(&a, LESSONS_LDLIBS);
+    int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
+    if (rc) return rc;
+    if (p.interrupted) {
+        r->outcome = CHECK_INTERRUPTED;
+    } else if (proc_failed(&p)) {
+        r->outcome = CHECK_NO_LINK;
+        first_link_error(p.output, r->detail, sizeof r->detail);
+    }
+    proc_result_free(&p);
+    return 0;
+}
+
+static int run_check(const Workdir *w, const char *file, CheckResult *r, Err *err) {
+    ArgList a = {0};
+    args_add(&a, w->check_bin);
+    args_add(&a, "--jobs");
+    args_add(&a, "1");
+    args_add(&a, "--fail-fast");
+    ProcResult p;
+    int rc = run_logged(&a, RUN_SECONDS, r, &p, err);
+    if (rc) return rc;
+    read_check_output(&p, file, r);
+    proc_result_free(&p);
+    return 0;
+}
+
+int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    struct stat st;
+    if (stat(LESSONS_ARCHIVE, &st) != 0)
+        return err_set(err, ERR_USAGE, "%s is missing: build it with make (or make lessons)",
+                       lessons_shown_path(LESSONS_ARCHIVE));
+    if (access(file, R_OK) != 0)
+        return err_set(err, ERR_USAGE, "cannot read %s: %s", lessons_shown_path(file),
+                       strerror(errno));
+    Workdir w;
+    int rc = workdir_make(&w, err);
+    if (rc) return rc;
+    /* each step runs while nothing has gone wrong (outcome is still 0, CHECK_PASSED) */
+    rc = build_exercise(l, file, &w, out, err);
+    if (!rc && out->outcome == CHECK_PASSED) rc = compile_check(l, &w, out, err);
+    if (!rc && out->outcome == CHECK_PASSED) rc = link_check(&w, out, err);
+    if (!rc && out->outcome == CHECK_PASSED) rc = run_check(&w, file, out, err);
+    workdir_remove(&w);
+    return rc;
+}
+
+void check_result_free(CheckResult *r) {
+    free(r->log);
+    r->log = NULL;
+}

@@ -1,0 +1,52 @@
+#include "lesson_index.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lessons_baked.h"
+
+static const Lesson lessons[] = {
+    {1, "01-memory-at-rest", "DDP versus FSDP: memory at rest", 0x18206998u},
+    {2, "02-shard-ranges", "Shard ranges: torch.chunk on dim 0", 0x565b8e20u},
+    {3, "03-ring-all-gather", "All-gather as a ring", 0x893e3addu},
+    {4, "04-reduce-scatter", "Reduce-scatter as a ring; all-reduce", 0xf5b44a53u},
+};
+
+int lesson_count(void) {
+    return (int)(sizeof lessons / sizeof lessons[0]);
+}
+
+const Lesson *lesson_at(int i) {
+    return i >= 0 && i < lesson_count() ? &lessons[i] : NULL;
+}
+
+const Lesson *lesson_find(const char *name) {
+    char *end;
+    long n = strtol(name, &end, 10);
+    if (end == name || n < 1) return NULL;
+    for (int i = 0; i < lesson_count(); i++) {
+        if (lessons[i].number != n) continue;
+        if (*end == 0 || !strcmp(name, lessons[i].folder)) return &lessons[i];
+    }
+    return NULL;
+}
+
+const char *lessons_root(void) {
+    return LESSONS_ROOT;
+}
+
+const char *lessons_dir(void) {
+    const char *env = getenv("FSDP_LESSONS_DIR");
+    return env && *env ? env : LESSONS_ROOT "/lessons";
+}
+
+const char *lessons_shown_path(const char *path) {
+    size_t n = strlen(LESSONS_ROOT);
+    if (!strncmp(path, LESSONS_ROOT, n) && path[n] == '/') return path + n + 1;
+    return path;
+}
+
+void lesson_path(const Lesson *l, const char *file, char *buf, size_t n) {
+    snprintf(buf, n, "%s/%s/%s", lessons_dir(), l->folder, file);
+}

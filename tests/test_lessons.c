@@ -1,0 +1,395 @@
+/* ./fsdp lessons: every reference solution passes its lesson's check, every exercise as
+ * shipped fails it on an expectation (not a crash), a fresh checkout lists every lesson as not
+ * started, a compile error is one error line and its source line, hints step through and are
+ * remembered, progress goes not started -> done -> in progress, watch stops on a pass, and
+ * bad input is one line and exit 2. Every run keeps its progress in a temporary file, never
+ * the learner's lessons/.progress; the lessons are found by their folders, so a new lesson is
+ * tested without touching this file. */
+#include <criterion/criterion.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "util.h"
+
+#define MAX_LESSONS 64
+
+typedef struct LessonDir {
+    int number;
+    char folder[128]; /* "02-shard-ranges" */
+} LessonDir;
+
+/* lessons/NN-topic/ folders with an exercise.c, in order. */
+static int find_lessons(LessonDir *out) {
+    glob_t g;
+    int n = 0;
+    if (glob("lessons/[0-9][0-9]-*/exercise.c", 0, NULL, &g) != 0) return 0;
+    for (size_t i = 0; i < g.gl_pathc && n < MAX_LESSONS; i++) {
+        const char *folder = g.gl_pathv[i] + strlen("lessons/");
+        size_t len = strcspn(folder, "/");
+        snprintf(out[n].folder, sizeof out[n].folder, "%.*s", (int)len, folder);
+        out[n].number = atoi(out[n].folder);
+        n++;
+    }
+    globfree(&g);
+    cr_assert_gt(n, 0, "no lessons/NN-topic/exercise.c found (run the tests from the root)");
+    return n;
+}
+
+typedef struct Tmp {
+    char dir[64];
+    char state[128]; /* a progress file that does not exist yet */
+} Tmp;
+
+static void tmp_make(Tmp *t) {
+    snprintf(t->dir, sizeof t->dir, "/tmp/fsdp_lessons_XXXXXX");
+    cr_assert(mkdtemp(t->dir));
+    snprintf(t->state, sizeof t->state, "%s/progress", t->dir);
+}
+
+static void tmp_remove(const Tmp *t) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", t->dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot read %s", path);
+    char *buf = calloc(1, 1 << 20);
+    cr_assert(buf);
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+typedef struct Run {
+    int code;
+    char *out, *err;
+} Run;
+
+/* `ENV fsdp lessons ARGS` with the progress in t->state; stdout and stderr apart. */
+static Run lessons(const Tmp *t, const char *env, const char *args) {
+    char cmd[2048], out[160], err[160];
+    snprintf(out, sizeof out, "%s/stdout", t->dir);
+    snprintf(err, sizeof err, "%s/stderr", t->dir);
+    snprintf(cmd, sizeof cmd, "FSDP_LESSONS_STATE=%s %s timeout 120 %s lessons %s >%s 2>%s",
+             t->state, env ? env : "", fsdp_bin(), args, out, err);
+    int status = system(cmd);
+    Run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    return r;
+}
+
+static void run_free(Run *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static int count_lines(const char *s) {
+    int n = 0;
+    for (; *s; s++) n += *s == '\n';
+    return n;
+}
+
+/* The line of `text` that starts with `prefix`, into buf; 0 if none. */
+static int line_starting(const char *text, const char *prefix, char *buf, size_t n) {
+    for (const char *s = text; *s;) {
+        size_t len = strcspn(s, "\n");
+        if (!strncmp(s, prefix, strlen(prefix))) {
+            snprintf(buf, n, "%.*s", (int)len, s);
+            return 1;
+        }
+        s += len + (s[len] != 0);
+    }
+    return 0;
+}
+
+/* A learner's edits to the shipped exercise: git says the file differs from HEAD. Without
+ * git (a tarball) the file is taken as shipped. */
+static int edited_by_learner(const LessonDir *l) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "git diff --quiet HEAD -- lessons/%s/exercise.c 2>/dev/null",
+             l->folder);
+    int status = system(cmd);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+}
+
+static unsigned long file_crc(const char *path) {
+    char *text = slurp(path);
+    unsigned long crc = crc32(0L, (const Bytef *)text, (uInt)strlen(text));
+    free(text);
+    return crc;
+}
+
+Test(lessons, every_lesson_is_listed_and_has_a_solution) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls);
+    Tmp t;
+    tmp_make(&t);
+    Run r = lessons(&t, NULL, "");
+    cr_expect_eq(r.code, 0, "%s", r.err);
+    for (int i = 0; i < n; i++) {
+        char want[16], path[256], line[256];
+        snprintf(want, sizeof want, "  %02d  ", ls[i].number);
+        cr_expect(line_starting(r.out, want, line, sizeof line), "lesson %s is not listed:\n%s",
+                  ls[i].folder, r.out);
+        const char *parts[] = {"README.md", "exercise.h", "check.c", "hints.md"};
+        for (int k = 0; k < 4; k++) {
+            snprintf(path, sizeof path, "lessons/%s/%s", ls[i].folder, parts[k]);
+            cr_expect_eq(access(path, R_OK), 0, "%s is missing", path);
+        }
+        snprintf(path, sizeof path, "lessons/solutions/%s.c", ls[i].folder);
+        cr_expect_eq(access(path, R_OK), 0, "%s is missing", path);
+    }
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+Test(lessons, every_solution_passes_its_check) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls);
+    Tmp t;
+    tmp_make(&t);
+    for (int i = 0; i < n; i++) {
+        char args[256], want[64];
+        snprintf(args, sizeof args, "check %02d --file lessons/solutions/%s.c", ls[i].number,
+                 ls[i].folder);
+        Run r = lessons(&t, NULL, args);
+        snprintf(want, sizeof want, "lesson %02d passed: ", ls[i].number);
+        cr_expect_eq(r.code, 0, "`lessons %s` exited %d:\n%s%s", args, r.code, r.out, r.err);
+        cr_expect(strstr(r.out, want), "`lessons %s` said:\n%s", args, r.out);
+        run_free(&r);
+    }
+    cr_expect_neq(access(t.state, F_OK), 0, "a --file check records no progress");
+    tmp_remove(&t);
+}
+
+/* As shipped, each exercise fails on its first expectation, in two lines: the input, what
+ * was expected and what came back, then the hint to read. Not a crash, not a time-out. */
+Test(lessons, every_shipped_exercise_fails_on_an_expectation) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls);
+    Tmp t;
+    tmp_make(&t);
+    for (int i = 0; i < n; i++) {
+        if (edited_by_learner(&ls[i])) {
+            cr_log_warn("lessons/%s/exercise.c differs from git HEAD: not checked as shipped",
+                        ls[i].folder);
+            continue;
+        }
+        char args[256], first[64], hint[64], line[1024];
+        snprintf(args, sizeof args, "check %02d --file lessons/%s/exercise.c", ls[i].number,
+                 ls[i].folder);
+        Run r = lessons(&t, NULL, args);
+        cr_expect_eq(r.code, 1, "`lessons %s` exited %d:\n%s%s", args, r.code, r.out, r.err);
+        cr_expect_eq(count_lines(r.out), 2, "`lessons %s` said:\n%s", args, r.out);
+        snprintf(first, sizeof first, "lesson %02d failed: ", ls[i].number);
+        cr_expect(line_starting(r.out, first, line, sizeof line), "%s", r.out);
+        cr_expect(strstr(line, ": expected ") && strstr(line, ", got "), "%s", line);
+        snprintf(hint, sizeof hint, "read hint ");
+        cr_expect(line_starting(r.out, hint, line, sizeof line), "%s", r.out);
+        snprintf(hint, sizeof hint, "./fsdp lessons hint %02d ", ls[i].number);
+        cr_expect(strstr(line, hint), "%s", line);
+        run_free(&r);
+    }
+    tmp_remove(&t);
+}
+
+Test(lessons, a_fresh_checkout_lists_every_lesson_as_not_started) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls);
+    Tmp t;
+    tmp_make(&t);
+    Run r = lessons(&t, NULL, "");
+    cr_expect_eq(r.code, 0);
+    for (int i = 0; i < n; i++) {
+        char want[16], line[256], path[256];
+        snprintf(want, sizeof want, "  %02d  ", ls[i].number);
+        cr_assert(line_starting(r.out, want, line, sizeof line), "%s", r.out);
+        if (edited_by_learner(&ls[i])) continue;
+        snprintf(path, sizeof path, "lessons/%s/exercise.c", ls[i].folder);
+        cr_expect(strstr(line, "not started"),
+                  "%s\n%s is as shipped but not 'not started': its crc32 is 0x%08lx; put that in "
+                  "lessons/tool/lesson_index.c",
+                  line, path, file_crc(path));
+    }
+    cr_expect(strstr(r.out, "next: ./fsdp lessons check 01 (lessons/01-"), "%s", r.out);
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(lessons, a_compile_error_is_its_first_error_and_source_line) {
+    Tmp t;
+    tmp_make(&t);
+    char path[128], args[256];
+    snprintf(path, sizeof path, "%s/exercise.c", t.dir);
+    write_file(path, "#include \"exercise.h\"\n"
+                     "\n"
+                     "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+                     "    *begin = d0 * (size_t)r\n"
+                     "    *rows = (size_t)S + undeclared;\n"
+                     "}\n");
+    snprintf(args, sizeof args, "check 02 --file %s", path);
+    Run r = lessons(&t, NULL, args);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    /* "does not compile", the error, the source line, the caret, "fix it ..." */
+    cr_expect_eq(count_lines(r.out), 5, "%s", r.out);
+    int errors = 0;
+    for (const char *s = r.out; (s = strstr(s, "error:")); s++) errors++;
+    cr_expect_eq(errors, 1, "%s", r.out);
+    char line[512], prefix[160];
+    snprintf(prefix, sizeof prefix, "%s:", path);
+    cr_expect(line_starting(r.out, prefix, line, sizeof line), "%s", r.out);
+    cr_expect(strstr(line, ": error: "), "%s", line);
+    cr_expect(strstr(r.out, "    4 |     *begin = d0 * (size_t)r\n") ||
+                  strstr(r.out, "    5 |     *rows = (size_t)S + undeclared;\n"),
+              "%s", r.out);
+    cr_expect(strstr(r.out, "fix it and run ./fsdp lessons check 02 again\n"), "%s", r.out);
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+Test(lessons, a_crash_or_a_missing_function_is_one_plain_line) {
+    Tmp t;
+    tmp_make(&t);
+    char path[128], args[256];
+    snprintf(path, sizeof path, "%s/crash.c", t.dir);
+    write_file(path, "#include \"exercise.h\"\n"
+                     "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+                     "    size_t *volatile nowhere = 0;\n"
+                     "    *begin = *nowhere + d0 + (size_t)S + (size_t)r;\n"
+                     "    *rows = 0;\n"
+                     "}\n"
+                     "size_t wire_rows(size_t d0, int S) { return d0 / (size_t)S; }\n"
+                     "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+                     "    return (size_t)(t == 0) + (size_t)(n + S + r);\n"
+                     "}\n");
+    snprintf(args, sizeof args, "check 02 --file %s", path);
+    Run r = lessons(&t, NULL, args);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "lesson 02 failed: your code crashed in shard_range(d0=6, S=3, r=0)"),
+              "%s", r.out);
+    cr_expect(!strstr(r.out, "[----]") && count_lines(r.out) == 2, "%s", r.out);
+    run_free(&r);
+
+    snprintf(path, sizeof path, "%s/missing.c", t.dir);
+    write_file(path, "#include \"exercise.h\"\n"
+                     "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+                     "    *begin = d0 + (size_t)(S + r);\n"
+                     "    *rows = 0;\n"
+                     "}\n"
+                     "size_t wire_rows(size_t d0, int S) { return d0 / (size_t)S; }\n");
+    snprintf(args, sizeof args, "check 02 --file %s", path);
+    r = lessons(&t, NULL, args);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "does not link: undefined reference to `rank_numel'\n"), "%s", r.out);
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+Test(lessons, hints_step_through_and_are_remembered) {
+    Tmp t;
+    tmp_make(&t);
+    const char *steps[][2] = {
+        {"hint 02", "lesson 02, hint 1 of "},   {"hint 02", "lesson 02, hint 2 of "},
+        {"hint 2 1", "lesson 02, hint 1 of "},  {"hint 02", "lesson 02, hint 3 of "},
+        {"hint 01 2", "lesson 01, hint 2 of "}, {"hint 01", "lesson 01, hint 3 of "}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        Run r = lessons(&t, NULL, steps[i][0]);
+        cr_expect_eq(r.code, 0, "%s: %s", steps[i][0], r.err);
+        cr_expect(!strncmp(r.out, steps[i][1], strlen(steps[i][1])), "`lessons %s` said:\n%s",
+                  steps[i][0], r.out);
+        run_free(&r);
+    }
+    tmp_remove(&t);
+}
+
+/* In a copy of the lessons folder: a passing exercise is done, an edit after that makes it
+ * in progress, and `check all` checks it again. */
+Test(lessons, progress_goes_from_not_started_to_done_to_in_progress) {
+    Tmp t;
+    tmp_make(&t);
+    char cmd[512], env[256], line[256];
+    snprintf(cmd, sizeof cmd,
+             "cp -r lessons %s/lessons && rm -f %s/lessons/.progress && "
+             "cp lessons/solutions/02-shard-ranges.c %s/lessons/02-shard-ranges/exercise.c",
+             t.dir, t.dir, t.dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(env, sizeof env, "FSDP_LESSONS_DIR=%s/lessons", t.dir);
+    Run r = lessons(&t, env, "");
+    cr_expect(line_starting(r.out, "  02  ", line, sizeof line) && strstr(line, "in progress"),
+              "%s", r.out);
+    run_free(&r);
+
+    r = lessons(&t, env, "check 02");
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "lesson 02 passed: ") && strstr(r.out, "\nnext: ./fsdp lessons check "),
+              "%s", r.out);
+    run_free(&r);
+    r = lessons(&t, env, "");
+    cr_expect(line_starting(r.out, "  02  ", line, sizeof line) && strstr(line, "done"), "%s",
+              r.out);
+    run_free(&r);
+
+    snprintf(cmd, sizeof cmd, "echo '/* edited */' >> %s/lessons/02-shard-ranges/exercise.c",
+             t.dir);
+    cr_assert_eq(system(cmd), 0);
+    r = lessons(&t, env, "");
+    cr_expect(line_starting(r.out, "  02  ", line, sizeof line) && strstr(line, "in progress"),
+              "%s", r.out);
+    run_free(&r);
+    r = lessons(&t, env, "check all");
+    cr_expect(r.code == 0 || r.code == 1, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "lesson 02 passed: ") && strstr(r.out, " lessons pass\n"), "%s", r.out);
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+Test(lessons, watch_stops_when_the_check_passes) {
+    Tmp t;
+    tmp_make(&t);
+    Run r = lessons(&t, NULL, "watch 01 --file lessons/solutions/01-memory-at-rest.c");
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "watching lessons/solutions/01-memory-at-rest.c"), "%s", r.out);
+    cr_expect(strstr(r.out, "lesson 01 passed: "), "%s", r.out);
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+static void expect_usage_error(const char *args, const char *must_mention) {
+    Tmp t;
+    tmp_make(&t);
+    Run r = lessons(&t, NULL, args);
+    cr_expect_eq(r.code, 2, "`lessons %s` exited %d", args, r.code);
+    cr_expect_eq(count_lines(r.err), 1, "`lessons %s` printed: %s", args, r.err);
+    cr_expect_eq(r.out[0], 0, "`lessons %s` printed on stdout: %s", args, r.out);
+    cr_expect(strstr(r.err, must_mention), "`lessons %s` said: %s", args, r.err);
+    run_free(&r);
+    tmp_remove(&t);
+}
+
+Test(lessons, bad_input_exits_2_with_one_line) {
+    expect_usage_error("check 99", "no lesson '99'");
+    expect_usage_error("check 02x", "no lesson '02x'");
+    expect_usage_error("check 02 --file", "--file needs a path");
+    expect_usage_error("check 02 --file /nonexistent/exercise.c", "/nonexistent/exercise.c");
+    expect_usage_error("check 02 --frobnicate", "--frobnicate");
+    expect_usage_error("check 01 02", "one lesson");
+    expect_usage_error("check all --file lessons/solutions/01-memory-at-rest.c", "--file");
+    expect_usage_error("hint 02 99", "hints 1 to");
+    expect_usage_error("hint 0", "no lesson '0'");
+    expect_usage_error("frobnicate", "unknown lessons command 'frobnicate'");
+    expect_usage_error("watch 99", "no lesson '99'");
+}
