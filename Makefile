@@ -23,8 +23,11 @@ LIB_SRCS := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c sim/*.c sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 # The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and runtime/ (C against
-# CUDA's headers), built when nvcc is found. Sanitizer builds leave it out: ASan and the CUDA
-# driver do not share an address space peacefully, and the sanitizers guard the CPU code.
+# CUDA's headers), built when nvcc is found into $(BUILD)/libfsdp_cuda.so, which fsdp opens
+# only when a command asks for a GPU (runtime/gpu_backend.c, linked into fsdp itself; the
+# library resolves the engine's symbols against fsdp, hence -rdynamic). Sanitizer builds
+# leave it out: ASan and the CUDA driver do not share an address space peacefully, and the
+# sanitizers guard the CPU code.
 ifneq ($(NVCC),)
 ifneq ($(SANITIZE),1)
 WITH_CUDA := 1
@@ -33,15 +36,18 @@ endif
 GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
 ifeq ($(WITH_CUDA),1)
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -MMD -MP \
+NVCCFLAGS += -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
 	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
 CFLAGS += -DFSDP_HAVE_CUDA=1
-CUDA_CFLAGS := -I$(CUDA_HOME)/include
-LIB_OBJS += $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(patsubst %.c,$(BUILD)/%.o,$(wildcard runtime/*.c))
-LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+CUDA_CFLAGS := -I$(CUDA_HOME)/include -fPIC
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) \
+	$(patsubst %.c,$(BUILD)/%.o,$(filter-out runtime/gpu_backend.c,$(wildcard runtime/*.c)))
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+CUDA_LIB := $(BUILD)/libfsdp_cuda.so
+BACKEND_CFLAGS := -DFSDP_CUDA_LIB='"$(abspath $(CUDA_LIB))"'
 endif
-MAIN_OBJ := $(BUILD)/main.o
+MAIN_OBJ := $(BUILD)/main.o $(BUILD)/runtime/gpu_backend.o
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
@@ -49,7 +55,7 @@ BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
 .PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
-all: $(BIN) cuda-note
+all: $(BIN) $(CUDA_LIB) cuda-note
 
 cuda-note:
 ifeq ($(NVCC),)
@@ -58,8 +64,15 @@ else ifneq ($(WITH_CUDA),1)
 	@echo "sanitizer build: the CUDA backend is left out"
 endif
 
-$(BIN): $(LIB_OBJS) $(MAIN_OBJ)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BIN): $(LIB_OBJS) $(MAIN_OBJ) | $(CUDA_LIB)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl
+
+$(CUDA_LIB): $(CUDA_OBJS)
+	$(CC) -shared -o $@ $^ $(CUDA_LDLIBS)
+
+$(BUILD)/runtime/gpu_backend.o: runtime/gpu_backend.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(BACKEND_CFLAGS) -c -o $@ $<
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -109,8 +122,8 @@ else
 	@echo "test-gpu: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
 endif
 
-$(BUILD)/test_gpu: $(LIB_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/tests/util.o
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcriterion
+$(BUILD)/test_gpu: $(LIB_OBJS) $(CUDA_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/tests/util.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS) -lcriterion
 
 bench: deps $(BUILD)/bench_toy
 	./$(BUILD)/bench_toy
@@ -130,8 +143,6 @@ bench-ckpt: deps $(BUILD)/bench_ckpt
 bench-nvme: deps $(BUILD)/bench_nvme
 	$(BUILD)/bench_nvme --bytes 1G --chunk 64M --dir /var/tmp/fsdp_bench_nvme
 
-# Activation checkpointing's memory saving and step-time cost, with and without, interleaved:
-# vit-tiny (3 runs of 10 steps), then vit-workshop (one run of 2 steps each: about 10 minutes).
 # fsdp plan's own speed: 70B parameters on 1,024 GPUs (the issue's target: under a second)
 bench-plan: deps $(BIN)
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16
@@ -140,6 +151,8 @@ bench-plan: deps $(BIN)
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16 \
 		--activation-checkpointing --compare
 
+# Activation checkpointing's memory saving and step-time cost, with and without, interleaved:
+# vit-tiny (3 runs of 10 steps), then vit-workshop (one run of 2 steps each: about 10 minutes).
 bench-ac: deps $(BIN)
 	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-tiny 4 64 10 3
 	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-workshop 4 8 2 1

@@ -23,6 +23,7 @@
 #include "core/vit.h"
 #include "core/weights.h"
 #include "lessons/tool/lessons_cmd.h"
+#include "runtime/gpu_backend.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
 #include "sim/plan_cmd.h"
@@ -30,9 +31,6 @@
 #include "sim/viz/memory_timeline.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/tui.h"
-#ifdef FSDP_HAVE_CUDA
-#include "runtime/gpu_run.h"
-#endif
 
 static void usage(FILE *f) {
     fputs("usage: ./fsdp <command> [flags]\n"
@@ -195,11 +193,9 @@ static int plan_prepare(TrainRun *t, Err *err) {
 /* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
 static int choose_backend(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
-    char why[128] = "this fsdp was built without CUDA: nvcc was not found";
-    int gpu = 0;
-#ifdef FSDP_HAVE_CUDA
-    gpu = gpu_available(why, sizeof why);
-#endif
+    if (a->backend == BACKEND_SIM) return 0; /* the CUDA backend is not even loaded */
+    char why[160];
+    int gpu = gpu_backend_available(why, sizeof why);
     if (a->backend == BACKEND_AUTO) {
         a->backend = gpu ? BACKEND_CUDA : BACKEND_SIM;
         snprintf(t->backend_note, sizeof t->backend_note, "backend: %s (auto: %s)",
@@ -213,11 +209,7 @@ static int choose_backend(TrainRun *t, Err *err) {
 /* The job on every rank: simulated ranks, or this machine's GPU. */
 static int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job,
                      ClusterResult *res, Err *err) {
-#ifdef FSDP_HAVE_CUDA
-    if (t->args.backend == BACKEND_CUDA) return gpu_run(opt, train_rank, job, res, err);
-#else
-    (void)t; /* choose_backend refused cuda already */
-#endif
+    if (t->args.backend == BACKEND_CUDA) return gpu_backend_run(opt, train_rank, job, res, err);
     return cluster_run(opt, train_rank, job, res, err);
 }
 
