@@ -94,7 +94,7 @@ static int cmd_list(void) {
     printf("lessons: write a piece of FSDP yourself; its check compares it with the engine\n");
     for (int i = 0; i < lesson_count(); i++) {
         const Lesson *l = lesson_at(i);
-        printf("  %02d  %-40s %s\n", l->number, l->title, lesson_state_name(lesson_state(l, &p)));
+        printf("  %02d  %-41s %s\n", l->number, l->title, lesson_state_name(lesson_state(l, &p)));
     }
     print_next(&p);
     return EXIT_PASSED;

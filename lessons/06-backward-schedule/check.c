@@ -1,0 +1,104 @@
+/* Lesson 06's check: the learner's backward_steps and optimizer_collectives against what the
+ * engine did. For each case it trains one step of the toy (or vit-tiny, accounting-only) on 3
+ * simulated ranks with the trace on (lessons/tool/engine_run.h), reads every
+ * rank's backward back as steps in the order its code issued them (a collective starts
+ * where its wire buffers are allocated and is waited for at its all_gather or
+ * reduce_scatter event; backward events; frees of gathered parameters), and compares them
+ * one by one with the learner's list for the same units; and it counts the collectives of
+ * the optimizer phase under each strategy. */
+#include "exercise.h"
+#include "lessons/tool/engine_run.h"
+
+static const char *step_op_name(StepOp op) {
+    static const char *const names[] = {"gather", "wait-gather", "backward",
+                                        "reduce", "wait-reduce", "free"};
+    return op >= STEP_GATHER && op <= STEP_FREE ? names[op] : lesson_fmt("op %d", (int)op);
+}
+
+/* The learner's backward for the engine's run r, against every rank's. */
+static void expect_backward(int hint, const char *model, const char *wrap, int reshard,
+                            int prefetch) {
+    EngineRun r;
+    engine_run(&r, model, engine_config(wrap, reshard, prefetch));
+    int entries[64], is_root[64];
+    int nentries = engine_entries(&r, entries, 64);
+    for (int u = 0; u < r.plan.nunits; u++) is_root[u] = r.plan.units[u].is_root;
+    BackwardSetup s = {.nentries = nentries,
+                       .entry_unit = entries,
+                       .nunits = r.plan.nunits,
+                       .is_root = is_root,
+                       .reshard_after_forward = reshard,
+                       .prefetch = prefetch};
+    Step steps[ENGINE_MAX_STEPS];
+    for (int i = 0; i < ENGINE_MAX_STEPS; i++) steps[i] = (Step){(StepOp)-1, -1};
+    lesson_try("backward_steps(%s: forward's entries %s)", r.label,
+               engine_entry_names(&r, entries, nentries));
+    int said = backward_steps(&s, steps, ENGINE_MAX_STEPS);
+    int n = said < 0 ? 0 : said > ENGINE_MAX_STEPS ? ENGINE_MAX_STEPS : said;
+    EngineStepText got[ENGINE_MAX_STEPS], want[ENGINE_MAX_STEPS];
+    for (int i = 0; i < n; i++)
+        snprintf(got[i], sizeof got[i], "%s %s", step_op_name(steps[i].op),
+                 engine_unit_name(&r, steps[i].unit));
+    const char *expected = NULL, *differs = NULL;
+    for (int rank = 0; rank < ENGINE_RANKS && !expected; rank++) {
+        int nwant = engine_step_texts(&r, rank, PHASE_BACKWARD, want);
+        steps_differ(want, nwant, got, n, said, &expected, &differs);
+    }
+    engine_run_free(&r);
+    if (expected) lesson_fail(hint, expected, differs);
+}
+
+Test(lesson06, t1_nothing_to_gather) {
+    expect_backward(1, "toy", "none", 1, 1);  /* the root is still whole from forward */
+    expect_backward(1, "toy", "layer", 0, 1); /* zero2: every unit is */
+}
+
+Test(lesson06, t2_gather_what_forward_freed) {
+    expect_backward(2, "toy", "layer", 1, 0);
+}
+
+Test(lesson06, t3_prefetch) {
+    expect_backward(3, "toy", "layer", 1, 1); /* what ./fsdp viz --model toy --ranks 3 runs */
+    expect_backward(3, "toy", "layer", 1, 2);
+    expect_backward(3, "toy", "block:2", 1, 1);
+}
+
+Test(lesson06, t4_vit_root_entered_twice) {
+    expect_backward(4, "vit-tiny", "layer", 1, 1);
+    expect_backward(4, "vit-tiny", "layer", 1, 2);
+    expect_backward(4, "vit-tiny", "block:3", 1, 0);
+    expect_backward(4, "vit-tiny", "layer", 0, 1);
+    expect_backward(4, "vit-tiny", "size:200000", 1, 1);
+}
+
+/* Collectives of any kind rank 0 ran in the optimizer phase of the first step. */
+static int optimizer_phase_collectives(const EngineRun *r) {
+    size_t n;
+    TraceEvent *ev = engine_issued(r, 0, PHASE_OPTIMIZER, &n);
+    int count = 0;
+    for (size_t i = 0; i < n; i++) count += ev[i].kind >= EV_ALL_GATHER && ev[i].kind <= EV_BARRIER;
+    free(ev);
+    return count;
+}
+
+static void expect_optimizer(const char *model, Sharding sharding, int clip) {
+    static const Strategy strategies[] = {STRAT_DDP, STRAT_ZERO1, STRAT_ZERO2, STRAT_ZERO3};
+    FsdpConfig cfg = engine_config("layer", -1, 1); /* each strategy's own resharding */
+    cfg.strategy = strategies[sharding];
+    cfg.clip_grad_norm = clip ? 1.0f : 0.0f;
+    EngineRun r;
+    engine_run(&r, model, cfg);
+    int want = optimizer_phase_collectives(&r);
+    lesson_try("optimizer_collectives(%s, nunits=%d, clip_grad_norm=%d) for %s",
+               strategy_name(cfg.strategy), r.plan.nunits, clip, model);
+    int got = optimizer_collectives(sharding, r.plan.nunits, clip);
+    engine_run_free(&r);
+    expect_text(5, lesson_fmt("collectives=%d", want), lesson_fmt("collectives=%d", got));
+}
+
+Test(lesson06, t5_optimizer_step_is_local) {
+    for (int s = SHARDING_ZERO3; s >= SHARDING_DDP; s--)
+        for (int clip = 0; clip <= 1; clip++) expect_optimizer("toy", (Sharding)s, clip);
+    expect_optimizer("vit-tiny", SHARDING_ZERO3, 0);
+    expect_optimizer("vit-tiny", SHARDING_ZERO1, 0);
+}

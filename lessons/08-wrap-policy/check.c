@@ -1,0 +1,156 @@
+/* Lesson 08's check: the learner's wrap_units against the engine's plan (core/plan.c:
+ * plan_create, its module_unit and root) for the toy and vit-tiny under every kind of wrap
+ * policy, then collectives_per_step and peak_gathered_bytes against one zero3 training step
+ * on 3 simulated ranks with the trace on (lessons/tool/engine_run.h): every
+ * rank's all_gather and reduce_scatter events, and the most bytes of unsharded parameters it
+ * held, as the memory timeline of `fsdp train --memory` replays the trace. */
+#include "exercise.h"
+#include "lessons/tool/engine_run.h"
+
+#define MAX_MODULES 64
+
+static Policy policy_of(WrapPolicy w) {
+    static const PolicyKind kinds[] = {[WRAP_LAYER] = POLICY_LAYER,
+                                       [WRAP_BLOCK] = POLICY_BLOCK,
+                                       [WRAP_SIZE] = POLICY_SIZE,
+                                       [WRAP_NONE] = POLICY_NONE};
+    return (Policy){kinds[w.kind], w.arg};
+}
+
+/* The model's modules in the lesson's terms, and as text: "La 3 block, Lb 3 block, ...",
+ * runs of equal modules said once. */
+static int module_sizes(const ModelDesc *m, ModuleSize *out, char *text, size_t n) {
+    cr_assert_leq(m->nmodules, MAX_MODULES);
+    for (int i = 0; i < m->nmodules; i++) {
+        const ModuleSpec *mod = &m->modules[i];
+        out[i] = (ModuleSize){0, mod->is_block};
+        for (int j = 0; j < mod->nparams; j++)
+            out[i].numel += m->params[mod->first_param + j].numel;
+    }
+    size_t at = 0;
+    text[0] = 0;
+    for (int i = 0; i < m->nmodules && at < n; i++) {
+        int k = i;
+        while (k + 1 < m->nmodules && out[k + 1].numel == out[i].numel &&
+               out[k + 1].is_block == out[i].is_block)
+            k++;
+        const char *kind = out[i].is_block ? "block" : "not a block";
+        if (k > i)
+            at += (size_t)snprintf(text + at, n - at, "%s%s..%s %zu each, %s", i ? "; " : "",
+                                   m->modules[i].name, m->modules[k].name, out[i].numel, kind);
+        else
+            at += (size_t)snprintf(text + at, n - at, "%s%s %zu, %s", i ? "; " : "",
+                                   m->modules[i].name, out[i].numel, kind);
+        i = k;
+    }
+    return m->nmodules;
+}
+
+static const char *grouping_text(int nunits, int root, const int *module_unit, int nmodules) {
+    static char text[LESSON_TEXT_MAX / 2];
+    size_t at = (size_t)snprintf(text, sizeof text, "units=%d root=%d module_unit=", nunits, root);
+    for (int i = 0; i < nmodules && at < sizeof text; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "%s%d", i ? " " : "", module_unit[i]);
+    return text;
+}
+
+static void expect_grouping(const char *model, const char *wrap) {
+    ModelDesc m;
+    engine_model(&m, model);
+    WrapPolicy w;
+    cr_assert_eq(wrap_parse(wrap, &w), 0);
+    Plan p;
+    Err err = {0};
+    cr_assert_eq(plan_create(&p, &m, w, STRAT_ZERO3, ENGINE_RANKS, 1, &err), 0, "%s", err.msg);
+    int root = -1;
+    for (int u = 0; u < p.nunits; u++)
+        if (p.units[u].is_root) root = u;
+    ModuleSize modules[MAX_MODULES];
+    char sizes[LESSON_TEXT_MAX / 2];
+    int n = module_sizes(&m, modules, sizes, sizeof sizes);
+    int module_unit[MAX_MODULES], got_root = -7;
+    for (int i = 0; i < MAX_MODULES; i++) module_unit[i] = -1;
+    lesson_try("wrap_units(%s's modules: %s; policy %s)", model, sizes, wrap);
+    int got = wrap_units(modules, n, policy_of(w), module_unit, &got_root);
+    const char *want_text = lesson_fmt("%s", grouping_text(p.nunits, root, p.module_unit, n));
+    const char *got_text = lesson_fmt("%s", grouping_text(got, got_root, module_unit, n));
+    int hint = w.kind == WRAP_BLOCK ? 2 : w.kind == WRAP_SIZE ? 3 : 1;
+    plan_free(&p);
+    model_desc_free(&m);
+    expect_text(hint, want_text, got_text);
+}
+
+Test(lesson08, t1_layer_and_none) {
+    expect_grouping("toy", "layer");
+    expect_grouping("toy", "none");
+    expect_grouping("vit-tiny", "layer");
+    expect_grouping("vit-tiny", "none");
+}
+
+Test(lesson08, t2_block) {
+    static const char *const wraps[] = {"block:1", "block:2",  "block:3",
+                                        "block:4", "block:10", "block:11"};
+    expect_grouping("toy", "block:2");
+    for (size_t i = 0; i < sizeof wraps / sizeof wraps[0]; i++)
+        expect_grouping("vit-tiny", wraps[i]);
+}
+
+Test(lesson08, t3_size) {
+    static const char *const wraps[] = {"size:1",      "size:50000",   "size:99584",
+                                        "size:99585",  "size:150000",  "size:200000",
+                                        "size:500000", "size:10000000"};
+    expect_grouping("toy", "size:3");
+    expect_grouping("toy", "size:4");
+    for (size_t i = 0; i < sizeof wraps / sizeof wraps[0]; i++)
+        expect_grouping("vit-tiny", wraps[i]);
+}
+
+static const char *const traced_wraps[] = {"layer", "block:2", "block:5", "none", "size:200000"};
+
+/* The plan of a traced run in the lesson's terms. */
+static void run_with_grouping(EngineRun *r, const char *model, const char *wrap, ModuleSize *mods,
+                              int *root) {
+    engine_run(r, model, engine_config(wrap, 1, 1));
+    char sizes[LESSON_TEXT_MAX / 2];
+    module_sizes(&r->model, mods, sizes, sizeof sizes);
+    *root = -1;
+    for (int u = 0; u < r->plan.nunits; u++)
+        if (r->plan.units[u].is_root) *root = u;
+}
+
+Test(lesson08, t4_collectives_per_step) {
+    for (size_t i = 0; i < sizeof traced_wraps / sizeof traced_wraps[0]; i++) {
+        EngineRun r;
+        ModuleSize mods[MAX_MODULES];
+        int root;
+        run_with_grouping(&r, "vit-tiny", traced_wraps[i], mods, &root);
+        lesson_try("collectives_per_step(nunits=%d, has_root=%d) for vit-tiny under wrap %s",
+                   r.plan.nunits, root >= 0, r.wrap);
+        int got = collectives_per_step(r.plan.nunits, root >= 0), want[ENGINE_RANKS];
+        for (int rank = 0; rank < ENGINE_RANKS; rank++)
+            want[rank] =
+                engine_count(&r, rank, EV_ALL_GATHER) + engine_count(&r, rank, EV_REDUCE_SCATTER);
+        engine_run_free(&r); /* before a failure ends the test: nothing leaks */
+        for (int rank = 0; rank < ENGINE_RANKS; rank++)
+            expect_text(4, lesson_fmt("collectives=%d", want[rank]),
+                        lesson_fmt("collectives=%d", got));
+    }
+}
+
+Test(lesson08, t5_peak_gathered_bytes) {
+    for (size_t i = 0; i < sizeof traced_wraps / sizeof traced_wraps[0]; i++) {
+        EngineRun r;
+        ModuleSize mods[MAX_MODULES];
+        int root;
+        run_with_grouping(&r, "vit-tiny", traced_wraps[i], mods, &root);
+        lesson_try("peak_gathered_bytes(vit-tiny's modules under wrap %s: units=%d root=%d)",
+                   r.wrap, r.plan.nunits, root);
+        size_t got =
+            peak_gathered_bytes(mods, r.model.nmodules, r.plan.module_unit, r.plan.nunits, root);
+        size_t want[ENGINE_RANKS];
+        for (int rank = 0; rank < ENGINE_RANKS; rank++)
+            want[rank] = engine_peak(&r, rank, MEM_PARAM_UNSHARDED);
+        engine_run_free(&r);
+        for (int rank = 0; rank < ENGINE_RANKS; rank++) expect_size(5, "bytes", want[rank], got);
+    }
+}
