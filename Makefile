@@ -22,12 +22,21 @@ CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 LIB_SRCS := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c sim/*.c sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
-# The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and runtime/ (C against
-# CUDA's headers), built when nvcc is found into $(BUILD)/libfsdp_cuda.so, which fsdp opens
-# only when a command asks for a GPU (runtime/gpu_backend.c, linked into fsdp itself; the
-# library resolves the engine's symbols against fsdp, hence -rdynamic). Sanitizer builds
-# leave it out: ASan and the CUDA driver do not share an address space peacefully, and the
-# sanitizers guard the CPU code.
+# runtime/ on the host side, in fsdp and the tests in every build (no CUDA header): where a
+# process sits in a job (dist_env), the TCP rendezvous, `fsdp launch`. The rest of runtime/
+# is the CUDA side, in the backend library below.
+HOST_RUNTIME_SRCS := runtime/dist_env.c runtime/tcp.c runtime/rendezvous.c runtime/launch.c \
+	runtime/launch_args.c
+HOST_RUNTIME_OBJS := $(HOST_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
+CUDA_RUNTIME_SRCS := $(filter-out runtime/gpu_backend.c $(HOST_RUNTIME_SRCS), \
+	$(wildcard runtime/*.c))
+
+# The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and the CUDA side of
+# runtime/ (C against CUDA's headers), built when nvcc is found into $(BUILD)/libfsdp_cuda.so,
+# which fsdp opens only when a command asks for a GPU (runtime/gpu_backend.c, linked into fsdp
+# itself; the library resolves the engine's symbols against fsdp, hence -rdynamic). Sanitizer
+# builds leave it out: ASan and the CUDA driver do not share an address space peacefully, and
+# the sanitizers guard the CPU code.
 ifneq ($(NVCC),)
 ifneq ($(SANITIZE),1)
 WITH_CUDA := 1
@@ -41,13 +50,12 @@ NVCCFLAGS += -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
 	-gencode arch=compute_90,code=compute_90
 CFLAGS += -DFSDP_HAVE_CUDA=1
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -fPIC
-CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) \
-	$(patsubst %.c,$(BUILD)/%.o,$(filter-out runtime/gpu_backend.c,$(wildcard runtime/*.c)))
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
 CUDA_LIB := $(BUILD)/libfsdp_cuda.so
 BACKEND_CFLAGS := -DFSDP_CUDA_LIB='"$(abspath $(CUDA_LIB))"'
 endif
-MAIN_OBJ := $(BUILD)/main.o $(BUILD)/runtime/gpu_backend.o
+MAIN_OBJ := $(BUILD)/main.o $(BUILD)/runtime/gpu_backend.o $(HOST_RUNTIME_OBJS)
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
@@ -82,6 +90,11 @@ $(BUILD)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
+# Without CUDA's include path, so that the host side cannot come to need it by accident.
+$(HOST_RUNTIME_OBJS): $(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
@@ -90,7 +103,7 @@ $(BUILD)/tests/gpu/%.o: tests/gpu/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(TEST_BIN): $(LIB_OBJS) $(TEST_OBJS)
+$(TEST_BIN): $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(TEST_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcriterion
 
 deps:
@@ -184,7 +197,8 @@ fuzz: deps
 	cd build/fuzz && ./fuzz_ckpt_meta -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-ckpt
 
 format:
-	clang-format -i $(LIB_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) $(wildcard */*.h */*/*.h)
+	clang-format -i $(LIB_SRCS) $(HOST_RUNTIME_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) \
+		$(wildcard */*.h */*/*.h)
 
 clean:
 	rm -rf build fsdp

@@ -23,7 +23,9 @@
 #include "core/vit.h"
 #include "core/weights.h"
 #include "lessons/tool/lessons_cmd.h"
+#include "runtime/dist_env.h"
 #include "runtime/gpu_backend.h"
+#include "runtime/launch.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
 #include "sim/plan_cmd.h"
@@ -46,6 +48,8 @@ static void usage(FILE *f) {
           "            the cluster (./fsdp plan --help)\n"
           "  lessons   exercises: write a piece of FSDP yourself, checked against the engine\n"
           "            (./fsdp lessons help)\n"
+          "  launch    run a command once per GPU with torchrun's variables, and restart it\n"
+          "            when one fails (./fsdp launch --help)\n"
           "  help      this text\n"
           "\n"
           "example: ./fsdp train --model toy --ranks 3 --strategy zero3 --steps 200\n",
@@ -256,9 +260,24 @@ static int check_save_full(const char *path, Err *err) {
     return 0;
 }
 
+/* Started as one of many processes (torchrun, fsdp launch, srun, mpirun) for the GPU: that
+ * needs NCCL. The simulator makes its own ranks and ignores these variables. */
+static int refuse_many_processes(const TrainArgs *a, Err *err) {
+    DistEnv env;
+    if (a->backend != BACKEND_CUDA) return 0;
+    int rc = dist_env_from_process(&env, err);
+    if (rc || env.world_size == 1) return rc;
+    return err_set(err, ERR_USAGE,
+                   "this is rank %d of %d (%s): training on many GPUs needs NCCL, which this "
+                   "fsdp does not have yet; run one process, or --backend sim",
+                   env.rank, env.world_size, launcher_name(env.launcher));
+}
+
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
-    int brc = choose_backend(t, err);
+    int brc = refuse_many_processes(a, err);
+    if (!brc) brc = choose_backend(t, err);
+    if (!brc) brc = refuse_many_processes(a, err); /* auto may have chosen cuda */
     if (brc) return brc;
     t->profile = profile_find(a->profile);
     if (!t->profile)
@@ -1034,6 +1053,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "predict")) return cmd_predict(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return plan_command(argc - 2, argv + 2);
     if (!strcmp(cmd, "lessons")) return lessons_command(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return launch_command(argc - 2, argv + 2);
     fprintf(stderr, "fsdp: unknown command '%s' (see ./fsdp --help)\n", cmd);
     return 2;
 }

@@ -57,7 +57,7 @@ Test(cli, bad_input_exits_2_with_one_line) {
     expect_usage_error("train --model gpt5", "--model");
     expect_usage_error("train --offload cpu --strategy ddp", "--offload");
     expect_usage_error("train --batch-size 100 --ranks 5", "batch");
-    expect_usage_error("launch", "unknown command");
+    expect_usage_error("lanch", "unknown command");
     expect_usage_error("train --model vit-tiny --split val", "--split");
     expect_usage_error("train --model vit-tiny --heads 3", "--heads");
     expect_usage_error("train --model vit-tiny --steps 3 --epochs 1", "--epochs");

@@ -1,0 +1,262 @@
+/* The TCP rendezvous among forked processes on 127.0.0.1: a blob reaches every rank; a rank
+ * that never arrives, a wrong world size, a rank seen twice, a taken port and a stray
+ * connection are each one line, within the timeout, on every rank. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../runtime/rendezvous.h"
+
+#define MAX_PROCS 8
+
+/* What each process of a meeting came to, in memory the test shares with them. */
+typedef struct Outcome {
+    int rc;
+    char msg[512];
+} Outcome;
+
+typedef struct Meeting {
+    int port;
+    size_t n;
+    double timeout_s;
+    Outcome *out;         /* [MAX_PROCS], shared */
+    unsigned char *blobs; /* [MAX_PROCS][n], shared */
+    pid_t pid[MAX_PROCS];
+    int nprocs;
+} Meeting;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A port nobody listens on right now: the kernel's pick for port 0. */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    cr_assert(getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static unsigned char pattern(size_t i) {
+    return (unsigned char)(i * 7 + 3);
+}
+
+static void meeting_open(Meeting *m, size_t n, double timeout_s) {
+    *m = (Meeting){.port = free_port(), .n = n, .timeout_s = timeout_s};
+    m->out = mmap(NULL, MAX_PROCS * sizeof *m->out, PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    m->blobs = mmap(NULL, MAX_PROCS * n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert(m->out != MAP_FAILED && m->blobs != MAP_FAILED);
+}
+
+/* Starts a process that is `rank` of a world it believes has `world` ranks. Rank 0 offers the
+ * pattern; the others start from zeros. */
+static void start(Meeting *m, int rank, int world) {
+    int slot = m->nprocs++;
+    cr_assert_leq(m->nprocs, MAX_PROCS);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid > 0) {
+        m->pid[slot] = pid;
+        return;
+    }
+    DistEnv env = {.launcher = LAUNCHER_TORCHRUN,
+                   .rank = rank,
+                   .world_size = world,
+                   .local_rank = rank,
+                   .local_world_size = world,
+                   .master_addr = "127.0.0.1",
+                   .master_port = m->port};
+    unsigned char *blob = m->blobs + (size_t)slot * m->n;
+    for (size_t i = 0; i < m->n; i++) blob[i] = rank == 0 ? pattern(i) : 0;
+    Err err = {0};
+    m->out[slot].rc = rendezvous_exchange(&env, blob, m->n, m->timeout_s, &err);
+    memcpy(m->out[slot].msg, err.msg, sizeof err.msg);
+    _exit(0);
+}
+
+/* Waits for every process; returns the seconds since `t0`. */
+static double finish(Meeting *m, double t0) {
+    for (int i = 0; i < m->nprocs; i++) {
+        int status;
+        cr_assert_eq(waitpid(m->pid[i], &status, 0), m->pid[i]);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "process %d crashed", i);
+    }
+    return now() - t0;
+}
+
+static void meeting_close(Meeting *m) {
+    munmap(m->out, MAX_PROCS * sizeof *m->out);
+    munmap(m->blobs, MAX_PROCS * m->n);
+}
+
+static void expect_blob(const Meeting *m, int slot) {
+    const unsigned char *blob = m->blobs + (size_t)slot * m->n;
+    size_t wrong = 0;
+    for (size_t i = 0; i < m->n; i++) wrong += blob[i] != pattern(i);
+    cr_expect_eq(wrong, 0, "process %d got %zu of %zu bytes wrong", slot, wrong, m->n);
+}
+
+static void expect_failed_saying(const Meeting *m, int slot, const char *words) {
+    const Outcome *o = &m->out[slot];
+    cr_expect_neq(o->rc, 0, "process %d succeeded", slot);
+    cr_expect(strstr(o->msg, words), "process %d said '%s', not '%s'", slot, o->msg, words);
+    cr_expect_null(strchr(o->msg, '\n'), "'%s' is more than one line", o->msg);
+}
+
+Test(rendezvous, four_ranks_share_a_128_byte_id, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 128, 10.0);
+    double t0 = now();
+    for (int r = 3; r >= 1; r--) start(&m, r, 4);
+    usleep(200 * 1000); /* rank 0 comes last: the others keep trying */
+    start(&m, 0, 4);
+    finish(&m, t0);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(m.out[i].rc, 0, "process %d: %s", i, m.out[i].msg);
+        expect_blob(&m, i);
+    }
+    meeting_close(&m);
+}
+
+Test(rendezvous, a_large_blob_arrives_whole, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 3 << 20, 10.0); /* more than a socket buffer: many partial sends */
+    double t0 = now();
+    for (int r = 0; r < 3; r++) start(&m, r, 3);
+    finish(&m, t0);
+    for (int i = 0; i < 3; i++) {
+        cr_expect_eq(m.out[i].rc, 0, "process %d: %s", i, m.out[i].msg);
+        expect_blob(&m, i);
+    }
+    meeting_close(&m);
+}
+
+Test(rendezvous, ranks_that_never_arrive_are_named, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 128, 1.0);
+    double t0 = now();
+    start(&m, 0, 4);
+    start(&m, 1, 4);
+    double took = finish(&m, t0);
+    char words[200];
+    snprintf(words, sizeof words,
+             "rendezvous at 127.0.0.1:%d timed out after 1.0 s: ranks 2, 3 never arrived", m.port);
+    expect_failed_saying(&m, 0, words);
+    expect_failed_saying(&m, 1, "rank 0 called it off: timed out after 1.0 s: ranks 2, 3 never");
+    cr_expect_lt(took, 3.0, "took %.1f s", took);
+    meeting_close(&m);
+}
+
+Test(rendezvous, many_missing_ranks_read_as_ranges, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 16, 0.5);
+    start(&m, 0, 8);
+    start(&m, 6, 8);
+    finish(&m, now());
+    expect_failed_saying(&m, 0, "ranks 1-5, 7 never arrived");
+    meeting_close(&m);
+}
+
+Test(rendezvous, without_rank_0_the_others_say_so, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 128, 0.5);
+    double t0 = now();
+    start(&m, 1, 2);
+    double took = finish(&m, t0);
+    expect_failed_saying(&m, 0, "timed out after 0.5 s: rank 0 was not reachable");
+    cr_expect_lt(took, 2.0, "took %.1f s", took);
+    meeting_close(&m);
+}
+
+Test(rendezvous, a_wrong_world_size_names_both_sizes, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 128, 10.0);
+    double t0 = now();
+    start(&m, 0, 2);
+    start(&m, 1, 3);
+    double took = finish(&m, t0);
+    expect_failed_saying(&m, 0, "rank 1 believes the world has 3 ranks, rank 0 that it has 2");
+    expect_failed_saying(&m, 1, "rank 0 called it off: rank 1 believes the world has 3 ranks");
+    cr_expect_lt(took, 5.0, "took %.1f s: the mismatch should end it at once", took);
+    meeting_close(&m);
+}
+
+Test(rendezvous, a_rank_seen_twice_or_out_of_range, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 8, 10.0);
+    double t0 = now();
+    start(&m, 0, 3);
+    start(&m, 1, 3);
+    usleep(100 * 1000);
+    start(&m, 1, 3);
+    double took = finish(&m, t0);
+    expect_failed_saying(&m, 0, "two processes say they are rank 1");
+    cr_expect_lt(took, 5.0, "took %.1f s", took);
+    meeting_close(&m);
+
+    meeting_open(&m, 8, 10.0);
+    start(&m, 0, 2);
+    start(&m, 5, 2);
+    finish(&m, now());
+    expect_failed_saying(&m, 0, "a process says it is rank 5, but the ranks are 0 to 1");
+    expect_failed_saying(&m, 1, "rank 0 called it off");
+    meeting_close(&m);
+}
+
+Test(rendezvous, a_taken_port_is_one_line, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 8, 1.0);
+    int fd = socket(AF_INET6, SOCK_STREAM, 0); /* someone else listens there */
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)m.port)};
+    int zero = 0;
+    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+    cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0);
+    start(&m, 0, 2);
+    finish(&m, now());
+    close(fd);
+    expect_failed_saying(&m, 0, "rank 0 cannot listen on port");
+    expect_failed_saying(&m, 0, "Address already in use");
+    meeting_close(&m);
+}
+
+Test(rendezvous, a_stray_connection_is_not_a_rank, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 128, 10.0);
+    double t0 = now();
+    start(&m, 0, 2);
+    int fd = -1; /* something that is not fsdp talks to rank 0 first */
+    for (int tries = 0; tries < 100; tries++) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)m.port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) break;
+        close(fd);
+        fd = -1;
+        usleep(20 * 1000);
+    }
+    cr_assert_geq(fd, 0, "rank 0 never listened");
+    const char *junk = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
+    cr_assert_eq(write(fd, junk, strlen(junk)), (ssize_t)strlen(junk));
+    start(&m, 1, 2);
+    finish(&m, t0);
+    close(fd);
+    for (int i = 0; i < 2; i++) {
+        cr_expect_eq(m.out[i].rc, 0, "process %d: %s", i, m.out[i].msg);
+        expect_blob(&m, i);
+    }
+    meeting_close(&m);
+}
