@@ -18,7 +18,7 @@ void train_args_defaults(TrainArgs *a) {
     a->keep = 3;
 }
 
-static int parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err) {
+int cli_parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err) {
     char *end;
     errno = 0;
     long x = strtol(v, &end, 10);
@@ -29,9 +29,9 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
     return 0;
 }
 
-static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, Err *err) {
+int cli_parse_int(const char *flag, const char *v, long lo, long hi, int *out, Err *err) {
     long x;
-    int rc = parse_long(flag, v, lo, hi, &x, err);
+    int rc = cli_parse_long(flag, v, lo, hi, &x, err);
     if (!rc) *out = (int)x;
     return rc;
 }
@@ -92,16 +92,16 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     FsdpConfig *c = &a->fsdp;
     if (!strcmp(f, "--model")) return copy_word(f, v, a->model, sizeof a->model, err);
     if (!strcmp(f, "--profile")) return copy_word(f, v, a->profile, sizeof a->profile, err);
-    if (!strcmp(f, "--ranks")) return parse_int(f, v, 1, CLI_MAX_RANKS, &a->ranks, err);
+    if (!strcmp(f, "--ranks")) return cli_parse_int(f, v, 1, CLI_MAX_RANKS, &a->ranks, err);
     if (!strcmp(f, "--steps")) {
         a->steps_given = 1;
-        return parse_long(f, v, 0, 1000000000L, &a->steps, err);
+        return cli_parse_long(f, v, 0, 1000000000L, &a->steps, err);
     }
-    if (!strcmp(f, "--epochs")) return parse_int(f, v, 1, 100000, &a->epochs, err);
-    if (!strcmp(f, "--layers")) return parse_int(f, v, 1, 1000, &a->layers, err);
-    if (!strcmp(f, "--heads")) return parse_int(f, v, 1, 4096, &a->heads, err);
-    if (!strcmp(f, "--hidden")) return parse_int(f, v, 1, 65536, &a->hidden, err);
-    if (!strcmp(f, "--mlp")) return parse_int(f, v, 1, 262144, &a->mlp, err);
+    if (!strcmp(f, "--epochs")) return cli_parse_int(f, v, 1, 100000, &a->epochs, err);
+    if (!strcmp(f, "--layers")) return cli_parse_int(f, v, 1, 1000, &a->layers, err);
+    if (!strcmp(f, "--heads")) return cli_parse_int(f, v, 1, 4096, &a->heads, err);
+    if (!strcmp(f, "--hidden")) return cli_parse_int(f, v, 1, 65536, &a->hidden, err);
+    if (!strcmp(f, "--mlp")) return cli_parse_int(f, v, 1, 262144, &a->mlp, err);
     if (!strcmp(f, "--split")) {
         if (strcmp(v, "train") && strcmp(v, "test"))
             return err_set(err, ERR_USAGE, "--split must be train or test (got '%s')", v);
@@ -111,17 +111,19 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->data = v;
         return 0;
     }
-    if (!strcmp(f, "--print-every")) return parse_int(f, v, 1, 1000000000L, &a->print_every, err);
+    if (!strcmp(f, "--print-every"))
+        return cli_parse_int(f, v, 1, 1000000000L, &a->print_every, err);
     if (!strcmp(f, "--batch-size")) {
         a->batch_given = 1;
-        return parse_int(f, v, 1, 1 << 20, &c->batch_size, err);
+        return cli_parse_int(f, v, 1, 1 << 20, &c->batch_size, err);
     }
-    if (!strcmp(f, "--grad-accum")) return parse_int(f, v, 1, 4096, &c->grad_accum, err);
-    if (!strcmp(f, "--ac-every")) return parse_int(f, v, 1, 1000000, &c->ac_every, err);
-    if (!strcmp(f, "--replicas")) return parse_int(f, v, 1, CLI_MAX_RANKS, &c->replicas, err);
-    if (!strcmp(f, "--prefetch-forward")) return parse_int(f, v, 0, 16, &c->prefetch_forward, err);
+    if (!strcmp(f, "--grad-accum")) return cli_parse_int(f, v, 1, 4096, &c->grad_accum, err);
+    if (!strcmp(f, "--ac-every")) return cli_parse_int(f, v, 1, 1000000, &c->ac_every, err);
+    if (!strcmp(f, "--replicas")) return cli_parse_int(f, v, 1, CLI_MAX_RANKS, &c->replicas, err);
+    if (!strcmp(f, "--prefetch-forward"))
+        return cli_parse_int(f, v, 0, 16, &c->prefetch_forward, err);
     if (!strcmp(f, "--prefetch-backward"))
-        return parse_int(f, v, 0, 16, &c->prefetch_backward, err);
+        return cli_parse_int(f, v, 0, 16, &c->prefetch_backward, err);
     if (!strcmp(f, "--lr")) {
         a->lr_given = 1;
         return parse_float(f, v, 0.0, 1e3, &c->lr, err);
@@ -143,7 +145,7 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         return parse_bool(f, v, &c->reshard_after_forward, err);
     if (!strcmp(f, "--seed")) {
         long s;
-        int rc = parse_long(f, v, 0, 0x7fffffffffffffffL, &s, err);
+        int rc = cli_parse_long(f, v, 0, 0x7fffffffffffffffL, &s, err);
         c->seed = (uint64_t)s;
         return rc;
     }
@@ -213,12 +215,13 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
         a->ckpt_dir = v;
         return 0;
     }
-    if (!strcmp(f, "--checkpoint-every")) return parse_long(f, v, 1, 1L << 40, &a->ckpt_every, err);
-    if (!strcmp(f, "--keep")) return parse_int(f, v, 0, 1 << 20, &a->keep, err);
-    if (!strcmp(f, "--max-restarts")) return parse_int(f, v, 0, 1000, &a->max_restarts, err);
+    if (!strcmp(f, "--checkpoint-every"))
+        return cli_parse_long(f, v, 1, 1L << 40, &a->ckpt_every, err);
+    if (!strcmp(f, "--keep")) return cli_parse_int(f, v, 0, 1 << 20, &a->keep, err);
+    if (!strcmp(f, "--max-restarts")) return cli_parse_int(f, v, 0, 1000, &a->max_restarts, err);
     if (!strcmp(f, "--fail-at")) return parse_fail_at(v, a, err);
     if (!strcmp(f, "--kill-in-save"))
-        return parse_long(f, v, 1, 1000000000L, &a->kill_in_save_step, err);
+        return cli_parse_long(f, v, 1, 1000000000L, &a->kill_in_save_step, err);
     if (!strcmp(f, "--resume")) {
         a->resume = v;
         return 0;

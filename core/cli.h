@@ -49,6 +49,9 @@ typedef struct TrainArgs {
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */
 int train_args_is_vit(const TrainArgs *a);
+/* A flag's whole-number value v in [lo, hi], or one line naming the flag and the range. */
+int cli_parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err);
+int cli_parse_int(const char *flag, const char *v, long lo, long hi, int *out, Err *err);
 
 void train_args_defaults(TrainArgs *a);
 /* argv[0] is the first flag (after "train"). Returns 0, 1 for --help, or ERR_USAGE. */

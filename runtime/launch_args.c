@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/cli.h"
 #include "dist_env.h"
 #include "launch.h"
 
@@ -32,17 +33,6 @@ void launch_help(FILE *f) {
           f);
 }
 
-static int parse_int(const char *flag, const char *v, long lo, long hi, int *out, Err *err) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || errno || x < lo || x > hi)
-        return err_set(err, ERR_USAGE, "%s must be an integer from %ld to %ld (got '%s')", flag, lo,
-                       hi, v);
-    *out = (int)x;
-    return 0;
-}
-
 static int parse_seconds(const char *flag, const char *v, double *out, Err *err) {
     char *end;
     double x = strtod(v, &end);
@@ -55,13 +45,15 @@ static int parse_seconds(const char *flag, const char *v, double *out, Err *err)
 
 static int parse_flag(LaunchArgs *a, const char *flag, const char *v, Err *err) {
     if (!strcmp(flag, "--nproc-per-node"))
-        return parse_int(flag, v, 1, LAUNCH_MAX_NPROC, &a->nproc_per_node, err);
-    if (!strcmp(flag, "--nnodes")) return parse_int(flag, v, 1, DIST_MAX_WORLD, &a->nnodes, err);
+        return cli_parse_int(flag, v, 1, LAUNCH_MAX_NPROC, &a->nproc_per_node, err);
+    if (!strcmp(flag, "--nnodes"))
+        return cli_parse_int(flag, v, 1, DIST_MAX_WORLD, &a->nnodes, err);
     if (!strcmp(flag, "--node-rank"))
-        return parse_int(flag, v, 0, DIST_MAX_WORLD, &a->node_rank, err);
-    if (!strcmp(flag, "--master-port")) return parse_int(flag, v, 1, 65535, &a->master_port, err);
+        return cli_parse_int(flag, v, 0, DIST_MAX_WORLD, &a->node_rank, err);
+    if (!strcmp(flag, "--master-port"))
+        return cli_parse_int(flag, v, 1, 65535, &a->master_port, err);
     if (!strcmp(flag, "--max-restarts"))
-        return parse_int(flag, v, 0, 1000000, &a->max_restarts, err);
+        return cli_parse_int(flag, v, 0, 1000000, &a->max_restarts, err);
     if (!strcmp(flag, "--kill-after")) return parse_seconds(flag, v, &a->kill_after_s, err);
     if (!strcmp(flag, "--master-addr")) {
         if (!*v || strlen(v) >= sizeof a->master_addr)
