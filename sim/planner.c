@@ -61,7 +61,7 @@ size_t planner_rest_total(const RankMemory *m) {
 /* A data set of `n` samples of the model's input shape: accounting-only runs read none of
  * it (the ViT stages nothing onto a device that stores nothing), so the ViT's images all
  * share one blank image's bytes; the toy's scalars are real zeros. */
-static int blank_dataset(Dataset *d, const ModelDesc *m, long n, Err *err) {
+int planner_blank_dataset(Dataset *d, const ModelDesc *m, long n, Err *err) {
     static const uint8_t blank[28 * 28 + 1];
     memset(d, 0, sizeof *d);
     d->n = n;
@@ -137,7 +137,7 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     out->representatives = count;
     Dataset data = {0};
     long global = (long)n * job->cfg.batch_size * job->cfg.grad_accum;
-    if (!rc) rc = blank_dataset(&data, job->model, global, err);
+    if (!rc) rc = planner_blank_dataset(&data, job->model, global, err);
     ClusterOptions opt = {.ranks = n,
                           .replicas = p->strategy == STRAT_HSDP ? p->replicas : 1,
                           .profile = job->profile,

@@ -40,6 +40,9 @@ typedef struct PlannerResult {
 /* Runs the job. Failures are the engine's (out of memory is not one: accounting-only devices
  * charge past their capacity, and the result says whether it fits). */
 int planner_run(const PlannerJob *job, PlannerResult *out, Err *err);
+/* A data set of n samples of model m's input shape for an accounting-only run, which reads
+ * none of it (the lessons' checks use it too). Free with dataset_free. */
+int planner_blank_dataset(Dataset *d, const ModelDesc *m, long n, Err *err);
 void planner_result_free(PlannerResult *r);
 
 /* The ranks that must run: rank 0, and the first rank of every distinct set of per-unit

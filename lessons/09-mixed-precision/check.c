@@ -14,6 +14,7 @@
 #include "kernels/dtype.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"
+#include "sim/planner.h"
 
 static uint32_t bits_of(float x) {
     uint32_t u;
@@ -119,31 +120,21 @@ Test(lesson09, t4_zero_subnormal_inf_nan) {
 
 /* ---------------------------------------------------------------- bytes on the wire */
 
-/* A data set of n blank 28x28 images: an accounting-only run reads none of it. */
-static Dataset blank_images(long n) {
-    static const uint8_t blank[28 * 28];
-    return (Dataset){.n = n,
-                     .in_elems = 28 * 28,
-                     .target_elems = 1,
-                     .pixels = blank,
-                     .labels = blank,
-                     .rows = 28,
-                     .cols = 28,
-                     .classes = 10};
-}
-
 /* One traced, accounting-only training step of m on `ranks` simulated GPUs. */
 static void traced_step(const ModelDesc *m, const FsdpConfig *cfg, int ranks, Plan *plan,
                         Trace *trace) {
     Err err = {0};
     cr_assert_eq(fsdp_plan_create(plan, m, cfg, ranks, &err), 0, "%s", err.msg);
-    Dataset data = blank_images((long)ranks * cfg->batch_size);
+    Dataset data;
+    cr_assert_eq(planner_blank_dataset(&data, m, (long)ranks * cfg->batch_size, &err), 0, "%s",
+                 err.msg);
     TrainJob job = {.model = m, .data = &data, .plan = plan, .cfg = cfg, .steps = 1};
     ClusterOptions opt = {
         .ranks = ranks, .profile = profile_default(), .trace = 1, .accounting_only = 1};
     ClusterResult res;
     cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
     *trace = res.trace;
+    dataset_free(&data);
 }
 
 static void vit_2_layers(ModelDesc *m) {

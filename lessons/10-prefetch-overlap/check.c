@@ -150,19 +150,6 @@ typedef struct EngineStep {
     char what[160];
 } EngineStep;
 
-/* A data set of n blank 28x28 images: an accounting-only run reads none of it. */
-static Dataset blank_images(long n) {
-    static const uint8_t blank[28 * 28];
-    return (Dataset){.n = n,
-                     .in_elems = 28 * 28,
-                     .target_elems = 1,
-                     .pixels = blank,
-                     .labels = blank,
-                     .rows = 28,
-                     .cols = 28,
-                     .classes = 10};
-}
-
 /* The spans of `rank`'s step `step`: every event but allocations and frees, which take no
  * time on any stream (the events the planner reads). */
 static void spans_of(EngineStep *s, const Trace *t, int rank, int step) {
@@ -196,7 +183,9 @@ static void traced_engine_step(EngineStep *s, int ranks, int prefetch) {
         .model = &m, .plan = &p, .cfg = cfg, .profile = profile_default(), .steps = STEPS};
     cr_assert_eq(planner_run(&job, &s->figures, &err), 0, "%s", err.msg);
 
-    Dataset data = blank_images((long)ranks * cfg.batch_size);
+    Dataset data;
+    cr_assert_eq(planner_blank_dataset(&data, &m, (long)ranks * cfg.batch_size, &err), 0, "%s",
+                 err.msg);
     /* log_every 1: the loss all-reduce of every step, as the planner runs it */
     TrainJob train = {
         .model = &m, .data = &data, .plan = &p, .cfg = &cfg, .steps = STEPS, .log_every = 1};
@@ -204,6 +193,7 @@ static void traced_engine_step(EngineStep *s, int ranks, int prefetch) {
         .ranks = ranks, .profile = profile_default(), .trace = 1, .accounting_only = 1};
     ClusterResult res;
     cr_assert_eq(cluster_run(&opt, train_rank, &train, &res, &err), 0, "%s", err.msg);
+    dataset_free(&data);
     /* The planner reads the trace of top's representative, the lowest rank with top's
      * figures; top is the lowest rank with the highest peak, so that is top itself. */
     spans_of(s, &res.trace, s->figures.top, STEPS - 1);

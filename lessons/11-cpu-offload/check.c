@@ -11,6 +11,7 @@
 #include "exercise.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"
+#include "sim/planner.h"
 
 #define MAX_UNITS 8
 #define MAX_UNIT_PARAMS 64
@@ -24,19 +25,6 @@ typedef struct OffloadRun {
     TensorShape shapes[MAX_UNITS][MAX_UNIT_PARAMS];
     char what[160]; /* the flags, for messages */
 } OffloadRun;
-
-/* A data set of n blank 28x28 images: an accounting-only run reads none of it. */
-static Dataset blank_images(long n) {
-    static const uint8_t blank[28 * 28];
-    return (Dataset){.n = n,
-                     .in_elems = 28 * 28,
-                     .target_elems = 1,
-                     .pixels = blank,
-                     .labels = blank,
-                     .rows = 28,
-                     .cols = 28,
-                     .classes = 10};
-}
 
 static void run_step(OffloadRun *r, int ranks, OffloadKind offload, Strategy strategy,
                      StoreLayout layout, DType dtype) {
@@ -62,7 +50,9 @@ static void run_step(OffloadRun *r, int ranks, OffloadKind offload, Strategy str
             r->shapes[u][k] = (TensorShape){(size_t)ps->shape[0], ps->row_elems};
         }
     }
-    Dataset data = blank_images((long)ranks * r->cfg.batch_size);
+    Dataset data;
+    cr_assert_eq(planner_blank_dataset(&data, &r->model, (long)ranks * r->cfg.batch_size, &err), 0,
+                 "%s", err.msg);
     TrainJob job = {
         .model = &r->model, .data = &data, .plan = &r->plan, .cfg = &r->cfg, .steps = 1};
     ClusterOptions opt = {
@@ -70,6 +60,7 @@ static void run_step(OffloadRun *r, int ranks, OffloadKind offload, Strategy str
     ClusterResult res;
     cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
     r->trace = res.trace;
+    dataset_free(&data);
     snprintf(r->what, sizeof r->what, "--offload %s --strategy %s%s --param-dtype %s",
              offload == OFFLOAD_CPU ? "cpu" : "optimizer", strategy_name(strategy),
              layout == LAYOUT_DEEPSPEED ? " --layout deepspeed" : "", dtype_name(dtype));
