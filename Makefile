@@ -51,7 +51,7 @@ NVCCFLAGS += -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
 CFLAGS += -DFSDP_HAVE_CUDA=1
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -fPIC
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
-CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart -lstdc++
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
 CUDA_LIB := $(BUILD)/libfsdp_cuda.so
 BACKEND_CFLAGS := -DFSDP_CUDA_LIB='"$(abspath $(CUDA_LIB))"'
 endif
@@ -62,7 +62,7 @@ TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
-.PHONY: all run viz test test-asan test-gpu bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu test-nccl bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) $(CUDA_LIB) cuda-note
 
 cuda-note:
@@ -128,12 +128,29 @@ test-asan:
 # Where there is no GPU each test is skipped with the reason; without nvcc nothing is built.
 test-gpu: deps $(BIN)
 ifeq ($(WITH_CUDA),1)
-	@$(MAKE) --no-print-directory $(BUILD)/test_gpu
+	@$(MAKE) --no-print-directory $(BUILD)/test_gpu $(BUILD)/nccl_check
 	@./$(BIN) train --backend auto --ranks 1 --print-plan | head -1
-	FSDP_BIN=./$(BIN) ./$(BUILD)/test_gpu --jobs 1
+	FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1
 else
 	@echo "test-gpu: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
 endif
+
+# NCCL alone: 2 and 4 ranks on this machine's GPU(s) under fsdp launch, and the watchdog.
+test-nccl: deps $(BIN)
+ifeq ($(WITH_CUDA),1)
+	@$(MAKE) --no-print-directory $(BUILD)/test_gpu $(BUILD)/nccl_check
+	FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1 \
+		--filter 'nccl/*'
+else
+	@echo "test-nccl: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
+endif
+
+$(BUILD)/nccl_check: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(CUDA_OBJS) $(BUILD)/tests/nccl/nccl_check.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+
+$(BUILD)/tests/nccl/%.o: tests/nccl/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(BUILD)/test_gpu: $(LIB_OBJS) $(CUDA_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/tests/util.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS) -lcriterion

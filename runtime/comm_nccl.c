@@ -1,0 +1,155 @@
+#include "comm_nccl.h"
+
+#include <cuda_runtime_api.h>
+
+#define SCRATCH_BYTES 4096 /* host scalars: the engine reduces a float or two */
+
+static const EventKind coll_event[COLL_KIND_COUNT] = {EV_ALL_GATHER, EV_REDUCE_SCATTER,
+                                                      EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER};
+
+static ncclDataType_t nccl_type(DType t) {
+    return t == DTYPE_BF16 ? ncclBfloat16 : t == DTYPE_FP16 ? ncclFloat16 : ncclFloat32;
+}
+
+static ncclRedOp_t nccl_op(ReduceOp op) {
+    return op == REDUCE_AVG ? ncclAvg : op == REDUCE_MAX ? ncclMax : ncclSum;
+}
+
+static int nccl_failed(const NcclComm *c, ncclResult_t r, const char *what, Err *err) {
+    return err_set(err, ERR_INTERNAL, "rank %d: %s: %s", c->base.world_rank, what,
+                   ncclGetErrorString(r));
+}
+
+static int is_host_memory(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* an unknown pointer is plain host memory */
+        return 1;
+    }
+    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
+}
+
+/* Elements send and recv hold (comm.h's shapes). */
+static size_t send_count(const Comm *c, const CommRequest *r) {
+    return r->kind == COLL_REDUCE_SCATTER ? r->count * (size_t)c->size : r->count;
+}
+
+static size_t recv_count(const Comm *c, const CommRequest *r) {
+    return r->kind == COLL_ALL_GATHER ? r->count * (size_t)c->size : r->count;
+}
+
+static ncclResult_t enqueue(NcclComm *c, const CommRequest *r, const void *send, void *recv,
+                            cudaStream_t s) {
+    ncclDataType_t t = nccl_type(r->dtype);
+    switch (r->kind) {
+    case COLL_ALL_GATHER:
+        return ncclAllGather(send, recv, r->count, t, c->nccl, s);
+    case COLL_REDUCE_SCATTER:
+        return ncclReduceScatter(send, recv, r->count, t, nccl_op(r->op), c->nccl, s);
+    case COLL_ALL_REDUCE:
+        return ncclAllReduce(send, recv, r->count, t, nccl_op(r->op), c->nccl, s);
+    case COLL_BROADCAST:
+        return ncclBroadcast(recv, recv, r->count, t, r->root, c->nccl, s);
+    default: /* a barrier: every rank sums one float */
+        return ncclAllReduce(c->scratch, c->scratch, 1, ncclFloat32, ncclSum, c->nccl, s);
+    }
+}
+
+/* A collective on host buffers: staged through the scratch buffer, on the same stream. */
+static int start_on_host(NcclComm *c, const CommRequest *r, cudaStream_t s, Err *err) {
+    size_t ds = dtype_size(r->dtype);
+    size_t in = send_count(&c->base, r) * ds, out = recv_count(&c->base, r) * ds;
+    if (in + out > SCRATCH_BYTES)
+        return err_set(err, ERR_INTERNAL, "%s of %zu bytes of host memory: at most %d",
+                       coll_kind_name(r->kind), in + out, SCRATCH_BYTES);
+    char *dsend = c->scratch, *drecv = (char *)c->scratch + in;
+    const void *src = r->kind == COLL_BROADCAST ? r->recv : r->send;
+    if (cudaMemcpyAsync(dsend, src, in, cudaMemcpyHostToDevice, s) != cudaSuccess)
+        return err_set(err, ERR_INTERNAL, "staging a host buffer failed");
+    if (r->kind == COLL_BROADCAST) drecv = dsend;
+    ncclResult_t nr = enqueue(c, r, dsend, drecv, s);
+    if (nr != ncclSuccess) return nccl_failed(c, nr, coll_kind_name(r->kind), err);
+    if (cudaMemcpyAsync(r->recv, drecv, out, cudaMemcpyDeviceToHost, s) != cudaSuccess)
+        return err_set(err, ERR_INTERNAL, "copying a host result back failed");
+    return 0;
+}
+
+static int nccl_start(Comm *base, CommRequest *r, Err *err) {
+    NcclComm *c = base->impl;
+    Device *dev = device_cuda_base(c->dev);
+    cudaStream_t s = (cudaStream_t)device_cuda_stream(c->dev, STREAM_COMM);
+    r->seq = c->seq++;
+    int rc = 0;
+    if (r->kind != COLL_BARRIER && r->recv && is_host_memory(r->recv)) {
+        rc = start_on_host(c, r, s, err);
+    } else {
+        ncclResult_t nr = enqueue(c, r, r->send, r->recv, s);
+        if (nr != ncclSuccess) rc = nccl_failed(c, nr, coll_kind_name(r->kind), err);
+    }
+    if (rc) return rc;
+    size_t bytes = r->kind == COLL_BARRIER
+                       ? 0
+                       : (send_count(base, r) > recv_count(base, r) ? send_count(base, r)
+                                                                    : recv_count(base, r)) *
+                             dtype_size(r->dtype);
+    device_cuda_trace_span(c->dev, STREAM_COMM, coll_event[r->kind], r->unit, bytes);
+    dev->ops->event_record(dev, STREAM_COMM, &r->done);
+    return c->watchdog ? watchdog_track(c->watchdog, s, r->kind, r->unit, err) : 0;
+}
+
+/* Device buffers need no waiting here: compute waits on r->done. A host buffer is read right
+ * after this returns, so its copy must have landed; the watchdog ends a wait that never
+ * would. */
+static int nccl_wait(Comm *base, CommRequest *r, Err *err) {
+    NcclComm *c = base->impl;
+    if (r->kind != COLL_BARRIER && !(r->recv && is_host_memory(r->recv))) return 0;
+    cudaError_t e = cudaStreamSynchronize((cudaStream_t)device_cuda_stream(c->dev, STREAM_COMM));
+    if (e != cudaSuccess)
+        return err_set(err, ERR_INTERNAL, "rank %d: %s: %s", base->world_rank,
+                       coll_kind_name(r->kind), cudaGetErrorString(e));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(c->nccl, &async);
+    return async == ncclSuccess ? 0 : nccl_failed(c, async, coll_kind_name(r->kind), err);
+}
+
+static const CommOps nccl_ops = {.start = nccl_start, .wait = nccl_wait};
+
+static int finish_init(NcclComm *c, int world_rank, Err *err) {
+    int rank = 0, size = 0;
+    ncclCommUserRank(c->nccl, &rank);
+    ncclCommCount(c->nccl, &size);
+    c->base =
+        (Comm){.ops = &nccl_ops, .rank = rank, .size = size, .world_rank = world_rank, .impl = c};
+    if (cudaMalloc(&c->scratch, SCRATCH_BYTES) != cudaSuccess)
+        return err_set(err, ERR_NOMEM, "rank %d: no device memory for the comm's staging buffer",
+                       world_rank);
+    if (cudaMemset(c->scratch, 0, SCRATCH_BYTES) != cudaSuccess)
+        return err_set(err, ERR_INTERNAL, "rank %d: clearing the staging buffer failed",
+                       world_rank);
+    if (c->watchdog) watchdog_add_comm(c->watchdog, c->nccl);
+    return 0;
+}
+
+int comm_nccl_create(NcclComm *c, CudaDevice *dev, Watchdog *w, const ncclUniqueId *id, int rank,
+                     int size, Err *err) {
+    *c = (NcclComm){.dev = dev, .watchdog = w};
+    ncclResult_t r = ncclCommInitRank(&c->nccl, size, *id, rank);
+    if (r != ncclSuccess)
+        return err_set(err, ERR_INTERNAL, "rank %d of %d: ncclCommInitRank: %s", rank, size,
+                       ncclGetErrorString(r));
+    return finish_init(c, rank, err);
+}
+
+int comm_nccl_split(NcclComm *c, NcclComm *parent, int color, int key, Err *err) {
+    *c = (NcclComm){.dev = parent->dev, .watchdog = parent->watchdog};
+    ncclResult_t r = ncclCommSplit(parent->nccl, color, key, &c->nccl, NULL);
+    if (r != ncclSuccess) return nccl_failed(parent, r, "ncclCommSplit", err);
+    return finish_init(c, parent->base.world_rank, err);
+}
+
+void comm_nccl_destroy(NcclComm *c) {
+    if (!c->nccl) return;
+    cudaFree(c->scratch);
+    ncclCommDestroy(c->nccl);
+    c->nccl = NULL;
+}

@@ -1,0 +1,162 @@
+/* nccl_check: the NCCL communicator (runtime/comm_nccl.c) on real GPUs, one process per rank
+ * under `fsdp launch` (tests/gpu/test_nccl.c runs it at 2 and 4 ranks). NCCL refuses two
+ * ranks on one GPU ("Duplicate GPU detected") unless they look like different hosts, so each
+ * process takes its own NCCL_HOSTID and the ranks talk over sockets on lo. Each collective
+ * runs on inputs whose results are exact in fp32 and bf16 (small integers), checked element by
+ * element. `--hang`: the last rank skips a collective, and the others' watchdog must abort. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../kernels/dtype.h"
+#include "../../runtime/comm_nccl.h"
+#include "../../runtime/dist_env.h"
+#include "../../runtime/rendezvous.h"
+
+static int failures;
+
+static void expect(int ok, int rank, const char *what) {
+    if (ok) return;
+    fprintf(stderr, "nccl_check: rank %d: %s\n", rank, what);
+    failures++;
+}
+
+/* n values of type t in device memory from host floats, and back. */
+static void *to_device(const float *v, size_t n, DType t) {
+    char *host = malloc(n * dtype_size(t) + 1), *dev = NULL;
+    for (size_t i = 0; i < n; i++) dtype_store(host, t, i, v[i]);
+    cudaMalloc((void **)&dev, n * dtype_size(t) + 1);
+    cudaMemcpy(dev, host, n * dtype_size(t), cudaMemcpyHostToDevice);
+    free(host);
+    return dev;
+}
+
+static void from_device(float *v, const void *dev, size_t n, DType t) {
+    char *host = malloc(n * dtype_size(t) + 1);
+    cudaMemcpy(host, dev, n * dtype_size(t), cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++) v[i] = dtype_load(host, t, i);
+    free(host);
+}
+
+/* Rank q's i-th input element: exact in bf16 and in every sum of up to 8 ranks. */
+static float input(int q, size_t i) {
+    return (float)((q + 1) * 4 + (int)(i % 5));
+}
+
+static void check_collectives(NcclComm *c, DType t, int rank, int size) {
+    enum { N = 37 };
+    float in[N * 8] = {0}, out[N * 8] = {0};
+    Err err = {0};
+    if (size > 8) {
+        expect(0, rank, "nccl_check runs at most 8 ranks");
+        return;
+    }
+    for (size_t i = 0; i < (size_t)N * size; i++) in[i] = input(rank, i);
+    void *send = to_device(in, (size_t)N * size, t), *recv = to_device(in, (size_t)N * size, t);
+    char what[160];
+    /* all-gather: rank q's block at q*N */
+    expect(!comm_all_gather(&c->base, send, recv, N, t, 0, &err), rank, err.msg);
+    cudaDeviceSynchronize();
+    from_device(out, recv, (size_t)N * size, t);
+    for (int q = 0; q < size; q++)
+        for (size_t i = 0; i < N; i++) {
+            snprintf(what, sizeof what, "%s all_gather: block %d element %zu is %g, not %g",
+                     dtype_name(t), q, i, out[q * N + i], input(q, i));
+            expect(out[q * N + i] == input(q, i), rank, what);
+        }
+    /* reduce-scatter (sum): this rank's block of the sum over ranks */
+    expect(!comm_reduce_scatter(&c->base, send, recv, N, t, REDUCE_SUM, 1, &err), rank, err.msg);
+    cudaDeviceSynchronize();
+    from_device(out, recv, N, t);
+    for (size_t i = 0; i < N; i++) {
+        float want = 0;
+        for (int q = 0; q < size; q++) want += input(q, (size_t)rank * N + i);
+        snprintf(what, sizeof what, "%s reduce_scatter: element %zu is %g, not %g", dtype_name(t),
+                 i, out[i], want);
+        expect(out[i] == want, rank, what);
+    }
+    /* all-reduce (average) in place, on a host scalar too */
+    float scalar = (float)(rank + 1), want_avg = (float)(size + 1) / 2.0f;
+    expect(!comm_all_reduce(&c->base, &scalar, &scalar, 1, DTYPE_FP32, REDUCE_AVG, -1, &err), rank,
+           err.msg);
+    snprintf(what, sizeof what, "host all_reduce avg is %g, not %g", scalar, want_avg);
+    expect(scalar == want_avg, rank, what);
+    /* broadcast from the last rank: every rank ends with the root's block */
+    for (size_t i = 0; i < N; i++) in[i] = input(rank, i);
+    void *block = to_device(in, N, t);
+    expect(!comm_broadcast(&c->base, block, N, t, size - 1, 2, &err), rank, err.msg);
+    cudaDeviceSynchronize();
+    from_device(out, block, N, t);
+    for (size_t i = 0; i < N; i++) {
+        snprintf(what, sizeof what, "%s broadcast: element %zu is %g, not %g", dtype_name(t), i,
+                 out[i], input(size - 1, i));
+        expect(out[i] == input(size - 1, i), rank, what);
+    }
+    cudaFree(block);
+    cudaFree(send);
+    cudaFree(recv);
+}
+
+int main(int argc, char **argv) {
+    int hang = argc > 1 && !strcmp(argv[1], "--hang");
+    DistEnv env;
+    Err err = {0};
+    if (dist_env_from_process(&env, &err)) {
+        fprintf(stderr, "nccl_check: %s\n", err.msg);
+        return 2;
+    }
+    char host[64];
+    snprintf(host, sizeof host, "fsdp-nccl-check-%d", env.rank);
+    setenv("NCCL_HOSTID", host, 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "nccl_check: rank %d: no GPU\n", env.rank);
+        return 2;
+    }
+    int device = env.local_rank % ndev;
+    cudaSetDevice(device);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (env.rank == 0) ncclGetUniqueId(&id);
+    CudaDevice *dev = NULL;
+    Watchdog *w = NULL;
+    NcclComm world = {0};
+    int rc = rendezvous_exchange(&env, &id, sizeof id, 30.0, &err);
+    if (!rc) rc = device_cuda_create(&dev, env.rank, NULL, &err);
+    if (!rc) rc = watchdog_start(&w, env.rank, device, hang ? 3.0 : 120.0, &err);
+    if (!rc) rc = comm_nccl_create(&world, dev, w, &id, env.rank, env.world_size, &err);
+    if (rc) {
+        fprintf(stderr, "nccl_check: rank %d: %s\n", env.rank, err.msg);
+        return 1;
+    }
+    if (hang) { /* every rank but the last waits on an all-reduce the last never joins */
+        float x = 1;
+        if (env.rank != env.world_size - 1)
+            comm_all_reduce(&world.base, &x, &x, 1, DTYPE_FP32, REDUCE_SUM, 7, &err);
+        else
+            sleep(30);
+        fprintf(stderr, "nccl_check: rank %d: the watchdog never fired\n", env.rank);
+        return 3;
+    }
+    check_collectives(&world, DTYPE_FP32, env.rank, env.world_size);
+    check_collectives(&world, DTYPE_BF16, env.rank, env.world_size);
+    NcclComm halves = {0};
+    if (env.world_size % 2 == 0) { /* hsdp's groups: two halves of the world */
+        rc = comm_nccl_split(&halves, &world, env.rank / (env.world_size / 2), env.rank, &err);
+        expect(!rc, env.rank, err.msg);
+        if (!rc) {
+            expect(halves.base.size == env.world_size / 2, env.rank, "a half has the wrong size");
+            check_collectives(&halves, DTYPE_FP32, halves.base.rank, halves.base.size);
+            comm_nccl_destroy(&halves);
+        }
+    }
+    watchdog_stop(w);
+    comm_nccl_destroy(&world);
+    device_cuda_destroy(dev);
+    if (!failures)
+        printf("nccl_check: rank %d of %d: every collective agrees\n", env.rank, env.world_size);
+    return failures ? 1 : 0;
+}
