@@ -152,7 +152,8 @@ $(BUILD)/tests/nccl/%.o: tests/nccl/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(BUILD)/test_gpu: $(LIB_OBJS) $(CUDA_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/tests/util.o
+$(BUILD)/test_gpu: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(CUDA_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) \
+		$(BUILD)/tests/util.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS) -lcriterion
 
 bench: deps $(BUILD)/bench_toy

@@ -152,6 +152,7 @@ typedef struct TrainRun {
     char resume[4096];      /* the checkpoint --resume resolved to ("" for none) */
     RankMemory *memory;
     float *params;
+    int rank_per_process; /* one of many processes on GPUs (join_processes) */
 } TrainRun;
 
 /* The training split and the data it is evaluated on. Evaluating on data the model trained on
@@ -260,24 +261,38 @@ static int check_save_full(const char *path, Err *err) {
     return 0;
 }
 
-/* Started as one of many processes (torchrun, fsdp launch, srun, mpirun) for the GPU: that
- * needs NCCL. The simulator makes its own ranks and ignores these variables. */
-static int refuse_many_processes(const TrainArgs *a, Err *err) {
+/* Started as one of many processes (torchrun, fsdp launch, srun, mpirun) for the GPU: this
+ * process runs one rank, --ranks must be the world, and only rank 0 prints and writes files
+ * (the others' stdout goes nowhere; their errors still reach stderr). The simulator makes its
+ * own ranks and ignores these variables. */
+static int join_processes(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
     DistEnv env;
     if (a->backend != BACKEND_CUDA) return 0;
     int rc = dist_env_from_process(&env, err);
     if (rc || env.world_size == 1) return rc;
-    return err_set(err, ERR_USAGE,
-                   "this is rank %d of %d (%s): training on many GPUs needs NCCL, which this "
-                   "fsdp does not have yet; run one process, or --backend sim",
-                   env.rank, env.world_size, launcher_name(env.launcher));
+    if (a->ranks != env.world_size)
+        return err_set(
+            err, ERR_USAGE, "--ranks %d: this is rank %d of %d processes (%s); pass --ranks %d",
+            a->ranks, env.rank, env.world_size, launcher_name(env.launcher), env.world_size);
+    t->rank_per_process = 1;
+    if (env.rank != 0) {
+        a->dump_params = a->memory_svg = a->trace_out = NULL;
+        if (!freopen("/dev/null", "w", stdout))
+            return err_set(err, ERR_IO, "rank %d: cannot silence stdout", env.rank);
+    }
+    return 0;
 }
 
 static int train_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
-    int brc = refuse_many_processes(a, err);
-    if (!brc) brc = choose_backend(t, err);
-    if (!brc) brc = refuse_many_processes(a, err); /* auto may have chosen cuda */
+    int brc = join_processes(t, err);
+    if (!brc && a->backend == BACKEND_AUTO) {
+        brc = choose_backend(t, err);
+        if (!brc) brc = join_processes(t, err); /* auto may have chosen cuda */
+    } else if (!brc) {
+        brc = choose_backend(t, err);
+    }
     if (brc) return brc;
     t->profile = profile_find(a->profile);
     if (!t->profile)
@@ -386,7 +401,8 @@ static ClusterOptions cluster_options(const TrainRun *t, int trace) {
     return (ClusterOptions){.ranks = a->ranks,
                             .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
                             .profile = t->profile,
-                            .trace = trace};
+                            .trace = trace,
+                            .timeout = a->timeout};
 }
 
 /* Models this small (the toy) have their numbers recorded with the trace, for the viewer. */
@@ -523,6 +539,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .fail_at_step = a->fail_at_step,
                     .fail_at_rank = a->fail_at_rank,
                     .kill_in_save_step = a->kill_in_save_step,
+                    .rank_per_process = t->rank_per_process,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};
     /* the memory timeline is drawn from the trace */
@@ -542,7 +559,8 @@ static int train_execute(TrainRun *t, Err *err) {
         }
         if (a->memory || vit) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
         if (a->memory) rc = write_memory_timeline(t, &res.trace, NULL, 1, err);
-        if (vit) report_resident(stdout, t);
+        if (vit && a->backend == BACKEND_SIM)
+            report_resident(stdout, t); /* GPU memory is not RSS */
     }
     cluster_result_free(&res);
     return rc;

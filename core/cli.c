@@ -16,6 +16,7 @@ void train_args_defaults(TrainArgs *a) {
     a->ranks = 3;
     a->steps = 100;
     a->keep = 3;
+    a->timeout = 600;
 }
 
 int cli_parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err) {
@@ -220,6 +221,7 @@ static int parse_flag(TrainArgs *a, const char *f, const char *v, Err *err) {
     if (!strcmp(f, "--keep")) return cli_parse_int(f, v, 0, 1 << 20, &a->keep, err);
     if (!strcmp(f, "--max-restarts")) return cli_parse_int(f, v, 0, 1000, &a->max_restarts, err);
     if (!strcmp(f, "--fail-at")) return parse_fail_at(v, a, err);
+    if (!strcmp(f, "--timeout")) return cli_parse_int(f, v, 1, 86400, &a->timeout, err);
     if (!strcmp(f, "--kill-in-save"))
         return cli_parse_long(f, v, 1, 1000000000L, &a->kill_in_save_step, err);
     if (!strcmp(f, "--resume")) {
@@ -403,8 +405,11 @@ void train_args_help(FILE *f) {
           "  --kill-in-save STEP            SIGKILL this process half-way through saving the\n"
           "                                 checkpoint of STEP (the previous one survives)\n"
           "  --backend B                    sim (default: the simulated cluster), cuda (this\n"
-          "                                 machine's GPU, --ranks 1), auto (cuda if there\n"
-          "                                 is a GPU, else sim)\n"
+          "                                 machine's GPU, --ranks 1; or one process per GPU\n"
+          "                                 under ./fsdp launch, --ranks WORLD_SIZE), auto\n"
+          "                                 (cuda if there is a GPU, else sim)\n"
+          "  --timeout S                    cuda: a collective that takes longer than S seconds\n"
+          "                                 aborts the job, naming rank, unit, collective (600)\n"
           "FSDP\n"
           "  --strategy S                   ddp, zero1, zero2, zero3 (default), hsdp\n"
           "  --replicas R                   hsdp: replica groups; must divide --ranks\n"

@@ -45,6 +45,7 @@ typedef struct TrainArgs {
     long fail_at_step;      /* --fail-at STEP[:RANK]; 0: no injected failure */
     int fail_at_rank;
     long kill_in_save_step; /* --kill-in-save STEP; 0: none */
+    int timeout;            /* --timeout S: GPUs' watchdog (seconds a collective may take) */
 } TrainArgs;
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */

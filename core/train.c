@@ -35,6 +35,23 @@ static void record_memory(const RankEnv *env, RankMemory *m) {
     m->peak = d->ops->peak_bytes(d);
 }
 
+/* Every rank's memory record into every process's job->memory: an all-gather of the records'
+ * bytes (4-byte words, copied, never added) through a device buffer. */
+static int share_memory_records(const RankEnv *env, TrainJob *job, Err *err) {
+    _Static_assert(sizeof(RankMemory) % sizeof(float) == 0, "records travel as 4-byte words");
+    Device *d = env->dev;
+    size_t words = sizeof(RankMemory) / sizeof(float), bytes = words * sizeof(float);
+    char *buf = d->ops->alloc(d, bytes * (size_t)(env->world + 1), MEM_COMM_BUFFER, -1);
+    if (!buf)
+        return err_set(err, ERR_NOMEM, "rank %d: out of memory sharing memory records", env->rank);
+    char *mine = buf + bytes * (size_t)env->world;
+    d->ops->copy(d, mine, &job->memory[env->rank], bytes);
+    int rc = comm_all_gather(env->world_comm, mine, buf, words, DTYPE_FP32, -1, err);
+    if (!rc) d->ops->copy(d, job->memory, buf, bytes * (size_t)env->world);
+    d->ops->free(d, buf, -1);
+    return rc;
+}
+
 static double latest_stream_time(Device *d) {
     double t = 0.0;
     for (int s = 0; s < STREAM_COUNT; s++) {
@@ -257,6 +274,8 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc) rc = record_values(job, e, 0, err);
     if (!rc) rc = run_steps(env, job, e, first, perm, idx, err);
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
+    if (!rc && job->memory && job->rank_per_process && env->world > 1)
+        rc = share_memory_records(env, job, err);
     if (!rc && job->save_full) rc = save_full(env, job, e, err);
     if (!rc && job->final_params) {
         float *full = malloc(job->model->total_numel * sizeof(float) + 1);

@@ -80,6 +80,9 @@ typedef struct TrainJob {
     /* ... and the whole process is killed (SIGKILL) half-way through writing the checkpoint
      * of step kill_in_save_step (0: never), as a crash or an out-of-memory kill would. */
     long kill_in_save_step;
+    /* One rank per process (GPUs under fsdp launch): each rank's memory record is gathered
+     * to every process, so rank 0 can report them all (in one process they share the array). */
+    int rank_per_process;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

@@ -10,8 +10,11 @@
 /* Whether this process can run on a GPU; if not, why (a few words). */
 int gpu_available(char *why, size_t n);
 
-/* Runs fn on rank 0 of a one-GPU world (opt->ranks must be 1; the profile is ignored: times
- * are measured) and fills out->trace when opt->trace. */
+/* Runs fn on this process's rank: rank 0 of a one-GPU world, or, when the environment says
+ * this process is one of many (torchrun, fsdp launch, srun, mpirun: runtime/dist_env.h), its
+ * rank of opt->ranks on its LOCAL_RANK's GPU, with NCCL communicators (the unique id carried
+ * by runtime/rendezvous.c) and a watchdog. The profile is ignored (times are measured);
+ * out->trace holds this process's rank when opt->trace. */
 int gpu_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err);
 
 #endif

@@ -23,6 +23,9 @@ typedef struct ClusterOptions {
      * exist; collectives complete when the running members arrive. Sound only when each
      * absent rank would do exactly what a running one does (sim/planner.c picks them). */
     const unsigned char *run_rank;
+    /* Real GPUs: seconds a collective may take before the watchdog aborts the job (0: 600,
+     * PyTorch's default). The simulator cannot hang and ignores it. */
+    double timeout;
 } ClusterOptions;
 
 typedef struct ClusterResult {

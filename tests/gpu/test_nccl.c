@@ -4,11 +4,13 @@
  * joins a collective makes the others' watchdog abort within its timeout, naming the rank,
  * the unit and the collective, and the launcher take the group down. `make test-nccl`. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../util.h"
 #include "gpu_util.h"
@@ -59,4 +61,75 @@ Test(nccl, a_rank_that_never_joins_is_aborted_by_the_watchdog, .timeout = 120) {
     cr_expect_eq(strstr(out, "the watchdog never fired"), NULL, "%s", out);
     cr_expect_lt(took, 25.0, "the group went down after %.1f s: %s", took, out);
     free(out);
+}
+
+/* The values of a --dump-params file (`name index value` lines); returns how many. */
+static int read_dump(const char *path, double *v, int max) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    int n = 0;
+    char name[128];
+    long idx;
+    while (n < max && fscanf(f, "%127s %ld %lf", name, &idx, &v[n]) == 3) n++;
+    fclose(f);
+    return n;
+}
+
+static double rel_diff(const char *a, const char *b) {
+    static double va[1 << 20], vb[1 << 20];
+    int na = read_dump(a, va, 1 << 20), nb = read_dump(b, vb, 1 << 20);
+    cr_assert_eq(na, nb, "%s has %d values, %s %d", a, na, b, nb);
+    cr_assert_gt(na, 0);
+    double num = 0, den = 0;
+    for (int i = 0; i < na; i++) {
+        num += (va[i] - vb[i]) * (va[i] - vb[i]);
+        den += vb[i] * vb[i];
+    }
+    return sqrt(num / den);
+}
+
+/* Invariant 1 across real processes: 2 and 4 ranks on GPUs (one process each, NCCL between
+ * them) end at the simulator's parameters for the same command, under every strategy. */
+Test(nccl, training_on_many_gpus_matches_the_simulator, .timeout = 900) {
+    gpu_or_skip();
+    gpu_done();
+    struct {
+        const char *flags;
+        int ranks;
+    } cases[] = {{"--model toy --strategy ddp --steps 20", 2},
+                 {"--model toy --strategy zero1 --steps 20", 2},
+                 {"--model toy --strategy zero2 --steps 20", 2},
+                 {"--model toy --strategy zero3 --steps 20", 2},
+                 {"--model toy --strategy zero3 --steps 20", 4},
+                 {"--model toy --strategy hsdp --replicas 2 --steps 20", 4},
+                 {"--model vit-tiny --layers 2 --strategy zero3 --batch-size 8 --steps 5", 2},
+                 {"--model vit-tiny --layers 2 --strategy hsdp --replicas 2 --batch-size 8 "
+                  "--steps 5",
+                  4}};
+    char sim[64], gpu[64];
+    snprintf(sim, sizeof sim, "/tmp/fsdp_nccl_sim_%d.txt", (int)getpid());
+    snprintf(gpu, sizeof gpu, "/tmp/fsdp_nccl_gpu_%d.txt", (int)getpid());
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char args[1024];
+        int status;
+        snprintf(args, sizeof args, "train %s --ranks %d --eval false --dump-params %s",
+                 cases[i].flags, cases[i].ranks, sim);
+        char *out = fsdp_output(args, "2>&1", &status);
+        cr_assert_eq(status, 0, "%s: %s", args, out);
+        free(out);
+        snprintf(args, sizeof args,
+                 "launch --nproc-per-node %d --master-port %d -- %s train --backend cuda %s "
+                 "--ranks %d --eval false --dump-params %s",
+                 cases[i].ranks, 29620 + (int)i, fsdp_bin(), cases[i].flags, cases[i].ranks, gpu);
+        out = fsdp_output(args, "2>&1", &status);
+        cr_expect_eq(status, 0, "%s: %s", args, out);
+        if (status == 0) {
+            double d = rel_diff(gpu, sim);
+            cr_expect_leq(d, 1e-5, "%s at %d ranks: relative L2 %.3g from the simulator",
+                          cases[i].flags, cases[i].ranks, d);
+        }
+        free(out);
+    }
+    unlink(sim);
+    unlink(gpu);
 }
