@@ -39,31 +39,6 @@ static char *train_ok(const char *fmt, ...) {
     return out;
 }
 
-/* The values of a --dump-params file (`name index value` lines). */
-static int read_dump(const char *path, double *v, int max) {
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s", path);
-    int n = 0;
-    char name[128];
-    long idx;
-    while (n < max && fscanf(f, "%127s %ld %lf", name, &idx, &v[n]) == 3) n++;
-    fclose(f);
-    return n;
-}
-
-static double max_rel_diff(const char *a, const char *b) {
-    static double va[1 << 16], vb[1 << 16];
-    int na = read_dump(a, va, 1 << 16), nb = read_dump(b, vb, 1 << 16);
-    cr_assert_eq(na, nb);
-    cr_assert_gt(na, 0);
-    double num = 0, den = 0;
-    for (int i = 0; i < na; i++) {
-        num += (va[i] - vb[i]) * (va[i] - vb[i]);
-        den += vb[i] * vb[i];
-    }
-    return sqrt(num / den);
-}
-
 static int same_file(const char *a, const char *b) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "cmp -s %s %s", a, b);
@@ -118,7 +93,7 @@ Test(checkpoint, a_checkpoint_loads_at_another_world_size_and_strategy, .timeout
     for (int i = 0; i < 4; i++) {
         free(train_ok("train %s --steps 10 --resume %s/ck/step-00000004 --dump-params %s", later[i],
                       dir, resumed));
-        double d = max_rel_diff(resumed, full);
+        double d = dump_rel_diff(resumed, full);
         cr_expect_leq(d, 1e-5, "resumed as %s: relative difference %.3g", later[i], d);
     }
 }
@@ -277,7 +252,7 @@ Test(checkpoint, a_vit_resumes_at_another_world_size, .timeout = 60) {
     free(train_ok("train %s --ranks 1 --batch-size 16 --steps 6 --resume %s/ck/step-00000003 "
                   "--dump-params %s",
                   vit, dir, resumed));
-    double d = max_rel_diff(resumed, full);
+    double d = dump_rel_diff(resumed, full);
     cr_expect_leq(d, 1e-5, "relative difference %.3g", d);
 }
 

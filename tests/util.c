@@ -180,3 +180,38 @@ char *fsdp_output(const char *args, const char *redirect, int *status) {
     *status = pclose(p);
     return buf;
 }
+
+/* The values of a --dump-params file and how many there are (caller frees). */
+static double *read_dump(const char *path, size_t *n) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t cap = 1024;
+    double *v = malloc(cap * sizeof *v);
+    cr_assert_not_null(v);
+    char name[128];
+    long idx;
+    *n = 0;
+    while (fscanf(f, "%127s %ld %lf", name, &idx, &v[*n]) == 3)
+        if (++*n == cap) {
+            cap *= 2;
+            v = realloc(v, cap * sizeof *v);
+            cr_assert_not_null(v);
+        }
+    fclose(f);
+    return v;
+}
+
+double dump_rel_diff(const char *a, const char *b) {
+    size_t na, nb;
+    double *va = read_dump(a, &na), *vb = read_dump(b, &nb);
+    cr_assert_eq(na, nb, "%s has %zu values, %s %zu", a, na, b, nb);
+    cr_assert_gt(na, 0);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < na; i++) {
+        num += (va[i] - vb[i]) * (va[i] - vb[i]);
+        den += vb[i] * vb[i];
+    }
+    free(va);
+    free(vb);
+    return sqrt(num / den);
+}

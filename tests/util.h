@@ -47,6 +47,10 @@ FsdpConfig vit_config(Strategy s, int batch);
  * want; `what` names the case in a failure. */
 void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks, const char *what);
 
+/* ||a - b|| / ||b|| over the values of two --dump-params files (`name index value` lines);
+ * asserts both hold the same number of values, at least one. */
+double dump_rel_diff(const char *a, const char *b);
+
 /* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
 const char *fsdp_bin(void);
 /* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and

@@ -63,31 +63,6 @@ Test(nccl, a_rank_that_never_joins_is_aborted_by_the_watchdog, .timeout = 120) {
     free(out);
 }
 
-/* The values of a --dump-params file (`name index value` lines); returns how many. */
-static int read_dump(const char *path, double *v, int max) {
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s", path);
-    int n = 0;
-    char name[128];
-    long idx;
-    while (n < max && fscanf(f, "%127s %ld %lf", name, &idx, &v[n]) == 3) n++;
-    fclose(f);
-    return n;
-}
-
-static double rel_diff(const char *a, const char *b) {
-    static double va[1 << 20], vb[1 << 20];
-    int na = read_dump(a, va, 1 << 20), nb = read_dump(b, vb, 1 << 20);
-    cr_assert_eq(na, nb, "%s has %d values, %s %d", a, na, b, nb);
-    cr_assert_gt(na, 0);
-    double num = 0, den = 0;
-    for (int i = 0; i < na; i++) {
-        num += (va[i] - vb[i]) * (va[i] - vb[i]);
-        den += vb[i] * vb[i];
-    }
-    return sqrt(num / den);
-}
-
 /* Invariant 1 across real processes: 2 and 4 ranks on GPUs (one process each, NCCL between
  * them) end at the simulator's parameters for the same command, under every strategy. */
 Test(nccl, training_on_many_gpus_matches_the_simulator, .timeout = 900) {
@@ -124,7 +99,7 @@ Test(nccl, training_on_many_gpus_matches_the_simulator, .timeout = 900) {
         out = fsdp_output(args, "2>&1", &status);
         cr_expect_eq(status, 0, "%s: %s", args, out);
         if (status == 0) {
-            double d = rel_diff(gpu, sim);
+            double d = dump_rel_diff(gpu, sim);
             cr_expect_leq(d, 1e-5, "%s at %d ranks: relative L2 %.3g from the simulator",
                           cases[i].flags, cases[i].ranks, d);
         }
