@@ -1,8 +1,26 @@
 #include "model.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "rng.h"
+
+int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, const void *config,
+                     size_t config_size, Err *err) {
+    memset(m, 0, sizeof *m);
+    m->params = calloc((size_t)nparams + 1, sizeof *m->params);
+    m->modules = calloc((size_t)nmodules + 1, sizeof *m->modules);
+    m->config = malloc(config_size + 1);
+    if (!m->params || !m->modules || !m->config) {
+        model_desc_free(m);
+        return err_set(err, ERR_NOMEM, "out of memory describing a %s of %d parameters", name,
+                       nparams);
+    }
+    memcpy(m->config, config, config_size);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    return 0;
+}
 
 void model_desc_free(ModelDesc *m) {
     free(m->params);

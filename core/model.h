@@ -107,6 +107,10 @@ struct ModelDesc {
     void *config; /* the model's own description (a VitConfig, ...); model_desc_free frees it */
 };
 
+/* An empty description named `name` with room for nparams parameters and nmodules modules,
+ * and its own copy of the model's config (config_size bytes). */
+int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, const void *config,
+                     size_t config_size, Err *err);
 void model_desc_free(ModelDesc *m);
 void dataset_free(Dataset *d);
 

@@ -436,18 +436,13 @@ static int tf_backward(ModelRun *r, int module, float *const *params, float *con
 /* ---------------------------------------------------------------- activation checkpointing */
 
 static int tf_checkpoint(ModelRun *r, int module, Err *err) {
-    if (module < 1 || module > r->c->layers)
-        return err_set(err, ERR_INTERNAL, "module %d is not a transformer block", module);
     TBlock t = block_of(r);
-    return tblock_checkpoint(&t, &r->blocks[module - 1], &r->x[module], err);
+    return tblock_stack_checkpoint(&t, r->blocks, r->x, r->c->layers, module, err);
 }
 
 static int tf_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
-    if (module < 1 || module > r->c->layers)
-        return err_set(err, ERR_INTERNAL, "module %d is not a transformer block", module);
     TBlock t = block_of(r);
-    return tblock_recompute(&t, &r->blocks[module - 1], params, r->x[module], &r->x[module + 1], w,
-                            err);
+    return tblock_stack_recompute(&t, r->blocks, r->x, r->c->layers, module, params, w, err);
 }
 
 /* ---------------------------------------------------------------- unit boundaries */
@@ -486,21 +481,12 @@ static const ModelOps transformer_ops = {
 };
 
 int transformer_model_create(ModelDesc *m, const TransformerConfig *c, Err *err) {
-    memset(m, 0, sizeof *m);
+    memset(m, 0, sizeof *m); /* a description a failure leaves is safe to free */
     int rc = transformer_config_check(c, err);
     if (rc) return rc;
-    int nmodules = c->layers + 2;
-    int nparams = EMBED_PARAMS + c->layers * TBLOCK_PARAMS + HEAD_PARAMS;
-    m->params = calloc((size_t)nparams, sizeof *m->params);
-    m->modules = calloc((size_t)nmodules, sizeof *m->modules);
-    m->config = malloc(sizeof *c);
-    if (!m->params || !m->modules || !m->config) {
-        model_desc_free(m);
-        return err_set(err, ERR_NOMEM, "out of memory describing a transformer of %d layers",
-                       c->layers);
-    }
-    memcpy(m->config, c, sizeof *c);
-    snprintf(m->name, sizeof m->name, "transformer");
+    rc = model_desc_alloc(m, "transformer", EMBED_PARAMS + c->layers * TBLOCK_PARAMS + HEAD_PARAMS,
+                          c->layers + 2, c, sizeof *c, err);
+    if (rc) return rc;
     ParamMaker pm = {.m = m};
     add_embed(&pm, c);
     for (int l = 0; l < c->layers; l++) add_block(&pm, c, l);
