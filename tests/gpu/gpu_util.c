@@ -3,6 +3,8 @@
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../kernels/cuda/kernels_cuda.h"
 
@@ -82,4 +84,40 @@ void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed) {
         s ^= s << 17;
         out[i] = lo + (hi - lo) * (float)((s >> 40) / 16777216.0);
     }
+}
+
+float *host_floats(size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    cr_assert_not_null(h, "out of host memory for %zu floats", n);
+    return h;
+}
+
+float *host_random(size_t n, float lo, float hi, unsigned seed) {
+    float *h = host_floats(n);
+    gpu_random(h, n, lo, hi, seed);
+    return h;
+}
+
+float *host_zeros(size_t n) {
+    float *h = calloc(n ? n : 1, sizeof *h);
+    cr_assert_not_null(h, "out of host memory for %zu floats", n);
+    return h;
+}
+
+float *host_copy(const float *src, size_t n) {
+    float *h = host_floats(n);
+    if (n) memcpy(h, src, n * sizeof *h);
+    return h;
+}
+
+float *gpu_poisoned_floats(size_t n) {
+    float *d = gpu_alloc((n ? n : 1) * sizeof *d);
+    gpu_poison(d, (n ? n : 1) * sizeof *d);
+    return d;
+}
+
+float *gpu_fetch(const float *d, size_t n) {
+    float *h = host_floats(n);
+    if (n) gpu_get(h, d, n * sizeof *h);
+    return h;
 }

@@ -27,4 +27,15 @@ void gpu_expect_close(const float *got, const float *want, size_t n, double rel,
 /* n floats uniform in [lo, hi) from a seeded generator (the same seed, the same numbers). */
 void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed);
 
+/* Host arrays of n floats (asserted; free them): uninitialised, gpu_random's numbers, zeros,
+ * a copy of src. */
+float *host_floats(size_t n);
+float *host_random(size_t n, float lo, float hi, unsigned seed);
+float *host_zeros(size_t n);
+float *host_copy(const float *src, size_t n);
+/* n floats of device memory, NaN-poisoned (gpu_free it). */
+float *gpu_poisoned_floats(size_t n);
+/* A host copy of n device floats (free it). */
+float *gpu_fetch(const float *d, size_t n);
+
 #endif

@@ -37,18 +37,6 @@ static void *host_alloc(size_t bytes) {
     return h;
 }
 
-static float *host_random(size_t n, float lo, float hi, unsigned seed) {
-    float *h = host_alloc(n * sizeof *h);
-    gpu_random(h, n, lo, hi, seed);
-    return h;
-}
-
-static float *host_copy(const float *src, size_t n) {
-    float *h = host_alloc(n * sizeof *h);
-    if (n) memcpy(h, src, n * sizeof *h);
-    return h;
-}
-
 /* `bytes` of device memory (at least 16), poisoned (0xFF: NaN as floats, bf16 and fp16) */
 static void *gpu_poisoned(size_t bytes) {
     if (bytes < 16) bytes = 16;

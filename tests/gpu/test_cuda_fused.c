@@ -30,41 +30,9 @@ static const Kernels *GPU = &kernels_cuda;
 
 /* ---- host helpers ---- */
 
-static float *host_floats(size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    cr_assert_not_null(h);
-    return h;
-}
-
-static float *host_random(size_t n, float lo, float hi, unsigned seed) {
-    float *h = host_floats(n);
-    gpu_random(h, n, lo, hi, seed);
-    return h;
-}
-
-static float *host_copy(const float *src, size_t n) {
-    float *h = host_floats(n);
-    memcpy(h, src, n * sizeof *h);
-    return h;
-}
-
-/* n floats of device memory, NaN-poisoned */
-static float *gpu_poisoned(size_t n) {
-    float *d = gpu_alloc((n ? n : 1) * sizeof *d);
-    gpu_poison(d, (n ? n : 1) * sizeof *d);
-    return d;
-}
-
-/* A host copy of n device floats (caller frees). */
-static float *fetch(const float *d, size_t n) {
-    float *h = host_floats(n);
-    if (n) gpu_get(h, d, n * sizeof *h);
-    return h;
-}
-
 static void expect_close_dev(const float *d, const float *want, size_t n, double rel,
                              const char *what) {
-    float *got = fetch(d, n);
+    float *got = gpu_fetch(d, n);
     gpu_expect_close(got, want, n, rel, what);
     free(got);
 }
@@ -72,14 +40,14 @@ static void expect_close_dev(const float *d, const float *want, size_t n, double
 /* Two device arrays within rel of each other (b is the reference). */
 static void expect_close_devs(const float *a, const float *b, size_t n, double rel,
                               const char *what) {
-    float *want = fetch(b, n);
+    float *want = gpu_fetch(b, n);
     expect_close_dev(a, want, n, rel, what);
     free(want);
 }
 
 /* Bit-for-bit equality, for single adds and run-to-run checks. */
 static void expect_identical_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = fetch(d, n);
+    float *got = gpu_fetch(d, n);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
@@ -120,7 +88,7 @@ Test(cuda_fused, bias_gelu_forward) {
         float *out = host_floats(n);
         CPU->bias_gelu_forward(out, pre, b, M, N);
 
-        float *d_pre = gpu_floats(pre, n), *d_b = gpu_floats(b, N), *d_out = gpu_poisoned(n);
+        float *d_pre = gpu_floats(pre, n), *d_b = gpu_floats(b, N), *d_out = gpu_poisoned_floats(n);
         GPU->bias_gelu_forward(d_out, d_pre, d_b, M, N);
         gpu_check();
         char what[96];
@@ -131,7 +99,7 @@ Test(cuda_fused, bias_gelu_forward) {
 
         /* the GPU's unfused op on the pre-activation */
         float *biased = host_biased(pre, b, M, N);
-        float *d_biased = gpu_floats(biased, n), *d_want = gpu_poisoned(n);
+        float *d_biased = gpu_floats(biased, n), *d_want = gpu_poisoned_floats(n);
         GPU->gelu_forward(d_want, d_biased, n);
         gpu_check();
         snprintf(what, sizeof what, "bias_gelu_forward vs gelu_forward (M %zu, N %zu)", M, N);
@@ -155,7 +123,7 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         CPU->bias_gelu_backward(dpre, db, dout, pre, b, M, N);
 
         float *d_pre = gpu_floats(pre, n), *d_b = gpu_floats(b, N), *d_dout = gpu_floats(dout, n);
-        float *d_dpre = gpu_poisoned(n), *d_db = gpu_floats(db0, N);
+        float *d_dpre = gpu_poisoned_floats(n), *d_db = gpu_floats(db0, N);
         GPU->bias_gelu_backward(d_dpre, d_db, d_dout, d_pre, d_b, M, N);
         gpu_check();
         char what[96];
@@ -167,8 +135,8 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         expect_identical_dev(d_b, b, N, what);
 
         /* run to run: the same bits (fixed grid, groups added in order) */
-        float *first = fetch(d_db, N);
-        float *d_db2 = gpu_floats(db0, N), *d_dpre2 = gpu_poisoned(n);
+        float *first = gpu_fetch(d_db, N);
+        float *d_db2 = gpu_floats(db0, N), *d_dpre2 = gpu_poisoned_floats(n);
         GPU->bias_gelu_backward(d_dpre2, d_db2, d_dout, d_pre, d_b, M, N);
         gpu_check();
         snprintf(what, sizeof what, "bias_gelu_backward db second run (M %zu, N %zu)", M, N);
@@ -186,7 +154,7 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         /* the GPU's unfused ops at the pre-activation: gelu_backward then bias_grad */
         float *biased = host_biased(pre, b, M, N);
         float *d_biased = gpu_floats(biased, n);
-        float *d_want = gpu_poisoned(n), *d_want_db = gpu_floats(db0, N);
+        float *d_want = gpu_poisoned_floats(n), *d_want_db = gpu_floats(db0, N);
         GPU->gelu_backward(d_want, d_biased, d_dout, n);
         GPU->bias_grad(d_want_db, d_want, M, N, N);
         gpu_check();
@@ -241,9 +209,10 @@ Test(cuda_fused, residual_layernorm_forward) {
         float *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C), *d_y = gpu_floats(y, n);
         /* into a new buffer, then in place into x (core/vit.c: sum = the branch's output) */
         for (int in_place = 0; in_place < 2; in_place++) {
-            float *d_x = gpu_floats(x, n), *d_new = gpu_poisoned(n);
+            float *d_x = gpu_floats(x, n), *d_new = gpu_poisoned_floats(n);
             float *d_sum = in_place ? d_x : d_new;
-            float *d_out = gpu_poisoned(n), *d_mean = gpu_poisoned(M), *d_rstd = gpu_poisoned(M);
+            float *d_out = gpu_poisoned_floats(n), *d_mean = gpu_poisoned_floats(M),
+                  *d_rstd = gpu_poisoned_floats(M);
             GPU->residual_layernorm_forward(d_sum, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, M, C,
                                             LN_EPS);
             gpu_check();
@@ -259,8 +228,8 @@ Test(cuda_fused, residual_layernorm_forward) {
             expect_close_dev(d_rstd, rstd, M, REL, what);
 
             if (!in_place) { /* the GPU's unfused ops: add, then layernorm_forward */
-                float *d_s2 = gpu_poisoned(n), *d_o2 = gpu_poisoned(n);
-                float *d_m2 = gpu_poisoned(M), *d_r2 = gpu_poisoned(M);
+                float *d_s2 = gpu_poisoned_floats(n), *d_o2 = gpu_poisoned_floats(n);
+                float *d_m2 = gpu_poisoned_floats(M), *d_r2 = gpu_poisoned_floats(M);
                 GPU->add(d_s2, d_x, d_y, n);
                 GPU->layernorm_forward(d_o2, d_m2, d_r2, d_s2, d_w, d_b, M, C, LN_EPS);
                 gpu_check();

@@ -31,36 +31,6 @@ static const Kernels *GPU = &kernels_cuda;
 #define PATCH_PIXELS 49
 #define CLASSES 10
 
-static float *host_floats(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    cr_assert(p, "out of host memory for %zu floats", n);
-    return p;
-}
-
-static float *host_random(size_t n, float lo, float hi, unsigned seed) {
-    float *p = host_floats(n);
-    gpu_random(p, n, lo, hi, seed);
-    return p;
-}
-
-static float *host_copy(const float *src, size_t n) {
-    float *p = host_floats(n);
-    memcpy(p, src, n * sizeof *p);
-    return p;
-}
-
-static float *gpu_poisoned(size_t n) {
-    float *d = gpu_alloc(n * sizeof *d);
-    gpu_poison(d, n * sizeof *d);
-    return d;
-}
-
-static float *fetch(const float *d, size_t n) {
-    float *h = host_floats(n);
-    gpu_get(h, d, n * sizeof *h);
-    return h;
-}
-
 /* ---------------- linear ---------------- */
 
 enum {
@@ -119,7 +89,8 @@ static void check_linear_at(size_t M, size_t K, size_t N, int flags, unsigned se
                          K, N);
     gpu_check();
 
-    float *out_g = fetch(d_out, M * N), *dw_g = fetch(d_dw, N * K), *db_g = fetch(d_db, N);
+    float *out_g = gpu_fetch(d_out, M * N), *dw_g = gpu_fetch(d_dw, N * K),
+          *db_g = gpu_fetch(d_db, N);
     gpu_expect_close(out_g, out_c, M * N, tol, "linear out");
     gpu_expect_close(dw_g, dw_c, N * K, tol, "linear dw");
     if (want_db)
@@ -127,7 +98,7 @@ static void check_linear_at(size_t M, size_t K, size_t N, int flags, unsigned se
     else /* db == NULL: the buffer we did not pass is as it was */
         cr_expect(memcmp(db_g, db0, N * sizeof(float)) == 0, "linear db changed without db");
     if (want_din) {
-        float *din_g = fetch(d_din, M * K);
+        float *din_g = gpu_fetch(d_din, M * K);
         gpu_expect_close(din_g, din_c, M * K, tol, "linear din");
         free(din_g);
     }
@@ -248,7 +219,7 @@ Test(cuda_linear, deterministic) {
         gpu_put(d_db, dout, N * sizeof(float));
         GPU->linear_backward(d_din, d_dw, d_db, d_dout, d_in, d_w, M, K, N);
         gpu_check();
-        float *got[3] = {fetch(d_din, M * K), fetch(d_dw, N * K), fetch(d_db, N)};
+        float *got[3] = {gpu_fetch(d_din, M * K), gpu_fetch(d_dw, N * K), gpu_fetch(d_db, N)};
         if (run == 0) {
             memcpy(first, got, sizeof got);
         } else {
@@ -280,13 +251,13 @@ static void check_attention(size_t B, size_t T, size_t C, size_t heads, unsigned
 
     float *d_qkv = gpu_floats(qkv, n_qkv), *d_dout = gpu_floats(dout, n_out);
     float *d_probs_c = gpu_floats(probs_c, n_probs);
-    float *d_out = gpu_poisoned(n_out), *d_probs = gpu_poisoned(n_probs);
-    float *d_dqkv = gpu_poisoned(n_qkv);
+    float *d_out = gpu_poisoned_floats(n_out), *d_probs = gpu_poisoned_floats(n_probs);
+    float *d_dqkv = gpu_poisoned_floats(n_qkv);
     GPU->attention_forward(d_out, d_probs, d_qkv, B, T, C, heads);
     GPU->attention_backward(d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
     gpu_check();
-    float *out_g = fetch(d_out, n_out), *probs_g = fetch(d_probs, n_probs);
-    float *dqkv_g = fetch(d_dqkv, n_qkv);
+    float *out_g = gpu_fetch(d_out, n_out), *probs_g = gpu_fetch(d_probs, n_probs);
+    float *dqkv_g = gpu_fetch(d_dqkv, n_qkv);
     gpu_expect_close(out_g, out_c, n_out, FP32_TOL, "attention out");
     gpu_expect_close(probs_g, probs_c, n_probs, FP32_TOL, "attention probs");
     gpu_expect_close(dqkv_g, dqkv_c, n_qkv, FP32_TOL, "attention dqkv");
@@ -297,8 +268,8 @@ static void check_attention(size_t B, size_t T, size_t C, size_t heads, unsigned
     GPU->attention_forward(d_out, d_probs, d_qkv, B, T, C, heads);
     GPU->attention_backward(d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
     gpu_check();
-    float *out_2 = fetch(d_out, n_out), *probs_2 = fetch(d_probs, n_probs);
-    float *dqkv_2 = fetch(d_dqkv, n_qkv);
+    float *out_2 = gpu_fetch(d_out, n_out), *probs_2 = gpu_fetch(d_probs, n_probs);
+    float *dqkv_2 = gpu_fetch(d_dqkv, n_qkv);
     cr_expect(memcmp(out_2, out_g, n_out * sizeof(float)) == 0, "attention out not repeatable");
     cr_expect(memcmp(probs_2, probs_g, n_probs * sizeof(float)) == 0,
               "attention probs not repeatable");

@@ -24,53 +24,15 @@ static const Kernels *GPU = &kernels_cuda;
 
 /* ---- host helpers ---- */
 
-static float *host_floats(size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    cr_assert_not_null(h);
-    return h;
-}
-
-static float *host_random(size_t n, float lo, float hi, unsigned seed) {
-    float *h = host_floats(n);
-    gpu_random(h, n, lo, hi, seed);
-    return h;
-}
-
-static float *host_zeros(size_t n) {
-    float *h = calloc(n ? n : 1, sizeof *h);
-    cr_assert_not_null(h);
-    return h;
-}
-
-static float *host_copy(const float *src, size_t n) {
-    float *h = host_floats(n);
-    memcpy(h, src, n * sizeof *h);
-    return h;
-}
-
-/* n floats of device memory, NaN-poisoned */
-static float *gpu_poisoned(size_t n) {
-    float *d = gpu_alloc((n ? n : 1) * sizeof *d);
-    gpu_poison(d, (n ? n : 1) * sizeof *d);
-    return d;
-}
-
-/* A host copy of n device floats (caller frees). */
-static float *fetch(const float *d, size_t n) {
-    float *h = host_floats(n);
-    if (n) gpu_get(h, d, n * sizeof *h);
-    return h;
-}
-
 static void expect_close_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = fetch(d, n);
+    float *got = gpu_fetch(d, n);
     gpu_expect_close(got, want, n, REL, what);
     free(got);
 }
 
 /* Bit-for-bit equality, for copies and single adds (the same IEEE operation on both sides). */
 static void expect_identical_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = fetch(d, n);
+    float *got = gpu_fetch(d, n);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
@@ -126,7 +88,8 @@ Test(cuda_vit_ops, layernorm_forward) {
         CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
 
         float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C);
-        float *d_out = gpu_poisoned(M * C), *d_mean = gpu_poisoned(M), *d_rstd = gpu_poisoned(M);
+        float *d_out = gpu_poisoned_floats(M * C), *d_mean = gpu_poisoned_floats(M),
+              *d_rstd = gpu_poisoned_floats(M);
         GPU->layernorm_forward(d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
         gpu_check();
         char what[64];
@@ -213,9 +176,9 @@ Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
             GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
             gpu_check();
             if (run == 0) {
-                first[0] = fetch(d_din, M * C);
-                first[1] = fetch(d_dw, C);
-                first[2] = fetch(d_db, C);
+                first[0] = gpu_fetch(d_din, M * C);
+                first[1] = gpu_fetch(d_dw, C);
+                first[2] = gpu_fetch(d_db, C);
             } else {
                 expect_identical_dev(d_din, first[0], M * C, "layernorm din, second run");
                 expect_identical_dev(d_dw, first[1], C, "layernorm dw, second run");
@@ -244,7 +207,7 @@ Test(cuda_vit_ops, patchify) {
         float *images = host_random(n, -1.0f, 2.0f, 900 + (unsigned)s);
         float *patches = host_floats(n);
         CPU->patchify(patches, images, B, S, P);
-        float *d_images = gpu_floats(images, n), *d_patches = gpu_poisoned(n);
+        float *d_images = gpu_floats(images, n), *d_patches = gpu_poisoned_floats(n);
         GPU->patchify(d_patches, d_images, B, S, P);
         gpu_check();
         char what[64];
@@ -280,7 +243,7 @@ Test(cuda_vit_ops, embed_forward) {
         CPU->embed_forward(x, patch_out, cls, pos, B, T, C);
         float *d_patch_out = gpu_floats(patch_out, B * (T - 1) * C);
         float *d_cls = gpu_floats(cls, C), *d_pos = gpu_floats(pos, T * C);
-        float *d_x = gpu_poisoned(B * T * C);
+        float *d_x = gpu_poisoned_floats(B * T * C);
         GPU->embed_forward(d_x, d_patch_out, d_cls, d_pos, B, T, C);
         gpu_check();
         char what[64];
@@ -305,7 +268,7 @@ Test(cuda_vit_ops, embed_backward) {
         CPU->embed_backward(dcls, dpos, dpatch, dx, B, T, C);
         float *d_dx = gpu_floats(dx, B * T * C);
         float *d_dcls = gpu_floats(dcls0, C), *d_dpos = gpu_floats(dpos0, T * C);
-        float *d_dpatch = gpu_poisoned(B * (T - 1) * C);
+        float *d_dpatch = gpu_poisoned_floats(B * (T - 1) * C);
         GPU->embed_backward(d_dcls, d_dpos, d_dpatch, d_dx, B, T, C);
         gpu_check();
         char what[64];
@@ -330,7 +293,7 @@ Test(cuda_vit_ops, class_token_select) {
         float *x = host_random(B * T * C, -1.0f, 1.0f, 1500 + (unsigned)s);
         float *out = host_floats(B * C);
         CPU->class_token_select(out, x, B, T, C);
-        float *d_x = gpu_floats(x, B * T * C), *d_out = gpu_poisoned(B * C);
+        float *d_x = gpu_floats(x, B * T * C), *d_out = gpu_poisoned_floats(B * C);
         GPU->class_token_select(d_out, d_x, B, T, C);
         gpu_check();
         char what[64];
@@ -395,7 +358,7 @@ Test(cuda_vit_ops, cross_entropy) {
         const float want = CPU->cross_entropy(dlogits, logits, labels, B, K, scale);
         cr_assert(isfinite(want) && want > 0.0f);
 
-        float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned(B * K);
+        float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned_floats(B * K);
         int32_t *d_labels = gpu_labels(labels, B);
         char what[80];
         snprintf(what, sizeof what, "cross entropy (B %zu, classes %zu, scale %g)", B, K,
@@ -427,7 +390,7 @@ Test(cuda_vit_ops, cross_entropy_bad_label) {
     float dlogits[B * K];
     const float want = CPU->cross_entropy(dlogits, logits, labels, B, K, 1.0f);
     cr_assert(isnan(want));
-    float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned(B * K);
+    float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned_floats(B * K);
     int32_t *d_labels = gpu_labels(labels, B);
     const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, 1.0f);
     gpu_check();
