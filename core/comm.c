@@ -62,3 +62,39 @@ int comm_barrier(Comm *c, Err *err) {
     CommRequest r = {.kind = COLL_BARRIER, .unit = -1};
     return start_and_wait(c, &r, err);
 }
+
+EventKind coll_event_kind(CollKind k) {
+    static const EventKind kinds[COLL_KIND_COUNT] = {EV_ALL_GATHER, EV_REDUCE_SCATTER,
+                                                     EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER};
+    return kinds[k];
+}
+
+size_t comm_input_count(const Comm *c, const CommRequest *r) {
+    switch (r->kind) {
+    case COLL_REDUCE_SCATTER:
+        return r->count * (size_t)c->size;
+    case COLL_BROADCAST:
+        return c->rank == r->root ? r->count : 0;
+    case COLL_BARRIER:
+        return 0;
+    default:
+        return r->count;
+    }
+}
+
+size_t comm_output_count(const Comm *c, const CommRequest *r) {
+    switch (r->kind) {
+    case COLL_ALL_GATHER:
+        return r->count * (size_t)c->size;
+    case COLL_BARRIER:
+        return 0;
+    default:
+        return r->count;
+    }
+}
+
+double comm_wire_bytes(const Comm *c, const CommRequest *r) {
+    size_t in = r->kind == COLL_BROADCAST ? r->count : comm_input_count(c, r);
+    size_t out = comm_output_count(c, r);
+    return (double)((in > out ? in : out) * dtype_size(r->dtype));
+}

@@ -10,6 +10,7 @@
 #include "../kernels/dtype.h"
 #include "device.h"
 #include "err.h"
+#include "trace.h"
 
 typedef enum {
     COLL_ALL_GATHER = 0,
@@ -71,5 +72,15 @@ int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t
                     int unit, Err *err);
 int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, int unit, Err *err);
 int comm_barrier(Comm *c, Err *err);
+
+/* Elements of a rank's input and output for a request (a broadcast's input is the root's
+ * alone; a barrier moves nothing). */
+size_t comm_input_count(const Comm *c, const CommRequest *r);
+size_t comm_output_count(const Comm *c, const CommRequest *r);
+/* The bytes a collective is charged and traced as: the larger of a rank's input and output
+ * (a broadcast's whole buffer on every rank). */
+double comm_wire_bytes(const Comm *c, const CommRequest *r);
+/* The trace event a collective is recorded as (EV_ALL_GATHER, ...). */
+EventKind coll_event_kind(CollKind k);
 
 #endif

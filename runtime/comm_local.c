@@ -2,19 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-static const EventKind coll_event[COLL_KIND_COUNT] = {EV_ALL_GATHER, EV_REDUCE_SCATTER,
-                                                      EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER};
-
-/* Host memory (the loss, a norm) is read by the host right after wait: it must have landed. */
-static int is_host_memory(const void *p) {
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError(); /* clear it: an unknown pointer is plain host memory */
-        return 1;
-    }
-    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
-}
-
 static int local_start(Comm *base, CommRequest *r, Err *err) {
     LocalComm *c = (LocalComm *)base;
     Device *dev = device_cuda_base(c->dev);
@@ -28,14 +15,14 @@ static int local_start(Comm *base, CommRequest *r, Err *err) {
             return err_set(err, ERR_INTERNAL, "%s of %zu bytes: %s", coll_kind_name(r->kind), bytes,
                            cudaGetErrorString(e));
     }
-    device_cuda_trace_span(c->dev, STREAM_COMPUTE, coll_event[r->kind], r->unit, bytes);
+    device_cuda_trace_span(c->dev, STREAM_COMPUTE, coll_event_kind(r->kind), r->unit, bytes);
     dev->ops->event_record(dev, STREAM_COMPUTE, &r->done);
     return 0;
 }
 
 static int local_wait(Comm *base, CommRequest *r, Err *err) {
     LocalComm *c = (LocalComm *)base;
-    if (r->kind == COLL_BARRIER || !r->recv || !is_host_memory(r->recv)) return 0;
+    if (r->kind == COLL_BARRIER || !r->recv || !device_cuda_is_host_memory(r->recv)) return 0;
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)device_cuda_stream(c->dev, STREAM_COMPUTE));
     if (e != cudaSuccess)
         return err_set(err, ERR_INTERNAL, "%s: %s", coll_kind_name(r->kind), cudaGetErrorString(e));

@@ -4,9 +4,6 @@
 
 #define SCRATCH_BYTES 4096 /* host scalars: the engine reduces a float or two */
 
-static const EventKind coll_event[COLL_KIND_COUNT] = {EV_ALL_GATHER, EV_REDUCE_SCATTER,
-                                                      EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER};
-
 static ncclDataType_t nccl_type(DType t) {
     return t == DTYPE_BF16 ? ncclBfloat16 : t == DTYPE_FP16 ? ncclFloat16 : ncclFloat32;
 }
@@ -18,24 +15,6 @@ static ncclRedOp_t nccl_op(ReduceOp op) {
 static int nccl_failed(const NcclComm *c, ncclResult_t r, const char *what, Err *err) {
     return err_set(err, ERR_INTERNAL, "rank %d: %s: %s", c->base.world_rank, what,
                    ncclGetErrorString(r));
-}
-
-static int is_host_memory(const void *p) {
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError(); /* an unknown pointer is plain host memory */
-        return 1;
-    }
-    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
-}
-
-/* Elements send and recv hold (comm.h's shapes). */
-static size_t send_count(const Comm *c, const CommRequest *r) {
-    return r->kind == COLL_REDUCE_SCATTER ? r->count * (size_t)c->size : r->count;
-}
-
-static size_t recv_count(const Comm *c, const CommRequest *r) {
-    return r->kind == COLL_ALL_GATHER ? r->count * (size_t)c->size : r->count;
 }
 
 static ncclResult_t enqueue(NcclComm *c, const CommRequest *r, const void *send, void *recv,
@@ -58,13 +37,13 @@ static ncclResult_t enqueue(NcclComm *c, const CommRequest *r, const void *send,
 /* A collective on host buffers: staged through the scratch buffer, on the same stream. */
 static int start_on_host(NcclComm *c, const CommRequest *r, cudaStream_t s, Err *err) {
     size_t ds = dtype_size(r->dtype);
-    size_t in = send_count(&c->base, r) * ds, out = recv_count(&c->base, r) * ds;
+    size_t in = comm_input_count(&c->base, r) * ds, out = comm_output_count(&c->base, r) * ds;
     if (in + out > SCRATCH_BYTES)
         return err_set(err, ERR_INTERNAL, "%s of %zu bytes of host memory: at most %d",
                        coll_kind_name(r->kind), in + out, SCRATCH_BYTES);
     char *dsend = c->scratch, *drecv = (char *)c->scratch + in;
-    const void *src = r->kind == COLL_BROADCAST ? r->recv : r->send;
-    if (cudaMemcpyAsync(dsend, src, in, cudaMemcpyHostToDevice, s) != cudaSuccess)
+    const void *src = r->kind == COLL_BROADCAST ? r->recv : r->send; /* the root's data */
+    if (in && cudaMemcpyAsync(dsend, src, in, cudaMemcpyHostToDevice, s) != cudaSuccess)
         return err_set(err, ERR_INTERNAL, "staging a host buffer failed");
     if (r->kind == COLL_BROADCAST) drecv = dsend;
     ncclResult_t nr = enqueue(c, r, dsend, drecv, s);
@@ -80,19 +59,15 @@ static int nccl_start(Comm *base, CommRequest *r, Err *err) {
     cudaStream_t s = (cudaStream_t)device_cuda_stream(c->dev, STREAM_COMM);
     r->seq = c->seq++;
     int rc = 0;
-    if (r->kind != COLL_BARRIER && r->recv && is_host_memory(r->recv)) {
+    if (r->kind != COLL_BARRIER && r->recv && device_cuda_is_host_memory(r->recv)) {
         rc = start_on_host(c, r, s, err);
     } else {
         ncclResult_t nr = enqueue(c, r, r->send, r->recv, s);
         if (nr != ncclSuccess) rc = nccl_failed(c, nr, coll_kind_name(r->kind), err);
     }
     if (rc) return rc;
-    size_t bytes = r->kind == COLL_BARRIER
-                       ? 0
-                       : (send_count(base, r) > recv_count(base, r) ? send_count(base, r)
-                                                                    : recv_count(base, r)) *
-                             dtype_size(r->dtype);
-    device_cuda_trace_span(c->dev, STREAM_COMM, coll_event[r->kind], r->unit, bytes);
+    size_t bytes = (size_t)comm_wire_bytes(base, r);
+    device_cuda_trace_span(c->dev, STREAM_COMM, coll_event_kind(r->kind), r->unit, bytes);
     dev->ops->event_record(dev, STREAM_COMM, &r->done);
     return c->watchdog ? watchdog_track(c->watchdog, s, r->kind, r->unit, err) : 0;
 }
@@ -102,7 +77,7 @@ static int nccl_start(Comm *base, CommRequest *r, Err *err) {
  * would. */
 static int nccl_wait(Comm *base, CommRequest *r, Err *err) {
     NcclComm *c = base->impl;
-    if (r->kind != COLL_BARRIER && !(r->recv && is_host_memory(r->recv))) return 0;
+    if (r->kind != COLL_BARRIER && !(r->recv && device_cuda_is_host_memory(r->recv))) return 0;
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)device_cuda_stream(c->dev, STREAM_COMM));
     if (e != cudaSuccess)
         return err_set(err, ERR_INTERNAL, "rank %d: %s: %s", base->world_rank,

@@ -385,3 +385,12 @@ int device_cuda_status(CudaDevice *d, Err *err) {
     if (d->error == cudaSuccess) return 0;
     return err_set(err, ERR_INTERNAL, "CUDA error: %s", cudaGetErrorString(d->error));
 }
+
+int device_cuda_is_host_memory(const void *p) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: an unknown pointer is plain host memory */
+        return 1;
+    }
+    return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeUnregistered;
+}

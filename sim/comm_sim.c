@@ -140,38 +140,6 @@ static SimComm *sim_comm(Comm *c) {
     return (SimComm *)c->impl;
 }
 
-/* Elements of a rank's input and output for a request. */
-static size_t input_count(const Comm *c, const CommRequest *r) {
-    switch (r->kind) {
-    case COLL_REDUCE_SCATTER:
-        return r->count * (size_t)c->size;
-    case COLL_BROADCAST:
-        return c->rank == r->root ? r->count : 0;
-    case COLL_BARRIER:
-        return 0;
-    default:
-        return r->count;
-    }
-}
-
-static size_t output_count(const Comm *c, const CommRequest *r) {
-    switch (r->kind) {
-    case COLL_ALL_GATHER:
-        return r->count * (size_t)c->size;
-    case COLL_BARRIER:
-        return 0;
-    default:
-        return r->count;
-    }
-}
-
-/* The bytes the cost model charges: the larger of a rank's input and output. */
-static double wire_bytes(const Comm *c, const CommRequest *r) {
-    size_t in = r->kind == COLL_BROADCAST ? r->count : input_count(c, r);
-    size_t out = output_count(c, r);
-    return (double)((in > out ? in : out) * dtype_size(r->dtype));
-}
-
 /* Called with the lock held: fails if the group was aborted. */
 static int check_aborted(SimWorld *w, Err *err) {
     if (w->aborted) return err_set(err, ERR_INTERNAL, "aborted: %s", w->why);
@@ -214,8 +182,8 @@ static int overlaps(const void *a, size_t an, const void *b, size_t bn) {
  * output overlaps it. */
 static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
     size_t es = dtype_size(r->dtype);
-    size_t bytes = input_count(c, r) * es;
-    int in_place = overlaps(r->send, bytes, r->recv, output_count(c, r) * es);
+    size_t bytes = comm_input_count(c, r) * es;
+    int in_place = overlaps(r->send, bytes, r->recv, comm_output_count(c, r) * es);
     s->input[c->rank] = r->send;
     if ((s->large && !in_place) || sim_comm(c)->w->accounting_only) return 0;
     if (bytes > s->staged_cap[c->rank]) {
@@ -262,7 +230,7 @@ static int sim_start(Comm *c, CommRequest *r, Err *err) {
                         .dtype = r->dtype,
                         .op = r->op,
                         .root = r->root,
-                        .large = input_count(c, r) * dtype_size(r->dtype) > STAGE_BYTES,
+                        .large = comm_input_count(c, r) * dtype_size(r->dtype) > STAGE_BYTES,
                         .ready_time = s->ready_time,
                         .staged = s->staged,
                         .staged_cap = s->staged_cap,
@@ -337,12 +305,6 @@ static void compute_output(const Comm *c, const Slot *s, void *recv) {
     }
 }
 
-static EventKind trace_kind(CollKind k) {
-    static const EventKind kinds[COLL_KIND_COUNT] = {EV_ALL_GATHER, EV_REDUCE_SCATTER,
-                                                     EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER};
-    return kinds[k];
-}
-
 /* Every rank computes the same window: the collective starts when the last rank's comm
  * stream gets to it and lasts what the cost model says. */
 static void model_time(const Comm *c, const Slot *s, const CommRequest *r, double *start,
@@ -352,7 +314,7 @@ static void model_time(const Comm *c, const Slot *s, const CommRequest *r, doubl
     for (int q = 0; q < c->size; q++)
         if (s->ready_time[q] > t) t = s->ready_time[q];
     *start = t;
-    *end = t + cost_collective(w->profile, r->kind, wire_bytes(c, r), c->size, w->nnodes);
+    *end = t + cost_collective(w->profile, r->kind, comm_wire_bytes(c, r), c->size, w->nnodes);
 }
 
 static void record(SimComm *sc, const CommRequest *r, double bytes, int peers) {
@@ -360,7 +322,7 @@ static void record(SimComm *sc, const CommRequest *r, double bytes, int peers) {
     TraceEvent e = {.start = r->start_time,
                     .end = r->end_time,
                     .bytes = (unsigned long long)bytes,
-                    .kind = trace_kind(r->kind),
+                    .kind = coll_event_kind(r->kind),
                     .unit = r->unit,
                     .stream = STREAM_COMM,
                     .category = -1,
@@ -402,7 +364,7 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
         sc->clock->stream_time[STREAM_COMM] = r->end_time;
     r->done.time = r->end_time;
     r->done.handle = NULL;
-    record(sc, r, wire_bytes(c, r), c->size);
+    record(sc, r, comm_wire_bytes(c, r), c->size);
     return 0;
 }
 
