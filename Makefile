@@ -4,7 +4,7 @@
 
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread -MMD -MP
+CFLAGS  += -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread -MMD -MP
 LDLIBS  += -lopenblas -lz -lcjson -lncursesw -lm -pthread
 
 BUILD := build
@@ -45,7 +45,7 @@ endif
 GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
 ifeq ($(WITH_CUDA),1)
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
+NVCCFLAGS += -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
 	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
 	-gencode arch=compute_90,code=compute_90
 CFLAGS += -DFSDP_HAVE_CUDA=1
@@ -202,7 +202,7 @@ $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 # leaves its input in build/fuzz/ (crash-*): make it a test.
 FUZZ_SECONDS ?= 60
 FUZZ_SRCS := $(wildcard core/*.c kernels/*.c kernels/cpu/*.c sim/*.c)
-FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -pthread \
+FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz: deps
 	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }

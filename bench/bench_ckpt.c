@@ -22,11 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/checkpoint.h"
-#include "../core/train.h"
-#include "../core/vit.h"
-#include "../sim/cluster.h"
-#include "bench_util.h"
+#include "bench/bench_util.h"
+#include "core/checkpoint.h"
+#include "core/train.h"
+#include "core/vit.h"
+#include "sim/cluster.h"
 
 typedef struct Job {
     const ModelDesc *model;

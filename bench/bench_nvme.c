@@ -26,8 +26,8 @@
 #include <sys/statfs.h>
 #include <unistd.h>
 
-#include "../core/nvme_tier.h"
-#include "bench_util.h"
+#include "bench/bench_util.h"
+#include "core/nvme_tier.h"
 
 #define TMPFS_MAGIC_NUMBER 0x01021994
 

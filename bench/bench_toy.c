@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/toy.h"
-#include "../core/train.h"
-#include "../sim/cluster.h"
-#include "bench_util.h"
+#include "bench/bench_util.h"
+#include "core/toy.h"
+#include "core/train.h"
+#include "sim/cluster.h"
 
 static double steps_per_second(const ModelDesc *m, const Dataset *d, const Plan *p,
                                const FsdpConfig *c, int ranks, long steps) {

@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mnist.h"
-#include "../core/train.h"
-#include "../core/vit.h"
-#include "../sim/cluster.h"
-#include "bench_util.h"
+#include "bench/bench_util.h"
+#include "core/mnist.h"
+#include "core/train.h"
+#include "core/vit.h"
+#include "sim/cluster.h"
 
 typedef struct Timing {
     long warmup;

@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../core/trace_file.h"
-#include "../core/vit.h"
-#include "../sim/viz/frame.h"
-#include "../sim/viz/plain.h"
-#include "bench_util.h"
+#include "bench/bench_util.h"
+#include "core/trace_file.h"
+#include "core/vit.h"
+#include "sim/viz/frame.h"
+#include "sim/viz/plain.h"
 
 enum { RANKS = 8, EVENTS = 100000, SAMPLES = 200 };
 

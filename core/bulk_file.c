@@ -1,4 +1,4 @@
-#include "bulk_file.h"
+#include "core/bulk_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

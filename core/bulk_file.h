@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "err.h"
+#include "core/err.h"
 
 typedef struct BulkFile BulkFile;
 

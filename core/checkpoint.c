@@ -1,4 +1,4 @@
-#include "checkpoint.h"
+#include "core/checkpoint.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "bulk_file.h"
-#include "vit.h"
+#include "core/bulk_file.h"
+#include "core/vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
 enum { FILE_MAX = 4096 + 64 };

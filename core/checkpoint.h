@@ -13,8 +13,8 @@
 
 #include <stddef.h>
 
-#include "fsdp.h"
-#include "model.h"
+#include "core/fsdp.h"
+#include "core/model.h"
 
 #define CHECKPOINT_VERSION 1
 

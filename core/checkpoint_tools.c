@@ -1,4 +1,4 @@
-#include "checkpoint_tools.h"
+#include "core/checkpoint_tools.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 enum { PATH_MAX_LEN = 4096 };
 

@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "checkpoint.h"
-#include "err.h"
+#include "core/checkpoint.h"
+#include "core/err.h"
 
 typedef enum { CKPT_INSPECT = 1, CKPT_CONSOLIDATE } CkptTool;
 

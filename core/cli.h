@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "fsdp.h"
+#include "core/fsdp.h"
 
 #define CLI_MAX_RANKS 1024
 

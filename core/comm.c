@@ -1,4 +1,4 @@
-#include "comm.h"
+#include "core/comm.h"
 
 const char *coll_kind_name(CollKind k) {
     static const char *names[COLL_KIND_COUNT] = {"all_gather", "reduce_scatter", "all_reduce",

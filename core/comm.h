@@ -7,10 +7,10 @@
 
 #include <stddef.h>
 
-#include "../kernels/dtype.h"
-#include "device.h"
-#include "err.h"
-#include "trace.h"
+#include "core/device.h"
+#include "core/err.h"
+#include "core/trace.h"
+#include "kernels/dtype.h"
 
 typedef enum {
     COLL_ALL_GATHER = 0,

@@ -1,4 +1,4 @@
-#include "err.h"
+#include "core/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>

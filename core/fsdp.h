@@ -8,12 +8,12 @@
 
 #include <stdint.h>
 
-#include "../kernels/kernels.h"
-#include "comm.h"
-#include "device.h"
-#include "model.h"
-#include "plan.h"
-#include "trace.h"
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/trace.h"
+#include "kernels/kernels.h"
 
 typedef struct FsdpConfig {
     Strategy strategy;

@@ -1,4 +1,4 @@
-#include "fsdp_internal.h"
+#include "core/fsdp_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "mnist.h"
+#include "core/mnist.h"
 
 #include <errno.h>
 #include <limits.h>

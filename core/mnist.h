@@ -4,7 +4,7 @@
 #ifndef FSDP_MNIST_H
 #define FSDP_MNIST_H
 
-#include "model.h" /* Dataset */
+#include "core/model.h" /* Dataset */
 
 #define MNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 

@@ -1,10 +1,10 @@
-#include "model.h"
+#include "core/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
+#include "core/rng.h"
 
 int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, const void *config,
                      size_t config_size, Err *err) {

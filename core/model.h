@@ -8,9 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../kernels/kernels.h"
-#include "device.h"
-#include "err.h"
+#include "core/device.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
 
 #define MODEL_MAX_NDIM 4
 

@@ -1,4 +1,4 @@
-#include "nvme_tier.h"
+#include "core/nvme_tier.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "plan.h"
+#include "core/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,9 +8,9 @@
 
 #include <stddef.h>
 
-#include "../kernels/dtype.h"
-#include "err.h"
-#include "model.h"
+#include "core/err.h"
+#include "core/model.h"
+#include "kernels/dtype.h"
 
 typedef enum {
     STRAT_DDP = 0,

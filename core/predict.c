@@ -1,4 +1,4 @@
-#include "predict.h"
+#include "core/predict.h"
 
 #include <stdlib.h>
 

@@ -5,7 +5,7 @@
 #ifndef FSDP_PREDICT_H
 #define FSDP_PREDICT_H
 
-#include "train.h"
+#include "core/train.h"
 
 typedef struct PredictJob {
     const ModelDesc *model; /* a ViT */

@@ -1,4 +1,4 @@
-#include "safetensors.h"
+#include "core/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

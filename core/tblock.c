@@ -1,4 +1,4 @@
-#include "tblock.h"
+#include "core/tblock.h"
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-#include "toy.h"
+#include "core/toy.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-#include "trace.h"
+#include "core/trace.h"
 
 #include <errno.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "core/device.h"
 
 /* First allocation of an enabled buffer; doubling from here keeps appends amortised O(1). */
 enum { TRACEBUF_INITIAL_CAP = 256 };

@@ -6,8 +6,8 @@
 #ifndef FSDP_TRACE_H
 #define FSDP_TRACE_H
 
-#include "device.h"
-#include "err.h"
+#include "core/device.h"
+#include "core/err.h"
 #include <stddef.h>
 
 typedef enum {

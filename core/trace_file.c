@@ -1,4 +1,4 @@
-#include "trace_file.h"
+#include "core/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
-#include "utf8.h"
+#include "core/device.h"
+#include "core/utf8.h"
 
 /* ---- Chrome Trace Event JSON -------------------------------------------------------------- */
 

@@ -1,15 +1,15 @@
-#include "train.h"
+#include "core/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "checkpoint.h"
-#include "rng.h"
-#include "safetensors.h"
-#include "vit.h"
-#include "weights.h"
+#include "core/checkpoint.h"
+#include "core/rng.h"
+#include "core/safetensors.h"
+#include "core/vit.h"
+#include "core/weights.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
     long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;

@@ -1,11 +1,11 @@
-#include "weights.h"
+#include "core/weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/dtype.h"
-#include "safetensors.h"
+#include "core/safetensors.h"
+#include "kernels/dtype.h"
 
 static int shape_matches(const StTensor *t, const ParamSpec *p) {
     if (t->ndim != p->ndim) return 0;

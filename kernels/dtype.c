@@ -1,4 +1,4 @@
-#include "dtype.h"
+#include "kernels/dtype.h"
 
 #include <string.h>
 

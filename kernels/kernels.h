@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
+#include "kernels/dtype.h"
 
 typedef struct AdamHyper {
     float lr, beta1, beta2, eps, weight_decay;

@@ -1,4 +1,4 @@
-#include "comm_local.h"
+#include "runtime/comm_local.h"
 
 #include <cuda_runtime_api.h>
 

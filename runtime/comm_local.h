@@ -4,8 +4,8 @@
 #ifndef FSDP_COMM_LOCAL_H
 #define FSDP_COMM_LOCAL_H
 
-#include "../core/comm.h"
-#include "device_cuda.h"
+#include "core/comm.h"
+#include "runtime/device_cuda.h"
 
 typedef struct LocalComm {
     Comm base;

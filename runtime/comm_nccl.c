@@ -1,4 +1,4 @@
-#include "comm_nccl.h"
+#include "runtime/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
 

@@ -8,9 +8,9 @@
 
 #include <nccl.h>
 
-#include "../core/comm.h"
-#include "device_cuda.h"
-#include "watchdog.h"
+#include "core/comm.h"
+#include "runtime/device_cuda.h"
+#include "runtime/watchdog.h"
 
 typedef struct NcclComm {
     Comm base;

@@ -1,4 +1,4 @@
-#include "device_cuda.h"
+#include "runtime/device_cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>

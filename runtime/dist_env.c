@@ -1,4 +1,4 @@
-#include "dist_env.h"
+#include "runtime/dist_env.h"
 
 #include <errno.h>
 #include <stdio.h>

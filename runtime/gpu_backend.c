@@ -1,4 +1,4 @@
-#include "gpu_backend.h"
+#include "runtime/gpu_backend.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

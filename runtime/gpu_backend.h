@@ -5,7 +5,7 @@
 #ifndef FSDP_GPU_BACKEND_H
 #define FSDP_GPU_BACKEND_H
 
-#include "../sim/cluster.h"
+#include "sim/cluster.h"
 
 /* Whether this process can run on a GPU; if not, why (a few words): this fsdp was built
  * without CUDA, its backend did not load, or gpu_available's own reason. */

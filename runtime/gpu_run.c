@@ -1,4 +1,4 @@
-#include "gpu_run.h"
+#include "runtime/gpu_run.h"
 
 #include <cuda_runtime_api.h>
 #include <string.h>
@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../kernels/cuda/kernels_cuda.h"
-#include "comm_local.h"
-#include "comm_nccl.h"
-#include "dist_env.h"
-#include "rendezvous.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "runtime/comm_local.h"
+#include "runtime/comm_nccl.h"
+#include "runtime/dist_env.h"
+#include "runtime/rendezvous.h"
 
 int gpu_available(char *why, size_t n) {
     return kernels_cuda_available(why, n);

@@ -5,7 +5,7 @@
 #ifndef FSDP_GPU_RUN_H
 #define FSDP_GPU_RUN_H
 
-#include "../sim/cluster.h"
+#include "sim/cluster.h"
 
 /* Whether this process can run on a GPU; if not, why (a few words). */
 int gpu_available(char *why, size_t n);

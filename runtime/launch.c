@@ -18,8 +18,8 @@
 #include <sys/prctl.h>
 #endif
 
-#include "launch.h"
-#include "tcp.h"
+#include "runtime/launch.h"
+#include "runtime/tcp.h"
 
 /* The launcher's own signals, passed on to the ranks. */
 static const int FORWARDED[] = {SIGINT, SIGTERM, SIGHUP};

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "../core/err.h"
+#include "core/err.h"
 
 #define LAUNCH_MAX_NPROC 1024
 

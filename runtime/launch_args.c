@@ -6,9 +6,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/cli.h"
-#include "dist_env.h"
-#include "launch.h"
+#include "core/cli.h"
+#include "runtime/dist_env.h"
+#include "runtime/launch.h"
 
 void launch_help(FILE *f) {
     fputs("usage: ./fsdp launch [--nproc-per-node N] [--nnodes M --node-rank K]\n"

@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "runtime/rendezvous.h"
 
 #include <errno.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tcp.h"
+#include "runtime/tcp.h"
 
 /* The wire, every number big-endian:
  *   hello  rank r -> 0:  magic, version, rank, world size (u32 each), blob bytes (u64)

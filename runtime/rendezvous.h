@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "../core/err.h"
-#include "dist_env.h"
+#include "core/err.h"
+#include "runtime/dist_env.h"
 
 /* Rank 0 sends blob[n] to every other rank, whose blob[n] it fills; every rank returns only
  * once all world_size ranks have arrived (a barrier), or fails: rank 0 after timeout_s

@@ -1,4 +1,4 @@
-#include "tcp.h"
+#include "runtime/tcp.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -1,4 +1,4 @@
-#include "watchdog.h"
+#include "runtime/watchdog.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>

@@ -8,8 +8,8 @@
 
 #include <nccl.h>
 
-#include "../core/comm.h"
-#include "../core/err.h"
+#include "core/comm.h"
+#include "core/err.h"
 
 typedef struct Watchdog Watchdog;
 

@@ -1,15 +1,15 @@
-#include "cluster.h"
+#include "sim/cluster.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../kernels/cpu/cpu_ops.h"
-#include "../kernels/cpu/pool.h"
-#include "comm_sim.h"
-#include "device_sim.h"
-#include "kernels_none.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
+#include "sim/comm_sim.h"
+#include "sim/device_sim.h"
+#include "sim/kernels_none.h"
 
 typedef struct RankSlot {
     RankEnv env;

@@ -5,9 +5,9 @@
 #ifndef FSDP_CLUSTER_H
 #define FSDP_CLUSTER_H
 
-#include "../core/fsdp.h"
-#include "../core/trace.h"
-#include "cost.h"
+#include "core/fsdp.h"
+#include "core/trace.h"
+#include "sim/cost.h"
 
 typedef int (*RankMain)(const RankEnv *env, void *arg, Err *err);
 

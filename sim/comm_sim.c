@@ -1,4 +1,4 @@
-#include "comm_sim.h"
+#include "sim/comm_sim.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -6,9 +6,9 @@
 #ifndef FSDP_COMM_SIM_H
 #define FSDP_COMM_SIM_H
 
-#include "../core/comm.h"
-#include "../core/trace.h"
-#include "cost.h"
+#include "core/comm.h"
+#include "core/trace.h"
+#include "sim/cost.h"
 
 /* Per-rank modelled clocks, shared with device_sim. */
 typedef struct SimClock {

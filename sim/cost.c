@@ -1,4 +1,4 @@
-#include "cost.h"
+#include "sim/cost.h"
 
 #include <string.h>
 

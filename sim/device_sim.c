@@ -1,4 +1,4 @@
-#include "device_sim.h"
+#include "sim/device_sim.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,10 +8,10 @@
 #ifndef FSDP_DEVICE_SIM_H
 #define FSDP_DEVICE_SIM_H
 
-#include "../core/device.h"
-#include "../core/trace.h"
-#include "comm_sim.h"
-#include "cost.h"
+#include "core/device.h"
+#include "core/trace.h"
+#include "sim/comm_sim.h"
+#include "sim/cost.h"
 
 /* Freed blocks of one size, waiting to be reused. */
 typedef struct SimBlockCache {

@@ -1,4 +1,4 @@
-#include "kernels_none.h"
+#include "sim/kernels_none.h"
 
 /* Each op's signature, with nothing done; the parameters are left unnamed on purpose. */
 

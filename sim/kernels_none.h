@@ -5,7 +5,7 @@
 #ifndef FSDP_KERNELS_NONE_H
 #define FSDP_KERNELS_NONE_H
 
-#include "../kernels/kernels.h"
+#include "kernels/kernels.h"
 
 extern const Kernels kernels_none;
 

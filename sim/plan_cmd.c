@@ -1,16 +1,16 @@
-#include "plan_cmd.h"
+#include "sim/plan_cmd.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/cli.h"
-#include "../core/report.h"
-#include "../core/toy.h"
-#include "../core/transformer.h"
-#include "../core/vit.h"
-#include "planner.h"
+#include "core/cli.h"
+#include "core/report.h"
+#include "core/toy.h"
+#include "core/transformer.h"
+#include "core/vit.h"
+#include "sim/planner.h"
 
 typedef enum { MODEL_TOY = 0, MODEL_VIT, MODEL_TRANSFORMER } ModelKind;
 

@@ -1,10 +1,10 @@
-#include "planner.h"
+#include "sim/planner.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/trace.h"
-#include "cluster.h"
+#include "core/trace.h"
+#include "sim/cluster.h"
 
 /* ---------------------------------------------------------------- representatives */
 

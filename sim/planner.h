@@ -6,8 +6,8 @@
 #ifndef FSDP_PLANNER_H
 #define FSDP_PLANNER_H
 
-#include "../core/train.h"
-#include "cost.h"
+#include "core/train.h"
+#include "sim/cost.h"
 
 typedef struct PlannerJob {
     const ModelDesc *model;

@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/safetensors.h"
-#include "util.h"
+#include "core/safetensors.h"
+#include "tests/util.h"
 
 static char dir[128];
 

@@ -13,11 +13,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/safetensors.h"
-#include "../core/toy.h"
-#include "../core/vit.h"
-#include "../core/weights.h"
-#include "util.h"
+#include "core/safetensors.h"
+#include "core/toy.h"
+#include "core/vit.h"
+#include "core/weights.h"
+#include "tests/util.h"
 
 /* The small ViT of test_checkpoint.c: one block, hidden 16, on FashionMNIST's test split. */
 #define SMALL_VIT                                                                                  \

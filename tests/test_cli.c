@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "tests/util.h"
 
 /* Runs `fsdp ARGS`, returns the exit status and stderr's text. */
 static int run_fsdp(const char *args, char *err_text, size_t n) {

@@ -6,8 +6,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "../sim/cluster.h"
-#include "../sim/cost.h"
+#include "sim/cluster.h"
+#include "sim/cost.h"
 
 #define MAXR 8
 #define COUNT 5

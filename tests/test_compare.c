@@ -4,8 +4,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../sim/viz/compare.h"
-#include "util.h"
+#include "sim/viz/compare.h"
+#include "tests/util.h"
 
 /* Compute events rank q has run in t up to and including event `upto`. */
 static size_t computes(const Trace *t, int q, size_t upto) {

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../runtime/dist_env.h"
+#include "runtime/dist_env.h"
 
 /* The environment of a case: "NAME=value" entries, NULL-terminated. */
 static const char *lookup(void *user, const char *name) {

@@ -4,8 +4,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../core/toy.h"
-#include "util.h"
+#include "core/toy.h"
+#include "tests/util.h"
 
 #define STEPS 20
 #define BATCH 4

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/fsdp.h"
-#include "../core/vit.h"
-#include "util.h"
+#include "core/fsdp.h"
+#include "core/vit.h"
+#include "tests/util.h"
 
 typedef struct Export {
     const ModelDesc *m;

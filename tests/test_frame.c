@@ -5,8 +5,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../sim/viz/frame.h"
-#include "util.h"
+#include "sim/viz/frame.h"
+#include "tests/util.h"
 
 /* Index of the first event of `kind` on `rank` for `unit`, in `phase`. */
 static size_t find(const Trace *t, EventKind kind, int rank, int unit, Phase phase) {

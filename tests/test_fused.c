@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/cpu_ops.h"
-#include "../kernels/cpu/pool.h"
-#include "../kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 
 static const Kernels *K = &kernels_cpu;
 

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../kernels/dtype.h"
-#include "../kernels/kernels.h"
+#include "kernels/dtype.h"
+#include "kernels/kernels.h"
 
 static float from_bits(uint32_t u) {
     float x;

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "tests/util.h"
 
 static double now(void) {
     struct timespec ts;

@@ -6,8 +6,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../core/vit.h"
-#include "util.h"
+#include "core/vit.h"
+#include "tests/util.h"
 
 static FsdpConfig deepspeed(FsdpConfig c) {
     c.layout = LAYOUT_DEEPSPEED;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "util.h"
+#include "tests/util.h"
 
 #define MAX_LESSONS 64
 

@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/fsdp.h"
-#include "../core/safetensors.h"
-#include "../core/vit.h"
-#include "util.h"
+#include "core/fsdp.h"
+#include "core/safetensors.h"
+#include "core/vit.h"
+#include "tests/util.h"
 
 static size_t count_events(const Trace *t, EventKind kind) {
     size_t n = 0;

@@ -10,9 +10,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../core/trace_file.h"
-#include "../sim/viz/memory_timeline.h"
-#include "util.h"
+#include "core/trace_file.h"
+#include "sim/viz/memory_timeline.h"
+#include "tests/util.h"
 
 /* ---- the Chrome trace's counters ---------------------------------------------------------- */
 

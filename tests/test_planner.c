@@ -10,10 +10,10 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "../core/toy.h"
-#include "../core/vit.h"
-#include "../sim/planner.h"
-#include "util.h"
+#include "core/toy.h"
+#include "core/vit.h"
+#include "sim/planner.h"
+#include "tests/util.h"
 
 static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long steps,
                      PlannerResult *out) {

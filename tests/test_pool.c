@@ -13,9 +13,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "../kernels/cpu/cpu_ops.h"
-#include "../kernels/cpu/pool.h"
-#include "../kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 
 static const Kernels *K = &kernels_cpu;
 

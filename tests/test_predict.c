@@ -8,9 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../core/safetensors.h"
-#include "../core/vit.h"
-#include "util.h"
+#include "core/safetensors.h"
+#include "core/vit.h"
+#include "tests/util.h"
 
 static char *run_ok(const char *args) {
     int status;

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../runtime/rendezvous.h"
+#include "runtime/rendezvous.h"
 
 #define MAX_PROCS 8
 

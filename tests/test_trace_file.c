@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/trace_file.h"
-#include "util.h"
+#include "core/trace_file.h"
+#include "tests/util.h"
 
 static char *meta_args[] = {"--model", "toy", "--ranks", "3", "--strategy", "zero2"};
 static char *meta_units[] = {"La", "Lb", "Lc"};

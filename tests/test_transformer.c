@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../core/train.h"
-#include "../core/transformer.h"
-#include "../sim/cluster.h"
-#include "../sim/device_sim.h"
-#include "../sim/kernels_none.h"
+#include "core/train.h"
+#include "core/transformer.h"
+#include "sim/cluster.h"
+#include "sim/device_sim.h"
+#include "sim/kernels_none.h"
 
 static const char *const NOT_ACCOUNTING =
     "the transformer model runs only in accounting-only runs (fsdp plan): there is no text data "

@@ -10,14 +10,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/mnist.h"
-#include "../core/safetensors.h"
-#include "../core/train.h"
-#include "../core/vit.h"
-#include "../core/weights.h"
-#include "../sim/cluster.h"
-#include "../sim/device_sim.h"
-#include "util.h"
+#include "core/mnist.h"
+#include "core/safetensors.h"
+#include "core/train.h"
+#include "core/vit.h"
+#include "core/weights.h"
+#include "sim/cluster.h"
+#include "sim/device_sim.h"
+#include "tests/util.h"
 
 #define FIXTURE "tests/fixtures/vit_small.safetensors"
 

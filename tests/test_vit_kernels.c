@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kernels/cpu/cpu_ops.h"
-#include "../kernels/kernels.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernels.h"
 
 extern int openblas_get_num_threads(void);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "util.h"
+#include "tests/util.h"
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "r");

@@ -1,4 +1,4 @@
-#include "util.h"
+#include "tests/util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/mnist.h"
-#include "../core/toy.h"
-#include "../core/vit.h"
+#include "core/mnist.h"
+#include "core/toy.h"
+#include "core/vit.h"
 
 static void record_step(void *user, const StepReport *r) {
     ToyRun *t = user;

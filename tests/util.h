@@ -2,8 +2,8 @@
 #ifndef FSDP_TESTS_UTIL_H
 #define FSDP_TESTS_UTIL_H
 
-#include "../core/train.h"
-#include "../sim/cluster.h"
+#include "core/train.h"
+#include "sim/cluster.h"
 
 typedef struct ToyRun {
     float params[64]; /* final full parameters */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pool.h"
+#include "kernels/cpu/pool.h"
 
 /* OpenBLAS threads for every later GEMM in this process (the simulator gives each rank thread
  * one BLAS thread); n < 1 is taken as 1. */

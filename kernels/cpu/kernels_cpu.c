@@ -1,5 +1,5 @@
-#include "../kernels.h"
-#include "cpu_ops.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -21,7 +21,7 @@
  * sequentially consistent store and load of two atomics (sleepers/claim, caller_waiting/done):
  * either the sleeper sees the news before waiting or the waker sees the sleeper and signals it
  * under the mutex, so no wake-up is lost. */
-#include "pool.h"
+#include "kernels/cpu/pool.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -34,9 +34,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../kernels.h"
-#include "cpu_ops.h"
-#include "pool.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 
 /* Declared by OpenBLAS's cblas.h but not by the netlib one the alternatives may point at. */
 extern void openblas_set_num_threads(int);

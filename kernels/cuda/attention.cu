@@ -21,8 +21,8 @@
 #include <limits.h>
 #include <math.h>
 
-#include "cuda_common.cuh"
-#include "cuda_ops.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 
 #include <new>
 
-#include "cuda_common.cuh"
-#include "kernels_cuda.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/kernels_cuda.h"
 
 static thread_local CudaContext *current;
 static int allow_tf32;

@@ -26,8 +26,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
-#include "cuda_ops.h"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 

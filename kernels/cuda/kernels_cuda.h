@@ -12,8 +12,8 @@
 extern "C" { /* core's headers are C: their functions keep C names in the .cu files too */
 #endif
 
-#include "../../core/err.h"
-#include "../kernels.h"
+#include "core/err.h"
+#include "kernels/kernels.h"
 
 extern const Kernels kernels_cuda;
 

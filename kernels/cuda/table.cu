@@ -1,6 +1,6 @@
 // The op table on the GPU: every entry is a function of cuda_ops.h.
-#include "cuda_ops.h"
-#include "kernels_cuda.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/kernels_cuda.h"
 
 extern "C" const Kernels kernels_cuda = {
     "cuda",

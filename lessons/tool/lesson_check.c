@@ -3,7 +3,7 @@
  * lesson's check.c, then the link against the library archive with Criterion. The check then
  * runs one test at a time and stops at the first failure; check.h's tagged lines say what it
  * tried and what differed. */
-#include "lesson_check.h"
+#include "lessons/tool/lesson_check.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
-#include "lesson_proc.h"
+#include "lessons/tool/check.h"
+#include "lessons/tool/lesson_proc.h"
 #include "lessons_baked.h"
 
 #define COMPILE_SECONDS 120.0

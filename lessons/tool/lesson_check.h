@@ -4,8 +4,8 @@
 #ifndef FSDP_LESSON_CHECK_H
 #define FSDP_LESSON_CHECK_H
 
-#include "../../core/err.h"
-#include "lesson_index.h"
+#include "core/err.h"
+#include "lessons/tool/lesson_index.h"
 
 typedef enum {
     CHECK_PASSED = 0,

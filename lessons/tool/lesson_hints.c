@@ -1,4 +1,4 @@
-#include "lesson_hints.h"
+#include "lessons/tool/lesson_hints.h"
 
 #include <errno.h>
 #include <stdio.h>

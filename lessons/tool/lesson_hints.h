@@ -3,8 +3,8 @@
 #ifndef FSDP_LESSON_HINTS_H
 #define FSDP_LESSON_HINTS_H
 
-#include "../../core/err.h"
-#include "lesson_index.h"
+#include "core/err.h"
+#include "lessons/tool/lesson_index.h"
 
 #define HINTS_MAX 16
 

@@ -1,4 +1,4 @@
-#include "lesson_index.h"
+#include "lessons/tool/lesson_index.h"
 
 #include <stdio.h>
 #include <stdlib.h>

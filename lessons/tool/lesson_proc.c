@@ -1,7 +1,7 @@
 /* fork, exec, read the pipe until it closes or the time is up. The child leads its own
  * process group so a time-out or Ctrl-C can kill it together with the processes it forked
  * (Criterion runs each test in a child of its own). */
-#include "lesson_proc.h"
+#include "lessons/tool/lesson_proc.h"
 
 #include <errno.h>
 #include <fcntl.h>

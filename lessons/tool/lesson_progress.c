@@ -1,6 +1,6 @@
 /* The file, one line per lesson that has any progress:
  *   NN passed=0x1234abcd hints=2      (passed=- when no check of the file passed yet) */
-#include "lesson_progress.h"
+#include "lessons/tool/lesson_progress.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -7,8 +7,8 @@
 
 #include <stdint.h>
 
-#include "../../core/err.h"
-#include "lesson_index.h"
+#include "core/err.h"
+#include "lessons/tool/lesson_index.h"
 
 #define LESSONS_MAX 99
 

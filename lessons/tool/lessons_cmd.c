@@ -1,6 +1,6 @@
 /* The subcommands: list, check, hint, watch. Everything a learner reads is printed here; the
  * building and running is lesson_check.c's, the state lesson_progress.c's. */
-#include "lessons_cmd.h"
+#include "lessons/tool/lessons_cmd.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,11 +9,11 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "lesson_check.h"
-#include "lesson_hints.h"
-#include "lesson_index.h"
-#include "lesson_proc.h"
-#include "lesson_progress.h"
+#include "lessons/tool/lesson_check.h"
+#include "lessons/tool/lesson_hints.h"
+#include "lessons/tool/lesson_index.h"
+#include "lessons/tool/lesson_proc.h"
+#include "lessons/tool/lesson_progress.h"
 
 #define EXIT_PASSED 0
 #define EXIT_FAILED 1

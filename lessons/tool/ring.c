@@ -2,7 +2,7 @@
  * ranks a lesson runs. A misuse (wrong count, a rank speaking for another, a wait that never
  * ends) breaks the ring: it records the first problem, wakes everyone, and from then on every
  * send and receive returns at once, so the check finishes and reports that problem. */
-#include "ring.h"
+#include "lessons/tool/ring.h"
 
 #include <errno.h>
 #include <pthread.h>

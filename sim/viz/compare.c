@@ -1,4 +1,4 @@
-#include "compare.h"
+#include "sim/viz/compare.h"
 
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
-#include "frame.h"
+#include "sim/viz/frame.h"
 
-#include "../../core/report.h"
+#include "core/report.h"
 
 #include <stdarg.h>
 #include <stdio.h>

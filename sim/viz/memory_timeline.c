@@ -1,12 +1,12 @@
-#include "memory_timeline.h"
+#include "sim/viz/memory_timeline.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/report.h"
-#include "../../core/utf8.h"
+#include "core/report.h"
+#include "core/utf8.h"
 
 /* ---- the model ---------------------------------------------------------------------------- */
 

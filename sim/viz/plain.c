@@ -1,8 +1,8 @@
-#include "plain.h"
+#include "sim/viz/plain.h"
 
 #include <string.h>
 
-#include "../../core/report.h"
+#include "core/report.h"
 
 static void pad(FILE *out, const char *s, size_t width) {
     fputs(s, out);

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "frame.h"
+#include "sim/viz/frame.h"
 
 void plain_render(FILE *out, const Frame *f, const Plan *p);
 

@@ -1,4 +1,4 @@
-#include "tui.h"
+#include "sim/viz/tui.h"
 
 #include <curses.h>
 #include <locale.h>
@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../core/report.h"
-#include "compare.h"
-#include "plain.h"
+#include "core/report.h"
+#include "sim/viz/compare.h"
+#include "sim/viz/plain.h"
 
 enum {
     MIN_COLS = 60,

@@ -7,7 +7,7 @@
 #ifndef FSDP_TUI_H
 #define FSDP_TUI_H
 
-#include "frame.h"
+#include "sim/viz/frame.h"
 
 /* The same step under DDP, for the side-by-side view (key d). load runs it the first time d is
  * pressed (it can take a while, or fail: too big to simulate, a replayed trace) and fills a

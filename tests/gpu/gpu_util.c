@@ -1,4 +1,4 @@
-#include "gpu_util.h"
+#include "tests/gpu/gpu_util.h"
 
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cuda/kernels_cuda.h"
+#include "kernels/cuda/kernels_cuda.h"
 
 void gpu_or_skip(void) {
     char why[128];

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cuda/kernels_cuda.h"
-#include "../../kernels/dtype.h"
-#include "../../kernels/kernels.h"
-#include "gpu_util.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/dtype.h"
+#include "kernels/kernels.h"
+#include "tests/gpu/gpu_util.h"
 
 #define REL 1e-5
 

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cuda/kernels_cuda.h"
-#include "../../kernels/kernels.h"
-#include "gpu_util.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/kernels.h"
+#include "tests/gpu/gpu_util.h"
 
 #define REL 1e-5         /* GPU against CPU (invariant 6) */
 #define REL_UNFUSED 1e-6 /* GPU fused against GPU unfused */

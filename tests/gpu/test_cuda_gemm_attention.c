@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cuda/kernels_cuda.h"
-#include "../../kernels/kernels.h"
-#include "gpu_util.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/kernels.h"
+#include "tests/gpu/gpu_util.h"
 
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;

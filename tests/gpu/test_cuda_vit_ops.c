@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cuda/kernels_cuda.h"
-#include "../../kernels/kernels.h"
-#include "gpu_util.h"
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/kernels.h"
+#include "tests/gpu/gpu_util.h"
 
 #define REL 1e-5
 #define LN_EPS 1e-6f /* the ViT's (core/vit.c) */

@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../core/toy.h"
-#include "../../core/train.h"
-#include "../../core/vit.h"
-#include "../../runtime/gpu_run.h"
-#include "../../sim/cluster.h"
-#include "../util.h"
-#include "gpu_util.h"
+#include "core/toy.h"
+#include "core/train.h"
+#include "core/vit.h"
+#include "runtime/gpu_run.h"
+#include "sim/cluster.h"
+#include "tests/gpu/gpu_util.h"
+#include "tests/util.h"
 
 typedef struct Losses {
     float first, last;

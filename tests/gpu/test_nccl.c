@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../util.h"
-#include "gpu_util.h"
+#include "tests/gpu/gpu_util.h"
+#include "tests/util.h"
 
 static const char *nccl_check(void) {
     const char *p = getenv("FSDP_NCCL_CHECK");

@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../kernels/dtype.h"
-#include "../../runtime/comm_nccl.h"
-#include "../../runtime/dist_env.h"
-#include "../../runtime/rendezvous.h"
+#include "kernels/dtype.h"
+#include "runtime/comm_nccl.h"
+#include "runtime/dist_env.h"
+#include "runtime/rendezvous.h"
 
 static int failures;
 
