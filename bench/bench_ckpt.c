@@ -24,8 +24,8 @@
 
 #include "bench/bench_util.h"
 #include "core/checkpoint.h"
-#include "core/train.h"
 #include "core/vit.h"
+#include "engine/train.h"
 #include "sim/cluster.h"
 
 typedef struct Job {

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "core/err.h"
+#include "engine/err.h"
 
 typedef struct BulkFile BulkFile;
 

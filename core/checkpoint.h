@@ -13,8 +13,8 @@
 
 #include <stddef.h>
 
-#include "core/fsdp.h"
-#include "core/model.h"
+#include "engine/fsdp.h"
+#include "engine/model.h"
 
 #define CHECKPOINT_VERSION 1
 

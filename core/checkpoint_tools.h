@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "core/checkpoint.h"
-#include "core/err.h"
+#include "engine/err.h"
 
 typedef enum { CKPT_INSPECT = 1, CKPT_CONSOLIDATE } CkptTool;
 

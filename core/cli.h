@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "core/fsdp.h"
+#include "engine/fsdp.h"
 
 #define CLI_MAX_RANKS 1024
 

@@ -4,7 +4,7 @@
 #ifndef FSDP_MNIST_H
 #define FSDP_MNIST_H
 
-#include "core/model.h" /* Dataset */
+#include "engine/model.h" /* Dataset */
 
 #define MNIST_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 

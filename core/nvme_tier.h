@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "core/err.h"
+#include "engine/err.h"
 
 /* An O_DIRECT request (by default, every write) whose buffer address, offset and length are
  * all multiples of this goes straight between the caller's memory and the disk; any other is

@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "core/fsdp.h"
-#include "core/train.h"
+#include "engine/fsdp.h"
+#include "engine/train.h"
 
 void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, const char *profile);
 void report_plan(FILE *f, const Plan *p);

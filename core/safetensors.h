@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/err.h"
+#include "engine/err.h"
 
 #define ST_MAX_DIMS 8
 #define ST_MAX_NAME 128

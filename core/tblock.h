@@ -4,7 +4,7 @@
 #ifndef FSDP_TBLOCK_H
 #define FSDP_TBLOCK_H
 
-#include "core/model.h"
+#include "engine/model.h"
 
 /* A block's parameters, in the order a model describes them (torchvision's and GPT-2's
  * state dicts agree on it). */

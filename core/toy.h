@@ -5,7 +5,7 @@
 #ifndef FSDP_TOY_H
 #define FSDP_TOY_H
 
-#include "core/model.h"
+#include "engine/model.h"
 
 #define TOY_DATASET_SIZE 256
 

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
 #include "core/utf8.h"
+#include "engine/device.h"
 
 /* ---- Chrome Trace Event JSON -------------------------------------------------------------- */
 

@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "core/trace.h"
+#include "engine/trace.h"
 
 /* Bumped whenever a field's meaning changes: a replayer refuses another version. */
 #define TRACE_FILE_VERSION 1

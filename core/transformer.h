@@ -4,7 +4,7 @@
 #ifndef FSDP_TRANSFORMER_H
 #define FSDP_TRANSFORMER_H
 
-#include "core/model.h"
+#include "engine/model.h"
 
 typedef struct TransformerConfig {
     int layers; /* blocks */

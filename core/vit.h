@@ -6,7 +6,7 @@
 #ifndef FSDP_VIT_H
 #define FSDP_VIT_H
 
-#include "core/model.h"
+#include "engine/model.h"
 
 typedef struct VitConfig {
     int image;   /* side of the square input image */

@@ -5,8 +5,8 @@
 #ifndef FSDP_WEIGHTS_H
 #define FSDP_WEIGHTS_H
 
-#include "core/err.h"
-#include "core/model.h"
+#include "engine/err.h"
+#include "engine/model.h"
 
 /* Reads path into full (model->total_numel floats, parameters in model order). F32, BF16 and
  * F16 tensors are accepted (widened to fp32). A missing or unexpected tensor, a wrong shape

@@ -4,7 +4,7 @@
 #ifndef FSDP_COMM_LOCAL_H
 #define FSDP_COMM_LOCAL_H
 
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "runtime/device_cuda.h"
 
 typedef struct LocalComm {

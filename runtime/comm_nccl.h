@@ -8,7 +8,7 @@
 
 #include <nccl.h>
 
-#include "core/comm.h"
+#include "engine/comm.h"
 #include "runtime/device_cuda.h"
 #include "runtime/watchdog.h"
 

@@ -6,8 +6,8 @@
 #ifndef FSDP_DEVICE_CUDA_H
 #define FSDP_DEVICE_CUDA_H
 
-#include "core/device.h"
-#include "core/trace.h"
+#include "engine/device.h"
+#include "engine/trace.h"
 
 typedef struct CudaDevice CudaDevice;
 

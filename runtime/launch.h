@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "core/err.h"
+#include "engine/err.h"
 
 #define LAUNCH_MAX_NPROC 1024
 

@@ -8,8 +8,8 @@
 
 #include <nccl.h>
 
-#include "core/comm.h"
-#include "core/err.h"
+#include "engine/comm.h"
+#include "engine/err.h"
 
 typedef struct Watchdog Watchdog;
 

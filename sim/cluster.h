@@ -5,8 +5,8 @@
 #ifndef FSDP_CLUSTER_H
 #define FSDP_CLUSTER_H
 
-#include "core/fsdp.h"
-#include "core/trace.h"
+#include "engine/fsdp.h"
+#include "engine/trace.h"
 #include "sim/cost.h"
 
 typedef int (*RankMain)(const RankEnv *env, void *arg, Err *err);

@@ -6,8 +6,8 @@
 #ifndef FSDP_COMM_SIM_H
 #define FSDP_COMM_SIM_H
 
-#include "core/comm.h"
-#include "core/trace.h"
+#include "engine/comm.h"
+#include "engine/trace.h"
 #include "sim/cost.h"
 
 /* Per-rank modelled clocks, shared with device_sim. */

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "core/comm.h"
-#include "core/device.h"
+#include "engine/comm.h"
+#include "engine/device.h"
 
 typedef struct Profile {
     const char *name;

@@ -8,8 +8,8 @@
 #ifndef FSDP_DEVICE_SIM_H
 #define FSDP_DEVICE_SIM_H
 
-#include "core/device.h"
-#include "core/trace.h"
+#include "engine/device.h"
+#include "engine/trace.h"
 #include "sim/comm_sim.h"
 #include "sim/cost.h"
 

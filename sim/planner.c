@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace.h"
+#include "engine/trace.h"
 #include "sim/cluster.h"
 
 /* ---------------------------------------------------------------- representatives */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/fsdp.h"
 #include "core/vit.h"
+#include "engine/fsdp.h"
 #include "tests/util.h"
 
 typedef struct Export {

@@ -13,9 +13,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/fsdp.h"
 #include "core/safetensors.h"
 #include "core/vit.h"
+#include "engine/fsdp.h"
 #include "tests/util.h"
 
 static size_t count_events(const Trace *t, EventKind kind) {

@@ -2,7 +2,7 @@
 #ifndef FSDP_TESTS_UTIL_H
 #define FSDP_TESTS_UTIL_H
 
-#include "core/train.h"
+#include "engine/train.h"
 #include "sim/cluster.h"
 
 typedef struct ToyRun {

@@ -1,12 +1,12 @@
 /* Lesson 01's check: the learner's bytes at rest per GPU under DDP and FSDP against the
- * engine's own formula (core/plan.c: plan_rest_bytes, what every rank's accounted memory must
+ * engine's own formula (engine/plan.c: plan_rest_bytes, what every rank's accounted memory must
  * equal) for the toy and the planner's 7B transformer, and against the workshop's 7B figures
  * (7e9 parameters: 28 + 28 + 56 = 112 GB per GPU under DDP, 14 GB under FSDP on 8 GPUs). */
 #include "lessons/tool/check.h"
-#include "core/plan.h"
 #include "core/toy.h"
 #include "core/transformer.h"
 #include "core/vit.h"
+#include "engine/plan.h"
 #include "exercise.h"
 
 static const char *text_of(RestMemory m) {

@@ -1,10 +1,10 @@
 /* Lesson 02's check: the learner's shard_range, wire_rows and rank_numel against the engine's
- * own sharding (core/plan.c: shard_rows, each parameter's padded chunk_rows, and the elements
+ * own sharding (engine/plan.c: shard_rows, each parameter's padded chunk_rows, and the elements
  * plan_param_numel says a rank keeps) for the toy and vit-tiny at several world sizes. */
 #include "lessons/tool/check.h"
-#include "core/plan.h"
 #include "core/toy.h"
 #include "core/vit.h"
+#include "engine/plan.h"
 #include "exercise.h"
 
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/plan.h"
+#include "engine/plan.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"
@@ -115,7 +115,7 @@ Test(lesson03, t3_one_and_eight_ranks) {
     expect_gather(8, 16, 3);
 }
 
-/* A 10-element tensor on 4 GPUs: torch.chunk gives 3, 3, 3 and 1 rows (core/plan.c's
+/* A 10-element tensor on 4 GPUs: torch.chunk gives 3, 3, 3 and 1 rows (engine/plan.c's
  * shard_rows); each rank pads its shard to 3 so the collective moves equal blocks, and the
  * first 10 gathered floats are the tensor again. */
 Test(lesson03, t4_uneven_tensor_padded) {

@@ -1,4 +1,4 @@
-/* Lesson 08's check: the learner's wrap_units against the engine's plan (core/plan.c:
+/* Lesson 08's check: the learner's wrap_units against the engine's plan (engine/plan.c:
  * plan_create, its module_unit and root) for the toy and vit-tiny under every kind of wrap
  * policy, then collectives_per_step and peak_gathered_bytes against one zero3 training step
  * on 3 simulated ranks with the trace on (lessons/tool/engine_run.h): every

@@ -8,8 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/train.h"
 #include "core/vit.h"
+#include "engine/train.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"

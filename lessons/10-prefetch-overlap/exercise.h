@@ -2,7 +2,7 @@
 #ifndef LESSON_10_EXERCISE_H
 #define LESSON_10_EXERCISE_H
 
-/* The streams of one GPU, numbered as the engine numbers them (core/device.h's StreamId). */
+/* The streams of one GPU, numbered as the engine numbers them (engine/device.h's StreamId). */
 enum { SPAN_COMPUTE = 0, SPAN_COMM = 1, SPAN_COPY = 2 };
 
 /* One piece of work on one GPU's timeline: a kernel, a collective or a host copy, running on

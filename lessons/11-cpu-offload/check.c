@@ -1,13 +1,13 @@
 /* Lesson 11's check: the learner's PCIe bytes against the host copies the engine records
- * (core/fsdp.c: gather_start copies a shard host to device before each all-gather and
+ * (engine/fsdp.c: gather_start copies a shard host to device before each all-gather and
  * complete_reduce copies each reduced gradient shard back under --offload cpu; adam_unit
  * copies the optimizer's gradient rows out and the updated rows back under --offload
  * optimizer), in traced, accounting-only training steps of a 2-layer vit-tiny on 2 to 4
  * simulated GPUs under zero3 and zero2, FSDP's and DeepSpeed's layouts, fp32 and bf16. */
 #include <stdlib.h>
 
-#include "core/train.h"
 #include "core/vit.h"
+#include "engine/train.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"

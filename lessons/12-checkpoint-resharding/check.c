@@ -1,6 +1,6 @@
 /* Lesson 12's check: the learner's resharding against the engine's own checkpoints. The
  * saved ranks a loading rank needs are checked against intersections of the engine's
- * shard_rows (core/plan.c) at both world sizes. The reads are checked on real checkpoints:
+ * shard_rows (engine/plan.c) at both world sizes. The reads are checked on real checkpoints:
  * a 2-layer vit-tiny trained one step on N simulated ranks and saved (core/checkpoint.c),
  * then loaded on M ranks by checkpoint_load. For each piece of state a loading rank keeps
  * (engine_save_state hands them over, loaded), the learner's reads must be the rows
@@ -14,8 +14,8 @@
 #include <stdlib.h>
 
 #include "core/checkpoint.h"
-#include "core/train.h"
 #include "core/vit.h"
+#include "engine/train.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"

@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "core/toy.h"
-#include "core/train.h"
 #include "core/vit.h"
+#include "engine/train.h"
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"
 #include "sim/viz/memory_timeline.h"

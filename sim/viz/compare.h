@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "core/trace.h"
+#include "engine/trace.h"
 
 /* Forward, backward and optimizer events: the model's computation, which is the same under
  * every strategy (same units, same schedule order), event for event on each rank. Everything

@@ -8,9 +8,9 @@
 
 #include <stddef.h>
 
-#include "core/device.h"
-#include "core/plan.h"
-#include "core/trace.h"
+#include "engine/device.h"
+#include "engine/plan.h"
+#include "engine/trace.h"
 
 typedef struct FrameCell {
     size_t kept;    /* elements of the unit's parameters this rank keeps at rest (the plan) */

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "core/device.h"
-#include "core/trace.h"
+#include "engine/device.h"
+#include "engine/trace.h"
 
 /* A rank's bytes of every category from `time` until the next sample (or the step's end). */
 typedef struct MemorySample {

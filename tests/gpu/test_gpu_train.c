@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/toy.h"
-#include "core/train.h"
 #include "core/vit.h"
+#include "engine/train.h"
 #include "runtime/gpu_run.h"
 #include "sim/cluster.h"
 #include "tests/gpu/gpu_util.h"

@@ -8,11 +8,11 @@
 
 #include <stdint.h>
 
-#include "core/comm.h"
-#include "core/device.h"
-#include "core/model.h"
-#include "core/plan.h"
-#include "core/trace.h"
+#include "engine/comm.h"
+#include "engine/device.h"
+#include "engine/model.h"
+#include "engine/plan.h"
+#include "engine/trace.h"
 #include "kernels/kernels.h"
 
 typedef struct FsdpConfig {

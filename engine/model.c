@@ -1,10 +1,10 @@
-#include "core/model.h"
+#include "engine/model.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
+#include "engine/rng.h"
 
 int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, const void *config,
                      size_t config_size, Err *err) {

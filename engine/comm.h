@@ -7,9 +7,9 @@
 
 #include <stddef.h>
 
-#include "core/device.h"
-#include "core/err.h"
-#include "core/trace.h"
+#include "engine/device.h"
+#include "engine/err.h"
+#include "engine/trace.h"
 #include "kernels/dtype.h"
 
 typedef enum {

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/device.h"
-#include "core/err.h"
+#include "engine/device.h"
+#include "engine/err.h"
 #include "kernels/kernels.h"
 
 #define MODEL_MAX_NDIM 4

@@ -1,4 +1,4 @@
-#include "core/fsdp_internal.h"
+#include "engine/fsdp_internal.h"
 
 /* ---------------------------------------------------------------- the NVMe tier */
 

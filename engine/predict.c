@@ -1,4 +1,4 @@
-#include "core/predict.h"
+#include "engine/predict.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-#include "core/train.h"
+#include "engine/train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,10 +6,10 @@
 #include <time.h>
 
 #include "core/checkpoint.h"
-#include "core/rng.h"
 #include "core/safetensors.h"
 #include "core/vit.h"
 #include "core/weights.h"
+#include "engine/rng.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
     long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;

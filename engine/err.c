@@ -1,4 +1,4 @@
-#include "core/err.h"
+#include "engine/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #ifndef FSDP_PREDICT_H
 #define FSDP_PREDICT_H
 
-#include "core/train.h"
+#include "engine/train.h"
 
 typedef struct PredictJob {
     const ModelDesc *model; /* a ViT */

@@ -1,4 +1,4 @@
-#include "core/device.h"
+#include "engine/device.h"
 
 static const char *const category_names[MEM_CATEGORY_COUNT] = {
     "param_shard", "param_unsharded", "grad_shard", "grad_unsharded", "optim_state", "activations",

@@ -1,4 +1,4 @@
-#include "core/trace.h"
+#include "engine/trace.h"
 
 #include <errno.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/device.h"
+#include "engine/device.h"
 
 /* First allocation of an enabled buffer; doubling from here keeps appends amortised O(1). */
 enum { TRACEBUF_INITIAL_CAP = 256 };

@@ -1,4 +1,4 @@
-#include "core/comm.h"
+#include "engine/comm.h"
 
 const char *coll_kind_name(CollKind k) {
     static const char *names[COLL_KIND_COUNT] = {"all_gather", "reduce_scatter", "all_reduce",

@@ -5,7 +5,7 @@
 #ifndef FSDP_TRAIN_H
 #define FSDP_TRAIN_H
 
-#include "core/fsdp.h"
+#include "engine/fsdp.h"
 
 typedef struct RankMemory {
     size_t rest[MEM_CATEGORY_COUNT];    /* after the last step */

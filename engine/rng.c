@@ -1,4 +1,4 @@
-#include "core/rng.h"
+#include "engine/rng.h"
 
 #include <math.h>
 

@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "core/err.h"
-#include "core/model.h"
+#include "engine/err.h"
+#include "engine/model.h"
 #include "kernels/dtype.h"
 
 typedef enum {
