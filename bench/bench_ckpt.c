@@ -24,8 +24,8 @@
 
 #include "bench/bench_util.h"
 #include "core/checkpoint.h"
-#include "core/vit.h"
 #include "engine/train.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 
 typedef struct Job {

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "core/toy.h"
 #include "engine/train.h"
+#include "models/toy.h"
 #include "sim/cluster.h"
 
 static double steps_per_second(const ModelDesc *m, const Dataset *d, const Plan *p,

@@ -9,8 +9,8 @@
 
 #include "bench/bench_util.h"
 #include "core/mnist.h"
-#include "core/vit.h"
 #include "engine/train.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 
 typedef struct Timing {

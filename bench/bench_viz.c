@@ -13,7 +13,7 @@
 
 #include "bench/bench_util.h"
 #include "core/trace_file.h"
-#include "core/vit.h"
+#include "models/vit.h"
 #include "sim/viz/frame.h"
 #include "sim/viz/plain.h"
 

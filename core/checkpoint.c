@@ -13,7 +13,7 @@
 #include <zlib.h>
 
 #include "core/bulk_file.h"
-#include "core/vit.h"
+#include "models/vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
 enum { FILE_MAX = 4096 + 64 };

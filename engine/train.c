@@ -7,9 +7,9 @@
 
 #include "core/checkpoint.h"
 #include "core/safetensors.h"
-#include "core/vit.h"
 #include "core/weights.h"
 #include "engine/rng.h"
+#include "models/vit.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
     long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;

@@ -7,9 +7,9 @@
 
 #include "core/cli.h"
 #include "core/report.h"
-#include "core/toy.h"
-#include "core/transformer.h"
-#include "core/vit.h"
+#include "models/toy.h"
+#include "models/transformer.h"
+#include "models/vit.h"
 #include "sim/planner.h"
 
 typedef enum { MODEL_TOY = 0, MODEL_VIT, MODEL_TRANSFORMER } ModelKind;

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "core/safetensors.h"
-#include "core/toy.h"
-#include "core/vit.h"
 #include "core/weights.h"
+#include "models/toy.h"
+#include "models/vit.h"
 #include "tests/util.h"
 
 /* The small ViT of test_checkpoint.c: one block, hidden 16, on FashionMNIST's test split. */

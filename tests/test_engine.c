@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "core/toy.h"
+#include "models/toy.h"
 #include "tests/util.h"
 
 #define STEPS 20

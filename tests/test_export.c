@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/vit.h"
 #include "engine/fsdp.h"
+#include "models/vit.h"
 #include "tests/util.h"
 
 typedef struct Export {

@@ -1,6 +1,6 @@
 /* The fused CPU ops (kernels.h: bias_gelu_forward, bias_gelu_backward,
  * residual_layernorm_forward) against the compositions of existing ops they replace in
- * core/vit.c, on random inputs at vit-tiny's shapes and odd ones (one column, column counts
+ * models/vit.c, on random inputs at vit-tiny's shapes and odd ones (one column, column counts
  * that are no multiple of the 8-wide chunks, one row, rows wider than the backward's 512-column
  * blocks). Serially
  * every result is bit-identical to the composition (the same float operations in the same
@@ -21,7 +21,7 @@
 
 static const Kernels *K = &kernels_cpu;
 
-#define LN_EPS 1e-6f /* the ViT's (core/vit.c) */
+#define LN_EPS 1e-6f /* the ViT's (models/vit.c) */
 
 static uint32_t rand_next(uint32_t *s) {
     *s ^= *s << 13;
@@ -141,7 +141,7 @@ Test(fused, bias_gelu_forward_is_bias_add_then_gelu_forward) {
     }
 }
 
-/* What core/vit.c replaced: linear_forward with the bias, then gelu_forward. Here the GEMM is
+/* What models/vit.c replaced: linear_forward with the bias, then gelu_forward. Here the GEMM is
  * linear_forward without the bias, then the fused op. linear_forward adds its bias as the
  * GEMM's C (beta = 1); at these K (one OpenBLAS K block) that rounds as the separate add, but
  * the contract is 1e-6. */
@@ -168,7 +168,7 @@ Test(fused, bias_gelu_forward_after_gemm_is_linear_with_bias_then_gelu) {
 }
 
 /* gelu_backward at pre + b then bias_grad, and then linear_backward's db (the call it replaces
- * in core/vit.c): bit for bit, out of place and in place (dpre == dout). */
+ * in models/vit.c): bit for bit, out of place and in place (dpre == dout). */
 Test(fused, bias_gelu_backward_is_gelu_backward_then_bias_grad) {
     kernels_cpu_use_pool(NULL);
     for (size_t s = 0; s < N_SHAPES; s++) {
@@ -242,7 +242,7 @@ Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
         K->add(want_sum, x, y, n);
         K->layernorm_forward(want_out, want_mean, want_rstd, want_sum, w, b, M, C, LN_EPS);
 
-        /* out of place, then in place into x (core/vit.c's call: sum = the attention branch's
+        /* out of place, then in place into x (models/vit.c's call: sum = the attention branch's
          * output, x = the block's input) and into y */
         for (int into = 0; into < 3; into++) {
             float *xc = copy_buf(x, n), *yc = copy_buf(y, n), *fresh = nan_buf(n);

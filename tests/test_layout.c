@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "core/vit.h"
+#include "models/vit.h"
 #include "tests/util.h"
 
 static FsdpConfig deepspeed(FsdpConfig c) {

@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "core/safetensors.h"
-#include "core/vit.h"
 #include "engine/fsdp.h"
+#include "models/vit.h"
 #include "tests/util.h"
 
 static size_t count_events(const Trace *t, EventKind kind) {

@@ -2,8 +2,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "core/toy.h"
 #include "engine/plan.h"
+#include "models/toy.h"
 
 static void expect_rows(size_t d0, int S, const size_t *want_rows) {
     size_t next = 0;

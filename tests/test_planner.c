@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "core/toy.h"
-#include "core/vit.h"
+#include "models/toy.h"
+#include "models/vit.h"
 #include "sim/planner.h"
 #include "tests/util.h"
 

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "core/safetensors.h"
-#include "core/vit.h"
+#include "models/vit.h"
 #include "tests/util.h"
 
 static char *run_ok(const char *args) {

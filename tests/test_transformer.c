@@ -8,8 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/transformer.h"
 #include "engine/train.h"
+#include "models/transformer.h"
 #include "sim/cluster.h"
 #include "sim/device_sim.h"
 #include "sim/kernels_none.h"

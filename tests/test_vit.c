@@ -12,9 +12,9 @@
 
 #include "core/mnist.h"
 #include "core/safetensors.h"
-#include "core/vit.h"
 #include "core/weights.h"
 #include "engine/train.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/device_sim.h"
 #include "tests/util.h"

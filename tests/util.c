@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/mnist.h"
-#include "core/toy.h"
-#include "core/vit.h"
+#include "models/toy.h"
+#include "models/vit.h"
 
 static void record_step(void *user, const StepReport *r) {
     ToyRun *t = user;

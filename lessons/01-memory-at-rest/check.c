@@ -3,11 +3,11 @@
  * equal) for the toy and the planner's 7B transformer, and against the workshop's 7B figures
  * (7e9 parameters: 28 + 28 + 56 = 112 GB per GPU under DDP, 14 GB under FSDP on 8 GPUs). */
 #include "lessons/tool/check.h"
-#include "core/toy.h"
-#include "core/transformer.h"
-#include "core/vit.h"
 #include "engine/plan.h"
 #include "exercise.h"
+#include "models/toy.h"
+#include "models/transformer.h"
+#include "models/vit.h"
 
 static const char *text_of(RestMemory m) {
     return lesson_fmt("params=%zu grads=%zu adam=%zu total=%zu", m.params, m.grads, m.adam,

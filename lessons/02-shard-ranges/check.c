@@ -2,10 +2,10 @@
  * own sharding (engine/plan.c: shard_rows, each parameter's padded chunk_rows, and the elements
  * plan_param_numel says a rank keeps) for the toy and vit-tiny at several world sizes. */
 #include "lessons/tool/check.h"
-#include "core/toy.h"
-#include "core/vit.h"
 #include "engine/plan.h"
 #include "exercise.h"
+#include "models/toy.h"
+#include "models/vit.h"
 
 #include <stdlib.h>
 

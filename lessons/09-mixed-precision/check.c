@@ -8,11 +8,11 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/vit.h"
 #include "engine/train.h"
 #include "exercise.h"
 #include "kernels/dtype.h"
 #include "lessons/tool/check.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/planner.h"
 

@@ -6,10 +6,10 @@
  * simulated GPUs under zero3 and zero2, FSDP's and DeepSpeed's layouts, fp32 and bf16. */
 #include <stdlib.h>
 
-#include "core/vit.h"
 #include "engine/train.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/planner.h"
 

@@ -14,10 +14,10 @@
 #include <stdlib.h>
 
 #include "core/checkpoint.h"
-#include "core/vit.h"
 #include "engine/train.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 
 /* ---------------------------------------------------------------- which saved ranks */

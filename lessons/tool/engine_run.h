@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/toy.h"
-#include "core/vit.h"
 #include "engine/train.h"
 #include "lessons/tool/check.h"
+#include "models/toy.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/viz/memory_timeline.h"
 

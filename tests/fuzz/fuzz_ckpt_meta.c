@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/checkpoint.h"
-#include "core/toy.h"
+#include "models/toy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char dir[64], path[96];

@@ -23,7 +23,7 @@
 
 #define REL 1e-5         /* GPU against CPU (invariant 6) */
 #define REL_UNFUSED 1e-6 /* GPU fused against GPU unfused */
-#define LN_EPS 1e-6f     /* the ViT's (core/vit.c) */
+#define LN_EPS 1e-6f     /* the ViT's (models/vit.c) */
 
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
@@ -142,7 +142,7 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         snprintf(what, sizeof what, "bias_gelu_backward db second run (M %zu, N %zu)", M, N);
         expect_identical_dev(d_db2, first, N, what);
 
-        /* in place (dpre = dout), as core/vit.c calls it */
+        /* in place (dpre = dout), as models/vit.c calls it */
         float *d_inplace = gpu_floats(dout, n), *d_db3 = gpu_floats(db0, N);
         GPU->bias_gelu_backward(d_inplace, d_db3, d_inplace, d_pre, d_b, M, N);
         gpu_check();
@@ -207,7 +207,7 @@ Test(cuda_fused, residual_layernorm_forward) {
         CPU->residual_layernorm_forward(sum, out, mean, rstd, x, y, w, b, M, C, LN_EPS);
 
         float *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C), *d_y = gpu_floats(y, n);
-        /* into a new buffer, then in place into x (core/vit.c: sum = the branch's output) */
+        /* into a new buffer, then in place into x (models/vit.c: sum = the branch's output) */
         for (int in_place = 0; in_place < 2; in_place++) {
             float *d_x = gpu_floats(x, n), *d_new = gpu_poisoned_floats(n);
             float *d_sum = in_place ? d_x : d_new;

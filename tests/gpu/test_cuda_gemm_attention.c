@@ -18,7 +18,7 @@ static const Kernels *GPU = &kernels_cuda;
 #define FP32_TOL 1e-5
 #define TF32_TOL 1e-2
 
-/* vit-tiny (core/vit.c): hidden 128, 2 heads, mlp 128; 28x28 images in 7x7 patches: T = 17 */
+/* vit-tiny (models/vit.c): hidden 128, 2 heads, mlp 128; 28x28 images in 7x7 patches: T = 17 */
 #define TINY_H 128
 #define TINY_MLP 128
 #define TINY_HEADS 2

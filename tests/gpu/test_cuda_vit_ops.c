@@ -17,7 +17,7 @@
 #include "tests/gpu/gpu_util.h"
 
 #define REL 1e-5
-#define LN_EPS 1e-6f /* the ViT's (core/vit.c) */
+#define LN_EPS 1e-6f /* the ViT's (models/vit.c) */
 
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;

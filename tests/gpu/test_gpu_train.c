@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/toy.h"
-#include "core/vit.h"
 #include "engine/train.h"
+#include "models/toy.h"
+#include "models/vit.h"
 #include "runtime/gpu_run.h"
 #include "sim/cluster.h"
 #include "tests/gpu/gpu_util.h"

@@ -1,11 +1,11 @@
-#include "core/vit.h"
+#include "models/vit.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/tblock.h"
+#include "models/tblock.h"
 
 /* Parameters of each module, in torchvision's state-dict order. */
 enum { E_CLS, E_CONV_W, E_CONV_B, E_POS, EMBED_PARAMS };

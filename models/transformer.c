@@ -1,4 +1,4 @@
-#include "core/transformer.h"
+#include "models/transformer.h"
 
 #include <limits.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/tblock.h"
+#include "models/tblock.h"
 
 /* Parameters of the embedding and the head, in GPT-2's state-dict order (a block's are
  * tblock's TBLOCK_*, in the same order as GPT-2's). */

@@ -1,4 +1,4 @@
-#include "core/tblock.h"
+#include "models/tblock.h"
 
 #include <stdio.h>
 

@@ -1,4 +1,4 @@
-#include "core/toy.h"
+#include "models/toy.h"
 
 #include <stdio.h>
 #include <stdlib.h>
