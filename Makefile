@@ -19,7 +19,7 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 
-LIB_SRCS := $(wildcard engine/*.c models/*.c core/*.c kernels/*.c kernels/cpu/*.c sim/*.c sim/viz/*.c)
+LIB_SRCS := $(wildcard engine/*.c models/*.c io/*.c core/*.c kernels/*.c kernels/cpu/*.c sim/*.c sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 # runtime/ on the host side, in fsdp and the tests in every build (no CUDA header): where a
@@ -201,7 +201,7 @@ $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 # the seeds in tests/fuzz/corpus (a toy's --save-full file and checkpoint meta.json). A crash
 # leaves its input in build/fuzz/ (crash-*): make it a test.
 FUZZ_SECONDS ?= 60
-FUZZ_SRCS := $(wildcard engine/*.c models/*.c core/*.c kernels/*.c kernels/cpu/*.c sim/*.c)
+FUZZ_SRCS := $(wildcard engine/*.c models/*.c io/*.c core/*.c kernels/*.c kernels/cpu/*.c sim/*.c)
 FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz: deps

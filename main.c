@@ -9,17 +9,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
 #include "core/checkpoint_tools.h"
 #include "core/cli.h"
-#include "core/mnist.h"
-#include "core/nvme_tier.h"
 #include "core/report.h"
-#include "core/safetensors.h"
-#include "core/trace_file.h"
-#include "core/weights.h"
 #include "engine/predict.h"
 #include "engine/train.h"
+#include "io/checkpoint.h"
+#include "io/mnist.h"
+#include "io/nvme_tier.h"
+#include "io/safetensors.h"
+#include "io/trace_file.h"
+#include "io/weights.h"
 #include "lessons/tool/lessons_cmd.h"
 #include "models/toy.h"
 #include "models/vit.h"

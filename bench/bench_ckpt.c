@@ -5,7 +5,7 @@
  * keeps, CRCs checked). dd then writes a file of the same size in the same directory twice,
  * through the page cache (conv=fsync) and with O_DIRECT (oflag=direct), and reads the second
  * back. Target: save >= 70% of dd's better write, load >= 70% of dd's read. The checkpoint
- * writes with O_DIRECT (core/bulk_file.c), so dd's read is of a file written the same way:
+ * writes with O_DIRECT (io/bulk_file.c), so dd's read is of a file written the same way:
  * on this virtual disk, a file written through the page cache is read back from the host's
  * cache several times faster than the disk, and one written directly is not.
  *
@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "core/checkpoint.h"
 #include "engine/train.h"
+#include "io/checkpoint.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 

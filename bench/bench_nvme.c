@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "core/nvme_tier.h"
+#include "io/nvme_tier.h"
 
 #define TMPFS_MAGIC_NUMBER 0x01021994
 

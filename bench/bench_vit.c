@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "core/mnist.h"
 #include "engine/train.h"
+#include "io/mnist.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "core/trace_file.h"
+#include "io/trace_file.h"
 #include "models/vit.h"
 #include "sim/viz/frame.h"
 #include "sim/viz/plain.h"

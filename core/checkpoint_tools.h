@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "core/checkpoint.h"
 #include "engine/err.h"
+#include "io/checkpoint.h"
 
 typedef enum { CKPT_INSPECT = 1, CKPT_CONSOLIDATE } CkptTool;
 

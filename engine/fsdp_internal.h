@@ -5,8 +5,8 @@
 #ifndef FSDP_FSDP_INTERNAL_H
 #define FSDP_FSDP_INTERNAL_H
 
-#include "core/nvme_tier.h"
 #include "engine/fsdp.h"
+#include "io/nvme_tier.h"
 
 /* Requests in flight, in issue order; a rank waits on them first-in first-out, the way
  * one NCCL stream completes them. */

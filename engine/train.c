@@ -5,10 +5,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/checkpoint.h"
-#include "core/safetensors.h"
-#include "core/weights.h"
 #include "engine/rng.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
 #include "models/vit.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/bulk_file.h"
+#include "io/bulk_file.h"
 
 enum { SIZE = (16 << 20) * 2 + 12345 }; /* two whole blocks and a ragged tail */
 

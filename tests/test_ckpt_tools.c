@@ -13,8 +13,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
-#include "core/weights.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
 #include "models/toy.h"
 #include "models/vit.h"
 #include "tests/util.h"

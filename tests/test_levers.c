@@ -13,8 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
 #include "engine/fsdp.h"
+#include "io/safetensors.h"
 #include "models/vit.h"
 #include "tests/util.h"
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/trace_file.h"
+#include "io/trace_file.h"
 #include "sim/viz/memory_timeline.h"
 #include "tests/util.h"
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/mnist.h"
+#include "io/mnist.h"
 
 #define SIDE 28
 #define PIX (SIDE * SIDE)

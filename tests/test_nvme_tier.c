@@ -13,7 +13,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "core/nvme_tier.h"
+#include "io/nvme_tier.h"
 
 static char dir[128];
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 
 #define FIXTURE "tests/fixtures/vit_small.safetensors"
 

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace_file.h"
 #include "engine/device.h"
 #include "engine/trace.h"
+#include "io/trace_file.h"
 
 static TraceEvent span(EventKind kind, double start, double end, int unit, int stream) {
     return (TraceEvent){

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/trace_file.h"
+#include "io/trace_file.h"
 #include "tests/util.h"
 
 static char *meta_args[] = {"--model", "toy", "--ranks", "3", "--strategy", "zero2"};

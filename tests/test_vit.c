@@ -10,10 +10,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/mnist.h"
-#include "core/safetensors.h"
-#include "core/weights.h"
 #include "engine/train.h"
+#include "io/mnist.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/device_sim.h"

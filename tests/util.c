@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/mnist.h"
+#include "io/mnist.h"
 #include "models/toy.h"
 #include "models/vit.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/report.h"
-#include "core/utf8.h"
+#include "io/utf8.h"
 
 /* ---- the model ---------------------------------------------------------------------------- */
 

@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/checkpoint.h"
+#include "io/checkpoint.h"
 #include "models/toy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

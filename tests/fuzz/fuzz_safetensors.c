@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 
 static void write_input(const char *path, const uint8_t *data, size_t size) {
     FILE *f = fopen(path, "wb");

@@ -1,4 +1,4 @@
-#include "core/checkpoint.h"
+#include "io/checkpoint.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/bulk_file.h"
+#include "io/bulk_file.h"
 #include "models/vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */

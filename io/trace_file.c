@@ -1,4 +1,4 @@
-#include "core/trace_file.h"
+#include "io/trace_file.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/utf8.h"
 #include "engine/device.h"
+#include "io/utf8.h"
 
 /* ---- Chrome Trace Event JSON -------------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-#include "core/mnist.h"
+#include "io/mnist.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-#include "core/nvme_tier.h"
+#include "io/nvme_tier.h"
 
 #include <errno.h>
 #include <fcntl.h>

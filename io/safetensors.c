@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

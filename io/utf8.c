@@ -1,4 +1,4 @@
-#include "core/utf8.h"
+#include "io/utf8.h"
 
 int utf8_sequence_length(const unsigned char *s) {
     int len;

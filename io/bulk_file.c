@@ -1,4 +1,4 @@
-#include "core/bulk_file.h"
+#include "io/bulk_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,10 +1,10 @@
-#include "core/weights.h"
+#include "io/weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "kernels/dtype.h"
 
 static int shape_matches(const StTensor *t, const ParamSpec *p) {
