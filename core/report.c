@@ -2,21 +2,6 @@
 
 #include <string.h>
 
-const char *format_bytes(size_t b, char *buf, size_t n) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)b;
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, n, "%zu B", b);
-    else
-        snprintf(buf, n, "%.2f %s", v, units[u]);
-    return buf;
-}
-
 void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks,
                    const char *profile) {
     char wrap[32];
@@ -39,18 +24,6 @@ static void format_shape(const ParamSpec *ps, char *buf, size_t n) {
     for (int d = 0; d < ps->ndim && at < n; d++)
         at += (size_t)snprintf(buf + at, n - at, d ? ", %lld" : "%lld", (long long)ps->shape[d]);
     if (at < n) snprintf(buf + at, n - at, "]");
-}
-
-/* 779298826 -> "779,298,826" */
-const char *with_commas(size_t v, char *buf, size_t n) {
-    char digits[32];
-    int len = snprintf(digits, sizeof digits, "%zu", v), at = 0;
-    for (int i = 0; i < len && (size_t)at + 2 < n; i++) {
-        if (i && (len - i) % 3 == 0) buf[at++] = ',';
-        buf[at++] = digits[i];
-    }
-    buf[at] = 0;
-    return buf;
 }
 
 void report_plan(FILE *f, const Plan *p) {
@@ -79,70 +52,11 @@ void report_plan(FILE *f, const Plan *p) {
     }
 }
 
-/* UTF-8 subscript digits so element 1 of `a` prints as a₁, like the workshop's slides. */
-static void subscript(char *buf, size_t n, const char *sym, size_t index) {
-    char digits[24];
-    snprintf(digits, sizeof digits, "%zu", index);
-    size_t at = (size_t)snprintf(buf, n, "%s", sym);
-    for (const char *d = digits; *d && at + 3 < n; d++) {
-        buf[at++] = (char)0xE2;
-        buf[at++] = (char)0x82;
-        buf[at++] = (char)(0x80 + (*d - '0'));
-    }
-    buf[at] = 0;
-}
-
-size_t report_display_width(const char *s) {
-    size_t w = 0;
-    for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;
-    return w;
-}
-
-static int unit_is_symbolic(const Plan *p, int u) {
-    const Unit *unit = &p->units[u];
-    for (int i = 0; i < unit->nparams; i++)
-        if (!p->model->params[unit->params[i].param].symbol[0]) return 0;
-    return 1;
-}
-
-/* Where parameter `param` starts in the model-order vector of all parameters. */
-static size_t param_offset(const ModelDesc *m, int param) {
-    size_t at = 0;
-    for (int i = 0; i < param; i++) at += m->params[i].numel;
-    return at;
-}
-
-int report_unit_values(const Plan *p, int u, int size, int rank, const char *prefix,
-                       const float *values, char *buf, size_t n) {
-    const Unit *unit = &p->units[u];
-    size_t at = 0;
-    buf[0] = 0;
-    if (!unit_is_symbolic(p, u)) return 0;
-    for (int i = 0; i < unit->nparams; i++) {
-        const ParamSpec *ps = &p->model->params[unit->params[i].param];
-        size_t begin, rows, base = param_offset(p->model, unit->params[i].param);
-        shard_rows((size_t)ps->shape[0], size, rank, &begin, &rows);
-        for (size_t e = begin * ps->row_elems; e < (begin + rows) * ps->row_elems && at < n; e++) {
-            char one[32];
-            subscript(one, sizeof one, ps->symbol, e);
-            at += (size_t)snprintf(buf + at, n - at, "%s%s%s", at ? " " : "", prefix, one);
-            if (values && at < n)
-                at += (size_t)snprintf(buf + at, n - at, "=%+.3f", (double)values[base + e]);
-        }
-    }
-    return 1;
-}
-
-int report_unit_symbols(const Plan *p, int u, int size, int rank, const char *prefix, char *buf,
-                        size_t n) {
-    return report_unit_values(p, u, size, rank, prefix, NULL, buf, n);
-}
-
 /* What rank r keeps of unit u at rest, as symbols (toy) or an element count. */
 static void owned_cell(const Plan *p, int u, int r, char *buf, size_t n) {
     int S = p->params_sharded ? p->shard_size : 1;
     int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
-    if (!report_unit_symbols(p, u, S, sr, "", buf, n))
+    if (!text_unit_symbols(p, u, S, sr, "", buf, n))
         snprintf(buf, n, "%zu elems", plan_param_numel(p, u, r));
     else if (!buf[0])
         snprintf(buf, n, "-");
@@ -150,12 +64,12 @@ static void owned_cell(const Plan *p, int u, int r, char *buf, size_t n) {
 
 static void print_padded(FILE *f, const char *s, size_t width) {
     fputs(s, f);
-    for (size_t w = report_display_width(s); w < width; w++) fputc(' ', f);
+    for (size_t w = text_display_width(s); w < width; w++) fputc(' ', f);
 }
 
 static int is_symbolic(const Plan *p) {
     for (int u = 0; u < p->nunits; u++)
-        if (!unit_is_symbolic(p, u)) return 0;
+        if (!text_unit_is_symbolic(p, u)) return 0;
     return 1;
 }
 
@@ -169,7 +83,7 @@ static void ownership_by_symbol(FILE *f, const Plan *p) {
         if (strlen(p->units[u].name) > width) width = strlen(p->units[u].name);
         for (int r = 0; r < p->world; r++) {
             owned_cell(p, u, r, cell, CELL);
-            if (report_display_width(cell) > width) width = report_display_width(cell);
+            if (text_display_width(cell) > width) width = text_display_width(cell);
         }
     }
     fprintf(f, "         ");
@@ -364,7 +278,7 @@ void report_final_params(FILE *f, const ModelDesc *m, const float *params) {
         fprintf(f, "  %-12s", ps->name);
         for (size_t j = 0; j < ps->numel; j++) {
             char sym[32];
-            subscript(sym, sizeof sym, ps->symbol[0] ? ps->symbol : "w", j);
+            text_subscript(sym, sizeof sym, ps->symbol[0] ? ps->symbol : "w", j);
             fprintf(f, "  %s = %+.4f", sym, params[at++]);
         }
         fprintf(f, "\n");

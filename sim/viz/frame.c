@@ -1,6 +1,6 @@
 #include "sim/viz/frame.h"
 
-#include "core/report.h"
+#include "sim/viz/text.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,8 +114,8 @@ static void shards_from(const Frame *f, const Plan *p, int u, int first, int S, 
     char shard[64][160];
     for (int q = 0; q < S && count < 64; q++) {
         if (q == skip) continue;
-        report_unit_values(p, u, S, q, "", frame_values(f, first + q, u), shard[count],
-                           sizeof shard[count]);
+        text_unit_values(p, u, S, q, "", frame_values(f, first + q, u), shard[count],
+                         sizeof shard[count]);
         if (shard[count][0]) senders[count++] = first + q;
     }
     size_t at = 0;
@@ -129,7 +129,7 @@ static void shards_from(const Frame *f, const Plan *p, int u, int first, int S, 
 static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
     char all[160], mine[200], from[400];
     int r = e->rank;
-    if (!report_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
+    if (!text_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
         say(f,
             "GPU %d gathers %s: it keeps %zu of its parameters and receives the rest from "
             "the other %d GPU%s of its group",
@@ -137,8 +137,8 @@ static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const c
             p->shard_size == 2 ? "" : "s");
         return;
     }
-    report_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "",
-                       frame_values(f, r, e->unit), mine, sizeof mine);
+    text_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "", frame_values(f, r, e->unit),
+                     mine, sizeof mine);
     shards_from(f, p, e->unit, r - r % p->shard_size, p->shard_size, r % p->shard_size, from,
                 sizeof from);
     if (!from[0])
@@ -152,15 +152,15 @@ static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const c
 static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
     char all[200], mine[160];
     int r = e->rank;
-    if (!report_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all)) {
+    if (!text_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all)) {
         say(f,
             "GPU %d's gradients of %s are averaged over the %d GPUs of its group; it keeps "
             "the average of its own %zu",
             r, name, p->shard_size, frame_cell(f, r, e->unit)->kept);
         return;
     }
-    report_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "\u2202", f->grads, mine,
-                       sizeof mine);
+    text_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "\u2202", f->grads, mine,
+                     sizeof mine);
     say(f, "%s of %s are averaged over the GPUs; GPU %d keeps %s", all, name, r,
         mine[0] ? mine : "nothing (its shard is empty)");
 }
@@ -170,15 +170,15 @@ static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const 
 static void narrate_adam(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
     int r = e->rank, S = plan_optim_size(p), q = plan_optim_rank(p, r);
     char mine[160], grads[200], before[200], after[200];
-    if (e->unit < 0 || !f->before ||
-        !report_unit_symbols(p, e->unit, S, q, "", mine, sizeof mine) || !mine[0]) {
+    if (e->unit < 0 || !f->before || !text_unit_symbols(p, e->unit, S, q, "", mine, sizeof mine) ||
+        !mine[0]) {
         say(f, "GPU %d steps Adam on the %zu parameters of %s it keeps", r,
             e->unit >= 0 ? frame_cell(f, r, e->unit)->kept : 0, name);
         return;
     }
-    report_unit_values(p, e->unit, S, q, "\u2202", f->grads, grads, sizeof grads);
-    report_unit_values(p, e->unit, S, q, "", f->before, before, sizeof before);
-    report_unit_values(p, e->unit, S, q, "", f->after, after, sizeof after);
+    text_unit_values(p, e->unit, S, q, "\u2202", f->grads, grads, sizeof grads);
+    text_unit_values(p, e->unit, S, q, "", f->before, before, sizeof before);
+    text_unit_values(p, e->unit, S, q, "", f->after, after, sizeof after);
     say(f, "GPU %d steps Adam on its %s of %s with %s: %s becomes %s", r, mine, name, grads, before,
         after);
 }
@@ -209,7 +209,7 @@ static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
     int first, S;
     group_of(p, e, &first, &S);
     char all[200];
-    if (!report_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
+    if (!text_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
         flow_add(f,
                  "each of GPUs %d-%d sends its shard of %s to the others -> each holds all %zu "
                  "parameters",
@@ -228,7 +228,7 @@ static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
     group_of(p, e, &first, &S);
     char all[240], part[160];
     const char *name = p->units[e->unit].name;
-    if (!report_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all))
+    if (!text_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all))
         snprintf(all, sizeof all, "the gradients of %s", name);
     flow_add(f, "%s summed over GPUs %d-%d and averaged; ", all, first, first + S - 1);
     if (e->kind == EV_ALL_REDUCE) {
@@ -236,7 +236,7 @@ static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
         return;
     }
     for (int q = 0, n = 0; q < S; q++) {
-        if (!report_unit_values(p, e->unit, S, q, "\u2202", f->grads, part, sizeof part))
+        if (!text_unit_values(p, e->unit, S, q, "\u2202", f->grads, part, sizeof part))
             snprintf(part, sizeof part, "its share");
         if (!part[0]) continue;
         flow_add(f, n++ ? ", GPU %d %s" : "GPU %d keeps %s", first + q, part);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/report.h"
 #include "io/utf8.h"
+#include "sim/viz/text.h"
 
 /* ---- the model ---------------------------------------------------------------------------- */
 

@@ -2,11 +2,11 @@
 
 #include <string.h>
 
-#include "core/report.h"
+#include "sim/viz/text.h"
 
 static void pad(FILE *out, const char *s, size_t width) {
     fputs(s, out);
-    for (size_t w = report_display_width(s); w < width; w++) fputc(' ', out);
+    for (size_t w = text_display_width(s); w < width; w++) fputc(' ', out);
 }
 
 /* The symbols of unit u that the other members of rank sr's group of S keep ("a₁ a₂" for
@@ -17,8 +17,7 @@ static void others_symbols(const Plan *p, int u, int S, int sr, char *buf, size_
     buf[0] = 0;
     for (int q = 0; q < S && at < n; q++) {
         char part[160];
-        if (q == sr || !report_unit_symbols(p, u, S, q, "", part, sizeof part) || !part[0])
-            continue;
+        if (q == sr || !text_unit_symbols(p, u, S, q, "", part, sizeof part) || !part[0]) continue;
         at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? " " : "", part);
     }
 }
@@ -36,14 +35,14 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
     /* Replicated parameters are the same everywhere: their values would only widen the grid
      * (the narration of Adam's step still shows them). */
     if (!p->params_sharded) values = NULL;
-    if (!report_unit_values(p, u, S, sr, "", values, mine, sizeof mine))
+    if (!text_unit_values(p, u, S, sr, "", values, mine, sizeof mine))
         snprintf(mine, sizeof mine, "%zu", c.kept);
     else if (!mine[0])
         snprintf(mine, sizeof mine, "-");
     if (c.gathered) others_symbols(p, u, S, sr, others, sizeof others);
     if (grads && p->grads_sharded && c.reduced && !c.grads_full) {
         int gr = plan_shard_rank(p, r);
-        report_unit_values(p, u, p->shard_size, gr, "\u2202", grads, shard + 1, sizeof shard - 1);
+        text_unit_values(p, u, p->shard_size, gr, "\u2202", grads, shard + 1, sizeof shard - 1);
         if (shard[1]) shard[0] = ' ';
     }
     snprintf(buf, n, "%s%s%s%s%s", mine, c.gathered ? " +" : "",
@@ -60,7 +59,7 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
     char text[200];
     size_t width = 4;
     for (int u = 0; u < p->nunits; u++) {
-        size_t w = report_display_width(p->units[u].name);
+        size_t w = text_display_width(p->units[u].name);
         if (w > width) width = w;
         for (int r = 0; r < f->nranks; r++) {
             /* busiest in backward (gathered, full gradients), or at rest with a gradient
@@ -71,9 +70,9 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
             busy.reduced = reduced.gathered = reduced.grads_full = 0;
             reduced.reduced = 1;
             cell_state(p, r, u, busy, frame_values(f, r, u), f->grads, text, sizeof text);
-            if (report_display_width(text) > width) width = report_display_width(text);
+            if (text_display_width(text) > width) width = text_display_width(text);
             cell_state(p, r, u, reduced, frame_values(f, r, u), f->grads, text, sizeof text);
-            if (report_display_width(text) > width) width = report_display_width(text);
+            if (text_display_width(text) > width) width = text_display_width(text);
         }
     }
     return width;

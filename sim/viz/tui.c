@@ -6,9 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/report.h"
 #include "sim/viz/compare.h"
 #include "sim/viz/plain.h"
+#include "sim/viz/text.h"
 
 enum {
     MIN_COLS = 60,
@@ -50,7 +50,7 @@ typedef struct Viewer {
 /* ---------------------------------------------------------------- text in a region */
 
 /* Bytes of the longest prefix of s that takes at most `cols` columns (one per code point, as
- * report_display_width counts them). */
+ * text_display_width counts them). */
 static int prefix_bytes(const char *s, int cols) {
     int bytes = 0, used = 0;
     for (; s[bytes]; bytes++) {
