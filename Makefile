@@ -19,14 +19,16 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
 CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 
-LIB_SRCS := $(wildcard engine/*.c models/*.c io/*.c core/*.c kernels/*.c kernels/cpu/*.c sim/*.c sim/viz/*.c)
+# The layers, lowest first (DESIGN.md, "Layout"). libfsdp.a (what a lesson's check links) is
+# everything below cmd/; fsdp and the tests add cmd/, the lessons' runner and the backend loader.
+LIB_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c engine/*.c models/*.c io/*.c sim/*.c \
+	sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 # runtime/ on the host side, in fsdp and the tests in every build (no CUDA header): where a
 # process sits in a job (dist_env), the TCP rendezvous, `fsdp launch`. The rest of runtime/
 # is the CUDA side, in the backend library below.
-HOST_RUNTIME_SRCS := runtime/dist_env.c runtime/tcp.c runtime/rendezvous.c runtime/launch.c \
-	runtime/launch_args.c
+HOST_RUNTIME_SRCS := runtime/dist_env.c runtime/tcp.c runtime/rendezvous.c runtime/launch.c
 HOST_RUNTIME_OBJS := $(HOST_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
 CUDA_RUNTIME_SRCS := $(filter-out runtime/gpu_backend.c $(HOST_RUNTIME_SRCS), \
 	$(wildcard runtime/*.c))
@@ -55,7 +57,9 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcubla
 CUDA_LIB := $(BUILD)/libfsdp_cuda.so
 BACKEND_CFLAGS := -DFSDP_CUDA_LIB='"$(abspath $(CUDA_LIB))"'
 endif
-MAIN_OBJ := $(BUILD)/main.o $(BUILD)/runtime/gpu_backend.o $(HOST_RUNTIME_OBJS)
+CMD_SRCS := $(wildcard cmd/*.c)
+CMD_OBJS := $(CMD_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/runtime/gpu_backend.o
+MAIN_OBJ := $(BUILD)/main.o $(CMD_OBJS) $(HOST_RUNTIME_OBJS)
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
@@ -103,8 +107,8 @@ $(BUILD)/tests/gpu/%.o: tests/gpu/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(TEST_BIN): $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(TEST_OBJS)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcriterion
+$(TEST_BIN): $(LIB_OBJS) $(CMD_OBJS) $(LESSONS_RUNNER_OBJS) $(HOST_RUNTIME_OBJS) $(TEST_OBJS)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl -lcriterion
 
 deps:
 	@bash .ci/deps.sh
@@ -215,7 +219,7 @@ fuzz: deps
 	cd build/fuzz && ./fuzz_ckpt_meta -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-ckpt
 
 format:
-	clang-format -i $(LIB_SRCS) $(HOST_RUNTIME_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) \
+	clang-format -i $(LIB_SRCS) $(CMD_SRCS) $(HOST_RUNTIME_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) \
 		$(wildcard */*.h */*/*.h)
 
 clean:

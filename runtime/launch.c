@@ -397,18 +397,3 @@ int launch_run(const LaunchArgs *a, FILE *log, int *exit_status, Err *err) {
     restore_handlers(&saved);
     return rc;
 }
-
-int launch_command(int argc, char **argv) {
-    LaunchArgs a;
-    Err err = {0};
-    int rc = launch_args_parse(&a, argc, argv, &err), status = 2;
-    if (rc == 1) {
-        launch_help(stdout);
-        return 0;
-    }
-    if (!rc) rc = launch_command_runnable(a.command[0], &status, &err);
-    if (!rc) rc = launch_run(&a, stderr, &status, &err);
-    if (rc) fprintf(stderr, "fsdp launch: %s\n", err.msg);
-    if (rc && rc != ERR_USAGE) status = 1;
-    return status;
-}

@@ -1,4 +1,4 @@
-#include "core/report.h"
+#include "cmd/report.h"
 
 #include <string.h>
 

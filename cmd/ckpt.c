@@ -1,4 +1,4 @@
-#include "core/checkpoint_tools.h"
+#include "cmd/ckpt.h"
 
 #include <errno.h>
 #include <stdint.h>

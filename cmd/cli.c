@@ -1,4 +1,4 @@
-#include "core/cli.h"
+#include "cmd/cli.h"
 
 #include <errno.h>
 #include <math.h>

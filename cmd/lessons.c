@@ -1,6 +1,6 @@
 /* The subcommands: list, check, hint, watch. Everything a learner reads is printed here; the
  * building and running is lesson_check.c's, the state lesson_progress.c's. */
-#include "lessons/tool/lessons_cmd.h"
+#include "cmd/lessons.h"
 
 #include <stdarg.h>
 #include <stdio.h>

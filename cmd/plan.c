@@ -1,12 +1,12 @@
-#include "sim/plan_cmd.h"
+#include "cmd/plan.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/cli.h"
-#include "core/report.h"
+#include "cmd/cli.h"
+#include "cmd/report.h"
 #include "models/toy.h"
 #include "models/transformer.h"
 #include "models/vit.h"

@@ -1,4 +1,5 @@
-/* The command line of `fsdp launch` (runtime/launch.h): torchrun's flags and defaults. */
+/* The command line of `fsdp launch`: torchrun's flags and defaults, and the command itself; the
+ * ranks are started and watched by runtime/launch.c. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -6,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/cli.h"
+#include "cmd/cli.h"
+#include "cmd/launch.h"
 #include "runtime/dist_env.h"
-#include "runtime/launch.h"
 
 void launch_help(FILE *f) {
     fputs("usage: ./fsdp launch [--nproc-per-node N] [--nnodes M --node-rank K]\n"
@@ -138,4 +139,19 @@ int launch_command_runnable(const char *command, int *exit_status, Err *err) {
     }
     *exit_status = 127;
     return err_set(err, ERR_USAGE, "cannot run '%s': not found in PATH", command);
+}
+
+int launch_command(int argc, char **argv) {
+    LaunchArgs a;
+    Err err = {0};
+    int rc = launch_args_parse(&a, argc, argv, &err), status = 2;
+    if (rc == 1) {
+        launch_help(stdout);
+        return 0;
+    }
+    if (!rc) rc = launch_command_runnable(a.command[0], &status, &err);
+    if (!rc) rc = launch_run(&a, stderr, &status, &err);
+    if (rc) fprintf(stderr, "fsdp launch: %s\n", err.msg);
+    if (rc && rc != ERR_USAGE) status = 1;
+    return status;
 }
