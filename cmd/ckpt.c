@@ -1,4 +1,7 @@
+/* ckpt (command): `fsdp ckpt inspect|consolidate` on the sharded checkpoints train writes. */
 #include "cmd/ckpt.h"
+
+#include "cmd/commands.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -495,4 +498,19 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
     free(order);
     ckpt_meta_free(&m);
     return rc;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    CkptArgs a;
+    Err err = {0};
+    int rc = ckpt_args_parse(&a, argc, argv, &err);
+    if (rc == 1) {
+        ckpt_help(stdout);
+        return 0;
+    }
+    if (!rc)
+        rc = a.tool == CKPT_INSPECT ? ckpt_inspect(stdout, a.path, &err)
+                                    : ckpt_consolidate(stdout, a.path, a.out, &err);
+    fflush(stdout);
+    return rc ? cmd_fail(rc, err.msg) : 0;
 }

@@ -1,4 +1,8 @@
+/* cli: the flags of `fsdp train` (and of viz and plan, which take train's), and what every
+ * command does with an error: one line on stderr, exit 2 for bad input, 1 for a failure. */
 #include "cmd/cli.h"
+
+#include "cmd/commands.h"
 
 #include <errno.h>
 #include <math.h>
@@ -464,4 +468,9 @@ void train_args_help(FILE *f) {
           "  --dump-params FILE             final parameters: `name index value` lines\n"
           "  --trace-out FILE.json          Chrome Trace Event JSON (open in Perfetto)\n",
           f);
+}
+
+int cmd_fail(int code, const char *msg) {
+    fprintf(stderr, "fsdp: %s\n", msg);
+    return code == ERR_USAGE ? 2 : 1;
 }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cmd/cli.h"
+#include "cmd/commands.h"
 #include "cmd/launch.h"
 #include "runtime/dist_env.h"
 
@@ -141,7 +142,7 @@ int launch_command_runnable(const char *command, int *exit_status, Err *err) {
     return err_set(err, ERR_USAGE, "cannot run '%s': not found in PATH", command);
 }
 
-int launch_command(int argc, char **argv) {
+int cmd_launch(int argc, char **argv) {
     LaunchArgs a;
     Err err = {0};
     int rc = launch_args_parse(&a, argc, argv, &err), status = 2;

@@ -18,7 +18,4 @@ int launch_args_parse(LaunchArgs *a, int argc, char **argv, Err *err);
  * (126: found but not executable) instead of one line per rank. */
 int launch_command_runnable(const char *command, int *exit_status, Err *err);
 
-/* `fsdp launch ARGS`: returns the exit status (2 for bad flags, with one line on stderr). */
-int launch_command(int argc, char **argv);
-
 #endif

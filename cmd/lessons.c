@@ -1,6 +1,7 @@
-/* The subcommands: list, check, hint, watch. Everything a learner reads is printed here; the
- * building and running is lesson_check.c's, the state lesson_progress.c's. */
-#include "cmd/lessons.h"
+/* lessons (command): `fsdp lessons` and its subcommands: list, check, hint, watch. Everything a
+ * learner reads is printed here; the building and running is lesson_check.c's, the state
+ * lesson_progress.c's. */
+#include "cmd/commands.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -391,7 +392,7 @@ static int cmd_watch(int argc, char **argv) {
     return EXIT_INTERRUPTED;
 }
 
-int lessons_command(int argc, char **argv) {
+int cmd_lessons(int argc, char **argv) {
     if (argc == 0 || !strcmp(argv[0], "list")) {
         if (argc > 1) return usage_error("lessons list takes no arguments");
         return cmd_list();

@@ -1,4 +1,7 @@
-#include "cmd/plan.h"
+/* plan (command): `fsdp plan`. It reads the model (a preset, a generic transformer by shape or
+ * by parameter count), the cluster (a profile with overrides) and train's knobs, runs the
+ * planner (sim/planner.c), and prints memory per GPU, traffic, step time, the largest batch. */
+#include "cmd/commands.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -604,7 +607,7 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
     return rc;
 }
 
-int plan_command(int argc, char **argv) {
+int cmd_plan(int argc, char **argv) {
     PlanArgs a;
     Err err = {0};
     int rc = plan_args_parse(&a, argc, argv, &err);

@@ -1,0 +1,18 @@
+/* commands: one entry point per `fsdp` command, each in its own file of cmd/; main.c's table
+ * dispatches to them. argv[0] is the first word after the command's name; each returns the
+ * process's exit status (0, 1 a failed run, 2 bad input with one line on stderr). */
+#ifndef FSDP_COMMANDS_H
+#define FSDP_COMMANDS_H
+
+int cmd_train(int argc, char **argv);   /* cmd/train.c */
+int cmd_viz(int argc, char **argv);     /* cmd/viz.c */
+int cmd_ckpt(int argc, char **argv);    /* cmd/ckpt.c */
+int cmd_predict(int argc, char **argv); /* cmd/predict.c */
+int cmd_plan(int argc, char **argv);    /* cmd/plan.c */
+int cmd_lessons(int argc, char **argv); /* cmd/lessons.c */
+int cmd_launch(int argc, char **argv);  /* cmd/launch.c */
+
+/* An error's one line, "fsdp: MSG" on stderr, and its exit status: 2 for ERR_USAGE, else 1. */
+int cmd_fail(int code, const char *msg);
+
+#endif

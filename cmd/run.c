@@ -1,0 +1,314 @@
+/* run: a training run as train and viz build it: the model, data and plan the flags describe,
+ * the backend chosen, the checks made before anything runs, the ranks run (restarted from the
+ * newest checkpoint when a rank fails) and the output files written whole. */
+#include "cmd/run.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cmd/report.h"
+#include "io/checkpoint.h"
+#include "io/mnist.h"
+#include "io/nvme_tier.h"
+#include "io/trace_file.h"
+#include "io/weights.h"
+#include "models/toy.h"
+#include "models/vit.h"
+#include "runtime/dist_env.h"
+#include "runtime/gpu_backend.h"
+#include "sim/viz/memory_timeline.h"
+
+/* The training split and the data it is evaluated on. Evaluating on data the model trained on
+ * measures nothing, so training on the test split (the live workshop does, for speed) is
+ * evaluated on the first 10,000 images of the train split instead. */
+static int load_images(TrainRun *t, Err *err) {
+    const char *dir = mnist_dir(t->args.data);
+    int on_test = !strcmp(t->args.split, "test");
+    int rc = mnist_load(&t->data, dir, t->args.split, err);
+    if (!rc) rc = mnist_load(&t->eval, dir, on_test ? "train" : "test", err);
+    if (rc) return rc;
+    t->eval_loaded = t->eval.n;
+    if (on_test && t->eval.n > 10000) t->eval.n = 10000;
+    snprintf(t->eval_name, sizeof t->eval_name, "%s",
+             on_test ? "the first 10000 images of the train split (held out: training uses the "
+                       "test split)"
+                     : "the test split");
+    return 0;
+}
+
+/* The model the flags describe, without its data. */
+static int create_model_desc(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    if (!train_args_is_vit(a)) return toy_model_create(&t->model, err);
+    VitConfig c;
+    vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
+    return vit_model_create(&t->model, &c, err);
+}
+
+static int create_model(TrainRun *t, Err *err) {
+    int rc = create_model_desc(t, err);
+    if (rc) return rc;
+    return train_args_is_vit(&t->args) ? load_images(t, err) : toy_dataset_create(&t->data, err);
+}
+
+/* The model and plan of a run, as a trace's replay needs them: no data, no parameters. */
+int run_plan_only(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    int rc = create_model_desc(t, err);
+    return rc ? rc : fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
+}
+
+/* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
+static int choose_backend(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    if (a->backend == BACKEND_SIM) return 0; /* the CUDA backend is not even loaded */
+    char why[160];
+    int gpu = gpu_backend_available(why, sizeof why);
+    if (a->backend == BACKEND_AUTO) {
+        a->backend = gpu ? BACKEND_CUDA : BACKEND_SIM;
+        snprintf(t->backend_note, sizeof t->backend_note, "backend: %s (auto: %s)",
+                 gpu ? "cuda" : "sim", why);
+    } else if (a->backend == BACKEND_CUDA && !gpu) {
+        return err_set(err, ERR_USAGE, "--backend cuda: no GPU to run on (%s)", why);
+    }
+    return 0;
+}
+
+/* The job on every rank: simulated ranks, or this machine's GPU. */
+int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
+              Err *err) {
+    if (t->args.backend == BACKEND_CUDA) return gpu_backend_run(opt, train_rank, job, res, err);
+    return cluster_run(opt, train_rank, job, res, err);
+}
+
+/* --resume auto: the newest complete checkpoint in --checkpoint-dir (none yet: the start). */
+static int resolve_resume(TrainRun *t, Err *err) {
+    const char *r = t->args.resume;
+    if (!r) return 0;
+    if (strcmp(r, "auto") != 0) {
+        snprintf(t->resume, sizeof t->resume, "%s", r);
+        return 0;
+    }
+    return checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, err);
+}
+
+/* --offload nvme: the directory must take every rank's file; tried before anything runs (one
+ * file of the whole size, removed at once) so a bad directory is one line and exit 2. */
+static int check_nvme_dir(const TrainRun *t, Err *err) {
+    const FsdpConfig *c = &t->args.fsdp;
+    if (c->offload != OFFLOAD_NVME) return 0;
+    size_t bytes = 0;
+    for (int r = 0; r < t->args.ranks; r++)
+        bytes += plan_rest_bytes(&t->plan, r, OFFLOAD_NVME).nvme +
+                 3 * (size_t)t->plan.nunits * NVME_TIER_ALIGN; /* each piece 4 KiB aligned */
+    NvmeTier *probe;
+    int rc = nvme_tier_open(&probe, c->nvme_dir, 0, bytes, err);
+    nvme_tier_close(probe);
+    return rc == ERR_IO ? ERR_USAGE : rc;
+}
+
+/* --save-full writes at the very end: a path that cannot take the file is refused before any
+ * training, not after it. */
+static int check_save_full(const char *path, Err *err) {
+    if (!path) return 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return err_set(err, ERR_USAGE, "--save-full %s is a directory; give a file", path);
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1,
+             slash ? path : ".");
+    if (access(dir, W_OK) != 0)
+        return err_set(err, ERR_USAGE, "--save-full %s: cannot write in %s: %s", path, dir,
+                       strerror(errno));
+    return 0;
+}
+
+/* Started as one of many processes (torchrun, fsdp launch, srun, mpirun) for the GPU: this
+ * process runs one rank, --ranks must be the world, and only rank 0 prints and writes files
+ * (the others' stdout goes nowhere; their errors still reach stderr). The simulator makes its
+ * own ranks and ignores these variables. */
+static int join_processes(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    DistEnv env;
+    if (a->backend != BACKEND_CUDA) return 0;
+    int rc = dist_env_from_process(&env, err);
+    if (rc || env.world_size == 1) return rc;
+    if (a->ranks != env.world_size)
+        return err_set(
+            err, ERR_USAGE, "--ranks %d: this is rank %d of %d processes (%s); pass --ranks %d",
+            a->ranks, env.rank, env.world_size, launcher_name(env.launcher), env.world_size);
+    t->rank_per_process = 1;
+    if (env.rank != 0) {
+        a->dump_params = a->memory_svg = a->trace_out = NULL;
+        if (!freopen("/dev/null", "w", stdout))
+            return err_set(err, ERR_IO, "rank %d: cannot silence stdout", env.rank);
+    }
+    return 0;
+}
+
+int run_prepare(TrainRun *t, Err *err) {
+    TrainArgs *a = &t->args;
+    int brc = join_processes(t, err);
+    if (!brc && a->backend == BACKEND_AUTO) {
+        brc = choose_backend(t, err);
+        if (!brc) brc = join_processes(t, err); /* auto may have chosen cuda */
+    } else if (!brc) {
+        brc = choose_backend(t, err);
+    }
+    if (brc) return brc;
+    t->profile = profile_find(a->profile);
+    if (!t->profile)
+        return err_set(err, ERR_USAGE, "--profile must be one of %s (got '%s')", profile_names(),
+                       a->profile);
+    int rc = create_model(t, err);
+    if (!rc) rc = fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
+    if (rc) return rc;
+    long global = (long)a->ranks * a->fsdp.batch_size * a->fsdp.grad_accum;
+    if (global > t->data.n)
+        return err_set(err, ERR_USAGE,
+                       "--batch-size %d x --ranks %d x --grad-accum %d = %ld samples a step, "
+                       "more than the data set's %ld",
+                       a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, t->data.n);
+    if (a->epochs) a->steps = (long)a->epochs * (t->data.n / global);
+    t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
+    t->params = calloc(t->model.total_numel + 1, sizeof(float));
+    if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");
+    if (a->init_from) { /* checked here, one line and exit 2 if bad; ranks read their rows */
+        WeightsFile *w;
+        if ((rc = weights_open(&w, &t->model, a->init_from, err))) return rc;
+        weights_close(w);
+    }
+    if ((rc = check_nvme_dir(t, err))) return rc;
+    if ((rc = check_save_full(a->save_full, err))) return rc;
+    if ((rc = resolve_resume(t, err))) return rc;
+    if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;
+    if ((rc = atomic_open(&t->svg, a->memory_svg, err))) return rc;
+    return atomic_open(&t->trace, a->trace_out, err);
+}
+
+/* Flags that name files the run writes: a replay has no business with them. */
+static int is_output_flag(const char *flag) {
+    return !strcmp(flag, "--trace-out") || !strcmp(flag, "--dump-params") ||
+           !strcmp(flag, "--memory-svg");
+}
+
+static int write_trace(const TrainRun *t, const Trace *trace, Err *err) {
+    char *args[t->nflags + 1], *units[t->plan.nunits + 1];
+    TraceMeta meta = {.args = args, .units = units, .nunits = t->plan.nunits};
+    for (int i = 0; i < t->nflags; i++) {
+        if (is_output_flag(t->flags[i]))
+            i++; /* and its value */
+        else
+            args[meta.nargs++] = t->flags[i];
+    }
+    /* the writer only reads them */
+    for (int u = 0; u < t->plan.nunits; u++) units[u] = (char *)t->plan.units[u].name;
+    return trace_file_write(trace, &meta, t->trace.f, err);
+}
+
+/* Memory over the last step, from the trace: as an SVG picture into svg (NULL: none) and, with
+ * text, as the terminal's timeline on stdout. */
+int run_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int text, Err *err) {
+    MemoryTimeline mt;
+    int rc = memory_timeline_build(&mt, trace, -1, err);
+    if (!rc && svg) {
+        char title[160];
+        snprintf(title, sizeof title, "fsdp memory: %s, %s, %d ranks", t->args.model,
+                 strategy_name(t->args.fsdp.strategy), t->args.ranks);
+        /* DDP: every parameter, its gradient and Adam's two moments, in fp32 */
+        MemorySvgOptions o = {.title = title,
+                              .ddp_bytes = 4 * t->model.total_numel * sizeof(float)};
+        rc = memory_svg_write(&mt, &o, svg, err);
+    }
+    if (!rc && text) {
+        printf("memory over the last step (each row scaled to the rank's peak):\n");
+        rc = memory_text_write(&mt, 48, stdout, err);
+    }
+    memory_timeline_free(&mt);
+    return rc;
+}
+
+int run_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) {
+    int rc = 0;
+    if (t->dump.f) rc = report_dump_params(t->dump.f, &t->model, t->params, err);
+    if (!rc && t->trace.f) rc = write_trace(t, &res->trace, err);
+    if (!rc && t->svg.f) rc = run_memory_timeline(t, &res->trace, t->svg.f, 0, err);
+    if (!rc) rc = atomic_commit(&t->dump, err);
+    if (!rc) rc = atomic_commit(&t->svg, err);
+    if (!rc) rc = atomic_commit(&t->trace, err);
+    return rc;
+}
+
+/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile. */
+ClusterOptions run_cluster_options(const TrainRun *t, int trace) {
+    const TrainArgs *a = &t->args;
+    return (ClusterOptions){.ranks = a->ranks,
+                            .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
+                            .profile = t->profile,
+                            .trace = trace,
+                            .timeout = a->timeout};
+}
+
+/* Models this small (the toy) have their numbers recorded with the trace, for the viewer. */
+enum { VALUES_MAX_NUMEL = 64 };
+
+int run_values_alloc(const TrainRun *t, TrainJob *job, Err *err) {
+    size_t n = t->model.total_numel;
+    if (n > VALUES_MAX_NUMEL) return 0;
+    job->step_params = calloc((size_t)(job->steps + 1) * n, sizeof(float));
+    job->step_grads = calloc((size_t)job->steps * n + 1, sizeof(float));
+    if (!job->step_params || !job->step_grads)
+        return err_set(err, ERR_NOMEM, "out of memory for the values of %ld steps", job->steps);
+    return 0;
+}
+
+/* Hands the recorded values to the trace, which frees them with its events. */
+void run_values_to_trace(TrainJob *job, size_t numel, Trace *trace) {
+    if (!job->step_params) return;
+    trace->params = job->step_params;
+    trace->grads = job->step_grads;
+    trace->steps = (int)job->steps;
+    trace->numel = numel;
+    job->step_params = job->step_grads = NULL;
+}
+
+/* Runs the job; when a rank fails and --max-restarts allows, starts again from the newest
+ * complete checkpoint (or from the beginning when there is none yet), as torchrun and Ray do.
+ * An injected failure (--fail-at) happens once: the restarted run goes past it. */
+int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
+                      Err *err) {
+    int rc = run_ranks(t, opt, job, res, err);
+    for (int restart = 1; rc && restart <= t->args.max_restarts; restart++) {
+        cluster_result_free(res);
+        fprintf(stderr, "fsdp: %s\n", err->msg);
+        Err latest = {0};
+        t->resume[0] = 0;
+        if (t->args.ckpt_dir &&
+            checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, &latest))
+            return err_set(err, latest.code, "%s", latest.msg);
+        fprintf(stderr, "fsdp: restart %d of %d from %s\n", restart, t->args.max_restarts,
+                t->resume[0] ? t->resume : "the beginning (no checkpoint yet)");
+        job->resume_from = t->resume[0] ? t->resume : NULL;
+        job->fail_at_step = 0;
+        memset(t->memory, 0, (size_t)t->args.ranks * sizeof *t->memory);
+        *err = (Err){0};
+        rc = run_ranks(t, opt, job, res, err);
+    }
+    return rc;
+}
+
+void run_cleanup(TrainRun *t) {
+    atomic_discard(&t->dump);
+    atomic_discard(&t->svg);
+    atomic_discard(&t->trace);
+    plan_free(&t->plan);
+    model_desc_free(&t->model);
+    dataset_free(&t->data);
+    dataset_free(&t->eval);
+    free(t->memory);
+    free(t->params);
+}

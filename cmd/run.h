@@ -1,0 +1,63 @@
+/* run: a training run as the commands build it (model, data, plan, backend, output files) and
+ * run it (ranks, restarts); what train and viz share. Printing is the commands' own. */
+#ifndef FSDP_CMD_RUN_H
+#define FSDP_CMD_RUN_H
+
+#include <stdio.h>
+
+#include "cmd/cli.h"
+#include "engine/train.h"
+#include "io/atomic_file.h"
+#include "sim/cluster.h"
+#include "sim/cost.h"
+
+typedef struct TrainRun {
+    TrainArgs args;
+    int nflags;
+    char **flags; /* the train flags as given, for the trace file */
+    const Profile *profile;
+    ModelDesc model;
+    Dataset data, eval;
+    long eval_loaded;   /* images read for evaluation (more than eval.n when it is a slice) */
+    char eval_name[96]; /* what the evaluation set is, for people */
+    Plan plan;
+    AtomicFile dump, trace, svg;
+    char backend_note[192]; /* what --backend auto chose, and why ("" otherwise) */
+    char resume[4096];      /* the checkpoint --resume resolved to ("" for none) */
+    RankMemory *memory;
+    float *params;
+    int rank_per_process; /* one of many processes on GPUs (join_processes) */
+} TrainRun;
+
+/* The model and plan of a run, as a trace's replay needs them: no data, no parameters. */
+int run_plan_only(TrainRun *t, Err *err);
+
+/* The job on every rank: simulated ranks, or this machine's GPU. */
+int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
+              Err *err);
+
+int run_prepare(TrainRun *t, Err *err);
+
+/* Memory over the last step, from the trace: as an SVG picture into svg (NULL: none) and, with
+ * text, as the terminal's timeline on stdout. */
+int run_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int text, Err *err);
+
+int run_write_outputs(TrainRun *t, const ClusterResult *res, Err *err);
+
+/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile. */
+ClusterOptions run_cluster_options(const TrainRun *t, int trace);
+
+int run_values_alloc(const TrainRun *t, TrainJob *job, Err *err);
+
+/* Hands the recorded values to the trace, which frees them with its events. */
+void run_values_to_trace(TrainJob *job, size_t numel, Trace *trace);
+
+/* Runs the job; when a rank fails and --max-restarts allows, starts again from the newest
+ * complete checkpoint (or from the beginning when there is none yet), as torchrun and Ray do.
+ * An injected failure (--fail-at) happens once: the restarted run goes past it. */
+int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
+                      Err *err);
+
+void run_cleanup(TrainRun *t);
+
+#endif

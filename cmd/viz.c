@@ -1,0 +1,277 @@
+/* viz (command): `fsdp viz`: records one step's trace on the simulated cluster (or reads one a
+ * run wrote) and shows it event by event, in the full-screen viewer or as text frames, with
+ * the same step under DDP beside it on request. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd/commands.h"
+#include "cmd/run.h"
+#include "io/trace_file.h"
+#include "sim/viz/frame.h"
+#include "sim/viz/plain.h"
+#include "sim/viz/tui.h"
+
+static void viz_help(FILE *f) {
+    fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
+          "       ./fsdp viz --trace FILE [--events A-B] [--plain]\n"
+          "\n"
+          "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
+          "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
+          "rank's memory, and one sentence on what happens. Every train flag works (model,\n"
+          "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile).\n"
+          "\n"
+          "  --events A-B    text frames of events A to B (1-based, inclusive); A for one\n"
+          "  --plain         text frames even on a terminal (they are the default when stdout\n"
+          "                  is not one)\n"
+          "  --trace FILE    replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
+          "                  instead of running; the run's flags come from the file\n"
+          "\n"
+          "On a terminal the full-screen viewer opens: n/space/right next, p/left previous,\n"
+          "f/b next forward/backward event, g go to event, d the same step under DDP beside\n"
+          "it, r play/pause, +/- speed, h help, q quit. NO_COLOR=1 turns colour off.\n"
+          "\n"
+          "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
+          f);
+}
+
+/* "A-B" or "A", 1-based and inclusive. */
+static int parse_events(const char *v, size_t *first, size_t *last, Err *err) {
+    char *end;
+    unsigned long a = strtoul(v, &end, 10), b = a;
+    if (end != v && *end == '-') {
+        const char *rest = end + 1;
+        b = strtoul(rest, &end, 10);
+        if (end == rest) a = 0;
+    }
+    if (end == v || *end || a < 1 || b < a || v[0] == '-')
+        return err_set(err, ERR_USAGE, "--events must be A-B or A with 1 <= A <= B (got '%s')", v);
+    *first = a;
+    *last = b;
+    return 0;
+}
+
+typedef struct VizArgs {
+    const char *trace;  /* --trace FILE: replay it instead of running */
+    size_t first, last; /* 1-based; last 0: to the end */
+    int plain;          /* text frames even on a terminal */
+    char **rest;        /* train's flags */
+    int nrest;
+} VizArgs;
+
+/* Takes viz's own flags out; returns 1 for --help. */
+static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
+    v->rest = malloc(((size_t)argc + 1) * sizeof *v->rest);
+    if (!v->rest) return err_set(err, ERR_NOMEM, "out of memory");
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+        if (!strcmp(argv[i], "--plain")) {
+            v->plain = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--trace")) {
+            if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--trace needs a file");
+            v->trace = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], "--events")) {
+            if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--events needs a value (A-B)");
+            int rc = parse_events(argv[++i], &v->first, &v->last, err);
+            if (rc) return rc;
+            continue;
+        }
+        v->rest[v->nrest++] = argv[i];
+    }
+    if (v->trace && v->nrest)
+        return err_set(err, ERR_USAGE,
+                       "--trace replays a recorded run, whose flags come from the file (got %s)",
+                       v->rest[0]);
+    return 0;
+}
+
+static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Err *err) {
+    size_t first = v->first ? v->first - 1 : 0;
+    size_t last = v->last && v->last <= trace->n ? v->last : trace->n;
+    if (v->first && first >= trace->n)
+        return err_set(err, ERR_USAGE, "--events starts at %zu but the trace has %zu events",
+                       v->first, trace->n);
+    Frame f;
+    int rc = frame_init(&f, &t->plan, err);
+    for (size_t i = first; !rc && i < last; i++) {
+        rc = frame_at(&f, trace, &t->plan, i, err);
+        if (!rc) plain_render(stdout, &f, &t->plan);
+        if (!rc && i + 1 < last) fputc('\n', stdout);
+    }
+    frame_free(&f);
+    return rc;
+}
+
+/* Runs the job's steps on the simulated cluster with the trace on. */
+static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
+    TrainArgs *a = &t->args;
+    TrainJob job = {.model = &t->model,
+                    .data = &t->data,
+                    .plan = &t->plan,
+                    .cfg = &a->fsdp,
+                    .steps = a->steps,
+                    .memory = t->memory,
+                    .init_from = t->args.init_from};
+    ClusterOptions opt = run_cluster_options(t, 1);
+    int rc = run_values_alloc(t, &job, err);
+    if (!rc) rc = run_ranks(t, &opt, &job, res, err);
+    if (!rc) run_values_to_trace(&job, t->model.total_numel, &res->trace);
+    free(job.step_params);
+    free(job.step_grads);
+    return rc;
+}
+
+/* The side-by-side view's peer: the same flags under DDP, run the first time it is asked for. */
+typedef struct DdpPeer {
+    const TrainArgs *args; /* the viewed run's */
+    TrainRun run;
+    ClusterResult res;
+    int state; /* 0 not run, 1 ready, -1 failed (msg says why) */
+    char msg[512];
+} DdpPeer;
+
+/* DDP keeps every parameter, gradient and both Adam moments on every rank: refuse a run this
+ * machine cannot hold rather than swap it to a halt. */
+static int ddp_peer_fits(const TrainRun *t, Err *err) {
+    double need = (double)t->args.ranks * (double)t->model.total_numel * 16.0;
+    double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    if (need > 0.5 * ram)
+        return err_set(err, ERR_USAGE,
+                       "DDP of this model at %d ranks needs %.1f GiB, more than half of this "
+                       "machine's %.1f GiB",
+                       t->args.ranks, need / 1073741824.0, ram / 1073741824.0);
+    return 0;
+}
+
+static int ddp_peer_run(DdpPeer *d, Err *err) {
+    memset(&d->run, 0, sizeof d->run);
+    d->run.args = *d->args;
+    FsdpConfig *c = &d->run.args.fsdp;
+    c->strategy = STRAT_DDP;
+    c->replicas = 1;
+    c->reshard_after_forward = -1;
+    c->offload = OFFLOAD_NONE;
+    d->run.args.backend = BACKEND_SIM; /* the peer is always simulated: DDP's memory, modelled */
+    d->run.args.trace_out = d->run.args.dump_params = NULL;
+    int rc = run_prepare(&d->run, err);
+    if (!rc) rc = ddp_peer_fits(&d->run, err);
+    if (!rc) rc = viz_record(&d->run, &d->res, err);
+    return rc;
+}
+
+static int ddp_peer_load(void *user, const Trace **t, const Plan **p, Err *err) {
+    DdpPeer *d = user;
+    if (d->state == 0) {
+        Err mine = {0};
+        d->state = ddp_peer_run(d, &mine) ? -1 : 1;
+        snprintf(d->msg, sizeof d->msg, "%s", mine.msg);
+    }
+    if (d->state < 0) return err_set(err, ERR_USAGE, "%s", d->msg);
+    *t = &d->res.trace;
+    *p = &d->run.plan;
+    return 0;
+}
+
+static void ddp_peer_free(DdpPeer *d) {
+    if (d->state == 0) return;
+    cluster_result_free(&d->res);
+    run_cleanup(&d->run);
+}
+
+/* The viewer on a terminal; text frames when piped, asked for, or a range was given. */
+static int viz_wants_viewer(const VizArgs *v) {
+    return !v->plain && !v->first && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
+}
+
+/* A trace's events must name the ranks and units of the plan its flags rebuild, or the frames
+ * would draw one run's events on another's grid. */
+static int trace_matches_plan(const TrainRun *t, const Trace *trace, const TraceMeta *meta,
+                              const char *path, Err *err) {
+    const Plan *p = &t->plan;
+    if (trace->nranks != p->world || meta->nunits != p->nunits)
+        return err_set(err, ERR_USAGE,
+                       "trace '%s' has %d ranks and %d units but its flags make %d and %d", path,
+                       trace->nranks, meta->nunits, p->world, p->nunits);
+    for (int u = 0; u < p->nunits; u++)
+        if (strcmp(meta->units[u], p->units[u].name))
+            return err_set(err, ERR_USAGE, "trace '%s' names unit %d '%s' but its flags make '%s'",
+                           path, u, meta->units[u], p->units[u].name);
+    if (trace->params && trace->numel != t->model.total_numel)
+        return err_set(err, ERR_USAGE, "trace '%s' holds values of %zu parameters, the model %zu",
+                       path, trace->numel, t->model.total_numel);
+    return 0;
+}
+
+/* Rebuilds the recorded run's model and plan from the flags the file keeps. */
+static int replay_prepare(TrainRun *t, const Trace *trace, const TraceMeta *meta, const char *path,
+                          Err *err) {
+    Err why = {0};
+    int rc = train_args_parse(&t->args, meta->nargs, meta->args, &why);
+    if (rc)
+        return err_set(err, ERR_USAGE, "trace '%s' records flags this fsdp rejects: %s", path,
+                       rc == 1 ? "--help" : why.msg);
+    rc = run_plan_only(t, err);
+    return rc ? rc : trace_matches_plan(t, trace, meta, path, err);
+}
+
+static int viz_replay(TrainRun *t, const VizArgs *v, Err *err) {
+    Trace trace;
+    TraceMeta meta;
+    int rc = trace_file_read(v->trace, &trace, &meta, err);
+    if (!rc) rc = replay_prepare(t, &trace, &meta, v->trace, err);
+    if (!rc)
+        rc = viz_wants_viewer(v) ? tui_run(&trace, &t->plan, NULL, err)
+                                 : viz_print(t, &trace, v, err);
+    trace_free(&trace);
+    trace_meta_free(&meta);
+    return rc;
+}
+
+static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
+    ClusterResult res;
+    int rc = viz_record(t, &res, err);
+    if (!rc) rc = run_write_outputs(t, &res, err);
+    int viewer = viz_wants_viewer(v);
+    DdpPeer peer = {.args = &t->args};
+    TuiCompare ddp = {.load = ddp_peer_load, .user = &peer};
+    if (!rc)
+        rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, err) : viz_print(t, &res.trace, v, err);
+    ddp_peer_free(&peer);
+    cluster_result_free(&res);
+    return rc;
+}
+
+int cmd_viz(int argc, char **argv) {
+    TrainRun t;
+    VizArgs v = {0};
+    memset(&t, 0, sizeof t);
+    train_args_defaults(&t.args);
+    Err err = {0};
+    int rc = viz_args_parse(&v, argc, argv, &err);
+    if (rc == 1) {
+        viz_help(stdout);
+        free(v.rest);
+        return 0;
+    }
+    t.nflags = v.nrest;
+    t.flags = v.rest;
+    if (!rc && v.trace) {
+        rc = viz_replay(&t, &v, &err);
+    } else {
+        if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* viz took --help */
+        if (!rc && !t.args.steps_given) { /* one step unless asked for more */
+            t.args.epochs = 0;
+            t.args.steps = 1;
+        }
+        if (!rc) rc = run_prepare(&t, &err);
+        if (!rc) rc = viz_execute(&t, &v, &err);
+    }
+    run_cleanup(&t);
+    free(v.rest);
+    return rc ? cmd_fail(rc, err.msg) : 0;
+}
