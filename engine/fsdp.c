@@ -98,23 +98,28 @@ static int pending_drain(Engine *e, Err *err) {
 
 /* ---------------------------------------------------------------- gathering parameters */
 
+/* Rank q's block of a unit's wire buffer (every rank's padded block, in rank order). */
+static char *wire_block(const Engine *e, int u, const void *buf, int q, DType t) {
+    return (char *)buf + (size_t)q * e->plan->units[u].wire_numel * dtype_size(t);
+}
+
+/* One parameter's rows of src (of type src_t), cast to `t`, into their place in a padded wire
+ * block; the padding after them is zero. */
+static void pack_span(Engine *e, const RowSpan *s, char *block, DType t, const void *src,
+                      DType src_t) {
+    size_t ds = dtype_size(t);
+    char *dst = block + s->up->wire_offset * ds;
+    e->k->cast(dst, t, src, src_t, s->n);
+    e->k->zero_bytes(dst + s->n * ds, (s->up->chunk_rows - s->rows) * s->ps->row_elems * ds);
+}
+
 /* Copies this rank's rows of src (of type src_t; parameter i's rows at local[i]), cast to `t`,
  * into its padded wire block; padding is zero. */
 void pack_rows(Engine *e, int u, const void *src, DType src_t, const size_t *local, DType t,
                char *block) {
-    const Unit *unit = &e->plan->units[u];
-    size_t ds = dtype_size(t);
-    for (int i = 0; i < unit->nparams; i++) {
-        const ParamSpec *ps = unit_param_spec(e, u, i);
-        const UnitParam *up = &unit->params[i];
-        size_t begin, rows;
-        shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
-        char *dst = block + up->wire_offset * ds;
-        e->k->cast(dst, t, (const char *)src + local[i] * dtype_size(src_t), src_t,
-                   rows * ps->row_elems);
-        e->k->zero_bytes(dst + rows * ps->row_elems * ds,
-                         (up->chunk_rows - rows) * ps->row_elems * ds);
-    }
+    UnitRows it = unit_shard_rows(e, u);
+    for (RowSpan s; unit_rows_next(&it, &s);)
+        pack_span(e, &s, block, t, (const char *)src + local[s.i] * dtype_size(src_t), src_t);
 }
 
 /* Copies every rank's rows out of the gathered wire blocks into the unit's layout. */
@@ -122,18 +127,14 @@ void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
     /* nothing stored, nothing to move: a plan of 1,024 ranks would loop over every rank's
      * rows for nothing */
     if (e->dev->accounting_only) return;
-    const Unit *unit = &e->plan->units[u];
     size_t ds = dtype_size(t);
-    for (int q = 0; q < e->plan->shard_size; q++)
-        for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            const UnitParam *up = &unit->params[i];
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
-            const char *src = recv + ((size_t)q * unit->wire_numel + up->wire_offset) * ds;
-            e->k->copy_bytes(dst + (up->offset + begin * ps->row_elems) * ds, src,
-                             rows * ps->row_elems * ds);
-        }
+    for (int q = 0; q < e->plan->shard_size; q++) {
+        const char *block = wire_block(e, u, recv, q, t);
+        UnitRows it = unit_rows(e, u, e->plan->shard_size, q);
+        for (RowSpan s; unit_rows_next(&it, &s);)
+            e->k->copy_bytes(dst + (s.up->offset + s.first) * ds, block + s.up->wire_offset * ds,
+                             s.n * ds);
+    }
 }
 
 static int gather_start(Engine *e, int u, Err *err) {
@@ -284,22 +285,14 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
 /* Every rank's rows of the unsharded grads, cast, into its padded wire block. */
 static void pack_grads_for_scatter(Engine *e, int u, char *send) {
     if (e->dev->accounting_only) return; /* as unpack_gathered */
-    const Unit *unit = &e->plan->units[u];
-    UnitState *us = &e->units[u];
+    const float *ugrad = e->units[u].ugrad;
     DType t = e->cfg.reduce_dtype;
-    size_t ds = dtype_size(t);
-    for (int q = 0; q < e->plan->shard_size; q++)
-        for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            const UnitParam *up = &unit->params[i];
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
-            char *dst = send + ((size_t)q * unit->wire_numel + up->wire_offset) * ds;
-            e->k->cast(dst, t, us->ugrad + up->offset + begin * ps->row_elems, DTYPE_FP32,
-                       rows * ps->row_elems);
-            e->k->zero_bytes(dst + rows * ps->row_elems * ds,
-                             (up->chunk_rows - rows) * ps->row_elems * ds);
-        }
+    for (int q = 0; q < e->plan->shard_size; q++) {
+        char *block = wire_block(e, u, send, q, t);
+        UnitRows it = unit_rows(e, u, e->plan->shard_size, q);
+        for (RowSpan s; unit_rows_next(&it, &s);)
+            pack_span(e, &s, block, t, ugrad + s.up->offset + s.first, DTYPE_FP32);
+    }
 }
 
 static int reduce_start_sharded(Engine *e, int u, Err *err) {
@@ -390,14 +383,10 @@ static int complete_reduce(Engine *e, int u, Err *err) {
             if (rc) return rc;
             e->dev->ops->event_record(e->dev, STREAM_COMM, &done);
         }
-        for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
-            e->k->cast(grad_at(e, u, us->grad_local[i]), e->plan->grad_store,
-                       (char *)us->reduce_buf + unit->params[i].wire_offset * dtype_size(t), t,
-                       rows * ps->row_elems);
-        }
+        UnitRows it = unit_shard_rows(e, u);
+        for (RowSpan s; unit_rows_next(&it, &s);)
+            e->k->cast(grad_at(e, u, us->grad_local[s.i]), e->plan->grad_store,
+                       (char *)us->reduce_buf + s.up->wire_offset * dtype_size(t), t, s.n);
         dev_free(e, us->reduce_send, u);
         us->reduce_send = NULL;
     } else if (us->reduce_buf) {
@@ -604,17 +593,13 @@ static int step_grads_create(Engine *e, Err *err) {
     MemCategory cat = e->cfg.offload != OFFLOAD_NONE ? MEM_HOST_OFFLOAD : MEM_GRAD_SHARD;
     for (int u = 0; u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
-        const Unit *unit = &e->plan->units[u];
         int rc = dev_alloc(e, (void **)&us->grad32, us->optim_n * sizeof(float), cat, u, err);
         if (rc) return rc;
-        for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
-            size_t at =
-                optim_rows_at(us->grad_local, i, e->plan->grads_sharded, begin * ps->row_elems);
-            e->k->cast(us->grad32 + us->optim_local[i], DTYPE_FP32, grad_at(e, u, at),
-                       e->plan->grad_store, rows * ps->row_elems);
+        UnitRows it = unit_optim_rows(e, u);
+        for (RowSpan s; unit_rows_next(&it, &s);) {
+            size_t at = optim_rows_at(us->grad_local, s.i, e->plan->grads_sharded, s.first);
+            e->k->cast(us->grad32 + us->optim_local[s.i], DTYPE_FP32, grad_at(e, u, at),
+                       e->plan->grad_store, s.n);
         }
     }
     return 0;
@@ -669,52 +654,54 @@ static void scale_grads(Engine *e, float s) {
     }
 }
 
-/* Adam on the rows of unit u this rank updates. Under DeepSpeed's layout it updates the fp32
- * master and writes the rows back to the resting parameters, rounded to param_store. */
-static void adam_unit(Engine *e, int u, const AdamHyper *h) {
+/* Adam on one parameter's rows that this rank updates: the fp32 values (FSDP's resting rows;
+ * under DeepSpeed's layout the master, whose rows are then rounded back to the resting
+ * parameters in param_store), the step's gradients of those rows and this rank's moments. */
+static void adam_span(Engine *e, int u, const RowSpan *s, const AdamHyper *h) {
     UnitState *us = &e->units[u];
-    const Unit *unit = &e->plan->units[u];
     const Plan *pl = e->plan;
-    size_t total = 0;
-    for (int i = 0; i < unit->nparams; i++) {
-        const ParamSpec *ps = unit_param_spec(e, u, i);
-        size_t begin, rows;
-        shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
-        size_t n = rows * ps->row_elems, row0 = begin * ps->row_elems;
-        size_t p_at = optim_rows_at(us->param_local, i, pl->params_sharded, row0);
-        float *p = pl->master ? us->master + us->optim_local[i] : param_at(e, u, p_at);
-        const float *g = pl->layout == LAYOUT_DEEPSPEED
-                             ? us->grad32 + us->optim_local[i]
-                             : (const float *)grad_at(
-                                   e, u, optim_rows_at(us->grad_local, i, pl->grads_sharded, row0));
-        e->k->adam_step(p, g, us->m + us->optim_local[i], us->v + us->optim_local[i], n, h,
-                        e->steps + 1);
-        if (pl->master) e->k->cast(param_at(e, u, p_at), pl->param_store, p, DTYPE_FP32, n);
-        total += n;
-    }
+    size_t mine = us->optim_local[s->i]; /* the rows in the optimizer's own buffers */
+    void *resting =
+        param_at(e, u, optim_rows_at(us->param_local, s->i, pl->params_sharded, s->first));
+    float *p = pl->master ? us->master + mine : resting;
+    const float *g =
+        pl->layout == LAYOUT_DEEPSPEED
+            ? us->grad32 + mine
+            : grad_at(e, u, optim_rows_at(us->grad_local, s->i, pl->grads_sharded, s->first));
+    e->k->adam_step(p, g, us->m + mine, us->v + mine, s->n, h, e->steps + 1);
+    if (pl->master) e->k->cast(resting, pl->param_store, p, DTYPE_FP32, s->n);
+}
+
+/* A copy on the copy stream between two points of compute: after what compute has done so far,
+ * and before whatever compute does next. */
+static void copy_between_compute(Engine *e, int u, WorkKind kind, double bytes) {
+    stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
+    run_work(e, STREAM_COPY, (Work){.kind = kind, .unit = u, .bytes = bytes});
+    stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
+}
+
+/* The time unit u's optimizer step takes, on the host under any offload. Under ZeRO-Offload
+ * the gradient rows first cross to the host's Adam, and the updated rows come back after it. */
+static void optimizer_work(Engine *e, int u) {
+    size_t n = e->units[u].optim_n; /* the rows adam_unit updated */
     int zero_offload = e->cfg.offload == OFFLOAD_OPTIMIZER;
-    if (zero_offload) { /* ZeRO-Offload: the gradient rows go to the host's Adam ... */
-        stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
-        run_work(e, STREAM_COPY,
-                 (Work){.kind = WORK_COPY_D2H,
-                        .unit = u,
-                        .bytes = (double)(dtype_size(pl->grad_store) * total)});
-        stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
-    }
+    if (zero_offload)
+        copy_between_compute(e, u, WORK_COPY_D2H, (double)(dtype_size(e->plan->grad_store) * n));
     run_work(e, STREAM_COMPUTE,
              (Work){.kind = WORK_OPTIMIZER,
                     .unit = u,
-                    .flops = 14.0 * total,
-                    .bytes = 28.0 * total,
+                    .flops = 14.0 * n,
+                    .bytes = 28.0 * n,
                     .on_host = e->cfg.offload != OFFLOAD_NONE});
-    if (zero_offload) { /* ... and the updated rows come back */
-        stream_follow(e, STREAM_COPY, STREAM_COMPUTE);
-        run_work(e, STREAM_COPY,
-                 (Work){.kind = WORK_COPY_H2D,
-                        .unit = u,
-                        .bytes = (double)(dtype_size(pl->param_store) * total)});
-        stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
-    }
+    if (zero_offload)
+        copy_between_compute(e, u, WORK_COPY_H2D, (double)(dtype_size(e->plan->param_store) * n));
+}
+
+/* Adam on the rows of unit u this rank updates, then the time it took. */
+static void adam_unit(Engine *e, int u, const AdamHyper *h) {
+    UnitRows it = unit_optim_rows(e, u);
+    for (RowSpan s; unit_rows_next(&it, &s);) adam_span(e, u, &s, h);
+    optimizer_work(e, u);
 }
 
 /* Adam over units whose state rests on NVMe: unit u+1 loads while u steps, and u's writes
@@ -751,13 +738,9 @@ static int regather_params(Engine *e, int u, Err *err) {
     int rc = dev_alloc(e, &send, block, MEM_COMM_BUFFER, u, err);
     if (!rc) rc = dev_alloc(e, &recv, block * (size_t)e->plan->shard_size, MEM_COMM_BUFFER, u, err);
     if (!rc) {
-        size_t local[unit->nparams + 1];
-        for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], e->plan->shard_size, e->shard_rank, &begin, &rows);
-            local[i] = unit->params[i].offset + begin * ps->row_elems;
-        }
+        size_t local[unit->nparams + 1]; /* this rank's rows, inside the whole unit */
+        UnitRows it = unit_shard_rows(e, u);
+        for (RowSpan s; unit_rows_next(&it, &s);) local[s.i] = s.up->offset + s.first;
         pack_rows(e, u, us->param, t, local, t, send);
         rc = comm_all_gather(e->env.world_comm, send, recv, unit->wire_numel, t, u, err);
         if (!rc) unpack_gathered(e, u, recv, t, (char *)us->param);

@@ -1,7 +1,7 @@
 /* fsdp_internal: the engine's private state, shared by the files that make it up: fsdp.c (the
  * schedule: gathers, reductions, forward, backward, the optimizer step), fsdp_state.c
  * (creation, initial values, values for reports and checkpoints) and fsdp_nvme.c (the NVMe
- * tier's unit-by-unit residency). Nothing outside core/fsdp*.c includes it. */
+ * tier's unit-by-unit residency). Nothing outside engine/fsdp*.c includes it. */
 #ifndef FSDP_FSDP_INTERNAL_H
 #define FSDP_FSDP_INTERNAL_H
 
@@ -111,6 +111,62 @@ static inline void *param_at(const Engine *e, int u, size_t at) {
 
 static inline void *grad_at(const Engine *e, int u, size_t at) {
     return (char *)e->units[u].grad + at * dtype_size(e->plan->grad_store);
+}
+
+/* ---------------------------------------------------------------- a unit's rows on a rank */
+
+/* The rows of unit u's i-th parameter that rank `rank` of a group of `size` owns (torch.chunk
+ * on dim 0): rows [begin, begin + rows), elements [first, first + n) of the parameter. */
+typedef struct RowSpan {
+    int i; /* the parameter's index in the unit */
+    const ParamSpec *ps;
+    const UnitParam *up;
+    size_t begin, rows;
+    size_t first, n; /* begin * row_elems, rows * row_elems */
+} RowSpan;
+
+static inline RowSpan param_rows(const Engine *e, int u, int i, int size, int rank) {
+    RowSpan s = {.i = i, .up = &e->plan->units[u].params[i]};
+    s.ps = &e->model->params[s.up->param];
+    shard_rows((size_t)s.ps->shape[0], size, rank, &s.begin, &s.rows);
+    s.first = s.begin * s.ps->row_elems;
+    s.n = s.rows * s.ps->row_elems;
+    return s;
+}
+
+/* Every parameter of unit u in the unit's order, each with the rows a rank owns:
+ *     UnitRows it = unit_shard_rows(e, u);
+ *     for (RowSpan s; unit_rows_next(&it, &s);) ... rows s.first .. s.first + s.n ... */
+typedef struct UnitRows {
+    const Engine *e;
+    int u, size, rank, next;
+} UnitRows;
+
+static inline UnitRows unit_rows(const Engine *e, int u, int size, int rank) {
+    return (UnitRows){.e = e, .u = u, .size = size, .rank = rank};
+}
+
+/* This rank's rows in its shard group: what it keeps of sharded parameters and gradients. */
+static inline UnitRows unit_shard_rows(const Engine *e, int u) {
+    return unit_rows(e, u, e->plan->shard_size, e->shard_rank);
+}
+
+/* The rows this rank's optimizer updates (all of them when optimizer state is replicated). */
+static inline UnitRows unit_optim_rows(const Engine *e, int u) {
+    return unit_rows(e, u, e->optim_size, e->optim_rank);
+}
+
+static inline int unit_rows_next(UnitRows *it, RowSpan *s) {
+    if (it->next == it->e->plan->units[it->u].nparams) return 0;
+    *s = param_rows(it->e, it->u, it->next++, it->size, it->rank);
+    return 1;
+}
+
+/* The rows of unit u's i-th parameter this rank keeps of a tensor stored `sharded` (its rows in
+ * the shard group) or replicated (all of them). */
+static inline RowSpan kept_rows(const Engine *e, int u, int i, int sharded) {
+    return sharded ? param_rows(e, u, i, e->plan->shard_size, e->shard_rank)
+                   : param_rows(e, u, i, 1, 0);
 }
 
 /* Where the fp32 values of unit u's parameters live on this rank: FSDP's resting rows are the

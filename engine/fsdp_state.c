@@ -25,16 +25,13 @@ static int gather_unit(Engine *e, int u, float *host, Err *err) {
     char *mine = recv + (size_t)e->shard_rank * block;
     pack_rows(e, u, values.base, DTYPE_FP32, values.local, DTYPE_FP32, mine);
     rc = comm_all_gather(e->env.shard_comm, mine, recv, unit->wire_numel, DTYPE_FP32, u, err);
-    for (int q = 0; !rc && q < e->plan->shard_size; q++)
-        for (int i = 0; i < unit->nparams; i++) {
-            const ParamSpec *ps = unit_param_spec(e, u, i);
-            const UnitParam *up = &unit->params[i];
-            size_t begin, rows;
-            shard_rows((size_t)ps->shape[0], e->plan->shard_size, q, &begin, &rows);
-            e->dev->ops->copy(e->dev, host + up->offset + begin * ps->row_elems,
-                              recv + (size_t)q * block + up->wire_offset * sizeof(float),
-                              rows * ps->row_elems * sizeof(float));
-        }
+    for (int q = 0; !rc && q < e->plan->shard_size; q++) {
+        UnitRows it = unit_rows(e, u, e->plan->shard_size, q);
+        for (RowSpan s; unit_rows_next(&it, &s);)
+            e->dev->ops->copy(e->dev, host + s.up->offset + s.first,
+                              recv + (size_t)q * block + s.up->wire_offset * sizeof(float),
+                              s.n * sizeof(float));
+    }
     dev_free(e, recv, u);
     return rc;
 }
@@ -80,33 +77,15 @@ int engine_full_params(Engine *e, float *out, Err *err) {
 
 /* ---------------------------------------------------------------- creation */
 
-/* Offsets of each parameter's kept rows inside a rank's flat buffer. */
+/* Offsets of each parameter's kept rows inside a rank's flat buffer: the rows rank `rank` of
+ * a group of `size` owns, packed, when sharded; the unit's own layout when not. */
 static void local_offsets(Engine *e, int u, int sharded, int size, int rank, size_t *off) {
-    const Unit *unit = &e->plan->units[u];
-    size_t acc = 0;
-    for (int i = 0; i < unit->nparams; i++) {
-        if (!sharded) {
-            off[i] = unit->params[i].offset;
-            continue;
-        }
-        const ParamSpec *ps = unit_param_spec(e, u, i);
-        size_t begin, rows;
-        shard_rows((size_t)ps->shape[0], size, rank, &begin, &rows);
-        off[i] = acc;
-        acc += rows * ps->row_elems;
+    size_t packed = 0;
+    UnitRows it = unit_rows(e, u, size, rank);
+    for (RowSpan s; unit_rows_next(&it, &s);) {
+        off[s.i] = sharded ? packed : s.up->offset;
+        packed += s.n;
     }
-}
-
-/* The elements [*first, *first + *n) of unit u's i-th parameter this rank keeps at rest:
- * its rows when parameters are sharded, all of them when they are replicated. */
-static void kept_elements(const Engine *e, int u, int i, size_t *first, size_t *n) {
-    const ParamSpec *ps = unit_param_spec(e, u, i);
-    int S = e->plan->params_sharded ? e->plan->shard_size : 1;
-    int r = e->plan->params_sharded ? e->shard_rank : 0;
-    size_t begin, rows;
-    shard_rows((size_t)ps->shape[0], S, r, &begin, &rows);
-    *first = begin * ps->row_elems;
-    *n = rows * ps->row_elems;
 }
 
 /* n fp32 values from the host into device memory holding type t, rounded on the way. */
@@ -142,16 +121,13 @@ static int set_range(Engine *e, int u, int i, const float *full, size_t first, s
  * own rows, so the starting point is the same at any world size. */
 static int set_param_values(Engine *e, int u, int i, const float *full, Err *err) {
     UnitState *us = &e->units[u];
-    size_t first, n;
-    kept_elements(e, u, i, &first, &n);
-    int rc = set_range(e, u, i, full, first, n, param_at(e, u, us->param_local[i]),
+    RowSpan kept = kept_rows(e, u, i, e->plan->params_sharded);
+    int rc = set_range(e, u, i, full, kept.first, kept.n, param_at(e, u, us->param_local[i]),
                        e->plan->param_store, err);
     if (rc || !e->plan->master) return rc;
-    const ParamSpec *ps = unit_param_spec(e, u, i);
-    size_t begin, rows;
-    shard_rows((size_t)ps->shape[0], e->optim_size, e->optim_rank, &begin, &rows);
-    return set_range(e, u, i, full, begin * ps->row_elems, rows * ps->row_elems,
-                     us->master + us->optim_local[i], DTYPE_FP32, err);
+    RowSpan optim = param_rows(e, u, i, e->optim_size, e->optim_rank);
+    return set_range(e, u, i, full, optim.first, optim.n, us->master + us->optim_local[i],
+                     DTYPE_FP32, err);
 }
 
 static int init_params(Engine *e, int u, Err *err) {
@@ -185,12 +161,10 @@ static int reports_values(const Engine *e, int sharded) {
  * full, widened to fp32. */
 static int copy_local_rows(const Engine *e, int u, int i, int sharded, const void *local, DType t,
                            float *full, Err *err) {
-    const ParamSpec *ps = unit_param_spec(e, u, i);
-    size_t begin = 0, rows = (size_t)ps->shape[0];
-    if (sharded) shard_rows(rows, e->plan->shard_size, e->shard_rank, &begin, &rows);
-    if (!rows) return 0; /* an empty shard has no storage to copy from */
-    size_t n = rows * ps->row_elems;
-    float *dst = full + e->param_flat[e->plan->units[u].params[i].param] + begin * ps->row_elems;
+    RowSpan kept = kept_rows(e, u, i, sharded);
+    if (!kept.rows) return 0; /* an empty shard has no storage to copy from */
+    size_t n = kept.n;
+    float *dst = full + e->param_flat[kept.up->param] + kept.first;
     if (t == DTYPE_FP32) {
         e->dev->ops->copy(e->dev, dst, local, n * sizeof(float));
         return 0;
@@ -242,18 +216,14 @@ void engine_set_counters(Engine *e, EngineCounters c) {
 }
 
 /* Where unit u's i-th tensor of `kind` lives on this rank: its rows and its device memory. */
-static float *state_rows(Engine *e, int u, int i, StateKind kind, size_t *begin, size_t *rows) {
+static float *state_rows(Engine *e, int u, int i, StateKind kind, RowSpan *rows) {
     UnitState *us = &e->units[u];
-    const ParamSpec *ps = unit_param_spec(e, u, i);
-    size_t d0 = (size_t)ps->shape[0];
     if (kind == STATE_PARAM) { /* the fp32 values: FSDP's resting rows, DeepSpeed's master */
         Fp32Rows values = fp32_rows(e, u);
-        *begin = 0;
-        *rows = d0;
-        if (values.sharded) shard_rows(d0, e->plan->shard_size, e->shard_rank, begin, rows);
+        *rows = kept_rows(e, u, i, values.sharded);
         return values.base + values.local[i];
     }
-    shard_rows(d0, e->optim_size, e->optim_rank, begin, rows);
+    *rows = param_rows(e, u, i, e->optim_size, e->optim_rank);
     return (kind == STATE_ADAM_M ? us->m : us->v) + us->optim_local[i];
 }
 
@@ -293,14 +263,13 @@ static int move_staged(Engine *e, float *dev, StatePiece *piece, size_t bytes, S
 /* DeepSpeed's layout on load: the resting parameter rows are the checkpoint's fp32 values of
  * those rows, rounded to param_store (as after every optimizer step: round(master)). */
 static int load_resting_params(Engine *e, int u, int i, StateFn fn, void *user, Err *err) {
-    size_t first, n;
-    kept_elements(e, u, i, &first, &n);
-    const ParamSpec *ps = unit_param_spec(e, u, i);
-    StatePiece piece = {.param = e->plan->units[u].params[i].param,
+    RowSpan kept = kept_rows(e, u, i, e->plan->params_sharded);
+    size_t n = kept.n;
+    StatePiece piece = {.param = kept.up->param,
                         .kind = STATE_PARAM,
-                        .row_begin = first / ps->row_elems,
-                        .rows = n / ps->row_elems,
-                        .row_elems = ps->row_elems};
+                        .row_begin = kept.begin,
+                        .rows = kept.rows,
+                        .row_elems = kept.ps->row_elems};
     if (!n) return 0;
     if (!(piece.data = malloc(n * sizeof(float))))
         return err_set(err, ERR_NOMEM, "out of memory loading parameters");
@@ -316,10 +285,13 @@ static int move_unit_state(Engine *e, int u, StateFn fn, void *user, int saving,
     for (int i = 0; i < e->plan->units[u].nparams; i++) {
         for (int k = 0; k < STATE_KIND_COUNT; k++) {
             if (saving && !saves_state(e, (StateKind)k)) continue;
-            StatePiece piece = {.param = e->plan->units[u].params[i].param,
+            RowSpan rows;
+            float *dev = state_rows(e, u, i, (StateKind)k, &rows);
+            StatePiece piece = {.param = rows.up->param,
                                 .kind = (StateKind)k,
-                                .row_elems = unit_param_spec(e, u, i)->row_elems};
-            float *dev = state_rows(e, u, i, (StateKind)k, &piece.row_begin, &piece.rows);
+                                .row_begin = rows.begin,
+                                .rows = rows.rows,
+                                .row_elems = rows.ps->row_elems};
             size_t bytes = piece.rows * piece.row_elems * sizeof(float);
             if (!bytes) continue;
             int rc;
