@@ -293,7 +293,6 @@ int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, Clu
         fprintf(stderr, "fsdp: restart %d of %d from %s\n", restart, t->args.max_restarts,
                 t->resume[0] ? t->resume : "the beginning (no checkpoint yet)");
         job->resume_from = t->resume[0] ? t->resume : NULL;
-        job->fail_at_step = 0;
         memset(t->memory, 0, (size_t)t->args.ranks * sizeof *t->memory);
         *err = (Err){0};
         rc = run_ranks(t, opt, job, res, err);

@@ -132,6 +132,7 @@ static int train_execute(TrainRun *t, Err *err) {
     printer.every = a->print_every ? a->print_every : (a->steps >= 10 ? a->steps / 10 : 1);
     /* the loss is all-reduced only on steps someone will see */
     long log_every = a->json || printer.bar ? 1 : printer.every;
+    TrainFaults faults = {a->fail_at_step, a->fail_at_rank, a->kill_in_save_step};
     TrainJob job = {.model = &t->model,
                     .data = &t->data,
                     .plan = &t->plan,
@@ -150,9 +151,7 @@ static int train_execute(TrainRun *t, Err *err) {
                     .ckpt_keep = a->keep,
                     .resume_from = t->resume[0] ? t->resume : NULL,
                     .model_name = a->model,
-                    .fail_at_step = a->fail_at_step,
-                    .fail_at_rank = a->fail_at_rank,
-                    .kill_in_save_step = a->kill_in_save_step,
+                    .hooks = train_fault_hooks(&faults),
                     .rank_per_process = t->rank_per_process,
                     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
                     .final_params = !vit || t->dump.f ? t->params : NULL};

@@ -111,6 +111,17 @@ static int record_values(TrainJob *job, Engine *e, long done, Err *err) {
     return engine_own_values(e, job->step_params + (size_t)done * n, grads, err);
 }
 
+/* The job's hooks (TrainHooks), where it has them. */
+static int step_begins(const RankEnv *env, const TrainJob *job, long step, Err *err) {
+    const TrainHooks *h = &job->hooks;
+    return h->step_begins ? h->step_begins(h->state, env->rank, step, err) : 0;
+}
+
+static int checkpoint_dies_midway(const TrainJob *job, long step) {
+    const TrainHooks *h = &job->hooks;
+    return h->checkpoint_dies_midway ? h->checkpoint_dies_midway(h->state, step) : 0;
+}
+
 /* A checkpoint after step `done` when one is due: every ckpt_every steps and at epoch ends. */
 static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long done, int epoch_end,
                             Err *err) {
@@ -120,7 +131,7 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
                            .strategy = strategy_name(job->cfg->strategy),
                            .step = done,
                            .keep = job->ckpt_keep,
-                           .kill_midway = done == job->kill_in_save_step};
+                           .kill_midway = checkpoint_dies_midway(job, done)};
     return checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
 }
 
@@ -130,9 +141,8 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
     long global_batch = (long)env->world * job->cfg->batch_size * job->cfg->grad_accum;
     int epoch = -1;
     for (long s = first; s < job->steps; s++) {
-        if (s + 1 == job->fail_at_step && env->rank == job->fail_at_rank)
-            return err_set(err, ERR_INTERNAL, "rank %d failed at step %ld (injected by --fail-at)",
-                           env->rank, s + 1);
+        int rc = step_begins(env, job, s + 1, err);
+        if (rc) return rc;
         if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
             epoch = (int)(s / per_epoch);
             rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm, job->data->n);
@@ -147,8 +157,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
                           .epoch = epoch,
                           .steps_per_epoch = per_epoch,
                           .lr = job->cfg->lr};
-        int rc = engine_step(e, job->data, idx, log, &rep.stats, err);
-        if (rc) return rc;
+        if ((rc = engine_step(e, job->data, idx, log, &rep.stats, err))) return rc;
         rep.step_time = latest_stream_time(env->dev) - t0;
         rep.wall_time = wall_seconds() - w0;
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
@@ -289,4 +298,27 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     free(perm);
     free(idx);
     return rc;
+}
+
+/* ---- fault injection */
+
+/* Only rank fail_at_rank reads or clears fail_at_step, so its disarming races with nobody; a
+ * restart runs after every rank thread of the failed run has been joined. */
+static int fail_at_step_begins(void *state, int rank, long step, Err *err) {
+    TrainFaults *f = state;
+    if (rank != f->fail_at_rank || step != f->fail_at_step) return 0;
+    f->fail_at_step = 0; /* once */
+    return err_set(err, ERR_INTERNAL, "rank %d failed at step %ld (injected by --fail-at)", rank,
+                   step);
+}
+
+static int kill_in_save(void *state, long step) {
+    const TrainFaults *f = state;
+    return step == f->kill_in_save_step;
+}
+
+TrainHooks train_fault_hooks(TrainFaults *faults) {
+    return (TrainHooks){.step_begins = fail_at_step_begins,
+                        .checkpoint_dies_midway = kill_in_save,
+                        .state = faults};
 }

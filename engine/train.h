@@ -37,6 +37,30 @@ typedef struct EvalReport {
 typedef void (*StepCallback)(void *user, const StepReport *r);
 typedef void (*EvalCallback)(void *user, const EvalReport *r);
 
+/* What a caller runs at points of the loop, the loop not knowing why (train_fault_hooks, for
+ * one). Every rank calls them, from its own thread in the simulator. Each may be NULL. */
+typedef struct TrainHooks {
+    /* As step `step` (1-based) begins on rank `rank`: non-zero stops the rank, err set. */
+    int (*step_begins)(void *state, int rank, long step, Err *err);
+    /* Before the checkpoint of step `step` is saved: 1 to have rank 0 kill the whole process
+     * (SIGKILL) half-way through writing it, its rank files begun and no meta.json. */
+    int (*checkpoint_dies_midway)(void *state, long step);
+    void *state;
+} TrainHooks;
+
+/* Fault injection for tests and demos (--fail-at, --kill-in-save; 0: never): rank fail_at_rank
+ * fails as step fail_at_step begins, once (a restarted run goes past it), and the process is
+ * killed half-way through writing the checkpoint of step kill_in_save_step, as a crash or an
+ * out-of-memory kill would. */
+typedef struct TrainFaults {
+    long fail_at_step;
+    int fail_at_rank;
+    long kill_in_save_step;
+} TrainFaults;
+
+/* Hooks that inject `faults`, which must outlive the runs that use them. */
+TrainHooks train_fault_hooks(TrainFaults *faults);
+
 typedef struct TrainJob {
     const ModelDesc *model;
     const Dataset *data;
@@ -73,13 +97,7 @@ typedef struct TrainJob {
     const char *resume_from;
     const char *model_name;
     long resumed_step; /* filled: the step the run resumed from (0: from the start) */
-    /* Fault injection for tests and demos: rank fail_at_rank fails as step fail_at_step
-     * begins (0: never). */
-    long fail_at_step;
-    int fail_at_rank;
-    /* ... and the whole process is killed (SIGKILL) half-way through writing the checkpoint
-     * of step kill_in_save_step (0: never), as a crash or an out-of-memory kill would. */
-    long kill_in_save_step;
+    TrainHooks hooks;  /* none when zero */
     /* One rank per process (GPUs under fsdp launch): each rank's memory record is gathered
      * to every process, so rank 0 can report them all (in one process they share the array). */
     int rank_per_process;
