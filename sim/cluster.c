@@ -23,9 +23,11 @@ typedef struct RankSlot {
     int rc;
     struct Cluster *cluster;
     pthread_t thread;
+    int started; /* thread is running (or ran) and is to be joined */
 } RankSlot;
 
 typedef struct Cluster {
+    const ClusterOptions *opt;
     int n, replicas;
     int pool_threads; /* threads each rank's kernels may use (1: the rank thread alone) */
     SimWorld *world;
@@ -106,11 +108,12 @@ static void mark_accounting_only(Cluster *c, const unsigned char *runs) {
         sim_world_set_present(c->replica_groups[g], runs);
 }
 
-static int runs(const ClusterOptions *opt, int r) {
-    return !opt->run_rank || opt->run_rank[r];
+static int runs(const Cluster *c, int r) {
+    return !c->opt->run_rank || c->opt->run_rank[r];
 }
 
-static void init_slot(Cluster *c, int r, const ClusterOptions *opt, RankMain fn, void *arg) {
+static void init_slot(Cluster *c, int r, RankMain fn, void *arg) {
+    const ClusterOptions *opt = c->opt;
     RankSlot *s = &c->slots[r];
     s->cluster = c;
     s->fn = fn;
@@ -147,54 +150,88 @@ static int pool_threads_per_rank(int ranks) {
     return cores > ranks ? (int)(cores / ranks) : 1;
 }
 
-int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
-    memset(out, 0, sizeof *out);
-    Cluster c = {.n = opt->ranks,
-                 .replicas = opt->replicas > 1 ? opt->replicas : 1,
-                 .pool_threads = pool_threads_per_rank(opt->ranks)};
+/* The groups, and a slot (device, clock, trace, communicators) for each rank that runs. */
+static int cluster_create(Cluster *c, const ClusterOptions *opt, RankMain fn, void *arg, Err *err) {
+    *c = (Cluster){.opt = opt,
+                   .n = opt->ranks,
+                   .replicas = opt->replicas > 1 ? opt->replicas : 1,
+                   .pool_threads = pool_threads_per_rank(opt->ranks)};
     int rc = opt->run_rank && !opt->accounting_only
                  ? err_set(err, ERR_INTERNAL, "running some ranks only needs accounting_only")
-                 : create_groups(&c, opt->profile, err);
-    if (!rc && opt->accounting_only) mark_accounting_only(&c, opt->run_rank);
-    c.slots = rc ? NULL : calloc((size_t)c.n, sizeof *c.slots);
-    if (!rc && !c.slots) rc = err_set(err, ERR_NOMEM, "out of memory creating %d ranks", c.n);
-    int started = 0, nrun = 0;
-    for (int r = 0; !rc && r < c.n; r++)
-        if (runs(opt, r)) init_slot(&c, r, opt, fn, arg);
-    for (; !rc && started < c.n; started++)
-        if (runs(opt, started) &&
-            pthread_create(&c.slots[started].thread, NULL, rank_thread, &c.slots[started])) {
-            rc = err_set(err, ERR_INTERNAL, "could not start the thread of rank %d", started);
-            abort_all(&c, "a rank thread could not start");
+                 : create_groups(c, opt->profile, err);
+    if (!rc && opt->accounting_only) mark_accounting_only(c, opt->run_rank);
+    c->slots = rc ? NULL : calloc((size_t)c->n, sizeof *c->slots);
+    if (!rc && !c->slots) rc = err_set(err, ERR_NOMEM, "out of memory creating %d ranks", c->n);
+    for (int r = 0; !rc && r < c->n; r++)
+        if (runs(c, r)) init_slot(c, r, fn, arg);
+    return rc;
+}
+
+/* A thread for each rank that runs. If one cannot start, the ranks already running are told to
+ * stop, so that joining them does not wait forever. */
+static int cluster_start(Cluster *c, Err *err) {
+    for (int r = 0; r < c->n; r++) {
+        if (!runs(c, r)) continue;
+        if (pthread_create(&c->slots[r].thread, NULL, rank_thread, &c->slots[r])) {
+            abort_all(c, "a rank thread could not start");
+            return err_set(err, ERR_INTERNAL, "could not start the thread of rank %d", r);
         }
-    for (int r = 0; r < started; r++)
-        if (runs(opt, r)) pthread_join(c.slots[r].thread, NULL);
-    /* report the root cause: the first rank that failed other than by being aborted */
-    for (int r = 0; !rc && r < c.n; r++)
-        if (c.slots[r].rc && strncmp(c.slots[r].err.msg, "aborted", 7) != 0) {
-            *err = c.slots[r].err;
-            rc = c.slots[r].rc;
-        }
-    for (int r = 0; !rc && r < c.n; r++)
-        if (c.slots[r].rc) {
-            *err = c.slots[r].err;
-            rc = c.slots[r].rc;
-        }
-    if (!rc && opt->trace) {
-        TraceBuf *bufs = calloc((size_t)c.n, sizeof *bufs);
-        if (!bufs) rc = err_set(err, ERR_NOMEM, "out of memory merging the trace");
-        for (int r = 0; bufs && r < c.n; r++)
-            if (runs(opt, r)) bufs[nrun++] = c.slots[r].trace;
-        if (bufs) rc = trace_merge(&out->trace, bufs, nrun, err);
-        free(bufs);
+        c->slots[r].started = 1;
     }
-    for (int r = 0; c.slots && r < c.n; r++) {
-        if (!runs(opt, r)) continue;
-        tracebuf_free(&c.slots[r].trace);
-        device_sim_release(&c.slots[r].dev);
+    return 0;
+}
+
+static void cluster_join(Cluster *c) {
+    for (int r = 0; c->slots && r < c->n; r++)
+        if (c->slots[r].started) pthread_join(c->slots[r].thread, NULL);
+}
+
+/* The first failing rank's error: the root cause, a rank that failed other than by being
+ * aborted, before those that were aborted because of it. */
+static int rank_failure(const Cluster *c, Err *err) {
+    for (int pass = 0; pass < 2; pass++)
+        for (int r = 0; r < c->n; r++) {
+            const RankSlot *s = &c->slots[r];
+            if (s->rc && (pass || strncmp(s->err.msg, "aborted", 7) != 0)) {
+                *err = s->err;
+                return s->rc;
+            }
+        }
+    return 0;
+}
+
+/* The run's outcome: the first failing rank's error, else the ranks' traces merged. */
+static int cluster_collect(Cluster *c, ClusterResult *out, Err *err) {
+    int rc = rank_failure(c, err);
+    if (rc || !c->opt->trace) return rc;
+    TraceBuf *bufs = calloc((size_t)c->n, sizeof *bufs);
+    if (!bufs) return err_set(err, ERR_NOMEM, "out of memory merging the trace");
+    int nrun = 0;
+    for (int r = 0; r < c->n; r++)
+        if (runs(c, r)) bufs[nrun++] = c->slots[r].trace;
+    rc = trace_merge(&out->trace, bufs, nrun, err);
+    free(bufs);
+    return rc;
+}
+
+static void cluster_destroy(Cluster *c) {
+    for (int r = 0; c->slots && r < c->n; r++) {
+        if (!runs(c, r)) continue;
+        tracebuf_free(&c->slots[r].trace);
+        device_sim_release(&c->slots[r].dev);
     }
-    free(c.slots);
-    destroy_groups(&c);
+    free(c->slots);
+    destroy_groups(c);
+}
+
+int cluster_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
+    memset(out, 0, sizeof *out);
+    Cluster c;
+    int rc = cluster_create(&c, opt, fn, arg, err);
+    if (!rc) rc = cluster_start(&c, err);
+    cluster_join(&c);
+    if (!rc) rc = cluster_collect(&c, out, err);
+    cluster_destroy(&c);
     return rc;
 }
 
