@@ -1,3 +1,5 @@
+/* fsdp: the engine's step schedule (engine_step): gathering a unit's parameters, forward and
+ * backward, reduce-scattering gradients, and the optimizer step on this rank's rows. */
 #include "engine/fsdp_internal.h"
 
 #include <math.h>
@@ -137,7 +139,10 @@ void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
     }
 }
 
-static int gather_start(Engine *e, int u, Err *err) {
+/* Starts unit u's all-gather: this rank's rows, packed into its wire block (from host memory
+ * under offload, first loaded from the file under the NVMe tier), to every rank of its shard
+ * group. complete_gather unpacks every rank's rows when the collective is done. */
+static int unit_all_gather_start(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
     DType t = e->cfg.param_dtype;
@@ -229,7 +234,7 @@ static int unit_params_ready(Engine *e, int u, Err *err) {
     if (!us->gather_in_flight) {
         /* not prefetched: the gather is issued only when compute gets here */
         stream_follow(e, STREAM_COMM, STREAM_COMPUTE);
-        int rc = gather_start(e, u, err);
+        int rc = unit_all_gather_start(e, u, err);
         if (rc) return rc;
     }
     return 0;
@@ -248,7 +253,7 @@ static int prefetch(Engine *e, const int *seq, int pos, int depth, Err *err) {
     if (!e->plan->params_sharded) return 0;
     for (int i = pos + 1; i < e->nseq && i <= pos + depth; i++)
         if (!unit_present(e, seq[i])) {
-            int rc = gather_start(e, seq[i], err);
+            int rc = unit_all_gather_start(e, seq[i], err);
             if (rc) return rc;
         }
     return 0;
@@ -804,13 +809,21 @@ static int optimizer_step(Engine *e, StepStats *st, Err *err) {
 
 /* ---------------------------------------------------------------- one training step */
 
-int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_loss, StepStats *st,
-                Err *err) {
-    memset(st, 0, sizeof *st);
+/* The resting gradients start each step at zero: its micro-steps accumulate into them. */
+static void zero_grads(Engine *e) {
     for (int u = 0; u < e->plan->nunits; u++) /* an empty shard has no buffer at all */
         if (e->units[u].grad)
             e->k->zero_bytes(e->units[u].grad,
                              e->units[u].grad_n * dtype_size(e->plan->grad_store));
+}
+
+/* DESIGN.md's step: forward and backward of each micro-step (forward_pass, backward_pass; a
+ * unit's all-gather is unit_all_gather_start, issued by unit_params_ready or prefetch, its
+ * reduce-scatter reduce_start), then Adam on this rank's rows (optimizer_step; adam_span). */
+int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_loss, StepStats *st,
+                Err *err) {
+    memset(st, 0, sizeof *st);
+    zero_grads(e);
     int K = e->cfg.grad_accum, B = e->cfg.batch_size, rc;
     /* the loss scale and the 1/K of accumulation both ride on the output gradient */
     float grad_scale = (fsdp_uses_loss_scaling(&e->cfg) ? e->loss_scale : 1.0f) / (float)K;

@@ -1,3 +1,5 @@
+/* fsdp_nvme: --offload nvme, ZeRO-Infinity's tier: a unit's resting state moves between the
+ * rank's file and host buffers unit by unit. */
 #include "engine/fsdp_internal.h"
 
 /* ---------------------------------------------------------------- the NVMe tier */

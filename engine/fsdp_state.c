@@ -1,3 +1,5 @@
+/* fsdp_state: the engine's state: creating and destroying it, initial values, and the values
+ * handed out for reports, full-parameter gathers and checkpoints. */
 #include "engine/fsdp_internal.h"
 
 #include <stdlib.h>

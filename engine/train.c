@@ -1,3 +1,5 @@
+/* train: the training loop every rank runs (train_rank): sampling, engine steps, evaluation,
+ * checkpoints and the final gathers; plus the fault-injection hooks tests and demos set. */
 #include "engine/train.h"
 
 #include <stdio.h>

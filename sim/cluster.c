@@ -1,3 +1,5 @@
+/* cluster: the simulated cluster: N ranks as threads of this process, each with its own
+ * simulated device, trace and communicators; cluster_run creates, starts, joins and collects. */
 #include "sim/cluster.h"
 
 #include <pthread.h>
