@@ -1,4 +1,8 @@
+/* device: the names of memory categories, and the memory accounting every device keeps alike
+ * (charges by category, the peak and the breakdown at it). */
 #include "engine/device.h"
+
+#include <string.h>
 
 static const char *const category_names[MEM_CATEGORY_COUNT] = {
     "param_shard", "param_unsharded", "grad_shard", "grad_unsharded", "optim_state", "activations",
@@ -18,4 +22,44 @@ int mem_category_on_gpu(MemCategory c) {
 
 const char *mem_category_label(MemCategory c) {
     return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_labels[c] : "?";
+}
+
+/* ---------------------------------------------------------------- memory accounting */
+
+int mem_account_counts(const MemAccount *a, MemCategory c) {
+    return !(a->compute_copies_apart && c == MEM_COMPUTE_COPY);
+}
+
+void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes) {
+    a->in_use[c] += bytes;
+    if (!mem_account_counts(a, c)) return;
+    a->total += bytes;
+    if (a->total > a->peak) {
+        a->peak = a->total;
+        memcpy(a->at_peak, a->in_use, sizeof a->at_peak);
+    }
+}
+
+void mem_account_uncharge(MemAccount *a, MemCategory c, size_t bytes) {
+    a->in_use[c] -= bytes;
+    if (mem_account_counts(a, c)) a->total -= bytes;
+}
+
+size_t device_bytes_in_use(Device *d, MemCategory c) {
+    return d->memory.in_use[c];
+}
+
+size_t device_peak_bytes(Device *d) {
+    return d->memory.peak;
+}
+
+size_t device_peak_bytes_by_category(Device *d, MemCategory c) {
+    return d->memory.at_peak[c];
+}
+
+/* The next peak is measured from what is held now. */
+void device_reset_peak(Device *d) {
+    MemAccount *a = &d->memory;
+    a->peak = a->total;
+    memcpy(a->at_peak, a->in_use, sizeof a->at_peak);
 }

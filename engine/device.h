@@ -1,7 +1,7 @@
 /* device: the memory, stream and clock interface the engine runs on. The simulator
  * (sim/device_sim.c) charges every allocation to its rank and category and models time with
  * a cost model; the CUDA runtime (runtime/) allocates device memory and times with events.
- * core/ only ever talks to this table. */
+ * The engine only ever talks to this table. */
 #ifndef FSDP_DEVICE_H
 #define FSDP_DEVICE_H
 
@@ -66,6 +66,24 @@ typedef struct Work {
     int on_host;       /* 1 if it runs on the host CPU (offloaded optimizer step) */
 } Work;
 
+/* The memory accounting every device keeps alike: bytes charged to each category, their
+ * total, the total's peak and the breakdown at that peak. A backend charges an allocation and
+ * uncharges its free; the DeviceOps queries answer from it (device_bytes_in_use, ...). */
+typedef struct MemAccount {
+    size_t in_use[MEM_CATEGORY_COUNT];  /* bytes charged to each category now */
+    size_t total;                       /* their sum, less what is kept apart */
+    size_t peak;                        /* the highest total since the last reset */
+    size_t at_peak[MEM_CATEGORY_COUNT]; /* in_use when the total reached that peak */
+    /* 1: MEM_COMPUTE_COPY is charged to its category but kept out of the total (the
+     * simulator, whose fp32 copies only emulation needs) */
+    int compute_copies_apart;
+} MemAccount;
+
+/* 1 if bytes of category c count toward a's total. */
+int mem_account_counts(const MemAccount *a, MemCategory c);
+void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes);
+void mem_account_uncharge(MemAccount *a, MemCategory c, size_t bytes);
+
 typedef struct Device Device;
 
 typedef struct DeviceOps {
@@ -80,7 +98,8 @@ typedef struct DeviceOps {
     void (*stream_wait)(Device *d, StreamId s, const DevEvent *ev);
     /* Current time of a stream (sim: modelled; cuda: after sync). */
     double (*now)(Device *d, StreamId s);
-    /* Bytes currently charged to a category, and the peak of the total. */
+    /* Bytes currently charged to a category, and the peak of the total (device_bytes_in_use
+     * and the three below serve every backend that charges Device.memory). */
     size_t (*bytes_in_use)(Device *d, MemCategory c);
     size_t (*peak_bytes)(Device *d);
     /* The category breakdown at the moment the total peaked. */
@@ -99,6 +118,13 @@ struct Device {
     /* 1: device pointers are host memory the CPU may read and write in place (the simulator's
      * devices), so host I/O such as checkpoints needs no staging copy */
     int host_addressable;
+    MemAccount memory; /* what the backend's alloc and free charge */
 };
+
+/* The DeviceOps memory queries, answered from d->memory. */
+size_t device_bytes_in_use(Device *d, MemCategory c);
+size_t device_peak_bytes(Device *d);
+size_t device_peak_bytes_by_category(Device *d, MemCategory c);
+void device_reset_peak(Device *d);
 
 #endif

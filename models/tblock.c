@@ -1,3 +1,5 @@
+/* tblock: the pre-LayerNorm transformer block (models/tblock.h), the activations it and the
+ * models built from it take, and the describing of their parameters. */
 #include "models/tblock.h"
 
 #include <stdio.h>
@@ -218,23 +220,4 @@ int tblock_recompute(const TBlock *t, BlockActs *a, float *const *p, const float
     act_release(t->dev, out);
     w->kind = WORK_RECOMPUTE;
     return rc;
-}
-
-static int check_is_block(int layers, int module, Err *err) {
-    if (module >= 1 && module <= layers) return 0;
-    return err_set(err, ERR_INTERNAL, "module %d is not a block (1 to %d)", module, layers);
-}
-
-int tblock_stack_checkpoint(const TBlock *t, BlockActs *blocks, float **x, int layers, int module,
-                            Err *err) {
-    int rc = check_is_block(layers, module, err);
-    return rc ? rc : tblock_checkpoint(t, &blocks[module - 1], &x[module], err);
-}
-
-/* The block's output is the next block's input, whose backward is done and freed it, so the
- * copy made here is dropped at once. */
-int tblock_stack_recompute(const TBlock *t, BlockActs *blocks, float **x, int layers, int module,
-                           float *const *p, Work *w, Err *err) {
-    int rc = check_is_block(layers, module, err);
-    return rc ? rc : tblock_recompute(t, &blocks[module - 1], p, x[module], &x[module + 1], w, err);
 }

@@ -104,12 +104,4 @@ int tblock_checkpoint(const TBlock *t, BlockActs *a, float **input, Err *err);
 int tblock_recompute(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
                      Work *w, Err *err);
 
-/* The same for module `module` of a model whose modules are an embedding (0), `layers` blocks
- * (1..layers) and a head, with block l's activations at blocks[l] and its input at x[l + 1]:
- * an error for a module that is not a block. */
-int tblock_stack_checkpoint(const TBlock *t, BlockActs *blocks, float **x, int layers, int module,
-                            Err *err);
-int tblock_stack_recompute(const TBlock *t, BlockActs *blocks, float **x, int layers, int module,
-                           float *const *p, Work *w, Err *err);
-
 #endif

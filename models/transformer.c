@@ -1,3 +1,5 @@
+/* transformer: the GPT-2-style decoder (models/transformer.h): its configuration and shapes by
+ * size, its description and its two ends, token + position embedding and the LM head. */
 #include "models/transformer.h"
 
 #include <limits.h>
@@ -6,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/tblock.h"
+#include "models/tstack.h"
 
 /* Parameters of the embedding and the head, in GPT-2's state-dict order (a block's are
  * tblock's TBLOCK_*, in the same order as GPT-2's). */
@@ -162,14 +164,16 @@ int transformer_config_for_params(double params, TransformerConfig *out, Err *er
  * lm_head starts like wte. */
 #define GPT2_STD 0.02f
 
-static void add_embed(ParamMaker *pm, const TransformerConfig *c) {
+static void add_embed(ParamMaker *pm, const void *config) {
+    const TransformerConfig *c = config;
     int64_t H = c->hidden, V = c->vocab, S = c->seq;
     param_maker_begin(pm, "embed", 0);
     param_maker_add(pm, "wte.weight", 2, (int64_t[]){V, H}, INIT_NORMAL, 0, GPT2_STD);
     param_maker_add(pm, "wpe.weight", 2, (int64_t[]){S, H}, INIT_NORMAL, 0, GPT2_STD);
 }
 
-static void add_block(ParamMaker *pm, const TransformerConfig *c, int layer) {
+static void add_block(ParamMaker *pm, const void *config, int layer) {
+    const TransformerConfig *c = config;
     static const char *const suffix[TBLOCK_PARAMS] = {
         "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
         "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
@@ -188,7 +192,8 @@ static void add_block(ParamMaker *pm, const TransformerConfig *c, int layer) {
     tblock_describe(pm, module, prefix, suffix, init, c->hidden, c->mlp);
 }
 
-static void add_head(ParamMaker *pm, const TransformerConfig *c) {
+static void add_head(ParamMaker *pm, const void *config) {
+    const TransformerConfig *c = config;
     int64_t H = c->hidden, V = c->vocab;
     param_maker_begin(pm, "head", 0);
     param_maker_add(pm, "ln_f.weight", 1, (int64_t[]){H}, INIT_ONE, 0, 0);
@@ -205,62 +210,24 @@ static void add_head(ParamMaker *pm, const TransformerConfig *c) {
  * and no LM loss (and none is added for a model that never has text to read). The block
  * calls its kernels as the ViT's does; here they do nothing. Attention is the plain kind
  * that keeps its probabilities [B, heads, T, T] (no flash attention), as the ViT's. */
-struct ModelRun {
-    const TransformerConfig *c;
-    Device *dev;
-    const Kernels *k;
-    size_t B, T, H, V;
-    int32_t *tokens, *targets; /* [B, T]: the input ids and the next ids the loss predicts */
-    float **x;                 /* x[m]: input of module m, [B, T, H] (x[0] unused: the ids) */
-    BlockActs *blocks;
+
+/* What the embedding and the head hold for the current batch (ModelRun.own); the logits
+ * [B, T, vocab] are fp32, the stack's. */
+typedef struct TfActs {
+    int32_t *tokens, *targets;           /* [B, T]: the input ids and the next ids to predict */
     float *ln_f, *ln_f_mean, *ln_f_rstd; /* the final LayerNorm: [B, T, H], [B, T], [B, T] */
-    float *logits, *dlogits;             /* [B, T, vocab], fp32 */
-    float *grad; /* dL/d(residual stream) flowing backward, updated in place */
-};
+} TfActs;
 
-static float *take(ModelRun *r, size_t n) {
-    return act_take(r->dev, n);
-}
-
-static void release(ModelRun *r, float **p) {
-    act_release(r->dev, p);
-}
-
-static int32_t *take_ids(ModelRun *r, size_t n) {
-    return n ? r->dev->ops->alloc(r->dev, n * sizeof(int32_t), MEM_ACTIVATIONS, -1) : NULL;
-}
-
-static void release_ids(ModelRun *r, int32_t **p) {
-    if (*p) r->dev->ops->free(r->dev, *p, -1);
-    *p = NULL;
-}
-
-/* The shared block's view of this run's current batch. */
-static TBlock block_of(const ModelRun *r) {
-    return (TBlock){.dev = r->dev,
-                    .k = r->k,
-                    .B = r->B,
-                    .T = r->T,
-                    .H = r->H,
-                    .F = (size_t)r->c->mlp,
-                    .heads = (size_t)r->c->heads,
-                    .ln_eps = TF_LN_EPS};
+static void release_input(ModelRun *r) {
+    TfActs *a = r->own;
+    run_release_ids(r, &a->tokens);
+    run_release_ids(r, &a->targets);
 }
 
 static void release_head(ModelRun *r) {
-    float **head[] = {&r->ln_f,   &r->ln_f_mean, &r->ln_f_rstd,
-                      &r->logits, &r->dlogits,   &r->x[r->c->layers + 1]};
-    for (size_t i = 0; i < sizeof head / sizeof *head; i++) release(r, head[i]);
-}
-
-static void tf_discard(ModelRun *r) {
-    TBlock t = block_of(r);
-    release_ids(r, &r->tokens);
-    release_ids(r, &r->targets);
-    release_head(r);
-    for (int m = 0; m < r->c->layers + 2; m++) release(r, &r->x[m]);
-    for (int l = 0; l < r->c->layers; l++) tblock_release(&t, &r->blocks[l]);
-    release(r, &r->grad);
+    TfActs *a = r->own;
+    float **done[] = {&a->ln_f, &a->ln_f_mean, &a->ln_f_rstd};
+    for (size_t i = 0; i < sizeof done / sizeof *done; i++) run_release(r, done[i]);
 }
 
 /* n sequences must not hold more bytes than a 64-bit count can say. */
@@ -274,64 +241,28 @@ static int batch_fits(const TransformerConfig *c, size_t n, Err *err) {
     return 0;
 }
 
-static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
-                         ModelRun **out, Err *err) {
-    const TransformerConfig *c = m->config;
-    if (!dev->accounting_only)
-        return err_set(err, ERR_USAGE,
-                       "the transformer model runs only in accounting-only runs (fsdp plan): "
-                       "there is no text data set here");
-    int rc = batch_fits(c, max_batch, err);
-    if (rc) return rc;
-    ModelRun *r = calloc(1, sizeof *r);
-    if (r) {
-        r->x = calloc((size_t)c->layers + 2, sizeof *r->x);
-        r->blocks = calloc((size_t)c->layers, sizeof *r->blocks);
-    }
-    if (!r || !r->x || !r->blocks) {
-        if (r) free(r->x);
-        free(r);
-        return err_set(err, ERR_NOMEM, "out of memory creating the transformer's state");
-    }
-    r->c = c;
-    r->dev = dev;
-    r->k = k;
-    r->T = (size_t)c->seq;
-    r->H = (size_t)c->hidden;
-    r->V = (size_t)c->vocab;
-    *out = r;
-    return 0;
-}
-
-static void tf_run_destroy(ModelRun *r) {
-    if (!r) return;
-    tf_discard(r);
-    free(r->x);
-    free(r->blocks);
-    free(r);
-}
-
 /* B sequences of seq tokens and their targets. A real run would copy them from a text data
  * set; the device holds nothing, so only their bytes are charged (the data set's n is all
  * that is used: the sampler draws indices from it). */
 static int tf_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
     (void)ds, (void)idx;
-    int rc = batch_fits(r->c, n, err);
+    TfActs *a = r->own;
+    int rc = batch_fits(r->config, n, err);
     if (rc) return rc;
-    tf_discard(r);
+    tstack_discard(r);
     r->B = n;
-    r->tokens = take_ids(r, n * r->T);
-    r->targets = take_ids(r, n * r->T);
-    if (n && (!r->tokens || !r->targets))
+    a->tokens = run_take_ids(r, n * r->T);
+    a->targets = run_take_ids(r, n * r->T);
+    if (n && (!a->tokens || !a->targets))
         return err_set(err, ERR_NOMEM, "out of memory for a batch of %zu sequences", n);
     return 0;
 }
 
 /* ---------------------------------------------------------------- work estimates */
 
-/* What the embedding, the head and the loss charge the clock: flops, and `floats` read and
- * written at 4 bytes each; backward counts twice (as the ViT's small_work). The blocks
- * charge tblock_work. */
+/* What the embedding and the head charge the clock: flops, and `floats` read and written at
+ * 4 bytes each; backward counts twice (as the ViT's small_work). The blocks charge
+ * tblock_work, the loss the stack's. */
 static void small_work(Work *w, WorkKind kind, double flops, double floats) {
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
@@ -348,149 +279,109 @@ static void embed_work(const ModelRun *r, Work *w, WorkKind kind) {
 /* logits = ln_f(x) . lm_head^T: the GEMM's flops; x, ln_f's output, the logits and the
  * weight. */
 static void head_work(const ModelRun *r, Work *w, WorkKind kind) {
-    double M = (double)(r->B * r->T), H = (double)r->H, V = (double)r->V;
+    const TransformerConfig *c = r->config;
+    double M = (double)(r->B * r->T), H = (double)r->H, V = (double)c->vocab;
     small_work(w, kind, 2.0 * M * H * V, M * (2 * H + V) + V * H);
 }
 
 /* ---------------------------------------------------------------- forward */
 
 /* The token and position embeddings' sum, x[1]; the ids stay for the embedding's backward
- * (wte's gradient is a scatter-add over them). Computes nothing: see ModelRun. */
-static int embed_forward(ModelRun *r, Work *w, Err *err) {
+ * (wte's gradient is a scatter-add over them). Computes nothing: see TfActs. */
+static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+    (void)p;
     size_t n = r->B * r->T * r->H;
-    r->x[1] = take(r, n);
+    r->x[1] = run_take(r, n);
     embed_work(r, w, WORK_FORWARD);
     return act_check_taken((float *[]){r->x[1]}, 1, n, err);
 }
 
-static int block_forward(ModelRun *r, int layer, float *const *p, Work *w, Err *err) {
-    TBlock t = block_of(r);
-    return tblock_forward(&t, &r->blocks[layer], p, r->x[layer + 1], &r->x[layer + 2], w, err);
-}
-
 /* ln_f over every token, then the LM head: what backward needs of it is kept. Computes
- * nothing: see ModelRun. */
-static int head_forward(ModelRun *r, Work *w, Err *err) {
+ * nothing: see TfActs. */
+static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+    (void)p;
+    const TransformerConfig *c = r->config;
+    TfActs *a = r->own;
     size_t M = r->B * r->T;
-    r->ln_f = take(r, M * r->H), r->ln_f_mean = take(r, M), r->ln_f_rstd = take(r, M);
-    r->logits = take(r, M * r->V);
+    a->ln_f = run_take(r, M * r->H), a->ln_f_mean = run_take(r, M), a->ln_f_rstd = run_take(r, M);
+    r->logits = run_take(r, M * (size_t)c->vocab);
     head_work(r, w, WORK_FORWARD);
-    return act_check_taken((float *[]){r->ln_f, r->ln_f_mean, r->ln_f_rstd, r->logits}, 4, M, err);
-}
-
-static int tf_forward(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
-    if (module == 0) return embed_forward(r, w, err);
-    if (module <= r->c->layers) return block_forward(r, module - 1, params, w, err);
-    return head_forward(r, w, err);
-}
-
-/* Cross-entropy over every token's logits against its target: the gradient of the logits is
- * what it leaves (as the ViT's). Nothing holds values, so the loss reported is 0. */
-static float tf_loss(ModelRun *r, float grad_scale, Work *w) {
-    (void)grad_scale;
-    size_t n = r->B * r->T * r->V;
-    release(r, &r->dlogits);
-    r->dlogits = take(r, n);
-    w->kind = WORK_FORWARD;
-    w->flops = 8.0 * (double)n;
-    w->bytes = 8.0 * (double)n;
-    return 0.0f;
+    return act_check_taken((float *[]){a->ln_f, a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
 }
 
 /* ---------------------------------------------------------------- backward */
 
 /* The LM head's backward gives dL/d(ln_f's output), dln; ln_f's backward adds its share into
- * the residual stream's gradient, which starts here. Computes nothing: see ModelRun. */
-static int head_backward(ModelRun *r, Work *w, Err *err) {
+ * the residual stream's gradient, which starts here. Computes nothing: see TfActs. */
+static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+    (void)p, (void)g;
     size_t M = r->B * r->T;
-    float *dln = take(r, M * r->H);
-    r->grad = take(r, M * r->H);
+    float *dln = run_take(r, M * r->H);
+    r->grad = run_take(r, M * r->H);
     int rc = act_check_taken((float *[]){dln, r->grad}, 2, M, err);
-    release(r, &dln);
-    release_head(r);
+    run_release(r, &dln);
+    tstack_release_head(r);
     head_work(r, w, WORK_BACKWARD);
     return rc;
 }
 
-static int block_backward(ModelRun *r, int layer, float *const *p, float *const *g, Work *w,
-                          Err *err) {
-    TBlock t = block_of(r);
-    return tblock_backward(&t, &r->blocks[layer], p, g, &r->x[layer + 1], r->grad, w, err);
-}
-
 /* wte's gradient is a scatter-add of the stream's gradient over the ids, wpe's its sum over
- * the batch: no buffer of their own. Computes nothing: see ModelRun. */
-static int embed_backward(ModelRun *r, Work *w) {
+ * the batch: no buffer of their own. Computes nothing: see TfActs. */
+static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+    (void)p, (void)g, (void)err;
     embed_work(r, w, WORK_BACKWARD);
-    tf_discard(r); /* the batch is done: nothing it saved is needed any more */
     return 0;
 }
 
-static int tf_backward(ModelRun *r, int module, float *const *params, float *const *grads, Work *w,
-                       Err *err) {
-    if (module == 0) return embed_backward(r, w);
-    if (module <= r->c->layers) return block_backward(r, module - 1, params, grads, w, err);
-    return head_backward(r, w, err);
-}
-
-/* ---------------------------------------------------------------- activation checkpointing */
-
-static int tf_checkpoint(ModelRun *r, int module, Err *err) {
-    TBlock t = block_of(r);
-    return tblock_stack_checkpoint(&t, r->blocks, r->x, r->c->layers, module, err);
-}
-
-static int tf_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
-    TBlock t = block_of(r);
-    return tblock_stack_recompute(&t, r->blocks, r->x, r->c->layers, module, params, w, err);
-}
-
-/* ---------------------------------------------------------------- unit boundaries */
+/* ---------------------------------------------------------------- the model */
 
 /* The embedding's input is token ids, which mixed precision leaves alone (FSDP2 casts only
- * floating-point inputs), and has no gradient. */
-static float *tf_boundary(ModelRun *r, int m, BoundaryKind which, size_t *n) {
-    size_t hidden = r->B * r->T * r->H, logits = r->B * r->T * r->V;
-    int head = r->c->layers + 1;
-    *n = m == head && (which == BOUNDARY_OUTPUT || which == BOUNDARY_OUTPUT_GRAD) ? logits : hidden;
-    switch (which) {
-    case BOUNDARY_INPUT:
-        return m == 0 ? NULL : r->x[m];
-    case BOUNDARY_OUTPUT:
-        return m == head ? r->logits : r->x[m + 1];
-    case BOUNDARY_OUTPUT_GRAD:
-        return m == head ? r->dlogits : r->grad;
-    case BOUNDARY_INPUT_GRAD:
-        return m == 0 ? NULL : r->grad;
-    }
-    return NULL;
+ * floating-point inputs), and has no gradient: no .input. Cross-entropy over every token's
+ * logits against its target is charged, not computed (the loss reported is 0): no .loss. */
+static const TStackEnds transformer_ends = {
+    .name = "transformer",
+    .label = "transformer",
+    .embed_params = EMBED_PARAMS,
+    .head_params = HEAD_PARAMS,
+    .own_size = sizeof(TfActs),
+    .describe_embed = add_embed,
+    .describe_block = add_block,
+    .describe_head = add_head,
+    .set_batch = tf_set_batch,
+    .embed_forward = embed_forward,
+    .head_forward = head_forward,
+    .correct = NULL, /* a language model does not classify */
+    .head_backward = head_backward,
+    .embed_backward = embed_backward,
+    .release_input = release_input,
+    .release_head = release_head,
+};
+
+static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
+                         ModelRun **out, Err *err) {
+    const TransformerConfig *c = m->config;
+    if (!dev->accounting_only)
+        return err_set(err, ERR_USAGE,
+                       "the transformer model runs only in accounting-only runs (fsdp plan): "
+                       "there is no text data set here");
+    int rc = batch_fits(c, max_batch, err);
+    if (rc) return rc;
+    TStackShape shape = {.layers = c->layers,
+                         .tokens = (size_t)c->seq,
+                         .hidden = (size_t)c->hidden,
+                         .mlp = (size_t)c->mlp,
+                         .heads = (size_t)c->heads,
+                         .ln_eps = TF_LN_EPS,
+                         .outputs = (size_t)c->seq * (size_t)c->vocab};
+    return tstack_run_create(&transformer_ends, &shape, c, dev, k, out, err);
 }
 
-static const ModelOps transformer_ops = {
-    .run_create = tf_run_create,
-    .run_destroy = tf_run_destroy,
-    .set_batch = tf_set_batch,
-    .forward = tf_forward,
-    .loss = tf_loss,
-    .backward = tf_backward,
-    .correct = NULL, /* a language model does not classify */
-    .discard = tf_discard,
-    .checkpoint = tf_checkpoint,
-    .recompute = tf_recompute,
-    .boundary = tf_boundary,
-};
+static const ModelOps transformer_ops = TSTACK_MODEL_OPS(tf_run_create);
 
 int transformer_model_create(ModelDesc *m, const TransformerConfig *c, Err *err) {
     memset(m, 0, sizeof *m); /* a description a failure leaves is safe to free */
     int rc = transformer_config_check(c, err);
-    if (rc) return rc;
-    rc = model_desc_alloc(m, "transformer", EMBED_PARAMS + c->layers * TBLOCK_PARAMS + HEAD_PARAMS,
-                          c->layers + 2, c, sizeof *c, err);
-    if (rc) return rc;
-    ParamMaker pm = {.m = m};
-    add_embed(&pm, c);
-    for (int l = 0; l < c->layers; l++) add_block(&pm, c, l);
-    add_head(&pm, c);
-    m->ops = &transformer_ops;
-    return 0;
+    return rc ? rc
+              : tstack_model_create(m, &transformer_ends, &transformer_ops, c, sizeof *c, c->layers,
+                                    err);
 }

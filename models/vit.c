@@ -1,3 +1,5 @@
+/* vit: torchvision's VisionTransformer (models/vit.h): its configuration, its description and
+ * its two ends, the patch embedding with the class token and the classification head. */
 #include "models/vit.h"
 
 #include <math.h>
@@ -5,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/tblock.h"
+#include "models/tstack.h"
 
-/* Parameters of each module, in torchvision's state-dict order. */
+/* Parameters of the embedding and the head, in torchvision's state-dict order (an encoder
+ * block's are tblock's TBLOCK_*, in the same order). */
 enum { E_CLS, E_CONV_W, E_CONV_B, E_POS, EMBED_PARAMS };
-/* an encoder block's are tblock's TBLOCK_*, in the same order */
 enum { H_LN_W, H_LN_B, H_HEAD_W, H_HEAD_B, HEAD_PARAMS };
 
 #define VIT_LN_EPS 1e-6f
@@ -96,7 +98,8 @@ static float xavier_bound(double fan_in, double fan_out) {
     return (float)sqrt(6.0 / (fan_in + fan_out));
 }
 
-static void add_embed(ParamMaker *pm, const VitConfig *c) {
+static void add_embed(ParamMaker *pm, const void *config) {
+    const VitConfig *c = config;
     int64_t H = c->hidden, P = c->patch, T = vit_tokens(c);
     float conv_std = (float)sqrt(1.0 / (double)(P * P)); /* fan_in: 1 channel x P x P */
     param_maker_begin(pm, "embed", 0);
@@ -107,7 +110,8 @@ static void add_embed(ParamMaker *pm, const VitConfig *c) {
     param_maker_add(pm, "encoder.pos_embedding", 3, (int64_t[]){1, T, H}, INIT_NORMAL, 0, 0.02f);
 }
 
-static void add_block(ParamMaker *pm, const VitConfig *c, int layer) {
+static void add_block(ParamMaker *pm, const void *config, int layer) {
+    const VitConfig *c = config;
     static const char *const suffix[TBLOCK_PARAMS] = {
         "ln_1.weight",
         "ln_1.bias",
@@ -137,7 +141,8 @@ static void add_block(ParamMaker *pm, const VitConfig *c, int layer) {
     tblock_describe(pm, module, prefix, suffix, init, H, M);
 }
 
-static void add_head(ParamMaker *pm, const VitConfig *c) {
+static void add_head(ParamMaker *pm, const void *config) {
+    const VitConfig *c = config;
     int64_t H = c->hidden, K = c->classes;
     param_maker_begin(pm, "head", 0);
     param_maker_add(pm, "encoder.ln.weight", 1, (int64_t[]){H}, INIT_ONE, 0, 0);
@@ -148,97 +153,33 @@ static void add_head(ParamMaker *pm, const VitConfig *c) {
 
 /* ---------------------------------------------------------------- per-rank state */
 
-struct ModelRun {
-    const VitConfig *c;
-    Device *dev;
-    const Kernels *k;
-    size_t B, T, H;
-    float *images;   /* the batch, normalised [B, image*image] */
-    int32_t *labels; /* [B] */
-    float *patches;  /* the embedding's GEMM input [B*(T-1), P*P] */
-    float **x;       /* x[m]: input of module m, [B, T, H] (x[0] unused: the images) */
-    BlockActs *blocks;
+/* What the ViT's embedding and head hold for the current batch (ModelRun.own); the blocks'
+ * and the residual stream are the stack's. */
+typedef struct VitActs {
+    float *images;                                /* the batch, normalised [B, image*image] */
+    int32_t *labels;                              /* [B] */
+    float *patches;                               /* the embedding's GEMM input [B*(T-1), P*P] */
     float *cls, *head_ln, *head_mean, *head_rstd; /* the head's LayerNorm on class tokens */
-    float *logits, *dlogits;                      /* [B, classes] */
-    float *grad; /* dL/d(residual stream) flowing backward, updated in place */
-};
+} VitActs;
 
-static float *take(ModelRun *r, size_t n) {
-    return act_take(r->dev, n);
+static void release_input(ModelRun *r) {
+    VitActs *v = r->own;
+    run_release(r, &v->images);
+    run_release_ids(r, &v->labels);
+    run_release(r, &v->patches);
 }
 
-static void release(ModelRun *r, float **p) {
-    act_release(r->dev, p);
-}
-
-/* The shared block's view of this run's current batch. */
-static TBlock block_of(const ModelRun *r) {
-    return (TBlock){.dev = r->dev,
-                    .k = r->k,
-                    .B = r->B,
-                    .T = r->T,
-                    .H = r->H,
-                    .F = (size_t)r->c->mlp,
-                    .heads = (size_t)r->c->heads,
-                    .ln_eps = VIT_LN_EPS};
-}
-
-static void release_block(ModelRun *r, BlockActs *a) {
-    TBlock t = block_of(r);
-    tblock_release(&t, a);
-}
-
-static void release_labels(ModelRun *r) {
-    if (r->labels) r->dev->ops->free(r->dev, r->labels, -1);
-    r->labels = NULL;
-}
-
-static void vit_discard(ModelRun *r) {
-    release(r, &r->images);
-    release_labels(r);
-    release(r, &r->patches);
-    for (int m = 0; m < r->c->layers + 2; m++) release(r, &r->x[m]);
-    for (int l = 0; l < r->c->layers; l++) release_block(r, &r->blocks[l]);
-    float **head[] = {&r->cls,    &r->head_ln, &r->head_mean, &r->head_rstd,
-                      &r->logits, &r->dlogits, &r->grad};
-    for (size_t i = 0; i < sizeof head / sizeof *head; i++) release(r, head[i]);
-}
-
-static int vit_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
-                          ModelRun **out, Err *err) {
-    (void)max_batch;
-    ModelRun *r = calloc(1, sizeof *r);
-    const VitConfig *c = m->config;
-    if (r) {
-        r->x = calloc((size_t)c->layers + 2, sizeof *r->x);
-        r->blocks = calloc((size_t)c->layers, sizeof *r->blocks);
-    }
-    if (!r || !r->x || !r->blocks) {
-        if (r) free(r->x);
-        free(r);
-        return err_set(err, ERR_NOMEM, "out of memory creating the ViT's state");
-    }
-    r->c = c;
-    r->dev = dev;
-    r->k = k;
-    r->T = (size_t)vit_tokens(c);
-    r->H = (size_t)c->hidden;
-    *out = r;
-    return 0;
-}
-
-static void vit_run_destroy(ModelRun *r) {
-    if (!r) return;
-    vit_discard(r);
-    free(r->x);
-    free(r->blocks);
-    free(r);
+static void release_head(ModelRun *r) {
+    VitActs *v = r->own;
+    float **done[] = {&v->cls, &v->head_ln, &v->head_mean, &v->head_rstd};
+    for (size_t i = 0; i < sizeof done / sizeof *done; i++) run_release(r, done[i]);
 }
 
 /* Normalises the batch on the host as the workshop does, ToTensor (p / 255) then
  * Normalize(0.5, 0.5), and copies it and its labels to the device. */
 static int stage_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, size_t pixels,
                        Err *err) {
+    VitActs *v = r->own;
     float *images = malloc(n * pixels * sizeof *images);
     int32_t *labels = malloc(n * sizeof *labels);
     if (!images || !labels) {
@@ -252,26 +193,27 @@ static int stage_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n
         for (size_t j = 0; j < pixels; j++) dst[j] = ((float)src[j] / 255.0f - 0.5f) / 0.5f;
         labels[i] = ds->labels[idx[i]];
     }
-    r->dev->ops->copy(r->dev, r->images, images, n * pixels * sizeof *images);
-    r->dev->ops->copy(r->dev, r->labels, labels, n * sizeof *labels);
+    r->dev->ops->copy(r->dev, v->images, images, n * pixels * sizeof *images);
+    r->dev->ops->copy(r->dev, v->labels, labels, n * sizeof *labels);
     free(images);
     free(labels);
     return 0;
 }
 
 static int vit_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
-    const VitConfig *c = r->c;
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
     size_t pixels = (size_t)c->image * (size_t)c->image;
     if (!ds->pixels || ds->in_elems != pixels)
         return err_set(err, ERR_USAGE,
                        "the ViT needs %dx%d images; this data set has %zu values "
                        "a sample",
                        c->image, c->image, ds->in_elems);
-    vit_discard(r);
+    tstack_discard(r);
     r->B = n;
-    r->images = take(r, n * pixels);
-    r->labels = n ? r->dev->ops->alloc(r->dev, n * sizeof(int32_t), MEM_ACTIVATIONS, -1) : NULL;
-    if (n && (!r->images || !r->labels))
+    v->images = run_take(r, n * pixels);
+    v->labels = run_take_ids(r, n);
+    if (n && (!v->images || !v->labels))
         return err_set(err, ERR_NOMEM, "out of memory for a batch of %zu images", n);
     /* an accounting-only device stores nothing: the buffers are charged, nothing is staged */
     return n && !r->dev->accounting_only ? stage_batch(r, ds, idx, n, pixels, err) : 0;
@@ -290,185 +232,149 @@ static void small_work(const ModelRun *r, Work *w, WorkKind kind, double flops) 
 /* ---------------------------------------------------------------- forward */
 
 static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
     const Kernels *k = r->k;
-    size_t P = (size_t)r->c->patch, np = r->T - 1, M = r->B * np;
-    r->patches = take(r, M * P * P);
-    float *pout = take(r, M * r->H);
-    r->x[1] = take(r, r->B * r->T * r->H);
-    int rc = act_check_taken((float *[]){r->patches, pout, r->x[1]}, 3, M, err);
+    size_t P = (size_t)c->patch, np = r->T - 1, M = r->B * np;
+    v->patches = run_take(r, M * P * P);
+    float *pout = run_take(r, M * r->H);
+    r->x[1] = run_take(r, r->B * r->T * r->H);
+    int rc = act_check_taken((float *[]){v->patches, pout, r->x[1]}, 3, M, err);
     if (!rc && M) {
-        k->patchify(r->patches, r->images, r->B, (size_t)r->c->image, P);
-        k->linear_forward(pout, r->patches, p[E_CONV_W], p[E_CONV_B], M, P * P, r->H);
+        k->patchify(v->patches, v->images, r->B, (size_t)c->image, P);
+        k->linear_forward(pout, v->patches, p[E_CONV_W], p[E_CONV_B], M, P * P, r->H);
         k->embed_forward(r->x[1], pout, p[E_CLS], p[E_POS], r->B, r->T, r->H);
     }
-    release(r, &pout);
-    release(r, &r->images); /* the patches are all backward needs */
+    run_release(r, &pout);
+    run_release(r, &v->images); /* the patches are all backward needs */
     small_work(r, w, WORK_FORWARD, 2.0 * (double)(M * P * P * r->H));
     return rc;
 }
 
-static int block_forward(ModelRun *r, int layer, float *const *p, Work *w, Err *err) {
-    TBlock t = block_of(r);
-    return tblock_forward(&t, &r->blocks[layer], p, r->x[layer + 1], &r->x[layer + 2], w, err);
-}
-
 static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
     const Kernels *k = r->k;
-    size_t B = r->B, H = r->H, K = (size_t)r->c->classes;
-    r->cls = take(r, B * H), r->head_ln = take(r, B * H);
-    r->head_mean = take(r, B), r->head_rstd = take(r, B), r->logits = take(r, B * K);
-    int rc = act_check_taken((float *[]){r->cls, r->head_ln, r->head_mean, r->head_rstd, r->logits},
+    size_t B = r->B, H = r->H, K = (size_t)c->classes;
+    v->cls = run_take(r, B * H), v->head_ln = run_take(r, B * H);
+    v->head_mean = run_take(r, B), v->head_rstd = run_take(r, B), r->logits = run_take(r, B * K);
+    int rc = act_check_taken((float *[]){v->cls, v->head_ln, v->head_mean, v->head_rstd, r->logits},
                              5, B, err);
     small_work(r, w, WORK_FORWARD, 2.0 * (double)(B * H * K));
     if (rc || !B) return rc;
     /* torchvision normalises every token and then keeps the class token's row; only that row
      * reaches the loss, so normalising it alone is the same function and the same gradient */
-    k->class_token_select(r->cls, r->x[r->c->layers + 1], B, r->T, H);
-    k->layernorm_forward(r->head_ln, r->head_mean, r->head_rstd, r->cls, p[H_LN_W], p[H_LN_B], B, H,
+    k->class_token_select(v->cls, r->x[c->layers + 1], B, r->T, H);
+    k->layernorm_forward(v->head_ln, v->head_mean, v->head_rstd, v->cls, p[H_LN_W], p[H_LN_B], B, H,
                          VIT_LN_EPS);
-    k->linear_forward(r->logits, r->head_ln, p[H_HEAD_W], p[H_HEAD_B], B, H, K);
+    k->linear_forward(r->logits, v->head_ln, p[H_HEAD_W], p[H_HEAD_B], B, H, K);
     return 0;
 }
 
-static int vit_forward(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
-    if (module == 0) return embed_forward(r, params, w, err);
-    if (module <= r->c->layers) return block_forward(r, module - 1, params, w, err);
-    return head_forward(r, params, w, err);
-}
-
-static float vit_loss(ModelRun *r, float grad_scale, Work *w) {
-    size_t K = (size_t)r->c->classes;
-    release(r, &r->dlogits);
-    r->dlogits = take(r, r->B * K);
-    w->kind = WORK_FORWARD;
-    w->flops = 8.0 * (double)(r->B * K);
-    w->bytes = 8.0 * (double)(r->B * K);
-    if (!r->B || !r->dlogits) return 0.0f;
-    return r->k->cross_entropy(r->dlogits, r->logits, r->labels, r->B, K, grad_scale);
+static float vit_loss(ModelRun *r, float grad_scale) {
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
+    return r->k->cross_entropy(r->dlogits, r->logits, v->labels, r->B, (size_t)c->classes,
+                               grad_scale);
 }
 
 static size_t vit_correct(ModelRun *r) {
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
     if (!r->B || !r->logits) return 0;
-    return r->k->count_correct(r->logits, r->labels, r->B, (size_t)r->c->classes);
+    return r->k->count_correct(r->logits, v->labels, r->B, (size_t)c->classes);
 }
 
 /* ---------------------------------------------------------------- backward */
 
 static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
     const Kernels *k = r->k;
-    size_t B = r->B, H = r->H, K = (size_t)r->c->classes;
-    float *dln = take(r, B * H), *dcls = take(r, B * H);
-    r->grad = take(r, B * r->T * H);
+    size_t B = r->B, H = r->H, K = (size_t)c->classes;
+    float *dln = run_take(r, B * H), *dcls = run_take(r, B * H);
+    r->grad = run_take(r, B * r->T * H);
     int rc = act_check_taken((float *[]){dln, dcls, r->grad}, 3, B, err);
     if (!rc && B) {
-        k->linear_backward(dln, g[H_HEAD_W], g[H_HEAD_B], r->dlogits, r->head_ln, p[H_HEAD_W], B, H,
+        k->linear_backward(dln, g[H_HEAD_W], g[H_HEAD_B], r->dlogits, v->head_ln, p[H_HEAD_W], B, H,
                            K);
         k->zero(dcls, B * H);
-        k->layernorm_backward(dcls, g[H_LN_W], g[H_LN_B], dln, r->cls, r->head_mean, r->head_rstd,
+        k->layernorm_backward(dcls, g[H_LN_W], g[H_LN_B], dln, v->cls, v->head_mean, v->head_rstd,
                               p[H_LN_W], B, H);
         k->zero(r->grad, B * r->T * H);
         k->class_token_select_backward(r->grad, dcls, B, r->T, H);
     }
-    release(r, &dln);
-    release(r, &dcls);
-    float **done[] = {&r->cls,    &r->head_ln, &r->head_mean,          &r->head_rstd,
-                      &r->logits, &r->dlogits, &r->x[r->c->layers + 1]};
-    for (size_t i = 0; i < sizeof done / sizeof *done; i++) release(r, done[i]);
+    run_release(r, &dln);
+    run_release(r, &dcls);
+    tstack_release_head(r);
     small_work(r, w, WORK_BACKWARD, 2.0 * (double)(B * H * K));
     return rc;
 }
 
-/* The residual stream's gradient r->grad arrives as dL/d(output) and leaves, updated in place,
- * as dL/d(input). */
-static int block_backward(ModelRun *r, int layer, float *const *p, float *const *g, Work *w,
-                          Err *err) {
-    TBlock t = block_of(r);
-    return tblock_backward(&t, &r->blocks[layer], p, g, &r->x[layer + 1], r->grad, w, err);
-}
-
 static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+    const VitConfig *c = r->config;
+    VitActs *v = r->own;
     const Kernels *k = r->k;
-    size_t P = (size_t)r->c->patch, M = r->B * (r->T - 1);
-    float *dpout = take(r, M * r->H);
+    size_t P = (size_t)c->patch, M = r->B * (r->T - 1);
+    float *dpout = run_take(r, M * r->H);
     int rc = act_check_taken((float *[]){dpout}, 1, M, err);
     if (!rc && M) {
         k->embed_backward(g[E_CLS], g[E_POS], dpout, r->grad, r->B, r->T, r->H);
-        k->linear_backward(NULL, g[E_CONV_W], g[E_CONV_B], dpout, r->patches, p[E_CONV_W], M, P * P,
+        k->linear_backward(NULL, g[E_CONV_W], g[E_CONV_B], dpout, v->patches, p[E_CONV_W], M, P * P,
                            r->H);
     }
-    release(r, &dpout);
-    vit_discard(r); /* the batch is done: nothing it saved is needed any more */
+    run_release(r, &dpout);
     small_work(r, w, WORK_BACKWARD, 2.0 * (double)(M * P * P * r->H));
     return rc;
 }
 
-static int vit_backward(ModelRun *r, int module, float *const *params, float *const *grads, Work *w,
-                        Err *err) {
-    if (module == 0) return embed_backward(r, params, grads, w, err);
-    if (module <= r->c->layers) return block_backward(r, module - 1, params, grads, w, err);
-    return head_backward(r, params, grads, w, err);
+/* ---------------------------------------------------------------- the model */
+
+static float *vit_input(ModelRun *r, size_t *n) {
+    const VitConfig *c = r->config;
+    *n = r->B * (size_t)c->image * (size_t)c->image;
+    return ((VitActs *)r->own)->images;
 }
 
-/* ---------------------------------------------------------------- activation checkpointing */
-
-/* A block keeps only its input x[layer + 1] (tblock_checkpoint). */
-static int vit_checkpoint(ModelRun *r, int module, Err *err) {
-    TBlock t = block_of(r);
-    return tblock_stack_checkpoint(&t, r->blocks, r->x, r->c->layers, module, err);
-}
-
-static int vit_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
-    TBlock t = block_of(r);
-    return tblock_stack_recompute(&t, r->blocks, r->x, r->c->layers, module, params, w, err);
-}
-
-/* ---------------------------------------------------------------- unit boundaries */
-
-static float *vit_boundary(ModelRun *r, int m, BoundaryKind which, size_t *n) {
-    size_t hidden = r->B * r->T * r->H, logits = r->B * (size_t)r->c->classes;
-    int head = r->c->layers + 1;
-    *n = hidden;
-    switch (which) {
-    case BOUNDARY_INPUT:
-        if (m == 0) *n = r->B * (size_t)r->c->image * (size_t)r->c->image;
-        return m == 0 ? r->images : r->x[m];
-    case BOUNDARY_OUTPUT:
-        if (m == head) *n = logits;
-        return m == head ? r->logits : r->x[m + 1];
-    case BOUNDARY_OUTPUT_GRAD:
-        if (m == head) *n = logits;
-        return m == head ? r->dlogits : r->grad;
-    case BOUNDARY_INPUT_GRAD:
-        return m == 0 ? NULL : r->grad;
-    }
-    return NULL;
-}
-
-static const ModelOps vit_ops = {
-    .run_create = vit_run_create,
-    .run_destroy = vit_run_destroy,
+static const TStackEnds vit_ends = {
+    .name = "vit",
+    .label = "ViT",
+    .embed_params = EMBED_PARAMS,
+    .head_params = HEAD_PARAMS,
+    .own_size = sizeof(VitActs),
+    .describe_embed = add_embed,
+    .describe_block = add_block,
+    .describe_head = add_head,
     .set_batch = vit_set_batch,
-    .forward = vit_forward,
+    .embed_forward = embed_forward,
+    .head_forward = head_forward,
     .loss = vit_loss,
-    .backward = vit_backward,
     .correct = vit_correct,
-    .discard = vit_discard,
-    .checkpoint = vit_checkpoint,
-    .recompute = vit_recompute,
-    .boundary = vit_boundary,
+    .head_backward = head_backward,
+    .embed_backward = embed_backward,
+    .release_input = release_input,
+    .release_head = release_head,
+    .input = vit_input,
 };
+
+static int vit_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
+                          ModelRun **out, Err *err) {
+    (void)max_batch;
+    const VitConfig *c = m->config;
+    TStackShape shape = {.layers = c->layers,
+                         .tokens = (size_t)vit_tokens(c),
+                         .hidden = (size_t)c->hidden,
+                         .mlp = (size_t)c->mlp,
+                         .heads = (size_t)c->heads,
+                         .ln_eps = VIT_LN_EPS,
+                         .outputs = (size_t)c->classes};
+    return tstack_run_create(&vit_ends, &shape, c, dev, k, out, err);
+}
+
+static const ModelOps vit_ops = TSTACK_MODEL_OPS(vit_run_create);
 
 int vit_model_create(ModelDesc *m, const VitConfig *c, Err *err) {
     memset(m, 0, sizeof *m); /* a description a failure leaves is safe to free */
     int rc = vit_config_check(c, err);
-    if (rc) return rc;
-    rc = model_desc_alloc(m, "vit", EMBED_PARAMS + c->layers * TBLOCK_PARAMS + HEAD_PARAMS,
-                          c->layers + 2, c, sizeof *c, err);
-    if (rc) return rc;
-    ParamMaker pm = {.m = m};
-    add_embed(&pm, c);
-    for (int l = 0; l < c->layers; l++) add_block(&pm, c, l);
-    add_head(&pm, c);
-    m->ops = &vit_ops;
-    return 0;
+    return rc ? rc : tstack_model_create(m, &vit_ends, &vit_ops, c, sizeof *c, c->layers, err);
 }

@@ -1,9 +1,10 @@
+/* device_cuda: the device interface on one NVIDIA GPU: a caching allocator charging every byte
+ * by category, three CUDA streams joined by events, and spans timed into the trace. */
 #include "runtime/device_cuda.h"
 
 #include <cuda_runtime_api.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Blocks are rounded up so that near sizes share a free list. */
 enum { ALIGN = 512, EVENT_RING = 8192, PENDING_MAX = 2048, MAX_SIZES = 512 };
@@ -28,11 +29,9 @@ typedef struct Pending {
 } Pending;
 
 struct CudaDevice {
-    Device base;
+    Device base; /* its memory: every byte charged, as device_sim charges them */
     cudaStream_t stream[STREAM_COUNT];
     TraceBuf *trace;
-    /* accounting, as device_sim keeps it */
-    size_t in_use[MEM_CATEGORY_COUNT], total, peak, at_peak[MEM_CATEGORY_COUNT];
     /* the allocator: every block by pointer (open addressing), free lists by size */
     Block *blocks;
     size_t nblocks, cap;
@@ -179,15 +178,6 @@ static size_t rounded(size_t bytes) {
     return (bytes + ALIGN - 1) / ALIGN * ALIGN;
 }
 
-static void charge(CudaDevice *d, int cat, size_t bytes, int sign) {
-    d->in_use[cat] = sign > 0 ? d->in_use[cat] + bytes : d->in_use[cat] - bytes;
-    d->total = sign > 0 ? d->total + bytes : d->total - bytes;
-    if (d->total > d->peak) {
-        d->peak = d->total;
-        memcpy(d->at_peak, d->in_use, sizeof d->at_peak);
-    }
-}
-
 static void *cuda_alloc(Device *base, size_t bytes, MemCategory cat, int unit) {
     CudaDevice *d = dev_of(base);
     /* host offload (pinned host memory, an optimizer step on the CPU) is not built for the
@@ -207,12 +197,14 @@ static void *cuda_alloc(Device *base, size_t bytes, MemCategory cat, int unit) {
         }
     }
     b->category = (int)cat;
-    charge(d, cat, size, +1);
-    trace_enqueue(
-        d, STREAM_COMPUTE,
-        (TraceEvent){
-            .bytes = size, .mem_total = d->total, .kind = EV_ALLOC, .unit = unit, .category = cat},
-        1);
+    mem_account_charge(&base->memory, cat, size);
+    trace_enqueue(d, STREAM_COMPUTE,
+                  (TraceEvent){.bytes = size,
+                               .mem_total = base->memory.total,
+                               .kind = EV_ALLOC,
+                               .unit = unit,
+                               .category = cat},
+                  1);
     return p;
 }
 
@@ -222,11 +214,11 @@ static void cuda_free(Device *base, void *p, int unit) {
     Block *b = find_block(d, p);
     if (!b || b->category < 0) return; /* not ours, or freed twice: leave it alone */
     int cat = b->category;
-    charge(d, cat, b->bytes, -1);
+    mem_account_uncharge(&base->memory, (MemCategory)cat, b->bytes);
     b->category = -1;
     trace_enqueue(d, STREAM_COMPUTE,
                   (TraceEvent){.bytes = b->bytes,
-                               .mem_total = d->total,
+                               .mem_total = base->memory.total,
                                .kind = EV_FREE,
                                .unit = unit,
                                .category = cat},
@@ -252,7 +244,7 @@ static void cuda_run(Device *base, StreamId s, const Work *w) {
     CudaDevice *d = dev_of(base);
     trace_enqueue(d, s,
                   (TraceEvent){.bytes = (unsigned long long)w->bytes,
-                               .mem_total = d->total,
+                               .mem_total = base->memory.total,
                                .kind = event_kind_of_work(w->kind),
                                .unit = w->unit,
                                .category = -1},
@@ -280,24 +272,6 @@ static double cuda_now(Device *base, StreamId s) {
     return seconds_at(d, e);
 }
 
-static size_t cuda_bytes_in_use(Device *base, MemCategory c) {
-    return dev_of(base)->in_use[c];
-}
-
-static size_t cuda_peak_bytes(Device *base) {
-    return dev_of(base)->peak;
-}
-
-static size_t cuda_peak_by_category(Device *base, MemCategory c) {
-    return dev_of(base)->at_peak[c];
-}
-
-static void cuda_reset_peak(Device *base) {
-    CudaDevice *d = dev_of(base);
-    d->peak = d->total;
-    memcpy(d->at_peak, d->in_use, sizeof d->at_peak);
-}
-
 static const DeviceOps cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -306,10 +280,10 @@ static const DeviceOps cuda_ops = {
     .event_record = cuda_event_record,
     .stream_wait = cuda_stream_wait,
     .now = cuda_now,
-    .bytes_in_use = cuda_bytes_in_use,
-    .peak_bytes = cuda_peak_bytes,
-    .peak_bytes_by_category = cuda_peak_by_category,
-    .reset_peak = cuda_reset_peak,
+    .bytes_in_use = device_bytes_in_use,
+    .peak_bytes = device_peak_bytes,
+    .peak_bytes_by_category = device_peak_bytes_by_category,
+    .reset_peak = device_reset_peak,
 };
 
 /* ---------------------------------------------------------------- lifetime */
@@ -374,11 +348,13 @@ void *device_cuda_stream(CudaDevice *d, StreamId s) {
 }
 
 void device_cuda_trace_span(CudaDevice *d, StreamId s, EventKind kind, int unit, size_t bytes) {
-    trace_enqueue(
-        d, s,
-        (TraceEvent){
-            .bytes = bytes, .mem_total = d->total, .kind = kind, .unit = unit, .category = -1},
-        0);
+    trace_enqueue(d, s,
+                  (TraceEvent){.bytes = bytes,
+                               .mem_total = d->base.memory.total,
+                               .kind = kind,
+                               .unit = unit,
+                               .category = -1},
+                  0);
 }
 
 int device_cuda_status(CudaDevice *d, Err *err) {

@@ -1,3 +1,5 @@
+/* device_sim: a simulated rank's device: malloc'd memory charged by category, a cache of freed
+ * blocks, and time from the cost model (sim/device_sim.h says more). */
 #include "sim/device_sim.h"
 
 #include <stdlib.h>
@@ -24,7 +26,7 @@ static void trace_memory(SimDevice *s, EventKind kind, size_t bytes, int cat, in
     TraceEvent e = {.start = t,
                     .end = t,
                     .bytes = bytes,
-                    .mem_total = s->total,
+                    .mem_total = s->base.memory.total,
                     .kind = kind,
                     .unit = unit,
                     .stream = STREAM_COMPUTE,
@@ -71,14 +73,9 @@ static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     if (!h && !(h = malloc(sizeof *h + held))) return NULL;
     h->bytes = bytes;
     h->category = cat;
-    s->in_use[cat] += bytes;
-    if (cat == MEM_COMPUTE_COPY) return h + 1; /* emulation's own, not the modelled GPU's */
-    s->total += bytes;
-    if (s->total > s->peak) {
-        s->peak = s->total;
-        memcpy(s->at_peak, s->in_use, sizeof s->at_peak);
-    }
-    trace_memory(s, EV_ALLOC, bytes, cat, unit);
+    mem_account_charge(&d->memory, cat, bytes);
+    /* emulation's own copies are not the modelled GPU's: no event */
+    if (mem_account_counts(&d->memory, cat)) trace_memory(s, EV_ALLOC, bytes, cat, unit);
     return h + 1;
 }
 
@@ -86,11 +83,9 @@ static void sim_free(Device *d, void *p, int unit) {
     if (!p) return;
     SimDevice *s = sim(d);
     BlockHeader *h = (BlockHeader *)p - 1;
-    s->in_use[h->category] -= h->bytes;
-    if (h->category != MEM_COMPUTE_COPY) {
-        s->total -= h->bytes;
+    mem_account_uncharge(&d->memory, h->category, h->bytes);
+    if (mem_account_counts(&d->memory, h->category))
         trace_memory(s, EV_FREE, h->bytes, h->category, unit);
-    }
     /* a header-only block must never serve a request of its charged size */
     if (h->category == MEM_NVME || d->accounting_only || !cache_put(s, h)) free(h);
 }
@@ -108,7 +103,7 @@ static void sim_run(Device *d, StreamId st, const Work *w) {
         TraceEvent e = {.start = start,
                         .end = end,
                         .bytes = (unsigned long long)w->bytes,
-                        .mem_total = s->total,
+                        .mem_total = d->memory.total,
                         .kind = event_kind_of_work(w->kind),
                         .unit = w->unit,
                         .stream = st,
@@ -131,24 +126,6 @@ static double sim_now(Device *d, StreamId st) {
     return sim(d)->clock->stream_time[st];
 }
 
-static size_t sim_bytes_in_use(Device *d, MemCategory c) {
-    return sim(d)->in_use[c];
-}
-
-static size_t sim_peak(Device *d) {
-    return sim(d)->peak;
-}
-
-static size_t sim_peak_by_category(Device *d, MemCategory c) {
-    return sim(d)->at_peak[c];
-}
-
-static void sim_reset_peak(Device *d) {
-    SimDevice *s = sim(d);
-    s->peak = s->total;
-    memcpy(s->at_peak, s->in_use, sizeof s->at_peak);
-}
-
 static const DeviceOps sim_device_ops = {
     .alloc = sim_alloc,
     .free = sim_free,
@@ -157,10 +134,10 @@ static const DeviceOps sim_device_ops = {
     .event_record = sim_event_record,
     .stream_wait = sim_stream_wait,
     .now = sim_now,
-    .bytes_in_use = sim_bytes_in_use,
-    .peak_bytes = sim_peak,
-    .peak_bytes_by_category = sim_peak_by_category,
-    .reset_peak = sim_reset_peak,
+    .bytes_in_use = device_bytes_in_use,
+    .peak_bytes = device_peak_bytes,
+    .peak_bytes_by_category = device_peak_bytes_by_category,
+    .reset_peak = device_reset_peak,
 };
 
 void device_sim_release(SimDevice *d) {
@@ -181,6 +158,7 @@ void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
     d->base.rank = rank;
     d->base.impl = d;
     d->base.host_addressable = 1;
+    d->base.memory.compute_copies_apart = 1;
     d->clock = clock;
     d->trace = trace;
     d->profile = profile;

@@ -22,13 +22,10 @@ typedef struct SimBlockCache {
 enum { SIM_CACHE_SIZES = 64 };
 
 typedef struct SimDevice {
-    Device base;
+    Device base; /* its memory: every byte charged, MEM_COMPUTE_COPY apart */
     SimClock *clock;
     TraceBuf *trace; /* may be NULL */
     const Profile *profile;
-    size_t in_use[MEM_CATEGORY_COUNT];
-    size_t total, peak;
-    size_t at_peak[MEM_CATEGORY_COUNT]; /* breakdown when the total peaked */
     SimBlockCache cache[SIM_CACHE_SIZES];
     int ncache;
     size_t cached; /* bytes held in the cache: resident, not charged to any category */

@@ -125,6 +125,90 @@ __device__ inline void softmax_grad_rows(float *G, const float *P, int ld, int r
     }
 }
 
+// The products below add their terms in index order, one thread per output, so every caller
+// gets the bits its own loop would.
+
+// sum over s < T of w[s] * x[s * ld]: a row of weights times a column (stride ld).
+__device__ inline float weights_dot_column(const float *w, const float *x, int ld, int T) {
+    float sum = 0.0f;
+    for (int s = 0; s < T; s++) sum += w[s] * x[s * ld];
+    return sum;
+}
+
+// S[t * ld + s] = A[t] . X[s] over D columns, for t, s < T (A X^T; rows of stride Dp).
+__device__ inline void rows_dot_rows(float *S, int ld, const float *A, const float *X, int T, int D,
+                                     int Dp) {
+    for (int i = threadIdx.x; i < T * T; i += blockDim.x) {
+        const int t = i / T, s = i - t * T;
+        const float *a = A + t * Dp, *x = X + s * Dp;
+        float acc = 0.0f;
+        for (int d = 0; d < D; d++) acc += a[d] * x[d];
+        S[t * ld + s] = acc;
+    }
+}
+
+// out[t * stride + d] = sum over s < T of W[t * ld + s] * X[s * Dp + d], for t < T, d < D (W X).
+__device__ inline void weights_times_rows(float *out, size_t stride, const float *W, int ld,
+                                          const float *X, int T, int D, int Dp) {
+    for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
+        const int t = i / D, d = i - t * D;
+        out[(size_t)t * stride + d] = weights_dot_column(W + t * ld, X + d, Dp, T);
+    }
+}
+
+// out[s * stride + d] = sum over t < T of W[t * ld + s] * X[t * Dp + d], for s < T, d < D
+// (W^T X).
+__device__ inline void weights_t_times_rows(float *out, size_t stride, const float *W, int ld,
+                                            const float *X, int T, int D, int Dp) {
+    for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
+        const int s = i / D, d = i - s * D;
+        float acc = 0.0f;
+        for (int t = 0; t < T; t++) acc += W[t * ld + s] * X[t * Dp + d];
+        out[(size_t)s * stride + d] = acc;
+    }
+}
+
+// The tiled kernels' A X^T: S[tt * ld + s] = A[tt] . X[s] over D columns for tt < nt query rows
+// and s < T, A's rows from a (stride a_stride) and X's from x (stride x_stride), streamed
+// through shared memory CHUNK columns at a time (ac: [TILE_ROWS][CHUNK + 1], xc: [T][CHUNK + 1]).
+// Each thread keeps its TILE_PAIRS sums in registers across the chunks.
+template <int CHUNK>
+__device__ inline void tile_rows_dot_rows(float *S, int ld, float *ac, float *xc, const float *a,
+                                          size_t a_stride, const float *x, size_t x_stride, int nt,
+                                          int T, int D) {
+    constexpr int LD = CHUNK + 1;
+    const int npairs = nt * T;
+    float acc[TILE_PAIRS];
+#pragma unroll
+    for (int j = 0; j < TILE_PAIRS; j++) acc[j] = 0.0f;
+    for (int d0 = 0; d0 < D; d0 += CHUNK) {
+        __syncthreads();
+        load_chunk(ac, LD, CHUNK, a, a_stride, TILE_ROWS, nt, d0, D);
+        load_chunk(xc, LD, CHUNK, x, x_stride, T, T, d0, D);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < TILE_PAIRS; j++) {
+            const int i = threadIdx.x + j * ATTN_THREADS;
+            if (i < npairs) {
+                const int tt = i / T, s = i - tt * T;
+                const float *ar = ac + tt * LD, *xr = xc + s * LD;
+                float sum = acc[j];
+#pragma unroll
+                for (int dd = 0; dd < CHUNK; dd++) sum += ar[dd] * xr[dd];
+                acc[j] = sum;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < TILE_PAIRS; j++) {
+        const int i = threadIdx.x + j * ATTN_THREADS;
+        if (i < npairs) {
+            const int tt = i / T, s = i - tt * T;
+            S[tt * ld + s] = acc[j];
+        }
+    }
+}
+
 // ---- resident kernels: one block per (sample, head), grid B * heads ----
 
 __global__ void __launch_bounds__(ATTN_THREADS)
@@ -142,25 +226,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     load_rows(qv, Dp, q, C3, T, D);
     load_rows(ks, Dp, q + C, C3, T, D);
     __syncthreads();
-    for (int i = threadIdx.x; i < T * T; i += blockDim.x) {
-        const int t = i / T, s = i - t * T;
-        const float *qt = qv + t * Dp, *kt = ks + s * Dp;
-        float acc = 0.0f;
-        for (int d = 0; d < D; d++) acc += qt[d] * kt[d];
-        S[t * Tp + s] = acc;
-    }
+    rows_dot_rows(S, Tp, qv, ks, T, D, Dp);
     __syncthreads();
     load_rows(qv, Dp, q + 2 * (size_t)C, C3, T, D); // v, while the rows are normalised
     softmax_rows(S, Tp, T, T, scale, probs + (size_t)pair * T * T);
     __syncthreads();
-    float *o = out + (size_t)b * T * C + (size_t)h * D;
-    for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
-        const int t = i / D, d = i - t * D;
-        const float *p = S + t * Tp;
-        float acc = 0.0f;
-        for (int s = 0; s < T; s++) acc += p[s] * qv[s * Dp + d];
-        o[(size_t)t * C + d] = acc;
-    }
+    weights_times_rows(out + (size_t)b * T * C + (size_t)h * D, (size_t)C, S, Tp, qv, T, D, Dp);
 }
 
 __global__ void __launch_bounds__(ATTN_THREADS)
@@ -184,38 +255,16 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     load_rows(P, Tp, Pg, T, T, T);
     __syncthreads();
     // dP = dout v^T, and dv = P^T dout (both read only dout, v and P)
-    for (int i = threadIdx.x; i < T * T; i += blockDim.x) {
-        const int t = i / T, s = i - t * T;
-        const float *gt = A + t * Dp, *vs = Bv + s * Dp;
-        float acc = 0.0f;
-        for (int d = 0; d < D; d++) acc += gt[d] * vs[d];
-        G[t * Tp + s] = acc;
-    }
-    for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
-        const int s = i / D, d = i - s * D;
-        float acc = 0.0f;
-        for (int t = 0; t < T; t++) acc += P[t * Tp + s] * A[t * Dp + d];
-        dv[(size_t)s * C3 + d] = acc;
-    }
+    rows_dot_rows(G, Tp, A, Bv, T, D, Dp);
+    weights_t_times_rows(dv, C3, P, Tp, A, T, D, Dp);
     __syncthreads();
     softmax_grad_rows(G, P, Tp, T, T, scale);
     load_rows(A, Dp, q, C3, T, D);
     load_rows(Bv, Dp, q + C, C3, T, D);
     __syncthreads();
     // dq = dS k, dk = dS^T q (dS has the 1/sqrt(D) in it)
-    for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
-        const int t = i / D, d = i - t * D;
-        const float *g = G + t * Tp;
-        float acc = 0.0f;
-        for (int s = 0; s < T; s++) acc += g[s] * Bv[s * Dp + d];
-        dq[(size_t)t * C3 + d] = acc;
-    }
-    for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
-        const int s = i / D, d = i - s * D;
-        float acc = 0.0f;
-        for (int t = 0; t < T; t++) acc += G[t * Tp + s] * A[t * Dp + d];
-        dk[(size_t)s * C3 + d] = acc;
-    }
+    weights_times_rows(dq, C3, G, Tp, Bv, T, D, Dp);
+    weights_t_times_rows(dk, C3, G, Tp, A, T, D, Dp);
 }
 
 // ---- tiled kernels: any T <= KERNELS_MAX_TOKENS and any D within 48 KiB ----
@@ -235,36 +284,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     float *qc = S + TILE_ROWS * Tp; // q chunk: [TILE_ROWS][FWD_CHUNK_LD]
     float *xc = qc + TILE_ROWS * FWD_CHUNK_LD; // k or v chunk: [T][FWD_CHUNK_LD]
 
-    const int npairs = nt * T;
-    float acc[TILE_PAIRS];
-#pragma unroll
-    for (int j = 0; j < TILE_PAIRS; j++) acc[j] = 0.0f;
-    for (int d0 = 0; d0 < D; d0 += FWD_CHUNK) {
-        __syncthreads();
-        load_chunk(qc, FWD_CHUNK_LD, FWD_CHUNK, q + (size_t)t0 * C3, C3, TILE_ROWS, nt, d0, D);
-        load_chunk(xc, FWD_CHUNK_LD, FWD_CHUNK, q + C, C3, T, T, d0, D);
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < TILE_PAIRS; j++) {
-            const int i = threadIdx.x + j * ATTN_THREADS;
-            if (i < npairs) {
-                const int tt = i / T, s = i - tt * T;
-                const float *a = qc + tt * FWD_CHUNK_LD, *k = xc + s * FWD_CHUNK_LD;
-                float sum = acc[j];
-#pragma unroll
-                for (int dd = 0; dd < FWD_CHUNK; dd++) sum += a[dd] * k[dd];
-                acc[j] = sum;
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < TILE_PAIRS; j++) {
-        const int i = threadIdx.x + j * ATTN_THREADS;
-        if (i < npairs) {
-            const int tt = i / T, s = i - tt * T;
-            S[tt * Tp + s] = acc[j];
-        }
-    }
+    // the tile's scores = q k^T
+    tile_rows_dot_rows<FWD_CHUNK>(S, Tp, qc, xc, q + (size_t)t0 * C3, C3, q + C, C3, nt, T, D);
     __syncthreads();
     softmax_rows(S, Tp, nt, T, scale, probs + ((size_t)pair * T + t0) * T);
     float *o = out + ((size_t)b * T + t0) * C + (size_t)h * D;
@@ -273,12 +294,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
         __syncthreads();
         load_chunk(xc, FWD_CHUNK_LD, FWD_CHUNK, q + 2 * (size_t)C, C3, T, T, d0, D);
         __syncthreads();
-        if (tt < nt && d0 + dd < D) {
-            const float *p = S + tt * Tp;
-            float sum = 0.0f;
-            for (int s = 0; s < T; s++) sum += p[s] * xc[s * FWD_CHUNK_LD + dd];
-            o[(size_t)tt * C + d0 + dd] = sum;
-        }
+        if (tt < nt && d0 + dd < D)
+            o[(size_t)tt * C + d0 + dd] = weights_dot_column(S + tt * Tp, xc + dd, FWD_CHUNK_LD, T);
     }
 }
 
@@ -301,39 +318,12 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     float *bc = ac + TILE_ROWS * BWD_CHUNK_LD; // q chunk of the tile: [TILE_ROWS][BWD_CHUNK_LD]
 
     for (int t0 = 0; t0 < T; t0 += TILE_ROWS) {
-        const int nt = min(TILE_ROWS, T - t0), npairs = nt * T;
+        const int nt = min(TILE_ROWS, T - t0);
         __syncthreads(); // the previous tile is done with P and G
         load_rows(P, Tp, Pg + (size_t)t0 * T, T, nt, T);
         // dP rows of the tile = dout v^T
-        float acc[TILE_PAIRS];
-#pragma unroll
-        for (int j = 0; j < TILE_PAIRS; j++) acc[j] = 0.0f;
-        for (int d0 = 0; d0 < D; d0 += BWD_CHUNK) {
-            __syncthreads();
-            load_chunk(ac, BWD_CHUNK_LD, BWD_CHUNK, go + (size_t)t0 * C, C, TILE_ROWS, nt, d0, D);
-            load_chunk(xc, BWD_CHUNK_LD, BWD_CHUNK, v, C3, T, T, d0, D);
-            __syncthreads();
-#pragma unroll
-            for (int j = 0; j < TILE_PAIRS; j++) {
-                const int i = threadIdx.x + j * ATTN_THREADS;
-                if (i < npairs) {
-                    const int tt = i / T, s = i - tt * T;
-                    const float *a = ac + tt * BWD_CHUNK_LD, *x = xc + s * BWD_CHUNK_LD;
-                    float sum = acc[j];
-#pragma unroll
-                    for (int dd = 0; dd < BWD_CHUNK; dd++) sum += a[dd] * x[dd];
-                    acc[j] = sum;
-                }
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < TILE_PAIRS; j++) {
-            const int i = threadIdx.x + j * ATTN_THREADS;
-            if (i < npairs) {
-                const int tt = i / T, s = i - tt * T;
-                G[tt * Tp + s] = acc[j];
-            }
-        }
+        tile_rows_dot_rows<BWD_CHUNK>(G, Tp, ac, xc, go + (size_t)t0 * C, (size_t)C, v, C3, nt, T,
+                                      D);
         __syncthreads();
         softmax_grad_rows(G, P, Tp, nt, T, scale);
         // dq rows of the tile = dS k; dk += dS^T q and dv += P^T dout over the tile's rows
@@ -345,12 +335,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             __syncthreads();
             if (threadIdx.x < TILE_ROWS * BWD_CHUNK) {
                 const int tt = threadIdx.x / BWD_CHUNK, dd = threadIdx.x % BWD_CHUNK;
-                if (tt < nt && d0 + dd < D) {
-                    const float *g = G + tt * Tp;
-                    float sum = 0.0f;
-                    for (int s = 0; s < T; s++) sum += g[s] * xc[s * BWD_CHUNK_LD + dd];
-                    dq[(size_t)(t0 + tt) * C3 + d0 + dd] = sum;
-                }
+                if (tt < nt && d0 + dd < D)
+                    dq[(size_t)(t0 + tt) * C3 + d0 + dd] =
+                        weights_dot_column(G + tt * Tp, xc + dd, BWD_CHUNK_LD, T);
             }
 #pragma unroll
             for (int j = 0; j < CHUNK_PAIRS; j++) {

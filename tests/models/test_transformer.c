@@ -247,7 +247,7 @@ Test(transformer, refuses_a_device_that_holds_data) {
     cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, 2, &run, &err), ERR_USAGE);
     expect_one_line(&err, NOT_ACCOUNTING);
     cr_expect_null(run);
-    cr_expect_eq(dev.total, 0);
+    cr_expect_eq(dev.base.memory.total, 0);
     device_sim_release(&dev);
     model_desc_free(&m);
 }
@@ -377,8 +377,8 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
         cr_assert_eq(m.ops->backward(run, mod, none, none, &w[mod], &err), 0, "%s", err.msg);
     cr_expect_eq(w[3].flops, 2 * 2.0 * 2 * 32 * 64 * 2000);
     cr_expect_eq(w[2].kind, WORK_BACKWARD);
-    cr_expect_eq(dev.peak, head_backward_bytes(&c, 2));
-    cr_expect_eq(dev.total, 0, "every activation was released");
+    cr_expect_eq(dev.base.memory.peak, head_backward_bytes(&c, 2));
+    cr_expect_eq(dev.base.memory.total, 0, "every activation was released");
     m.ops->run_destroy(run);
     device_sim_release(&dev);
     model_desc_free(&m);

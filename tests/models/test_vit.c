@@ -89,7 +89,7 @@ static void free_reference(Reference *r) {
     free(r->grads);
     model_desc_free(&r->model);
     st_free(&r->st);
-    cr_expect_eq(r->dev.total, 0, "every activation was freed");
+    cr_expect_eq(r->dev.base.memory.total, 0, "every activation was freed");
     device_sim_release(&r->dev);
 }
 
