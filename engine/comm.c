@@ -1,3 +1,5 @@
+/* comm: the blocking form of every collective (start, then wait) on any backend's Comm, and what a
+ * request moves: each rank's input and output counts and the bytes it is charged. */
 #include "engine/comm.h"
 
 const char *coll_kind_name(CollKind k) {

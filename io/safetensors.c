@@ -1,3 +1,5 @@
+/* safetensors: the safetensors format, read and validated completely, and written beside its name
+ * and renamed (io/atomic_file), all at once (st_write) or a tensor at a time (StWriter). */
 #include "io/safetensors.h"
 
 #include <cjson/cJSON.h>

@@ -1,7 +1,17 @@
-// elementwise: kernels_cuda's elementwise ops (cast, fills, copies, scale/accumulate/add, Adam,
-// the toy layer, MSE, GELU) and the reductions (sum of squares, finiteness, the toy's dw,
-// bias_grad). Semantics are kernels/kernels.h's; this file says how they run on the GPU.
-//
+/* elementwise: kernels_cuda's elementwise ops (cast, fills, copies, scale, accumulate, add, Adam,
+ * the toy layer, MSE, GELU) and reductions (sum of squares, all_finite, the toy's dw, bias_grad);
+ * semantics in ../kernels.h. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gelu.cuh"
+
 // Every op launches on the calling thread's stream (cuda_ctx()->stream) and never allocates:
 // elementwise kernels are grid-stride loops over size_t indices (counts may pass 2^31);
 // reductions run a fixed number of blocks that leave their partial sums, in double, in the
@@ -20,16 +30,6 @@
 // fuse multiply-adds the CPU code (C11, no FMA contraction) rounds twice: Adam should then give
 // the CPU's bits, the toy layer differ only by tanhf's last bits. GELU uses CUDA's erff and expf
 // (PyTorch's CUDA formulas); the CPU's approximations are within 1.5e-7 absolute of erf.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "kernels/cuda/column_sums.cuh"
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/gelu.cuh"
 
 namespace {
 

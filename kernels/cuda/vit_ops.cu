@@ -1,7 +1,12 @@
-// The Vision Transformer's ops that are not GEMMs, attention or elementwise math: LayerNorm,
-// patches and tokens, the class token, the loss and the accuracy count (semantics in
-// ../kernels.h; the CPU versions in ../cpu/vit_cpu.c are the reference they match).
-//
+/* vit_ops: the ViT's ops that are not GEMMs, attention or elementwise math: LayerNorm, patches and
+ * tokens, the class token, the loss, the accuracy count (the CPU's in ../cpu/vit_cpu.c). */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/row_sums.cuh"
+
 // Every reduction has a fixed shape that depends only on the op's sizes, never on timing, so
 // every result is bit-identical run to run on one GPU model (no floating-point atomics):
 //
@@ -22,12 +27,6 @@
 //   double per block in scratch; the host adds the blocks' in order and divides by B.
 // - count correct: a warp per row finds the first maximum; the count is an integer, so blocks
 //   add theirs to one counter in scratch with atomics (order cannot change an integer sum).
-#include <math.h>
-#include <stdint.h>
-
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/row_sums.cuh"
 
 namespace {
 
