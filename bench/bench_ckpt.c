@@ -1,20 +1,5 @@
-/* bench_ckpt: sharded checkpoint save and load against this disk's own sequential bandwidth,
- * measured with dd in the same run. Every simulated rank creates its engine (seeded
- * parameters, zero Adam state), then all ranks save one checkpoint together (each its own
- * file, fsync'd, then the merge and the rename) and load it back (each reading the rows it
- * keeps, CRCs checked). dd then writes a file of the same size in the same directory twice,
- * through the page cache (conv=fsync) and with O_DIRECT (oflag=direct), and reads the second
- * back. Target: save >= 70% of dd's better write, load >= 70% of dd's read. The checkpoint
- * writes with O_DIRECT (io/bulk_file.c), so dd's read is of a file written the same way:
- * on this virtual disk, a file written through the page cache is read back from the host's
- * cache several times faster than the disk, and one written directly is not.
- *
- *     build/bench_ckpt [--model vit-workshop] [--ranks 4] [--runs 3] [--layers L]
- *                      [--dir /tmp/bench_ckpt]
- *
- * Both reads start cold: the files were fsync'd, so posix_fadvise(DONTNEED) can evict their
- * pages from the page cache without root (which dropping the whole cache would need). Each run
- * measures the checkpoint and dd back to back; the medians are over the runs. */
+/* bench_ckpt: sharded checkpoint save and load against dd on the same disk, in the same run.
+ *     build/bench_ckpt [--model vit-workshop] [--ranks 4] [--runs 3] [--layers L] [--dir D] */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +12,20 @@
 #include "io/checkpoint.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
+
+/* Every simulated rank creates its engine (seeded parameters, zero Adam state), then all ranks save
+ * one checkpoint together (each its own file, fsync'd, then the merge and the rename) and load it
+ * back (each reading the rows it keeps, CRCs checked). dd then writes a file of the same size in
+ * the same directory twice, through the page cache (conv=fsync) and with O_DIRECT (oflag=direct),
+ * and reads the second back. Target: save >= 70% of dd's better write, load >= 70% of dd's read.
+ * The checkpoint writes with O_DIRECT (io/bulk_file.c), so dd's read is of a file written the same
+ * way: on this virtual disk, a file written through the page cache is read back from the host's
+ * cache several times faster than the disk, and one written directly is not. --dir defaults to
+ * /tmp/bench_ckpt.
+ *
+ * Both reads start cold: the files were fsync'd, so posix_fadvise(DONTNEED) can evict their pages
+ * from the page cache without root (which dropping the whole cache would need). Each run measures
+ * the checkpoint and dd back to back; the medians are over the runs. */
 
 typedef struct Job {
     const ModelDesc *model;

@@ -1,21 +1,6 @@
 /* bench_nvme: the NVMe tier's achieved write and read bandwidth against dd on the same disk,
- * in the same run. The tier moves --bytes in --chunk pieces (a unit's resting state) with two
- * requests in flight, as the engine double-buffers: writes go out back to back from memory;
- * each read lands in one of two chunk buffers and is checked against what was written (the
- * "compute") while the next chunk loads. dd moves the same bytes with bs=--chunk into a file
- * reserved the same way (posix_fallocate), from a source file in /dev/shm so its input costs
- * no disk. The tier runs in its three modes (default: O_DIRECT writes, buffered reads; O_DIRECT
- * both ways; buffered both ways) and dd in two (oflag/iflag=direct; conv=fdatasync and a
- * buffered read). Medians of --runs runs.
- *
- *     build/bench_nvme [--bytes 1G] [--chunk 64M] [--dir /var/tmp/fsdp_bench_nvme] [--runs 3]
- *
- * Reads must come from the disk, not the page cache: O_DIRECT bypasses it; the tier's buffered
- * path syncs every written chunk and drops the pages of every chunk (POSIX_FADV_DONTNEED), and
- * before dd's buffered read the same is done to dd's file. (A virtual disk's host may still
- * cache below this machine; that holds for the tier and dd alike.) --dir must be on a disk:
- * tmpfs is refused. The data is random: a virtual disk may compress zeros. The source is held
- * in memory whole: --bytes of RAM, and as much again in /dev/shm for dd. */
+ * in the same run, in each of the tier's three I/O modes and dd's two. Medians of --runs runs.
+ *     build/bench_nvme [--bytes 1G] [--chunk 64M] [--dir /var/tmp/fsdp_bench_nvme] [--runs 3] */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -28,6 +13,21 @@
 
 #include "bench/bench_util.h"
 #include "io/nvme_tier.h"
+
+/* The tier moves --bytes in --chunk pieces (a unit's resting state) with two requests in
+ * flight, as the engine double-buffers: writes go out back to back from memory; each read lands
+ * in one of two chunk buffers and is checked against what was written (the "compute") while the
+ * next chunk loads. dd moves the same bytes with bs=--chunk into a file reserved the same way
+ * (posix_fallocate), from a source file in /dev/shm so its input costs no disk. The tier runs
+ * in its three modes (default: O_DIRECT writes, buffered reads; O_DIRECT both ways; buffered
+ * both ways) and dd in two (oflag/iflag=direct; conv=fdatasync and a buffered read).
+ *
+ * Reads must come from the disk, not the page cache: O_DIRECT bypasses it; the tier's buffered
+ * path syncs every written chunk and drops the pages of every chunk (POSIX_FADV_DONTNEED), and
+ * before dd's buffered read the same is done to dd's file. (A virtual disk's host may still
+ * cache below this machine; that holds for the tier and dd alike.) --dir must be on a disk:
+ * tmpfs is refused. The data is random: a virtual disk may compress zeros. The source is held
+ * in memory whole: --bytes of RAM, and as much again in /dev/shm for dd. */
 
 #define TMPFS_MAGIC_NUMBER 0x01021994
 
@@ -151,108 +151,127 @@ static double median(double *v, int n) {
     return v[n / 2];
 }
 
-int main(int argc, char **argv) {
-    Setup s = {.bytes = 1u << 30, .chunk = 64u << 20, .dir = "/var/tmp/fsdp_bench_nvme"};
-    int runs = 3;
+/* The five ways measured, in the order of a forward run. */
+enum { TIER_AUTO, DD_DIRECT, TIER_DIRECT, DD_BUFFERED, TIER_BUFFERED, NWAYS };
+static const char *const way_names[NWAYS] = {
+    "tier, default (O_DIRECT write, buffered read)", "dd oflag=direct / iflag=direct",
+    "tier, O_DIRECT both ways", "dd conv=fdatasync / buffered read", "tier, buffered both ways"};
+static const char *const way_labels[NWAYS] = {[TIER_AUTO] = "tier",
+                                              [DD_DIRECT] = "dd-direct",
+                                              [TIER_DIRECT] = "tier-direct",
+                                              [DD_BUFFERED] = "dd-buffered",
+                                              [TIER_BUFFERED] = "tier-buffered"};
+
+/* Bytes per second, by way and run. */
+typedef struct Rates {
+    double write[NWAYS][99], read[NWAYS][99];
+} Rates;
+
+/* The flags into s and *runs; 2 (after saying why) when they are wrong. */
+static int parse_args(int argc, char **argv, Setup *s, int *runs) {
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--bytes"))
-            s.bytes = parse_size(argv[i + 1]);
+            s->bytes = parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "--chunk"))
-            s.chunk = parse_size(argv[i + 1]);
+            s->chunk = parse_size(argv[i + 1]);
         else if (!strcmp(argv[i], "--dir"))
-            s.dir = argv[i + 1];
+            s->dir = argv[i + 1];
         else if (!strcmp(argv[i], "--runs"))
-            runs = atoi(argv[i + 1]);
+            *runs = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "bench_nvme: unknown option %s\n", argv[i]);
             return 2;
         }
     }
-    if (!s.chunk || s.chunk % NVME_TIER_ALIGN || s.bytes < s.chunk || runs < 1 || runs > 99) {
+    if (!s->chunk || s->chunk % NVME_TIER_ALIGN || s->bytes < s->chunk || *runs < 1 || *runs > 99) {
         fprintf(stderr, "bench_nvme: --chunk must be a multiple of 4 KiB, --bytes at least one "
                         "chunk, --runs 1 to 99\n");
         return 2;
     }
-    s.bytes -= s.bytes % s.chunk;
-    int made_dir = mkdir(s.dir, 0777) == 0; /* then it goes at the end */
+    s->bytes -= s->bytes % s->chunk;
+    return 0;
+}
+
+/* Makes --dir if it is not there (*made_dir: then it goes at the end) and refuses tmpfs;
+ * 2 (after saying why) when it cannot be used. */
+static int open_dir(const Setup *s, int *made_dir) {
+    *made_dir = mkdir(s->dir, 0777) == 0;
     struct statfs fs;
-    if (statfs(s.dir, &fs)) {
-        fprintf(stderr, "bench_nvme: --dir %s: %s\n", s.dir, strerror(errno));
+    if (statfs(s->dir, &fs)) {
+        fprintf(stderr, "bench_nvme: --dir %s: %s\n", s->dir, strerror(errno));
         return 2;
     }
     if (fs.f_type == TMPFS_MAGIC_NUMBER) {
-        if (made_dir) rmdir(s.dir);
-        fprintf(stderr, "bench_nvme: --dir %s is tmpfs (memory), not a disk\n", s.dir);
+        if (*made_dir) rmdir(s->dir);
+        fprintf(stderr, "bench_nvme: --dir %s is tmpfs (memory), not a disk\n", s->dir);
         return 2;
     }
-    Err err = {0};
-    if (posix_memalign((void **)&s.src, NVME_TIER_ALIGN, s.bytes) ||
-        posix_memalign((void **)&s.buf[0], NVME_TIER_ALIGN, s.chunk) ||
-        posix_memalign((void **)&s.buf[1], NVME_TIER_ALIGN, s.chunk)) {
-        fprintf(stderr, "bench_nvme: out of memory for %zu bytes\n", s.bytes);
-        return 1;
-    }
-    fill_random(s.src, s.bytes);
-    if (write_dd_source(&s, &err)) {
-        fprintf(stderr, "bench_nvme: %s\n", err.msg);
-        return 1;
-    }
-    /* the filesystem and device under --dir, e.g. "ext4 on /dev/vda" */
-    char cmd[8192], disk[256] = "?";
-    snprintf(cmd, sizeof cmd, "df -PT '%s' | tail -1 | awk '{print $2 \" on \" $1}'", s.dir);
+    return 0;
+}
+
+/* The random source, the two read buffers and dd's source file. */
+static int prepare_data(Setup *s, Err *err) {
+    if (posix_memalign((void **)&s->src, NVME_TIER_ALIGN, s->bytes) ||
+        posix_memalign((void **)&s->buf[0], NVME_TIER_ALIGN, s->chunk) ||
+        posix_memalign((void **)&s->buf[1], NVME_TIER_ALIGN, s->chunk))
+        return err_set(err, ERR_NOMEM, "out of memory for %zu bytes", s->bytes);
+    fill_random(s->src, s->bytes);
+    return write_dd_source(s, err);
+}
+
+/* The filesystem and device under dir, e.g. "ext4 on /dev/vda"; "?" when df cannot say. */
+static void describe_disk(const char *dir, char *disk, size_t n) {
+    char cmd[8192];
+    snprintf(disk, n, "?");
+    snprintf(cmd, sizeof cmd, "df -PT '%s' | tail -1 | awk '{print $2 \" on \" $1}'", dir);
     FILE *df = popen(cmd, "r");
-    if (df && fgets(disk, sizeof disk, df)) disk[strcspn(disk, "\n")] = 0;
+    if (df && fgets(disk, (int)n, df)) disk[strcspn(disk, "\n")] = 0;
     if (df) pclose(df);
-    printf("bench_nvme: %.2f GiB in %zu MiB chunks, 2 in flight, %s (%s), %d runs\n",
-           (double)s.bytes / (1 << 30), s.chunk >> 20, s.dir, disk, runs);
-    enum { TIER_AUTO, DD_DIRECT, TIER_DIRECT, DD_BUFFERED, TIER_BUFFERED, NWAYS };
-    static const char *names[NWAYS] = {"tier, default (O_DIRECT write, buffered read)",
-                                       "dd oflag=direct / iflag=direct", "tier, O_DIRECT both ways",
-                                       "dd conv=fdatasync / buffered read",
-                                       "tier, buffered both ways"};
-    double w[NWAYS][99], r[NWAYS][99];
+}
+
+/* One way's write and read rates for one run; the default tier's open stats into *opened. */
+static int measure_way(const Setup *s, int way, double *write_bps, double *read_bps,
+                       NvmeStats *opened, Err *err) {
+    NvmeStats ignored;
+    switch (way) {
+    case TIER_AUTO:
+        return tier_run(s, NVME_IO_AUTO, write_bps, read_bps, opened, err);
+    case TIER_DIRECT:
+        return tier_run(s, NVME_IO_DIRECT, write_bps, read_bps, &ignored, err);
+    case TIER_BUFFERED:
+        return tier_run(s, NVME_IO_BUFFERED, write_bps, read_bps, &ignored, err);
+    default:
+        return dd_run(s, way == DD_DIRECT, write_bps, read_bps, err);
+    }
+}
+
+/* Each run measures the five in turn, tier and dd alternating; every other run goes in the
+ * reverse order, so nothing always follows the same neighbour's writes on a disk whose host
+ * may flush behind. Prints each run's rates as it ends. */
+static int measure_runs(const Setup *s, int runs, Rates *rates, NvmeStats *opened, Err *err) {
     int rc = 0;
-    NvmeStats opened = {0}, ignored;
-    /* Each run measures the five in turn, tier and dd alternating; every other run goes in
-     * the reverse order, so nothing always follows the same neighbour's writes on a disk
-     * whose host may flush behind. */
     for (int run = 0; !rc && run < runs; run++) {
         printf("  run %d MB/s, write/read:", run + 1);
         for (int step = 0; !rc && step < NWAYS; step++) {
             int k = run % 2 ? NWAYS - 1 - step : step;
-            if (k == TIER_AUTO)
-                rc = tier_run(&s, NVME_IO_AUTO, &w[k][run], &r[k][run], &opened, &err);
-            if (k == TIER_DIRECT)
-                rc = tier_run(&s, NVME_IO_DIRECT, &w[k][run], &r[k][run], &ignored, &err);
-            if (k == TIER_BUFFERED)
-                rc = tier_run(&s, NVME_IO_BUFFERED, &w[k][run], &r[k][run], &ignored, &err);
-            if (k == DD_DIRECT || k == DD_BUFFERED)
-                rc = dd_run(&s, k == DD_DIRECT, &w[k][run], &r[k][run], &err);
+            rc = measure_way(s, k, &rates->write[k][run], &rates->read[k][run], opened, err);
         }
         for (int k = 0; !rc && k < NWAYS; k++)
-            printf(" %s %.0f/%.0f",
-                   k == TIER_AUTO       ? "tier"
-                   : k == TIER_DIRECT   ? "tier-direct"
-                   : k == TIER_BUFFERED ? "tier-buffered"
-                   : k == DD_DIRECT     ? "dd-direct"
-                                        : "dd-buffered",
-                   w[k][run] / 1e6, r[k][run] / 1e6);
+            printf(" %s %.0f/%.0f", way_labels[k], rates->write[k][run] / 1e6,
+                   rates->read[k][run] / 1e6);
         printf("\n");
     }
-    unlink(s.dd_src);
-    if (made_dir) rmdir(s.dir);
-    if (rc) {
-        fprintf(stderr, "bench_nvme: %s\n", err.msg);
-        return 1;
-    }
-    if (!opened.direct_writes)
-        printf("  note: %s does not take O_DIRECT: every tier mode ran buffered\n", s.dir);
+    return rc;
+}
+
+/* The medians by way, and the default tier against dd in the same mode and in its faster. */
+static void print_medians(Rates *rates, int runs) {
     double mw[NWAYS], mr[NWAYS];
     printf("  median of %d runs %30s write MB/s  read MB/s\n", runs, "");
     for (int k = 0; k < NWAYS; k++) {
-        mw[k] = median(w[k], runs);
-        mr[k] = median(r[k], runs);
-        printf("  %-47s %9.0f  %9.0f\n", names[k], mw[k] / 1e6, mr[k] / 1e6);
+        mw[k] = median(rates->write[k], runs);
+        mr[k] = median(rates->read[k], runs);
+        printf("  %-47s %9.0f  %9.0f\n", way_names[k], mw[k] / 1e6, mr[k] / 1e6);
     }
     double best_w = mw[DD_DIRECT] > mw[DD_BUFFERED] ? mw[DD_DIRECT] : mw[DD_BUFFERED];
     double best_r = mr[DD_DIRECT] > mr[DD_BUFFERED] ? mr[DD_DIRECT] : mr[DD_BUFFERED];
@@ -261,6 +280,33 @@ int main(int argc, char **argv) {
            mw[TIER_AUTO] / mw[DD_DIRECT], mr[TIER_AUTO] / mr[DD_BUFFERED]);
     printf("  tier (default) / dd's faster mode:    write %.2fx, read %.2fx\n",
            mw[TIER_AUTO] / best_w, mr[TIER_AUTO] / best_r);
+}
+
+int main(int argc, char **argv) {
+    Setup s = {.bytes = 1u << 30, .chunk = 64u << 20, .dir = "/var/tmp/fsdp_bench_nvme"};
+    int runs = 3, made_dir = 0;
+    if (parse_args(argc, argv, &s, &runs) || open_dir(&s, &made_dir)) return 2;
+    Err err = {0};
+    if (prepare_data(&s, &err)) {
+        fprintf(stderr, "bench_nvme: %s\n", err.msg);
+        return 1;
+    }
+    char disk[256];
+    describe_disk(s.dir, disk, sizeof disk);
+    printf("bench_nvme: %.2f GiB in %zu MiB chunks, 2 in flight, %s (%s), %d runs\n",
+           (double)s.bytes / (1 << 30), s.chunk >> 20, s.dir, disk, runs);
+    Rates rates;
+    NvmeStats opened = {0};
+    int rc = measure_runs(&s, runs, &rates, &opened, &err);
+    unlink(s.dd_src);
+    if (made_dir) rmdir(s.dir);
+    if (rc) {
+        fprintf(stderr, "bench_nvme: %s\n", err.msg);
+        return 1;
+    }
+    if (!opened.direct_writes)
+        printf("  note: %s does not take O_DIRECT: every tier mode ran buffered\n", s.dir);
+    print_medians(&rates, runs);
     free(s.src);
     free(s.buf[0]);
     free(s.buf[1]);

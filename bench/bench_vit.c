@@ -1,8 +1,5 @@
-/* bench_vit: training speed of vit-tiny on FashionMNIST on the simulated cluster, in images
- * per second of wall-clock time (steps after a warm-up, median of several runs). Runs one
- * rank at the global batch and `ranks` ranks at global batch / ranks each, the same math
- * split differently, so their ratio is the engine's cost of sharding. Prints one JSON line
- * per configuration so `make bench-vs-torch` can set them beside PyTorch's. */
+/* bench_vit: training speed of vit-tiny on FashionMNIST on the simulated cluster, in images per
+ * second of wall-clock time (steps after a warm-up, median of several runs). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +9,10 @@
 #include "io/mnist.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
+
+/* Runs one rank at the global batch and `ranks` ranks at global batch / ranks each, the same math
+ * split differently, so their ratio is the engine's cost of sharding. Prints one JSON line per
+ * configuration so `make bench-vs-torch` can set them beside PyTorch's. */
 
 typedef struct Timing {
     long warmup;

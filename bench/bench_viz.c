@@ -1,12 +1,5 @@
-/* bench_viz: the visualizer's speed where it is heaviest: vit-workshop's plan at 8 ranks
- * (13 units) and a trace of 100,000 events. A training step of that model is too big to
- * simulate for a benchmark, so the trace is synthetic but shaped like a real one: per rank
- * and unit, an alloc of the gathered parameters, an all-gather, a forward span, a backward
- * span, a reduce-scatter and the frees, with times that advance. Reports the time to open
- * the trace (merge the ranks' buffers, size a frame, build the first one) and to build and
- * draw one text frame at random events (median of 200), and the time to open the same trace
- * from a file as `fsdp viz --trace` does (read and check the JSON, rebuild the model and plan
- * from the recorded flags, build the first frame). Targets: open < 1 s, frame < 5 ms. */
+/* bench_viz: the visualizer's speed where it is heaviest: vit-workshop's plan at 8 ranks (13 units)
+ * and a trace of 100,000 events. Targets: open < 1 s, frame < 5 ms. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,6 +9,14 @@
 #include "models/vit.h"
 #include "sim/viz/frame.h"
 #include "sim/viz/plain.h"
+
+/* A training step of that model is too big to simulate for a benchmark, so the trace is synthetic
+ * but shaped like a real one: per rank and unit, an alloc of the gathered parameters, an
+ * all-gather, a forward span, a backward span, a reduce-scatter and the frees, with times that
+ * advance. Reports the time to open the trace (merge the ranks' buffers, size a frame, build the
+ * first one) and to build and draw one text frame at random events (median of 200), and the time to
+ * open the same trace from a file as `fsdp viz --trace` does (read and check the JSON, rebuild the
+ * model and plan from the recorded flags, build the first frame). */
 
 enum { RANKS = 8, EVENTS = 100000, SAMPLES = 200 };
 

@@ -1,3 +1,5 @@
+/* comm: the blocking form of every collective (start, then wait) on any backend's Comm, and what a
+ * request moves: each rank's input and output counts and the bytes it is charged. */
 #include "engine/comm.h"
 
 const char *coll_kind_name(CollKind k) {
@@ -23,9 +25,10 @@ int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t
     return start_and_wait(c, &r, err);
 }
 
-int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DType t, ReduceOp op,
-                        int unit, Err *err) {
-    CommRequest r = {.kind = COLL_REDUCE_SCATTER,
+/* A reduce-scatter and an all-reduce differ only in what each rank keeps of the reduction. */
+static int reduce_and_wait(Comm *c, CollKind kind, const void *send, void *recv, size_t count,
+                           DType t, ReduceOp op, int unit, Err *err) {
+    CommRequest r = {.kind = kind,
                      .send = send,
                      .recv = recv,
                      .count = count,
@@ -35,16 +38,14 @@ int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DTy
     return start_and_wait(c, &r, err);
 }
 
+int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DType t, ReduceOp op,
+                        int unit, Err *err) {
+    return reduce_and_wait(c, COLL_REDUCE_SCATTER, send, recv, count, t, op, unit, err);
+}
+
 int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t, ReduceOp op,
                     int unit, Err *err) {
-    CommRequest r = {.kind = COLL_ALL_REDUCE,
-                     .send = send,
-                     .recv = recv,
-                     .count = count,
-                     .dtype = t,
-                     .op = op,
-                     .unit = unit};
-    return start_and_wait(c, &r, err);
+    return reduce_and_wait(c, COLL_ALL_REDUCE, send, recv, count, t, op, unit, err);
 }
 
 int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, int unit, Err *err) {

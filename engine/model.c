@@ -1,3 +1,5 @@
+/* model: a ModelDesc's storage, and every parameter element's initial value as a pure function of
+ * (seed, parameter name, index), so a rank can draw exactly its own rows. */
 #include "engine/model.h"
 
 #include <stdio.h>

@@ -1,3 +1,5 @@
+/* plan: who owns what. Units from the wrap policy, each parameter's dim-0 shard (torch.chunk's
+ * rows), the strategy's groups, the at-rest bytes each rank must match; the flags' names. */
 #include "engine/plan.h"
 
 #include <stdio.h>

@@ -1,3 +1,5 @@
+/* predict: inference with trained weights on simulated ranks: the class the model gives one test
+ * image, or its accuracy over a whole data set. */
 #include "engine/predict.h"
 
 #include <stdlib.h>

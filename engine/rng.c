@@ -1,3 +1,5 @@
+/* rng: a counter-based generator (splitmix64's finaliser over seed, stream and index), so every
+ * number is a pure function of where it is drawn, never of the order or the world size. */
 #include "engine/rng.h"
 
 #include <math.h>

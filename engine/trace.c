@@ -1,3 +1,5 @@
+/* trace: the per-rank event buffers the backends append to, their merge into one ordered Trace, the
+ * names of event kinds and phases, and an event's bytes applied to a memory row. */
 #include "engine/trace.h"
 
 #include <errno.h>

@@ -2,27 +2,54 @@
  * complete, so an error or a crash never leaves a partial file nor clobbers the old one. */
 #include "io/atomic_file.h"
 
+#include <errno.h>
 #include <unistd.h>
+
+AtomicStatus atomic_create(AtomicFile *o, const char *path) {
+    o->path = path;
+    o->f = NULL;
+    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof o->tmp) {
+        errno = ENAMETOOLONG;
+        return ATOMIC_PATH_TOO_LONG;
+    }
+    o->f = fopen(o->tmp, "w");
+    return o->f ? ATOMIC_OK : ATOMIC_CANNOT_CREATE;
+}
+
+AtomicStatus atomic_finish(AtomicFile *o, int sync) {
+    int bad = ferror(o->f) != 0;
+    if (sync) bad = fflush(o->f) != 0 || fsync(fileno(o->f)) != 0 || bad;
+    bad = fclose(o->f) != 0 || bad;
+    o->f = NULL;
+    AtomicStatus status = bad                            ? ATOMIC_CANNOT_WRITE
+                          : rename(o->tmp, o->path) != 0 ? ATOMIC_CANNOT_RENAME
+                                                         : ATOMIC_OK;
+    if (status != ATOMIC_OK) {
+        int why = errno; /* the failed call's, not unlink's */
+        unlink(o->tmp);
+        errno = why;
+    }
+    return status;
+}
 
 int atomic_open(AtomicFile *o, const char *path, Err *err) {
     o->path = path;
     o->f = NULL;
     if (!path) return 0;
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof o->tmp)
+    switch (atomic_create(o, path)) {
+    case ATOMIC_OK:
+        return 0;
+    case ATOMIC_PATH_TOO_LONG:
         return err_set(err, ERR_USAGE, "output path is too long: %s", path);
-    o->f = fopen(o->tmp, "w");
-    if (!o->f) return err_set(err, ERR_USAGE, "cannot write %s", path);
-    return 0;
+    default:
+        return err_set(err, ERR_USAGE, "cannot write %s", path);
+    }
 }
 
 int atomic_commit(AtomicFile *o, Err *err) {
     if (!o->f) return 0;
-    int bad = fclose(o->f) != 0;
-    o->f = NULL;
-    if (bad || rename(o->tmp, o->path) != 0) {
-        unlink(o->tmp);
+    if (atomic_finish(o, 0) != ATOMIC_OK)
         return err_set(err, ERR_IO, "could not write %s", o->path);
-    }
     return 0;
 }
 

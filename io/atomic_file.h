@@ -22,4 +22,20 @@ int atomic_commit(AtomicFile *o, Err *err);
 /* Drops what was written; the old file, if any, is untouched. */
 void atomic_discard(AtomicFile *o);
 
+/* The same two steps for a writer that words its own errors: each says which step failed,
+ * with errno telling why; on failure no temporary file is left behind. */
+typedef enum AtomicStatus {
+    ATOMIC_OK = 0,
+    ATOMIC_PATH_TOO_LONG, /* the temporary file's name does not fit AtomicFile.tmp */
+    ATOMIC_CANNOT_CREATE, /* the temporary file could not be created */
+    ATOMIC_CANNOT_WRITE,  /* a write, the sync or the close failed */
+    ATOMIC_CANNOT_RENAME, /* the complete file could not be renamed onto path */
+} AtomicStatus;
+
+/* Creates path's temporary sibling, open for writing in o->f (path must not be NULL). */
+AtomicStatus atomic_create(AtomicFile *o, const char *path);
+/* Closes the temporary file, first syncing it to disk when sync is set, and renames it
+ * onto o->path. A write that failed on the way (ferror) fails here too. */
+AtomicStatus atomic_finish(AtomicFile *o, int sync);
+
 #endif

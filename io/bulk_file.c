@@ -1,3 +1,5 @@
+/* bulk_file: checkpoint files written and read in large aligned O_DIRECT blocks (through the page
+ * cache where the filesystem refuses O_DIRECT), every read checked by CRC. */
 #include "io/bulk_file.h"
 
 #include <errno.h>

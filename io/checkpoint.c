@@ -1,3 +1,5 @@
+/* checkpoint: sharded checkpoints: each rank's file and rank 0's meta.json, written in a .tmp
+ * folder renamed whole; loaded at any world size (resharding); CkptMeta for `fsdp ckpt`. */
 #include "io/checkpoint.h"
 
 #include <cjson/cJSON.h>

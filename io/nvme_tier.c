@@ -1,3 +1,5 @@
+/* nvme_tier: the file under `--offload nvme`: one rank's resting state in one file reserved whole
+ * at open, moved by byte range through one I/O thread so loads overlap compute. */
 #include "io/nvme_tier.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* safetensors: the safetensors format, read and validated completely, and written beside its name
+ * and renamed (io/atomic_file), all at once (st_write) or a tensor at a time (StWriter). */
 #include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -8,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "io/atomic_file.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* 100 MB, as the reference reader */
 #define ST_MAX_INT ((double)(1ull << 53))           /* largest exactly representable in JSON */
@@ -533,18 +537,14 @@ static int write_all(FILE *f, const void *buf, size_t n) {
 
 struct StWriter {
     char *path;
-    char tmp[4096];
-    FILE *f;
+    AtomicFile out; /* the temporary file beside path, renamed onto it by the commit */
     size_t *sizes;
     int n, next; /* tensors in the header, and the next one to write */
 };
 
 void st_writer_abort(StWriter *w) {
     if (!w) return;
-    if (w->f) {
-        fclose(w->f);
-        unlink(w->tmp);
-    }
+    atomic_discard(&w->out);
     free(w->sizes);
     free(w->path);
     free(w);
@@ -555,23 +555,17 @@ static int writer_start(StWriter *w, const char *json, Err *err) {
     const char *path = w->path;
     size_t json_len = strlen(json);
     size_t header_len = (json_len + 7) / 8 * 8; /* padded with spaces, as the spec allows */
-    if ((size_t)snprintf(w->tmp, sizeof w->tmp, "%s.tmp.XXXXXX", path) >= sizeof w->tmp)
+    AtomicStatus created = atomic_create(&w->out, path);
+    if (created == ATOMIC_PATH_TOO_LONG)
         return err_set(err, ERR_USAGE, "%.200s...: path too long", path);
-    int fd = mkstemp(w->tmp);
-    if (fd < 0)
+    if (created != ATOMIC_OK)
         return err_set(err, ERR_IO, "cannot create a temporary file next to %s: %s", path,
                        strerror(errno));
-    (void)fchmod(fd, 0644);
-    if (!(w->f = fdopen(fd, "wb"))) {
-        int e = errno;
-        close(fd);
-        unlink(w->tmp);
-        return err_set(err, ERR_IO, "cannot write %s: %s", w->tmp, strerror(e));
-    }
+    FILE *f = w->out.f;
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)header_len >> (8 * i));
-    int bad = write_all(w->f, len8, 8) || write_all(w->f, json, json_len);
-    for (size_t i = json_len; i < header_len && !bad; i++) bad = fputc(' ', w->f) == EOF;
+    int bad = write_all(f, len8, 8) || write_all(f, json, json_len);
+    for (size_t i = json_len; i < header_len && !bad; i++) bad = fputc(' ', f) == EOF;
     if (bad) return err_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
@@ -609,7 +603,7 @@ int st_writer_tensor(StWriter *w, const void *data, Err *err) {
     size_t bytes = w->sizes[w->next];
     if (bytes > 0 && !data)
         return err_set(err, ERR_USAGE, "%s: tensor %d has no data", w->path, w->next);
-    if (write_all(w->f, data, bytes))
+    if (write_all(w->out.f, data, bytes))
         return err_set(err, ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
     w->next++;
     return 0;
@@ -621,15 +615,12 @@ int st_writer_commit(StWriter *w, Err *err) {
         rc =
             err_set(err, ERR_INTERNAL, "%s: %d of %d tensors were written", w->path, w->next, w->n);
     } else {
-        int bad = fflush(w->f) != 0 || fsync(fileno(w->f)) != 0;
-        bad = fclose(w->f) != 0 || bad;
-        w->f = NULL;
-        if (bad)
-            rc = err_set(err, ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
-        else if (rename(w->tmp, w->path) != 0)
-            rc = err_set(err, ERR_IO, "cannot rename %s to %s: %s", w->tmp, w->path,
+        AtomicStatus finished = atomic_finish(&w->out, 1);
+        if (finished == ATOMIC_CANNOT_RENAME)
+            rc = err_set(err, ERR_IO, "cannot rename %s to %s: %s", w->out.tmp, w->path,
                          strerror(errno));
-        if (rc) unlink(w->tmp);
+        else if (finished != ATOMIC_OK)
+            rc = err_set(err, ERR_IO, "cannot write %s: %s", w->path, strerror(errno));
     }
     st_writer_abort(w); /* frees; the file is closed already unless the count was short */
     return rc;

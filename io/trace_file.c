@@ -1,3 +1,5 @@
+/* trace_file: a trace as one JSON file for two readers: "traceEvents" (Chrome Trace Event format)
+ * for Perfetto, and the "fsdpTrace" object `fsdp viz --trace` replays exactly. */
 #include "io/trace_file.h"
 
 #include <cjson/cJSON.h>

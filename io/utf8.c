@@ -1,3 +1,5 @@
+/* utf8: checking UTF-8 one sequence at a time, so the JSON and SVG writers emit valid UTF-8
+ * whatever bytes a user's names contain. */
 #include "io/utf8.h"
 
 int utf8_sequence_length(const unsigned char *s) {

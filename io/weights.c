@@ -1,3 +1,5 @@
+/* weights: full model parameters read from a safetensors file with PyTorch's state-dict names and
+ * shapes, every name, shape and dtype checked first, as a strict load_state_dict does. */
 #include "io/weights.h"
 
 #include <stdio.h>

@@ -1,3 +1,5 @@
+/* dtype: fp32, bf16 and fp16 and the scalar conversions between them, round-to-nearest-even as
+ * PyTorch and CUDA do. Pure functions. */
 #include "kernels/dtype.h"
 
 #include <string.h>

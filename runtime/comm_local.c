@@ -1,3 +1,5 @@
+/* comm_local: the communicator of a one-GPU world: every collective is a copy from send to recv
+ * (nothing when they alias) on the compute stream, traced like any collective. */
 #include "runtime/comm_local.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,5 @@
+/* comm_nccl: the comm interface on NCCL, one process per GPU: collectives on the comm stream so
+ * they overlap compute, host scalars through a device buffer, each one watched. */
 #include "runtime/comm_nccl.h"
 
 #include <cuda_runtime_api.h>

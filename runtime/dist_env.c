@@ -1,3 +1,5 @@
+/* dist_env: where this process sits in a job (rank, world size, local rank, rendezvous address),
+ * read from what torchrun, `fsdp launch`, mpirun or srun set in the environment. */
 #include "runtime/dist_env.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* gpu_backend: opens libfsdp_cuda.so on the first command that asks for a GPU, so the simulator,
+ * the planner and the lessons start without loading CUDA. */
 #include "runtime/gpu_backend.h"
 
 #include <dlfcn.h>

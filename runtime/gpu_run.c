@@ -1,3 +1,5 @@
+/* gpu_run: a training job on this machine's GPU, sim/cluster.c's real-hardware twin: the device,
+ * kernel table and communicators a rank needs, then the simulator's own rank-main. */
 #include "runtime/gpu_run.h"
 
 #include <cuda_runtime_api.h>

@@ -1,10 +1,4 @@
-/* Starting, watching and stopping the ranks of `fsdp launch` (runtime/launch.h).
- *
- * Each rank runs in a process group of its own, so that stopping a rank stops what it started
- * too (`sh -c 'sleep 30'` leaves a sleep behind if only the shell is signalled). The launcher
- * learns of exits and of its own signals through handlers that write to a pipe, not through
- * blocked signals and sigwait: fsdp links OpenBLAS, whose thread starts at load time and would
- * take (and drop) any signal the main thread blocks. */
+/* launch: starting, watching and stopping the ranks of `fsdp launch` (runtime/launch.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +14,12 @@
 
 #include "runtime/launch.h"
 #include "runtime/tcp.h"
+
+/* Each rank runs in a process group of its own, so that stopping a rank stops what it started too
+ * (`sh -c 'sleep 30'` leaves a sleep behind if only the shell is signalled). The launcher learns of
+ * exits and of its own signals through handlers that write to a pipe, not through blocked signals
+ * and sigwait: fsdp links OpenBLAS, whose thread starts at load time and would take (and drop) any
+ * signal the main thread blocks. */
 
 /* The launcher's own signals, passed on to the ranks. */
 static const int FORWARDED[] = {SIGINT, SIGTERM, SIGHUP};

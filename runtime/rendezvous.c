@@ -1,3 +1,5 @@
+/* rendezvous: how a job's processes first meet over TCP: rank 0 serves, the others connect and say
+ * who they are, and each gets NCCL's unique id; every wait has a deadline. */
 #include "runtime/rendezvous.h"
 
 #include <errno.h>

@@ -1,3 +1,5 @@
+/* tcp: the socket calls the rendezvous needs, non-blocking and each bounded by a deadline, so a
+ * peer that died or never came cannot hang a process. */
 #include "runtime/tcp.h"
 
 #include <errno.h>

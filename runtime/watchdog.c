@@ -1,3 +1,5 @@
+/* watchdog: never hang on a collective: a thread watches the oldest unfinished NCCL collective and,
+ * past the timeout, aborts the communicators, says which hung, and exits. */
 #include "runtime/watchdog.h"
 
 #include <cuda_runtime_api.h>

@@ -1,3 +1,5 @@
+/* comm_sim: the comm interface for ranks that are threads of one process: collectives meet in a
+ * shared slot, reduce in rank order (bit-identical every run) and take the cost model's time. */
 #include "sim/comm_sim.h"
 
 #include <pthread.h>

@@ -1,3 +1,5 @@
+/* cost: the simulator's clock: the named hardware profiles, and the formulas that turn a piece of
+ * work or a collective into modelled seconds. */
 #include "sim/cost.h"
 
 #include <string.h>

@@ -1,3 +1,5 @@
+/* kernels_none: the op table of accounting-only runs: every op does nothing, so the schedule runs
+ * on devices that hold no data (how the simulator sizes models bigger than memory). */
 #include "sim/kernels_none.h"
 
 /* Each op's signature, with nothing done; the parameters are left unnamed on purpose. */

@@ -1,3 +1,5 @@
+/* planner: the engine behind `fsdp plan`: the engine's own schedule run accounting-only on the
+ * simulated cluster, ranks that would do exactly the same run once. */
 #include "sim/planner.h"
 
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+/* Test helpers: train the toy and the ViT in-process on the simulated cluster, compare their
+ * results and memory, and run the fsdp binary for the CLI cases. */
 #include "tests/util.h"
 
 #include <criterion/criterion.h>

@@ -1,26 +1,5 @@
-/* The fork-join pool of pool.h.
- *
- * A run's tasks are dealt into S = min(ntasks, 32) slots, slot s holding tasks s, s + S,
- * s + 2S, ... (one task per slot when ntasks <= 32, as in every op). The run is published
- * through one atomic word, `claim` = generation << 32 | a bit per slot not yet claimed. Thread
- * i (the caller is 0, worker w is w) first claims slot i, then any slot left, lowest first, by
- * a compare-and-swap that clears the slot's bit; it fails if the word moved on (another claim,
- * or a later run), so a worker that saw a run late can never take a slot of the next one. A
- * thread reads the run's fn, ctx and ntasks only after a successful claim, when the caller
- * cannot be rewriting them (a run is not finished while one of its slots is running).
- *
- * Preferring its own slot keeps task t of one op and task t of the next on the same thread
- * whenever the workers are awake (with several workers racing for the lowest free slot the
- * mapping would change from run to run): ops split rows the same way, so each core finds the
- * rows it wrote in its own cache. A slot whose worker is slow to come is taken by whoever is
- * free, so a sleeping worker delays nothing. Finished slots are counted in `done`; the caller
- * returns when it reaches S.
- *
- * Waiting, on both sides, spins a while (sched_yield, so a runnable thread on the same core
- * gets it) and then sleeps on a condition variable. Each sleep and its wake-up pair a
- * sequentially consistent store and load of two atomics (sleepers/claim, caller_waiting/done):
- * either the sleeper sees the news before waiting or the waker sees the sleeper and signals it
- * under the mutex, so no wake-up is lost. */
+/* pool: the fork-join pool of pool.h: a run's tasks dealt into slots that threads claim through one
+ * atomic word, each preferring its own slot, so rows stay on the core that wrote them. */
 #include "kernels/cpu/pool.h"
 
 #include <pthread.h>
@@ -28,6 +7,27 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+/* A run's tasks are dealt into S = min(ntasks, 32) slots, slot s holding tasks s, s + S, s + 2S,
+ * ... (one task per slot when ntasks <= 32, as in every op). The run is published through one
+ * atomic word, `claim` = generation << 32 | a bit per slot not yet claimed. Thread i (the caller is
+ * 0, worker w is w) first claims slot i, then any slot left, lowest first, by a compare-and-swap
+ * that clears the slot's bit; it fails if the word moved on (another claim, or a later run), so a
+ * worker that saw a run late can never take a slot of the next one. A thread reads the run's fn,
+ * ctx and ntasks only after a successful claim, when the caller cannot be rewriting them (a run is
+ * not finished while one of its slots is running).
+ *
+ * Preferring its own slot keeps task t of one op and task t of the next on the same thread whenever
+ * the workers are awake (with several workers racing for the lowest free slot the mapping would
+ * change from run to run): ops split rows the same way, so each core finds the rows it wrote in its
+ * own cache. A slot whose worker is slow to come is taken by whoever is free, so a sleeping worker
+ * delays nothing. Finished slots are counted in `done`; the caller returns when it reaches S.
+ *
+ * Waiting, on both sides, spins a while (sched_yield, so a runnable thread on the same core gets
+ * it) and then sleeps on a condition variable. Each sleep and its wake-up pair a sequentially
+ * consistent store and load of two atomics (sleepers/claim, caller_waiting/done): either the
+ * sleeper sees the news before waiting or the waker sees the sleeper and signals it under the
+ * mutex, so no wake-up is lost. */
 
 /* sched_yield rounds a worker spins for the next run before sleeping. A yield takes about
  * 1.2 us on the 2-core development VM, so this waits some 80 us there: it

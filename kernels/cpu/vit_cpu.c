@@ -1,34 +1,6 @@
-/* The Vision Transformer's ops on the CPU (semantics in ../kernels.h). GEMMs go through
- * OpenBLAS; everything else is written for GCC at -O2, whose "very cheap" vectoriser only takes
- * loops whose trip count is a known multiple of the vector width: inner loops run over fixed
- * chunks of CHUNK elements (then a scalar tail) and are fully unrolled (UNROLL) so partial sums
- * stay in registers. Reductions keep CHUNK interleaved partial sums added in a fixed order, so
- * a result depends only on the inputs and the pool's size (below). exp and erf are inline
- * approximations (no libm call per element), erf being the one PyTorch's vectorised CPU GELU
- * uses. Ops never allocate; attention backward keeps a T x T tile on the stack
- * (T <= KERNELS_MAX_TOKENS, which the ViT config checks).
- *
- * With a pool bound to the calling thread (kernels_cpu_use_pool), an op whose work pays for a
- * dispatch splits it into one task per pool thread, fewer when each would get less than a
- * measured minimum (the *_MIN_* constants below). Everything is split by rows, cut at the same
- * places from one op to the next (linear's at multiples of GEMM_ROW_ALIGN, attention's by
- * (sample, head) pairs, elementwise ops by elements: within a few rows of each other), so each
- * core works on the rows it wrote in the op before; on the 2-core development VM, splitting
- * the gradients' column ranges instead (every task reading every row) made LayerNorm backward
- * 2x slower than serial and linear backward 10% slower. Where a task computes whole outputs
- * (linear's out and din, LayerNorm, GELU, attention, add, Adam, the fused ops' outputs) it
- * does so in the serial code's order: the same bits. The gradients that sum over rows
- * (linear's and LayerNorm's dw and db, bias_grad, bias + GELU's db) are summed per task into
- * the pool's scratch and added in task order: bit-identical run to run for a pool size,
- * rounded differently between sizes. When the partials do not fit the scratch, they are split
- * by columns instead, every task summing all rows in the serial order.
- *
- * linear's tasks each make their own single-threaded sgemm call on a block of rows. Cut at
- * multiples of 24 rows, these give exactly the whole call's results with OpenBLAS 0.3's
- * Haswell sgemm kernel (also Zen's), whose microkernel works on 12 rows of our row-major
- * matrices at a time: the blocks keep its tiles where the whole call has them (checked on 900
- * random shapes; cut at multiples of 16, tiles at the edges rounded differently). Other
- * kernels may round their edge tiles differently. */
+/* vit_cpu: the Vision Transformer's ops on the CPU (semantics in ../kernels.h): GEMMs through
+ * OpenBLAS, the rest vectorised by GCC, split over the bound pool with results that depend only on
+ * the inputs and the pool's size. */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +9,36 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
+
+/* GEMMs go through OpenBLAS; everything else is written for GCC at -O2, whose "very cheap"
+ * vectoriser only takes loops whose trip count is a known multiple of the vector width: inner loops
+ * run over fixed chunks of CHUNK elements (then a scalar tail) and are fully unrolled (UNROLL) so
+ * partial sums stay in registers. Reductions keep CHUNK interleaved partial sums added in a fixed
+ * order, so a result depends only on the inputs and the pool's size (below). exp and erf are inline
+ * approximations (no libm call per element), erf being the one PyTorch's vectorised CPU GELU uses.
+ * Ops never allocate; attention backward keeps a T x T tile on the stack (T <= KERNELS_MAX_TOKENS,
+ * which the ViT config checks).
+ *
+ * With a pool bound to the calling thread (kernels_cpu_use_pool), an op whose work pays for a
+ * dispatch splits it into one task per pool thread, fewer when each would get less than a measured
+ * minimum (the *_MIN_* constants below). Everything is split by rows, cut at the same places from
+ * one op to the next (linear's at multiples of GEMM_ROW_ALIGN, attention's by (sample, head) pairs,
+ * elementwise ops by elements: within a few rows of each other), so each core works on the rows it
+ * wrote in the op before; on the 2-core development VM, splitting the gradients' column ranges
+ * instead (every task reading every row) made LayerNorm backward 2x slower than serial and linear
+ * backward 10% slower. Where a task computes whole outputs (linear's out and din, LayerNorm, GELU,
+ * attention, add, Adam, the fused ops' outputs) it does so in the serial code's order: the same
+ * bits. The gradients that sum over rows (linear's and LayerNorm's dw and db, bias_grad, bias +
+ * GELU's db) are summed per task into the pool's scratch and added in task order: bit-identical run
+ * to run for a pool size, rounded differently between sizes. When the partials do not fit the
+ * scratch, they are split by columns instead, every task summing all rows in the serial order.
+ *
+ * linear's tasks each make their own single-threaded sgemm call on a block of rows. Cut at
+ * multiples of 24 rows, these give exactly the whole call's results with OpenBLAS 0.3's Haswell
+ * sgemm kernel (also Zen's), whose microkernel works on 12 rows of our row-major matrices at a
+ * time: the blocks keep its tiles where the whole call has them (checked on 900 random shapes; cut
+ * at multiples of 16, tiles at the edges rounded differently). Other kernels may round their edge
+ * tiles differently. */
 
 /* Declared by OpenBLAS's cblas.h but not by the netlib one the alternatives may point at. */
 extern void openblas_set_num_threads(int);

@@ -1,4 +1,5 @@
-// The per-thread context of kernels_cuda: binding to a stream, the sticky error, the probe.
+/* context: the per-thread context of kernels_cuda: binding to a stream, the sticky error, the
+ * probe. */
 #include <stdio.h>
 #include <string.h>
 

@@ -1,7 +1,17 @@
-// elementwise: kernels_cuda's elementwise ops (cast, fills, copies, scale/accumulate/add, Adam,
-// the toy layer, MSE, GELU) and the reductions (sum of squares, finiteness, the toy's dw,
-// bias_grad). Semantics are kernels/kernels.h's; this file says how they run on the GPU.
-//
+/* elementwise: kernels_cuda's elementwise ops (cast, fills, copies, scale, accumulate, add, Adam,
+ * the toy layer, MSE, GELU) and reductions (sum of squares, all_finite, the toy's dw, bias_grad);
+ * semantics in ../kernels.h. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gelu.cuh"
+
 // Every op launches on the calling thread's stream (cuda_ctx()->stream) and never allocates:
 // elementwise kernels are grid-stride loops over size_t indices (counts may pass 2^31);
 // reductions run a fixed number of blocks that leave their partial sums, in double, in the
@@ -20,14 +30,6 @@
 // fuse multiply-adds the CPU code (C11, no FMA contraction) rounds twice: Adam should then give
 // the CPU's bits, the toy layer differ only by tanhf's last bits. GELU uses CUDA's erff and expf
 // (PyTorch's CUDA formulas); the CPU's approximations are within 1.5e-7 absolute of erf.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 
@@ -38,13 +40,9 @@ constexpr size_t RESULT_BYTES = 64;
 constexpr size_t PARTIAL_DOUBLES = (CUDA_SCRATCH_BYTES - RESULT_BYTES) / sizeof(double);
 static_assert(REDUCE_BLOCKS * 3 <= PARTIAL_DOUBLES, "the toy's 3 sums per block fit the scratch");
 
-// bias_grad: blocks of BIAS_TILE columns x BIAS_LANES row lanes; up to BIAS_MAX_GROUPS blocks
-// down the rows, each over at least BIAS_MIN_GROUP_ROWS rows, leave per-column partials.
-constexpr unsigned BIAS_TILE = 32, BIAS_LANES = 8;
+// bias_grad (column_sums.cuh): up to BIAS_MAX_GROUPS blocks down the rows, each over at least
+// BIAS_MIN_GROUP_ROWS rows, leave per-column partials.
 constexpr size_t BIAS_MAX_GROUPS = 64, BIAS_MIN_GROUP_ROWS = 64;
-
-constexpr float INV_SQRT2 = 0.70710678118654752440f;
-constexpr float INV_SQRT_2PI = 0.39894228040143267794f;
 
 __device__ __forceinline__ size_t first_index() {
     return (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -323,53 +321,33 @@ __global__ void toy_backward_finish(float *dw, const double *partials, unsigned 
 
 // out may be in.
 __global__ void gelu_forward_kernel(float *out, const float *in, size_t n) {
-    for (size_t i = first_index(); i < n; i += grid_stride()) {
-        const float x = in[i];
-        out[i] = 0.5f * x * (1.0f + erff(x * INV_SQRT2));
-    }
+    for (size_t i = first_index(); i < n; i += grid_stride()) out[i] = gelu(in[i]);
 }
 
 // din = dout * (Phi(x) + x phi(x)); din may be dout.
 __global__ void gelu_backward_kernel(float *din, const float *in, const float *dout, size_t n) {
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        const float x = in[i];
-        const float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
-        const float pdf = expf(-0.5f * x * x) * INV_SQRT_2PI;
-        din[i] = dout[i] * (cdf + x * pdf);
+        const float slope = gelu_grad(in[i]);
+        din[i] = dout[i] * slope;
     }
 }
 
-// ---- bias_grad: column sums over rows
+// ---- bias_grad: column sums over rows (column_sums.cuh)
 //
-// Block (BIAS_TILE, BIAS_LANES) takes tiles of 32 adjacent columns (coalesced rows) and the rows
-// of its group blockIdx.y, lane y summing every BIAS_LANES-th row in double. With partials, the
-// group's column sums go to partials[group * cols + j] and bias_grad_finish adds the groups in
-// order; without (one group), the block adds its sums into db itself.
+// Block (COLUMN_TILE, COLUMN_LANES) takes tiles of 32 adjacent columns (coalesced rows) and the
+// rows of its group blockIdx.y, lane y summing every COLUMN_LANES-th row in double.
 __global__ void bias_grad_partial(float *db, double *partials, const float *dout, size_t rows,
                                   size_t cols, size_t stride, size_t group_rows) {
-    __shared__ double lane_sums[BIAS_LANES][BIAS_TILE + 1];
-    const size_t r0 = (size_t)blockIdx.y * group_rows;
-    const size_t r1 = r0 + group_rows < rows ? r0 + group_rows : rows;
-    for (size_t tile = blockIdx.x; tile * BIAS_TILE < cols; tile += gridDim.x) {
-        const size_t j = tile * BIAS_TILE + threadIdx.x;
+    column_sums_block(db, partials, rows, cols, group_rows, [&](size_t j, size_t i, size_t end) {
         double s = 0.0;
-        if (j < cols)
-            for (size_t i = r0 + threadIdx.y; i < r1; i += BIAS_LANES) s += dout[i * stride + j];
-        lane_sums[threadIdx.y][threadIdx.x] = s;
-        __syncthreads();
-        if (threadIdx.y == 0 && j < cols) {
-            double total = 0.0;
-            for (unsigned l = 0; l < BIAS_LANES; l++) total += lane_sums[l][threadIdx.x];
-            if (partials)
-                partials[(size_t)blockIdx.y * cols + j] = total;
-            else
-                db[j] = (float)((double)db[j] + total);
-        }
-        __syncthreads(); // lane_sums is reused by the next tile
-    }
+        for (; i < end; i += COLUMN_LANES) s += dout[i * stride + j];
+        return s;
+    });
 }
 
-__global__ void bias_grad_finish(float *db, const double *partials, size_t cols, unsigned groups) {
+__global__ void column_sums_finish_kernel(float *__restrict__ db,
+                                          const double *__restrict__ partials, size_t cols,
+                                          unsigned groups) {
     for (size_t j = first_index(); j < cols; j += grid_stride()) {
         double s = 0.0;
         for (unsigned g = 0; g < groups; g++) s += partials[(size_t)g * cols + j];
@@ -539,27 +517,23 @@ extern "C" void cuda_gelu_backward(float *din, const float *in, const float *dou
     CUDA_LAUNCHED("gelu_backward");
 }
 
-// Row groups: enough blocks to fill the GPU when there are few column tiles, each group at
-// least BIAS_MIN_GROUP_ROWS rows, and their partials within the scratch; one group (no
-// partials) when even two groups' would not fit.
+void column_sums_finish(float *db, const double *partials, size_t cols, unsigned groups,
+                        cudaStream_t stream) {
+    column_sums_finish_kernel<<<cuda_blocks(cols, THREADS), THREADS, 0, stream>>>(db, partials,
+                                                                                  cols, groups);
+}
+
+// Row groups of at least BIAS_MIN_GROUP_ROWS rows, their partials after the scratch's result.
 extern "C" void cuda_bias_grad(float *db, const float *dout, size_t rows, size_t cols,
                                size_t stride) {
     if (rows == 0 || cols == 0) return;
     CudaContext *c = cuda_ctx();
-    const size_t tiles = (cols + BIAS_TILE - 1) / BIAS_TILE;
-    const unsigned grid_x = (unsigned)(tiles < 65535 ? tiles : 65535);
-    size_t groups = (rows + BIAS_MIN_GROUP_ROWS - 1) / BIAS_MIN_GROUP_ROWS;
-    if (groups > BIAS_MAX_GROUPS) groups = BIAS_MAX_GROUPS;
-    if (groups > PARTIAL_DOUBLES / cols) groups = PARTIAL_DOUBLES / cols;
-    if (groups < 1) groups = 1;
-    const size_t group_rows = (rows + groups - 1) / groups;
-    double *partials = groups > 1 ? partial_area(c) : nullptr;
-    const dim3 block(BIAS_TILE, BIAS_LANES), grid(grid_x, (unsigned)groups);
-    bias_grad_partial<<<grid, block, 0, c->stream>>>(db, partials, dout, rows, cols, stride,
-                                                     group_rows);
+    const ColumnSumGrid g =
+        column_sum_grid(rows, cols, BIAS_MAX_GROUPS, BIAS_MIN_GROUP_ROWS, PARTIAL_DOUBLES);
+    double *partials = g.groups > 1 ? partial_area(c) : nullptr;
+    bias_grad_partial<<<g.grid, g.block, 0, c->stream>>>(db, partials, dout, rows, cols, stride,
+                                                         g.group_rows);
     if (CUDA_LAUNCHED("bias_grad") || !partials) return;
-    const unsigned finish_blocks = cuda_blocks(cols, THREADS);
-    bias_grad_finish<<<finish_blocks, THREADS, 0, c->stream>>>(db, partials, cols,
-                                                               (unsigned)groups);
+    column_sums_finish(db, partials, cols, g.groups, c->stream);
     CUDA_LAUNCHED("bias_grad");
 }

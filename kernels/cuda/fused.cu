@@ -1,50 +1,35 @@
-// fused: kernels_cuda's fused ops (semantics in ../kernels.h; the CPU versions in
-// ../cpu/vit_cpu.c are the reference they match): bias + exact GELU after the MLP's first GEMM
-// and its backward with the bias gradient, and a residual add with the LayerNorm that reads it.
-// Each does in one pass what the unfused ops do in two, with their formulas:
+/* fused: kernels_cuda's fused ops, each doing in one pass what the unfused ops do in two with
+ * their formulas: bias + exact GELU and its backward with the bias gradient, and a residual add
+ * with the LayerNorm that reads it (semantics in ../kernels.h; reference ../cpu/vit_cpu.c). */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/column_sums.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gelu.cuh"
+#include "kernels/cuda/row_sums.cuh"
+
+// How each runs:
 //
 // - bias_gelu_forward: a grid-stride loop over the elements (the column index stepped along,
-//   not divided out per element); GELU with CUDA's erff as gelu_forward (elementwise.cu). It
-//   reads pre and writes out only: backward redoes the bias add.
-// - bias_gelu_backward: bias_grad's layout (elementwise.cu): blocks of BG_TILE adjacent columns
-//   x BG_LANES row lanes, up to BG_MAX_GROUPS groups of rows, each thread writing
-//   dpre = dout * GELU'(pre + b) for its elements (the same formula as gelu_backward; its
-//   column's b[j] read once) and summing them in double. The lanes' sums are added in lane order,
-//   the groups' (through the context's scratch) in group order by a second kernel: the grid depends
-//   only on the shape, so db is bit-identical run to run (no atomics).
+//   not divided out per element); GELU as gelu_forward's (gelu.cuh). It reads pre and writes
+//   out only: backward redoes the bias add.
+// - bias_gelu_backward: bias_grad's column sums (column_sums.cuh), up to BG_MAX_GROUPS groups of
+//   rows, each thread writing dpre = dout * GELU'(pre + b) for its elements (the same formula
+//   as gelu_backward; its column's b[j] read once) and summing them in double: db is
+//   bit-identical run to run (no atomics).
 // - residual_layernorm_forward: layernorm_forward's kernel (vit_ops.cu: a warp per row up to
 //   LN_WARP_MAX_C columns, else a block per row; two-pass statistics) whose first pass also
 //   forms and stores sum = x + y; the later passes read back what the same thread stored.
 //
 // Every op launches on the calling thread's stream and never allocates.
-#include <math.h>
-#include <stdint.h>
-
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 
-constexpr unsigned THREADS = 256; // bias + GELU forward, the bias gradient's finishing kernel
-constexpr unsigned BG_TILE = 32, BG_LANES = 8;
+constexpr unsigned THREADS = 256; // bias + GELU forward
 constexpr size_t BG_MAX_GROUPS = 128, BG_MIN_GROUP_ROWS = 32;
 constexpr size_t PARTIAL_DOUBLES = CUDA_SCRATCH_BYTES / sizeof(double);
-constexpr unsigned LN_THREADS = 256;   // 8 rows, or 1 row, per block
-constexpr size_t LN_WARP_MAX_C = 1024; // up to here a row is one warp's
-
-constexpr float INV_SQRT2 = 0.70710678118654752440f;
-constexpr float INV_SQRT_2PI = 0.39894228040143267794f;
-
-// gelu_forward_kernel's and gelu_backward_kernel's formulas (elementwise.cu)
-__device__ __forceinline__ float gelu(float x) {
-    return 0.5f * x * (1.0f + erff(x * INV_SQRT2));
-}
-
-__device__ __forceinline__ float gelu_grad(float x) {
-    const float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
-    const float pdf = expf(-0.5f * x * x) * INV_SQRT_2PI;
-    return cdf + x * pdf;
-}
 
 // ---- bias + GELU
 
@@ -60,81 +45,28 @@ __global__ void bias_gelu_forward_kernel(float *__restrict__ out, const float *_
     }
 }
 
-// Block (BG_TILE, BG_LANES): tiles of 32 adjacent columns of group blockIdx.y's rows, lane y
-// taking every BG_LANES-th row. With partials, the group's column sums go to
-// partials[group * cols + j] and bias_gelu_db_finish adds the groups in order; without (one
-// group), the block adds its sums into db itself. dpre may be dout (each element is read, then
-// written, by one thread).
+// Block (COLUMN_TILE, COLUMN_LANES): tiles of 32 adjacent columns of group blockIdx.y's rows,
+// lane y taking every COLUMN_LANES-th row (column_sums.cuh). dpre may be dout (each element is
+// read, then written, by one thread).
 __global__ void bias_gelu_backward_kernel(float *dpre, float *__restrict__ db,
                                           double *__restrict__ partials, const float *dout,
                                           const float *__restrict__ pre,
                                           const float *__restrict__ b, size_t rows, size_t cols,
                                           size_t group_rows) {
-    __shared__ double lane_sums[BG_LANES][BG_TILE + 1];
-    const size_t r0 = (size_t)blockIdx.y * group_rows;
-    const size_t r1 = r0 + group_rows < rows ? r0 + group_rows : rows;
-    for (size_t tile = blockIdx.x; tile * BG_TILE < cols; tile += gridDim.x) {
-        const size_t j = tile * BG_TILE + threadIdx.x;
+    column_sums_block(db, partials, rows, cols, group_rows, [&](size_t j, size_t i, size_t end) {
+        const float bj = b[j];
         double s = 0.0;
-        if (j < cols) {
-            const float bj = b[j];
-            for (size_t i = r0 + threadIdx.y; i < r1; i += BG_LANES) {
-                const size_t e = i * cols + j;
-                const float v = dout[e] * gelu_grad(pre[e] + bj);
-                dpre[e] = v;
-                s += v;
-            }
+        for (; i < end; i += COLUMN_LANES) {
+            const size_t e = i * cols + j;
+            const float v = dout[e] * gelu_grad(pre[e] + bj);
+            dpre[e] = v;
+            s += v;
         }
-        lane_sums[threadIdx.y][threadIdx.x] = s;
-        __syncthreads();
-        if (threadIdx.y == 0 && j < cols) {
-            double total = 0.0;
-            for (unsigned l = 0; l < BG_LANES; l++) total += lane_sums[l][threadIdx.x];
-            if (partials)
-                partials[(size_t)blockIdx.y * cols + j] = total;
-            else
-                db[j] = (float)((double)db[j] + total);
-        }
-        __syncthreads(); // lane_sums is reused by the next tile
-    }
+        return s;
+    });
 }
 
-__global__ void bias_gelu_db_finish(float *__restrict__ db, const double *__restrict__ partials,
-                                    size_t cols, unsigned groups) {
-    for (size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols;
-         j += (size_t)gridDim.x * blockDim.x) {
-        double s = 0.0;
-        for (unsigned g = 0; g < groups; g++) s += partials[(size_t)g * cols + j];
-        db[j] = (float)((double)db[j] + s);
-    }
-}
-
-// ---- residual + LayerNorm
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// The sum of v over a row's group of WARPS warps, the same bits in every thread (vit_ops.cu's
-// group_sum2 for one value). With WARPS > 1 the group is the block: every thread calls it.
-template <int WARPS> __device__ __forceinline__ float group_sum(float v, float *red) {
-    v = warp_sum(v);
-    if constexpr (WARPS > 1) {
-        const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-        if (lane == 0) red[warp] = v;
-        __syncthreads();
-        float s = red[0];
-#pragma unroll
-        for (int k = 1; k < WARPS; k++) s += red[k];
-        __syncthreads(); // red is reused by the next call
-        v = s;
-    } else {
-        (void)red;
-    }
-    return v;
-}
+// ---- residual + LayerNorm (row_sums.cuh)
 
 // One row per group of WARPS warps (WARPS == 1: LN_THREADS / 32 rows a block; WARPS * 32 ==
 // LN_THREADS: one row a block, so the row loop is uniform over the block). sum may be x or y:
@@ -193,27 +125,18 @@ extern "C" void cuda_bias_gelu_forward(float *out, const float *pre, const float
     CUDA_LAUNCHED("bias_gelu_forward");
 }
 
-// Row groups as bias_grad's: enough blocks to fill the GPU when there are few column tiles,
-// each group at least BG_MIN_GROUP_ROWS rows, their partials within the scratch; one group (no
-// partials) when two groups' would not fit.
+// Row groups of at least BG_MIN_GROUP_ROWS rows, their partials in the scratch.
 extern "C" void cuda_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
                                         const float *b, size_t M, size_t N) {
     if (M == 0 || N == 0) return;
     CudaContext *c = cuda_ctx();
-    const size_t tiles = (N + BG_TILE - 1) / BG_TILE;
-    const unsigned grid_x = (unsigned)(tiles < 65535 ? tiles : 65535);
-    size_t groups = (M + BG_MIN_GROUP_ROWS - 1) / BG_MIN_GROUP_ROWS;
-    if (groups > BG_MAX_GROUPS) groups = BG_MAX_GROUPS;
-    if (groups > PARTIAL_DOUBLES / N) groups = PARTIAL_DOUBLES / N;
-    if (groups < 1) groups = 1;
-    const size_t group_rows = (M + groups - 1) / groups;
-    double *partials = groups > 1 ? (double *)c->scratch : nullptr;
-    const dim3 block(BG_TILE, BG_LANES), grid(grid_x, (unsigned)groups);
-    bias_gelu_backward_kernel<<<grid, block, 0, c->stream>>>(dpre, db, partials, dout, pre, b, M, N,
-                                                             group_rows);
+    const ColumnSumGrid g =
+        column_sum_grid(M, N, BG_MAX_GROUPS, BG_MIN_GROUP_ROWS, PARTIAL_DOUBLES);
+    double *partials = g.groups > 1 ? (double *)c->scratch : nullptr;
+    bias_gelu_backward_kernel<<<g.grid, g.block, 0, c->stream>>>(dpre, db, partials, dout, pre, b,
+                                                                 M, N, g.group_rows);
     if (CUDA_LAUNCHED("bias_gelu_backward") || !partials) return;
-    bias_gelu_db_finish<<<cuda_blocks(N, THREADS), THREADS, 0, c->stream>>>(db, partials, N,
-                                                                            (unsigned)groups);
+    column_sums_finish(db, partials, N, g.groups, c->stream);
     CUDA_LAUNCHED("bias_gelu_backward");
 }
 

@@ -1,5 +1,11 @@
-// Linear forward and backward through cuBLASLt (semantics in ../kernels.h), fp32 in and out.
-//
+/* gemm: linear forward and backward through cuBLASLt (semantics in ../kernels.h), fp32 in and out,
+ * every product computed transposed so that no matrix is copied. */
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
 // Row-major to column-major: cuBLASLt reads matrices column-major, and a row-major X[r, c]
 // (leading dimension c) is, byte for byte, the column-major X^T [c, r] with ld c. So every
 // product is computed transposed, with no copies:
@@ -27,11 +33,6 @@
 // initialised in place (cublasLt*Init, no allocation) and the heuristic's algorithm is kept,
 // so a shape met again costs one cublasLtMatmul call. Nothing here allocates device memory:
 // the workspace is the context's.
-#include <stdint.h>
-#include <string.h>
-
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 

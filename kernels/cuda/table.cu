@@ -1,4 +1,4 @@
-// The op table on the GPU: every entry is a function of cuda_ops.h.
+/* The op table on the GPU: every entry is a function of cuda_ops.h. */
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kernels_cuda.h"
 

@@ -1,7 +1,12 @@
-// The Vision Transformer's ops that are not GEMMs, attention or elementwise math: LayerNorm,
-// patches and tokens, the class token, the loss and the accuracy count (semantics in
-// ../kernels.h; the CPU versions in ../cpu/vit_cpu.c are the reference they match).
-//
+/* vit_ops: the ViT's ops that are not GEMMs, attention or elementwise math: LayerNorm, patches and
+ * tokens, the class token, the loss, the accuracy count (the CPU's in ../cpu/vit_cpu.c). */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/row_sums.cuh"
+
 // Every reduction has a fixed shape that depends only on the op's sizes, never on timing, so
 // every result is bit-identical run to run on one GPU model (no floating-point atomics):
 //
@@ -22,17 +27,10 @@
 //   double per block in scratch; the host adds the blocks' in order and divides by B.
 // - count correct: a warp per row finds the first maximum; the count is an integer, so blocks
 //   add theirs to one counter in scratch with atomics (order cannot change an integer sum).
-#include <math.h>
-#include <stdint.h>
-
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 
 constexpr unsigned ELEM_THREADS = 256; // elementwise and copy kernels
-constexpr unsigned LN_THREADS = 256;   // LayerNorm row kernels: 8 rows, or 1 row, per block
-constexpr size_t LN_WARP_MAX_C = 1024; // up to here a row is one warp's (<= 32 values a lane)
 constexpr unsigned LN_ROW_LANES = 16;  // dw/db kernel: blocks of 32 columns x 16 row lanes
 constexpr size_t LN_MIN_CHUNK_ROWS = 64;
 constexpr unsigned LOSS_WARPS = 8; // cross entropy and count correct: 8 rows at a time a block
@@ -40,43 +38,7 @@ constexpr unsigned LOSS_MAX_BLOCKS = 1024;
 constexpr size_t SCRATCH_FLOATS = CUDA_SCRATCH_BYTES / sizeof(float);
 static_assert(LOSS_MAX_BLOCKS * sizeof(double) <= CUDA_SCRATCH_BYTES, "loss partials fit");
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// Sums of a and b over a row's group of WARPS warps, the same bits in every thread. With
-// WARPS > 1 the group is the whole block (every thread must call it: it synchronises).
-template <int WARPS> __device__ __forceinline__ float2 group_sum2(float a, float b, float2 *red) {
-    a = warp_sum(a);
-    b = warp_sum(b);
-    if constexpr (WARPS > 1) {
-        const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
-        if (lane == 0) red[warp] = make_float2(a, b);
-        __syncthreads();
-        float2 s = red[0];
-#pragma unroll
-        for (int k = 1; k < WARPS; k++) {
-            s.x += red[k].x;
-            s.y += red[k].y;
-        }
-        __syncthreads(); // red is reused by the next call
-        a = s.x;
-        b = s.y;
-    } else {
-        (void)red;
-    }
-    return make_float2(a, b);
-}
-
-// ---- LayerNorm ----
+// ---- LayerNorm (row_sums.cuh) ----
 
 // One row per group of WARPS warps: WARPS == 1, LN_THREADS / 32 rows a block; WARPS * 32 ==
 // LN_THREADS, one row a block (so the row loop is uniform over the block and may synchronise).

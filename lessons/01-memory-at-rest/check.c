@@ -1,13 +1,15 @@
-/* Lesson 01's check: the learner's bytes at rest per GPU under DDP and FSDP against the
- * engine's own formula (engine/plan.c: plan_rest_bytes, what every rank's accounted memory must
- * equal) for the toy and the planner's 7B transformer, and against the workshop's 7B figures
- * (7e9 parameters: 28 + 28 + 56 = 112 GB per GPU under DDP, 14 GB under FSDP on 8 GPUs). */
+/* Lesson 01's check: the learner's bytes at rest per GPU under DDP and FSDP against the engine's
+ * own formula and the workshop's 7B figures. */
 #include "lessons/tool/check.h"
 #include "engine/plan.h"
 #include "exercise.h"
 #include "models/toy.h"
 #include "models/transformer.h"
 #include "models/vit.h"
+
+/* The engine's formula is engine/plan.c's plan_rest_bytes, what every rank's accounted memory must
+ * equal, for the toy and the planner's 7B transformer; the workshop's figures are for 7e9
+ * parameters: 28 + 28 + 56 = 112 GB per GPU under DDP, 14 GB under FSDP on 8 GPUs. */
 
 static const char *text_of(RestMemory m) {
     return lesson_fmt("params=%zu grads=%zu adam=%zu total=%zu", m.params, m.grads, m.adam,

@@ -1,7 +1,5 @@
-/* Lesson 03's check: the learner's ring all-gather, run on the lesson's ring (one thread per
- * rank), against the engine's all-gather on a simulated cluster (sim/comm_sim.c, through
- * cluster_run) with the same inputs: the same floats bit for bit on every rank, and each
- * rank sending what the cost model says a ring all-gather sends (sim/cost.c). */
+/* Lesson 03's check: the learner's ring all-gather, run on the lesson's ring (one thread per rank),
+ * against the engine's all-gather on a simulated cluster with the same inputs. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -10,6 +8,10 @@
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
+
+/* The engine's all-gather runs on sim/comm_sim.c, through cluster_run: the learner's must give the
+ * same floats bit for bit on every rank, and each rank must send what the cost model says a ring
+ * all-gather sends (sim/cost.c). */
 
 #define MAX_RANKS 8
 

@@ -1,9 +1,6 @@
-/* Lesson 04's check: the learner's ring reduce-scatter and all-reduce, run on the lesson's
- * ring, against the engine's collectives on a simulated cluster (sim/comm_sim.c through
- * cluster_run), and each rank's traffic against the cost model (sim/cost.c). The engine
- * sums in rank order, a ring in ring order; in floating point those can differ in the last
- * bit, so the inputs are whole numbers, whose sums are exact in any order, and the results
- * must match bit for bit. */
+/* Lesson 04's check: the learner's ring reduce-scatter and all-reduce, run on the lesson's ring,
+ * against the engine's collectives on a simulated cluster, and each rank's traffic against the cost
+ * model. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -11,6 +8,11 @@
 #include "lessons/tool/check.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
+
+/* The engine's collectives run on sim/comm_sim.c through cluster_run; the cost model is
+ * sim/cost.c's. The engine sums in rank order, a ring in ring order; in floating point those can
+ * differ in the last bit, so the inputs are whole numbers, whose sums are exact in any order, and
+ * the results must match bit for bit. */
 
 #define MAX_RANKS 8
 

@@ -1,11 +1,13 @@
-/* Lesson 05's check: the learner's unit_entries and forward_steps against what the engine
- * did. For each case it trains one step of the toy (or vit-tiny, accounting-only) on 3
- * simulated ranks with the trace on (engine_run.h), reads every rank's forward back as
- * steps in the order its code issued them (an all-gather starts where its wire buffers are
- * allocated and is waited for at its all_gather event; forward events; frees of gathered
- * parameters), and compares them one by one with the learner's list for the same units. */
+/* Lesson 05's check: the learner's unit_entries and forward_steps against what the engine did in
+ * one traced training step on 3 simulated ranks. */
 #include "exercise.h"
 #include "lessons/tool/engine_run.h"
+
+/* For each case it trains one step of the toy (or vit-tiny, accounting-only) on 3 simulated ranks
+ * with the trace on (engine_run.h), reads every rank's forward back as steps in the order its code
+ * issued them (an all-gather starts where its wire buffers are allocated and is waited for at its
+ * all_gather event; forward events; frees of gathered parameters), and compares them one by one
+ * with the learner's list for the same units. */
 
 static const char *step_op_name(StepOp op) {
     static const char *const names[] = {"gather", "wait-gather", "forward", "free"};

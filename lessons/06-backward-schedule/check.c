@@ -1,13 +1,14 @@
-/* Lesson 06's check: the learner's backward_steps and optimizer_collectives against what the
- * engine did. For each case it trains one step of the toy (or vit-tiny, accounting-only) on 3
- * simulated ranks with the trace on (lessons/tool/engine_run.h), reads every
- * rank's backward back as steps in the order its code issued them (a collective starts
- * where its wire buffers are allocated and is waited for at its all_gather or
- * reduce_scatter event; backward events; frees of gathered parameters), and compares them
- * one by one with the learner's list for the same units; and it counts the collectives of
- * the optimizer phase under each strategy. */
+/* Lesson 06's check: the learner's backward_steps and optimizer_collectives against what the engine
+ * did in one traced training step on 3 simulated ranks. */
 #include "exercise.h"
 #include "lessons/tool/engine_run.h"
+
+/* For each case it trains one step of the toy (or vit-tiny, accounting-only) on 3 simulated ranks
+ * with the trace on (lessons/tool/engine_run.h), reads every rank's backward back as steps in the
+ * order its code issued them (a collective starts where its wire buffers are allocated and is
+ * waited for at its all_gather or reduce_scatter event; backward events; frees of gathered
+ * parameters), and compares them one by one with the learner's list for the same units; and it
+ * counts the collectives of the optimizer phase under each strategy. */
 
 static const char *step_op_name(StepOp op) {
     static const char *const names[] = {"gather", "wait-gather", "backward",

@@ -1,11 +1,12 @@
-/* Lesson 07's check: the learner's all-gathers per step and peak of gathered parameters, with
- * and without reshard_after_forward, against the engine. For each case it trains one step of
- * the toy (or vit-tiny, accounting-only) on 3 simulated ranks with the trace on
- * (lessons/tool/engine_run.h) and takes every rank's all_gather events of the
- * step and the most bytes of unsharded parameters it held, as the memory timeline of
- * `fsdp train --memory` replays the trace. */
+/* Lesson 07's check: the learner's all-gathers per step and peak of gathered parameters, with and
+ * without reshard_after_forward, against the engine. */
 #include "exercise.h"
 #include "lessons/tool/engine_run.h"
+
+/* For each case it trains one step of the toy (or vit-tiny, accounting-only) on 3 simulated ranks
+ * with the trace on (lessons/tool/engine_run.h) and takes every rank's all_gather events of the
+ * step and the most bytes of unsharded parameters it held, as the memory timeline of `fsdp train
+ * --memory` replays the trace. */
 
 /* The last of the units from u on that have unit u's size and are not the root. */
 static int same_size_until(const Plan *p, int u) {

@@ -1,11 +1,13 @@
-/* Lesson 08's check: the learner's wrap_units against the engine's plan (engine/plan.c:
- * plan_create, its module_unit and root) for the toy and vit-tiny under every kind of wrap
- * policy, then collectives_per_step and peak_gathered_bytes against one zero3 training step
- * on 3 simulated ranks with the trace on (lessons/tool/engine_run.h): every
- * rank's all_gather and reduce_scatter events, and the most bytes of unsharded parameters it
- * held, as the memory timeline of `fsdp train --memory` replays the trace. */
+/* Lesson 08's check: the learner's wrap_units against the engine's plan under every kind of wrap
+ * policy, then collectives_per_step and peak_gathered_bytes against a traced step. */
 #include "exercise.h"
 #include "lessons/tool/engine_run.h"
+
+/* The plan is engine/plan.c's plan_create (its module_unit and root), for the toy and vit-tiny. The
+ * step is one zero3 training step on 3 simulated ranks with the trace on
+ * (lessons/tool/engine_run.h): every rank's all_gather and reduce_scatter events, and the most
+ * bytes of unsharded parameters it held, as the memory timeline of `fsdp train --memory` replays
+ * the trace. */
 
 #define MAX_MODULES 64
 

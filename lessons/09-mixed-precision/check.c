@@ -1,10 +1,5 @@
-/* Lesson 09's check: the learner's bf16 conversions against the engine's (kernels/dtype.c:
- * fp32_to_bf16, bf16_to_fp32) on every bf16 pattern, random floats, ties, subnormals, inf and
- * NaN; the learner's bytes of a unit's all-gather and reduce-scatter against the bytes the
- * engine's collectives record in a traced run of a 2-layer vit-tiny at several world sizes
- * and --param-dtype/--reduce-dtype; the learner's fp32 sum against the simulated cluster's
- * all-reduce (sim/comm_sim.c adds the ranks' values in rank order in fp32), and both sums
- * against a reference built on the engine's dtype_round. */
+/* Lesson 09's check: the learner's bf16 conversions, collective bytes and fp32 sum against the
+ * engine's conversions, traced collectives and simulated all-reduce. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -15,6 +10,13 @@
 #include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/planner.h"
+
+/* The conversions against the engine's (kernels/dtype.c: fp32_to_bf16, bf16_to_fp32) on every bf16
+ * pattern, random floats, ties, subnormals, inf and NaN; the learner's bytes of a unit's all-gather
+ * and reduce-scatter against the bytes the engine's collectives record in a traced run of a 2-layer
+ * vit-tiny at several world sizes and --param-dtype/--reduce-dtype; the learner's fp32 sum against
+ * the simulated cluster's all-reduce (sim/comm_sim.c adds the ranks' values in rank order in fp32),
+ * and both sums against a reference built on the engine's dtype_round. */
 
 static uint32_t bits_of(float x) {
     uint32_t u;

@@ -1,10 +1,5 @@
-/* Lesson 10's check: the learner's busy, step, waiting and exposed-communication times, on a
- * few timelines made by hand and on real ones: every span of one GPU's training step of a
- * 2-layer vit-tiny, traced on the simulated cluster with prefetch 0 and 1 on 2 to 4 GPUs.
- * The real ones are compared with the figures the engine's planner reads from the same job
- * (sim/planner.c: the step's span, the compute and comm streams' busy time, and `waiting`,
- * what `fsdp plan` prints). Hand-made timelines are compared with a sweep over their span
- * boundaries done here. */
+/* Lesson 10's check: the learner's busy, step, waiting and exposed-communication times, on
+ * timelines made by hand and on traced steps of a 2-layer vit-tiny. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -14,6 +9,12 @@
 #include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/planner.h"
+
+/* The real timelines are every span of one GPU's training step of a 2-layer vit-tiny, traced on the
+ * simulated cluster with prefetch 0 and 1 on 2 to 4 GPUs, and are compared with the figures the
+ * engine's planner reads from the same job (sim/planner.c: the step's span, the compute and comm
+ * streams' busy time, and `waiting`, what `fsdp plan` prints). Hand-made timelines are compared
+ * with a sweep over their span boundaries done here. */
 
 /* Times agree when they differ by less than a picosecond: the sums may be added in another
  * order than the engine's, which moves the last bits of a double, never a picosecond. */

@@ -1,9 +1,5 @@
-/* Lesson 11's check: the learner's PCIe bytes against the host copies the engine records
- * (engine/fsdp.c: gather_start copies a shard host to device before each all-gather and
- * complete_reduce copies each reduced gradient shard back under --offload cpu; adam_unit
- * copies the optimizer's gradient rows out and the updated rows back under --offload
- * optimizer), in traced, accounting-only training steps of a 2-layer vit-tiny on 2 to 4
- * simulated GPUs under zero3 and zero2, FSDP's and DeepSpeed's layouts, fp32 and bf16. */
+/* Lesson 11's check: the learner's PCIe bytes against the host copies the engine records in traced,
+ * accounting-only training steps of a 2-layer vit-tiny. */
 #include <stdlib.h>
 
 #include "engine/train.h"
@@ -12,6 +8,11 @@
 #include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/planner.h"
+
+/* The copies: engine/fsdp.c's gather_start copies a shard host to device before each all-gather and
+ * complete_reduce copies each reduced gradient shard back under --offload cpu; adam_unit copies the
+ * optimizer's gradient rows out and the updated rows back under --offload optimizer. The steps run
+ * on 2 to 4 simulated GPUs under zero3 and zero2, FSDP's and DeepSpeed's layouts, fp32 and bf16. */
 
 #define MAX_UNITS 8
 #define MAX_UNIT_PARAMS 64

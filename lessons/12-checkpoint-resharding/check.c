@@ -1,13 +1,5 @@
-/* Lesson 12's check: the learner's resharding against the engine's own checkpoints. The
- * saved ranks a loading rank needs are checked against intersections of the engine's
- * shard_rows (engine/plan.c) at both world sizes. The reads are checked on real checkpoints:
- * a 2-layer vit-tiny trained one step on N simulated ranks and saved (io/checkpoint.c),
- * then loaded on M ranks by checkpoint_load. For each piece of state a loading rank keeps
- * (engine_save_state hands them over, loaded), the learner's reads must be the rows
- * io/checkpoint.c's fill_piece takes from each saved piece (a static function, so its rule
- * is restated below: every saved piece of the tensor and kind that overlaps, in meta.json's
- * order), and the bytes those reads name in the rank files must be, bit for bit, the floats
- * the engine loaded. */
+/* Lesson 12's check: the learner's resharding against the engine's own checkpoints: which saved
+ * ranks a loading rank needs, and which rows it reads from each. */
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +11,15 @@
 #include "lessons/tool/check.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
+
+/* The saved ranks a loading rank needs are checked against intersections of the engine's shard_rows
+ * (engine/plan.c) at both world sizes. The reads are checked on real checkpoints: a 2-layer
+ * vit-tiny trained one step on N simulated ranks and saved (io/checkpoint.c), then loaded on M
+ * ranks by checkpoint_load. For each piece of state a loading rank keeps (engine_save_state hands
+ * them over, loaded), the learner's reads must be the rows io/checkpoint.c's fill_piece takes from
+ * each saved piece (a static function, so its rule is restated below: every saved piece of the
+ * tensor and kind that overlaps, in meta.json's order), and the bytes those reads name in the rank
+ * files must be, bit for bit, the floats the engine loaded. */
 
 /* ---------------------------------------------------------------- which saved ranks */
 

@@ -1,7 +1,6 @@
-/* Lesson 06: the backward schedule. What does one GPU do, in order, to run backward, and
- * why does its optimizer step need nobody else?
- * The reference solution: ./fsdp lessons check 06 --file lessons/solutions/06-backward-schedule.c
- */
+/* Lesson 06: the backward schedule. What does one GPU do, in order, to run backward, and why
+ * does its optimizer step need nobody else? The reference solution:
+ *   ./fsdp lessons check 06 --file lessons/solutions/06-backward-schedule.c */
 #include "exercise.h"
 
 #include <stdlib.h>

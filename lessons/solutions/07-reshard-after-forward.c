@@ -1,6 +1,5 @@
 /* Lesson 07: reshard_after_forward. Free each unit after its forward and gather it again in
- * backward, or keep it until backward: all-gathers against memory.
- * The reference solution:
+ * backward, or keep it until backward: all-gathers against memory. The reference solution:
  *   ./fsdp lessons check 07 --file lessons/solutions/07-reshard-after-forward.c */
 #include "exercise.h"
 

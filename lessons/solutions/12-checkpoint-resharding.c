@@ -1,6 +1,5 @@
-/* Lesson 12: checkpoint resharding. N ranks saved a checkpoint, each its own rows; M ranks
- * load it. Which files, and which rows of them, does each loading rank read?
- * The reference solution:
+/* Lesson 12: checkpoint resharding. N ranks saved a checkpoint, each its own rows; M ranks load
+ * it. Which files, and which rows of them, does each loading rank read? The reference solution:
  *   ./fsdp lessons check 12 --file lessons/solutions/12-checkpoint-resharding.c */
 #include "exercise.h"
 

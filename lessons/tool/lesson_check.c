@@ -1,8 +1,5 @@
-/* A check is built in a fresh temporary folder (so two checks, or a test and a learner, never
- * share files) in three steps: the exercise file alone (so its errors are the learner's), the
- * lesson's check.c, then the link against the library archive with Criterion. The check then
- * runs one test at a time and stops at the first failure; check.h's tagged lines say what it
- * tried and what differed. */
+/* lesson_check: builds a lesson's check with the learner's exercise in a fresh temporary folder and
+ * runs it one test at a time, stopping at the first failure. */
 #include "lessons/tool/lesson_check.h"
 
 #include <errno.h>
@@ -15,6 +12,12 @@
 #include "lessons/tool/check.h"
 #include "lessons/tool/lesson_proc.h"
 #include "lessons_baked.h"
+
+/* A check is built in a fresh temporary folder (so two checks, or a test and a learner, never share
+ * files) in three steps: the exercise file alone (so its errors are the learner's), the lesson's
+ * check.c, then the link against the library archive with Criterion. The check then runs one test
+ * at a time and stops at the first failure; check.h's tagged lines say what it tried and what
+ * differed. */
 
 #define COMPILE_SECONDS 120.0
 #define RUN_SECONDS 30.0

@@ -1,3 +1,5 @@
+/* lesson_hints: a lesson's hints.md read one hint at a time ("## Hint K" to the next such line), so
+ * the runner can show them graded, a nudge first. */
 #include "lessons/tool/lesson_hints.h"
 
 #include <errno.h>

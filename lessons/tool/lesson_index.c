@@ -1,3 +1,5 @@
+/* lesson_index: the lessons in order (number, folder, title, the crc32 of the shipped exercise.c)
+ * and where their folders are. */
 #include "lessons/tool/lesson_index.h"
 
 #include <stdio.h>

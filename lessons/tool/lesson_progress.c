@@ -6,8 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
+
+#include "io/atomic_file.h"
 
 static const char *const state_names[] = {"not started", "in progress", "done", "missing"};
 
@@ -56,11 +57,12 @@ int progress_load(Progress *p, Err *err) {
 }
 
 int progress_save(const Progress *p, Err *err) {
-    char path[4096], tmp[4200];
+    char path[4096];
     progress_path(path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return err_set(err, ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    AtomicFile out;
+    if (atomic_create(&out, path) != ATOMIC_OK)
+        return err_set(err, ERR_IO, "cannot write %s: %s", out.tmp, strerror(errno));
+    FILE *f = out.f;
     fputs("# ./fsdp lessons: what passed and how many hints were shown (delete to start over)\n",
           f);
     for (int n = 1; n <= LESSONS_MAX; n++) {
@@ -72,13 +74,8 @@ int progress_save(const Progress *p, Err *err) {
         else
             fprintf(f, "%02d passed=- hints=%d\n", n, lp->hints_shown);
     }
-    int bad = ferror(f) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return err_set(err, ERR_IO, "cannot write %s: %s", path, strerror(e));
-    }
+    if (atomic_finish(&out, 0) != ATOMIC_OK)
+        return err_set(err, ERR_IO, "cannot write %s: %s", path, strerror(errno));
     return 0;
 }
 

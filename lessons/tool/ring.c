@@ -1,7 +1,4 @@
-/* The ring's links are one-slot mailboxes under one lock: small, and enough for the handful of
- * ranks a lesson runs. A misuse (wrong count, a rank speaking for another, a wait that never
- * ends) breaks the ring: it records the first problem, wakes everyone, and from then on every
- * send and receive returns at once, so the check finishes and reports that problem. */
+/* ring: the wire lessons 03 and 04 run their ring collectives on, one thread per rank. */
 #include "lessons/tool/ring.h"
 
 #include <errno.h>
@@ -11,6 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The ring's links are one-slot mailboxes under one lock: small, and enough for the handful of
+ * ranks a lesson runs. A misuse (wrong count, a rank speaking for another, a wait that never ends)
+ * breaks the ring: it records the first problem, wakes everyone, and from then on every send and
+ * receive returns at once, so the check finishes and reports that problem. */
 
 typedef struct Link { /* from rank r to rank r+1 */
     int full;

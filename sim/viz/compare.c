@@ -1,3 +1,5 @@
+/* compare: the event of another run of the same model and steps (DDP beside FSDP, the viewer's key
+ * d) that is "the same moment" as an event of this one. */
 #include "sim/viz/compare.h"
 
 #include <stdlib.h>

@@ -1,3 +1,5 @@
+/* frame: what the visualizer shows at one event, as plain data: the trace replayed up to it into
+ * each unit's state on each rank and each rank's bytes by category and peak. */
 #include "sim/viz/frame.h"
 
 #include "sim/viz/text.h"

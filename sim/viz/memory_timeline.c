@@ -1,3 +1,5 @@
+/* memory_timeline: each rank's memory over one step by category, replayed from a trace's allocs and
+ * frees, drawn as a standalone SVG or a compact text timeline. */
 #include "sim/viz/memory_timeline.h"
 
 #include <math.h>

@@ -1,3 +1,5 @@
+/* plain: a frame as text, for a terminal without the full-screen viewer, for golden-file tests and
+ * for slides. */
 #include "sim/viz/plain.h"
 
 #include <string.h>

@@ -1,3 +1,5 @@
+/* tui: the full-screen ncurses viewer an instructor drives in front of a room: it draws frames and
+ * moves between them on keys, at 80x24, over ssh, with or without colour. */
 #include "sim/viz/tui.h"
 
 #include <curses.h>

@@ -1,13 +1,15 @@
-/* DeepSpeed's layout (--layout deepspeed): parameters rest in param_dtype and gradients in
- * reduce_dtype, the optimizer keeps an fp32 master of its rows beside Adam's moments, and
- * zero2 keeps the parameters whole. Only where values rest changes, not the values: it trains
- * to FSDP's bits under every strategy, rests at the plan's bytes (ZeRO's 2 + 2 + 12 bytes a
- * parameter), and its zero2 gathers parameters only after the optimizer step. */
+/* DeepSpeed's layout (--layout deepspeed) changes only where values rest, not the values: it trains
+ * to FSDP's bits under every strategy and rests at the plan's bytes. */
 #include <criterion/criterion.h>
 #include <string.h>
 
 #include "models/vit.h"
 #include "tests/util.h"
+
+/* Under it parameters rest in param_dtype and gradients in reduce_dtype, the optimizer keeps an
+ * fp32 master of its rows beside Adam's moments, and zero2 keeps the parameters whole. Its bytes at
+ * rest are ZeRO's 2 + 2 + 12 a parameter, and its zero2 gathers parameters only after the optimizer
+ * step. */
 
 static FsdpConfig deepspeed(FsdpConfig c) {
     c.layout = LAYOUT_DEEPSPEED;

@@ -1,10 +1,5 @@
-/* The memory levers beyond sharding. Activation checkpointing trains to the same bits while
- * holding less, recomputes each checkpointed block once per backward on parameters it
- * gathers anyway, and keeps its inputs in their own category. Sharded initialization gives
- * the same bits at any world size, never holds more than a rank's shards, and follows
- * torchvision's distributions; --init-from reads each rank's rows. The tests set no .timeout:
- * with several timed tests running at once (--jobs 2) Debian's Criterion 2.4 runner leaks a
- * 48-byte block, which fails the sanitizer build. */
+/* The memory levers beyond sharding: activation checkpointing and sharded initialization train to
+ * the same bits while holding less. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <math.h>
@@ -17,6 +12,13 @@
 #include "io/safetensors.h"
 #include "models/vit.h"
 #include "tests/util.h"
+
+/* Activation checkpointing trains to the same bits while holding less, recomputes each checkpointed
+ * block once per backward on parameters it gathers anyway, and keeps its inputs in their own
+ * category. Sharded initialization gives the same bits at any world size, never holds more than a
+ * rank's shards, and follows torchvision's distributions; --init-from reads each rank's rows. The
+ * tests set no .timeout: with several timed tests running at once (--jobs 2) Debian's Criterion 2.4
+ * runner leaks a 48-byte block, which fails the sanitizer build. */
 
 static size_t count_events(const Trace *t, EventKind kind) {
     size_t n = 0;

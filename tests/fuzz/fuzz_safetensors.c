@@ -1,13 +1,15 @@
-/* libFuzzer target (`make fuzz`): arbitrary bytes as a safetensors file, through the reader
- * that loads it whole (st_read) and the one that opens only its header (st_open) and reads a
- * tensor's bytes on demand. Every input must give a clean error or a file whose every tensor
- * can be read back; a crash, a leak or a sanitizer report is a bug. */
+/* libFuzzer target (`make fuzz`): arbitrary bytes as a safetensors file must give a clean error or
+ * a file whose every tensor can be read back. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include "io/safetensors.h"
+
+/* The bytes go through the reader that loads a file whole (st_read) and the one that opens only its
+ * header (st_open) and reads a tensor's bytes on demand. A crash, a leak or a sanitizer report is a
+ * bug. */
 
 static void write_input(const char *path, const uint8_t *data, size_t size) {
     FILE *f = fopen(path, "wb");

@@ -1,3 +1,5 @@
+/* Helpers of the GPU tests: skip where there is no GPU, move arrays between host and device, and
+ * poison device outputs so a kernel that forgets one cannot pass. */
 #include "tests/gpu/gpu_util.h"
 
 #include <criterion/criterion.h>

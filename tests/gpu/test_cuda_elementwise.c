@@ -1,11 +1,5 @@
 /* The elementwise ops and reductions on the GPU (kernels/cuda/elementwise.cu) against kernels_cpu
- * on the same random inputs, at sizes 0, 1, odd ones and past a million elements. Casts to and
- * from bf16/fp16 must give dtype.c's bits exactly (every 16-bit pattern, a million random fp32
- * patterns, NaNs, infs, subnormals, overflow and ties), copies and fills the same bytes with
- * the bytes past the end untouched; fp32 results agree within 1e-5 relative L2 (invariant 6),
- * sums of squares in double within 1e-9. Overwritten outputs are poisoned with NaN first (an
- * element a kernel forgets fails); "+=" outputs start from the same random non-zero values on
- * both sides (a kernel that overwrites, or adds twice, fails). */
+ * on the same random inputs, at sizes 0, 1, odd ones and past a million elements. */
 #include <criterion/criterion.h>
 #include <float.h>
 #include <math.h>
@@ -18,6 +12,13 @@
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
 #include "tests/gpu/gpu_util.h"
+
+/* Casts to and from bf16/fp16 must give dtype.c's bits exactly (every 16-bit pattern, a million
+ * random fp32 patterns, NaNs, infs, subnormals, overflow and ties), copies and fills the same bytes
+ * with the bytes past the end untouched; fp32 results agree within 1e-5 relative L2 (invariant 6),
+ * sums of squares in double within 1e-9. Overwritten outputs are poisoned with NaN first (an
+ * element a kernel forgets fails); "+=" outputs start from the same random non-zero values on both
+ * sides (a kernel that overwrites, or adds twice, fails). */
 
 #define REL 1e-5
 

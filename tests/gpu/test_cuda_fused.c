@@ -1,15 +1,5 @@
-/* The fused ops on the GPU (kernels/cuda/fused.cu: bias_gelu_forward, bias_gelu_backward,
- * residual_layernorm_forward) against kernels_cpu's on the same random inputs, and against the
- * GPU's own unfused ops they replace (gelu_forward and gelu_backward at pre + bias, then
- * bias_grad; add then layernorm_forward), at the shapes the ViT runs (vit-tiny: 64 x 17 rows,
- * hidden and MLP 128; vit-workshop at batch 128: MLP 768, hidden 3840) and at odd ones (one
- * element, one column, column counts that end mid-warp or mid-tile, one past the warp-per-row
- * LayerNorm limit, one row). Overwritten outputs are poisoned with NaN first (an element a
- * kernel forgets fails); "+=" outputs start from the same random non-zero values on both sides
- * (a kernel that overwrites, or adds twice, fails). fp32 results agree with the CPU within 1e-5
- * relative L2 (invariant 6), with the GPU's unfused ops within 1e-6; the residual sum (a single
- * add) bit for bit; inputs the ops only read are left as they were; the bias gradient is the
- * same bits run to run. */
+/* The fused ops on the GPU (kernels/cuda/fused.cu) against kernels_cpu's on the same random inputs
+ * and against the GPU's own unfused ops they replace, at the ViT's shapes and odd ones. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -20,6 +10,17 @@
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/kernels.h"
 #include "tests/gpu/gpu_util.h"
+
+/* The ops: bias_gelu_forward, bias_gelu_backward and residual_layernorm_forward; the unfused ones
+ * they replace: gelu_forward and gelu_backward at pre + bias, then bias_grad; add then
+ * layernorm_forward. The shapes the ViT runs: vit-tiny, 64 x 17 rows, hidden and MLP 128;
+ * vit-workshop at batch 128, MLP 768, hidden 3840. The odd ones: one element, one column, column
+ * counts that end mid-warp or mid-tile, one past the warp-per-row LayerNorm limit, one row.
+ * Overwritten outputs are poisoned with NaN first (an element a kernel forgets fails); "+=" outputs
+ * start from the same random non-zero values on both sides (a kernel that overwrites, or adds
+ * twice, fails). fp32 results agree with the CPU within 1e-5 relative L2 (invariant 6), with the
+ * GPU's unfused ops within 1e-6; the residual sum (a single add) bit for bit; inputs the ops only
+ * read are left as they were; the bias gradient is the same bits run to run. */
 
 #define REL 1e-5         /* GPU against CPU (invariant 6) */
 #define REL_UNFUSED 1e-6 /* GPU fused against GPU unfused */

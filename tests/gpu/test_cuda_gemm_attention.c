@@ -1,9 +1,5 @@
-/* The GPU's linear (cuBLASLt) and attention kernels against the CPU's (kernels_cpu) on fresh
- * random inputs: vit-tiny's and vit-workshop's real shapes and odd small ones. Outputs that
- * kernels.h says are overwritten start as NaN (gpu_poison), so a kernel that skips one fails;
- * "+=" outputs (dw, db) start from random non-zero values, so one that overwrites them fails.
- * fp32 within 1e-5 relative L2 with TF32 off, 1e-2 with TF32 on. Without a GPU every test is
- * skipped with the reason. */
+/* The GPU's linear (cuBLASLt) and attention kernels against the CPU's (kernels_cpu) on fresh random
+ * inputs: vit-tiny's and vit-workshop's real shapes and odd small ones. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +7,11 @@
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/kernels.h"
 #include "tests/gpu/gpu_util.h"
+
+/* Outputs that kernels.h says are overwritten start as NaN (gpu_poison), so a kernel that skips one
+ * fails; "+=" outputs (dw, db) start from random non-zero values, so one that overwrites them
+ * fails. fp32 within 1e-5 relative L2 with TF32 off, 1e-2 with TF32 on. Without a GPU every test is
+ * skipped with the reason. */
 
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;

@@ -1,10 +1,5 @@
 /* The ViT's LayerNorm, patch, token, class-token, loss and accuracy ops on the GPU
- * (kernels/cuda/vit_ops.cu) against kernels_cpu on the same random inputs, at the shapes the
- * ViT runs (vit-tiny: batch 64, T = 17 tokens, hidden 128, 10 classes; vit-workshop: hidden
- * 3840, batch up to 128) and at odd small ones. Overwritten outputs are poisoned with NaN
- * first (an element a kernel forgets fails); "+=" outputs start from the same random non-zero
- * values on both sides (a kernel that overwrites, or adds twice, fails). fp32 results agree
- * within 1e-5 relative L2 (invariant 6), copies and single adds bit for bit, counts exactly. */
+ * (kernels/cuda/vit_ops.cu) against kernels_cpu on the same random inputs. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +10,13 @@
 #include "kernels/cuda/kernels_cuda.h"
 #include "kernels/kernels.h"
 #include "tests/gpu/gpu_util.h"
+
+/* The shapes are those the ViT runs (vit-tiny: batch 64, T = 17 tokens, hidden 128, 10 classes;
+ * vit-workshop: hidden 3840, batch up to 128) and odd small ones. Overwritten outputs are poisoned
+ * with NaN first (an element a kernel forgets fails); "+=" outputs start from the same random
+ * non-zero values on both sides (a kernel that overwrites, or adds twice, fails). fp32 results
+ * agree within 1e-5 relative L2 (invariant 6), copies and single adds bit for bit, counts exactly.
+ */
 
 #define REL 1e-5
 #define LN_EPS 1e-6f /* the ViT's (models/vit.c) */

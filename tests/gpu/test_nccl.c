@@ -1,8 +1,5 @@
-/* The NCCL communicator on this machine's GPU: tests/nccl/nccl_check.c under `fsdp launch` at 2
- * and 4 ranks sharing the one GPU (each rank its own NCCL_HOSTID, sockets on lo), every
- * collective exact in fp32 and bf16, on the world and on split halves; and a rank that never
- * joins a collective makes the others' watchdog abort within its timeout, naming the rank,
- * the unit and the collective, and the launcher take the group down. `make test-nccl`. */
+/* The NCCL communicator on this machine's GPU: tests/nccl/nccl_check.c under `fsdp launch` at 2 and
+ * 4 ranks, every collective exact, and a hang caught by the watchdog. `make test-nccl`. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +11,11 @@
 
 #include "tests/gpu/gpu_util.h"
 #include "tests/util.h"
+
+/* The ranks share the one GPU (each rank its own NCCL_HOSTID, sockets on lo); every collective is
+ * exact in fp32 and bf16, on the world and on split halves. A rank that never joins a collective
+ * makes the others' watchdog abort within its timeout, naming the rank, the unit and the
+ * collective, and the launcher take the group down. */
 
 static const char *nccl_check(void) {
     const char *p = getenv("FSDP_NCCL_CHECK");

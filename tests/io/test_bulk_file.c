@@ -1,7 +1,5 @@
-/* bulk_file: what goes in through the aligned, direct writer comes back byte for byte through
- * the reader, for ranges that start and end anywhere (inside a 4 KiB block, across the 16 MiB
- * blocks, at the file's ragged end), with the CRC of exactly those bytes; a range past the end
- * fails. */
+/* bulk_file: what goes in through the aligned, direct writer comes back byte for byte through the
+ * reader, with the CRC of exactly those bytes, for ranges that start and end anywhere. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +9,9 @@
 #include <zlib.h>
 
 #include "io/bulk_file.h"
+
+/* Anywhere: inside a 4 KiB block, across the 16 MiB blocks, at the file's ragged end. A range past
+ * the end fails. */
 
 enum { SIZE = (16 << 20) * 2 + 12345 }; /* two whole blocks and a ragged tail */
 

@@ -1,7 +1,5 @@
-/* Checkpoints through the CLI: a run resumed from a checkpoint ends with the parameters of a
- * run never interrupted (bit for bit at the same world size, any strategy; within fp32
- * rounding at another world size with the same global batch), saves are atomic and pruned,
- * and a damaged checkpoint is one clear line and exit 2. */
+/* Checkpoints through the CLI: a resumed run ends where an uninterrupted one does, saves are atomic
+ * and pruned, and a damaged checkpoint is one clear line and exit 2. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
@@ -15,6 +13,9 @@
 
 #include "io/safetensors.h"
 #include "tests/util.h"
+
+/* The resumed run's parameters are the uninterrupted run's bit for bit at the same world size,
+ * under any strategy, and within fp32 rounding at another world size with the same global batch. */
 
 static char dir[128];
 

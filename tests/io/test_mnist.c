@@ -1,7 +1,5 @@
-/* The FashionMNIST loader: the real test and train splits from Debian's
- * dataset-fashion-mnist (counts, class balance and a few facts checked by hand), tiny IDX sets
- * written here with zlib (good bytes load exactly; every kind of bad file gets one line naming
- * the file and the problem, and leaves nothing allocated), and where the data is looked for. */
+/* The FashionMNIST loader: Debian's real test and train splits, tiny IDX sets written here with
+ * zlib, and where the data is looked for. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +10,10 @@
 #include <zlib.h>
 
 #include "io/mnist.h"
+
+/* The real splits come from Debian's dataset-fashion-mnist (counts, class balance and a few facts
+ * checked by hand). Of the tiny sets, good bytes load exactly, and every kind of bad file gets one
+ * line naming the file and the problem, and leaves nothing allocated. */
 
 #define SIDE 28
 #define PIX (SIDE * SIDE)

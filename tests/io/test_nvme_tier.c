@@ -1,7 +1,5 @@
-/* The NVMe tier's storage: bytes written through it come back byte for byte with many requests
- * in flight (aligned or not, O_DIRECT or buffered), reads see the writes started before them,
- * the file exists exactly while the tier is open, and a bad directory or a disk too small is
- * one clear line at open that leaves no file behind and touches no file that was there. */
+/* The NVMe tier's storage: bytes written through it come back byte for byte with many requests in
+ * flight, and the file exists exactly while the tier is open. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdint.h>
@@ -14,6 +12,10 @@
 #include <unistd.h>
 
 #include "io/nvme_tier.h"
+
+/* Requests may be aligned or not, O_DIRECT or buffered, and reads see the writes started before
+ * them. A bad directory or a disk too small is one clear line at open that leaves no file behind
+ * and touches no file that was there. */
 
 static char dir[128];
 

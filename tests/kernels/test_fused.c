@@ -1,13 +1,5 @@
-/* The fused CPU ops (kernels.h: bias_gelu_forward, bias_gelu_backward,
- * residual_layernorm_forward) against the compositions of existing ops they replace in
- * models/vit.c, on random inputs at vit-tiny's shapes and odd ones (one column, column counts
- * that are no multiple of the 8-wide chunks, one row, rows wider than the backward's 512-column
- * blocks). Serially
- * every result is bit-identical to the composition (the same float operations in the same
- * order); with pools of 2 and 3 threads the outputs stay bit-identical to the serial ones
- * except the bias gradient, whose per-task sums agree within 1e-6 of the sum of their terms'
- * magnitudes and bit for bit run to run. Overwritten outputs start as NaN (an element a kernel
- * forgets fails); "+=" outputs start non-zero (a kernel that overwrites, or adds twice, fails). */
+/* The fused CPU ops (bias_gelu_forward, bias_gelu_backward, residual_layernorm_forward) against the
+ * compositions of existing ops they replace in models/vit.c. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +10,14 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
+
+/* On random inputs at vit-tiny's shapes and odd ones (one column, column counts that are no
+ * multiple of the 8-wide chunks, one row, rows wider than the backward's 512-column blocks).
+ * Serially every result is bit-identical to the composition (the same float operations in the same
+ * order); with pools of 2 and 3 threads the outputs stay bit-identical to the serial ones except
+ * the bias gradient, whose per-task sums agree within 1e-6 of the sum of their terms' magnitudes
+ * and bit for bit run to run. Overwritten outputs start as NaN (an element a kernel forgets fails);
+ * "+=" outputs start non-zero (a kernel that overwrites, or adds twice, fails). */
 
 static const Kernels *K = &kernels_cpu;
 

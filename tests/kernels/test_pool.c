@@ -1,9 +1,5 @@
-/* The CPU worker pool (kernels/cpu/pool.h) and the ops that split their work over it: every
- * task of a run runs exactly once, whatever the thread and task counts and whether the workers
- * were spinning or asleep; pools come and go cleanly; the binding is per thread; and with pools
- * of 2 and 3 threads every parallelised op (checked to have really been split) gives the
- * serial result, exactly except for the sums over rows that tasks take separately (within
- * 1e-6, and bit-identical run to run), on vit-tiny's shapes and on ragged ones. */
+/* The CPU worker pool (kernels/cpu/pool.h) and the ops that split their work over it: every task
+ * runs exactly once, and every split op gives the serial result. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -16,6 +12,12 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
+
+/* Every task of a run runs exactly once, whatever the thread and task counts and whether the
+ * workers were spinning or asleep; pools come and go cleanly; the binding is per thread; and with
+ * pools of 2 and 3 threads every parallelised op (checked to have really been split) gives the
+ * serial result, exactly except for the sums over rows that tasks take separately (within 1e-6, and
+ * bit-identical run to run), on vit-tiny's shapes and on ragged ones. */
 
 static const Kernels *K = &kernels_cpu;
 

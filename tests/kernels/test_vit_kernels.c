@@ -1,7 +1,5 @@
-/* The Vision Transformer's CPU ops: forwards against naive double-precision loops and values
- * worked out by hand, every backward against central finite differences of its forward with
- * the scalar loss L = sum(out * R) for a fixed random R (so dout = R), and the "+=" and
- * "overwritten" contracts of kernels.h (gradient buffers start non-zero or as garbage). */
+/* The Vision Transformer's CPU ops: forwards against naive double-precision loops and hand-worked
+ * values, backwards against finite differences, and kernels.h's output contracts. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -10,6 +8,10 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
+
+/* Every backward is checked against central finite differences of its forward with the scalar loss
+ * L = sum(out * R) for a fixed random R (so dout = R); the "+=" and "overwritten" contracts of
+ * kernels.h by gradient buffers that start non-zero or as garbage. */
 
 extern int openblas_get_num_threads(void);
 

@@ -1,10 +1,5 @@
-/* ./fsdp lessons: every reference solution passes its lesson's check, every exercise as
- * shipped fails it on an expectation (not a crash), a fresh checkout lists every lesson as not
- * started, a compile error is one error line and its source line, hints step through and are
- * remembered, progress goes not started -> done -> in progress, watch stops on a pass, and
- * bad input is one line and exit 2. Every run keeps its progress in a temporary file, never
- * the learner's lessons/.progress; the lessons are found by their folders, so a new lesson is
- * tested without touching this file. */
+/* ./fsdp lessons: every reference solution passes its lesson's check, every exercise as shipped
+ * fails it on an expectation (not a crash), and the runner's commands behave. */
 #include <criterion/criterion.h>
 #include <glob.h>
 #include <stdio.h>
@@ -15,6 +10,12 @@
 #include <zlib.h>
 
 #include "tests/util.h"
+
+/* Also: a fresh checkout lists every lesson as not started, a compile error is one error line and
+ * its source line, hints step through and are remembered, progress goes not started -> done -> in
+ * progress, watch stops on a pass, and bad input is one line and exit 2. Every run keeps its
+ * progress in a temporary file, never the learner's lessons/.progress; the lessons are found by
+ * their folders, so a new lesson is tested without touching this file. */
 
 #define MAX_LESSONS 64
 

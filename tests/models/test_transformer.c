@@ -1,8 +1,5 @@
-/* The GPT-2-style transformer the planner sizes: its parameter count against the formula and
- * GPT-2 small's true figure, its names and shapes, shapes chosen by size (--params), bad
- * configurations refused in one line, and an accounting-only training step on the simulated
- * cluster whose activation bytes at the peak equal the sum of the buffers a real step holds
- * there. */
+/* The GPT-2-style transformer the planner sizes: its parameter count, names and shapes, shapes
+ * chosen by size, bad configurations refused, and its activation bytes at the peak. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +10,11 @@
 #include "sim/cluster.h"
 #include "sim/device_sim.h"
 #include "sim/kernels_none.h"
+
+/* The parameter count against the formula and GPT-2 small's true figure; shapes chosen by size
+ * (--params); bad configurations refused in one line; an accounting-only training step on the
+ * simulated cluster whose activation bytes at the peak equal the sum of the buffers a real step
+ * holds there. */
 
 static const char *const NOT_ACCOUNTING =
     "the transformer model runs only in accounting-only runs (fsdp plan): there is no text data "

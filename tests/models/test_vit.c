@@ -1,8 +1,5 @@
-/* The ViT against torchvision (the fixture tests/make_vit_fixture.py wrote: logits, loss,
- * every gradient and the parameters after 3 Adam steps), its parameter count against the
- * true figure for the workshop's configuration, and the FSDP invariant on a 2-layer
- * vit-tiny: every strategy at several world sizes trains to the same parameters as one rank
- * on the global batch. */
+/* The ViT against torchvision, its parameter count, and the FSDP invariant: every strategy at
+ * several world sizes trains to the parameters of one rank on the global batch. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +15,10 @@
 #include "sim/cluster.h"
 #include "sim/device_sim.h"
 #include "tests/util.h"
+
+/* Against torchvision: the fixture tests/make_vit_fixture.py wrote (logits, loss, every gradient
+ * and the parameters after 3 Adam steps). The parameter count against the true figure for the
+ * workshop's configuration. The invariant on a 2-layer vit-tiny. */
 
 #define FIXTURE "tests/fixtures/vit_small.safetensors"
 

@@ -1,9 +1,5 @@
-/* nccl_check: the NCCL communicator (runtime/comm_nccl.c) on real GPUs, one process per rank
- * under `fsdp launch` (tests/gpu/test_nccl.c runs it at 2 and 4 ranks). NCCL refuses two
- * ranks on one GPU ("Duplicate GPU detected") unless they look like different hosts, so each
- * process takes its own NCCL_HOSTID and the ranks talk over sockets on lo. Each collective
- * runs on inputs whose results are exact in fp32 and bf16 (small integers), checked element by
- * element. `--hang`: the last rank skips a collective, and the others' watchdog must abort. */
+/* nccl_check: the NCCL communicator (runtime/comm_nccl.c) on real GPUs, one process per rank under
+ * `fsdp launch` (tests/gpu/test_nccl.c runs it at 2 and 4 ranks). */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +10,12 @@
 #include "runtime/comm_nccl.h"
 #include "runtime/dist_env.h"
 #include "runtime/rendezvous.h"
+
+/* NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless they look like different
+ * hosts, so each process takes its own NCCL_HOSTID and the ranks talk over sockets on lo. Each
+ * collective runs on inputs whose results are exact in fp32 and bf16 (small integers), checked
+ * element by element. `--hang`: the last rank skips a collective, and the others' watchdog must
+ * abort. */
 
 static int failures;
 

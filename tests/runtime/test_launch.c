@@ -1,8 +1,5 @@
-/* `fsdp launch` through the binary, with plain shell commands for ranks: torchrun's
- * variables, exit statuses passed on, a rank killed by a signal taking the group down at once
- * and leaving nothing behind, restarts, SIGKILL for a rank that ignores SIGTERM, the
- * launcher's own signals, a missing command, bad flags; and `fsdp train --backend cuda`
- * refusing to be one of many processes until NCCL is built. */
+/* `fsdp launch` through the binary, with plain shell commands for ranks: variables, exit statuses,
+ * failures taking the group down, restarts, signals and bad input. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +13,11 @@
 #include <unistd.h>
 
 #include "tests/util.h"
+
+/* torchrun's variables, exit statuses passed on, a rank killed by a signal taking the group down at
+ * once and leaving nothing behind, restarts, SIGKILL for a rank that ignores SIGTERM, the
+ * launcher's own signals, a missing command, bad flags; and `fsdp train --backend cuda` refusing to
+ * be one of many processes until NCCL is built. */
 
 static double now(void) {
     struct timespec ts;

@@ -1,13 +1,14 @@
-/* The simulated collectives against plain loops: all-gather and reduce-scatter of uneven
- * per-rank contents, all-reduce in place, broadcast, reductions in low precision rounded
- * once, overlapping requests, a diverged program reported instead of hanging, and the
- * modelled time of a ring collective. */
+/* The simulated collectives against plain loops, a diverged program reported instead of hanging,
+ * and the modelled time of a ring collective. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <string.h>
 
 #include "sim/cluster.h"
 #include "sim/cost.h"
+
+/* The collectives: all-gather and reduce-scatter of uneven per-rank contents, all-reduce in place,
+ * broadcast, reductions in low precision rounded once, overlapping requests. */
 
 #define MAXR 8
 #define COUNT 5

@@ -1,12 +1,14 @@
-/* The visualizer's frame model on real traces of the toy at 3 ranks: what each rank holds
- * at a given event, under zero3 (parameters freed after each unit's forward), zero2 (kept
- * until backward) and DDP (never gathered), and memory replayed from the trace against the
- * accounting the ranks reported. */
+/* The visualizer's frame model on real traces of the toy at 3 ranks: what each rank holds at a
+ * given event, and memory replayed against the ranks' accounting. */
 #include <criterion/criterion.h>
 #include <string.h>
 
 #include "sim/viz/frame.h"
 #include "tests/util.h"
+
+/* What each rank holds under zero3 (parameters freed after each unit's forward), zero2 (kept until
+ * backward) and DDP (never gathered); memory replayed from the trace against the accounting the
+ * ranks reported. */
 
 /* Index of the first event of `kind` on `rank` for `unit`, in `phase`. */
 static size_t find(const Trace *t, EventKind kind, int rank, int unit, Phase phase) {

@@ -1,7 +1,5 @@
-/* Memory over time: the Chrome trace's per-category counters replay the run exactly, the
- * timeline of a step agrees with the plan and the device's accounting, the SVG renders in a
- * real renderer (rsvg-convert, Debian's librsvg2-bin) and the text timeline of a trace built by
- * hand is exactly the rows worked out by hand. */
+/* Memory over time: the Chrome trace's counters replay the run exactly, a step's timeline agrees
+ * with the plan and the device's accounting, and the SVG and text timelines draw it. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -13,6 +11,9 @@
 #include "io/trace_file.h"
 #include "sim/viz/memory_timeline.h"
 #include "tests/util.h"
+
+/* The SVG renders in a real renderer (rsvg-convert, Debian's librsvg2-bin), and the text timeline
+ * of a trace built by hand is exactly the rows worked out by hand. */
 
 /* ---- the Chrome trace's counters ---------------------------------------------------------- */
 

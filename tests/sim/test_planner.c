@@ -1,8 +1,5 @@
-/* fsdp plan: the planner's bytes are the simulator's. For every configuration the simulator
- * can run here, each rank's bytes by category at rest and at peak equal a real run's exactly,
- * for every strategy, with only the representative ranks run; the traffic matches what the
- * engine issues; and the command line gives the workshop's arithmetic and one line for bad
- * input. */
+/* fsdp plan: the planner's bytes are the simulator's, its traffic what the engine issues, and the
+ * command line gives the workshop's arithmetic and one line for bad input. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +11,9 @@
 #include "models/vit.h"
 #include "sim/planner.h"
 #include "tests/util.h"
+
+/* For every configuration the simulator can run here, each rank's bytes by category at rest and at
+ * peak equal a real run's exactly, for every strategy, with only the representative ranks run. */
 
 static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long steps,
                      PlannerResult *out) {
