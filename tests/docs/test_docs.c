@@ -38,12 +38,12 @@
 
 /* Run-dependent figures, masked on both sides: pattern (POSIX extended) and what replaces it. */
 static const char *const masks[][2] = {
-    {"[0-9][0-9,.]* img/s", "# img/s"},                   /* training's throughput */
-    {"eta [0-9:]+", "eta #"},                             /* and its estimate */
-    {"[0-9][0-9.]* [KMGT]i?B/s", "# B/s"},                /* bandwidths */
-    {", [0-9][0-9.]* s$", ", # s"},                       /* an evaluation's wall time */
-    {"peak resident [0-9.]+ [KMG]iB", "peak resident #"}, /* the process's resident memory */
-    {"[0-9.]+ [KMG]iB unaccounted \\([0-9.]+%", "# unaccounted (#%"},
+    {" *[0-9][0-9,.]* img/s", " # img/s"},                 /* training's throughput */
+    {"eta [0-9:]+", "eta #"},                              /* and its estimate */
+    {" *[0-9][0-9.]* [KMGT]i?B/s", " # B/s"},              /* bandwidths */
+    {", +[0-9][0-9.]* s$", ", # s"},                       /* an evaluation's wall time */
+    {"peak resident +[0-9.]+ [KMG]iB", "peak resident #"}, /* the process's resident memory */
+    {" *[0-9.]+ [KMG]iB unaccounted \\( *[0-9.]+%", " # unaccounted (#%"},
     {"[0-9]{4}-[0-9]{2}-[0-9]{2}", "#-#-#"},   /* dates */
     {"[0-9]{1,2}:[0-9]{2}:[0-9]{2}", "#:#:#"}, /* clock times */
 };
@@ -387,11 +387,11 @@ Test(docs, excerpts_and_masks) {
     cr_expect(lines_match(want, 3, got, 4));
     cr_expect(lines_match(want, 3, short_, 2));
     cr_expect(!lines_match(want, 3, got, 3));
-    Lines l = split_lines("step 1  loss 2.3026     292 img/s  eta 3:25\n"
+    Lines l = split_lines("step 1  loss 2.3026      64 img/s  eta 1:03:25\n"
                           "accuracy 38.58% (3858/10000), loss 1.8970, 4.8 s\n"
                           "wrote /tmp/x/m.safetensors  \n");
     mask_lines(&l, "/tmp/x/");
-    cr_expect_str_eq(l.at[0], "step 1  loss 2.3026     # img/s  eta #");
+    cr_expect_str_eq(l.at[0], "step 1  loss 2.3026 # img/s  eta #");
     cr_expect_str_eq(l.at[1], "accuracy 38.58% (3858/10000), loss 1.8970, # s");
     cr_expect_str_eq(l.at[2], "wrote m.safetensors");
     lines_free(&l);
