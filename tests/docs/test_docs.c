@@ -43,11 +43,11 @@ static const char *const masks[][2] = {
     {" *[0-9][0-9.]* [KMGT]i?B/s", " # B/s"},              /* bandwidths */
     {", +[0-9][0-9.]* s$", ", # s"},                       /* an evaluation's wall time */
     {"peak resident +[0-9.]+ [KMG]iB", "peak resident #"}, /* the process's resident memory */
-    {" *[0-9.]+ [KMG]iB unaccounted \\( *[0-9.]+%", " # unaccounted (#%"},
-    {"[0-9]{4}-[0-9]{2}-[0-9]{2}", "#-#-#"},   /* dates */
-    {"[0-9]{1,2}:[0-9]{2}:[0-9]{2}", "#:#:#"}, /* clock times */
+    {" *[0-9.]+ [KMG]iB unaccounted \\( *[0-9.]+%", " # unaccounted (#%"}, /* and its rest */
+    {"[0-9]{4}-[0-9]{2}-[0-9]{2}", "#-#-#"},                               /* dates */
+    {"[0-9]{1,2}:[0-9]{2}:[0-9]{2}", "#:#:#"},                             /* clock times */
 };
-enum { NMASKS = sizeof masks / sizeof masks[0], MAX_LINES = 4096 };
+enum { NMASKS = sizeof masks / sizeof masks[0] };
 
 typedef enum { MODE_CHECK, MODE_SKIP, MODE_ANY_ORDER } BlockMode;
 
@@ -376,7 +376,8 @@ Test(docs, every_page_is_checked_and_linked_from_the_readme) {
         snprintf(link, sizeof link, "](%s)", g.gl_pathv[i]);
         cr_expect(strstr(readme, link), "README.md does not link to %s", g.gl_pathv[i]);
     }
-    cr_expect_eq(g.gl_pathc, NPAGES - 1, "a page in the list is missing from docs/");
+    for (int k = 0; k < NPAGES; k++)
+        cr_expect_eq(access(pages[k], R_OK), 0, "%s is in the list but not there", pages[k]);
     free(readme);
     globfree(&g);
 }
