@@ -321,39 +321,50 @@ static void check_shown(const Page *p, const Shown *s, const char *dir, const ch
     free(out);
 }
 
+/* The page's temporary directory, removed by remove_workdir even when an assertion ends the
+ * test early. */
+static char workdir[64];
+
+static void remove_workdir(void) {
+    char cmd[96];
+    if (!workdir[0]) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+    if (system(cmd) == 0) workdir[0] = 0;
+}
+
 /* A fresh directory for a page's commands: ./fsdp, and the lessons as shipped. */
-static void make_workdir(char *dir, size_t n) {
-    snprintf(dir, n, "/tmp/fsdp_docs_XXXXXX");
-    cr_assert(mkdtemp(dir));
+static void make_workdir(void) {
+    snprintf(workdir, sizeof workdir, "/tmp/fsdp_docs_XXXXXX");
+    cr_assert(mkdtemp(workdir));
     char bin[PATH_MAX], link[PATH_MAX + 8], cmd[3 * PATH_MAX];
     cr_assert(realpath(fsdp_bin(), bin), "no fsdp binary at %s", fsdp_bin());
-    snprintf(link, sizeof link, "%s/fsdp", dir);
+    snprintf(link, sizeof link, "%s/fsdp", workdir);
     cr_assert_eq(symlink(bin, link), 0);
     snprintf(cmd, sizeof cmd,
              "{ git archive HEAD lessons 2>/dev/null | tar -x -C '%s' 2>/dev/null; } || "
              "cp -r lessons '%s/'",
-             dir, dir);
+             workdir, workdir);
     cr_assert_eq(system(cmd), 0);
-    snprintf(cmd, sizeof cmd, "%s/lessons", dir);
+    snprintf(cmd, sizeof cmd, "%s/lessons", workdir);
     setenv("FSDP_LESSONS_DIR", cmd, 1);
-    snprintf(cmd, sizeof cmd, "%s/lessons/.progress", dir);
+    snprintf(cmd, sizeof cmd, "%s/lessons/.progress", workdir);
     setenv("FSDP_LESSONS_STATE", cmd, 1);
 }
 
 static void check_page(const char *path) {
     Page p = parse_page(path);
-    char dir[64], prefix[80], cmd[128];
-    make_workdir(dir, sizeof dir);
-    snprintf(prefix, sizeof prefix, "%s/", dir);
+    char prefix[80];
+    make_workdir();
+    snprintf(prefix, sizeof prefix, "%s/", workdir);
     int checked = 0;
     for (int i = 0; i < p.n; i++)
         if (p.shown[i].mode != MODE_SKIP) {
-            check_shown(&p, &p.shown[i], dir, prefix);
+            check_shown(&p, &p.shown[i], workdir, prefix);
             checked++;
         }
     cr_expect_gt(checked, 0, "%s shows no checked command", path);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_expect_eq(system(cmd), 0);
+    remove_workdir();
+    cr_expect_eq(workdir[0], 0, "cannot remove the page's temporary directory");
     page_free(&p);
 }
 
@@ -399,7 +410,7 @@ Test(docs, excerpts_and_masks) {
 }
 
 #define PAGE_TEST(name, path)                                                                      \
-    Test(docs, name, .timeout = 600) {                                                             \
+    Test(docs, name, .timeout = 600, .fini = remove_workdir) {                                     \
         check_page(path);                                                                          \
     }
 PAGE_TEST(readme, "README.md")
