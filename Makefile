@@ -61,7 +61,7 @@ CMD_SRCS := $(wildcard cmd/*.c)
 CMD_OBJS := $(CMD_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/runtime/gpu_backend.o
 MAIN_OBJ := $(BUILD)/main.o $(CMD_OBJS) $(HOST_RUNTIME_OBJS)
 TEST_SRCS := $(wildcard tests/*.c tests/engine/*.c tests/models/*.c tests/io/*.c tests/cmd/*.c \
-	tests/kernels/*.c tests/sim/*.c tests/runtime/*.c tests/lessons/*.c)
+	tests/kernels/*.c tests/sim/*.c tests/runtime/*.c tests/lessons/*.c tests/docs/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)

@@ -1,0 +1,423 @@
+/* The pages' shown outputs stay true: every ```console block of README.md and the docs/ pages is
+ * run and what its commands print is compared with what the page shows (the convention below). */
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <glob.h>
+#include <limits.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/util.h"
+
+/* The convention, for whoever writes a page:
+ *
+ * - A block fenced with ```console is checked. Its lines that start with "$ " are commands (one
+ *   ending in "\" goes on to the next line); the lines after a command, up to the next command
+ *   or the end of the block, are what it prints, stdout and stderr together as a terminal shows
+ *   them. A line that is only "..." stands for any number of lines, none included: an excerpt.
+ * - An HTML comment on the line right before the fence changes that:
+ *   `<!-- not checked: WHY -->` shows the block without running it (say why: it takes minutes,
+ *   it needs a GPU); `<!-- any order -->` compares the lines whatever their order (processes
+ *   printing side by side), and then "..." is not allowed.
+ * - A line starting with "$ " in any other fenced block is an error, so every shown command is
+ *   either checked or says why not. Lists of commands without output use ```sh and no "$ ".
+ * - A page's commands run in order, each with /bin/sh under `timeout 120`, in a fresh temporary
+ *   directory removed afterwards: ./fsdp there is the binary under test ($FSDP_BIN), and the
+ *   lessons are a copy as shipped (git's HEAD, else the tree's) with their progress kept there.
+ *   So the files commands write land there, and a later block of a page may use what an
+ *   earlier one wrote.
+ * - Before comparing, both sides lose their trailing spaces, the temporary directory's path, and
+ *   the figures that change from run to run (the masks below).
+ *
+ * Why a Criterion test and not a script: it runs with the rest of `make test` (and under
+ * SANITIZE=1), one test per page so pages run side by side under --jobs, and POSIX regex.h is
+ * all the text handling it needs. */
+
+/* Run-dependent figures, masked on both sides: pattern (POSIX extended) and what replaces it. */
+static const char *const masks[][2] = {
+    {" *[0-9][0-9,.]* img/s", " # img/s"},                 /* training's throughput */
+    {"eta [0-9:]+", "eta #"},                              /* and its estimate */
+    {" *[0-9][0-9.]* [KMGT]i?B/s", " # B/s"},              /* bandwidths */
+    {", +[0-9][0-9.]* s$", ", # s"},                       /* an evaluation's wall time */
+    {"peak resident +[0-9.]+ [KMG]iB", "peak resident #"}, /* the process's resident memory */
+    {" *[0-9.]+ [KMG]iB unaccounted \\( *[0-9.]+%", " # unaccounted (#%"}, /* and its rest */
+    {"[0-9]{4}-[0-9]{2}-[0-9]{2}", "#-#-#"},                               /* dates */
+    {"[0-9]{1,2}:[0-9]{2}:[0-9]{2}", "#:#:#"},                             /* clock times */
+};
+enum { NMASKS = sizeof masks / sizeof masks[0] };
+
+typedef enum { MODE_CHECK, MODE_SKIP, MODE_ANY_ORDER } BlockMode;
+
+typedef struct Lines {
+    char **at;
+    int n;
+} Lines;
+
+/* One shown command: where it is, what it runs, what the page says it prints. */
+typedef struct Shown {
+    int line;
+    BlockMode mode;
+    char *cmd;
+    Lines expect;
+} Shown;
+
+typedef struct Page {
+    const char *path;
+    Shown *shown;
+    int n;
+} Page;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)size + 1);
+    cr_assert(buf);
+    size_t got = fread(buf, 1, (size_t)size, f);
+    buf[got] = 0;
+    fclose(f);
+    return buf;
+}
+
+static void lines_push(Lines *l, const char *s, size_t len) {
+    if (l->n % 64 == 0) cr_assert(l->at = realloc(l->at, sizeof *l->at * (size_t)(l->n + 64)));
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\r')) len--; /* trailing spaces */
+    cr_assert(l->at[l->n] = strndup(s, len));
+    l->n++;
+}
+
+/* The lines of `text`; a final newline ends the last line rather than starting an empty one. */
+static Lines split_lines(const char *text) {
+    Lines l = {0};
+    for (const char *s = text; *s;) {
+        size_t len = strcspn(s, "\n");
+        lines_push(&l, s, len);
+        s += len + (s[len] == '\n');
+    }
+    return l;
+}
+
+static void lines_free(Lines *l) {
+    for (int i = 0; i < l->n; i++) free(l->at[i]);
+    free(l->at);
+    *l = (Lines){0};
+}
+
+static int starts_with(const char *s, const char *prefix) {
+    return !strncmp(s, prefix, strlen(prefix));
+}
+
+static int is_ellipsis(const char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    return !strcmp(s, "...");
+}
+
+/* What the comment on the line before a ```console fence says about the block. */
+static BlockMode block_mode(const char *page, int fence_line, const char *before) {
+    if (starts_with(before, "<!-- not checked: ")) return MODE_SKIP;
+    if (!strcmp(before, "<!-- any order -->")) return MODE_ANY_ORDER;
+    cr_assert(!starts_with(before, "<!--"), "%s:%d: unknown marker %s (see tests/docs/test_docs.c)",
+              page, fence_line, before);
+    return MODE_CHECK;
+}
+
+static Shown *shown_new(Page *p, int line, BlockMode mode, const char *cmd) {
+    if (p->n % 16 == 0) cr_assert(p->shown = realloc(p->shown, sizeof *p->shown * (p->n + 16)));
+    Shown *s = &p->shown[p->n++];
+    *s = (Shown){.line = line, .mode = mode};
+    cr_assert(s->cmd = strdup(cmd));
+    return s;
+}
+
+/* Reads one ```console block's commands and their outputs from line `at`, the first after the
+ * fence; returns the line after the closing fence. */
+static int parse_console(Page *p, const Lines *l, int at, BlockMode mode) {
+    Shown *cur = NULL;
+    for (; at < l->n && !starts_with(l->at[at], "```"); at++) {
+        const char *s = l->at[at];
+        if (starts_with(s, "$ ")) {
+            cur = shown_new(p, at + 1, mode, s + 2);
+            while (cur->cmd[0] && cur->cmd[strlen(cur->cmd) - 1] == '\\' && at + 1 < l->n) {
+                size_t n = strlen(cur->cmd) + strlen(l->at[++at]) + 2;
+                cr_assert(cur->cmd = realloc(cur->cmd, n));
+                strcat(strcat(cur->cmd, "\n"), l->at[at]);
+            }
+            continue;
+        }
+        cr_assert(cur, "%s:%d: a console block must start with a \"$ \" command", p->path, at + 1);
+        cr_assert(mode != MODE_ANY_ORDER || !is_ellipsis(s),
+                  "%s:%d: \"...\" in a block of any order", p->path, at + 1);
+        lines_push(&cur->expect, s, strlen(s));
+    }
+    cr_assert(at < l->n, "%s: a console block is not closed", p->path);
+    return at + 1;
+}
+
+static Page parse_page(const char *path) {
+    Page p = {.path = path};
+    char *text = slurp(path);
+    Lines l = split_lines(text);
+    free(text);
+    for (int i = 0; i < l.n;) {
+        if (!starts_with(l.at[i], "```")) {
+            i++;
+            continue;
+        }
+        if (!strcmp(l.at[i], "```console")) {
+            BlockMode mode = block_mode(path, i + 1, i > 0 ? l.at[i - 1] : "");
+            i = parse_console(&p, &l, i + 1, mode);
+            continue;
+        }
+        for (i++; i < l.n && !starts_with(l.at[i], "```"); i++)
+            cr_assert(!starts_with(l.at[i], "$ "),
+                      "%s:%d: a shown command outside a ```console block is never checked", path,
+                      i + 1);
+        i++;
+    }
+    lines_free(&l);
+    return p;
+}
+
+static void page_free(Page *p) {
+    for (int i = 0; i < p->n; i++) {
+        free(p->shown[i].cmd);
+        lines_free(&p->shown[i].expect);
+    }
+    free(p->shown);
+}
+
+/* Replaces every match of `re` in line with `with`. */
+static void mask_one(char **line, const regex_t *re, const char *with) {
+    char out[8192];
+    size_t n = 0;
+    const char *s = *line;
+    regmatch_t m;
+    int flags = 0;
+    while (*s && !regexec(re, s, 1, &m, flags) && m.rm_eo > 0) {
+        n += (size_t)snprintf(out + n, sizeof out - n, "%.*s%s", (int)m.rm_so, s, with);
+        cr_assert(n < sizeof out);
+        s += m.rm_eo;
+        flags = REG_NOTBOL;
+    }
+    snprintf(out + n, sizeof out - n, "%s", s);
+    free(*line);
+    cr_assert(*line = strdup(out));
+}
+
+/* Drops `tmp` (the directory the commands ran in, with its slash) and masks run-dependent
+ * figures, in every line. */
+static void mask_lines(Lines *l, const char *tmp) {
+    static regex_t re[NMASKS];
+    static int compiled;
+    for (int i = 0; !compiled && i < NMASKS; i++)
+        cr_assert(!regcomp(&re[i], masks[i][0], REG_EXTENDED), "bad mask %s", masks[i][0]);
+    compiled = 1;
+    for (int i = 0; i < l->n; i++) {
+        for (char *at; tmp && (at = strstr(l->at[i], tmp));)
+            memmove(at, at + strlen(tmp), strlen(at + strlen(tmp)) + 1);
+        for (int k = 0; k < NMASKS; k++) mask_one(&l->at[i], &re[k], masks[k][1]);
+    }
+}
+
+/* Does `got` fit `want`, where a "..." line of want stands for any number of lines? */
+static int lines_match(char *const *want, int nw, char *const *got, int ng) {
+    if (nw == 0) return ng == 0;
+    if (is_ellipsis(want[0])) {
+        for (int skip = 0; skip <= ng; skip++)
+            if (lines_match(want + 1, nw - 1, got + skip, ng - skip)) return 1;
+        return 0;
+    }
+    return ng > 0 && !strcmp(want[0], got[0]) && lines_match(want + 1, nw - 1, got + 1, ng - 1);
+}
+
+static int by_text(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* `cmd` quoted for sh: in single quotes, each ' written as '\''. */
+static char *sh_quote(const char *cmd) {
+    char *q = malloc(4 * strlen(cmd) + 3), *o = q;
+    cr_assert(q);
+    *o++ = '\'';
+    for (const char *s = cmd; *s; s++) o = *s == '\'' ? stpcpy(o, "'\\''") : (*o++ = *s, o);
+    strcpy(o, "'");
+    return q;
+}
+
+/* What `cmd` prints, stdout and stderr together, run with /bin/sh in directory `dir`. */
+static char *run_shown(const char *dir, const char *cmd) {
+    char *quoted = sh_quote(cmd), *line = NULL;
+    size_t n = strlen(dir) + strlen(quoted) + 64;
+    cr_assert(line = malloc(n));
+    snprintf(line, n, "cd '%s' && timeout 120 sh -c %s 2>&1 </dev/null", dir, quoted);
+    FILE *p = popen(line, "r");
+    cr_assert(p, "cannot run %s", cmd);
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    cr_assert(buf);
+    for (size_t got; (got = fread(buf + len, 1, cap - 1 - len, p)) > 0;) {
+        len += got;
+        if (len + 1 == cap) cr_assert(buf = realloc(buf, cap *= 2));
+    }
+    buf[len] = 0;
+    pclose(p);
+    free(quoted);
+    free(line);
+    return buf;
+}
+
+static char *joined(const Lines *l) {
+    size_t n = 1;
+    for (int i = 0; i < l->n; i++) n += strlen(l->at[i]) + 1;
+    char *s = calloc(1, n), *o = s;
+    cr_assert(s);
+    for (int i = 0; i < l->n; i++) o += sprintf(o, "%s\n", l->at[i]);
+    return s;
+}
+
+/* The first line the page shows that the output lacks, in order ("..." skipped); NULL if every
+ * shown line is there (then the output has lines the page does not show). */
+static const char *first_missing(const Lines *want, const Lines *got) {
+    int at = 0;
+    for (int i = 0; i < want->n; i++) {
+        if (is_ellipsis(want->at[i])) continue;
+        while (at < got->n && strcmp(want->at[i], got->at[at])) at++;
+        if (at == got->n) return want->at[i];
+        at++;
+    }
+    return NULL;
+}
+
+/* Runs one shown command in `dir` and compares; a failure names the first line that differs
+ * and shows what the page shows and what the command printed. */
+static void check_shown(const Page *p, const Shown *s, const char *dir, const char *tmp_prefix) {
+    char *out = run_shown(dir, s->cmd);
+    Lines got = split_lines(out), want = {0};
+    for (int i = 0; i < s->expect.n; i++)
+        lines_push(&want, s->expect.at[i], strlen(s->expect.at[i]));
+    mask_lines(&got, tmp_prefix);
+    mask_lines(&want, NULL);
+    if (s->mode == MODE_ANY_ORDER) {
+        qsort(got.at, (size_t)got.n, sizeof *got.at, by_text);
+        qsort(want.at, (size_t)want.n, sizeof *want.at, by_text);
+    }
+    if (!lines_match(want.at, want.n, got.at, got.n)) {
+        const char *missing = first_missing(&want, &got);
+        char *w = joined(&want);
+        cr_expect_fail("%s:%d: `%s` printed other than the page shows: %s%s%s\n"
+                       "-- the page shows (masked as compared):\n%s-- it printed:\n%s",
+                       p->path, s->line, s->cmd, missing ? "it did not print \"" : "",
+                       missing ? missing : "it printed lines the page does not show",
+                       missing ? "\"" : "", w, out);
+        free(w);
+    }
+    lines_free(&got);
+    lines_free(&want);
+    free(out);
+}
+
+/* The page's temporary directory, removed by remove_workdir even when an assertion ends the
+ * test early. */
+static char workdir[64];
+
+static void remove_workdir(void) {
+    char cmd[96];
+    if (!workdir[0]) return;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", workdir);
+    if (system(cmd) == 0) workdir[0] = 0;
+}
+
+/* A fresh directory for a page's commands: ./fsdp, and the lessons as shipped. */
+static void make_workdir(void) {
+    snprintf(workdir, sizeof workdir, "/tmp/fsdp_docs_XXXXXX");
+    cr_assert(mkdtemp(workdir));
+    char bin[PATH_MAX], link[PATH_MAX + 8], cmd[3 * PATH_MAX];
+    cr_assert(realpath(fsdp_bin(), bin), "no fsdp binary at %s", fsdp_bin());
+    snprintf(link, sizeof link, "%s/fsdp", workdir);
+    cr_assert_eq(symlink(bin, link), 0);
+    snprintf(cmd, sizeof cmd,
+             "{ git archive HEAD lessons 2>/dev/null | tar -x -C '%s' 2>/dev/null; } || "
+             "cp -r lessons '%s/'",
+             workdir, workdir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/lessons", workdir);
+    setenv("FSDP_LESSONS_DIR", cmd, 1);
+    snprintf(cmd, sizeof cmd, "%s/lessons/.progress", workdir);
+    setenv("FSDP_LESSONS_STATE", cmd, 1);
+}
+
+static void check_page(const char *path) {
+    Page p = parse_page(path);
+    char prefix[80];
+    make_workdir();
+    snprintf(prefix, sizeof prefix, "%s/", workdir);
+    int checked = 0;
+    for (int i = 0; i < p.n; i++)
+        if (p.shown[i].mode != MODE_SKIP) {
+            check_shown(&p, &p.shown[i], workdir, prefix);
+            checked++;
+        }
+    cr_expect_gt(checked, 0, "%s shows no checked command", path);
+    remove_workdir();
+    cr_expect_eq(workdir[0], 0, "cannot remove the page's temporary directory");
+    page_free(&p);
+}
+
+/* The pages; every .md file in docs/ must be one of them, and linked from README.md. */
+static const char *const pages[] = {
+    "README.md",      "docs/training.md", "docs/visualizer.md", "docs/checkpoints.md",
+    "docs/memory.md", "docs/plan.md",     "docs/gpus.md",       "docs/lessons.md",
+};
+enum { NPAGES = sizeof pages / sizeof pages[0] };
+
+Test(docs, every_page_is_checked_and_linked_from_the_readme) {
+    glob_t g;
+    cr_assert_eq(glob("docs/*.md", 0, NULL, &g), 0, "no docs/*.md (run from the repository root)");
+    char *readme = slurp("README.md");
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        int listed = 0;
+        for (int k = 0; k < NPAGES; k++) listed |= !strcmp(pages[k], g.gl_pathv[i]);
+        cr_expect(listed, "%s is not in tests/docs/test_docs.c's pages", g.gl_pathv[i]);
+        char link[PATH_MAX + 4];
+        snprintf(link, sizeof link, "](%s)", g.gl_pathv[i]);
+        cr_expect(strstr(readme, link), "README.md does not link to %s", g.gl_pathv[i]);
+    }
+    for (int k = 0; k < NPAGES; k++)
+        cr_expect_eq(access(pages[k], R_OK), 0, "%s is in the list but not there", pages[k]);
+    free(readme);
+    globfree(&g);
+}
+
+/* The matcher itself: "..." takes any number of lines, masks hide run-dependent figures. */
+Test(docs, excerpts_and_masks) {
+    char *want[] = {"a", "...", "d"}, *got[] = {"a", "b", "c", "d"}, *short_[] = {"a", "d"};
+    cr_expect(lines_match(want, 3, got, 4));
+    cr_expect(lines_match(want, 3, short_, 2));
+    cr_expect(!lines_match(want, 3, got, 3));
+    Lines l = split_lines("step 1  loss 2.3026      64 img/s  eta 1:03:25\n"
+                          "accuracy 38.58% (3858/10000), loss 1.8970, 4.8 s\n"
+                          "wrote /tmp/x/m.safetensors  \n");
+    mask_lines(&l, "/tmp/x/");
+    cr_expect_str_eq(l.at[0], "step 1  loss 2.3026 # img/s  eta #");
+    cr_expect_str_eq(l.at[1], "accuracy 38.58% (3858/10000), loss 1.8970, # s");
+    cr_expect_str_eq(l.at[2], "wrote m.safetensors");
+    lines_free(&l);
+}
+
+#define PAGE_TEST(name, path)                                                                      \
+    Test(docs, name, .timeout = 600, .fini = remove_workdir) {                                     \
+        check_page(path);                                                                          \
+    }
+PAGE_TEST(readme, "README.md")
+PAGE_TEST(training, "docs/training.md")
+PAGE_TEST(visualizer, "docs/visualizer.md")
+PAGE_TEST(checkpoints, "docs/checkpoints.md")
+PAGE_TEST(memory, "docs/memory.md")
+PAGE_TEST(plan, "docs/plan.md")
+PAGE_TEST(gpus, "docs/gpus.md")
+PAGE_TEST(lessons, "docs/lessons.md")
