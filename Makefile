@@ -206,7 +206,7 @@ $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 # the seeds in tests/fuzz/corpus (a toy's --save-full file and checkpoint meta.json). A crash
 # leaves its input in build/fuzz/ (crash-*): make it a test.
 FUZZ_SECONDS ?= 60
-FUZZ_SRCS := $(wildcard engine/*.c models/*.c io/*.c core/*.c kernels/*.c kernels/cpu/*.c sim/*.c)
+FUZZ_SRCS := $(LIB_SRCS)
 FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 fuzz: deps

@@ -1,6 +1,6 @@
 /* kernels: the math behind one op table. kernels/cpu implements it in C (GEMM through
  * OpenBLAS), kernels/cuda on the GPU with the same signatures and semantics, so the engine
- * in core/ never knows where its numbers are computed. Ops never allocate. */
+ * in engine/ never knows where its numbers are computed. Ops never allocate. */
 #ifndef FSDP_KERNELS_H
 #define FSDP_KERNELS_H
 

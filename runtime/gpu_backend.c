@@ -13,7 +13,7 @@ static AvailableFn available;
 static RunFn run;
 
 #ifdef FSDP_CUDA_LIB
-/* Opens the backend once. Its references to the engine (core/, sim/) resolve against this
+/* Opens the backend once. Its references to the engine (engine/, sim/, ...) resolve against this
  * binary, which exports its symbols (-rdynamic), so the engine exists once per process. */
 static int load(char *why, size_t n) {
     static void *lib;

@@ -1,7 +1,7 @@
 /* kernels_cuda: the op table on an NVIDIA GPU. kernels/kernels.h documents every op's meaning
  * once; this header says how to run them here. Every pointer is device memory. Ops launch on
  * the calling thread's stream (kernels_cuda_bind); those that return a value (sum_squares,
- * all_finite, mse_loss, cross_entropy, count_correct) wait for that stream. Plain C, so core/
+ * all_finite, mse_loss, cross_entropy, count_correct) wait for that stream. Plain C, so engine/
  * and runtime/ include it without CUDA's headers. */
 #ifndef FSDP_KERNELS_CUDA_H
 #define FSDP_KERNELS_CUDA_H
