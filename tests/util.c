@@ -2,11 +2,13 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/mnist.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "models/toy.h"
 #include "models/vit.h"
 
@@ -159,6 +161,17 @@ double rel_l2(const float *a, const float *b, size_t n) {
     return sqrt(num) / sqrt(den);
 }
 
+const char *fmt_text(const char *fmt, ...) {
+    static char texts[8][512];
+    static int next;
+    char *t = texts[next++ % 8];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t, sizeof texts[0], fmt, ap);
+    va_end(ap);
+    return t;
+}
+
 const char *fsdp_bin(void) {
     const char *b = getenv("FSDP_BIN");
     return b ? b : "./fsdp";
@@ -214,4 +227,90 @@ double dump_rel_diff(const char *a, const char *b) {
     free(va);
     free(vb);
     return sqrt(num / den);
+}
+
+float *host_floats(size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    cr_assert_not_null(h, "out of host memory for %zu floats", n);
+    return h;
+}
+
+float *host_zeros(size_t n) {
+    float *h = calloc(n ? n : 1, sizeof *h);
+    cr_assert_not_null(h, "out of host memory for %zu floats", n);
+    return h;
+}
+
+float *host_nans(size_t n) {
+    float *h = host_floats(n);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    return h;
+}
+
+float *host_copy(const float *src, size_t n) {
+    float *h = host_floats(n);
+    if (n) memcpy(h, src, n * sizeof *h);
+    return h;
+}
+
+float *host_biased(const float *pre, const float *b, size_t M, size_t N) {
+    float *x = host_floats(M * N);
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) x[i * N + j] = pre[i * N + j] + b[j];
+    return x;
+}
+
+uint32_t xorshift32(uint32_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 17;
+    *state ^= *state << 5;
+    return *state;
+}
+
+void fill_uniform(float *x, size_t n, float lo, float hi, uint32_t seed) {
+    uint32_t s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * (float)((xorshift32(&s) >> 8) * (1.0 / 16777216.0));
+}
+
+float *host_uniform(size_t n, float lo, float hi, uint32_t seed) {
+    float *h = host_floats(n);
+    fill_uniform(h, n, lo, hi, seed);
+    return h;
+}
+
+void free_floats(float *const *arrays, size_t n) {
+    for (size_t i = 0; i < n; i++) free(arrays[i]);
+}
+
+void assert_same_floats(const float *got, const float *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            cr_assert_fail("%s: element %zu is %.9g, want %.9g", what, i, (double)got[i],
+                           (double)want[i]);
+}
+
+void assert_close_floats(const float *got, const float *want, size_t n, double rel,
+                         const char *what) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(isfinite(got[i]), "%s: element %zu is %g", what, i, (double)got[i]);
+        const double d = (double)got[i] - (double)want[i];
+        diff += d * d;
+        norm += (double)want[i] * (double)want[i];
+    }
+    cr_assert_leq(sqrt(diff), rel * sqrt(norm), "%s: relative difference %g", what,
+                  norm > 0 ? sqrt(diff / norm) : sqrt(diff));
+}
+
+CpuPool *bind_pool(int threads) {
+    CpuPool *p = cpu_pool_create(threads);
+    cr_assert_not_null(p);
+    kernels_cpu_use_pool(p);
+    return p;
+}
+
+void unbind_pool(CpuPool *p) {
+    kernels_cpu_use_pool(NULL);
+    cpu_pool_destroy(p);
 }

@@ -1,8 +1,12 @@
-/* Test helpers: train the toy in-process on the simulated cluster and compare results. */
+/* Test helpers: train the toy in-process on the simulated cluster and compare results; host
+ * float arrays and their comparisons for the kernel tests (CPU and GPU). */
 #ifndef FSDP_TESTS_UTIL_H
 #define FSDP_TESTS_UTIL_H
 
+#include <stdint.h>
+
 #include "engine/train.h"
+#include "kernels/cpu/pool.h"
 #include "sim/cluster.h"
 
 typedef struct ToyRun {
@@ -51,10 +55,41 @@ void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks
  * asserts both hold the same number of values, at least one. */
 double dump_rel_diff(const char *a, const char *b);
 
+/* printf into one of 8 rotating buffers (512 bytes), so that a call can name its case:
+ * expect_x(..., fmt_text("out (M %zu)", M)). */
+const char *fmt_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
 const char *fsdp_bin(void);
 /* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and
  * returns what it printed (caller frees); *status is pclose's status. */
 char *fsdp_output(const char *args, const char *redirect, int *status);
+
+/* Host float arrays (asserted; free them): uninitialised, zeros, NaNs (an overwritten output's
+ * start: an element a kernel forgets stays NaN), a copy of src, and n floats uniform in
+ * [lo, hi) from xorshift32 (the same seed, the same numbers). */
+float *host_floats(size_t n);
+float *host_zeros(size_t n);
+float *host_nans(size_t n);
+float *host_copy(const float *src, size_t n);
+float *host_uniform(size_t n, float lo, float hi, uint32_t seed);
+void fill_uniform(float *x, size_t n, float lo, float hi, uint32_t seed);
+/* pre + b row by row (M rows of N): the pre-activation that unfused bias + GELU ops see. */
+float *host_biased(const float *pre, const float *b, size_t M, size_t N);
+/* The next number of the xorshift32 sequence in *state (never 0). */
+uint32_t xorshift32(uint32_t *state);
+/* Frees each of the n arrays. */
+void free_floats(float *const *arrays, size_t n);
+/* Asserts got is want's n floats bit for bit; the message names `what` and the first element
+ * that differs. */
+void assert_same_floats(const float *got, const float *want, size_t n, const char *what);
+/* Asserts every got[i] is finite and ||got - want|| <= rel ||want|| (L2). */
+void assert_close_floats(const float *got, const float *want, size_t n, double rel,
+                         const char *what);
+
+/* A CPU worker pool of `threads` bound to this thread's kernels_cpu; unbind_pool unbinds and
+ * destroys it. */
+CpuPool *bind_pool(int threads);
+void unbind_pool(CpuPool *p);
 
 #endif

@@ -59,12 +59,6 @@ static void *fetch(const void *d, size_t bytes) {
     return h;
 }
 
-static void expect_close_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = fetch(d, n * sizeof *got);
-    gpu_expect_close(got, want, n, REL, what);
-    free(got);
-}
-
 static void expect_scalar_close(double got, double want, double rel, const char *what) {
     cr_expect(fabs(got - want) <= rel * fabs(want), "%s: %.17g, want %.17g (bound %.1g relative)",
               what, got, want, rel);
@@ -170,9 +164,8 @@ Test(cuda_elementwise, cast_fp32_to_bf16_and_fp16_bit_exact) {
             GPU->cast(d_dst, types[t], d_src, DTYPE_FP32, n);
             gpu_check();
             CPU->cast(want, types[t], h, DTYPE_FP32, n);
-            char what[64];
-            snprintf(what, sizeof what, "fp32 -> %s, n=%zu", dtype_name(types[t]), n);
-            expect_bits_dev(d_dst, want, n, sizeof *want, what);
+            expect_bits_dev(d_dst, want, n, sizeof *want,
+                            fmt_text("fp32 -> %s, n=%zu", dtype_name(types[t]), n));
         }
         gpu_free(d_dst);
         gpu_free(d_src);
@@ -202,10 +195,8 @@ Test(cuda_elementwise, cast_every_half_pattern_bit_exact) {
             GPU->cast(d_dst, outs[o], d_src, halves[s], n);
             gpu_check();
             CPU->cast(want, outs[o], h, halves[s], n);
-            char what[64];
-            snprintf(what, sizeof what, "every %s -> %s", dtype_name(halves[s]),
-                     dtype_name(outs[o]));
-            expect_bits_dev(d_dst, want, n, elem, what);
+            expect_bits_dev(d_dst, want, n, elem,
+                            fmt_text("every %s -> %s", dtype_name(halves[s]), dtype_name(outs[o])));
         }
     gpu_free(d_dst);
     gpu_free(d_src);
@@ -227,9 +218,8 @@ Test(cuda_elementwise, cast_same_type_copies_and_empty_writes_nothing) {
         gpu_poison(d_dst, n * sizeof(float));
         GPU->cast(d_dst, types[t], d_src, types[t], count);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "%s -> %s", dtype_name(types[t]), dtype_name(types[t]));
-        expect_bits_dev(d_dst, h, n, sizeof(float), what);
+        expect_bits_dev(d_dst, h, n, sizeof(float),
+                        fmt_text("%s -> %s", dtype_name(types[t]), dtype_name(types[t])));
     }
     gpu_poison(d_dst, n * sizeof(float));
     for (int s = 0; s < 3; s++)
@@ -300,14 +290,12 @@ Test(cuda_elementwise, scale_accumulate_add) {
         float *b = host_random(n, -3.0f, 1.0f, seed + 1000);
         float *d_a = gpu_copy(a, n), *d_b = gpu_copy(b, n);
         float *want = host_copy(a, n);
-        char what[64];
 
         /* scale in place */
         GPU->scale(d_a, -0.37f, n);
         gpu_check();
         CPU->scale(want, -0.37f, n);
-        snprintf(what, sizeof what, "scale n=%zu", n);
-        expect_close_dev(d_a, want, n, what);
+        gpu_expect_close_dev(d_a, want, n, REL, fmt_text("scale n=%zu", n));
 
         /* accumulate into non-zero values */
         gpu_put(d_a, a, n * sizeof *a);
@@ -315,9 +303,8 @@ Test(cuda_elementwise, scale_accumulate_add) {
         GPU->accumulate(d_a, d_b, n);
         gpu_check();
         CPU->accumulate(want, b, n);
-        snprintf(what, sizeof what, "accumulate n=%zu", n);
-        expect_close_dev(d_a, want, n, what);
-        expect_close_dev(d_b, b, n, "accumulate's x is unchanged");
+        gpu_expect_close_dev(d_a, want, n, REL, fmt_text("accumulate n=%zu", n));
+        gpu_expect_close_dev(d_b, b, n, REL, "accumulate's x is unchanged");
 
         /* add into a poisoned output, then in place over a and over b */
         float *d_out = gpu_poisoned(n * sizeof *d_out);
@@ -325,17 +312,14 @@ Test(cuda_elementwise, scale_accumulate_add) {
         GPU->add(d_out, d_a, d_b, n);
         gpu_check();
         CPU->add(want, a, b, n);
-        snprintf(what, sizeof what, "add n=%zu", n);
-        expect_close_dev(d_out, want, n, what);
+        gpu_expect_close_dev(d_out, want, n, REL, fmt_text("add n=%zu", n));
         GPU->add(d_a, d_a, d_b, n);
         gpu_check();
-        snprintf(what, sizeof what, "add out=a n=%zu", n);
-        expect_close_dev(d_a, want, n, what);
+        gpu_expect_close_dev(d_a, want, n, REL, fmt_text("add out=a n=%zu", n));
         gpu_put(d_a, a, n * sizeof *a);
         GPU->add(d_b, d_a, d_b, n);
         gpu_check();
-        snprintf(what, sizeof what, "add out=b n=%zu", n);
-        expect_close_dev(d_b, want, n, what);
+        gpu_expect_close_dev(d_b, want, n, REL, fmt_text("add out=b n=%zu", n));
 
         gpu_free(d_out);
         gpu_free(d_a);
@@ -437,14 +421,13 @@ static void adam_case(const AdamHyper *h, const long steps[3], const char *name)
             GPU->adam_step(d_p, d_g, d_m, d_v, n, h, steps[k]);
             gpu_check();
             CPU->adam_step(p, g, m, v, n, h, steps[k]);
-            char what[96];
-            snprintf(what, sizeof what, "%s n=%zu step %ld: param", name, n, steps[k]);
-            expect_close_dev(d_p, p, n, what);
-            snprintf(what, sizeof what, "%s n=%zu step %ld: m", name, n, steps[k]);
-            expect_close_dev(d_m, m, n, what);
-            snprintf(what, sizeof what, "%s n=%zu step %ld: v", name, n, steps[k]);
-            expect_close_dev(d_v, v, n, what);
-            expect_close_dev(d_g, g, n, "adam's grad is unchanged");
+            gpu_expect_close_dev(d_p, p, n, REL,
+                                 fmt_text("%s n=%zu step %ld: param", name, n, steps[k]));
+            gpu_expect_close_dev(d_m, m, n, REL,
+                                 fmt_text("%s n=%zu step %ld: m", name, n, steps[k]));
+            gpu_expect_close_dev(d_v, v, n, REL,
+                                 fmt_text("%s n=%zu step %ld: v", name, n, steps[k]));
+            gpu_expect_close_dev(d_g, g, n, REL, "adam's grad is unchanged");
             gpu_free(d_g);
             free(g);
         }
@@ -512,13 +495,10 @@ Test(cuda_elementwise, toy_forward) {
         float *d_x = gpu_copy(x, n), *d_y = gpu_poisoned(n * sizeof *d_y);
         GPU->toy_forward(d_w, d_x, d_y, n);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "toy_forward n=%zu", n);
-        expect_close_dev(d_y, want, n, what);
+        gpu_expect_close_dev(d_y, want, n, REL, fmt_text("toy_forward n=%zu", n));
         GPU->toy_forward(d_w, d_x, d_x, n); /* in place */
         gpu_check();
-        snprintf(what, sizeof what, "toy_forward in place n=%zu", n);
-        expect_close_dev(d_x, want, n, what);
+        gpu_expect_close_dev(d_x, want, n, REL, fmt_text("toy_forward in place n=%zu", n));
         gpu_free(d_x);
         gpu_free(d_y);
         free(want);
@@ -556,12 +536,12 @@ Test(cuda_elementwise, toy_backward) {
             gpu_get(got_dw, d_dw, sizeof got_dw);
             char what[64];
             for (int k = 0; k < 3; k++) {
-                snprintf(what, sizeof what, "toy_backward n=%zu %s: dw[%d]", n, modes[mode], k);
-                gpu_expect_close(&got_dw[k], &want_dw[k], 1, REL, what);
+                gpu_expect_close(&got_dw[k], &want_dw[k], 1, REL,
+                                 fmt_text("toy_backward n=%zu %s: dw[%d]", n, modes[mode], k));
                 if (n == 0) cr_expect_eq(got_dw[k], dw0[k], "n=0 leaves dw[%d] alone", k);
             }
             snprintf(what, sizeof what, "toy_backward n=%zu %s: dx", n, modes[mode]);
-            if (d_dx) expect_close_dev(d_dx, want_dx, n, what);
+            if (d_dx) gpu_expect_close_dev(d_dx, want_dx, n, REL, what);
             if (mode == DX_NONE) expect_poisoned_dev(d_own, n * sizeof *d_own, "no dx");
 
             gpu_free(d_own);
@@ -587,23 +567,19 @@ Test(cuda_elementwise, mse_loss) {
         const float want = CPU->mse_loss(y, t, want_dy, n);
         float *d_y = gpu_copy(y, n), *d_t = gpu_copy(t, n);
         float *d_dy = gpu_poisoned(n * sizeof *d_dy);
-        char what[64];
 
         const float got = GPU->mse_loss(d_y, d_t, d_dy, n);
         gpu_check();
-        snprintf(what, sizeof what, "mse_loss n=%zu: loss", n);
-        gpu_expect_close(&got, &want, 1, REL, what);
+        gpu_expect_close(&got, &want, 1, REL, fmt_text("mse_loss n=%zu: loss", n));
         if (n == 0) {
             cr_expect_eq(got, 0.0f, "mse_loss of nothing is 0");
             expect_poisoned_dev(d_dy, sizeof(float), "mse_loss n=0 leaves dy alone");
         }
-        snprintf(what, sizeof what, "mse_loss n=%zu: dy", n);
-        expect_close_dev(d_dy, want_dy, n, what);
+        gpu_expect_close_dev(d_dy, want_dy, n, REL, fmt_text("mse_loss n=%zu: dy", n));
 
         const float loss_only = GPU->mse_loss(d_y, d_t, NULL, n);
         gpu_check();
-        snprintf(what, sizeof what, "mse_loss n=%zu: loss without dy", n);
-        gpu_expect_close(&loss_only, &want, 1, REL, what);
+        gpu_expect_close(&loss_only, &want, 1, REL, fmt_text("mse_loss n=%zu: loss without dy", n));
 
         gpu_free(d_y);
         gpu_free(d_t);
@@ -630,28 +606,23 @@ Test(cuda_elementwise, gelu_forward_and_backward) {
         CPU->gelu_backward(want_din, x, dout, n);
         float *d_x = gpu_copy(x, n), *d_dout = gpu_copy(dout, n);
         float *d_out = gpu_poisoned(n * sizeof *d_out);
-        char what[64];
 
         GPU->gelu_forward(d_out, d_x, n);
         gpu_check();
-        snprintf(what, sizeof what, "gelu_forward n=%zu", n);
-        expect_close_dev(d_out, want, n, what);
+        gpu_expect_close_dev(d_out, want, n, REL, fmt_text("gelu_forward n=%zu", n));
 
         gpu_poison(d_out, (n ? n : 1) * sizeof *d_out);
         GPU->gelu_backward(d_out, d_x, d_dout, n);
         gpu_check();
-        snprintf(what, sizeof what, "gelu_backward n=%zu", n);
-        expect_close_dev(d_out, want_din, n, what);
+        gpu_expect_close_dev(d_out, want_din, n, REL, fmt_text("gelu_backward n=%zu", n));
 
         GPU->gelu_backward(d_dout, d_x, d_dout, n); /* din = dout */
         gpu_check();
-        snprintf(what, sizeof what, "gelu_backward din=dout n=%zu", n);
-        expect_close_dev(d_dout, want_din, n, what);
+        gpu_expect_close_dev(d_dout, want_din, n, REL, fmt_text("gelu_backward din=dout n=%zu", n));
 
         GPU->gelu_forward(d_x, d_x, n); /* out = in */
         gpu_check();
-        snprintf(what, sizeof what, "gelu_forward in place n=%zu", n);
-        expect_close_dev(d_x, want, n, what);
+        gpu_expect_close_dev(d_x, want, n, REL, fmt_text("gelu_forward in place n=%zu", n));
 
         gpu_free(d_x);
         gpu_free(d_dout);
@@ -688,9 +659,9 @@ Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
         float *d_dout = gpu_copy(dout, elems), *d_db = gpu_copy(db0, cols);
         GPU->bias_grad(d_db, d_dout, rows, cols, stride);
         gpu_check();
-        char what[80];
-        snprintf(what, sizeof what, "bias_grad rows=%zu cols=%zu stride=%zu", rows, cols, stride);
-        expect_close_dev(d_db, want, cols, what);
+        gpu_expect_close_dev(
+            d_db, want, cols, REL,
+            fmt_text("bias_grad rows=%zu cols=%zu stride=%zu", rows, cols, stride));
         if (rows == 0) expect_bits_dev(d_db, db0, cols, sizeof(float), "no rows: db unchanged");
         gpu_free(d_dout);
         gpu_free(d_db);

@@ -24,23 +24,6 @@ static const Kernels *GPU = &kernels_cuda;
 
 /* ---- host helpers ---- */
 
-static void expect_close_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = gpu_fetch(d, n);
-    gpu_expect_close(got, want, n, REL, what);
-    free(got);
-}
-
-/* Bit-for-bit equality, for copies and single adds (the same IEEE operation on both sides). */
-static void expect_identical_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = gpu_fetch(d, n);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-    cr_expect_eq(bad, 0, "%s: %zu of %zu values differ, first [%zu]: %g, want %g", what, bad, n,
-                 first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
-    free(got);
-}
-
 static int32_t *gpu_labels(const int32_t *host, size_t n) {
     int32_t *d = gpu_alloc((n ? n : 1) * sizeof *d);
     if (n) gpu_put(d, host, n * sizeof *d);
@@ -92,13 +75,10 @@ Test(cuda_vit_ops, layernorm_forward) {
               *d_rstd = gpu_poisoned_floats(M);
         GPU->layernorm_forward(d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "layernorm out (M %zu, C %zu)", M, C);
-        expect_close_dev(d_out, out, M * C, what);
-        snprintf(what, sizeof what, "layernorm mean (M %zu, C %zu)", M, C);
-        expect_close_dev(d_mean, mean, M, what);
-        snprintf(what, sizeof what, "layernorm rstd (M %zu, C %zu)", M, C);
-        expect_close_dev(d_rstd, rstd, M, what);
+        gpu_expect_close_dev(d_out, out, M * C, REL,
+                             fmt_text("layernorm out (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_mean, mean, M, REL, fmt_text("layernorm mean (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_rstd, rstd, M, REL, fmt_text("layernorm rstd (M %zu, C %zu)", M, C));
 
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_b);
         gpu_free(d_out), gpu_free(d_mean), gpu_free(d_rstd);
@@ -133,13 +113,10 @@ Test(cuda_vit_ops, layernorm_backward_accumulates) {
               *d_db = gpu_floats(db0, C);
         GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "layernorm din (M %zu, C %zu)", M, C);
-        expect_close_dev(d_din, din, M * C, what);
-        snprintf(what, sizeof what, "layernorm dw (M %zu, C %zu)", M, C);
-        expect_close_dev(d_dw, dw, C, what);
-        snprintf(what, sizeof what, "layernorm db (M %zu, C %zu)", M, C);
-        expect_close_dev(d_db, db, C, what);
+        gpu_expect_close_dev(d_din, din, M * C, REL,
+                             fmt_text("layernorm din (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_dw, dw, C, REL, fmt_text("layernorm dw (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_db, db, C, REL, fmt_text("layernorm db (M %zu, C %zu)", M, C));
 
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
         gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
@@ -180,9 +157,9 @@ Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
                 first[1] = gpu_fetch(d_dw, C);
                 first[2] = gpu_fetch(d_db, C);
             } else {
-                expect_identical_dev(d_din, first[0], M * C, "layernorm din, second run");
-                expect_identical_dev(d_dw, first[1], C, "layernorm dw, second run");
-                expect_identical_dev(d_db, first[2], C, "layernorm db, second run");
+                gpu_expect_same_dev(d_din, first[0], M * C, "layernorm din, second run");
+                gpu_expect_same_dev(d_dw, first[1], C, "layernorm dw, second run");
+                gpu_expect_same_dev(d_db, first[2], C, "layernorm db, second run");
             }
         }
         for (int i = 0; i < 3; i++) free(first[i]);
@@ -210,9 +187,8 @@ Test(cuda_vit_ops, patchify) {
         float *d_images = gpu_floats(images, n), *d_patches = gpu_poisoned_floats(n);
         GPU->patchify(d_patches, d_images, B, S, P);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "patchify (B %zu, S %zu, P %zu)", B, S, P);
-        expect_identical_dev(d_patches, patches, n, what);
+        gpu_expect_same_dev(d_patches, patches, n,
+                            fmt_text("patchify (B %zu, S %zu, P %zu)", B, S, P));
         gpu_free(d_images), gpu_free(d_patches);
         free(images), free(patches);
     }
@@ -246,9 +222,7 @@ Test(cuda_vit_ops, embed_forward) {
         float *d_x = gpu_poisoned_floats(B * T * C);
         GPU->embed_forward(d_x, d_patch_out, d_cls, d_pos, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "embed x (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_x, x, B * T * C, what);
+        gpu_expect_same_dev(d_x, x, B * T * C, fmt_text("embed x (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_patch_out), gpu_free(d_cls), gpu_free(d_pos), gpu_free(d_x);
         free(patch_out), free(cls), free(pos), free(x);
     }
@@ -271,13 +245,12 @@ Test(cuda_vit_ops, embed_backward) {
         float *d_dpatch = gpu_poisoned_floats(B * (T - 1) * C);
         GPU->embed_backward(d_dcls, d_dpos, d_dpatch, d_dx, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "embed dcls (B %zu, T %zu, C %zu)", B, T, C);
-        expect_close_dev(d_dcls, dcls, C, what);
-        snprintf(what, sizeof what, "embed dpos (B %zu, T %zu, C %zu)", B, T, C);
-        expect_close_dev(d_dpos, dpos, T * C, what);
-        snprintf(what, sizeof what, "embed dpatch_out (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_dpatch, dpatch, B * (T - 1) * C, what);
+        gpu_expect_close_dev(d_dcls, dcls, C, REL,
+                             fmt_text("embed dcls (B %zu, T %zu, C %zu)", B, T, C));
+        gpu_expect_close_dev(d_dpos, dpos, T * C, REL,
+                             fmt_text("embed dpos (B %zu, T %zu, C %zu)", B, T, C));
+        gpu_expect_same_dev(d_dpatch, dpatch, B * (T - 1) * C,
+                            fmt_text("embed dpatch_out (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_dx), gpu_free(d_dcls), gpu_free(d_dpos), gpu_free(d_dpatch);
         free(dx), free(dcls0), free(dpos0), free(dcls), free(dpos), free(dpatch);
     }
@@ -296,9 +269,8 @@ Test(cuda_vit_ops, class_token_select) {
         float *d_x = gpu_floats(x, B * T * C), *d_out = gpu_poisoned_floats(B * C);
         GPU->class_token_select(d_out, d_x, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "class token (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_out, out, B * C, what);
+        gpu_expect_same_dev(d_out, out, B * C,
+                            fmt_text("class token (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_x), gpu_free(d_out);
         free(x), free(out);
     }
@@ -318,9 +290,8 @@ Test(cuda_vit_ops, class_token_select_backward) {
         float *d_dx = gpu_floats(dx0, B * T * C), *d_dout = gpu_floats(dout, B * C);
         GPU->class_token_select_backward(d_dx, d_dout, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "class token dx (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_dx, dx, B * T * C, what);
+        gpu_expect_same_dev(d_dx, dx, B * T * C,
+                            fmt_text("class token dx (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_dx), gpu_free(d_dout);
         free(dx0), free(dout), free(dx);
     }
@@ -366,7 +337,7 @@ Test(cuda_vit_ops, cross_entropy) {
         const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, scale);
         gpu_check();
         expect_loss_close(got, want, what);
-        expect_close_dev(d_dlogits, dlogits, B * K, what);
+        gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, what);
 
         /* the loss alone (dlogits NULL) is the same number, and the same bits run to run */
         const float again = GPU->cross_entropy(NULL, d_logits, d_labels, B, K, scale);
@@ -395,7 +366,7 @@ Test(cuda_vit_ops, cross_entropy_bad_label) {
     const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, 1.0f);
     gpu_check();
     cr_expect(isnan(got), "loss with a bad label: %g, want NaN", (double)got);
-    expect_close_dev(d_dlogits, dlogits, B * K, "cross entropy dlogits with bad labels");
+    gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, "cross entropy dlogits with bad labels");
     gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
     free(logits);
     gpu_done();

@@ -72,13 +72,8 @@ static void start(Meeting *m, int rank, int world) {
         m->pid[slot] = pid;
         return;
     }
-    DistEnv env = {.launcher = LAUNCHER_TORCHRUN,
-                   .rank = rank,
-                   .world_size = world,
-                   .local_rank = rank,
-                   .local_world_size = world,
-                   .master_addr = "127.0.0.1",
-                   .master_port = m->port};
+    /* all on one node: local rank and world are the global ones */
+    DistEnv env = {LAUNCHER_TORCHRUN, rank, world, rank, world, "127.0.0.1", m->port};
     unsigned char *blob = m->blobs + (size_t)slot * m->n;
     for (size_t i = 0; i < m->n; i++) blob[i] = rank == 0 ? pattern(i) : 0;
     Err err = {0};
