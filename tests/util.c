@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "io/mnist.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -192,6 +194,40 @@ char *fsdp_output(const char *args, const char *redirect, int *status) {
     buf[n] = 0;
     *status = pclose(p);
     return buf;
+}
+
+void fresh_test_dir(char *dir, size_t size, const char *name, const char *tag) {
+    snprintf(dir, size, "/tmp/fsdp_%s_%ld_%s", name, (long)getpid(), tag);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+void remove_test_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+char *expect_usage_error_text(const char *args, const char *mention) {
+    int status;
+    char *err = fsdp_output(args, "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "`fsdp %s` exited with status %d",
+              args, status);
+    cr_expect(strstr(err, mention), "`fsdp %s` said '%s', not '%s'", args, err, mention);
+    cr_expect(strchr(err, '\n') == err + strlen(err) - 1,
+              "`fsdp %s` said more or less than one "
+              "line: '%s'",
+              args, err);
+    return err;
+}
+
+void expect_usage_error(const char *args, const char *mention) {
+    free(expect_usage_error_text(args, mention));
+}
+
+void expect_usage_errors(const UsageCase *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) expect_usage_error(cases[i].args, cases[i].mention);
 }
 
 /* The values of a --dump-params file and how many there are (caller frees). */

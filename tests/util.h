@@ -92,4 +92,19 @@ void assert_close_floats(const float *got, const float *want, size_t n, double r
 CpuPool *bind_pool(int threads);
 void unbind_pool(CpuPool *p);
 
+/* Makes `dir` (room for size) a fresh empty directory /tmp/fsdp_NAME_PID_TAG, removing what a
+ * run before left there; remove_test_dir removes it and what is in it. */
+void fresh_test_dir(char *dir, size_t size, const char *name, const char *tag);
+void remove_test_dir(const char *dir);
+
+/* `fsdp ARGS` exits 2, a usage error, having said on stderr one line that contains `mention`;
+ * expect_usage_error_text returns what it said (free it) for any further check. */
+void expect_usage_error(const char *args, const char *mention);
+/* expect_usage_error for each of n cases. */
+typedef struct UsageCase {
+    const char *args, *mention;
+} UsageCase;
+void expect_usage_errors(const UsageCase *cases, size_t n);
+char *expect_usage_error_text(const char *args, const char *mention);
+
 #endif

@@ -26,10 +26,7 @@
 static char dir[128];
 
 static void fresh_dir(const char *tag) {
-    snprintf(dir, sizeof dir, "/tmp/fsdp_ckpt_tools_%ld_%s", (long)getpid(), tag);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    cr_assert_eq(system(cmd), 0);
+    fresh_test_dir(dir, sizeof dir, "ckpt_tools", tag);
 }
 
 static void shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -65,12 +62,6 @@ static char *run(int *code, const char *redirect, const char *fmt, ...) {
         free(out_);                                                                                \
     } while (0)
 
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* `fsdp ARGS` must fail with exit 2 and one line on stderr that contains want. */
 static void expect_exit_2(const char *want, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -80,11 +71,7 @@ static void expect_exit_2(const char *want, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    int code;
-    char *err = run(&code, "2>&1 >/dev/null", "%s", args);
-    cr_expect_eq(code, 2, "`%s` exited %d: %s", args, code, err);
-    cr_expect_neq(strstr(err, want), NULL, "`%s`: '%s' lacks '%s'", args, err, want);
-    cr_expect_eq(count_lines(err), 1, "`%s`: one line: %s", args, err);
+    char *err = expect_usage_error_text(args, want);
     cr_expect_eq(strncmp(err, "fsdp: ", 6), 0, "%s", err);
     free(err);
 }

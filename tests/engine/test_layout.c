@@ -152,21 +152,11 @@ Test(layout, deepspeeds_zero2_gathers_only_after_the_step) {
 }
 
 Test(layout, bad_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
+    static const UsageCase cases[] = {
         {"train --layout zero", "--layout must be fsdp or deepspeed (got 'zero')"},
         {"train --layout deepspeed --offload cpu", "--offload cpu is FSDP2's"},
         {"train --layout deepspeed --offload nvme --nvme-dir /tmp", "--offload nvme is FSDP2's"},
         {"plan --layout deepspeeed", "--layout must be fsdp or deepspeed"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i].args,
-                  status);
-        cr_expect_neq(strstr(out, cases[i].want), NULL, "%s: %s", cases[i].args, out);
-        cr_expect_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
-        free(out);
-    }
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }

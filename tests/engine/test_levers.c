@@ -26,9 +26,7 @@ static size_t count_events(const Trace *t, EventKind kind) {
 
 /* `fsdp ARGS` exits 2 having printed exactly `want` on stderr and nothing on stdout. */
 static void expect_refused(const char *args, const char *want) {
-    int status;
-    char *out = fsdp_output(args, "2>&1 >/dev/null", &status);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", args, status);
+    char *out = expect_usage_error_text(args, want);
     cr_expect_str_eq(out, want, "%s", args);
     free(out);
 }
@@ -114,22 +112,12 @@ Test(activation_checkpointing, recomputes_without_gathering_and_holds_less) {
 }
 
 Test(activation_checkpointing, bad_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
+    static const UsageCase cases[] = {
         {"train --model vit-tiny --ac-every 0", "--ac-every must be"},
         {"train --model toy --activation-checkpointing", "nothing to drop"},
         {"train --model vit-tiny --ac-every x", "--ac-every must be"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i].args,
-                  status);
-        cr_expect(strstr(out, cases[i].want) != NULL, "%s: got '%s'", cases[i].args, out);
-        cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: '%s'", out);
-        free(out);
-    }
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
 
 /* ---- sharded initialization */
@@ -445,12 +433,9 @@ Test(offload, a_bad_nvme_dir_is_one_line_and_writes_nothing) {
         char args[256];
         snprintf(args, sizeof args, "train --steps 1 --dump-params /tmp/fsdp-nvme-bad.txt %s",
                  cases[i].args);
-        int status;
-        char *out = fsdp_output(args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
+        char *out = expect_usage_error_text(args, cases[i].want);
         cr_expect(strncmp(out, cases[i].want, strlen(cases[i].want)) == 0, "%s: got '%s'",
                   cases[i].args, out);
-        cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: %s", out);
         cr_expect_neq(access("/tmp/fsdp-nvme-bad.txt", F_OK), 0, "nothing written");
         free(out);
     }

@@ -19,10 +19,7 @@
 static char dir[128];
 
 static void fresh_dir(const char *tag) {
-    snprintf(dir, sizeof dir, "/tmp/fsdp_ckpt_%ld_%s", (long)getpid(), tag);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    cr_assert_eq(system(cmd), 0);
+    fresh_test_dir(dir, sizeof dir, "ckpt", tag);
 }
 
 /* Runs `fsdp train ARGS`, asserting success; returns stdout+stderr (caller frees). */

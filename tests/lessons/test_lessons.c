@@ -368,7 +368,7 @@ Test(lessons, watch_stops_when_the_check_passes) {
     tmp_remove(&t);
 }
 
-static void expect_usage_error(const char *args, const char *must_mention) {
+static void expect_lessons_usage_error(const char *args, const char *must_mention) {
     Tmp t;
     tmp_make(&t);
     Run r = lessons(&t, NULL, args);
@@ -381,15 +381,16 @@ static void expect_usage_error(const char *args, const char *must_mention) {
 }
 
 Test(lessons, bad_input_exits_2_with_one_line) {
-    expect_usage_error("check 99", "no lesson '99'");
-    expect_usage_error("check 02x", "no lesson '02x'");
-    expect_usage_error("check 02 --file", "--file needs a path");
-    expect_usage_error("check 02 --file /nonexistent/exercise.c", "/nonexistent/exercise.c");
-    expect_usage_error("check 02 --frobnicate", "--frobnicate");
-    expect_usage_error("check 01 02", "one lesson");
-    expect_usage_error("check all --file lessons/solutions/01-memory-at-rest.c", "--file");
-    expect_usage_error("hint 02 99", "hints 1 to");
-    expect_usage_error("hint 0", "no lesson '0'");
-    expect_usage_error("frobnicate", "unknown lessons command 'frobnicate'");
-    expect_usage_error("watch 99", "no lesson '99'");
+    expect_lessons_usage_error("check 99", "no lesson '99'");
+    expect_lessons_usage_error("check 02x", "no lesson '02x'");
+    expect_lessons_usage_error("check 02 --file", "--file needs a path");
+    expect_lessons_usage_error("check 02 --file /nonexistent/exercise.c",
+                               "/nonexistent/exercise.c");
+    expect_lessons_usage_error("check 02 --frobnicate", "--frobnicate");
+    expect_lessons_usage_error("check 01 02", "one lesson");
+    expect_lessons_usage_error("check all --file lessons/solutions/01-memory-at-rest.c", "--file");
+    expect_lessons_usage_error("hint 02 99", "hints 1 to");
+    expect_lessons_usage_error("hint 0", "no lesson '0'");
+    expect_lessons_usage_error("frobnicate", "unknown lessons command 'frobnicate'");
+    expect_lessons_usage_error("watch 99", "no lesson '99'");
 }

@@ -313,7 +313,7 @@ Test(plan_cli, prints_the_true_size_of_the_workshop_vit) {
 }
 
 Test(plan_cli, bad_input_is_one_line_and_exit_2) {
-    const char *cases[][2] = {
+    static const UsageCase cases[] = {
         {"plan --gpus 0", "--gpus must be a whole number from 1 to 1024 (got '0')"},
         {"plan --gpus -3", "--gpus must be a whole number from 1 to 1024 (got '-3')"},
         {"plan --params -1", "--params must be a number above 0"},
@@ -330,14 +330,5 @@ Test(plan_cli, bad_input_is_one_line_and_exit_2) {
         {"plan --model vit-tiny --batch-size 1e12", "--batch-size must be"},
         {"plan --model transformer --hidden 100 --heads 3", "--hidden"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i][0], "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i][0],
-                  status);
-        cr_expect_neq(strstr(out, cases[i][1]), NULL, "%s: %s", cases[i][0], out);
-        cr_expect_eq(strchr(out, '\n'), out + strlen(out) - 1, "%s: one line: %s", cases[i][0],
-                     out);
-        free(out);
-    }
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
