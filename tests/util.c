@@ -116,11 +116,12 @@ void vit_run_free(VitRun *r) {
     r->params = NULL;
 }
 
-void vit_preset_create(ModelDesc *m, const char *preset) {
+VitConfig vit_preset_create(ModelDesc *m, const char *preset) {
     VitConfig c;
     cr_assert_eq(vit_preset(preset, &c), 0, "%s", preset);
     Err err = {0};
     cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
+    return c;
 }
 
 FsdpConfig vit_config(Strategy s, int batch) {
@@ -228,6 +229,40 @@ void expect_usage_error(const char *args, const char *mention) {
 
 void expect_usage_errors(const UsageCase *cases, size_t n) {
     for (size_t i = 0; i < n; i++) expect_usage_error(cases[i].args, cases[i].mention);
+}
+
+static char *run_args(const char *args, const char *redirect, int *code) {
+    int status;
+    char *out = fsdp_output(args, redirect, &status);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return out;
+}
+
+char *fsdp_run(int *code, const char *redirect, const char *fmt, ...) {
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return run_args(args, redirect, code);
+}
+
+char *fsdp_ok(const char *fmt, ...) {
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int code;
+    char *out = run_args(args, "2>&1", &code);
+    cr_assert_eq(code, 0, "`fsdp %s` exited with status %d: %.600s", args, code, out);
+    return out;
+}
+
+void make_temp_file(char *path) {
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "cannot make %s", path);
+    close(fd);
 }
 
 /* The values of a --dump-params file and how many there are (caller frees). */

@@ -7,6 +7,7 @@
 
 #include "engine/train.h"
 #include "kernels/cpu/pool.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 
 typedef struct ToyRun {
@@ -43,10 +44,24 @@ void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long 
 void vit_run_free(VitRun *r);
 /* A 2-layer vit-tiny, the size the engine's ViT tests train. */
 void vit_small_create(ModelDesc *m, int layers);
-/* A preset ViT ("vit-tiny", "vit-workshop") as `fsdp train --model` builds it. */
-void vit_preset_create(ModelDesc *m, const char *preset);
+/* A preset ViT ("vit-tiny", "vit-workshop") as `fsdp train --model` builds it; returns the
+ * preset's configuration. */
+VitConfig vit_preset_create(ModelDesc *m, const char *preset);
 /* The engine's defaults with this strategy and per-rank batch. */
 FsdpConfig vit_config(Strategy s, int batch);
+/* A case of the tests that run one model under several setups: a name for messages, the
+ * configuration and the world size. */
+typedef struct ConfigCase {
+    const char *name;
+    FsdpConfig cfg;
+    int ranks;
+} ConfigCase;
+/* A strategy at a world size (replicas: HSDP's replica groups, else 1). */
+typedef struct WorldCase {
+    Strategy strategy;
+    int ranks, replicas;
+} WorldCase;
+
 /* Every rank's bytes by category at rest and at peak, and its peak, are the same in got as in
  * want; `what` names the case in a failure. */
 void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks, const char *what);
@@ -64,6 +79,15 @@ const char *fsdp_bin(void);
 /* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and
  * returns what it printed (caller frees); *status is pclose's status. */
 char *fsdp_output(const char *args, const char *redirect, int *status);
+/* `fsdp ARGS` (printf-style) with `redirect`: what it printed (caller frees); *code is its exit
+ * status, -1 when a signal ended it. */
+char *fsdp_run(int *code, const char *redirect, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* `fsdp ARGS` (printf-style) with stderr folded into stdout, asserted to succeed: what it
+ * printed (caller frees). */
+char *fsdp_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Creates an empty file from the mkstemp template `path` (its XXXXXX replaced); asserts. */
+void make_temp_file(char *path);
 
 /* Host float arrays (asserted; free them): uninitialised, zeros, NaNs (an overwritten output's
  * start: an element a kernel forgets stays NaN), a copy of src, and n floats uniform in

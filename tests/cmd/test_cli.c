@@ -13,9 +13,7 @@
 /* Runs `fsdp ARGS`, returns the exit status and stderr's text. */
 static int run_fsdp(const char *args, char *err_text, size_t n) {
     char cmd[1024], path[] = "/tmp/fsdp_cli_XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    make_temp_file(path);
     snprintf(cmd, sizeof cmd, "%s %s >/dev/null 2>%s", fsdp_bin(), args, path);
     int status = system(cmd);
     FILE *f = fopen(path, "r");

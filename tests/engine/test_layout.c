@@ -30,20 +30,16 @@ static size_t all_gathers_in(const Trace *t, Phase phase) {
 Test(layout, trains_to_fsdps_bits_under_every_strategy, .timeout = 120) {
     ModelDesc m;
     vit_small_create(&m, 2);
-    struct {
-        const char *name;
-        FsdpConfig cfg;
-        int ranks;
-    } cases[] = {{"ddp", mixed(STRAT_DDP, DTYPE_BF16), 3},
-                 {"zero1", mixed(STRAT_ZERO1, DTYPE_BF16), 3},
-                 {"zero2", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
-                 {"zero3", mixed(STRAT_ZERO3, DTYPE_BF16), 3},
-                 {"hsdp", mixed(STRAT_HSDP, DTYPE_BF16), 4},
-                 {"zero3 accumulating", mixed(STRAT_ZERO3, DTYPE_BF16), 2},
-                 {"zero1 accumulating", mixed(STRAT_ZERO1, DTYPE_BF16), 2},
-                 {"zero1 fp16 (loss scaling)", mixed(STRAT_ZERO1, DTYPE_FP16), 3},
-                 {"zero2 fp32 reduce", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
-                 {"zero2 offload optimizer", mixed(STRAT_ZERO2, DTYPE_BF16), 3}};
+    ConfigCase cases[] = {{"ddp", mixed(STRAT_DDP, DTYPE_BF16), 3},
+                          {"zero1", mixed(STRAT_ZERO1, DTYPE_BF16), 3},
+                          {"zero2", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
+                          {"zero3", mixed(STRAT_ZERO3, DTYPE_BF16), 3},
+                          {"hsdp", mixed(STRAT_HSDP, DTYPE_BF16), 4},
+                          {"zero3 accumulating", mixed(STRAT_ZERO3, DTYPE_BF16), 2},
+                          {"zero1 accumulating", mixed(STRAT_ZERO1, DTYPE_BF16), 2},
+                          {"zero1 fp16 (loss scaling)", mixed(STRAT_ZERO1, DTYPE_FP16), 3},
+                          {"zero2 fp32 reduce", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
+                          {"zero2 offload optimizer", mixed(STRAT_ZERO2, DTYPE_BF16), 3}};
     cases[4].cfg.replicas = 2;
     cases[5].cfg.grad_accum = cases[6].cfg.grad_accum = 2;
     cases[8].cfg.reduce_dtype = DTYPE_FP32;

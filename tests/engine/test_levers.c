@@ -219,10 +219,7 @@ Test(sharded_init, no_rank_holds_more_than_its_shards) {
     vit_small_create(&m, 3);
     expect_creation_within_shards(&m, 4, 0);
     model_desc_free(&m);
-    VitConfig c;
-    vit_preset("vit-workshop", &c);
-    Err err = {0};
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    vit_preset_create(&m, "vit-workshop");
     expect_creation_within_shards(&m, 4, 1);
     model_desc_free(&m);
 }
@@ -259,11 +256,8 @@ static const ParamSpec *param_named(const ModelDesc *m, const char *name) {
 
 /* torchvision's scheme, with every formula written out here from its definition. */
 Test(sharded_init, follows_torchvision_distributions) {
-    VitConfig c;
-    vit_preset("vit-workshop", &c);
     ModelDesc m;
-    Err err = {0};
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    VitConfig c = vit_preset_create(&m, "vit-workshop");
     double H = c.hidden, F = c.mlp, P = c.patch;
     double uniform_std = 1.0 / sqrt(3.0); /* U(-b, b) has std b / sqrt(3) */
     const char *block = "encoder.layers.encoder_layer_5.";
@@ -327,9 +321,7 @@ Test(sharded_init, init_from_reads_each_ranks_rows) {
         t[i] = (StTensorOut){m.params[i].name, "F32", m.params[i].ndim, m.params[i].shape,
                              a.params + at};
     char path[] = "/tmp/fsdp-init-from-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    make_temp_file(path);
     Err err = {0};
     cr_assert_eq(st_write(path, t, m.nparams, NULL, 0, &err), 0, "%s", err.msg);
     for (int ranks = 1; ranks <= 3; ranks += 2) {
@@ -476,9 +468,7 @@ Test(offload, nvme_state_checkpoints_and_resumes) {
 
 Test(memory_over_time, train_writes_the_svg_and_prints_the_timeline) {
     char path[] = "/tmp/fsdp-memory-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    make_temp_file(path);
     char args[256];
     snprintf(args, sizeof args, "train --model toy --ranks 2 --steps 2 --memory --memory-svg %s",
              path);
