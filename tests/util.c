@@ -59,6 +59,19 @@ void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trac
     dataset_free(&data);
 }
 
+int run_on_ranks(int ranks, RankMain fn, void *arg, Err *err) {
+    ClusterOptions opt = {.ranks = ranks, .profile = profile_default()};
+    ClusterResult res;
+    int rc = cluster_run(&opt, fn, arg, &res, err);
+    cluster_result_free(&res);
+    return rc;
+}
+
+void run_on_ranks_ok(int ranks, RankMain fn, void *arg) {
+    Err err = {0};
+    cr_assert_eq(run_on_ranks(ranks, fn, arg, &err), 0, "%s", err.msg);
+}
+
 void toy_run_free(ToyRun *t) {
     trace_free(&t->trace);
     plan_free(&t->plan);

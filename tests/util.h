@@ -29,6 +29,11 @@ void toy_run_free(ToyRun *r);
 double rel_l2(const float *a, const float *b, size_t n);
 FsdpConfig toy_config(Strategy s, int batch);
 
+/* Runs fn(arg) on `ranks` simulated ranks with the default profile: returns cluster_run's
+ * code and message (err); run_on_ranks_ok asserts it succeeded. */
+int run_on_ranks(int ranks, RankMain fn, void *arg, Err *err);
+void run_on_ranks_ok(int ranks, RankMain fn, void *arg);
+
 /* A ViT trained on the test split in-process (the split is loaded once per test process). */
 typedef struct VitRun {
     float *params; /* final full parameters; free with vit_run_free */

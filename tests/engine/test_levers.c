@@ -550,15 +550,10 @@ Test(mixed_precision, each_cast_rounds_and_stays_close) {
 }
 
 Test(mixed_precision, bad_policy_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
-        {"train --output-dtype fp8",
-         "fsdp: --output-dtype must be fp32, bf16 or fp16 (got 'fp8')\n"},
-        {"train --cast-forward-inputs maybe",
-         "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n"},
-    };
-    for (size_t i = 0; i < 2; i++) expect_refused(cases[i].args, cases[i].want);
+    expect_refused("train --output-dtype fp8",
+                   "fsdp: --output-dtype must be fp32, bf16 or fp16 (got 'fp8')\n");
+    expect_refused("train --cast-forward-inputs maybe",
+                   "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n");
 }
 
 /* ---- --memory-compare */
@@ -688,13 +683,8 @@ Test(accounting_only, the_workshop_scenario_says_which_settings_fit) {
 }
 
 Test(accounting_only, bad_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
-        {"train --memory-compare --scenario lab",
-         "fsdp: --scenario must be workshop (got 'lab')\n"},
-        {"train --accounting-only",
-         "fsdp: --accounting-only and --scenario go with --memory-compare\n"},
-    };
-    for (size_t i = 0; i < 2; i++) expect_refused(cases[i].args, cases[i].want);
+    expect_refused("train --memory-compare --scenario lab",
+                   "fsdp: --scenario must be workshop (got 'lab')\n");
+    expect_refused("train --accounting-only",
+                   "fsdp: --accounting-only and --scenario go with --memory-compare\n");
 }
