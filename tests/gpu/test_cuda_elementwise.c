@@ -24,6 +24,9 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_elementwise, .init = gpu_or_skip, .fini = gpu_done);
+
 /* 0, 1, odd, one past a power of two, and over a million (past one block's and one grid
  * pass's worth of elements). */
 static const size_t SIZES[] = {0, 1, 7, 1000, 4097, ((size_t)1 << 20) + 3};
@@ -150,7 +153,6 @@ static float *cast_inputs(size_t n) {
 }
 
 Test(cuda_elementwise, cast_fp32_to_bf16_and_fp16_bit_exact) {
-    gpu_or_skip();
     const size_t sizes[] = {1, 7, NSPECIALS, 4097, ((size_t)1 << 20) + 3};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         const size_t n = sizes[si];
@@ -167,17 +169,13 @@ Test(cuda_elementwise, cast_fp32_to_bf16_and_fp16_bit_exact) {
             expect_bits_dev(d_dst, want, n, sizeof *want,
                             fmt_text("fp32 -> %s, n=%zu", dtype_name(types[t]), n));
         }
-        gpu_free(d_dst);
-        gpu_free(d_src);
-        free(want);
-        free(h);
+        gpu_free(d_dst), gpu_free(d_src);
+        free(want), free(h);
     }
-    gpu_done();
 }
 
 /* Every bf16 and every fp16 bit pattern to fp32 and to the other half type. */
 Test(cuda_elementwise, cast_every_half_pattern_bit_exact) {
-    gpu_or_skip();
     const size_t n = 65536;
     uint16_t *h = host_alloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = (uint16_t)i;
@@ -198,16 +196,12 @@ Test(cuda_elementwise, cast_every_half_pattern_bit_exact) {
             expect_bits_dev(d_dst, want, n, elem,
                             fmt_text("every %s -> %s", dtype_name(halves[s]), dtype_name(outs[o])));
         }
-    gpu_free(d_dst);
-    gpu_free(d_src);
-    free(want);
-    free(h);
-    gpu_done();
+    gpu_free(d_dst), gpu_free(d_src);
+    free(want), free(h);
 }
 
 /* Same type: a copy, NaN payloads included; n == 0 writes nothing. */
 Test(cuda_elementwise, cast_same_type_copies_and_empty_writes_nothing) {
-    gpu_or_skip();
     const size_t n = 4099;
     float *h = cast_inputs(n);
     float *d_src = gpu_copy(h, n);
@@ -227,16 +221,13 @@ Test(cuda_elementwise, cast_same_type_copies_and_empty_writes_nothing) {
     GPU->cast(NULL, DTYPE_BF16, NULL, DTYPE_FP32, 0);
     gpu_check();
     expect_poisoned_dev(d_dst, n * sizeof(float), "cast of 0 elements");
-    gpu_free(d_dst);
-    gpu_free(d_src);
+    gpu_free(d_dst), gpu_free(d_src);
     free(h);
-    gpu_done();
 }
 
 /* ---- zero, copy_bytes, zero_bytes ---- */
 
 Test(cuda_elementwise, zero_and_byte_ops_write_exactly_their_bytes) {
-    gpu_or_skip();
     const size_t counts[] = {0, 1, 13, 4097 * 4 + 3, ((size_t)1 << 22) + 5};
     const size_t tail = 64; /* bytes past the end that must stay poisoned */
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
@@ -272,17 +263,14 @@ Test(cuda_elementwise, zero_and_byte_ops_write_exactly_their_bytes) {
         expect_poisoned_dev(d_dst + n * sizeof(float), bytes - n * sizeof(float) + tail, what);
 
         free(zeros);
-        gpu_free(d_dst);
-        gpu_free(d_src);
+        gpu_free(d_dst), gpu_free(d_src);
         free(h);
     }
-    gpu_done();
 }
 
 /* ---- scale, accumulate, add ---- */
 
 Test(cuda_elementwise, scale_accumulate_add) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         const unsigned seed = 100 + (unsigned)si;
@@ -321,39 +309,29 @@ Test(cuda_elementwise, scale_accumulate_add) {
         gpu_check();
         gpu_expect_close_dev(d_b, want, n, REL, fmt_text("add out=b n=%zu", n));
 
-        gpu_free(d_out);
-        gpu_free(d_a);
-        gpu_free(d_b);
-        free(want);
-        free(a);
-        free(b);
+        gpu_free(d_out), gpu_free(d_a), gpu_free(d_b);
+        free(want), free(a), free(b);
     }
-    gpu_done();
 }
 
 /* ---- sum_squares, all_finite ---- */
 
 Test(cuda_elementwise, sum_squares_in_double) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         float *x = host_random(n, -3.0f, 3.0f, 200 + (unsigned)si);
         float *d_x = gpu_copy(x, n);
         const double got = GPU->sum_squares(d_x, n);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "sum_squares n=%zu", n);
         /* both sums are of exact double squares; only their order differs */
-        expect_scalar_close(got, CPU->sum_squares(x, n), 1e-9, what);
+        expect_scalar_close(got, CPU->sum_squares(x, n), 1e-9, fmt_text("sum_squares n=%zu", n));
         if (n == 0) cr_expect_eq(got, 0.0, "sum_squares of nothing");
         gpu_free(d_x);
         free(x);
     }
-    gpu_done();
 }
 
 Test(cuda_elementwise, sum_squares_and_all_finite_see_inf_and_nan) {
-    gpu_or_skip();
     const size_t n = ((size_t)1 << 20) + 3;
     float *x = host_random(n, -1.0f, 1.0f, 300);
     x[17] = FLT_MAX; /* finite */
@@ -402,7 +380,6 @@ Test(cuda_elementwise, sum_squares_and_all_finite_see_inf_and_nan) {
     gpu_check();
     gpu_free(d_x);
     free(x);
-    gpu_done();
 }
 
 /* ---- Adam ---- */
@@ -431,19 +408,14 @@ static void adam_case(const AdamHyper *h, const long steps[3], const char *name)
             gpu_free(d_g);
             free(g);
         }
-        gpu_free(d_p);
-        gpu_free(d_m);
-        gpu_free(d_v);
-        free(p);
-        free(m);
-        free(v);
+        gpu_free(d_p), gpu_free(d_m), gpu_free(d_v);
+        free(p), free(m), free(v);
     }
 }
 
 /* Weight decay 0.1 at lr 1e-2 moves AdamW's parameters by 1e-3 relative and Adam's moments by
  * far more, so a kernel that swapped or ignored `decoupled` fails at 1e-5. */
 Test(cuda_elementwise, adam_three_steps) {
-    gpu_or_skip();
     const long steps[3] = {1, 2, 3};
     AdamHyper h = {.lr = 1e-2f,
                    .beta1 = 0.9f,
@@ -456,12 +428,10 @@ Test(cuda_elementwise, adam_three_steps) {
     adam_case(&h, steps, "AdamW wd=0.1");
     h.weight_decay = 0.0f;
     adam_case(&h, steps, "AdamW wd=0");
-    gpu_done();
 }
 
 /* A step below 1 is taken as 1 (else the bias correction divides by zero). */
 Test(cuda_elementwise, adam_step_below_one_is_one) {
-    gpu_or_skip();
     const long steps[3] = {0, -5, 2};
     const AdamHyper h = {.lr = 3e-3f,
                          .beta1 = 0.8f,
@@ -470,7 +440,6 @@ Test(cuda_elementwise, adam_step_below_one_is_one) {
                          .weight_decay = 0.05f,
                          .decoupled = 1};
     adam_case(&h, steps, "AdamW steps 0,-5,2");
-    gpu_done();
 }
 
 /* ---- the toy layer and MSE ---- */
@@ -485,7 +454,6 @@ static void toy_inputs(size_t n, unsigned seed, float **x, float **dy) {
 }
 
 Test(cuda_elementwise, toy_forward) {
-    gpu_or_skip();
     float *d_w = gpu_floats(TOY_W, 3);
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
@@ -499,18 +467,14 @@ Test(cuda_elementwise, toy_forward) {
         GPU->toy_forward(d_w, d_x, d_x, n); /* in place */
         gpu_check();
         gpu_expect_close_dev(d_x, want, n, REL, fmt_text("toy_forward in place n=%zu", n));
-        gpu_free(d_x);
-        gpu_free(d_y);
-        free(want);
-        free(x);
+        gpu_free(d_x), gpu_free(d_y);
+        free(want), free(x);
     }
     gpu_free(d_w);
-    gpu_done();
 }
 
 /* dx into a poisoned buffer, over x, over dy, or not at all; dw accumulates from non-zero. */
 Test(cuda_elementwise, toy_backward) {
-    gpu_or_skip();
     float *d_w = gpu_floats(TOY_W, 3);
     enum { DX_OWN, DX_NONE, DX_IS_X, DX_IS_DY };
     const char *modes[] = {"dx", "no dx", "dx=x", "dx=dy"};
@@ -534,31 +498,24 @@ Test(cuda_elementwise, toy_backward) {
             GPU->toy_backward(d_w, d_x, d_dy, d_dx, d_dw, n);
             gpu_check();
             gpu_get(got_dw, d_dw, sizeof got_dw);
-            char what[64];
             for (int k = 0; k < 3; k++) {
                 gpu_expect_close(&got_dw[k], &want_dw[k], 1, REL,
                                  fmt_text("toy_backward n=%zu %s: dw[%d]", n, modes[mode], k));
                 if (n == 0) cr_expect_eq(got_dw[k], dw0[k], "n=0 leaves dw[%d] alone", k);
             }
-            snprintf(what, sizeof what, "toy_backward n=%zu %s: dx", n, modes[mode]);
-            if (d_dx) gpu_expect_close_dev(d_dx, want_dx, n, REL, what);
+            if (d_dx)
+                gpu_expect_close_dev(d_dx, want_dx, n, REL,
+                                     fmt_text("toy_backward n=%zu %s: dx", n, modes[mode]));
             if (mode == DX_NONE) expect_poisoned_dev(d_own, n * sizeof *d_own, "no dx");
 
-            gpu_free(d_own);
-            gpu_free(d_x);
-            gpu_free(d_dy);
-            gpu_free(d_dw);
-            free(want_dx);
-            free(x);
-            free(dy);
+            gpu_free(d_own), gpu_free(d_x), gpu_free(d_dy), gpu_free(d_dw);
+            free(want_dx), free(x), free(dy);
         }
     }
     gpu_free(d_w);
-    gpu_done();
 }
 
 Test(cuda_elementwise, mse_loss) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         float *y = host_random(n, -1.0f, 2.0f, 800 + (unsigned)si);
@@ -581,14 +538,9 @@ Test(cuda_elementwise, mse_loss) {
         gpu_check();
         gpu_expect_close(&loss_only, &want, 1, REL, fmt_text("mse_loss n=%zu: loss without dy", n));
 
-        gpu_free(d_y);
-        gpu_free(d_t);
-        gpu_free(d_dy);
-        free(want_dy);
-        free(y);
-        free(t);
+        gpu_free(d_y), gpu_free(d_t), gpu_free(d_dy);
+        free(want_dy), free(y), free(t);
     }
-    gpu_done();
 }
 
 /* ---- GELU ---- */
@@ -596,7 +548,6 @@ Test(cuda_elementwise, mse_loss) {
 /* The CPU's erf is Abramowitz-Stegun's (absolute error below 1.5e-7) and CUDA's erff is within
  * 2 ulp: GELU's values over [-6, 6] agree far inside 1e-5 relative L2. */
 Test(cuda_elementwise, gelu_forward_and_backward) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         float *x = host_random(n, -6.0f, 6.0f, 1000 + (unsigned)si);
@@ -624,15 +575,9 @@ Test(cuda_elementwise, gelu_forward_and_backward) {
         gpu_check();
         gpu_expect_close_dev(d_x, want, n, REL, fmt_text("gelu_forward in place n=%zu", n));
 
-        gpu_free(d_x);
-        gpu_free(d_dout);
-        gpu_free(d_out);
-        free(want);
-        free(want_din);
-        free(x);
-        free(dout);
+        gpu_free(d_x), gpu_free(d_dout), gpu_free(d_out);
+        free(want), free(want_din), free(x), free(dout);
     }
-    gpu_done();
 }
 
 /* ---- bias_grad ---- */
@@ -641,7 +586,6 @@ Test(cuda_elementwise, gelu_forward_and_backward) {
  * rows that fill the scratch with few row groups, wider ones summed without partials, and
  * over a million elements. */
 Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
-    gpu_or_skip();
     const struct {
         size_t rows, cols, stride;
     } shapes[] = {
@@ -663,11 +607,7 @@ Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
             d_db, want, cols, REL,
             fmt_text("bias_grad rows=%zu cols=%zu stride=%zu", rows, cols, stride));
         if (rows == 0) expect_bits_dev(d_db, db0, cols, sizeof(float), "no rows: db unchanged");
-        gpu_free(d_dout);
-        gpu_free(d_db);
-        free(dout);
-        free(db0);
-        free(want);
+        gpu_free(d_dout), gpu_free(d_db);
+        free(dout), free(db0), free(want);
     }
-    gpu_done();
 }

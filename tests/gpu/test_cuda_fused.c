@@ -28,6 +28,9 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_fused, .init = gpu_or_skip, .fini = gpu_done);
+
 typedef struct {
     size_t M, N;
 } Shape;
@@ -43,7 +46,6 @@ static const Shape BG_SHAPES[] = {{64 * 17, 128}, {128 * 17, 768}, {1, 1},    {7
 #define N_BG_SHAPES (sizeof BG_SHAPES / sizeof BG_SHAPES[0])
 
 Test(cuda_fused, bias_gelu_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_BG_SHAPES; s++) {
         const size_t M = BG_SHAPES[s].M, N = BG_SHAPES[s].N, n = M * N;
         const unsigned seed = 100 + 10 * (unsigned)s;
@@ -71,11 +73,9 @@ Test(cuda_fused, bias_gelu_forward) {
         gpu_free(d_pre), gpu_free(d_b), gpu_free(d_out), gpu_free(d_biased), gpu_free(d_want);
         free(pre), free(b), free(out), free(biased);
     }
-    gpu_done();
 }
 
 Test(cuda_fused, bias_gelu_backward_accumulates_db) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_BG_SHAPES; s++) {
         const size_t M = BG_SHAPES[s].M, N = BG_SHAPES[s].N, n = M * N;
         const unsigned seed = 300 + 10 * (unsigned)s;
@@ -130,12 +130,10 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         gpu_free(d_biased), gpu_free(d_want), gpu_free(d_want_db);
         free(pre), free(b), free(dout), free(db0), free(dpre), free(db), free(first), free(biased);
     }
-    gpu_done();
 }
 
 /* An empty batch: nothing is written, db stays as it was. */
 Test(cuda_fused, empty_shapes_touch_nothing) {
-    gpu_or_skip();
     const float db0[3] = {1.0f, 2.0f, 3.0f};
     float *d_db = gpu_floats(db0, 3);
     GPU->bias_gelu_backward(NULL, d_db, NULL, NULL, d_db, 0, 3);
@@ -144,7 +142,6 @@ Test(cuda_fused, empty_shapes_touch_nothing) {
     gpu_check();
     gpu_expect_same_dev(d_db, db0, 3, "db after empty calls");
     gpu_free(d_db);
-    gpu_done();
 }
 
 /* ---- residual + LayerNorm ---- */
@@ -157,7 +154,6 @@ static const Shape LN_SHAPES[] = {{64 * 17, 128}, {128 * 17, 3840}, {7, 33},   {
 #define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
 
 Test(cuda_fused, residual_layernorm_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LN_SHAPES; s++) {
         const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].N, n = M * C;
         const unsigned seed = 500 + 10 * (unsigned)s;
@@ -208,5 +204,4 @@ Test(cuda_fused, residual_layernorm_forward) {
         gpu_free(d_w), gpu_free(d_b), gpu_free(d_y);
         free(x), free(y), free(w), free(b), free(sum), free(out), free(mean), free(rstd);
     }
-    gpu_done();
 }

@@ -22,6 +22,9 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_vit_ops, .init = gpu_or_skip, .fini = gpu_done);
+
 /* ---- host helpers ---- */
 
 static int32_t *gpu_labels(const int32_t *host, size_t n) {
@@ -58,57 +61,68 @@ static const RowShape LN_SHAPES[] = {
 };
 #define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
 
+/* LayerNorm's host side: the input (a mean away from zero, 0.5, and a spread of about 1.4),
+ * weight and bias from the seeds given, and the CPU forward's output, mean and rstd. */
+typedef struct LayerNormCase {
+    float *in, *w, *b, *out, *mean, *rstd;
+} LayerNormCase;
+
+static void layernorm_case(LayerNormCase *c, size_t M, size_t C, unsigned seed_in, unsigned seed_w,
+                           unsigned seed_b) {
+    c->in = host_random(M * C, -2.0f, 3.0f, seed_in);
+    c->w = host_random(C, 0.5f, 1.5f, seed_w);
+    c->b = host_random(C, -0.5f, 0.5f, seed_b);
+    c->out = host_floats(M * C), c->mean = host_floats(M), c->rstd = host_floats(M);
+    CPU->layernorm_forward(c->out, c->mean, c->rstd, c->in, c->w, c->b, M, C, LN_EPS);
+}
+
+static void layernorm_case_free(LayerNormCase *c) {
+    free(c->in), free(c->w), free(c->b), free(c->out), free(c->mean), free(c->rstd);
+}
+
 Test(cuda_vit_ops, layernorm_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LN_SHAPES; s++) {
         const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].C;
         const unsigned seed = 100 + 10 * (unsigned)s;
-        /* a mean away from zero (0.5) and a spread of about 1.4 */
-        float *in = host_random(M * C, -2.0f, 3.0f, seed);
-        float *w = host_random(C, 0.5f, 1.5f, seed + 1);
-        float *b = host_random(C, -0.5f, 0.5f, seed + 2);
-        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
+        LayerNormCase x;
+        layernorm_case(&x, M, C, seed, seed + 1, seed + 2);
 
-        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C);
+        float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C), *d_b = gpu_floats(x.b, C);
         float *d_out = gpu_poisoned_floats(M * C), *d_mean = gpu_poisoned_floats(M),
               *d_rstd = gpu_poisoned_floats(M);
         GPU->layernorm_forward(d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
         gpu_check();
-        gpu_expect_close_dev(d_out, out, M * C, REL,
+        gpu_expect_close_dev(d_out, x.out, M * C, REL,
                              fmt_text("layernorm out (M %zu, C %zu)", M, C));
-        gpu_expect_close_dev(d_mean, mean, M, REL, fmt_text("layernorm mean (M %zu, C %zu)", M, C));
-        gpu_expect_close_dev(d_rstd, rstd, M, REL, fmt_text("layernorm rstd (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_mean, x.mean, M, REL,
+                             fmt_text("layernorm mean (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_rstd, x.rstd, M, REL,
+                             fmt_text("layernorm rstd (M %zu, C %zu)", M, C));
 
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_b);
         gpu_free(d_out), gpu_free(d_mean), gpu_free(d_rstd);
-        free(in), free(w), free(b), free(out), free(mean), free(rstd);
+        layernorm_case_free(&x);
     }
-    gpu_done();
 }
 
 /* The statistics are the CPU forward's, as in training. */
 Test(cuda_vit_ops, layernorm_backward_accumulates) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LN_SHAPES; s++) {
         const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].C;
         const unsigned seed = 300 + 10 * (unsigned)s;
-        float *in = host_random(M * C, -2.0f, 3.0f, seed);
-        float *w = host_random(C, 0.5f, 1.5f, seed + 1);
-        float *b = host_random(C, -0.5f, 0.5f, seed + 2);
+        LayerNormCase x;
+        layernorm_case(&x, M, C, seed, seed + 1, seed + 2);
         float *dout = host_random(M * C, -1.0f, 1.0f, seed + 3);
-        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
         /* the "+=" outputs start non-zero, the same on both sides */
         float *din0 = host_random(M * C, -1.0f, 1.0f, seed + 4);
         float *dw0 = host_random(C, -1.0f, 1.0f, seed + 5);
         float *db0 = host_random(C, -1.0f, 1.0f, seed + 6);
         float *din = host_copy(din0, M * C), *dw = host_copy(dw0, C), *db = host_copy(db0, C);
-        CPU->layernorm_backward(din, dw, db, dout, in, mean, rstd, w, M, C);
+        CPU->layernorm_backward(din, dw, db, dout, x.in, x.mean, x.rstd, x.w, M, C);
 
-        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C);
-        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(mean, M),
-              *d_rstd = gpu_floats(rstd, M);
+        float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C);
+        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(x.mean, M),
+              *d_rstd = gpu_floats(x.rstd, M);
         float *d_din = gpu_floats(din0, M * C), *d_dw = gpu_floats(dw0, C),
               *d_db = gpu_floats(db0, C);
         GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
@@ -120,29 +134,24 @@ Test(cuda_vit_ops, layernorm_backward_accumulates) {
 
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
         gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
-        free(in), free(w), free(b), free(dout), free(out), free(mean), free(rstd);
-        free(din0), free(dw0), free(db0), free(din), free(dw), free(db);
+        layernorm_case_free(&x);
+        free(dout), free(din0), free(dw0), free(db0), free(din), free(dw), free(db);
     }
-    gpu_done();
 }
 
 /* dw and db sum over rows in chunks (through the context's scratch at these shapes): the same
  * inputs give the same bits on a second run. */
 Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
-    gpu_or_skip();
     const RowShape shapes[] = {{64 * 17, 128}, {128 * 17, 3840}};
     for (size_t s = 0; s < 2; s++) {
         const size_t M = shapes[s].M, C = shapes[s].C;
-        float *in = host_random(M * C, -2.0f, 3.0f, 700 + (unsigned)s);
-        float *w = host_random(C, 0.5f, 1.5f, 710 + (unsigned)s);
-        float *b = host_random(C, -0.5f, 0.5f, 720 + (unsigned)s);
+        LayerNormCase x;
+        layernorm_case(&x, M, C, 700 + (unsigned)s, 710 + (unsigned)s, 720 + (unsigned)s);
         float *dout = host_random(M * C, -1.0f, 1.0f, 730 + (unsigned)s);
-        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
         float *zero = host_zeros(M * C);
-        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C);
-        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(mean, M),
-              *d_rstd = gpu_floats(rstd, M);
+        float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C);
+        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(x.mean, M),
+              *d_rstd = gpu_floats(x.rstd, M);
         float *d_din = gpu_floats(zero, M * C), *d_dw = gpu_floats(zero, C),
               *d_db = gpu_floats(zero, C);
         float *first[3] = {NULL, NULL, NULL};
@@ -165,15 +174,14 @@ Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
         for (int i = 0; i < 3; i++) free(first[i]);
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
         gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
-        free(in), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(zero);
+        layernorm_case_free(&x);
+        free(dout), free(zero);
     }
-    gpu_done();
 }
 
 /* ---- patches ---- */
 
 Test(cuda_vit_ops, patchify) {
-    gpu_or_skip();
     /* vit-tiny's 28 x 28 images in 7 x 7 patches at batch 64 and 128, and other patch sizes
      * that divide 28 (one patch, one pixel), and a small odd image */
     const size_t shapes[][3] = {{64, 28, 7}, {128, 28, 7}, {3, 28, 4}, {2, 28, 14},
@@ -192,7 +200,6 @@ Test(cuda_vit_ops, patchify) {
         gpu_free(d_images), gpu_free(d_patches);
         free(images), free(patches);
     }
-    gpu_done();
 }
 
 /* ---- tokens ---- */
@@ -208,7 +215,6 @@ static const TokenShape TOKEN_SHAPES[] = {{64, 17, 128}, {128, 17, 3840}, {16, 5
 #define N_TOKEN_SHAPES (sizeof TOKEN_SHAPES / sizeof TOKEN_SHAPES[0])
 
 Test(cuda_vit_ops, embed_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         const unsigned seed = 1100 + 10 * (unsigned)s;
@@ -226,11 +232,9 @@ Test(cuda_vit_ops, embed_forward) {
         gpu_free(d_patch_out), gpu_free(d_cls), gpu_free(d_pos), gpu_free(d_x);
         free(patch_out), free(cls), free(pos), free(x);
     }
-    gpu_done();
 }
 
 Test(cuda_vit_ops, embed_backward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         const unsigned seed = 1300 + 10 * (unsigned)s;
@@ -254,13 +258,11 @@ Test(cuda_vit_ops, embed_backward) {
         gpu_free(d_dx), gpu_free(d_dcls), gpu_free(d_dpos), gpu_free(d_dpatch);
         free(dx), free(dcls0), free(dpos0), free(dcls), free(dpos), free(dpatch);
     }
-    gpu_done();
 }
 
 /* ---- the class token ---- */
 
 Test(cuda_vit_ops, class_token_select) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         float *x = host_random(B * T * C, -1.0f, 1.0f, 1500 + (unsigned)s);
@@ -274,13 +276,11 @@ Test(cuda_vit_ops, class_token_select) {
         gpu_free(d_x), gpu_free(d_out);
         free(x), free(out);
     }
-    gpu_done();
 }
 
 /* dx starts random everywhere: row 0 of each sample must come out as start + dout, every
  * other row exactly as it started. */
 Test(cuda_vit_ops, class_token_select_backward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         float *dx0 = host_random(B * T * C, -1.0f, 1.0f, 1700 + (unsigned)s);
@@ -295,7 +295,6 @@ Test(cuda_vit_ops, class_token_select_backward) {
         gpu_free(d_dx), gpu_free(d_dout);
         free(dx0), free(dout), free(dx);
     }
-    gpu_done();
 }
 
 /* ---- loss ---- */
@@ -318,7 +317,6 @@ static void expect_loss_close(float got, float want, const char *what) {
 }
 
 Test(cuda_vit_ops, cross_entropy) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LOSS_SHAPES; s++) {
         const size_t B = LOSS_SHAPES[s].B, K = LOSS_SHAPES[s].classes;
         const float scale = LOSS_SHAPES[s].grad_scale;
@@ -348,13 +346,11 @@ Test(cuda_vit_ops, cross_entropy) {
         gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
         free(logits), free(labels), free(dlogits);
     }
-    gpu_done();
 }
 
 /* A label outside [0, classes) makes the loss NaN (so the caller's finiteness check sees it)
  * and that row's dlogits the softmax alone, as on the CPU; the other rows are unaffected. */
 Test(cuda_vit_ops, cross_entropy_bad_label) {
-    gpu_or_skip();
     enum { B = 6, K = 10 };
     float *logits = host_random(B * K, -3.0f, 3.0f, 2100);
     int32_t labels[B] = {1, -1, 9, 10, 0, 5};
@@ -369,7 +365,6 @@ Test(cuda_vit_ops, cross_entropy_bad_label) {
     gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, "cross entropy dlogits with bad labels");
     gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
     free(logits);
-    gpu_done();
 }
 
 /* ---- accuracy ---- */
@@ -451,7 +446,6 @@ static void plant_rows(float *z, int32_t *labels, size_t B, size_t K, unsigned s
 }
 
 Test(cuda_vit_ops, count_correct_first_max_wins) {
-    gpu_or_skip();
     const size_t shapes[][2] = {{64, 10}, {128, 10},  {1, 10},   {24, 1},
                                 {37, 33}, {13, 1000}, {8195, 10}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -473,12 +467,10 @@ Test(cuda_vit_ops, count_correct_first_max_wins) {
         gpu_free(d_logits), gpu_free(d_labels);
         free(logits), free(labels);
     }
-    gpu_done();
 }
 
 /* Values by hand: ties, a NaN first, -inf rows, a negative label. */
 Test(cuda_vit_ops, count_correct_by_hand) {
-    gpu_or_skip();
     enum { B = 6, K = 4 };
     const float z[B * K] = {
         1,         3,         3,         0,         /* tie at 1 and 2: 1 wins */
@@ -496,5 +488,4 @@ Test(cuda_vit_ops, count_correct_by_hand) {
     gpu_check();
     cr_expect_eq(got, 4, "count_correct by hand: %zu, want 4", got);
     gpu_free(d_z), gpu_free(d_labels);
-    gpu_done();
 }
