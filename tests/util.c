@@ -272,6 +272,21 @@ char *fsdp_ok(const char *fmt, ...) {
     return out;
 }
 
+char *read_text_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *text = malloc((size_t)n + 1);
+    cr_assert_not_null(text);
+    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n, "%s", path);
+    fclose(f);
+    text[n] = 0;
+    if (len) *len = (size_t)n;
+    return text;
+}
+
 void make_temp_file(char *path) {
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0, "cannot make %s", path);

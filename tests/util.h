@@ -91,6 +91,9 @@ char *fsdp_run(int *code, const char *redirect, const char *fmt, ...)
 /* `fsdp ARGS` (printf-style) with stderr folded into stdout, asserted to succeed: what it
  * printed (caller frees). */
 char *fsdp_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The whole file at path, NUL-terminated (asserted to open; free it); *len, when given, its
+ * size. */
+char *read_text_file(const char *path, size_t *len);
 /* Creates an empty file from the mkstemp template `path` (its XXXXXX replaced); asserts. */
 void make_temp_file(char *path);
 

@@ -72,20 +72,6 @@ static size_t read_dump(const char *path, float *v, size_t max) {
     return n;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
-}
-
 /* Files in dir other than . and .. */
 static int count_files(const char *path) {
     DIR *d = opendir(path);
@@ -365,8 +351,7 @@ static void expect_output_kept(const char *damage, const char *want) {
     shell("printf 'the weights of last week' > %s", out);
     shell(damage, ck);
     expect_exit_2(want, "ckpt consolidate %s/ck -o %s", dir, out);
-    size_t len;
-    char *after = slurp(out, &len);
+    char *after = read_text_file(out, NULL);
     cr_expect_str_eq(after, "the weights of last week", "after `%s`", damage);
     free(after);
     cr_expect_eq(count_files(dir), 2, "after `%s`: ck and the old file, no temporary file", damage);

@@ -70,17 +70,6 @@ static void remove_tmp(void) {
 
 TestSuite(lessons, .init = make_tmp, .fini = remove_tmp);
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "cannot read %s", path);
-    char *buf = calloc(1, 1 << 20);
-    cr_assert(buf);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 typedef struct Run {
     int code;
     char *out, *err;
@@ -94,7 +83,8 @@ static Run lessons(const Tmp *t, const char *env, const char *args) {
     snprintf(cmd, sizeof cmd, "FSDP_LESSONS_STATE=%s %s timeout 120 %s lessons %s >%s 2>%s",
              t->state, env ? env : "", fsdp_bin(), args, out, err);
     int status = system(cmd);
-    Run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    Run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text_file(out, NULL),
+             read_text_file(err, NULL)};
     return r;
 }
 
@@ -133,7 +123,7 @@ static int edited_by_learner(const LessonDir *l) {
 }
 
 static unsigned long file_crc(const char *path) {
-    char *text = slurp(path);
+    char *text = read_text_file(path, NULL);
     unsigned long crc = crc32(0L, (const Bytef *)text, (uInt)strlen(text));
     free(text);
     return crc;

@@ -403,19 +403,6 @@ static size_t pixels_of(const Png *png, unsigned colour) {
     return n;
 }
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    size_t n = (size_t)ftell(f);
-    rewind(f);
-    char *s = malloc(n + 1);
-    cr_assert_eq(fread(s, 1, n, f), n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static size_t count_of(const char *s, const char *what) {
     size_t n = 0;
     for (const char *at = s; (at = strstr(at, what)); at += strlen(what)) n++;
@@ -441,7 +428,7 @@ static char *render(const MemoryTimeline *mt, const MemorySvgOptions *o, const c
     snprintf(cmd, sizeof cmd, "rsvg-convert -o %s %s 2>&1", out, svg);
     cr_assert_eq(system(cmd), 0, "rsvg-convert refused %s", svg);
     png_read(out, png);
-    char *text = read_all(svg);
+    char *text = read_text_file(svg, NULL);
     unlink(svg);
     unlink(out);
     return text;
