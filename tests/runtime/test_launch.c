@@ -25,16 +25,26 @@ static double now(void) {
 
 /* What `fsdp ARGS` did, with stderr folded into stdout. */
 typedef struct Launched {
-    char *out;   /* what it printed; free it */
+    char *out;   /* what it printed, until the next run */
     int code;    /* its exit status, -1 when a signal ended it */
     double took; /* seconds */
 } Launched;
 
+static char *last_output; /* freed by the next run, or after the test */
+
+static void free_last_output(void) {
+    free(last_output);
+    last_output = NULL;
+}
+
+TestSuite(launch, .fini = free_last_output);
+
 static Launched run(const char *args) {
+    free_last_output();
     int status;
     double t0 = now();
-    char *out = fsdp_output(args, "2>&1", &status);
-    return (Launched){out, WIFEXITED(status) ? WEXITSTATUS(status) : -1, now() - t0};
+    last_output = fsdp_output(args, "2>&1", &status);
+    return (Launched){last_output, WIFEXITED(status) ? WEXITSTATUS(status) : -1, now() - t0};
 }
 
 static void expect_exit(const Launched *r, int code) {
@@ -54,6 +64,12 @@ static int count(const char *s, const char *needle) {
     int n = 0;
     for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
     return n;
+}
+
+/* It printed `text` exactly `times` times. */
+static void expect_count(const Launched *r, const char *text, int times) {
+    cr_expect_eq(count(r->out, text), times, "'%s' %d times, not %d, in: %s", text,
+                 count(r->out, text), times, r->out);
 }
 
 /* The fixture of the tests whose ranks leave files: a fresh directory, also in $TEST_DIR for
@@ -117,8 +133,7 @@ Test(launch, ranks_see_torchruns_variables) {
     expect_exit(&r, 0);
     expect_printed(&r, "2 4 0 2 10.1.2.3 29555 1 2 2 4 default 0 0\n");
     expect_printed(&r, "3 4 1 2 10.1.2.3 29555 1 2 3 4 default 0 0\n");
-    cr_expect_eq(count(r.out, "\n"), 2, "%s", r.out);
-    free(r.out);
+    expect_count(&r, "\n", 2);
 }
 
 Test(launch, defaults_are_torchruns) {
@@ -127,11 +142,9 @@ Test(launch, defaults_are_torchruns) {
     expect_exit(&r, 0);
     expect_printed(&r, "rank 0 of 2 at 127.0.0.1:29500\n");
     expect_printed(&r, "rank 1 of 2 at 127.0.0.1:29500\n");
-    free(r.out);
     r = run("launch sh -c 'echo $RANK/$WORLD_SIZE'"); /* no --: as torchrun */
     expect_exit(&r, 0);
     cr_expect_str_eq(r.out, "0/1\n");
-    free(r.out);
 }
 
 Test(launch, a_failing_rank_sets_the_exit_status) {
@@ -139,7 +152,6 @@ Test(launch, a_failing_rank_sets_the_exit_status) {
     expect_exit(&r, 3);
     cr_expect_str_eq(r.out, "fsdp launch: rank 1 exited with status 3\n");
     expect_quick(&r, 5.0);
-    free(r.out);
 }
 
 Test(launch, a_killed_rank_takes_the_group_down, .init = make_dir, .fini = remove_dir) {
@@ -150,7 +162,6 @@ Test(launch, a_killed_rank_takes_the_group_down, .init = make_dir, .fini = remov
     cr_expect_str_eq(r.out, "fsdp launch: rank 2 was killed by SIGKILL\n");
     expect_quick(&r, 5.0);
     cr_expect_eq(expect_pids_gone(), 2);
-    free(r.out);
 }
 
 Test(launch, a_rank_that_ignores_sigterm_gets_sigkill) {
@@ -160,7 +171,6 @@ Test(launch, a_rank_that_ignores_sigterm_gets_sigkill) {
     expect_printed(&r, "rank 0 exited with status 1\n");
     expect_printed(&r, "1 rank still running 0.5 s after SIGTERM: SIGKILL\n");
     expect_quick(&r, 4.0);
-    free(r.out);
 }
 
 Test(launch, restarts_start_every_rank_again, .init = make_dir, .fini = remove_dir) {
@@ -172,29 +182,25 @@ Test(launch, restarts_start_every_rank_again, .init = make_dir, .fini = remove_d
     expect_printed(&r, "fsdp launch: restart 1 of 3: starting the 2 ranks again\n");
     expect_printed(&r, "rank 0 try 1 of 3\n");
     expect_printed(&r, "rank 1 try 1 of 3\n");
-    cr_expect_eq(count(r.out, "try 2"), 0, "%s", r.out);
-    free(r.out);
+    expect_count(&r, "try 2", 0);
 }
 
 Test(launch, restarts_run_out) {
     Launched r = run("launch --max-restarts 2 -- sh -c 'echo try $TORCHELASTIC_RESTART_COUNT; "
                      "exit 4'");
     expect_exit(&r, 4);
-    cr_expect_eq(count(r.out, "try "), 3, "%s", r.out);
-    cr_expect_eq(count(r.out, "exited with status 4"), 3, "%s", r.out);
+    expect_count(&r, "try ", 3);
+    expect_count(&r, "exited with status 4", 3);
     expect_printed(&r, "fsdp launch: no restarts left (2 used)\n");
-    free(r.out);
 }
 
 Test(launch, a_missing_command_is_one_line) {
     Launched r = run("launch --nproc-per-node 2 -- fsdp-no-such-command --flag");
     expect_exit(&r, 127);
     cr_expect_str_eq(r.out, "fsdp launch: cannot run 'fsdp-no-such-command': not found in PATH\n");
-    free(r.out);
     r = run("launch -- /tmp");
     expect_exit(&r, 126);
-    cr_expect_eq(count(r.out, "\n"), 1, "%s", r.out);
-    free(r.out);
+    expect_count(&r, "\n", 1);
 }
 
 static void expect_bad_flag(const char *args, const char *mention) {
@@ -202,7 +208,6 @@ static void expect_bad_flag(const char *args, const char *mention) {
     cr_expect_eq(r.code, 2, "`fsdp %s` exited %d", args, r.code);
     cr_expect_eq(count(r.out, "\n"), 1, "`fsdp %s` printed: %s", args, r.out);
     cr_expect(strstr(r.out, mention), "`fsdp %s` said: %s", args, r.out);
-    free(r.out);
 }
 
 Test(launch, bad_flags_exit_2_with_one_line) {
@@ -296,15 +301,12 @@ Test(launch, train_on_gpus_is_one_rank_of_the_processes) {
     setenv("WORLD_SIZE", "2", 1);
     Launched r = run("train --backend cuda --ranks 3 --print-plan");
     expect_exit(&r, 2);
-    cr_expect_eq(count(r.out, "\n"), 1, "%s", r.out);
+    expect_count(&r, "\n", 1);
     expect_printed(&r, "--ranks 3: this is rank 1 of 2 processes (torchrun); pass --ranks 2");
-    free(r.out);
     r = run("train --backend sim --ranks 2 --print-plan"); /* its own ranks */
     expect_exit(&r, 0);
-    free(r.out);
     setenv("RANK", "x", 1);
     r = run("train --backend cuda --print-plan");
     expect_exit(&r, 2);
     expect_printed(&r, "environment variable RANK must be an integer");
-    free(r.out);
 }
