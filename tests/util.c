@@ -4,11 +4,15 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "io/mnist.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "models/toy.h"
 #include "models/vit.h"
 
@@ -55,6 +59,19 @@ void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trac
     cr_assert_eq(rc, 0, "training failed: %s", err.msg);
     t->trace = res.trace;
     dataset_free(&data);
+}
+
+int run_on_ranks(int ranks, RankMain fn, void *arg, Err *err) {
+    ClusterOptions opt = {.ranks = ranks, .profile = profile_default()};
+    ClusterResult res;
+    int rc = cluster_run(&opt, fn, arg, &res, err);
+    cluster_result_free(&res);
+    return rc;
+}
+
+void run_on_ranks_ok(int ranks, RankMain fn, void *arg) {
+    Err err = {0};
+    cr_assert_eq(run_on_ranks(ranks, fn, arg, &err), 0, "%s", err.msg);
 }
 
 void toy_run_free(ToyRun *t) {
@@ -114,11 +131,12 @@ void vit_run_free(VitRun *r) {
     r->params = NULL;
 }
 
-void vit_preset_create(ModelDesc *m, const char *preset) {
+VitConfig vit_preset_create(ModelDesc *m, const char *preset) {
     VitConfig c;
     cr_assert_eq(vit_preset(preset, &c), 0, "%s", preset);
     Err err = {0};
     cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
+    return c;
 }
 
 FsdpConfig vit_config(Strategy s, int batch) {
@@ -161,6 +179,17 @@ double rel_l2(const float *a, const float *b, size_t n) {
     return sqrt(num) / sqrt(den);
 }
 
+const char *fmt_text(const char *fmt, ...) {
+    static char texts[8][512];
+    static int next;
+    char *t = texts[next++ % 8];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t, sizeof texts[0], fmt, ap);
+    va_end(ap);
+    return t;
+}
+
 const char *fsdp_bin(void) {
     const char *b = getenv("FSDP_BIN");
     return b ? b : "./fsdp";
@@ -181,6 +210,89 @@ char *fsdp_output(const char *args, const char *redirect, int *status) {
     buf[n] = 0;
     *status = pclose(p);
     return buf;
+}
+
+void fresh_test_dir(char *dir, size_t size, const char *name, const char *tag) {
+    snprintf(dir, size, "/tmp/fsdp_%s_%ld_%s", name, (long)getpid(), tag);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+void remove_test_dir(const char *dir) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+char *expect_usage_error_text(const char *args, const char *mention) {
+    int status;
+    char *err = fsdp_output(args, "2>&1 >/dev/null", &status);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "`fsdp %s` exited with status %d",
+              args, status);
+    cr_expect(strstr(err, mention), "`fsdp %s` said '%s', not '%s'", args, err, mention);
+    cr_expect(strchr(err, '\n') == err + strlen(err) - 1,
+              "`fsdp %s` said more or less than one "
+              "line: '%s'",
+              args, err);
+    return err;
+}
+
+void expect_usage_error(const char *args, const char *mention) {
+    free(expect_usage_error_text(args, mention));
+}
+
+void expect_usage_errors(const UsageCase *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) expect_usage_error(cases[i].args, cases[i].mention);
+}
+
+static char *run_args(const char *args, const char *redirect, int *code) {
+    int status;
+    char *out = fsdp_output(args, redirect, &status);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return out;
+}
+
+char *fsdp_run(int *code, const char *redirect, const char *fmt, ...) {
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    return run_args(args, redirect, code);
+}
+
+char *fsdp_ok(const char *fmt, ...) {
+    char args[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    int code;
+    char *out = run_args(args, "2>&1", &code);
+    cr_assert_eq(code, 0, "`fsdp %s` exited with status %d: %.600s", args, code, out);
+    return out;
+}
+
+char *read_text_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot read %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    char *text = malloc((size_t)n + 1);
+    cr_assert_not_null(text);
+    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n, "%s", path);
+    fclose(f);
+    text[n] = 0;
+    if (len) *len = (size_t)n;
+    return text;
+}
+
+void make_temp_file(char *path) {
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0, "cannot make %s", path);
+    close(fd);
 }
 
 /* The values of a --dump-params file and how many there are (caller frees). */
@@ -216,4 +328,90 @@ double dump_rel_diff(const char *a, const char *b) {
     free(va);
     free(vb);
     return sqrt(num / den);
+}
+
+float *host_floats(size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    cr_assert_not_null(h, "out of host memory for %zu floats", n);
+    return h;
+}
+
+float *host_zeros(size_t n) {
+    float *h = calloc(n ? n : 1, sizeof *h);
+    cr_assert_not_null(h, "out of host memory for %zu floats", n);
+    return h;
+}
+
+float *host_nans(size_t n) {
+    float *h = host_floats(n);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    return h;
+}
+
+float *host_copy(const float *src, size_t n) {
+    float *h = host_floats(n);
+    if (n) memcpy(h, src, n * sizeof *h);
+    return h;
+}
+
+float *host_biased(const float *pre, const float *b, size_t M, size_t N) {
+    float *x = host_floats(M * N);
+    for (size_t i = 0; i < M; i++)
+        for (size_t j = 0; j < N; j++) x[i * N + j] = pre[i * N + j] + b[j];
+    return x;
+}
+
+uint32_t xorshift32(uint32_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 17;
+    *state ^= *state << 5;
+    return *state;
+}
+
+void fill_uniform(float *x, size_t n, float lo, float hi, uint32_t seed) {
+    uint32_t s = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + (hi - lo) * (float)((xorshift32(&s) >> 8) * (1.0 / 16777216.0));
+}
+
+float *host_uniform(size_t n, float lo, float hi, uint32_t seed) {
+    float *h = host_floats(n);
+    fill_uniform(h, n, lo, hi, seed);
+    return h;
+}
+
+void free_floats(float *const *arrays, size_t n) {
+    for (size_t i = 0; i < n; i++) free(arrays[i]);
+}
+
+void assert_same_floats(const float *got, const float *want, size_t n, const char *what) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)))
+            cr_assert_fail("%s: element %zu is %.9g, want %.9g", what, i, (double)got[i],
+                           (double)want[i]);
+}
+
+void assert_close_floats(const float *got, const float *want, size_t n, double rel,
+                         const char *what) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(isfinite(got[i]), "%s: element %zu is %g", what, i, (double)got[i]);
+        const double d = (double)got[i] - (double)want[i];
+        diff += d * d;
+        norm += (double)want[i] * (double)want[i];
+    }
+    cr_assert_leq(sqrt(diff), rel * sqrt(norm), "%s: relative difference %g", what,
+                  norm > 0 ? sqrt(diff / norm) : sqrt(diff));
+}
+
+CpuPool *bind_pool(int threads) {
+    CpuPool *p = cpu_pool_create(threads);
+    cr_assert_not_null(p);
+    kernels_cpu_use_pool(p);
+    return p;
+}
+
+void unbind_pool(CpuPool *p) {
+    kernels_cpu_use_pool(NULL);
+    cpu_pool_destroy(p);
 }

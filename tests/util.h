@@ -1,8 +1,13 @@
-/* Test helpers: train the toy in-process on the simulated cluster and compare results. */
+/* Test helpers: train the toy in-process on the simulated cluster and compare results; host
+ * float arrays and their comparisons for the kernel tests (CPU and GPU). */
 #ifndef FSDP_TESTS_UTIL_H
 #define FSDP_TESTS_UTIL_H
 
+#include <stdint.h>
+
 #include "engine/train.h"
+#include "kernels/cpu/pool.h"
+#include "models/vit.h"
 #include "sim/cluster.h"
 
 typedef struct ToyRun {
@@ -24,6 +29,11 @@ void toy_run_free(ToyRun *r);
 double rel_l2(const float *a, const float *b, size_t n);
 FsdpConfig toy_config(Strategy s, int batch);
 
+/* Runs fn(arg) on `ranks` simulated ranks with the default profile: returns cluster_run's
+ * code and message (err); run_on_ranks_ok asserts it succeeded. */
+int run_on_ranks(int ranks, RankMain fn, void *arg, Err *err);
+void run_on_ranks_ok(int ranks, RankMain fn, void *arg);
+
 /* A ViT trained on the test split in-process (the split is loaded once per test process). */
 typedef struct VitRun {
     float *params; /* final full parameters; free with vit_run_free */
@@ -39,10 +49,24 @@ void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long 
 void vit_run_free(VitRun *r);
 /* A 2-layer vit-tiny, the size the engine's ViT tests train. */
 void vit_small_create(ModelDesc *m, int layers);
-/* A preset ViT ("vit-tiny", "vit-workshop") as `fsdp train --model` builds it. */
-void vit_preset_create(ModelDesc *m, const char *preset);
+/* A preset ViT ("vit-tiny", "vit-workshop") as `fsdp train --model` builds it; returns the
+ * preset's configuration. */
+VitConfig vit_preset_create(ModelDesc *m, const char *preset);
 /* The engine's defaults with this strategy and per-rank batch. */
 FsdpConfig vit_config(Strategy s, int batch);
+/* A case of the tests that run one model under several setups: a name for messages, the
+ * configuration and the world size. */
+typedef struct ConfigCase {
+    const char *name;
+    FsdpConfig cfg;
+    int ranks;
+} ConfigCase;
+/* A strategy at a world size (replicas: HSDP's replica groups, else 1). */
+typedef struct WorldCase {
+    Strategy strategy;
+    int ranks, replicas;
+} WorldCase;
+
 /* Every rank's bytes by category at rest and at peak, and its peak, are the same in got as in
  * want; `what` names the case in a failure. */
 void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks, const char *what);
@@ -51,10 +75,68 @@ void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks
  * asserts both hold the same number of values, at least one. */
 double dump_rel_diff(const char *a, const char *b);
 
+/* printf into one of 8 rotating buffers (512 bytes), so that a call can name its case:
+ * expect_x(..., fmt_text("out (M %zu)", M)). */
+const char *fmt_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
 const char *fsdp_bin(void);
 /* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and
  * returns what it printed (caller frees); *status is pclose's status. */
 char *fsdp_output(const char *args, const char *redirect, int *status);
+/* `fsdp ARGS` (printf-style) with `redirect`: what it printed (caller frees); *code is its exit
+ * status, -1 when a signal ended it. */
+char *fsdp_run(int *code, const char *redirect, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* `fsdp ARGS` (printf-style) with stderr folded into stdout, asserted to succeed: what it
+ * printed (caller frees). */
+char *fsdp_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The whole file at path, NUL-terminated (asserted to open; free it); *len, when given, its
+ * size. */
+char *read_text_file(const char *path, size_t *len);
+/* Creates an empty file from the mkstemp template `path` (its XXXXXX replaced); asserts. */
+void make_temp_file(char *path);
+
+/* Host float arrays (asserted; free them): uninitialised, zeros, NaNs (an overwritten output's
+ * start: an element a kernel forgets stays NaN), a copy of src, and n floats uniform in
+ * [lo, hi) from xorshift32 (the same seed, the same numbers). */
+float *host_floats(size_t n);
+float *host_zeros(size_t n);
+float *host_nans(size_t n);
+float *host_copy(const float *src, size_t n);
+float *host_uniform(size_t n, float lo, float hi, uint32_t seed);
+void fill_uniform(float *x, size_t n, float lo, float hi, uint32_t seed);
+/* pre + b row by row (M rows of N): the pre-activation that unfused bias + GELU ops see. */
+float *host_biased(const float *pre, const float *b, size_t M, size_t N);
+/* The next number of the xorshift32 sequence in *state (never 0). */
+uint32_t xorshift32(uint32_t *state);
+/* Frees each of the n arrays. */
+void free_floats(float *const *arrays, size_t n);
+/* Asserts got is want's n floats bit for bit; the message names `what` and the first element
+ * that differs. */
+void assert_same_floats(const float *got, const float *want, size_t n, const char *what);
+/* Asserts every got[i] is finite and ||got - want|| <= rel ||want|| (L2). */
+void assert_close_floats(const float *got, const float *want, size_t n, double rel,
+                         const char *what);
+
+/* A CPU worker pool of `threads` bound to this thread's kernels_cpu; unbind_pool unbinds and
+ * destroys it. */
+CpuPool *bind_pool(int threads);
+void unbind_pool(CpuPool *p);
+
+/* Makes `dir` (room for size) a fresh empty directory /tmp/fsdp_NAME_PID_TAG, removing what a
+ * run before left there; remove_test_dir removes it and what is in it. */
+void fresh_test_dir(char *dir, size_t size, const char *name, const char *tag);
+void remove_test_dir(const char *dir);
+
+/* `fsdp ARGS` exits 2, a usage error, having said on stderr one line that contains `mention`;
+ * expect_usage_error_text returns what it said (free it) for any further check. */
+void expect_usage_error(const char *args, const char *mention);
+/* expect_usage_error for each of n cases. */
+typedef struct UsageCase {
+    const char *args, *mention;
+} UsageCase;
+void expect_usage_errors(const UsageCase *cases, size_t n);
+char *expect_usage_error_text(const char *args, const char *mention);
 
 #endif

@@ -1,96 +1,55 @@
-/* Lesson 03's check: the learner's ring all-gather, run on the lesson's ring (one thread per rank),
- * against the engine's all-gather on a simulated cluster with the same inputs. */
-#include <math.h>
-#include <stdlib.h>
-
+/* Lesson 03's check: the learner's ring all-gather, run on the lesson's ring (one thread per
+ * rank), against the engine's all-gather on a simulated cluster with the same inputs. */
 #include "engine/plan.h"
 #include "exercise.h"
-#include "lessons/tool/check.h"
-#include "sim/cluster.h"
-#include "sim/cost.h"
+#include "lessons/tool/ring_check.h"
 
-/* The engine's all-gather runs on sim/comm_sim.c, through cluster_run: the learner's must give the
- * same floats bit for bit on every rank, and each rank must send what the cost model says a ring
- * all-gather sends (sim/cost.c). */
+/* The engine's all-gather runs on sim/comm_sim.c, through cluster_run: the learner's must give
+ * the same floats bit for bit on every rank, and each rank must send what the cost model says a
+ * ring all-gather sends (sim/cost.c). */
 
-#define MAX_RANKS 8
-
-/* Every buffer is allocated at exactly its size, so that under SANITIZE=1 a write past the
- * end of `all` is reported where it happens. */
 typedef struct GatherCase {
-    int n;
     size_t count;
-    float *in[MAX_RANKS];                          /* rank r's block: count floats */
-    float *engine[MAX_RANKS], *learner[MAX_RANKS]; /* n * count floats each */
+    RingBuffers bufs; /* in: count floats, engine and learner: n * count floats */
 } GatherCase;
 
-static float *new_floats(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    cr_assert(p);
-    return p;
-}
-
 static void case_init(GatherCase *g, int n, size_t count) {
-    memset(g, 0, sizeof *g);
-    g->n = n;
     g->count = count;
-    for (int r = 0; r < n; r++) {
-        g->in[r] = new_floats(count);
-        memset(g->in[r], 0, count * sizeof(float));
-        g->engine[r] = new_floats((size_t)n * count);
-        g->learner[r] = new_floats((size_t)n * count);
-    }
-}
-
-static void case_free(GatherCase *g) {
-    for (int r = 0; r < g->n; r++) {
-        free(g->in[r]);
-        free(g->engine[r]);
-        free(g->learner[r]);
-    }
+    ring_buffers_init(&g->bufs, n, count, (size_t)n * count);
 }
 
 static int engine_rank(const RankEnv *env, void *arg, Err *err) {
     GatherCase *g = arg;
     int r = env->world_comm->rank;
-    return comm_all_gather(env->world_comm, g->in[r], g->engine[r], g->count, DTYPE_FP32, -1, err);
+    return comm_all_gather(env->world_comm, g->bufs.in[r], g->bufs.engine[r], g->count, DTYPE_FP32,
+                           -1, err);
 }
 
 static void learner_rank(Ring *ring, int rank, void *arg) {
     GatherCase *g = arg;
-    ring_all_gather(ring, rank, g->in[rank], g->learner[rank], g->count);
-}
-
-static void run_engine(GatherCase *g) {
-    ClusterOptions opt = {.ranks = g->n, .profile = profile_default()};
-    ClusterResult res;
-    Err err = {0};
-    cr_assert_eq(cluster_run(&opt, engine_rank, g, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
+    ring_all_gather(ring, rank, g->bufs.in[rank], g->bufs.learner[rank], g->count);
 }
 
 /* Distinct, exactly representable values: rank r's element i is (r+1)*100 + i. */
 static void fill_inputs(GatherCase *g) {
-    for (int r = 0; r < g->n; r++)
-        for (size_t i = 0; i < g->count; i++) g->in[r][i] = (float)((r + 1) * 100) + (float)i;
+    for (int r = 0; r < g->bufs.n; r++)
+        for (size_t i = 0; i < g->count; i++) g->bufs.in[r][i] = (float)((r + 1) * 100) + (float)i;
 }
 
 /* Runs both sides on g's inputs and compares: the ring's problems first (a deadlock explains
  * wrong values), then every rank's gathered floats, then what each rank sent. */
 static void compare(GatherCase *g, int hint) {
-    run_engine(g);
-    for (int r = 0; r < g->n; r++)
-        for (size_t i = 0; i < (size_t)g->n * g->count; i++) g->learner[r][i] = NAN;
-    lesson_try("ring_all_gather(N=%d, count=%zu)", g->n, g->count);
+    ring_check_engine(g->bufs.n, engine_rank, g);
+    for (int r = 0; r < g->bufs.n; r++)
+        for (size_t i = 0; i < (size_t)g->bufs.n * g->count; i++) g->bufs.learner[r][i] = NAN;
+    lesson_try("ring_all_gather(N=%d, count=%zu)", g->bufs.n, g->count);
     RingReport report;
-    cr_assert_eq(ring_run(g->n, learner_rank, g, &report), 0, "%s", report.problem);
-    expect_no_problem(1, report.problem);
-    size_t total = (size_t)g->n * g->count;
-    for (int r = 0; r < g->n; r++)
-        expect_floats(hint, lesson_fmt("rank %d's all", r), g->engine[r], g->learner[r], total);
-    size_t want = (size_t)llround(cost_sent_bytes(COLL_ALL_GATHER, (double)total * 4, g->n));
-    for (int r = 0; r < g->n; r++)
-        expect_size(4, lesson_fmt("bytes rank %d sent", r), want, report.sent_bytes[r]);
+    ring_check_learner(g->bufs.n, learner_rank, g, 1, &report);
+    size_t total = (size_t)g->bufs.n * g->count;
+    for (int r = 0; r < g->bufs.n; r++)
+        expect_floats(hint, lesson_fmt("rank %d's all", r), g->bufs.engine[r], g->bufs.learner[r],
+                      total);
+    ring_check_traffic(&report, g->bufs.n, COLL_ALL_GATHER, (double)total * 4, 4);
 }
 
 static void expect_gather(int n, size_t count, int hint) {
@@ -98,7 +57,7 @@ static void expect_gather(int n, size_t count, int hint) {
     case_init(&g, n, count);
     fill_inputs(&g);
     compare(&g, hint);
-    case_free(&g);
+    ring_buffers_free(&g.bufs);
 }
 
 Test(lesson03, t1_two_ranks) {
@@ -125,15 +84,15 @@ Test(lesson03, t4_uneven_tensor_padded) {
     case_init(&g, 4, 3);
     float tensor[10];
     for (int i = 0; i < 10; i++) tensor[i] = (float)(i + 1);
-    for (int r = 0; r < g.n; r++) {
+    for (int r = 0; r < g.bufs.n; r++) {
         size_t begin, rows;
-        shard_rows(10, g.n, r, &begin, &rows);
-        memcpy(g.in[r], tensor + begin, rows * sizeof(float)); /* the rest stays 0: padding */
+        shard_rows(10, g.bufs.n, r, &begin, &rows);
+        memcpy(g.bufs.in[r], tensor + begin, rows * sizeof(float)); /* the rest stays 0: padding */
     }
     compare(&g, 3);
-    for (int r = 0; r < g.n; r++)
-        expect_floats(3, lesson_fmt("rank %d's all", r), tensor, g.learner[r], 10);
-    case_free(&g);
+    for (int r = 0; r < g.bufs.n; r++)
+        expect_floats(3, lesson_fmt("rank %d's all", r), tensor, g.bufs.learner[r], 10);
+    ring_buffers_free(&g.bufs);
 }
 
 Test(lesson03, t5_sent_bytes_formula) {

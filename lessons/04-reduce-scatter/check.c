@@ -1,59 +1,27 @@
 /* Lesson 04's check: the learner's ring reduce-scatter and all-reduce, run on the lesson's ring,
- * against the engine's collectives on a simulated cluster, and each rank's traffic against the cost
- * model. */
-#include <math.h>
-#include <stdlib.h>
-
+ * against the engine's collectives on a simulated cluster, and each rank's traffic against the
+ * cost model. */
 #include "exercise.h"
-#include "lessons/tool/check.h"
-#include "sim/cluster.h"
-#include "sim/cost.h"
+#include "lessons/tool/ring_check.h"
 
 /* The engine's collectives run on sim/comm_sim.c through cluster_run; the cost model is
  * sim/cost.c's. The engine sums in rank order, a ring in ring order; in floating point those can
  * differ in the last bit, so the inputs are whole numbers, whose sums are exact in any order, and
  * the results must match bit for bit. */
 
-#define MAX_RANKS 8
-
-/* Every buffer is allocated at exactly its size, so that under SANITIZE=1 a write past the
- * end of one is reported where it happens. */
 typedef struct Case {
-    CollKind kind; /* COLL_REDUCE_SCATTER or COLL_ALL_REDUCE */
-    int n;
+    CollKind kind;              /* COLL_REDUCE_SCATTER or COLL_ALL_REDUCE */
     size_t count;               /* reduce-scatter: per block; all-reduce: the buffer */
     size_t in_count, out_count; /* floats per rank in and out */
-    float *in[MAX_RANKS];       /* rank r's input */
-    float *engine[MAX_RANKS];   /* the engine's result on rank r */
-    float *learner[MAX_RANKS];  /* the learner's */
+    RingBuffers bufs;
 } Case;
 
-static float *new_floats(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof *p);
-    cr_assert(p);
-    return p;
-}
-
 static void case_init(Case *c, CollKind kind, int n, size_t count) {
-    memset(c, 0, sizeof *c);
     c->kind = kind;
-    c->n = n;
     c->count = count;
     c->in_count = kind == COLL_REDUCE_SCATTER ? (size_t)n * count : count;
     c->out_count = count;
-    for (int r = 0; r < n; r++) {
-        c->in[r] = new_floats(c->in_count);
-        c->engine[r] = new_floats(c->out_count);
-        c->learner[r] = new_floats(c->out_count);
-    }
-}
-
-static void case_free(Case *c) {
-    for (int r = 0; r < c->n; r++) {
-        free(c->in[r]);
-        free(c->engine[r]);
-        free(c->learner[r]);
-    }
+    ring_buffers_init(&c->bufs, n, c->in_count, c->out_count);
 }
 
 static int engine_rank(const RankEnv *env, void *arg, Err *err) {
@@ -61,53 +29,42 @@ static int engine_rank(const RankEnv *env, void *arg, Err *err) {
     Comm *comm = env->world_comm;
     int r = comm->rank;
     if (c->kind == COLL_REDUCE_SCATTER)
-        return comm_reduce_scatter(comm, c->in[r], c->engine[r], c->count, DTYPE_FP32, REDUCE_SUM,
-                                   -1, err);
-    memcpy(c->engine[r], c->in[r], c->count * sizeof(float));
-    return comm_all_reduce(comm, c->engine[r], c->engine[r], c->count, DTYPE_FP32, REDUCE_SUM, -1,
-                           err);
+        return comm_reduce_scatter(comm, c->bufs.in[r], c->bufs.engine[r], c->count, DTYPE_FP32,
+                                   REDUCE_SUM, -1, err);
+    memcpy(c->bufs.engine[r], c->bufs.in[r], c->count * sizeof(float));
+    return comm_all_reduce(comm, c->bufs.engine[r], c->bufs.engine[r], c->count, DTYPE_FP32,
+                           REDUCE_SUM, -1, err);
 }
 
 static void learner_rank(Ring *ring, int rank, void *arg) {
     Case *c = arg;
     if (c->kind == COLL_REDUCE_SCATTER) {
-        ring_reduce_scatter(ring, rank, c->in[rank], c->learner[rank], c->count);
+        ring_reduce_scatter(ring, rank, c->bufs.in[rank], c->bufs.learner[rank], c->count);
     } else {
-        memcpy(c->learner[rank], c->in[rank], c->count * sizeof(float));
-        ring_all_reduce(ring, rank, c->learner[rank], c->count);
+        memcpy(c->bufs.learner[rank], c->bufs.in[rank], c->count * sizeof(float));
+        ring_all_reduce(ring, rank, c->bufs.learner[rank], c->count);
     }
 }
 
 /* Whole numbers, different on every rank and element, some negative. */
 static void fill_inputs(Case *c) {
-    for (int r = 0; r < c->n; r++)
+    for (int r = 0; r < c->bufs.n; r++)
         for (size_t i = 0; i < c->in_count; i++)
-            c->in[r][i] = (float)((r + 1) * 1000 + (int)i * ((r % 2) ? -3 : 7));
-}
-
-static void run_engine(Case *c) {
-    ClusterOptions opt = {.ranks = c->n, .profile = profile_default()};
-    ClusterResult res;
-    Err err = {0};
-    cr_assert_eq(cluster_run(&opt, engine_rank, c, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
+            c->bufs.in[r][i] = (float)((r + 1) * 1000 + (int)i * ((r % 2) ? -3 : 7));
 }
 
 /* Runs both sides and compares: ring problems, every rank's result, every rank's traffic. */
 static void compare(Case *c, double cost_bytes, int hint, int traffic_hint) {
-    run_engine(c);
-    for (int r = 0; r < c->n; r++)
-        for (size_t i = 0; i < c->out_count; i++) c->learner[r][i] = NAN;
+    ring_check_engine(c->bufs.n, engine_rank, c);
+    for (int r = 0; r < c->bufs.n; r++)
+        for (size_t i = 0; i < c->out_count; i++) c->bufs.learner[r][i] = NAN;
     RingReport report;
-    cr_assert_eq(ring_run(c->n, learner_rank, c, &report), 0, "%s", report.problem);
-    expect_no_problem(hint, report.problem);
+    ring_check_learner(c->bufs.n, learner_rank, c, hint, &report);
     const char *name = c->kind == COLL_REDUCE_SCATTER ? "mine" : "buf";
-    for (int r = 0; r < c->n; r++)
-        expect_floats(hint, lesson_fmt("rank %d's %s", r, name), c->engine[r], c->learner[r],
-                      c->out_count);
-    size_t want = (size_t)llround(cost_sent_bytes(c->kind, cost_bytes, c->n));
-    for (int r = 0; r < c->n; r++)
-        expect_size(traffic_hint, lesson_fmt("bytes rank %d sent", r), want, report.sent_bytes[r]);
+    for (int r = 0; r < c->bufs.n; r++)
+        expect_floats(hint, lesson_fmt("rank %d's %s", r, name), c->bufs.engine[r],
+                      c->bufs.learner[r], c->out_count);
+    ring_check_traffic(&report, c->bufs.n, c->kind, cost_bytes, traffic_hint);
 }
 
 static void expect_reduce_scatter(int n, size_t count, int hint) {
@@ -116,7 +73,7 @@ static void expect_reduce_scatter(int n, size_t count, int hint) {
     fill_inputs(&c);
     lesson_try("ring_reduce_scatter(N=%d, count=%zu)", n, count);
     compare(&c, (double)n * (double)count * 4, hint, 3);
-    case_free(&c);
+    ring_buffers_free(&c.bufs);
 }
 
 /* The engine's all-reduce takes any count; the ring pads to N blocks of ceil(count/N), and
@@ -128,7 +85,7 @@ static void expect_all_reduce(int n, size_t count, int hint) {
     size_t chunk = (count + (size_t)n - 1) / (size_t)n;
     lesson_try("ring_all_reduce(N=%d, count=%zu)", n, count);
     compare(&c, (double)n * (double)chunk * 4, hint, 5);
-    case_free(&c);
+    ring_buffers_free(&c.bufs);
 }
 
 Test(lesson04, t1_reduce_scatter_two_ranks) {

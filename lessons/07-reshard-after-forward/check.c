@@ -49,56 +49,68 @@ static int run_and_try(EngineRun *r, const char *fn, const char *model, const ch
     return n;
 }
 
-/* Each rank's all_gather events against the learner's count. The run is freed before a
- * failure ends the test, so nothing leaks under SANITIZE=1. */
-static void expect_gathers(int hint, const char *model, const char *wrap, int reshard) {
+/* A case: one step of `model` under `wrap`, with or without reshard_after_forward. */
+typedef struct Case {
+    const char *model, *wrap;
+    int reshard;
+} Case;
+
+/* Plans without a root unit: the toy by layer and by blocks, with and without resharding. */
+static const Case TOY[] = {{"toy", "layer", 1}, {"toy", "layer", 0}, {"toy", "block:2", 1}};
+#define NTOY (sizeof TOY / sizeof TOY[0])
+
+/* Plans with a root unit: the toy wrapped whole, and vit-tiny (the root holds the patch
+ * embedding and the head) under several policies. */
+static const Case WITH_ROOT[] = {{"toy", "none", 1},
+                                 {"vit-tiny", "layer", 1},
+                                 {"vit-tiny", "layer", 0},
+                                 {"vit-tiny", "block:4", 1},
+                                 {"vit-tiny", "size:150000", 1}};
+#define NWITH_ROOT (sizeof WITH_ROOT / sizeof WITH_ROOT[0])
+
+/* What a test compares with the engine: the learner's all-gathers per step, or its peak of
+ * gathered bytes. */
+typedef enum { GATHERS, PEAK } Measure;
+
+/* One step of the case against the learner, on every rank: its all_gather events, or the most
+ * bytes of unsharded parameters it held. The run is freed before a failure ends the test, so
+ * nothing leaks under SANITIZE=1. */
+static void expect_case(Measure what, int hint, const Case *c) {
+    const int gathers = what == GATHERS;
     EngineRun r;
     UnitSize units[64];
-    int n = run_and_try(&r, "all_gathers_per_step", model, wrap, reshard, units);
-    int want[ENGINE_RANKS], got = all_gathers_per_step(units, n, reshard);
+    int n = run_and_try(&r, gathers ? "all_gathers_per_step" : "peak_gathered_bytes", c->model,
+                        c->wrap, c->reshard, units);
+    long long got = gathers ? all_gathers_per_step(units, n, c->reshard)
+                            : (long long)peak_gathered_bytes(units, n, c->reshard);
+    long long want[ENGINE_RANKS];
     for (int rank = 0; rank < ENGINE_RANKS; rank++)
-        want[rank] = engine_count(&r, rank, EV_ALL_GATHER);
+        want[rank] = gathers ? engine_count(&r, rank, EV_ALL_GATHER)
+                             : (long long)engine_peak(&r, rank, MEM_PARAM_UNSHARDED);
     engine_run_free(&r);
+    const char *name = gathers ? "all-gathers" : "bytes";
     for (int rank = 0; rank < ENGINE_RANKS; rank++)
-        expect_text(hint, lesson_fmt("all-gathers=%d", want[rank]),
-                    lesson_fmt("all-gathers=%d", got));
+        expect_text(hint, lesson_fmt("%s=%lld", name, want[rank]),
+                    lesson_fmt("%s=%lld", name, got));
 }
 
-/* Each rank's most bytes of unsharded parameters against the learner's peak. */
-static void expect_peak(int hint, const char *model, const char *wrap, int reshard) {
-    EngineRun r;
-    UnitSize units[64];
-    int n = run_and_try(&r, "peak_gathered_bytes", model, wrap, reshard, units);
-    size_t want[ENGINE_RANKS], got = peak_gathered_bytes(units, n, reshard);
-    for (int rank = 0; rank < ENGINE_RANKS; rank++)
-        want[rank] = engine_peak(&r, rank, MEM_PARAM_UNSHARDED);
-    engine_run_free(&r);
-    for (int rank = 0; rank < ENGINE_RANKS; rank++) expect_size(hint, "bytes", want[rank], got);
+/* expect_case for each of the n cases. */
+static void each_case(Measure what, int hint, const Case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) expect_case(what, hint, &cases[i]);
 }
 
 Test(lesson07, t1_gathers_toy) {
-    expect_gathers(1, "toy", "layer", 1);
-    expect_gathers(1, "toy", "layer", 0);
-    expect_gathers(1, "toy", "block:2", 1);
+    each_case(GATHERS, 1, TOY, NTOY);
 }
 
 Test(lesson07, t2_gathers_with_a_root) {
-    expect_gathers(2, "toy", "none", 1);
-    expect_gathers(2, "vit-tiny", "layer", 1);
-    expect_gathers(2, "vit-tiny", "layer", 0);
-    expect_gathers(2, "vit-tiny", "block:4", 1);
+    each_case(GATHERS, 2, WITH_ROOT, NWITH_ROOT);
 }
 
 Test(lesson07, t3_peak_toy) {
-    expect_peak(3, "toy", "layer", 0);
-    expect_peak(3, "toy", "layer", 1);
-    expect_peak(3, "toy", "block:2", 1);
+    each_case(PEAK, 3, TOY, NTOY);
 }
 
 Test(lesson07, t4_peak_with_a_root) {
-    expect_peak(4, "toy", "none", 1);
-    expect_peak(4, "vit-tiny", "layer", 0);
-    expect_peak(4, "vit-tiny", "layer", 1);
-    expect_peak(4, "vit-tiny", "block:4", 1);
-    expect_peak(4, "vit-tiny", "size:150000", 1);
+    each_case(PEAK, 4, WITH_ROOT, NWITH_ROOT);
 }

@@ -109,50 +109,56 @@ Test(lesson08, t3_size) {
 
 static const char *const traced_wraps[] = {"layer", "block:2", "block:5", "none", "size:200000"};
 
-/* The plan of a traced run in the lesson's terms. */
-static void run_with_grouping(EngineRun *r, const char *model, const char *wrap, ModuleSize *mods,
-                              int *root) {
-    engine_run(r, model, engine_config(wrap, 1, 1));
-    char sizes[LESSON_TEXT_MAX / 2];
-    module_sizes(&r->model, mods, sizes, sizeof sizes);
-    *root = -1;
-    for (int u = 0; u < r->plan.nunits; u++)
-        if (r->plan.units[u].is_root) *root = u;
+/* A check of the learner's function on a traced run of vit-tiny (its modules and root unit in
+ * the lesson's terms). It frees the run before a failure ends the test: nothing leaks. */
+typedef void (*TracedCheck)(EngineRun *r, const ModuleSize *mods, int root);
+
+/* `check` on a traced run under each of traced_wraps. */
+static void on_traced_runs(TracedCheck check) {
+    for (size_t i = 0; i < sizeof traced_wraps / sizeof traced_wraps[0]; i++) {
+        EngineRun r;
+        engine_run(&r, "vit-tiny", engine_config(traced_wraps[i], 1, 1));
+        ModuleSize mods[MAX_MODULES];
+        char sizes[LESSON_TEXT_MAX / 2];
+        module_sizes(&r.model, mods, sizes, sizeof sizes);
+        int root = -1;
+        for (int u = 0; u < r.plan.nunits; u++)
+            if (r.plan.units[u].is_root) root = u;
+        check(&r, mods, root);
+    }
+}
+
+/* Each rank's all-gathers and reduce-scatters against the learner's count. */
+static void expect_collectives(EngineRun *r, const ModuleSize *mods, int root) {
+    (void)mods;
+    lesson_try("collectives_per_step(nunits=%d, has_root=%d) for vit-tiny under wrap %s",
+               r->plan.nunits, root >= 0, r->wrap);
+    int got = collectives_per_step(r->plan.nunits, root >= 0), want[ENGINE_RANKS];
+    for (int rank = 0; rank < ENGINE_RANKS; rank++)
+        want[rank] =
+            engine_count(r, rank, EV_ALL_GATHER) + engine_count(r, rank, EV_REDUCE_SCATTER);
+    engine_run_free(r);
+    for (int rank = 0; rank < ENGINE_RANKS; rank++)
+        expect_text(4, lesson_fmt("collectives=%d", want[rank]), lesson_fmt("collectives=%d", got));
+}
+
+/* Each rank's most bytes of unsharded parameters against the learner's peak. */
+static void expect_peak(EngineRun *r, const ModuleSize *mods, int root) {
+    lesson_try("peak_gathered_bytes(vit-tiny's modules under wrap %s: units=%d root=%d)", r->wrap,
+               r->plan.nunits, root);
+    size_t got =
+        peak_gathered_bytes(mods, r->model.nmodules, r->plan.module_unit, r->plan.nunits, root);
+    size_t want[ENGINE_RANKS];
+    for (int rank = 0; rank < ENGINE_RANKS; rank++)
+        want[rank] = engine_peak(r, rank, MEM_PARAM_UNSHARDED);
+    engine_run_free(r);
+    for (int rank = 0; rank < ENGINE_RANKS; rank++) expect_size(5, "bytes", want[rank], got);
 }
 
 Test(lesson08, t4_collectives_per_step) {
-    for (size_t i = 0; i < sizeof traced_wraps / sizeof traced_wraps[0]; i++) {
-        EngineRun r;
-        ModuleSize mods[MAX_MODULES];
-        int root;
-        run_with_grouping(&r, "vit-tiny", traced_wraps[i], mods, &root);
-        lesson_try("collectives_per_step(nunits=%d, has_root=%d) for vit-tiny under wrap %s",
-                   r.plan.nunits, root >= 0, r.wrap);
-        int got = collectives_per_step(r.plan.nunits, root >= 0), want[ENGINE_RANKS];
-        for (int rank = 0; rank < ENGINE_RANKS; rank++)
-            want[rank] =
-                engine_count(&r, rank, EV_ALL_GATHER) + engine_count(&r, rank, EV_REDUCE_SCATTER);
-        engine_run_free(&r); /* before a failure ends the test: nothing leaks */
-        for (int rank = 0; rank < ENGINE_RANKS; rank++)
-            expect_text(4, lesson_fmt("collectives=%d", want[rank]),
-                        lesson_fmt("collectives=%d", got));
-    }
+    on_traced_runs(expect_collectives);
 }
 
 Test(lesson08, t5_peak_gathered_bytes) {
-    for (size_t i = 0; i < sizeof traced_wraps / sizeof traced_wraps[0]; i++) {
-        EngineRun r;
-        ModuleSize mods[MAX_MODULES];
-        int root;
-        run_with_grouping(&r, "vit-tiny", traced_wraps[i], mods, &root);
-        lesson_try("peak_gathered_bytes(vit-tiny's modules under wrap %s: units=%d root=%d)",
-                   r.wrap, r.plan.nunits, root);
-        size_t got =
-            peak_gathered_bytes(mods, r.model.nmodules, r.plan.module_unit, r.plan.nunits, root);
-        size_t want[ENGINE_RANKS];
-        for (int rank = 0; rank < ENGINE_RANKS; rank++)
-            want[rank] = engine_peak(&r, rank, MEM_PARAM_UNSHARDED);
-        engine_run_free(&r);
-        for (int rank = 0; rank < ENGINE_RANKS; rank++) expect_size(5, "bytes", want[rank], got);
-    }
+    on_traced_runs(expect_peak);
 }

@@ -291,4 +291,41 @@ static inline int engine_step_texts(const EngineRun *r, int rank, Phase phase,
     return n;
 }
 
+/* What lessons 05 and 06 give the learner's schedule function (each copies it into its own
+ * Setup): the units forward enters in order, which unit is the root, and the config's
+ * reshard_after_forward and prefetch. */
+typedef struct EngineSchedule {
+    int nentries, entry_unit[64];
+    int nunits, is_root[64];
+    int reshard_after_forward, prefetch;
+} EngineSchedule;
+
+/* Runs a lesson's schedule function on the run's schedule: writes the steps it returned as
+ * text ("gather La"; the first ENGINE_MAX_STEPS at most) to got, and returns how many it said. */
+typedef int (*EngineLearnerSteps)(const EngineRun *r, const EngineSchedule *s, EngineStepText *got);
+
+/* The learner's steps of `phase` in one step of `model` under cfg, against every rank's:
+ * fails with `hint` at the first step where they differ. */
+static inline void engine_expect_steps(int hint, const char *model, FsdpConfig cfg, Phase phase,
+                                       EngineLearnerSteps learner) {
+    EngineRun r;
+    engine_run(&r, model, cfg);
+    EngineSchedule s = {.nunits = r.plan.nunits,
+                        .reshard_after_forward = cfg.reshard_after_forward,
+                        .prefetch = cfg.prefetch_forward};
+    s.nentries = engine_entries(&r, s.entry_unit, 64);
+    cr_assert_leq(s.nunits, 64);
+    for (int u = 0; u < s.nunits; u++) s.is_root[u] = r.plan.units[u].is_root;
+    EngineStepText got[ENGINE_MAX_STEPS], want[ENGINE_MAX_STEPS];
+    int said = learner(&r, &s, got);
+    int n = said < 0 ? 0 : said > ENGINE_MAX_STEPS ? ENGINE_MAX_STEPS : said;
+    const char *expected = NULL, *differs = NULL;
+    for (int rank = 0; rank < ENGINE_RANKS && !expected; rank++) {
+        int nwant = engine_step_texts(&r, rank, phase, want);
+        steps_differ(want, nwant, got, n, said, &expected, &differs);
+    }
+    engine_run_free(&r);
+    if (expected) lesson_fail(hint, expected, differs);
+}
+
 #endif

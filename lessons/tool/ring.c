@@ -81,19 +81,33 @@ static int wait_until(Ring *ring, const int *flag, int want, const struct timesp
     return !ring->broken && *flag == want;
 }
 
-void ring_send_to_next(Ring *ring, int rank, const float *buf, size_t count) {
-    pthread_mutex_lock(&ring->mu);
-    if (ring->broken || !valid_caller(ring, rank, "ring_send_to_next", buf, count)) goto out;
-    int next = (rank + 1) % ring->size;
-    Link *l = &ring->links[rank];
+/* The link a rank's send (its own) or receive (the previous rank's) uses, once it is ready
+ * (empty to send into, full to receive from), with the lock held; NULL when the ring is broken
+ * or breaks while the rank waits. */
+static Link *ready_link(Ring *ring, int rank, int receive, const float *buf, size_t count) {
+    const char *what = receive ? "ring_recv_from_prev" : "ring_send_to_next";
+    if (ring->broken || !valid_caller(ring, rank, what, buf, count)) return NULL;
+    int peer = receive ? (rank - 1 + ring->size) % ring->size : (rank + 1) % ring->size;
+    Link *l = &ring->links[receive ? peer : rank];
     struct timespec deadline = deadline_in(RING_WAIT_SECONDS);
-    if (!wait_until(ring, &l->full, 0, &deadline)) {
+    if (wait_until(ring, &l->full, receive, &deadline)) return l;
+    if (receive)
+        ring_break(ring,
+                   "rank %d waited %d s to receive from rank %d, which sent nothing (if every "
+                   "rank waits to receive before it sends, they all wait forever)",
+                   rank, RING_WAIT_SECONDS, peer);
+    else
         ring_break(ring,
                    "rank %d waited %d s to send to rank %d, which never received the previous "
                    "message (a link holds one message: receive before you send again)",
-                   rank, RING_WAIT_SECONDS, next);
-        goto out;
-    }
+                   rank, RING_WAIT_SECONDS, peer);
+    return NULL;
+}
+
+void ring_send_to_next(Ring *ring, int rank, const float *buf, size_t count) {
+    pthread_mutex_lock(&ring->mu);
+    Link *l = ready_link(ring, rank, 0, buf, count);
+    if (!l) goto out;
     if (count > l->cap) {
         float *grown = realloc(l->data, count * sizeof *grown);
         if (!grown) {
@@ -114,20 +128,11 @@ out:
 
 void ring_recv_from_prev(Ring *ring, int rank, float *buf, size_t count) {
     pthread_mutex_lock(&ring->mu);
-    if (ring->broken || !valid_caller(ring, rank, "ring_recv_from_prev", buf, count)) goto out;
-    int prev = (rank - 1 + ring->size) % ring->size;
-    Link *l = &ring->links[prev];
-    struct timespec deadline = deadline_in(RING_WAIT_SECONDS);
-    if (!wait_until(ring, &l->full, 1, &deadline)) {
-        ring_break(ring,
-                   "rank %d waited %d s to receive from rank %d, which sent nothing (if every "
-                   "rank waits to receive before it sends, they all wait forever)",
-                   rank, RING_WAIT_SECONDS, prev);
-        goto out;
-    }
+    Link *l = ready_link(ring, rank, 1, buf, count);
+    if (!l) goto out;
     if (l->count != count) {
         ring_break(ring, "rank %d asked to receive %zu floats from rank %d, which sent %zu", rank,
-                   count, prev, l->count);
+                   count, (rank - 1 + ring->size) % ring->size, l->count);
         goto out;
     }
     if (count) memcpy(buf, l->data, count * sizeof *buf);

@@ -26,10 +26,7 @@
 static char dir[128];
 
 static void fresh_dir(const char *tag) {
-    snprintf(dir, sizeof dir, "/tmp/fsdp_ckpt_tools_%ld_%s", (long)getpid(), tag);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    cr_assert_eq(system(cmd), 0);
+    fresh_test_dir(dir, sizeof dir, "ckpt_tools", tag);
 }
 
 static void shell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -42,35 +39,6 @@ static void shell(const char *fmt, ...) {
     cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
-/* Runs `fsdp ARGS` with `redirect`; *code is its exit status. Caller frees the output. */
-static char *run(int *code, const char *redirect, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static char *run(int *code, const char *redirect, const char *fmt, ...) {
-    char args[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    int status;
-    char *out = fsdp_output(args, redirect, &status);
-    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return out;
-}
-
-#define RUN_OK(...)                                                                                \
-    do {                                                                                           \
-        int code_;                                                                                 \
-        char *out_ = run(&code_, "2>&1", __VA_ARGS__);                                             \
-        cr_assert_eq(code_, 0, "fsdp failed (%d): %.600s", code_, out_);                           \
-        free(out_);                                                                                \
-    } while (0)
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
 /* `fsdp ARGS` must fail with exit 2 and one line on stderr that contains want. */
 static void expect_exit_2(const char *want, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -80,13 +48,15 @@ static void expect_exit_2(const char *want, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    int code;
-    char *err = run(&code, "2>&1 >/dev/null", "%s", args);
-    cr_expect_eq(code, 2, "`%s` exited %d: %s", args, code, err);
-    cr_expect_neq(strstr(err, want), NULL, "`%s`: '%s' lacks '%s'", args, err, want);
-    cr_expect_eq(count_lines(err), 1, "`%s`: one line: %s", args, err);
+    char *err = expect_usage_error_text(args, want);
     cr_expect_eq(strncmp(err, "fsdp: ", 6), 0, "%s", err);
     free(err);
+}
+
+/* out contains each of the n parts. */
+static void expect_contains(const char *out, const char *const *parts, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        cr_expect_neq(strstr(out, parts[i]), NULL, "lacks '%s':\n%s", parts[i], out);
 }
 
 /* The values of a --dump-params file (`name index value` lines, %.9e: exact for a float). */
@@ -100,20 +70,6 @@ static size_t read_dump(const char *path, float *v, size_t max) {
         v[n++] = strtof(value, NULL);
     fclose(f);
     return n;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    buf[n] = 0;
-    *len = (size_t)n;
-    return buf;
 }
 
 /* Files in dir other than . and .. */
@@ -162,10 +118,10 @@ static void expect_consolidated(const ModelDesc *m, const char *file, const char
 
 Test(ckpt_tools, inspect_lists_the_tensors_and_verifies_every_piece) {
     fresh_dir("inspect");
-    RUN_OK("train --ranks 3 --steps 4 --checkpoint-dir %s/ck --checkpoint-every 2", dir);
+    free(fsdp_ok("train --ranks 3 --steps 4 --checkpoint-dir %s/ck --checkpoint-every 2", dir));
     int code;
     /* a --checkpoint-dir means its newest checkpoint */
-    char *out = run(&code, "2>&1", "ckpt inspect %s/ck", dir);
+    char *out = fsdp_run(&code, "2>&1", "ckpt inspect %s/ck", dir);
     cr_assert_eq(code, 0, "%s", out);
     const char *want[] = {
         "/ck/step-00000004\n",
@@ -185,11 +141,10 @@ Test(ckpt_tools, inspect_lists_the_tensors_and_verifies_every_piece) {
         "  total           27 pieces  108 B (108 bytes)\n",
         "all 27 pieces verified (CRC32)",
     };
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
-        cr_expect_neq(strstr(out, want[i]), NULL, "lacks '%s':\n%s", want[i], out);
+    expect_contains(out, want, sizeof want / sizeof *want);
     free(out);
     /* an older checkpoint by its own path */
-    out = run(&code, "2>&1", "ckpt inspect %s/ck/step-00000002", dir);
+    out = fsdp_run(&code, "2>&1", "ckpt inspect %s/ck/step-00000002", dir);
     cr_expect_eq(code, 0, "%s", out);
     cr_expect_neq(strstr(out, "step        2 "), NULL, "%s", out);
     free(out);
@@ -208,10 +163,10 @@ Test(ckpt_tools, every_strategy_covers_every_row_once, .timeout = 60) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         fresh_dir("strategies");
-        RUN_OK("train %s --steps 2 --checkpoint-dir %s/ck --checkpoint-every 2", cases[c].flags,
-               dir);
+        free(fsdp_ok("train %s --steps 2 --checkpoint-dir %s/ck --checkpoint-every 2",
+                     cases[c].flags, dir));
         int code;
-        char *out = run(&code, "2>&1", "ckpt inspect %s/ck", dir);
+        char *out = fsdp_run(&code, "2>&1", "ckpt inspect %s/ck", dir);
         char verified[64];
         snprintf(verified, sizeof verified, "all %d pieces verified", cases[c].pieces);
         cr_expect_eq(code, 0, "%s: %s", cases[c].flags, out);
@@ -226,7 +181,7 @@ Test(ckpt_tools, every_strategy_covers_every_row_once, .timeout = 60) {
 /* Trains the toy at 3 ranks to a step-4 checkpoint in dir/ck/step-00000004. */
 static void toy_checkpoint(const char *tag) {
     fresh_dir(tag);
-    RUN_OK("train --ranks 3 --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir);
+    free(fsdp_ok("train --ranks 3 --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
 }
 
 Test(ckpt_tools, inspect_refuses_a_damaged_checkpoint_with_one_line_and_exit_2) {
@@ -271,7 +226,7 @@ Test(ckpt_tools, inspect_checks_every_row_is_held_exactly_once) {
     expect_exit_2("no piece holds rows 2-3 of La.weight's param", "ckpt inspect %s/ck", dir);
     /* consolidate checks the parameters' rows too */
     int code;
-    free(run(&code, "2>/dev/null", "ckpt consolidate %s/ck -o %s/out.safetensors", dir, dir));
+    free(fsdp_run(&code, "2>/dev/null", "ckpt consolidate %s/ck -o %s/out.safetensors", dir, dir));
     cr_expect_eq(code, 2);
     cr_expect_eq(count_files(dir), 1, "no output, no temporary file");
 }
@@ -290,11 +245,11 @@ Test(ckpt_tools, bad_arguments_and_paths_are_one_line_and_exit_2) {
           dir, dir);
     expect_exit_2("format version 9", "ckpt inspect %s/ck", dir);
     int code;
-    char *out = run(&code, "2>&1", "ckpt --help");
+    char *out = fsdp_run(&code, "2>&1", "ckpt --help");
     cr_expect_eq(code, 0);
     cr_expect_neq(strstr(out, "consolidate D -o FILE"), NULL, "%s", out);
     free(out);
-    out = run(&code, "2>&1", "--help");
+    out = fsdp_run(&code, "2>&1", "--help");
     cr_expect_neq(strstr(out, "  ckpt "), NULL, "the top-level usage lists ckpt: %s", out);
     free(out);
 }
@@ -308,11 +263,12 @@ Test(ckpt_tools, consolidate_equals_the_final_parameters_bit_for_bit, .timeout =
     cr_assert_eq(toy_model_create(&toy, &err), 0, "%s", err.msg);
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         fresh_dir("toy");
-        RUN_OK("train %s --steps 6 --checkpoint-dir %s/ck --checkpoint-every 3 --dump-params "
-               "%s/final.txt",
-               cases[c], dir, dir);
+        free(fsdp_ok("train %s --steps 6 --checkpoint-dir %s/ck --checkpoint-every 3 --dump-params "
+                     "%s/final.txt",
+                     cases[c], dir, dir));
         int code;
-        char *out = run(&code, "2>&1", "ckpt consolidate %s/ck -o %s/model.safetensors", dir, dir);
+        char *out =
+            fsdp_run(&code, "2>&1", "ckpt consolidate %s/ck -o %s/model.safetensors", dir, dir);
         cr_assert_eq(code, 0, "%s: %s", cases[c], out);
         cr_expect_neq(strstr(out, "3 tensors, 9 parameters"), NULL, "%s", out);
         cr_expect_neq(strstr(out, "step-00000006 (toy, step 6)"), NULL, "%s", out);
@@ -322,7 +278,7 @@ Test(ckpt_tools, consolidate_equals_the_final_parameters_bit_for_bit, .timeout =
         snprintf(dump, sizeof dump, "%s/final.txt", dir);
         expect_consolidated(&toy, file, dump, "toy");
         /* train --init-from takes it: zero steps from it dump the same text */
-        RUN_OK("train --steps 0 --init-from %s --dump-params %s/again.txt", file, dir);
+        free(fsdp_ok("train --steps 0 --init-from %s --dump-params %s/again.txt", file, dir));
         shell("cmp -s %s %s/again.txt", dump, dir);
         cr_expect_eq(count_files(dir), 4, "ck, final.txt, model.safetensors, again.txt only");
     }
@@ -331,11 +287,11 @@ Test(ckpt_tools, consolidate_equals_the_final_parameters_bit_for_bit, .timeout =
 
 Test(ckpt_tools, consolidate_a_vit_into_torchvision_names, .timeout = 60) {
     fresh_dir("vit");
-    RUN_OK("train " SMALL_VIT " --ranks 2 --batch-size 8 --steps 3 --checkpoint-dir %s/ck "
-           "--checkpoint-every 3 --dump-params %s/final.txt",
-           dir, dir);
+    free(fsdp_ok("train " SMALL_VIT " --ranks 2 --batch-size 8 --steps 3 --checkpoint-dir %s/ck "
+                 "--checkpoint-every 3 --dump-params %s/final.txt",
+                 dir, dir));
     int code;
-    char *out = run(&code, "2>&1", "ckpt inspect %s/ck", dir);
+    char *out = fsdp_run(&code, "2>&1", "ckpt inspect %s/ck", dir);
     cr_assert_eq(code, 0, "%s", out);
     const char *want[] = {
         "model       vit-tiny\n",
@@ -348,10 +304,9 @@ Test(ckpt_tools, consolidate_a_vit_into_torchvision_names, .timeout = 60) {
         "  heads.head.bias  ",
         "all 114 pieces verified",
     };
-    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
-        cr_expect_neq(strstr(out, want[i]), NULL, "lacks '%s':\n%s", want[i], out);
+    expect_contains(out, want, sizeof want / sizeof *want);
     free(out);
-    RUN_OK("ckpt consolidate %s/ck/step-00000003 --output %s/vit.safetensors", dir, dir);
+    free(fsdp_ok("ckpt consolidate %s/ck/step-00000003 --output %s/vit.safetensors", dir, dir));
 
     VitConfig c;
     vit_preset("vit-tiny", &c);
@@ -380,7 +335,8 @@ Test(ckpt_tools, consolidate_a_vit_into_torchvision_names, .timeout = 60) {
                   v ? v : "absent", meta[i][1]);
     }
     st_free(&st);
-    RUN_OK("train " SMALL_VIT " --steps 0 --init-from %s --dump-params %s/again.txt", file, dir);
+    free(fsdp_ok("train " SMALL_VIT " --steps 0 --init-from %s --dump-params %s/again.txt", file,
+                 dir));
     shell("cmp -s %s %s/again.txt", dump, dir);
 }
 
@@ -395,8 +351,7 @@ static void expect_output_kept(const char *damage, const char *want) {
     shell("printf 'the weights of last week' > %s", out);
     shell(damage, ck);
     expect_exit_2(want, "ckpt consolidate %s/ck -o %s", dir, out);
-    size_t len;
-    char *after = slurp(out, &len);
+    char *after = read_text_file(out, NULL);
     cr_expect_str_eq(after, "the weights of last week", "after `%s`", damage);
     free(after);
     cr_expect_eq(count_files(dir), 2, "after `%s`: ck and the old file, no temporary file", damage);
@@ -421,7 +376,7 @@ Test(ckpt_tools, consolidate_of_a_damaged_checkpoint_leaves_the_output_untouched
                   "ckpt consolidate %s/ck -o %s/ck/step-00000004/rank-00000.bin", dir, dir);
     cr_expect_eq(count_files(dir), 1, "only ck");
     int code;
-    char *out = run(&code, "2>&1", "ckpt inspect %s/ck", dir);
+    char *out = fsdp_run(&code, "2>&1", "ckpt inspect %s/ck", dir);
     cr_expect_eq(code, 0, "the checkpoint is intact: %s", out);
     free(out);
 }

@@ -12,36 +12,23 @@
 #include "models/vit.h"
 #include "tests/util.h"
 
-static char *run_ok(const char *args) {
-    int status;
-    char *out = fsdp_output(args, "2>&1", &status);
-    cr_assert_eq(status, 0, "fsdp %s: %s", args, out);
-    return out;
-}
-
 Test(predict, reports_what_training_evaluated_and_classifies_one_image) {
     char path[] = "/tmp/fsdp-predict-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    char args[512];
-    snprintf(args, sizeof args,
-             "train --model vit-tiny --layers 2 --ranks 2 --steps 30 --batch-size 16 "
-             "--save-full %s",
-             path);
-    char *trained = run_ok(args);
+    make_temp_file(path);
+    char *trained =
+        fsdp_ok("train --model vit-tiny --layers 2 --ranks 2 --steps 30 --batch-size 16 "
+                "--save-full %s",
+                path);
     const char *eval = strstr(trained, "accuracy ");
     cr_assert(eval, "%s", trained);
     char want[64];
     cr_assert_eq(sscanf(eval, "accuracy %63[^,]", want), 1);
-    snprintf(args, sizeof args, "predict --weights %s --eval", path);
-    char *got = run_ok(args);
+    char *got = fsdp_ok("predict --weights %s --eval", path);
     cr_expect(strstr(got, want) != NULL, "training said '%s', predict said '%s'", want, got);
     free(got);
     const Dataset *test = vit_test_split();
     for (int n = 0; n < 3; n++) {
-        snprintf(args, sizeof args, "predict --weights %s --image %d", path, n);
-        char *line = run_ok(args);
+        char *line = fsdp_ok("predict --weights %s --image %d", path, n);
         int predicted = -1, actual = -1;
         cr_assert_eq(sscanf(line, "Predicted: %d (%*[^)]), Actual: %d", &predicted, &actual), 2,
                      "%s", line);
@@ -55,11 +42,9 @@ Test(predict, reports_what_training_evaluated_and_classifies_one_image) {
 
 /* A file with PyTorch's names and no __metadata__: the shape must come from --model. */
 Test(predict, a_file_without_metadata_needs_model) {
-    VitConfig c;
-    vit_preset("vit-tiny", &c);
     ModelDesc m;
+    vit_preset_create(&m, "vit-tiny");
     Err err = {0};
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
     float *values = malloc(m.total_numel * sizeof *values);
     StTensorOut *t = calloc((size_t)m.nparams, sizeof *t);
     size_t at = 0;
@@ -69,9 +54,7 @@ Test(predict, a_file_without_metadata_needs_model) {
                              values + at};
     }
     char path[] = "/tmp/fsdp-predict-torch-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    make_temp_file(path);
     cr_assert_eq(st_write(path, t, m.nparams, NULL, 0, &err), 0, "%s", err.msg);
     char args[512];
     int status;
@@ -80,8 +63,7 @@ Test(predict, a_file_without_metadata_needs_model) {
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", out);
     cr_expect(strstr(out, "no model configuration in __metadata__") != NULL, "%s", out);
     free(out);
-    snprintf(args, sizeof args, "predict --weights %s --image 0 --model vit-tiny", path);
-    out = run_ok(args);
+    out = fsdp_ok("predict --weights %s --image 0 --model vit-tiny", path);
     cr_expect(strncmp(out, "Predicted: ", 11) == 0, "%s", out);
     free(out);
     snprintf(args, sizeof args, "predict --weights %s --image 0 --model vit-workshop", path);
@@ -96,9 +78,7 @@ Test(predict, a_file_without_metadata_needs_model) {
 }
 
 Test(predict, bad_input_is_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
+    static const UsageCase cases[] = {
         {"predict --image 3", "fsdp: predict needs --weights FILE.safetensors\n"},
         {"predict --weights x.safetensors",
          "fsdp: predict needs --image N or --eval (one of them)\n"},
@@ -110,10 +90,8 @@ Test(predict, bad_input_is_one_line) {
          "fsdp: unknown flag --colour (see ./fsdp predict --help)\n"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: %d", cases[i].args, status);
-        cr_expect_str_eq(out, cases[i].want, "%s", cases[i].args);
+        char *out = expect_usage_error_text(cases[i].args, cases[i].mention);
+        cr_expect_str_eq(out, cases[i].mention, "%s", cases[i].args); /* the whole line */
         free(out);
     }
 }

@@ -9,21 +9,13 @@
 
 #include "tests/util.h"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "missing golden file %s", path);
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 static void expect_golden(const char *args, const char *golden) {
     int status;
     char *out = fsdp_output(args, "2>&1", &status);
     cr_expect_eq(status, 0, "fsdp %s failed: %s", args, out);
-    cr_expect_str_eq(out, slurp(golden), "fsdp %s differs from %s", args, golden);
+    char *want = read_text_file(golden, NULL);
+    cr_expect_str_eq(out, want, "fsdp %s differs from %s", args, golden);
+    free(want);
     free(out);
 }
 

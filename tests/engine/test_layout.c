@@ -32,20 +32,16 @@ static size_t all_gathers_in(const Trace *t, Phase phase) {
 Test(layout, trains_to_fsdps_bits_under_every_strategy, .timeout = 120) {
     ModelDesc m;
     vit_small_create(&m, 2);
-    struct {
-        const char *name;
-        FsdpConfig cfg;
-        int ranks;
-    } cases[] = {{"ddp", mixed(STRAT_DDP, DTYPE_BF16), 3},
-                 {"zero1", mixed(STRAT_ZERO1, DTYPE_BF16), 3},
-                 {"zero2", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
-                 {"zero3", mixed(STRAT_ZERO3, DTYPE_BF16), 3},
-                 {"hsdp", mixed(STRAT_HSDP, DTYPE_BF16), 4},
-                 {"zero3 accumulating", mixed(STRAT_ZERO3, DTYPE_BF16), 2},
-                 {"zero1 accumulating", mixed(STRAT_ZERO1, DTYPE_BF16), 2},
-                 {"zero1 fp16 (loss scaling)", mixed(STRAT_ZERO1, DTYPE_FP16), 3},
-                 {"zero2 fp32 reduce", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
-                 {"zero2 offload optimizer", mixed(STRAT_ZERO2, DTYPE_BF16), 3}};
+    ConfigCase cases[] = {{"ddp", mixed(STRAT_DDP, DTYPE_BF16), 3},
+                          {"zero1", mixed(STRAT_ZERO1, DTYPE_BF16), 3},
+                          {"zero2", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
+                          {"zero3", mixed(STRAT_ZERO3, DTYPE_BF16), 3},
+                          {"hsdp", mixed(STRAT_HSDP, DTYPE_BF16), 4},
+                          {"zero3 accumulating", mixed(STRAT_ZERO3, DTYPE_BF16), 2},
+                          {"zero1 accumulating", mixed(STRAT_ZERO1, DTYPE_BF16), 2},
+                          {"zero1 fp16 (loss scaling)", mixed(STRAT_ZERO1, DTYPE_FP16), 3},
+                          {"zero2 fp32 reduce", mixed(STRAT_ZERO2, DTYPE_BF16), 3},
+                          {"zero2 offload optimizer", mixed(STRAT_ZERO2, DTYPE_BF16), 3}};
     cases[4].cfg.replicas = 2;
     cases[5].cfg.grad_accum = cases[6].cfg.grad_accum = 2;
     cases[8].cfg.reduce_dtype = DTYPE_FP32;
@@ -154,21 +150,11 @@ Test(layout, deepspeeds_zero2_gathers_only_after_the_step) {
 }
 
 Test(layout, bad_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
+    static const UsageCase cases[] = {
         {"train --layout zero", "--layout must be fsdp or deepspeed (got 'zero')"},
         {"train --layout deepspeed --offload cpu", "--offload cpu is FSDP2's"},
         {"train --layout deepspeed --offload nvme --nvme-dir /tmp", "--offload nvme is FSDP2's"},
         {"plan --layout deepspeeed", "--layout must be fsdp or deepspeed"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i].args,
-                  status);
-        cr_expect_neq(strstr(out, cases[i].want), NULL, "%s: %s", cases[i].args, out);
-        cr_expect_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
-        free(out);
-    }
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }

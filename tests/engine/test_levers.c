@@ -28,9 +28,7 @@ static size_t count_events(const Trace *t, EventKind kind) {
 
 /* `fsdp ARGS` exits 2 having printed exactly `want` on stderr and nothing on stdout. */
 static void expect_refused(const char *args, const char *want) {
-    int status;
-    char *out = fsdp_output(args, "2>&1 >/dev/null", &status);
-    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", args, status);
+    char *out = expect_usage_error_text(args, want);
     cr_expect_str_eq(out, want, "%s", args);
     free(out);
 }
@@ -116,22 +114,12 @@ Test(activation_checkpointing, recomputes_without_gathering_and_holds_less) {
 }
 
 Test(activation_checkpointing, bad_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
+    static const UsageCase cases[] = {
         {"train --model vit-tiny --ac-every 0", "--ac-every must be"},
         {"train --model toy --activation-checkpointing", "nothing to drop"},
         {"train --model vit-tiny --ac-every x", "--ac-every must be"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i].args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i].args,
-                  status);
-        cr_expect(strstr(out, cases[i].want) != NULL, "%s: got '%s'", cases[i].args, out);
-        cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: '%s'", out);
-        free(out);
-    }
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
 
 /* ---- sharded initialization */
@@ -233,10 +221,7 @@ Test(sharded_init, no_rank_holds_more_than_its_shards) {
     vit_small_create(&m, 3);
     expect_creation_within_shards(&m, 4, 0);
     model_desc_free(&m);
-    VitConfig c;
-    vit_preset("vit-workshop", &c);
-    Err err = {0};
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    vit_preset_create(&m, "vit-workshop");
     expect_creation_within_shards(&m, 4, 1);
     model_desc_free(&m);
 }
@@ -273,11 +258,8 @@ static const ParamSpec *param_named(const ModelDesc *m, const char *name) {
 
 /* torchvision's scheme, with every formula written out here from its definition. */
 Test(sharded_init, follows_torchvision_distributions) {
-    VitConfig c;
-    vit_preset("vit-workshop", &c);
     ModelDesc m;
-    Err err = {0};
-    cr_assert_eq(vit_model_create(&m, &c, &err), 0);
+    VitConfig c = vit_preset_create(&m, "vit-workshop");
     double H = c.hidden, F = c.mlp, P = c.patch;
     double uniform_std = 1.0 / sqrt(3.0); /* U(-b, b) has std b / sqrt(3) */
     const char *block = "encoder.layers.encoder_layer_5.";
@@ -341,9 +323,7 @@ Test(sharded_init, init_from_reads_each_ranks_rows) {
         t[i] = (StTensorOut){m.params[i].name, "F32", m.params[i].ndim, m.params[i].shape,
                              a.params + at};
     char path[] = "/tmp/fsdp-init-from-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    make_temp_file(path);
     Err err = {0};
     cr_assert_eq(st_write(path, t, m.nparams, NULL, 0, &err), 0, "%s", err.msg);
     for (int ranks = 1; ranks <= 3; ranks += 2) {
@@ -447,12 +427,9 @@ Test(offload, a_bad_nvme_dir_is_one_line_and_writes_nothing) {
         char args[256];
         snprintf(args, sizeof args, "train --steps 1 --dump-params /tmp/fsdp-nvme-bad.txt %s",
                  cases[i].args);
-        int status;
-        char *out = fsdp_output(args, "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s", cases[i].args);
+        char *out = expect_usage_error_text(args, cases[i].want);
         cr_expect(strncmp(out, cases[i].want, strlen(cases[i].want)) == 0, "%s: got '%s'",
                   cases[i].args, out);
-        cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line: %s", out);
         cr_expect_neq(access("/tmp/fsdp-nvme-bad.txt", F_OK), 0, "nothing written");
         free(out);
     }
@@ -493,9 +470,7 @@ Test(offload, nvme_state_checkpoints_and_resumes) {
 
 Test(memory_over_time, train_writes_the_svg_and_prints_the_timeline) {
     char path[] = "/tmp/fsdp-memory-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert_geq(fd, 0);
-    close(fd);
+    make_temp_file(path);
     char args[256];
     snprintf(args, sizeof args, "train --model toy --ranks 2 --steps 2 --memory --memory-svg %s",
              path);
@@ -577,15 +552,10 @@ Test(mixed_precision, each_cast_rounds_and_stays_close) {
 }
 
 Test(mixed_precision, bad_policy_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
-        {"train --output-dtype fp8",
-         "fsdp: --output-dtype must be fp32, bf16 or fp16 (got 'fp8')\n"},
-        {"train --cast-forward-inputs maybe",
-         "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n"},
-    };
-    for (size_t i = 0; i < 2; i++) expect_refused(cases[i].args, cases[i].want);
+    expect_refused("train --output-dtype fp8",
+                   "fsdp: --output-dtype must be fp32, bf16 or fp16 (got 'fp8')\n");
+    expect_refused("train --cast-forward-inputs maybe",
+                   "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n");
 }
 
 /* ---- --memory-compare */
@@ -715,13 +685,8 @@ Test(accounting_only, the_workshop_scenario_says_which_settings_fit) {
 }
 
 Test(accounting_only, bad_flags_are_one_line) {
-    struct {
-        const char *args, *want;
-    } cases[] = {
-        {"train --memory-compare --scenario lab",
-         "fsdp: --scenario must be workshop (got 'lab')\n"},
-        {"train --accounting-only",
-         "fsdp: --accounting-only and --scenario go with --memory-compare\n"},
-    };
-    for (size_t i = 0; i < 2; i++) expect_refused(cases[i].args, cases[i].want);
+    expect_refused("train --memory-compare --scenario lab",
+                   "fsdp: --scenario must be workshop (got 'lab')\n");
+    expect_refused("train --accounting-only",
+                   "fsdp: --accounting-only and --scenario go with --memory-compare\n");
 }

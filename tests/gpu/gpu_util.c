@@ -78,6 +78,29 @@ void gpu_expect_close(const float *got, const float *want, size_t n, double rel,
               norm > 0 ? diff / norm : diff, rel, n);
 }
 
+void gpu_expect_close_dev(const float *d, const float *want, size_t n, double rel,
+                          const char *what) {
+    float *got = gpu_fetch(d, n);
+    gpu_expect_close(got, want, n, rel, what);
+    free(got);
+}
+
+void gpu_expect_same_dev(const float *d, const float *want, size_t n, const char *what) {
+    float *got = gpu_fetch(d, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
+    cr_expect_eq(bad, 0, "%s: %zu of %zu values differ, first [%zu]: %g, want %g", what, bad, n,
+                 first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
+    free(got);
+}
+
+void gpu_expect_close_devs(const float *a, const float *b, size_t n, double rel, const char *what) {
+    float *want = gpu_fetch(b, n);
+    gpu_expect_close_dev(a, want, n, rel, what);
+    free(want);
+}
+
 void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed) {
     unsigned long long s = 0x9E3779B97F4A7C15ull * (seed + 1);
     for (size_t i = 0; i < n; i++) {
@@ -88,27 +111,9 @@ void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed) {
     }
 }
 
-float *host_floats(size_t n) {
-    float *h = malloc((n ? n : 1) * sizeof *h);
-    cr_assert_not_null(h, "out of host memory for %zu floats", n);
-    return h;
-}
-
 float *host_random(size_t n, float lo, float hi, unsigned seed) {
     float *h = host_floats(n);
     gpu_random(h, n, lo, hi, seed);
-    return h;
-}
-
-float *host_zeros(size_t n) {
-    float *h = calloc(n ? n : 1, sizeof *h);
-    cr_assert_not_null(h, "out of host memory for %zu floats", n);
-    return h;
-}
-
-float *host_copy(const float *src, size_t n) {
-    float *h = host_floats(n);
-    if (n) memcpy(h, src, n * sizeof *h);
     return h;
 }
 

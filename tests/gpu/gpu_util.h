@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "tests/util.h" /* host_floats, host_zeros, host_copy, host_biased, fmt_text */
+
 /* Skips the calling test (cr_skip_test) with the reason when no GPU is usable, and binds the
  * thread's kernels_cuda context to the default stream. */
 void gpu_or_skip(void);
@@ -24,15 +26,18 @@ void gpu_check(void);
 /* Expects ||got - want|| <= rel * ||want|| (L2 over n elements; an all-zero want needs got all
  * zero) and every got[i] finite where want[i] is: NaN never passes. `what` names the output. */
 void gpu_expect_close(const float *got, const float *want, size_t n, double rel, const char *what);
+/* Checks of n floats of device memory `d` against the host's `want` (fmt_text names a case):
+ * within rel (as gpu_expect_close), and want's bits exactly (copies, single adds, run to run). */
+void gpu_expect_close_dev(const float *d, const float *want, size_t n, double rel,
+                          const char *what);
+void gpu_expect_same_dev(const float *d, const float *want, size_t n, const char *what);
+/* Device arrays a and b (the reference) within rel of each other. */
+void gpu_expect_close_devs(const float *a, const float *b, size_t n, double rel, const char *what);
 /* n floats uniform in [lo, hi) from a seeded generator (the same seed, the same numbers). */
 void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed);
 
-/* Host arrays of n floats (asserted; free them): uninitialised, gpu_random's numbers, zeros,
- * a copy of src. */
-float *host_floats(size_t n);
+/* n host floats of gpu_random's numbers (asserted; free it). */
 float *host_random(size_t n, float lo, float hi, unsigned seed);
-float *host_zeros(size_t n);
-float *host_copy(const float *src, size_t n);
 /* n floats of device memory, NaN-poisoned (gpu_free it). */
 float *gpu_poisoned_floats(size_t n);
 /* A host copy of n device floats (free it). */

@@ -25,6 +25,9 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_elementwise, .init = gpu_or_skip, .fini = gpu_done);
+
 /* 0, 1, odd, one past a power of two, and over a million (past one block's and one grid
  * pass's worth of elements). */
 static const size_t SIZES[] = {0, 1, 7, 1000, 4097, ((size_t)1 << 20) + 3};
@@ -58,12 +61,6 @@ static void *fetch(const void *d, size_t bytes) {
     void *h = host_alloc(bytes);
     if (bytes) gpu_get(h, d, bytes);
     return h;
-}
-
-static void expect_close_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = fetch(d, n * sizeof *got);
-    gpu_expect_close(got, want, n, REL, what);
-    free(got);
 }
 
 static void expect_scalar_close(double got, double want, double rel, const char *what) {
@@ -157,7 +154,6 @@ static float *cast_inputs(size_t n) {
 }
 
 Test(cuda_elementwise, cast_fp32_to_bf16_and_fp16_bit_exact) {
-    gpu_or_skip();
     const size_t sizes[] = {1, 7, NSPECIALS, 4097, ((size_t)1 << 20) + 3};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         const size_t n = sizes[si];
@@ -171,21 +167,16 @@ Test(cuda_elementwise, cast_fp32_to_bf16_and_fp16_bit_exact) {
             GPU->cast(d_dst, types[t], d_src, DTYPE_FP32, n);
             gpu_check();
             CPU->cast(want, types[t], h, DTYPE_FP32, n);
-            char what[64];
-            snprintf(what, sizeof what, "fp32 -> %s, n=%zu", dtype_name(types[t]), n);
-            expect_bits_dev(d_dst, want, n, sizeof *want, what);
+            expect_bits_dev(d_dst, want, n, sizeof *want,
+                            fmt_text("fp32 -> %s, n=%zu", dtype_name(types[t]), n));
         }
-        gpu_free(d_dst);
-        gpu_free(d_src);
-        free(want);
-        free(h);
+        gpu_free(d_dst), gpu_free(d_src);
+        free(want), free(h);
     }
-    gpu_done();
 }
 
 /* Every bf16 and every fp16 bit pattern to fp32 and to the other half type. */
 Test(cuda_elementwise, cast_every_half_pattern_bit_exact) {
-    gpu_or_skip();
     const size_t n = 65536;
     uint16_t *h = host_alloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = (uint16_t)i;
@@ -203,21 +194,15 @@ Test(cuda_elementwise, cast_every_half_pattern_bit_exact) {
             GPU->cast(d_dst, outs[o], d_src, halves[s], n);
             gpu_check();
             CPU->cast(want, outs[o], h, halves[s], n);
-            char what[64];
-            snprintf(what, sizeof what, "every %s -> %s", dtype_name(halves[s]),
-                     dtype_name(outs[o]));
-            expect_bits_dev(d_dst, want, n, elem, what);
+            expect_bits_dev(d_dst, want, n, elem,
+                            fmt_text("every %s -> %s", dtype_name(halves[s]), dtype_name(outs[o])));
         }
-    gpu_free(d_dst);
-    gpu_free(d_src);
-    free(want);
-    free(h);
-    gpu_done();
+    gpu_free(d_dst), gpu_free(d_src);
+    free(want), free(h);
 }
 
 /* Same type: a copy, NaN payloads included; n == 0 writes nothing. */
 Test(cuda_elementwise, cast_same_type_copies_and_empty_writes_nothing) {
-    gpu_or_skip();
     const size_t n = 4099;
     float *h = cast_inputs(n);
     float *d_src = gpu_copy(h, n);
@@ -228,9 +213,8 @@ Test(cuda_elementwise, cast_same_type_copies_and_empty_writes_nothing) {
         gpu_poison(d_dst, n * sizeof(float));
         GPU->cast(d_dst, types[t], d_src, types[t], count);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "%s -> %s", dtype_name(types[t]), dtype_name(types[t]));
-        expect_bits_dev(d_dst, h, n, sizeof(float), what);
+        expect_bits_dev(d_dst, h, n, sizeof(float),
+                        fmt_text("%s -> %s", dtype_name(types[t]), dtype_name(types[t])));
     }
     gpu_poison(d_dst, n * sizeof(float));
     for (int s = 0; s < 3; s++)
@@ -238,16 +222,13 @@ Test(cuda_elementwise, cast_same_type_copies_and_empty_writes_nothing) {
     GPU->cast(NULL, DTYPE_BF16, NULL, DTYPE_FP32, 0);
     gpu_check();
     expect_poisoned_dev(d_dst, n * sizeof(float), "cast of 0 elements");
-    gpu_free(d_dst);
-    gpu_free(d_src);
+    gpu_free(d_dst), gpu_free(d_src);
     free(h);
-    gpu_done();
 }
 
 /* ---- zero, copy_bytes, zero_bytes ---- */
 
 Test(cuda_elementwise, zero_and_byte_ops_write_exactly_their_bytes) {
-    gpu_or_skip();
     const size_t counts[] = {0, 1, 13, 4097 * 4 + 3, ((size_t)1 << 22) + 5};
     const size_t tail = 64; /* bytes past the end that must stay poisoned */
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
@@ -283,17 +264,14 @@ Test(cuda_elementwise, zero_and_byte_ops_write_exactly_their_bytes) {
         expect_poisoned_dev(d_dst + n * sizeof(float), bytes - n * sizeof(float) + tail, what);
 
         free(zeros);
-        gpu_free(d_dst);
-        gpu_free(d_src);
+        gpu_free(d_dst), gpu_free(d_src);
         free(h);
     }
-    gpu_done();
 }
 
 /* ---- scale, accumulate, add ---- */
 
 Test(cuda_elementwise, scale_accumulate_add) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         const unsigned seed = 100 + (unsigned)si;
@@ -301,14 +279,12 @@ Test(cuda_elementwise, scale_accumulate_add) {
         float *b = host_random(n, -3.0f, 1.0f, seed + 1000);
         float *d_a = gpu_copy(a, n), *d_b = gpu_copy(b, n);
         float *want = host_copy(a, n);
-        char what[64];
 
         /* scale in place */
         GPU->scale(d_a, -0.37f, n);
         gpu_check();
         CPU->scale(want, -0.37f, n);
-        snprintf(what, sizeof what, "scale n=%zu", n);
-        expect_close_dev(d_a, want, n, what);
+        gpu_expect_close_dev(d_a, want, n, REL, fmt_text("scale n=%zu", n));
 
         /* accumulate into non-zero values */
         gpu_put(d_a, a, n * sizeof *a);
@@ -316,9 +292,8 @@ Test(cuda_elementwise, scale_accumulate_add) {
         GPU->accumulate(d_a, d_b, n);
         gpu_check();
         CPU->accumulate(want, b, n);
-        snprintf(what, sizeof what, "accumulate n=%zu", n);
-        expect_close_dev(d_a, want, n, what);
-        expect_close_dev(d_b, b, n, "accumulate's x is unchanged");
+        gpu_expect_close_dev(d_a, want, n, REL, fmt_text("accumulate n=%zu", n));
+        gpu_expect_close_dev(d_b, b, n, REL, "accumulate's x is unchanged");
 
         /* add into a poisoned output, then in place over a and over b */
         float *d_out = gpu_poisoned(n * sizeof *d_out);
@@ -326,51 +301,38 @@ Test(cuda_elementwise, scale_accumulate_add) {
         GPU->add(d_out, d_a, d_b, n);
         gpu_check();
         CPU->add(want, a, b, n);
-        snprintf(what, sizeof what, "add n=%zu", n);
-        expect_close_dev(d_out, want, n, what);
+        gpu_expect_close_dev(d_out, want, n, REL, fmt_text("add n=%zu", n));
         GPU->add(d_a, d_a, d_b, n);
         gpu_check();
-        snprintf(what, sizeof what, "add out=a n=%zu", n);
-        expect_close_dev(d_a, want, n, what);
+        gpu_expect_close_dev(d_a, want, n, REL, fmt_text("add out=a n=%zu", n));
         gpu_put(d_a, a, n * sizeof *a);
         GPU->add(d_b, d_a, d_b, n);
         gpu_check();
-        snprintf(what, sizeof what, "add out=b n=%zu", n);
-        expect_close_dev(d_b, want, n, what);
+        gpu_expect_close_dev(d_b, want, n, REL, fmt_text("add out=b n=%zu", n));
 
-        gpu_free(d_out);
-        gpu_free(d_a);
-        gpu_free(d_b);
-        free(want);
-        free(a);
-        free(b);
+        gpu_free(d_out), gpu_free(d_a), gpu_free(d_b);
+        free(want), free(a), free(b);
     }
-    gpu_done();
 }
 
 /* ---- sum_squares, all_finite ---- */
 
 Test(cuda_elementwise, sum_squares_in_double) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         float *x = host_random(n, -3.0f, 3.0f, 200 + (unsigned)si);
         float *d_x = gpu_copy(x, n);
         const double got = GPU->sum_squares(d_x, n);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "sum_squares n=%zu", n);
         /* both sums are of exact double squares; only their order differs */
-        expect_scalar_close(got, CPU->sum_squares(x, n), 1e-9, what);
+        expect_scalar_close(got, CPU->sum_squares(x, n), 1e-9, fmt_text("sum_squares n=%zu", n));
         if (n == 0) cr_expect_eq(got, 0.0, "sum_squares of nothing");
         gpu_free(d_x);
         free(x);
     }
-    gpu_done();
 }
 
 Test(cuda_elementwise, sum_squares_and_all_finite_see_inf_and_nan) {
-    gpu_or_skip();
     const size_t n = ((size_t)1 << 20) + 3;
     float *x = host_random(n, -1.0f, 1.0f, 300);
     x[17] = FLT_MAX; /* finite */
@@ -419,7 +381,6 @@ Test(cuda_elementwise, sum_squares_and_all_finite_see_inf_and_nan) {
     gpu_check();
     gpu_free(d_x);
     free(x);
-    gpu_done();
 }
 
 /* ---- Adam ---- */
@@ -438,30 +399,24 @@ static void adam_case(const AdamHyper *h, const long steps[3], const char *name)
             GPU->adam_step(d_p, d_g, d_m, d_v, n, h, steps[k]);
             gpu_check();
             CPU->adam_step(p, g, m, v, n, h, steps[k]);
-            char what[96];
-            snprintf(what, sizeof what, "%s n=%zu step %ld: param", name, n, steps[k]);
-            expect_close_dev(d_p, p, n, what);
-            snprintf(what, sizeof what, "%s n=%zu step %ld: m", name, n, steps[k]);
-            expect_close_dev(d_m, m, n, what);
-            snprintf(what, sizeof what, "%s n=%zu step %ld: v", name, n, steps[k]);
-            expect_close_dev(d_v, v, n, what);
-            expect_close_dev(d_g, g, n, "adam's grad is unchanged");
+            gpu_expect_close_dev(d_p, p, n, REL,
+                                 fmt_text("%s n=%zu step %ld: param", name, n, steps[k]));
+            gpu_expect_close_dev(d_m, m, n, REL,
+                                 fmt_text("%s n=%zu step %ld: m", name, n, steps[k]));
+            gpu_expect_close_dev(d_v, v, n, REL,
+                                 fmt_text("%s n=%zu step %ld: v", name, n, steps[k]));
+            gpu_expect_close_dev(d_g, g, n, REL, "adam's grad is unchanged");
             gpu_free(d_g);
             free(g);
         }
-        gpu_free(d_p);
-        gpu_free(d_m);
-        gpu_free(d_v);
-        free(p);
-        free(m);
-        free(v);
+        gpu_free(d_p), gpu_free(d_m), gpu_free(d_v);
+        free(p), free(m), free(v);
     }
 }
 
 /* Weight decay 0.1 at lr 1e-2 moves AdamW's parameters by 1e-3 relative and Adam's moments by
  * far more, so a kernel that swapped or ignored `decoupled` fails at 1e-5. */
 Test(cuda_elementwise, adam_three_steps) {
-    gpu_or_skip();
     const long steps[3] = {1, 2, 3};
     AdamHyper h = {.lr = 1e-2f,
                    .beta1 = 0.9f,
@@ -474,12 +429,10 @@ Test(cuda_elementwise, adam_three_steps) {
     adam_case(&h, steps, "AdamW wd=0.1");
     h.weight_decay = 0.0f;
     adam_case(&h, steps, "AdamW wd=0");
-    gpu_done();
 }
 
 /* A step below 1 is taken as 1 (else the bias correction divides by zero). */
 Test(cuda_elementwise, adam_step_below_one_is_one) {
-    gpu_or_skip();
     const long steps[3] = {0, -5, 2};
     const AdamHyper h = {.lr = 3e-3f,
                          .beta1 = 0.8f,
@@ -488,7 +441,6 @@ Test(cuda_elementwise, adam_step_below_one_is_one) {
                          .weight_decay = 0.05f,
                          .decoupled = 1};
     adam_case(&h, steps, "AdamW steps 0,-5,2");
-    gpu_done();
 }
 
 /* ---- the toy layer and MSE ---- */
@@ -503,7 +455,6 @@ static void toy_inputs(size_t n, unsigned seed, float **x, float **dy) {
 }
 
 Test(cuda_elementwise, toy_forward) {
-    gpu_or_skip();
     float *d_w = gpu_floats(TOY_W, 3);
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
@@ -513,25 +464,18 @@ Test(cuda_elementwise, toy_forward) {
         float *d_x = gpu_copy(x, n), *d_y = gpu_poisoned(n * sizeof *d_y);
         GPU->toy_forward(d_w, d_x, d_y, n);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "toy_forward n=%zu", n);
-        expect_close_dev(d_y, want, n, what);
+        gpu_expect_close_dev(d_y, want, n, REL, fmt_text("toy_forward n=%zu", n));
         GPU->toy_forward(d_w, d_x, d_x, n); /* in place */
         gpu_check();
-        snprintf(what, sizeof what, "toy_forward in place n=%zu", n);
-        expect_close_dev(d_x, want, n, what);
-        gpu_free(d_x);
-        gpu_free(d_y);
-        free(want);
-        free(x);
+        gpu_expect_close_dev(d_x, want, n, REL, fmt_text("toy_forward in place n=%zu", n));
+        gpu_free(d_x), gpu_free(d_y);
+        free(want), free(x);
     }
     gpu_free(d_w);
-    gpu_done();
 }
 
 /* dx into a poisoned buffer, over x, over dy, or not at all; dw accumulates from non-zero. */
 Test(cuda_elementwise, toy_backward) {
-    gpu_or_skip();
     float *d_w = gpu_floats(TOY_W, 3);
     enum { DX_OWN, DX_NONE, DX_IS_X, DX_IS_DY };
     const char *modes[] = {"dx", "no dx", "dx=x", "dx=dy"};
@@ -555,31 +499,24 @@ Test(cuda_elementwise, toy_backward) {
             GPU->toy_backward(d_w, d_x, d_dy, d_dx, d_dw, n);
             gpu_check();
             gpu_get(got_dw, d_dw, sizeof got_dw);
-            char what[64];
             for (int k = 0; k < 3; k++) {
-                snprintf(what, sizeof what, "toy_backward n=%zu %s: dw[%d]", n, modes[mode], k);
-                gpu_expect_close(&got_dw[k], &want_dw[k], 1, REL, what);
+                gpu_expect_close(&got_dw[k], &want_dw[k], 1, REL,
+                                 fmt_text("toy_backward n=%zu %s: dw[%d]", n, modes[mode], k));
                 if (n == 0) cr_expect_eq(got_dw[k], dw0[k], "n=0 leaves dw[%d] alone", k);
             }
-            snprintf(what, sizeof what, "toy_backward n=%zu %s: dx", n, modes[mode]);
-            if (d_dx) expect_close_dev(d_dx, want_dx, n, what);
+            if (d_dx)
+                gpu_expect_close_dev(d_dx, want_dx, n, REL,
+                                     fmt_text("toy_backward n=%zu %s: dx", n, modes[mode]));
             if (mode == DX_NONE) expect_poisoned_dev(d_own, n * sizeof *d_own, "no dx");
 
-            gpu_free(d_own);
-            gpu_free(d_x);
-            gpu_free(d_dy);
-            gpu_free(d_dw);
-            free(want_dx);
-            free(x);
-            free(dy);
+            gpu_free(d_own), gpu_free(d_x), gpu_free(d_dy), gpu_free(d_dw);
+            free(want_dx), free(x), free(dy);
         }
     }
     gpu_free(d_w);
-    gpu_done();
 }
 
 Test(cuda_elementwise, mse_loss) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         float *y = host_random(n, -1.0f, 2.0f, 800 + (unsigned)si);
@@ -588,32 +525,23 @@ Test(cuda_elementwise, mse_loss) {
         const float want = CPU->mse_loss(y, t, want_dy, n);
         float *d_y = gpu_copy(y, n), *d_t = gpu_copy(t, n);
         float *d_dy = gpu_poisoned(n * sizeof *d_dy);
-        char what[64];
 
         const float got = GPU->mse_loss(d_y, d_t, d_dy, n);
         gpu_check();
-        snprintf(what, sizeof what, "mse_loss n=%zu: loss", n);
-        gpu_expect_close(&got, &want, 1, REL, what);
+        gpu_expect_close(&got, &want, 1, REL, fmt_text("mse_loss n=%zu: loss", n));
         if (n == 0) {
             cr_expect_eq(got, 0.0f, "mse_loss of nothing is 0");
             expect_poisoned_dev(d_dy, sizeof(float), "mse_loss n=0 leaves dy alone");
         }
-        snprintf(what, sizeof what, "mse_loss n=%zu: dy", n);
-        expect_close_dev(d_dy, want_dy, n, what);
+        gpu_expect_close_dev(d_dy, want_dy, n, REL, fmt_text("mse_loss n=%zu: dy", n));
 
         const float loss_only = GPU->mse_loss(d_y, d_t, NULL, n);
         gpu_check();
-        snprintf(what, sizeof what, "mse_loss n=%zu: loss without dy", n);
-        gpu_expect_close(&loss_only, &want, 1, REL, what);
+        gpu_expect_close(&loss_only, &want, 1, REL, fmt_text("mse_loss n=%zu: loss without dy", n));
 
-        gpu_free(d_y);
-        gpu_free(d_t);
-        gpu_free(d_dy);
-        free(want_dy);
-        free(y);
-        free(t);
+        gpu_free(d_y), gpu_free(d_t), gpu_free(d_dy);
+        free(want_dy), free(y), free(t);
     }
-    gpu_done();
 }
 
 /* ---- GELU ---- */
@@ -621,7 +549,6 @@ Test(cuda_elementwise, mse_loss) {
 /* The CPU's erf is Abramowitz-Stegun's (absolute error below 1.5e-7) and CUDA's erff is within
  * 2 ulp: GELU's values over [-6, 6] agree far inside 1e-5 relative L2. */
 Test(cuda_elementwise, gelu_forward_and_backward) {
-    gpu_or_skip();
     for (size_t si = 0; si < NSIZES; si++) {
         const size_t n = SIZES[si];
         float *x = host_random(n, -6.0f, 6.0f, 1000 + (unsigned)si);
@@ -631,38 +558,27 @@ Test(cuda_elementwise, gelu_forward_and_backward) {
         CPU->gelu_backward(want_din, x, dout, n);
         float *d_x = gpu_copy(x, n), *d_dout = gpu_copy(dout, n);
         float *d_out = gpu_poisoned(n * sizeof *d_out);
-        char what[64];
 
         GPU->gelu_forward(d_out, d_x, n);
         gpu_check();
-        snprintf(what, sizeof what, "gelu_forward n=%zu", n);
-        expect_close_dev(d_out, want, n, what);
+        gpu_expect_close_dev(d_out, want, n, REL, fmt_text("gelu_forward n=%zu", n));
 
         gpu_poison(d_out, (n ? n : 1) * sizeof *d_out);
         GPU->gelu_backward(d_out, d_x, d_dout, n);
         gpu_check();
-        snprintf(what, sizeof what, "gelu_backward n=%zu", n);
-        expect_close_dev(d_out, want_din, n, what);
+        gpu_expect_close_dev(d_out, want_din, n, REL, fmt_text("gelu_backward n=%zu", n));
 
         GPU->gelu_backward(d_dout, d_x, d_dout, n); /* din = dout */
         gpu_check();
-        snprintf(what, sizeof what, "gelu_backward din=dout n=%zu", n);
-        expect_close_dev(d_dout, want_din, n, what);
+        gpu_expect_close_dev(d_dout, want_din, n, REL, fmt_text("gelu_backward din=dout n=%zu", n));
 
         GPU->gelu_forward(d_x, d_x, n); /* out = in */
         gpu_check();
-        snprintf(what, sizeof what, "gelu_forward in place n=%zu", n);
-        expect_close_dev(d_x, want, n, what);
+        gpu_expect_close_dev(d_x, want, n, REL, fmt_text("gelu_forward in place n=%zu", n));
 
-        gpu_free(d_x);
-        gpu_free(d_dout);
-        gpu_free(d_out);
-        free(want);
-        free(want_din);
-        free(x);
-        free(dout);
+        gpu_free(d_x), gpu_free(d_dout), gpu_free(d_out);
+        free(want), free(want_din), free(x), free(dout);
     }
-    gpu_done();
 }
 
 /* ---- bias_grad ---- */
@@ -671,7 +587,6 @@ Test(cuda_elementwise, gelu_forward_and_backward) {
  * rows that fill the scratch with few row groups, wider ones summed without partials, and
  * over a million elements. */
 Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
-    gpu_or_skip();
     const struct {
         size_t rows, cols, stride;
     } shapes[] = {
@@ -689,15 +604,11 @@ Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
         float *d_dout = gpu_copy(dout, elems), *d_db = gpu_copy(db0, cols);
         GPU->bias_grad(d_db, d_dout, rows, cols, stride);
         gpu_check();
-        char what[80];
-        snprintf(what, sizeof what, "bias_grad rows=%zu cols=%zu stride=%zu", rows, cols, stride);
-        expect_close_dev(d_db, want, cols, what);
+        gpu_expect_close_dev(
+            d_db, want, cols, REL,
+            fmt_text("bias_grad rows=%zu cols=%zu stride=%zu", rows, cols, stride));
         if (rows == 0) expect_bits_dev(d_db, db0, cols, sizeof(float), "no rows: db unchanged");
-        gpu_free(d_dout);
-        gpu_free(d_db);
-        free(dout);
-        free(db0);
-        free(want);
+        gpu_free(d_dout), gpu_free(d_db);
+        free(dout), free(db0), free(want);
     }
-    gpu_done();
 }

@@ -29,33 +29,8 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
-/* ---- host helpers ---- */
-
-static void expect_close_dev(const float *d, const float *want, size_t n, double rel,
-                             const char *what) {
-    float *got = gpu_fetch(d, n);
-    gpu_expect_close(got, want, n, rel, what);
-    free(got);
-}
-
-/* Two device arrays within rel of each other (b is the reference). */
-static void expect_close_devs(const float *a, const float *b, size_t n, double rel,
-                              const char *what) {
-    float *want = gpu_fetch(b, n);
-    expect_close_dev(a, want, n, rel, what);
-    free(want);
-}
-
-/* Bit-for-bit equality, for single adds and run-to-run checks. */
-static void expect_identical_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = gpu_fetch(d, n);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-    cr_expect_eq(bad, 0, "%s: %zu of %zu values differ, first [%zu]: %g, want %g", what, bad, n,
-                 first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
-    free(got);
-}
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_fused, .init = gpu_or_skip, .fini = gpu_done);
 
 typedef struct {
     size_t M, N;
@@ -71,16 +46,7 @@ static const Shape BG_SHAPES[] = {{64 * 17, 128}, {128 * 17, 768}, {1, 1},    {7
                                   {33, 17},       {1, 1000},       {5, 9000}, {5000, 3}};
 #define N_BG_SHAPES (sizeof BG_SHAPES / sizeof BG_SHAPES[0])
 
-/* pre + b, row by row on the host: the pre-activation the unfused ops see */
-static float *host_biased(const float *pre, const float *b, size_t M, size_t N) {
-    float *x = host_floats(M * N);
-    for (size_t i = 0; i < M; i++)
-        for (size_t j = 0; j < N; j++) x[i * N + j] = pre[i * N + j] + b[j];
-    return x;
-}
-
 Test(cuda_fused, bias_gelu_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_BG_SHAPES; s++) {
         const size_t M = BG_SHAPES[s].M, N = BG_SHAPES[s].N, n = M * N;
         const unsigned seed = 100 + 10 * (unsigned)s;
@@ -92,28 +58,25 @@ Test(cuda_fused, bias_gelu_forward) {
         float *d_pre = gpu_floats(pre, n), *d_b = gpu_floats(b, N), *d_out = gpu_poisoned_floats(n);
         GPU->bias_gelu_forward(d_out, d_pre, d_b, M, N);
         gpu_check();
-        char what[96];
-        snprintf(what, sizeof what, "bias_gelu_forward out (M %zu, N %zu)", M, N);
-        expect_close_dev(d_out, out, n, REL, what);
-        snprintf(what, sizeof what, "bias_gelu_forward leaves pre (M %zu, N %zu)", M, N);
-        expect_identical_dev(d_pre, pre, n, what);
+        gpu_expect_close_dev(d_out, out, n, REL,
+                             fmt_text("bias_gelu_forward out (M %zu, N %zu)", M, N));
+        gpu_expect_same_dev(d_pre, pre, n,
+                            fmt_text("bias_gelu_forward leaves pre (M %zu, N %zu)", M, N));
 
         /* the GPU's unfused op on the pre-activation */
         float *biased = host_biased(pre, b, M, N);
         float *d_biased = gpu_floats(biased, n), *d_want = gpu_poisoned_floats(n);
         GPU->gelu_forward(d_want, d_biased, n);
         gpu_check();
-        snprintf(what, sizeof what, "bias_gelu_forward vs gelu_forward (M %zu, N %zu)", M, N);
-        expect_close_devs(d_out, d_want, n, REL_UNFUSED, what);
+        gpu_expect_close_devs(d_out, d_want, n, REL_UNFUSED,
+                              fmt_text("bias_gelu_forward vs gelu_forward (M %zu, N %zu)", M, N));
 
         gpu_free(d_pre), gpu_free(d_b), gpu_free(d_out), gpu_free(d_biased), gpu_free(d_want);
         free(pre), free(b), free(out), free(biased);
     }
-    gpu_done();
 }
 
 Test(cuda_fused, bias_gelu_backward_accumulates_db) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_BG_SHAPES; s++) {
         const size_t M = BG_SHAPES[s].M, N = BG_SHAPES[s].N, n = M * N;
         const unsigned seed = 300 + 10 * (unsigned)s;
@@ -127,30 +90,29 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         float *d_dpre = gpu_poisoned_floats(n), *d_db = gpu_floats(db0, N);
         GPU->bias_gelu_backward(d_dpre, d_db, d_dout, d_pre, d_b, M, N);
         gpu_check();
-        char what[96];
-        snprintf(what, sizeof what, "bias_gelu_backward dpre (M %zu, N %zu)", M, N);
-        expect_close_dev(d_dpre, dpre, n, REL, what);
-        snprintf(what, sizeof what, "bias_gelu_backward db (M %zu, N %zu)", M, N);
-        expect_close_dev(d_db, db, N, REL, what);
-        snprintf(what, sizeof what, "bias_gelu_backward leaves b (M %zu, N %zu)", M, N);
-        expect_identical_dev(d_b, b, N, what);
+        gpu_expect_close_dev(d_dpre, dpre, n, REL,
+                             fmt_text("bias_gelu_backward dpre (M %zu, N %zu)", M, N));
+        gpu_expect_close_dev(d_db, db, N, REL,
+                             fmt_text("bias_gelu_backward db (M %zu, N %zu)", M, N));
+        gpu_expect_same_dev(d_b, b, N,
+                            fmt_text("bias_gelu_backward leaves b (M %zu, N %zu)", M, N));
 
         /* run to run: the same bits (fixed grid, groups added in order) */
         float *first = gpu_fetch(d_db, N);
         float *d_db2 = gpu_floats(db0, N), *d_dpre2 = gpu_poisoned_floats(n);
         GPU->bias_gelu_backward(d_dpre2, d_db2, d_dout, d_pre, d_b, M, N);
         gpu_check();
-        snprintf(what, sizeof what, "bias_gelu_backward db second run (M %zu, N %zu)", M, N);
-        expect_identical_dev(d_db2, first, N, what);
+        gpu_expect_same_dev(d_db2, first, N,
+                            fmt_text("bias_gelu_backward db second run (M %zu, N %zu)", M, N));
 
         /* in place (dpre = dout), as models/vit.c calls it */
         float *d_inplace = gpu_floats(dout, n), *d_db3 = gpu_floats(db0, N);
         GPU->bias_gelu_backward(d_inplace, d_db3, d_inplace, d_pre, d_b, M, N);
         gpu_check();
-        snprintf(what, sizeof what, "bias_gelu_backward dpre in place (M %zu, N %zu)", M, N);
-        expect_close_dev(d_inplace, dpre, n, REL, what);
-        snprintf(what, sizeof what, "bias_gelu_backward db in place (M %zu, N %zu)", M, N);
-        expect_identical_dev(d_db3, first, N, what);
+        gpu_expect_close_dev(d_inplace, dpre, n, REL,
+                             fmt_text("bias_gelu_backward dpre in place (M %zu, N %zu)", M, N));
+        gpu_expect_same_dev(d_db3, first, N,
+                            fmt_text("bias_gelu_backward db in place (M %zu, N %zu)", M, N));
 
         /* the GPU's unfused ops at the pre-activation: gelu_backward then bias_grad */
         float *biased = host_biased(pre, b, M, N);
@@ -159,31 +121,28 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         GPU->gelu_backward(d_want, d_biased, d_dout, n);
         GPU->bias_grad(d_want_db, d_want, M, N, N);
         gpu_check();
-        snprintf(what, sizeof what, "bias_gelu_backward vs gelu_backward (M %zu, N %zu)", M, N);
-        expect_close_devs(d_dpre, d_want, n, REL_UNFUSED, what);
-        snprintf(what, sizeof what, "bias_gelu_backward db vs bias_grad (M %zu, N %zu)", M, N);
-        expect_close_devs(d_db, d_want_db, N, REL_UNFUSED, what);
+        gpu_expect_close_devs(d_dpre, d_want, n, REL_UNFUSED,
+                              fmt_text("bias_gelu_backward vs gelu_backward (M %zu, N %zu)", M, N));
+        gpu_expect_close_devs(d_db, d_want_db, N, REL_UNFUSED,
+                              fmt_text("bias_gelu_backward db vs bias_grad (M %zu, N %zu)", M, N));
 
         gpu_free(d_pre), gpu_free(d_b), gpu_free(d_dout), gpu_free(d_dpre), gpu_free(d_db);
         gpu_free(d_db2), gpu_free(d_dpre2), gpu_free(d_inplace), gpu_free(d_db3);
         gpu_free(d_biased), gpu_free(d_want), gpu_free(d_want_db);
         free(pre), free(b), free(dout), free(db0), free(dpre), free(db), free(first), free(biased);
     }
-    gpu_done();
 }
 
 /* An empty batch: nothing is written, db stays as it was. */
 Test(cuda_fused, empty_shapes_touch_nothing) {
-    gpu_or_skip();
     const float db0[3] = {1.0f, 2.0f, 3.0f};
     float *d_db = gpu_floats(db0, 3);
     GPU->bias_gelu_backward(NULL, d_db, NULL, NULL, d_db, 0, 3);
     GPU->bias_gelu_forward(NULL, NULL, d_db, 0, 3);
     GPU->residual_layernorm_forward(NULL, NULL, NULL, NULL, NULL, NULL, d_db, d_db, 0, 3, LN_EPS);
     gpu_check();
-    expect_identical_dev(d_db, db0, 3, "db after empty calls");
+    gpu_expect_same_dev(d_db, db0, 3, "db after empty calls");
     gpu_free(d_db);
-    gpu_done();
 }
 
 /* ---- residual + LayerNorm ---- */
@@ -196,7 +155,6 @@ static const Shape LN_SHAPES[] = {{64 * 17, 128}, {128 * 17, 3840}, {7, 33},   {
 #define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
 
 Test(cuda_fused, residual_layernorm_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LN_SHAPES; s++) {
         const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].N, n = M * C;
         const unsigned seed = 500 + 10 * (unsigned)s;
@@ -219,14 +177,15 @@ Test(cuda_fused, residual_layernorm_forward) {
             gpu_check();
             const char *how = in_place ? "in place" : "new buffer";
             char what[96];
-            snprintf(what, sizeof what, "residual_layernorm sum %s (M %zu, C %zu)", how, M, C);
-            expect_identical_dev(d_sum, sum, n, what); /* one float add: the CPU's bits */
-            snprintf(what, sizeof what, "residual_layernorm out %s (M %zu, C %zu)", how, M, C);
-            expect_close_dev(d_out, out, n, REL, what);
-            snprintf(what, sizeof what, "residual_layernorm mean %s (M %zu, C %zu)", how, M, C);
-            expect_close_dev(d_mean, mean, M, REL, what);
-            snprintf(what, sizeof what, "residual_layernorm rstd %s (M %zu, C %zu)", how, M, C);
-            expect_close_dev(d_rstd, rstd, M, REL, what);
+            /* one float add: the CPU's bits */
+            gpu_expect_same_dev(d_sum, sum, n,
+                                fmt_text("residual_layernorm sum %s (M %zu, C %zu)", how, M, C));
+            gpu_expect_close_dev(d_out, out, n, REL,
+                                 fmt_text("residual_layernorm out %s (M %zu, C %zu)", how, M, C));
+            gpu_expect_close_dev(d_mean, mean, M, REL,
+                                 fmt_text("residual_layernorm mean %s (M %zu, C %zu)", how, M, C));
+            gpu_expect_close_dev(d_rstd, rstd, M, REL,
+                                 fmt_text("residual_layernorm rstd %s (M %zu, C %zu)", how, M, C));
 
             if (!in_place) { /* the GPU's unfused ops: add, then layernorm_forward */
                 float *d_s2 = gpu_poisoned_floats(n), *d_o2 = gpu_poisoned_floats(n);
@@ -236,9 +195,9 @@ Test(cuda_fused, residual_layernorm_forward) {
                 gpu_check();
                 snprintf(what, sizeof what, "residual_layernorm vs add + layernorm (M %zu, C %zu)",
                          M, C);
-                expect_close_devs(d_out, d_o2, n, REL_UNFUSED, what);
-                expect_close_devs(d_mean, d_m2, M, REL_UNFUSED, what);
-                expect_close_devs(d_rstd, d_r2, M, REL_UNFUSED, what);
+                gpu_expect_close_devs(d_out, d_o2, n, REL_UNFUSED, what);
+                gpu_expect_close_devs(d_mean, d_m2, M, REL_UNFUSED, what);
+                gpu_expect_close_devs(d_rstd, d_r2, M, REL_UNFUSED, what);
                 gpu_free(d_s2), gpu_free(d_o2), gpu_free(d_m2), gpu_free(d_r2);
             }
             gpu_free(d_x), gpu_free(d_new), gpu_free(d_out), gpu_free(d_mean), gpu_free(d_rstd);
@@ -246,5 +205,4 @@ Test(cuda_fused, residual_layernorm_forward) {
         gpu_free(d_w), gpu_free(d_b), gpu_free(d_y);
         free(x), free(y), free(w), free(b), free(sum), free(out), free(mean), free(rstd);
     }
-    gpu_done();
 }

@@ -16,6 +16,10 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_linear, .init = gpu_or_skip, .fini = gpu_done);
+TestSuite(cuda_attention, .init = gpu_or_skip, .fini = gpu_done);
+
 #define FP32_TOL 1e-5
 #define TF32_TOL 1e-2
 
@@ -116,7 +120,6 @@ static void check_linear(size_t M, size_t K, size_t N, int flags, unsigned seed)
 }
 
 Test(cuda_linear, vit_tiny_shapes) {
-    gpu_or_skip();
     const size_t M = 64 * TOKENS;
     check_linear(M, TINY_H, 3 * TINY_H, LIN_ALL, 10); /* attention in_proj (qkv) */
     check_linear(M, TINY_H, TINY_H, LIN_ALL, 20);     /* attention out_proj */
@@ -125,87 +128,71 @@ Test(cuda_linear, vit_tiny_shapes) {
     check_linear(64, TINY_H, CLASSES, LIN_ALL, 50);   /* the head */
     check_linear(64 * PATCHES, PATCH_PIXELS, TINY_H,  /* patch embedding: no din */
                  LIN_BIAS | LIN_DB, 60);
-    gpu_done();
 }
 
 Test(cuda_linear, vit_workshop_shapes) {
-    gpu_or_skip();
     const size_t M = 4 * TOKENS;
     check_linear(M, WS_H, WS_H, LIN_ALL, 110);              /* out_proj */
     check_linear(M, WS_H, WS_MLP, LIN_ALL, 120);            /* mlp.0 */
     check_linear(M, WS_MLP, WS_H, LIN_ALL, 130);            /* mlp.3 */
     check_linear(2 * TOKENS, WS_H, 3 * WS_H, LIN_ALL, 140); /* in_proj, 11520 outputs */
     check_linear(4 * PATCHES, PATCH_PIXELS, WS_H, LIN_BIAS | LIN_DB, 150);
-    gpu_done();
 }
 
 Test(cuda_linear, odd_small_shapes) {
-    gpu_or_skip();
     check_linear(1, 3, 5, LIN_ALL, 200);
     check_linear(1, 1, 1, LIN_ALL, 210);
     check_linear(7, 1, 3, LIN_ALL, 220);
     check_linear(3, 5, 1, LIN_ALL, 230);
     check_linear(33, 17, 65, LIN_ALL, 240);
     check_linear(1000, 3, 2, LIN_ALL, 250);
-    gpu_done();
 }
 
 /* b == NULL, din == NULL, db == NULL, each alone and all together */
 Test(cuda_linear, null_paths) {
-    gpu_or_skip();
     const size_t M = 64 * TOKENS;
     check_linear(M, TINY_H, TINY_H, LIN_DIN | LIN_DB, 300);   /* b == NULL */
     check_linear(M, TINY_H, TINY_H, LIN_BIAS | LIN_DB, 310);  /* din == NULL */
     check_linear(M, TINY_H, TINY_H, LIN_BIAS | LIN_DIN, 320); /* db == NULL */
     check_linear(M, TINY_H, TINY_H, 0, 330);
     check_linear(1, 3, 5, 0, 340);
-    gpu_done();
 }
 
 /* Pointers 4, 8 and 12 bytes past a 256-byte boundary: cuBLASLt must not pick an algorithm
  * that assumes more alignment than they have. */
 Test(cuda_linear, unaligned_pointers) {
-    gpu_or_skip();
     for (size_t offset = 1; offset <= 3; offset++) {
         check_linear_at(64 * TOKENS, TINY_H, 3 * TINY_H, LIN_ALL, 400 + (unsigned)offset, offset);
         check_linear_at(33, 17, 65, LIN_ALL, 410 + (unsigned)offset, offset);
     }
-    gpu_done();
 }
 
 Test(cuda_linear, tf32) {
-    gpu_or_skip();
     check_linear(64 * TOKENS, TINY_H, 3 * TINY_H, LIN_ALL | LIN_TF32, 500);
     check_linear(4 * TOKENS, WS_H, WS_MLP, LIN_ALL | LIN_TF32, 510);
     check_linear(1, 3, 5, LIN_ALL | LIN_TF32, 520);
     /* and back to fp32 on the same shapes: plans made for TF32 are not reused */
     check_linear(64 * TOKENS, TINY_H, 3 * TINY_H, LIN_ALL, 530);
     check_linear(4 * TOKENS, WS_H, WS_MLP, LIN_ALL, 540);
-    gpu_done();
 }
 
 /* More distinct shapes than the per-thread plan table holds, then the first again. */
 Test(cuda_linear, many_shapes) {
-    gpu_or_skip();
     for (size_t n = 1; n <= 80; n++) check_linear(9, 6, n, LIN_ALL, 600 + (unsigned)n);
     check_linear(9, 6, 1, LIN_ALL, 700);
-    gpu_done();
 }
 
 /* K == 0: out is the bias (or zero), dw and db get nothing from an empty product but db still
  * sums dout; N == 0: din is zero. */
 Test(cuda_linear, empty_dimensions) {
-    gpu_or_skip();
     check_linear(5, 0, 4, LIN_ALL, 800);
     check_linear(5, 0, 4, LIN_DIN | LIN_DB, 810);
     check_linear(5, 3, 0, LIN_ALL, 820);
-    gpu_done();
 }
 
 /* Same inputs, same bits: the backward's sums (cuBLASLt's dw, the db reduction) run in a
  * fixed order. */
 Test(cuda_linear, deterministic) {
-    gpu_or_skip();
     const size_t M = 64 * TOKENS, K = TINY_H, N = 3 * TINY_H;
     float *in = host_random(M * K, -1.0f, 1.0f, 900), *w = host_random(N * K, -1.0f, 1.0f, 901);
     float *dout = host_random(M * N, -1.0f, 1.0f, 902);
@@ -234,7 +221,6 @@ Test(cuda_linear, deterministic) {
     gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_din), gpu_free(d_dw);
     gpu_free(d_db);
     free(in), free(w), free(dout);
-    gpu_done();
 }
 
 /* ---------------- attention ---------------- */
@@ -284,44 +270,35 @@ static void check_attention(size_t B, size_t T, size_t C, size_t heads, unsigned
 }
 
 Test(cuda_attention, vit_tiny) {
-    gpu_or_skip();
     check_attention(64, TOKENS, TINY_H, TINY_HEADS, 1000); /* D = 64 */
     check_attention(64, TOKENS, 192, 3, 1010);             /* D = 64, three heads */
-    gpu_done();
 }
 
 /* D = 480: 65 KiB of shared memory per block, above the 48 KiB default */
 Test(cuda_attention, vit_workshop) {
-    gpu_or_skip();
     check_attention(4, TOKENS, WS_H, WS_HEADS, 1100);
-    gpu_done();
 }
 
 Test(cuda_attention, odd_small_shapes) {
-    gpu_or_skip();
     check_attention(1, 1, 4, 1, 1200); /* one token: probs are 1 */
     check_attention(3, 1, 12, 3, 1210);
     check_attention(5, 33, 15, 3, 1220); /* D = 5 */
     check_attention(2, 2, 2, 2, 1230);   /* D = 1 */
     check_attention(1, 17, 7, 1, 1240);
-    gpu_done();
 }
 
 /* Shapes past what one block can hold in shared memory take the tiled kernels: T = 256 (P
  * alone is 256 KiB), and a wide head with T not a multiple of the 16-row tile and D not a
  * multiple of the 16- and 8-column chunks. */
 Test(cuda_attention, tiled_shapes) {
-    gpu_or_skip();
     check_attention(2, KERNELS_MAX_TOKENS, 64, 2, 1300);
     check_attention(1, KERNELS_MAX_TOKENS, 3, 1, 1310);
     check_attention(2, 37, 3000, 2, 1320);
     check_attention(1, 200, 2 * 1201, 2, 1330);
-    gpu_done();
 }
 
 /* T above KERNELS_MAX_TOKENS is refused with an error, not run out of bounds. */
 Test(cuda_attention, too_many_tokens) {
-    gpu_or_skip();
     const size_t T = KERNELS_MAX_TOKENS + 1, C = 8;
     float *d_qkv = gpu_alloc(T * 3 * C * sizeof(float)), *d_out = gpu_alloc(T * C * sizeof(float));
     float *d_probs = gpu_alloc(T * T * sizeof(float));
@@ -332,5 +309,4 @@ Test(cuda_attention, too_many_tokens) {
     GPU->attention_backward(d_qkv, d_out, d_qkv, d_probs, 1, T, C, 1);
     cr_expect_neq(kernels_cuda_status(&err), 0, "attention_backward took T = %zu", T);
     gpu_free(d_qkv), gpu_free(d_out), gpu_free(d_probs);
-    gpu_done();
 }

@@ -24,24 +24,10 @@
 static const Kernels *CPU = &kernels_cpu;
 static const Kernels *GPU = &kernels_cuda;
 
+/* Every test runs on the GPU bound to its thread, or is skipped where there is none. */
+TestSuite(cuda_vit_ops, .init = gpu_or_skip, .fini = gpu_done);
+
 /* ---- host helpers ---- */
-
-static void expect_close_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = gpu_fetch(d, n);
-    gpu_expect_close(got, want, n, REL, what);
-    free(got);
-}
-
-/* Bit-for-bit equality, for copies and single adds (the same IEEE operation on both sides). */
-static void expect_identical_dev(const float *d, const float *want, size_t n, const char *what) {
-    float *got = gpu_fetch(d, n);
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)) != 0 && bad++ == 0) first = i;
-    cr_expect_eq(bad, 0, "%s: %zu of %zu values differ, first [%zu]: %g, want %g", what, bad, n,
-                 first, bad ? (double)got[first] : 0.0, bad ? (double)want[first] : 0.0);
-    free(got);
-}
 
 static int32_t *gpu_labels(const int32_t *host, size_t n) {
     int32_t *d = gpu_alloc((n ? n : 1) * sizeof *d);
@@ -77,97 +63,97 @@ static const RowShape LN_SHAPES[] = {
 };
 #define N_LN_SHAPES (sizeof LN_SHAPES / sizeof LN_SHAPES[0])
 
+/* LayerNorm's host side: the input (a mean away from zero, 0.5, and a spread of about 1.4),
+ * weight and bias from the seeds given, and the CPU forward's output, mean and rstd. */
+typedef struct LayerNormCase {
+    float *in, *w, *b, *out, *mean, *rstd;
+} LayerNormCase;
+
+static void layernorm_case(LayerNormCase *c, size_t M, size_t C, unsigned seed_in, unsigned seed_w,
+                           unsigned seed_b) {
+    c->in = host_random(M * C, -2.0f, 3.0f, seed_in);
+    c->w = host_random(C, 0.5f, 1.5f, seed_w);
+    c->b = host_random(C, -0.5f, 0.5f, seed_b);
+    c->out = host_floats(M * C), c->mean = host_floats(M), c->rstd = host_floats(M);
+    CPU->layernorm_forward(c->out, c->mean, c->rstd, c->in, c->w, c->b, M, C, LN_EPS);
+}
+
+static void layernorm_case_free(LayerNormCase *c) {
+    free(c->in), free(c->w), free(c->b), free(c->out), free(c->mean), free(c->rstd);
+}
+
 Test(cuda_vit_ops, layernorm_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LN_SHAPES; s++) {
         const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].C;
         const unsigned seed = 100 + 10 * (unsigned)s;
-        /* a mean away from zero (0.5) and a spread of about 1.4 */
-        float *in = host_random(M * C, -2.0f, 3.0f, seed);
-        float *w = host_random(C, 0.5f, 1.5f, seed + 1);
-        float *b = host_random(C, -0.5f, 0.5f, seed + 2);
-        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
+        LayerNormCase x;
+        layernorm_case(&x, M, C, seed, seed + 1, seed + 2);
 
-        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C);
+        float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C), *d_b = gpu_floats(x.b, C);
         float *d_out = gpu_poisoned_floats(M * C), *d_mean = gpu_poisoned_floats(M),
               *d_rstd = gpu_poisoned_floats(M);
         GPU->layernorm_forward(d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "layernorm out (M %zu, C %zu)", M, C);
-        expect_close_dev(d_out, out, M * C, what);
-        snprintf(what, sizeof what, "layernorm mean (M %zu, C %zu)", M, C);
-        expect_close_dev(d_mean, mean, M, what);
-        snprintf(what, sizeof what, "layernorm rstd (M %zu, C %zu)", M, C);
-        expect_close_dev(d_rstd, rstd, M, what);
+        gpu_expect_close_dev(d_out, x.out, M * C, REL,
+                             fmt_text("layernorm out (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_mean, x.mean, M, REL,
+                             fmt_text("layernorm mean (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_rstd, x.rstd, M, REL,
+                             fmt_text("layernorm rstd (M %zu, C %zu)", M, C));
 
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_b);
         gpu_free(d_out), gpu_free(d_mean), gpu_free(d_rstd);
-        free(in), free(w), free(b), free(out), free(mean), free(rstd);
+        layernorm_case_free(&x);
     }
-    gpu_done();
 }
 
 /* The statistics are the CPU forward's, as in training. */
 Test(cuda_vit_ops, layernorm_backward_accumulates) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LN_SHAPES; s++) {
         const size_t M = LN_SHAPES[s].M, C = LN_SHAPES[s].C;
         const unsigned seed = 300 + 10 * (unsigned)s;
-        float *in = host_random(M * C, -2.0f, 3.0f, seed);
-        float *w = host_random(C, 0.5f, 1.5f, seed + 1);
-        float *b = host_random(C, -0.5f, 0.5f, seed + 2);
+        LayerNormCase x;
+        layernorm_case(&x, M, C, seed, seed + 1, seed + 2);
         float *dout = host_random(M * C, -1.0f, 1.0f, seed + 3);
-        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
         /* the "+=" outputs start non-zero, the same on both sides */
         float *din0 = host_random(M * C, -1.0f, 1.0f, seed + 4);
         float *dw0 = host_random(C, -1.0f, 1.0f, seed + 5);
         float *db0 = host_random(C, -1.0f, 1.0f, seed + 6);
         float *din = host_copy(din0, M * C), *dw = host_copy(dw0, C), *db = host_copy(db0, C);
-        CPU->layernorm_backward(din, dw, db, dout, in, mean, rstd, w, M, C);
+        CPU->layernorm_backward(din, dw, db, dout, x.in, x.mean, x.rstd, x.w, M, C);
 
-        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C);
-        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(mean, M),
-              *d_rstd = gpu_floats(rstd, M);
+        float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C);
+        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(x.mean, M),
+              *d_rstd = gpu_floats(x.rstd, M);
         float *d_din = gpu_floats(din0, M * C), *d_dw = gpu_floats(dw0, C),
               *d_db = gpu_floats(db0, C);
         GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "layernorm din (M %zu, C %zu)", M, C);
-        expect_close_dev(d_din, din, M * C, what);
-        snprintf(what, sizeof what, "layernorm dw (M %zu, C %zu)", M, C);
-        expect_close_dev(d_dw, dw, C, what);
-        snprintf(what, sizeof what, "layernorm db (M %zu, C %zu)", M, C);
-        expect_close_dev(d_db, db, C, what);
+        gpu_expect_close_dev(d_din, din, M * C, REL,
+                             fmt_text("layernorm din (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_dw, dw, C, REL, fmt_text("layernorm dw (M %zu, C %zu)", M, C));
+        gpu_expect_close_dev(d_db, db, C, REL, fmt_text("layernorm db (M %zu, C %zu)", M, C));
 
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
         gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
-        free(in), free(w), free(b), free(dout), free(out), free(mean), free(rstd);
-        free(din0), free(dw0), free(db0), free(din), free(dw), free(db);
+        layernorm_case_free(&x);
+        free(dout), free(din0), free(dw0), free(db0), free(din), free(dw), free(db);
     }
-    gpu_done();
 }
 
 /* dw and db sum over rows in chunks (through the context's scratch at these shapes): the same
  * inputs give the same bits on a second run. */
 Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
-    gpu_or_skip();
     const RowShape shapes[] = {{64 * 17, 128}, {128 * 17, 3840}};
     for (size_t s = 0; s < 2; s++) {
         const size_t M = shapes[s].M, C = shapes[s].C;
-        float *in = host_random(M * C, -2.0f, 3.0f, 700 + (unsigned)s);
-        float *w = host_random(C, 0.5f, 1.5f, 710 + (unsigned)s);
-        float *b = host_random(C, -0.5f, 0.5f, 720 + (unsigned)s);
+        LayerNormCase x;
+        layernorm_case(&x, M, C, 700 + (unsigned)s, 710 + (unsigned)s, 720 + (unsigned)s);
         float *dout = host_random(M * C, -1.0f, 1.0f, 730 + (unsigned)s);
-        float *out = host_floats(M * C), *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->layernorm_forward(out, mean, rstd, in, w, b, M, C, LN_EPS);
         float *zero = host_zeros(M * C);
-        float *d_in = gpu_floats(in, M * C), *d_w = gpu_floats(w, C);
-        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(mean, M),
-              *d_rstd = gpu_floats(rstd, M);
+        float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C);
+        float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(x.mean, M),
+              *d_rstd = gpu_floats(x.rstd, M);
         float *d_din = gpu_floats(zero, M * C), *d_dw = gpu_floats(zero, C),
               *d_db = gpu_floats(zero, C);
         float *first[3] = {NULL, NULL, NULL};
@@ -182,23 +168,22 @@ Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
                 first[1] = gpu_fetch(d_dw, C);
                 first[2] = gpu_fetch(d_db, C);
             } else {
-                expect_identical_dev(d_din, first[0], M * C, "layernorm din, second run");
-                expect_identical_dev(d_dw, first[1], C, "layernorm dw, second run");
-                expect_identical_dev(d_db, first[2], C, "layernorm db, second run");
+                gpu_expect_same_dev(d_din, first[0], M * C, "layernorm din, second run");
+                gpu_expect_same_dev(d_dw, first[1], C, "layernorm dw, second run");
+                gpu_expect_same_dev(d_db, first[2], C, "layernorm db, second run");
             }
         }
         for (int i = 0; i < 3; i++) free(first[i]);
         gpu_free(d_in), gpu_free(d_w), gpu_free(d_dout), gpu_free(d_mean), gpu_free(d_rstd);
         gpu_free(d_din), gpu_free(d_dw), gpu_free(d_db);
-        free(in), free(w), free(b), free(dout), free(out), free(mean), free(rstd), free(zero);
+        layernorm_case_free(&x);
+        free(dout), free(zero);
     }
-    gpu_done();
 }
 
 /* ---- patches ---- */
 
 Test(cuda_vit_ops, patchify) {
-    gpu_or_skip();
     /* vit-tiny's 28 x 28 images in 7 x 7 patches at batch 64 and 128, and other patch sizes
      * that divide 28 (one patch, one pixel), and a small odd image */
     const size_t shapes[][3] = {{64, 28, 7}, {128, 28, 7}, {3, 28, 4}, {2, 28, 14},
@@ -212,13 +197,11 @@ Test(cuda_vit_ops, patchify) {
         float *d_images = gpu_floats(images, n), *d_patches = gpu_poisoned_floats(n);
         GPU->patchify(d_patches, d_images, B, S, P);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "patchify (B %zu, S %zu, P %zu)", B, S, P);
-        expect_identical_dev(d_patches, patches, n, what);
+        gpu_expect_same_dev(d_patches, patches, n,
+                            fmt_text("patchify (B %zu, S %zu, P %zu)", B, S, P));
         gpu_free(d_images), gpu_free(d_patches);
         free(images), free(patches);
     }
-    gpu_done();
 }
 
 /* ---- tokens ---- */
@@ -234,7 +217,6 @@ static const TokenShape TOKEN_SHAPES[] = {{64, 17, 128}, {128, 17, 3840}, {16, 5
 #define N_TOKEN_SHAPES (sizeof TOKEN_SHAPES / sizeof TOKEN_SHAPES[0])
 
 Test(cuda_vit_ops, embed_forward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         const unsigned seed = 1100 + 10 * (unsigned)s;
@@ -248,17 +230,13 @@ Test(cuda_vit_ops, embed_forward) {
         float *d_x = gpu_poisoned_floats(B * T * C);
         GPU->embed_forward(d_x, d_patch_out, d_cls, d_pos, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "embed x (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_x, x, B * T * C, what);
+        gpu_expect_same_dev(d_x, x, B * T * C, fmt_text("embed x (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_patch_out), gpu_free(d_cls), gpu_free(d_pos), gpu_free(d_x);
         free(patch_out), free(cls), free(pos), free(x);
     }
-    gpu_done();
 }
 
 Test(cuda_vit_ops, embed_backward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         const unsigned seed = 1300 + 10 * (unsigned)s;
@@ -273,23 +251,20 @@ Test(cuda_vit_ops, embed_backward) {
         float *d_dpatch = gpu_poisoned_floats(B * (T - 1) * C);
         GPU->embed_backward(d_dcls, d_dpos, d_dpatch, d_dx, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "embed dcls (B %zu, T %zu, C %zu)", B, T, C);
-        expect_close_dev(d_dcls, dcls, C, what);
-        snprintf(what, sizeof what, "embed dpos (B %zu, T %zu, C %zu)", B, T, C);
-        expect_close_dev(d_dpos, dpos, T * C, what);
-        snprintf(what, sizeof what, "embed dpatch_out (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_dpatch, dpatch, B * (T - 1) * C, what);
+        gpu_expect_close_dev(d_dcls, dcls, C, REL,
+                             fmt_text("embed dcls (B %zu, T %zu, C %zu)", B, T, C));
+        gpu_expect_close_dev(d_dpos, dpos, T * C, REL,
+                             fmt_text("embed dpos (B %zu, T %zu, C %zu)", B, T, C));
+        gpu_expect_same_dev(d_dpatch, dpatch, B * (T - 1) * C,
+                            fmt_text("embed dpatch_out (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_dx), gpu_free(d_dcls), gpu_free(d_dpos), gpu_free(d_dpatch);
         free(dx), free(dcls0), free(dpos0), free(dcls), free(dpos), free(dpatch);
     }
-    gpu_done();
 }
 
 /* ---- the class token ---- */
 
 Test(cuda_vit_ops, class_token_select) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         float *x = host_random(B * T * C, -1.0f, 1.0f, 1500 + (unsigned)s);
@@ -298,19 +273,16 @@ Test(cuda_vit_ops, class_token_select) {
         float *d_x = gpu_floats(x, B * T * C), *d_out = gpu_poisoned_floats(B * C);
         GPU->class_token_select(d_out, d_x, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "class token (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_out, out, B * C, what);
+        gpu_expect_same_dev(d_out, out, B * C,
+                            fmt_text("class token (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_x), gpu_free(d_out);
         free(x), free(out);
     }
-    gpu_done();
 }
 
 /* dx starts random everywhere: row 0 of each sample must come out as start + dout, every
  * other row exactly as it started. */
 Test(cuda_vit_ops, class_token_select_backward) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_TOKEN_SHAPES; s++) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         float *dx0 = host_random(B * T * C, -1.0f, 1.0f, 1700 + (unsigned)s);
@@ -320,13 +292,11 @@ Test(cuda_vit_ops, class_token_select_backward) {
         float *d_dx = gpu_floats(dx0, B * T * C), *d_dout = gpu_floats(dout, B * C);
         GPU->class_token_select_backward(d_dx, d_dout, B, T, C);
         gpu_check();
-        char what[64];
-        snprintf(what, sizeof what, "class token dx (B %zu, T %zu, C %zu)", B, T, C);
-        expect_identical_dev(d_dx, dx, B * T * C, what);
+        gpu_expect_same_dev(d_dx, dx, B * T * C,
+                            fmt_text("class token dx (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_dx), gpu_free(d_dout);
         free(dx0), free(dout), free(dx);
     }
-    gpu_done();
 }
 
 /* ---- loss ---- */
@@ -349,7 +319,6 @@ static void expect_loss_close(float got, float want, const char *what) {
 }
 
 Test(cuda_vit_ops, cross_entropy) {
-    gpu_or_skip();
     for (size_t s = 0; s < N_LOSS_SHAPES; s++) {
         const size_t B = LOSS_SHAPES[s].B, K = LOSS_SHAPES[s].classes;
         const float scale = LOSS_SHAPES[s].grad_scale;
@@ -368,7 +337,7 @@ Test(cuda_vit_ops, cross_entropy) {
         const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, scale);
         gpu_check();
         expect_loss_close(got, want, what);
-        expect_close_dev(d_dlogits, dlogits, B * K, what);
+        gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, what);
 
         /* the loss alone (dlogits NULL) is the same number, and the same bits run to run */
         const float again = GPU->cross_entropy(NULL, d_logits, d_labels, B, K, scale);
@@ -379,13 +348,11 @@ Test(cuda_vit_ops, cross_entropy) {
         gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
         free(logits), free(labels), free(dlogits);
     }
-    gpu_done();
 }
 
 /* A label outside [0, classes) makes the loss NaN (so the caller's finiteness check sees it)
  * and that row's dlogits the softmax alone, as on the CPU; the other rows are unaffected. */
 Test(cuda_vit_ops, cross_entropy_bad_label) {
-    gpu_or_skip();
     enum { B = 6, K = 10 };
     float *logits = host_random(B * K, -3.0f, 3.0f, 2100);
     int32_t labels[B] = {1, -1, 9, 10, 0, 5};
@@ -397,10 +364,9 @@ Test(cuda_vit_ops, cross_entropy_bad_label) {
     const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, 1.0f);
     gpu_check();
     cr_expect(isnan(got), "loss with a bad label: %g, want NaN", (double)got);
-    expect_close_dev(d_dlogits, dlogits, B * K, "cross entropy dlogits with bad labels");
+    gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, "cross entropy dlogits with bad labels");
     gpu_free(d_logits), gpu_free(d_dlogits), gpu_free(d_labels);
     free(logits);
-    gpu_done();
 }
 
 /* ---- accuracy ---- */
@@ -482,7 +448,6 @@ static void plant_rows(float *z, int32_t *labels, size_t B, size_t K, unsigned s
 }
 
 Test(cuda_vit_ops, count_correct_first_max_wins) {
-    gpu_or_skip();
     const size_t shapes[][2] = {{64, 10}, {128, 10},  {1, 10},   {24, 1},
                                 {37, 33}, {13, 1000}, {8195, 10}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -504,12 +469,10 @@ Test(cuda_vit_ops, count_correct_first_max_wins) {
         gpu_free(d_logits), gpu_free(d_labels);
         free(logits), free(labels);
     }
-    gpu_done();
 }
 
 /* Values by hand: ties, a NaN first, -inf rows, a negative label. */
 Test(cuda_vit_ops, count_correct_by_hand) {
-    gpu_or_skip();
     enum { B = 6, K = 4 };
     const float z[B * K] = {
         1,         3,         3,         0,         /* tie at 1 and 2: 1 wins */
@@ -527,5 +490,4 @@ Test(cuda_vit_ops, count_correct_by_hand) {
     gpu_check();
     cr_expect_eq(got, 4, "count_correct by hand: %zu, want 4", got);
     gpu_free(d_z), gpu_free(d_labels);
-    gpu_done();
 }

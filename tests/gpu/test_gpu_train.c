@@ -57,14 +57,6 @@ static float *train(const ModelDesc *m, const Dataset *data, FsdpConfig cfg, lon
     return params;
 }
 
-static void vit_tiny(ModelDesc *m, int layers) {
-    VitConfig c;
-    vit_preset("vit-tiny", &c);
-    if (layers) c.layers = layers;
-    Err err = {0};
-    cr_assert_eq(vit_model_create(m, &c, &err), 0, "%s", err.msg);
-}
-
 /* The workshop's batch and learning rate. */
 static FsdpConfig workshop_config(DType param_dtype) {
     FsdpConfig c;
@@ -79,7 +71,7 @@ static FsdpConfig workshop_config(DType param_dtype) {
 static void expect_step_matches(DType param_dtype, double bound) {
     gpu_or_skip();
     ModelDesc m;
-    vit_tiny(&m, 0);
+    vit_preset_create(&m, "vit-tiny");
     Losses gl, sl;
     float *g = train(&m, vit_test_split(), workshop_config(param_dtype), 1, 1, &gl, NULL);
     float *s = train(&m, vit_test_split(), workshop_config(param_dtype), 1, 0, &sl, NULL);
@@ -135,7 +127,7 @@ Test(gpu_train, the_toy_matches_the_simulator_and_records_a_trace) {
 Test(gpu_train, fifty_steps_learn, .timeout = 300) {
     gpu_or_skip();
     ModelDesc m;
-    vit_tiny(&m, 0);
+    vit_preset_create(&m, "vit-tiny");
     Losses l;
     float *p = train(&m, vit_test_split(), workshop_config(DTYPE_BF16), 50, 1, &l, NULL);
     cr_expect_eq(l.steps, 50);

@@ -1,5 +1,5 @@
-/* Checkpoints through the CLI: a resumed run ends where an uninterrupted one does, saves are atomic
- * and pruned, and a damaged checkpoint is one clear line and exit 2. */
+/* Checkpoints through the CLI: a resumed run ends with the uninterrupted run's parameters,
+ * saves are atomic and pruned, and a damaged checkpoint is one clear line and exit 2. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
@@ -17,27 +17,14 @@
 /* The resumed run's parameters are the uninterrupted run's bit for bit at the same world size,
  * under any strategy, and within fp32 rounding at another world size with the same global batch. */
 
-static char dir[128];
+/* A test's directory, and in it the parameters dumped by a run never interrupted and by one
+ * resumed from a checkpoint. */
+static char dir[128], full[256], resumed[256];
 
 static void fresh_dir(const char *tag) {
-    snprintf(dir, sizeof dir, "/tmp/fsdp_ckpt_%ld_%s", (long)getpid(), tag);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-/* Runs `fsdp train ARGS`, asserting success; returns stdout+stderr (caller frees). */
-static char *train_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *train_ok(const char *fmt, ...) {
-    char args[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    int status;
-    char *out = fsdp_output(args, "2>&1", &status);
-    cr_assert_eq(status, 0, "fsdp %s failed: %.400s", args, out);
-    return out;
+    fresh_test_dir(dir, sizeof dir, "ckpt", tag);
+    snprintf(full, sizeof full, "%s/full.txt", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
 }
 
 static int same_file(const char *a, const char *b) {
@@ -59,16 +46,13 @@ Test(checkpoint, resume_is_bit_identical_at_the_same_world_size, .timeout = 60) 
                            "--reduce-dtype fp16"};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         fresh_dir("same");
-        char full[256], resumed[256];
-        snprintf(full, sizeof full, "%s/full.txt", dir);
-        snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
-        free(train_ok("train %s --steps 12 --dump-params %s", cases[c], full));
+        free(fsdp_ok("train %s --steps 12 --dump-params %s", cases[c], full));
         /* a run stopped after 5 steps with checkpoints every 5, then resumed to 12 */
-        free(train_ok("train %s --steps 5 --checkpoint-dir %s/ck --checkpoint-every 5", cases[c],
-                      dir));
-        char *out = train_ok("train %s --steps 12 --checkpoint-dir %s/ck --resume auto "
-                             "--dump-params %s",
-                             cases[c], dir, resumed);
+        free(fsdp_ok("train %s --steps 5 --checkpoint-dir %s/ck --checkpoint-every 5", cases[c],
+                     dir));
+        char *out = fsdp_ok("train %s --steps 12 --checkpoint-dir %s/ck --resume auto "
+                            "--dump-params %s",
+                            cases[c], dir, resumed);
         cr_expect_neq(strstr(out, "resume: "), NULL, "%s", out);
         cr_expect_neq(strstr(out, "step-00000005"), NULL, "resumed from step 5: %.300s", out);
         cr_expect_eq(strstr(out, "step      1 "), NULL, "steps 1-5 are not run again");
@@ -79,21 +63,18 @@ Test(checkpoint, resume_is_bit_identical_at_the_same_world_size, .timeout = 60) 
 
 Test(checkpoint, a_checkpoint_loads_at_another_world_size_and_strategy, .timeout = 60) {
     fresh_dir("reshard");
-    char full[256], resumed[256];
-    snprintf(full, sizeof full, "%s/full.txt", dir);
-    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
     /* global batch 24 in every run: 4 x 6, 3 x 8, 2 x 12, 1 x 24 */
-    free(train_ok("train --ranks 4 --batch-size 6 --steps 10 --dump-params %s", full));
-    free(train_ok("train --ranks 4 --batch-size 6 --steps 4 --checkpoint-dir %s/ck "
-                  "--checkpoint-every 4",
-                  dir));
+    free(fsdp_ok("train --ranks 4 --batch-size 6 --steps 10 --dump-params %s", full));
+    free(fsdp_ok("train --ranks 4 --batch-size 6 --steps 4 --checkpoint-dir %s/ck "
+                 "--checkpoint-every 4",
+                 dir));
     const char *later[] = {"--ranks 3 --batch-size 8 --strategy zero2",
                            "--ranks 2 --batch-size 12 --strategy zero1",
                            "--ranks 1 --batch-size 24 --strategy ddp",
                            "--ranks 4 --batch-size 6 --strategy hsdp --replicas 2"};
     for (int i = 0; i < 4; i++) {
-        free(train_ok("train %s --steps 10 --resume %s/ck/step-00000004 --dump-params %s", later[i],
-                      dir, resumed));
+        free(fsdp_ok("train %s --steps 10 --resume %s/ck/step-00000004 --dump-params %s", later[i],
+                     dir, resumed));
         double d = dump_rel_diff(resumed, full);
         cr_expect_leq(d, 1e-5, "resumed as %s: relative difference %.3g", later[i], d);
     }
@@ -111,15 +92,12 @@ Test(checkpoint, a_checkpoint_moves_between_layouts, .timeout = 60) {
                  {"--layout deepspeed --strategy zero2", "--layout deepspeed --strategy ddp"}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         fresh_dir("layouts");
-        char full[256], resumed[256];
-        snprintf(full, sizeof full, "%s/full.txt", dir);
-        snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
-        free(train_ok("train %s %s --steps 8 --dump-params %s", bf16, cases[c].before, full));
-        free(train_ok("train %s %s --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", bf16,
-                      cases[c].before, dir));
-        free(train_ok("train %s %s --steps 8 --checkpoint-dir %s/ck --resume auto "
-                      "--dump-params %s",
-                      bf16, cases[c].after, dir, resumed));
+        free(fsdp_ok("train %s %s --steps 8 --dump-params %s", bf16, cases[c].before, full));
+        free(fsdp_ok("train %s %s --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", bf16,
+                     cases[c].before, dir));
+        free(fsdp_ok("train %s %s --steps 8 --checkpoint-dir %s/ck --resume auto "
+                     "--dump-params %s",
+                     bf16, cases[c].after, dir, resumed));
         cr_expect(same_file(full, resumed), "saved with %s, resumed with %s: they differ",
                   cases[c].before, cases[c].after);
     }
@@ -127,7 +105,7 @@ Test(checkpoint, a_checkpoint_moves_between_layouts, .timeout = 60) {
 
 Test(checkpoint, saves_are_pruned_and_a_killed_save_is_ignored) {
     fresh_dir("keep");
-    free(train_ok("train --steps 9 --checkpoint-dir %s/ck --checkpoint-every 2 --keep 2", dir));
+    free(fsdp_ok("train --steps 9 --checkpoint-dir %s/ck --checkpoint-every 2 --keep 2", dir));
     char path[256];
     struct stat st;
     const long kept[] = {8, 9}, gone[] = {2, 4, 6};
@@ -146,11 +124,11 @@ Test(checkpoint, saves_are_pruned_and_a_killed_save_is_ignored) {
              "echo junk > %s/ck/step-00000012/rank-00000.bin",
              dir, dir, dir);
     cr_assert_eq(system(cmd), 0);
-    char *out = train_ok("train --steps 10 --checkpoint-dir %s/ck --resume auto", dir);
+    char *out = fsdp_ok("train --steps 10 --checkpoint-dir %s/ck --resume auto", dir);
     cr_expect_neq(strstr(out, "step-00000009"), NULL, "the newest complete one: %.300s", out);
     free(out);
     /* --resume auto with nothing saved starts from the beginning */
-    out = train_ok("train --steps 2 --checkpoint-dir %s/empty --resume auto", dir);
+    out = fsdp_ok("train --steps 2 --checkpoint-dir %s/empty --resume auto", dir);
     cr_expect_neq(strstr(out, "no checkpoint yet, from the start"), NULL, "%.300s", out);
     free(out);
 }
@@ -163,10 +141,8 @@ static int killed_by_sigkill(int status) {
 
 Test(checkpoint, a_process_killed_during_a_save_leaves_the_previous_checkpoint_loadable) {
     fresh_dir("kill");
-    char full[256], resumed[256], path[512];
-    snprintf(full, sizeof full, "%s/full.txt", dir);
-    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
-    free(train_ok("train --steps 6 --dump-params %s", full));
+    char path[512];
+    free(fsdp_ok("train --steps 6 --dump-params %s", full));
     char args[512];
     snprintf(args, sizeof args,
              "train --steps 6 --checkpoint-dir %s/ck --checkpoint-every 2 --kill-in-save 4", dir);
@@ -187,9 +163,9 @@ Test(checkpoint, a_process_killed_during_a_save_leaves_the_previous_checkpoint_l
     cr_expect_eq(status, 0, "%.400s", out);
     free(out);
     /* and a resume from it ends where the run that was never killed did */
-    out = train_ok("train --steps 6 --checkpoint-dir %s/ck --checkpoint-every 2 --resume auto "
-                   "--dump-params %s",
-                   dir, resumed);
+    out = fsdp_ok("train --steps 6 --checkpoint-dir %s/ck --checkpoint-every 2 --resume auto "
+                  "--dump-params %s",
+                  dir, resumed);
     cr_expect_neq(strstr(out, "step-00000002"), NULL, "resumed from step 2: %.300s", out);
     free(out);
     cr_expect(same_file(full, resumed), "the resumed run differs from the uninterrupted one");
@@ -207,7 +183,7 @@ Test(checkpoint, a_process_killed_during_a_save_leaves_the_previous_checkpoint_l
  * it to fail with one line mentioning `want`. */
 static void expect_refused(const char *cmd, const char *want) {
     fresh_dir("bad");
-    free(train_ok("train --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
+    free(fsdp_ok("train --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
     char ck[256], shell[2048], args[512];
     snprintf(ck, sizeof ck, "%s/ck/step-00000004", dir);
     snprintf(shell, sizeof shell, cmd, ck, ck, ck);
@@ -243,16 +219,13 @@ Test(checkpoint, a_vit_resumes_at_another_world_size, .timeout = 60) {
     fresh_dir("vit");
     const char *vit = "--model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 --split test "
                       "--eval false";
-    char full[256], resumed[256];
-    snprintf(full, sizeof full, "%s/full.txt", dir);
-    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
-    free(train_ok("train %s --ranks 2 --batch-size 8 --steps 6 --dump-params %s", vit, full));
-    free(train_ok("train %s --ranks 2 --batch-size 8 --steps 3 --checkpoint-dir %s/ck "
-                  "--checkpoint-every 3",
-                  vit, dir));
-    free(train_ok("train %s --ranks 1 --batch-size 16 --steps 6 --resume %s/ck/step-00000003 "
-                  "--dump-params %s",
-                  vit, dir, resumed));
+    free(fsdp_ok("train %s --ranks 2 --batch-size 8 --steps 6 --dump-params %s", vit, full));
+    free(fsdp_ok("train %s --ranks 2 --batch-size 8 --steps 3 --checkpoint-dir %s/ck "
+                 "--checkpoint-every 3",
+                 vit, dir));
+    free(fsdp_ok("train %s --ranks 1 --batch-size 16 --steps 6 --resume %s/ck/step-00000003 "
+                 "--dump-params %s",
+                 vit, dir, resumed));
     double d = dump_rel_diff(resumed, full);
     cr_expect_leq(d, 1e-5, "relative difference %.3g", d);
 }
@@ -262,13 +235,11 @@ Test(checkpoint, a_vit_resumes_at_another_world_size, .timeout = 60) {
  * --max-restarts the failure ends the run, naming the rank and step. */
 Test(checkpoint, a_failed_rank_restarts_from_the_newest_checkpoint, .timeout = 60) {
     fresh_dir("fail");
-    char full[256], survived[256];
-    snprintf(full, sizeof full, "%s/full.txt", dir);
-    snprintf(survived, sizeof survived, "%s/survived.txt", dir);
-    free(train_ok("train --steps 12 --dump-params %s", full));
-    char *out = train_ok("train --steps 12 --checkpoint-dir %s/ck --checkpoint-every 4 "
-                         "--fail-at 7:1 --max-restarts 1 --dump-params %s",
-                         dir, survived);
+    const char *survived = resumed; /* the run that restarted after a failure */
+    free(fsdp_ok("train --steps 12 --dump-params %s", full));
+    char *out = fsdp_ok("train --steps 12 --checkpoint-dir %s/ck --checkpoint-every 4 "
+                        "--fail-at 7:1 --max-restarts 1 --dump-params %s",
+                        dir, survived);
     cr_expect_neq(strstr(out, "rank 1 failed at step 7 (injected by --fail-at)"), NULL, "%.400s",
                   out);
     cr_expect_neq(strstr(out, "restart 1 of 1 from"), NULL, "%.400s", out);
@@ -276,7 +247,7 @@ Test(checkpoint, a_failed_rank_restarts_from_the_newest_checkpoint, .timeout = 6
     cr_expect(same_file(full, survived), "the restarted run ends elsewhere");
     free(out);
     /* no checkpoint directory: the restart begins again from step 1, and still ends right */
-    free(train_ok("train --steps 12 --fail-at 3 --max-restarts 2 --dump-params %s", survived));
+    free(fsdp_ok("train --steps 12 --fail-at 3 --max-restarts 2 --dump-params %s", survived));
     cr_expect(same_file(full, survived));
     int status;
     out = fsdp_output("train --steps 12 --fail-at 7:1", "2>&1 >/dev/null", &status);
@@ -299,10 +270,10 @@ Test(checkpoint, a_failed_rank_restarts_from_the_newest_checkpoint, .timeout = 6
 Test(checkpoint, save_full_writes_the_trained_model) {
     fresh_dir("savefull");
     const char *vit = "train --model vit-tiny --layers 2 --batch-size 4 --eval false";
-    free(train_ok("%s --ranks 3 --steps 3 --save-full %s/m.safetensors --dump-params %s/a.txt", vit,
-                  dir, dir));
-    free(train_ok("%s --ranks 2 --steps 0 --init-from %s/m.safetensors --dump-params %s/b.txt", vit,
-                  dir, dir));
+    free(fsdp_ok("%s --ranks 3 --steps 3 --save-full %s/m.safetensors --dump-params %s/a.txt", vit,
+                 dir, dir));
+    free(fsdp_ok("%s --ranks 2 --steps 0 --init-from %s/m.safetensors --dump-params %s/b.txt", vit,
+                 dir, dir));
     char a[256], b[256], path[256];
     snprintf(a, sizeof a, "%s/a.txt", dir);
     snprintf(b, sizeof b, "%s/b.txt", dir);

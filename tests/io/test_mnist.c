@@ -62,29 +62,35 @@ static uint64_t pixel_sum(const uint8_t *p, size_t n) {
  *   t10k labels start 9 2 1 1 6 1 4 6 5 7 (9 = ankle boot); image 0 sums to 33456;
  *   all 10,000 test images sum to 573469082.
  *   train labels start 9 0 0 3 0 2 7 2 5 5; image 0 sums to 76247; all sum to 3431114169. */
-Test(mnist_real, test_split) {
+/* What is known of a split: its size, images per class, first ten labels, the pixel sum of
+ * image 0 and of all images. */
+typedef struct SplitFacts {
+    const char *split;
+    long n, per_class;
+    uint8_t first_labels[10];
+    uint64_t image0_sum, all_sum;
+} SplitFacts;
+
+static void check_split(const SplitFacts *want) {
     Dataset ds;
-    load_real(&ds, "test");
-    check_shape(&ds, 10000);
-    check_balance(&ds, 1000);
-    const uint8_t first[10] = {9, 2, 1, 1, 6, 1, 4, 6, 5, 7};
-    cr_assert_arr_eq(ds.labels, first, 10);
-    cr_assert_eq(pixel_sum(ds.pixels, PIX), 33456);
-    cr_assert_eq(pixel_sum(ds.pixels, (size_t)ds.n * PIX), 573469082ull);
+    load_real(&ds, want->split);
+    check_shape(&ds, want->n);
+    check_balance(&ds, want->per_class);
+    cr_assert_arr_eq(ds.labels, want->first_labels, 10);
+    cr_assert_eq(pixel_sum(ds.pixels, PIX), want->image0_sum);
+    cr_assert_eq(pixel_sum(ds.pixels, (size_t)ds.n * PIX), want->all_sum);
     dataset_free(&ds);
     cr_assert_null(ds.owned);
 }
 
+Test(mnist_real, test_split) {
+    check_split(
+        &(SplitFacts){"test", 10000, 1000, {9, 2, 1, 1, 6, 1, 4, 6, 5, 7}, 33456, 573469082ull});
+}
+
 Test(mnist_real, train_split) {
-    Dataset ds;
-    load_real(&ds, "train");
-    check_shape(&ds, 60000);
-    check_balance(&ds, 6000);
-    const uint8_t first[10] = {9, 0, 0, 3, 0, 2, 7, 2, 5, 5};
-    cr_assert_arr_eq(ds.labels, first, 10);
-    cr_assert_eq(pixel_sum(ds.pixels, PIX), 76247);
-    cr_assert_eq(pixel_sum(ds.pixels, (size_t)ds.n * PIX), 3431114169ull);
-    dataset_free(&ds);
+    check_split(
+        &(SplitFacts){"train", 60000, 6000, {9, 0, 0, 3, 0, 2, 7, 2, 5, 5}, 76247, 3431114169ull});
 }
 
 /* ---- tiny files made here ---- */
@@ -170,10 +176,18 @@ static void write_labels(const char *name, uint32_t magic, uint32_t count, const
 
 static const uint8_t TINY_LABELS[3] = {3, 0, 9};
 
-/* A good tiny train split: 3 images, 3 labels. */
-static void write_good(void) {
+/* The good files of the tiny train split: 3 images, 3 labels. */
+static void write_good_images(void) {
     write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 3 * PIX, 1);
+}
+
+static void write_good_labels(void) {
     write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 3);
+}
+
+static void write_good(void) {
+    write_good_images();
+    write_good_labels();
 }
 
 /* Loads the tiny train split expecting failure: ERR_USAGE, nothing held, and a message that
@@ -237,13 +251,13 @@ Test(mnist_files, test_split_reads_t10k_files) {
 Test(mnist_files, truncated_images) {
     /* header says 3, the data holds 2 images and half of the third */
     write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 2 * PIX + PIX / 2, 1);
-    write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 3);
+    write_good_labels();
     expect_fail("train", NAMES[0],
                 WORDS("truncated", "header says 3 images of 28x28", "ends after 2 of them"));
 }
 
 Test(mnist_files, truncated_labels) {
-    write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 3 * PIX, 1);
+    write_good_images();
     write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 1);
     expect_fail("train", NAMES[1], WORDS("truncated", "3 labels", "ends after 1 of them"));
 }
@@ -251,38 +265,38 @@ Test(mnist_files, truncated_labels) {
 Test(mnist_files, truncated_header) {
     /* the gzip'd data stops 6 bytes into the 16-byte header */
     write_file(NAMES[0], (const uint8_t *)"\0\0\x08\x03\0\0", 6, 1);
-    write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 3);
+    write_good_labels();
     expect_fail("train", NAMES[0], WORDS("truncated", "header"));
 }
 
 Test(mnist_files, empty_gzip) {
     write_file(NAMES[0], NULL, 0, 1);
-    write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 3);
+    write_good_labels();
     expect_fail("train", NAMES[0], WORDS("empty"));
 }
 
 Test(mnist_files, wrong_magic) {
     write_images(NAMES[0], 0x801, 3, SIDE, SIDE, 3 * PIX, 1);
-    write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 3);
+    write_good_labels();
     expect_fail("train", NAMES[0],
                 WORDS("not an IDX image file", "magic 0x00000801", "expected 0x00000803"));
 }
 
 Test(mnist_files, wrong_labels_magic) {
-    write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 3 * PIX, 1);
+    write_good_images();
     write_labels(NAMES[1], 0x12345678, 3, TINY_LABELS, 3);
     expect_fail("train", NAMES[1],
                 WORDS("not an IDX label file", "magic 0x12345678", "expected 0x00000801"));
 }
 
 Test(mnist_files, label_count_mismatch) {
-    write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 3 * PIX, 1);
+    write_good_images();
     write_labels(NAMES[1], 0x801, 2, TINY_LABELS, 2);
     expect_fail("train", NAMES[1], WORDS("has 2 labels", "has 3 images", NAMES[0]));
 }
 
 Test(mnist_files, label_out_of_range) {
-    write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 3 * PIX, 1);
+    write_good_images();
     const uint8_t bad[3] = {3, 12, 9};
     write_labels(NAMES[1], 0x801, 3, bad, 3);
     expect_fail("train", NAMES[1], WORDS("label 12 at index 1", "not a class 0..9"));
@@ -291,7 +305,7 @@ Test(mnist_files, label_out_of_range) {
 Test(mnist_files, not_gzip) {
     /* a valid IDX file, but stored uncompressed: zlib would pass the bytes through */
     write_images(NAMES[0], 0x803, 3, SIDE, SIDE, 3 * PIX, 0);
-    write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 3);
+    write_good_labels();
     expect_fail("train", NAMES[0], WORDS("not gzip data"));
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "io/nvme_tier.h"
+#include "tests/util.h"
 
 /* Requests may be aligned or not, O_DIRECT or buffered, and reads see the writes started before
  * them. A bad directory or a disk too small is one clear line at open that leaves no file behind
@@ -20,19 +21,13 @@
 static char dir[128];
 
 static void fresh_dir(const char *tag) {
-    snprintf(dir, sizeof dir, "/tmp/fsdp_nvme_%ld_%s", (long)getpid(), tag);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", dir, dir);
-    cr_assert_eq(system(cmd), 0);
+    fresh_test_dir(dir, sizeof dir, "nvme", tag);
 }
 
 /* After every test, passed or failed (a failed assertion ends a test before its own cleanup,
  * and a tier not closed leaves its file). */
 static void remove_dir(void) {
-    if (!dir[0]) return;
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+    if (dir[0]) remove_test_dir(dir);
 }
 
 TestSuite(nvme_tier, .fini = remove_dir);

@@ -83,6 +83,14 @@ static unsigned char *read_bytes(const char *path, size_t *n) {
     return buf;
 }
 
+/* Reading the file at path fails with an I/O error whose message contains `want`. */
+static void expect_read_error(const char *path, const char *want) {
+    SafeTensors st;
+    Err err = {0};
+    cr_assert_eq(st_read(&st, path, &err), ERR_IO, "read %s", path);
+    cr_assert_not_null(strstr(err.msg, want), "message '%s' lacks '%s'", err.msg, want);
+}
+
 /* Reading a file made of `json` (length field correct) and `data_bytes` of data fails with a
  * message that names the file and contains `want`. */
 static void expect_bad_header(const char *json, size_t data_bytes, const char *want) {
@@ -323,10 +331,7 @@ Test(safetensors, file_shorter_than_the_length_field) {
     TmpDir t;
     tmp_open(&t, "short.safetensors");
     write_bytes(t.path, "abc", 3);
-    SafeTensors st;
-    Err err = {0};
-    cr_assert_eq(st_read(&st, t.path, &err), ERR_IO);
-    cr_assert_not_null(strstr(err.msg, "file too short (3 bytes)"), "%s", err.msg);
+    expect_read_error(t.path, "file too short (3 bytes)");
     tmp_close(&t);
 }
 
@@ -335,11 +340,7 @@ Test(safetensors, header_length_larger_than_file) {
     tmp_open(&t, "long.safetensors");
     const char *json = "{}";
     write_raw(t.path, 1000, json, 2, 0);
-    SafeTensors st;
-    Err err = {0};
-    cr_assert_eq(st_read(&st, t.path, &err), ERR_IO);
-    cr_assert_not_null(strstr(err.msg, "header length 1000 is larger than the file (10 bytes)"),
-                       "%s", err.msg);
+    expect_read_error(t.path, "header length 1000 is larger than the file (10 bytes)");
     tmp_close(&t);
 }
 
@@ -347,14 +348,9 @@ Test(safetensors, header_length_absurd) {
     TmpDir t;
     tmp_open(&t, "absurd.safetensors");
     write_raw(t.path, 200ull * 1000 * 1000, "{}", 2, 0);
-    SafeTensors st;
-    Err err = {0};
-    cr_assert_eq(st_read(&st, t.path, &err), ERR_IO);
-    cr_assert_not_null(strstr(err.msg, "header length 200000000 is absurd (over 100 MB)"), "%s",
-                       err.msg);
+    expect_read_error(t.path, "header length 200000000 is absurd (over 100 MB)");
     write_raw(t.path, UINT64_MAX, "{}", 2, 0); /* no overflow in the size arithmetic */
-    cr_assert_eq(st_read(&st, t.path, &err), ERR_IO);
-    cr_assert_not_null(strstr(err.msg, "absurd"), "%s", err.msg);
+    expect_read_error(t.path, "absurd");
     tmp_close(&t);
 }
 
@@ -365,10 +361,7 @@ Test(safetensors, header_not_json) {
     TmpDir t; /* a NUL inside the header */
     tmp_open(&t, "nul.safetensors");
     write_raw(t.path, 4, "{}\0 ", 4, 0);
-    SafeTensors st;
-    Err err = {0};
-    cr_assert_eq(st_read(&st, t.path, &err), ERR_IO);
-    cr_assert_not_null(strstr(err.msg, "not valid JSON (NUL byte at 2)"), "%s", err.msg);
+    expect_read_error(t.path, "not valid JSON (NUL byte at 2)");
     tmp_close(&t);
 }
 

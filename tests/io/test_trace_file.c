@@ -38,19 +38,6 @@ static void write_text(const char *path, const char *text, size_t n) {
     fclose(f);
 }
 
-static char *read_text(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    char *s = malloc(*n + 1);
-    cr_assert_eq(fread(s, 1, *n, f), *n);
-    s[*n] = 0;
-    fclose(f);
-    return s;
-}
-
 Test(trace_file, a_real_run_round_trips_exactly) {
     ToyRun run;
     FsdpConfig c = toy_config(STRAT_ZERO2, 4);
@@ -112,7 +99,7 @@ static void expect_refused(const char *path, const char *want) {
 /* A valid file's text with `from` replaced by `to` (first occurrence). */
 static void write_edited(const char *good, const char *bad, const char *from, const char *to) {
     size_t n;
-    char *s = read_text(good, &n);
+    char *s = read_text_file(good, &n);
     char *at = strstr(s, from);
     cr_assert_not_null(at, "'%s' not in the file", from);
     FILE *f = fopen(bad, "w");
@@ -136,7 +123,7 @@ Test(trace_file, bad_files_are_one_clear_line) {
 
     expect_refused("/nonexistent/trace.json", "cannot open trace '/nonexistent/trace.json'");
     size_t n;
-    char *text = read_text(good, &n);
+    char *text = read_text_file(good, &n);
     write_text(bad, text, n / 2);
     expect_refused(bad, "truncated");
     write_text(bad, text, n - 3);

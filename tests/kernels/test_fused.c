@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
+#include "tests/util.h"
 
 /* On random inputs at vit-tiny's shapes and odd ones (one column, column counts that are no
  * multiple of the 8-wide chunks, one row, rows wider than the backward's 512-column blocks).
@@ -23,64 +24,17 @@ static const Kernels *K = &kernels_cpu;
 
 #define LN_EPS 1e-6f /* the ViT's (models/vit.c) */
 
-static uint32_t rand_next(uint32_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
-}
-
-/* n floats uniform in [lo, hi) (seeded) */
-static float *rand_buf(size_t n, float lo, float hi, uint32_t seed) {
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    cr_assert_not_null(x);
-    uint32_t s = seed * 2654435761u + 1u;
-    for (size_t i = 0; i < n; i++)
-        x[i] = lo + (hi - lo) * (float)((rand_next(&s) >> 8) * (1.0 / 16777216.0));
-    return x;
-}
-
-static float *copy_buf(const float *x, size_t n) {
-    float *y = malloc((n ? n : 1) * sizeof *y);
-    cr_assert_not_null(y);
-    memcpy(y, x, n * sizeof *y);
-    return y;
-}
-
-/* n NaNs: an overwritten output's starting value */
-static float *nan_buf(size_t n) {
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    cr_assert_not_null(x);
-    for (size_t i = 0; i < n; i++) x[i] = NAN;
-    return x;
-}
-
-static void free_all(float **bufs, size_t n) {
-    for (size_t i = 0; i < n; i++) free(bufs[i]);
+/* `what` at shape M x N, for a failure's message */
+static const char *at_shape(const char *what, size_t M, size_t N) {
+    static char text[160];
+    snprintf(text, sizeof text, "%s (M %zu, N %zu)", what, M, N);
+    return text;
 }
 
 /* Bit for bit. */
 static void assert_same(const char *what, size_t M, size_t N, const float *got, const float *want,
                         size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof(float)))
-            cr_assert_fail("%s (M %zu, N %zu): element %zu is %.9g, want %.9g", what, M, N, i,
-                           (double)got[i], (double)want[i]);
-}
-
-/* ||got - want|| <= rel ||want|| (L2), every value finite. */
-static void assert_close(const char *what, size_t M, size_t N, const float *got, const float *want,
-                         size_t n, double rel) {
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        cr_assert(isfinite(got[i]), "%s (M %zu, N %zu): element %zu is %g", what, M, N, i,
-                  (double)got[i]);
-        const double d = (double)got[i] - (double)want[i];
-        diff += d * d;
-        norm += (double)want[i] * (double)want[i];
-    }
-    cr_assert_leq(sqrt(diff), rel * sqrt(norm), "%s (M %zu, N %zu): relative difference %g", what,
-                  M, N, norm > 0 ? sqrt(diff / norm) : sqrt(diff));
+    assert_same_floats(got, want, n, at_shape(what, M, N));
 }
 
 /* Column sums taken in another order (per task, then the tasks' in order): each db[j] within
@@ -108,36 +62,33 @@ static const Shape SHAPES[] = {{1088, 128}, {34, 768}, {1, 1},  {7, 1},    {5, 1
                                {33, 17},    {1, 100},  {9, 24}, {3, 1001}, {130, 40}};
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 
-/* ---------------------------------------------------------------- bias + GELU */
-
-/* pre + b, row by row: the pre-activation the unfused ops saw */
-static float *biased(const float *pre, const float *b, size_t M, size_t N) {
-    const size_t n = M * N;
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    cr_assert_not_null(x);
-    for (size_t i = 0; i < M; i++)
-        for (size_t j = 0; j < N; j++) x[i * N + j] = pre[i * N + j] + b[j];
-    return x;
+/* Every test starts serial; the pool tests bind their own pools. */
+static void serial(void) {
+    kernels_cpu_use_pool(NULL);
 }
 
+TestSuite(fused, .init = serial);
+
+/* ---------------------------------------------------------------- bias + GELU */
+
 Test(fused, bias_gelu_forward_is_bias_add_then_gelu_forward) {
-    kernels_cpu_use_pool(NULL);
     for (size_t s = 0; s < N_SHAPES; s++) {
         const size_t M = SHAPES[s].M, N = SHAPES[s].N, n = M * N;
         const uint32_t seed = 10 + 10 * (uint32_t)s;
         /* around GELU's bend and its tails (erf saturates past |x| ~ 4) */
-        float *pre = rand_buf(n, -6.0f, 6.0f, seed), *b = rand_buf(N, -1.0f, 1.0f, seed + 1);
-        float *pre0 = copy_buf(pre, n);
+        float *pre = host_uniform(n, -6.0f, 6.0f, seed),
+              *b = host_uniform(N, -1.0f, 1.0f, seed + 1);
+        float *pre0 = host_copy(pre, n);
         /* the composition: the bias added row by row, then gelu_forward */
-        float *want_pre = biased(pre, b, M, N), *want_out = nan_buf(n);
+        float *want_pre = host_biased(pre, b, M, N), *want_out = host_nans(n);
         K->gelu_forward(want_out, want_pre, n);
 
-        float *out = nan_buf(n);
+        float *out = host_nans(n);
         K->bias_gelu_forward(out, pre, b, M, N);
         assert_same("bias_gelu_forward out", M, N, out, want_out, n);
         assert_same("bias_gelu_forward leaves pre as it was", M, N, pre, pre0, n);
         float *bufs[] = {pre, b, pre0, want_pre, want_out, out};
-        free_all(bufs, sizeof bufs / sizeof *bufs);
+        free_floats(bufs, sizeof bufs / sizeof *bufs);
     }
 }
 
@@ -146,66 +97,66 @@ Test(fused, bias_gelu_forward_is_bias_add_then_gelu_forward) {
  * GEMM's C (beta = 1); at these K (one OpenBLAS K block) that rounds as the separate add, but
  * the contract is 1e-6. */
 Test(fused, bias_gelu_forward_after_gemm_is_linear_with_bias_then_gelu) {
-    kernels_cpu_use_pool(NULL);
     const size_t shapes[][3] = {{1088, 128, 128}, {50, 33, 7}, {3, 5, 130}}; /* M, K, N */
     for (size_t s = 0; s < 3; s++) {
         const size_t M = shapes[s][0], Kd = shapes[s][1], N = shapes[s][2];
-        float *in = rand_buf(M * Kd, -1.0f, 1.0f, 100 + (uint32_t)s);
-        float *w = rand_buf(N * Kd, -0.5f, 0.5f, 110 + (uint32_t)s);
-        float *b = rand_buf(N, -1.0f, 1.0f, 120 + (uint32_t)s);
-        float *want_pre = nan_buf(M * N), *want_out = nan_buf(M * N);
+        float *in = host_uniform(M * Kd, -1.0f, 1.0f, 100 + (uint32_t)s);
+        float *w = host_uniform(N * Kd, -0.5f, 0.5f, 110 + (uint32_t)s);
+        float *b = host_uniform(N, -1.0f, 1.0f, 120 + (uint32_t)s);
+        float *want_pre = host_nans(M * N), *want_out = host_nans(M * N);
         K->linear_forward(want_pre, in, w, b, M, Kd, N);
         K->gelu_forward(want_out, want_pre, M * N);
-        float *pre = nan_buf(M * N), *out = nan_buf(M * N);
+        float *pre = host_nans(M * N), *out = host_nans(M * N);
         K->linear_forward(pre, in, w, NULL, M, Kd, N);
         K->bias_gelu_forward(out, pre, b, M, N);
-        float *got_pre = biased(pre, b, M, N); /* what backward recomputes */
-        assert_close("pre-activation", M, N, got_pre, want_pre, M * N, 1e-6);
-        assert_close("GELU", M, N, out, want_out, M * N, 1e-6);
+        float *got_pre = host_biased(pre, b, M, N); /* what backward recomputes */
+        assert_close_floats(got_pre, want_pre, M * N, 1e-6, at_shape("pre-activation", M, N));
+        assert_close_floats(out, want_out, M * N, 1e-6, at_shape("GELU", M, N));
         float *bufs[] = {in, w, b, want_pre, want_out, pre, out, got_pre};
-        free_all(bufs, sizeof bufs / sizeof *bufs);
+        free_floats(bufs, sizeof bufs / sizeof *bufs);
     }
 }
 
 /* gelu_backward at pre + b then bias_grad, and then linear_backward's db (the call it replaces
  * in models/vit.c): bit for bit, out of place and in place (dpre == dout). */
 Test(fused, bias_gelu_backward_is_gelu_backward_then_bias_grad) {
-    kernels_cpu_use_pool(NULL);
     for (size_t s = 0; s < N_SHAPES; s++) {
         const size_t M = SHAPES[s].M, N = SHAPES[s].N, n = M * N;
         const uint32_t seed = 200 + 10 * (uint32_t)s;
-        float *pre = rand_buf(n, -6.0f, 6.0f, seed), *dout = rand_buf(n, -1.0f, 1.0f, seed + 1);
-        float *db0 = rand_buf(N, -1.0f, 1.0f, seed + 2), *b = rand_buf(N, -1.0f, 1.0f, seed + 6);
+        float *pre = host_uniform(n, -6.0f, 6.0f, seed),
+              *dout = host_uniform(n, -1.0f, 1.0f, seed + 1);
+        float *db0 = host_uniform(N, -1.0f, 1.0f, seed + 2),
+              *b = host_uniform(N, -1.0f, 1.0f, seed + 6);
 
-        float *x = biased(pre, b, M, N), *want_d = nan_buf(n), *want_db = copy_buf(db0, N);
+        float *x = host_biased(pre, b, M, N), *want_d = host_nans(n), *want_db = host_copy(db0, N);
         K->gelu_backward(want_d, x, dout, n);
         K->bias_grad(want_db, want_d, M, N, N);
         /* linear_backward's db (din NULL; dw is a throwaway) */
         const size_t Kd = 3;
-        float *in = rand_buf(M * Kd, -1.0f, 1.0f, seed + 3), *w = rand_buf(N * Kd, -1, 1, seed + 4);
-        float *dw = rand_buf(N * Kd, -1.0f, 1.0f, seed + 5), *lin_db = copy_buf(db0, N);
+        float *in = host_uniform(M * Kd, -1.0f, 1.0f, seed + 3),
+              *w = host_uniform(N * Kd, -1, 1, seed + 4);
+        float *dw = host_uniform(N * Kd, -1.0f, 1.0f, seed + 5), *lin_db = host_copy(db0, N);
         K->linear_backward(NULL, dw, lin_db, want_d, in, w, M, Kd, N);
 
-        float *d = nan_buf(n), *db = copy_buf(db0, N);
+        float *d = host_nans(n), *db = host_copy(db0, N);
         K->bias_gelu_backward(d, db, dout, pre, b, M, N);
         assert_same("bias_gelu_backward dpre", M, N, d, want_d, n);
         assert_same("bias_gelu_backward db vs bias_grad", M, N, db, want_db, N);
         assert_same("bias_gelu_backward db vs linear_backward", M, N, db, lin_db, N);
 
-        float *d_in_place = copy_buf(dout, n), *db2 = copy_buf(db0, N);
+        float *d_in_place = host_copy(dout, n), *db2 = host_copy(db0, N);
         K->bias_gelu_backward(d_in_place, db2, d_in_place, pre, b, M, N);
         assert_same("bias_gelu_backward dpre in place", M, N, d_in_place, want_d, n);
         assert_same("bias_gelu_backward db in place", M, N, db2, want_db, N);
         float *bufs[] = {pre, dout, db0,    b, x,  want_d,     want_db, in,
                          w,   dw,   lin_db, d, db, d_in_place, db2};
-        free_all(bufs, sizeof bufs / sizeof *bufs);
+        free_floats(bufs, sizeof bufs / sizeof *bufs);
     }
 }
 
 /* By hand: b is a column's (pre + b = 0 everywhere, where GELU' = 1/2), and db accumulates:
  * two calls add twice. */
 Test(fused, bias_gelu_backward_by_hand_accumulates_db) {
-    kernels_cpu_use_pool(NULL);
     const size_t M = 4, N = 3;
     const float b[3] = {-0.5f, 0.25f, 1.0f};
     const float pre[12] = {0.5f, -0.25f, -1, 0.5f, -0.25f, -1, 0.5f, -0.25f, -1, 0.5f, -0.25f, -1};
@@ -231,23 +182,23 @@ Test(fused, bias_gelu_backward_by_hand_accumulates_db) {
 /* ---------------------------------------------------------------- residual + LayerNorm */
 
 Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
-    kernels_cpu_use_pool(NULL);
     for (size_t s = 0; s < N_SHAPES; s++) {
         const size_t M = SHAPES[s].M, C = SHAPES[s].N, n = M * C;
         const uint32_t seed = 400 + 10 * (uint32_t)s;
-        float *x = rand_buf(n, -2.0f, 3.0f, seed), *y = rand_buf(n, -1.0f, 1.0f, seed + 1);
-        float *w = rand_buf(C, 0.5f, 1.5f, seed + 2), *b = rand_buf(C, -0.5f, 0.5f, seed + 3);
-        float *want_sum = nan_buf(n), *want_out = nan_buf(n);
-        float *want_mean = nan_buf(M), *want_rstd = nan_buf(M);
+        float *x = host_uniform(n, -2.0f, 3.0f, seed), *y = host_uniform(n, -1.0f, 1.0f, seed + 1);
+        float *w = host_uniform(C, 0.5f, 1.5f, seed + 2),
+              *b = host_uniform(C, -0.5f, 0.5f, seed + 3);
+        float *want_sum = host_nans(n), *want_out = host_nans(n);
+        float *want_mean = host_nans(M), *want_rstd = host_nans(M);
         K->add(want_sum, x, y, n);
         K->layernorm_forward(want_out, want_mean, want_rstd, want_sum, w, b, M, C, LN_EPS);
 
         /* out of place, then in place into x (models/vit.c's call: sum = the attention branch's
          * output, x = the block's input) and into y */
         for (int into = 0; into < 3; into++) {
-            float *xc = copy_buf(x, n), *yc = copy_buf(y, n), *fresh = nan_buf(n);
+            float *xc = host_copy(x, n), *yc = host_copy(y, n), *fresh = host_nans(n);
             float *sum = into == 0 ? fresh : into == 1 ? xc : yc;
-            float *out = nan_buf(n), *mean = nan_buf(M), *rstd = nan_buf(M);
+            float *out = host_nans(n), *mean = host_nans(M), *rstd = host_nans(M);
             K->residual_layernorm_forward(sum, out, mean, rstd, xc, yc, w, b, M, C, LN_EPS);
             static const char *const how[] = {"into a new buffer", "into x", "into y"};
             char what[96];
@@ -258,26 +209,14 @@ Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
             assert_same("residual_layernorm mean", M, C, mean, want_mean, M);
             assert_same("residual_layernorm rstd", M, C, rstd, want_rstd, M);
             float *bufs[] = {xc, yc, fresh, out, mean, rstd};
-            free_all(bufs, sizeof bufs / sizeof *bufs);
+            free_floats(bufs, sizeof bufs / sizeof *bufs);
         }
         float *bufs[] = {x, y, w, b, want_sum, want_out, want_mean, want_rstd};
-        free_all(bufs, sizeof bufs / sizeof *bufs);
+        free_floats(bufs, sizeof bufs / sizeof *bufs);
     }
 }
 
 /* ---------------------------------------------------------------- with a pool */
-
-static CpuPool *bind_pool(int threads) {
-    CpuPool *p = cpu_pool_create(threads);
-    cr_assert_not_null(p);
-    kernels_cpu_use_pool(p);
-    return p;
-}
-
-static void unbind_pool(CpuPool *p) {
-    kernels_cpu_use_pool(NULL);
-    cpu_pool_destroy(p);
-}
 
 /* vit-tiny's, ragged row counts, few rows, and rows too wide for per-task partials in the
  * pool's scratch (65,536 floats a thread) */
@@ -292,16 +231,19 @@ static void check_pool(int threads) {
          * a block of 24 per task or too wide for the per-task partials */
         const int by_columns = N > CPU_POOL_SCRATCH_PER_THREAD || M < 24 * (size_t)threads;
         const uint32_t seed = 600 + 10 * (uint32_t)s;
-        float *pre0 = rand_buf(n, -6.0f, 6.0f, seed), *b = rand_buf(N, -1.0f, 1.0f, seed + 1);
-        float *dout = rand_buf(n, -1.0f, 1.0f, seed + 2), *db0 = rand_buf(N, -1, 1, seed + 3);
-        float *x = rand_buf(n, -2.0f, 3.0f, seed + 4), *w = rand_buf(N, 0.5f, 1.5f, seed + 5);
+        float *pre0 = host_uniform(n, -6.0f, 6.0f, seed),
+              *b = host_uniform(N, -1.0f, 1.0f, seed + 1);
+        float *dout = host_uniform(n, -1.0f, 1.0f, seed + 2),
+              *db0 = host_uniform(N, -1, 1, seed + 3);
+        float *x = host_uniform(n, -2.0f, 3.0f, seed + 4),
+              *w = host_uniform(N, 0.5f, 1.5f, seed + 5);
 
         /* [0]: serial; [1], [2]: a pool of `threads`, twice (run to run) */
         float *pre[3], *out[3], *d[3], *db[3], *sum[3], *ln[3], *mean[3], *rstd[3];
         for (int c = 0; c < 3; c++) {
-            pre[c] = copy_buf(pre0, n), out[c] = nan_buf(n), d[c] = nan_buf(n);
-            db[c] = copy_buf(db0, N), sum[c] = nan_buf(n), ln[c] = nan_buf(n);
-            mean[c] = nan_buf(M), rstd[c] = nan_buf(M);
+            pre[c] = host_copy(pre0, n), out[c] = host_nans(n), d[c] = host_nans(n);
+            db[c] = host_copy(db0, N), sum[c] = host_nans(n), ln[c] = host_nans(n);
+            mean[c] = host_nans(M), rstd[c] = host_nans(M);
             CpuPool *p = c ? bind_pool(threads) : NULL;
             const unsigned long before = cpu_pool_runs(p);
             K->bias_gelu_forward(out[c], pre[c], b, M, N);
@@ -332,8 +274,8 @@ static void check_pool(int threads) {
         assert_same("bias_gelu_backward db run to run", M, N, db[2], db[1], N);
 
         /* and against the unfused ops on the same pool: gelu_backward then bias_grad */
-        float *want_d = nan_buf(n), *want_db = copy_buf(db0, N),
-              *biased_pre = biased(pre0, b, M, N);
+        float *want_d = host_nans(n), *want_db = host_copy(db0, N),
+              *biased_pre = host_biased(pre0, b, M, N);
         CpuPool *p = bind_pool(threads);
         K->gelu_backward(want_d, biased_pre, dout, n);
         K->bias_grad(want_db, want_d, M, N, N);
@@ -344,10 +286,10 @@ static void check_pool(int threads) {
 
         for (int c = 0; c < 3; c++) {
             float *bufs[] = {pre[c], out[c], d[c], db[c], sum[c], ln[c], mean[c], rstd[c]};
-            free_all(bufs, sizeof bufs / sizeof *bufs);
+            free_floats(bufs, sizeof bufs / sizeof *bufs);
         }
         float *bufs[] = {pre0, b, dout, db0, x, w, want_d, want_db, biased_pre};
-        free_all(bufs, sizeof bufs / sizeof *bufs);
+        free_floats(bufs, sizeof bufs / sizeof *bufs);
     }
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/kernels.h"
+#include "tests/util.h"
 
 static float from_bits(uint32_t u) {
     float x;
@@ -20,14 +21,6 @@ static uint32_t to_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
-}
-
-/* Deterministic xorshift so random checks are reproducible. */
-static uint32_t rand_next(uint32_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
 }
 
 static int bf16_is_nan(uint16_t h) {
@@ -191,12 +184,12 @@ static void expect_nearest(float x, uint16_t h, float (*widen)(uint16_t), uint16
 Test(dtype, random_values_round_to_nearest) {
     uint32_t s = 0x9e3779b9u;
     for (int i = 0; i < 200000; i++) {
-        uint32_t u = rand_next(&s);
+        uint32_t u = xorshift32(&s);
         float x = from_bits(u);
         if (isfinite(x) && fabsf(x) < 0x1.fefp127f)
             expect_nearest(x, fp32_to_bf16(x), bf16_to_fp32, 0x7f80);
         /* exponents from far below fp16's subnormals up to just past its max */
-        uint32_t e = 90 + rand_next(&s) % 53;
+        uint32_t e = 90 + xorshift32(&s) % 53;
         x = from_bits((u & 0x807fffffu) | (e << 23));
         if (fabsf(x) < 65520.0f)
             expect_nearest(x, fp32_to_fp16(x), fp16_to_fp32, 0x7c00);

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
+#include "tests/util.h"
 
 /* Every backward is checked against central finite differences of its forward with the scalar loss
  * L = sum(out * R) for a fixed random R (so dout = R); the "+=" and "overwritten" contracts of
@@ -16,20 +17,6 @@
 extern int openblas_get_num_threads(void);
 
 static const Kernels *K = &kernels_cpu;
-
-static uint32_t rand_next(uint32_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 17;
-    *s ^= *s << 5;
-    return *s;
-}
-
-/* uniform in [lo, hi) */
-static void fill_uniform(float *x, size_t n, float lo, float hi, uint32_t seed) {
-    uint32_t s = seed * 2654435761u + 1u;
-    for (size_t i = 0; i < n; i++)
-        x[i] = lo + (hi - lo) * (float)((rand_next(&s) >> 8) * (1.0 / 16777216.0));
-}
 
 static void fill_const(float *x, size_t n, float v) {
     for (size_t i = 0; i < n; i++) x[i] = v;

@@ -58,16 +58,18 @@ static void tmp_remove(const Tmp *t) {
     cr_expect_eq(system(cmd), 0);
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    cr_assert(f, "cannot read %s", path);
-    char *buf = calloc(1, 1 << 20);
-    cr_assert(buf);
-    size_t n = fread(buf, 1, (1 << 20) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
+/* Every test's directory: a fresh one each test, removed after it however it ended. */
+static Tmp tmp;
+
+static void make_tmp(void) {
+    tmp_make(&tmp);
 }
+
+static void remove_tmp(void) {
+    tmp_remove(&tmp);
+}
+
+TestSuite(lessons, .init = make_tmp, .fini = remove_tmp);
 
 typedef struct Run {
     int code;
@@ -82,7 +84,8 @@ static Run lessons(const Tmp *t, const char *env, const char *args) {
     snprintf(cmd, sizeof cmd, "FSDP_LESSONS_STATE=%s %s timeout 120 %s lessons %s >%s 2>%s",
              t->state, env ? env : "", fsdp_bin(), args, out, err);
     int status = system(cmd);
-    Run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+    Run r = {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_text_file(out, NULL),
+             read_text_file(err, NULL)};
     return r;
 }
 
@@ -121,7 +124,7 @@ static int edited_by_learner(const LessonDir *l) {
 }
 
 static unsigned long file_crc(const char *path) {
-    char *text = slurp(path);
+    char *text = read_text_file(path, NULL);
     unsigned long crc = crc32(0L, (const Bytef *)text, (uInt)strlen(text));
     free(text);
     return crc;
@@ -130,9 +133,7 @@ static unsigned long file_crc(const char *path) {
 Test(lessons, every_lesson_is_listed_and_has_a_solution) {
     LessonDir ls[MAX_LESSONS];
     int n = find_lessons(ls);
-    Tmp t;
-    tmp_make(&t);
-    Run r = lessons(&t, NULL, "");
+    Run r = lessons(&tmp, NULL, "");
     cr_expect_eq(r.code, 0, "%s", r.err);
     for (int i = 0; i < n; i++) {
         char want[16], path[256], line[256];
@@ -148,26 +149,22 @@ Test(lessons, every_lesson_is_listed_and_has_a_solution) {
         cr_expect_eq(access(path, R_OK), 0, "%s is missing", path);
     }
     run_free(&r);
-    tmp_remove(&t);
 }
 
 Test(lessons, every_solution_passes_its_check) {
     LessonDir ls[MAX_LESSONS];
     int n = find_lessons(ls);
-    Tmp t;
-    tmp_make(&t);
     for (int i = 0; i < n; i++) {
         char args[256], want[64];
         snprintf(args, sizeof args, "check %02d --file lessons/solutions/%s.c", ls[i].number,
                  ls[i].folder);
-        Run r = lessons(&t, NULL, args);
+        Run r = lessons(&tmp, NULL, args);
         snprintf(want, sizeof want, "lesson %02d passed: ", ls[i].number);
         cr_expect_eq(r.code, 0, "`lessons %s` exited %d:\n%s%s", args, r.code, r.out, r.err);
         cr_expect(strstr(r.out, want), "`lessons %s` said:\n%s", args, r.out);
         run_free(&r);
     }
-    cr_expect_neq(access(t.state, F_OK), 0, "a --file check records no progress");
-    tmp_remove(&t);
+    cr_expect_neq(access(tmp.state, F_OK), 0, "a --file check records no progress");
 }
 
 /* As shipped, each exercise fails on its first expectation, in two lines: the input, what
@@ -175,8 +172,6 @@ Test(lessons, every_solution_passes_its_check) {
 Test(lessons, every_shipped_exercise_fails_on_an_expectation) {
     LessonDir ls[MAX_LESSONS];
     int n = find_lessons(ls);
-    Tmp t;
-    tmp_make(&t);
     for (int i = 0; i < n; i++) {
         if (edited_by_learner(&ls[i])) {
             cr_log_warn("lessons/%s/exercise.c differs from git HEAD: not checked as shipped",
@@ -186,7 +181,7 @@ Test(lessons, every_shipped_exercise_fails_on_an_expectation) {
         char args[256], first[64], hint[64], line[1024];
         snprintf(args, sizeof args, "check %02d --file lessons/%s/exercise.c", ls[i].number,
                  ls[i].folder);
-        Run r = lessons(&t, NULL, args);
+        Run r = lessons(&tmp, NULL, args);
         cr_expect_eq(r.code, 1, "`lessons %s` exited %d:\n%s%s", args, r.code, r.out, r.err);
         cr_expect_eq(count_lines(r.out), 2, "`lessons %s` said:\n%s", args, r.out);
         snprintf(first, sizeof first, "lesson %02d failed: ", ls[i].number);
@@ -198,15 +193,12 @@ Test(lessons, every_shipped_exercise_fails_on_an_expectation) {
         cr_expect(strstr(line, hint), "%s", line);
         run_free(&r);
     }
-    tmp_remove(&t);
 }
 
 Test(lessons, a_fresh_checkout_lists_every_lesson_as_not_started) {
     LessonDir ls[MAX_LESSONS];
     int n = find_lessons(ls);
-    Tmp t;
-    tmp_make(&t);
-    Run r = lessons(&t, NULL, "");
+    Run r = lessons(&tmp, NULL, "");
     cr_expect_eq(r.code, 0);
     for (int i = 0; i < n; i++) {
         char want[16], line[256], path[256];
@@ -221,7 +213,6 @@ Test(lessons, a_fresh_checkout_lists_every_lesson_as_not_started) {
     }
     cr_expect(strstr(r.out, "next: ./fsdp lessons check 01 (lessons/01-"), "%s", r.out);
     run_free(&r);
-    tmp_remove(&t);
 }
 
 static void write_file(const char *path, const char *text) {
@@ -231,19 +222,27 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
-Test(lessons, a_compile_error_is_its_first_error_and_source_line) {
-    Tmp t;
-    tmp_make(&t);
-    char path[128], args[256];
-    snprintf(path, sizeof path, "%s/exercise.c", t.dir);
-    write_file(path, "#include \"exercise.h\"\n"
-                     "\n"
-                     "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
-                     "    *begin = d0 * (size_t)r\n"
-                     "    *rows = (size_t)S + undeclared;\n"
-                     "}\n");
+/* `fsdp lessons check 02 --file PATH` of `source` written to PATH, tmp's directory/`name`
+ * (path: room for 128). */
+static Run check_02_source(const char *name, const char *source, char *path) {
+    snprintf(path, 128, "%s/%s", tmp.dir, name);
+    write_file(path, source);
+    char args[256];
     snprintf(args, sizeof args, "check 02 --file %s", path);
-    Run r = lessons(&t, NULL, args);
+    return lessons(&tmp, NULL, args);
+}
+
+Test(lessons, a_compile_error_is_its_first_error_and_source_line) {
+    char path[128];
+    Run r =
+        check_02_source("exercise.c",
+                        "#include \"exercise.h\"\n"
+                        "\n"
+                        "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+                        "    *begin = d0 * (size_t)r\n"
+                        "    *rows = (size_t)S + undeclared;\n"
+                        "}\n",
+                        path);
     cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
     /* "does not compile", the error, the source line, the caret, "fix it ..." */
     cr_expect_eq(count_lines(r.out), 5, "%s", r.out);
@@ -259,117 +258,103 @@ Test(lessons, a_compile_error_is_its_first_error_and_source_line) {
               "%s", r.out);
     cr_expect(strstr(r.out, "fix it and run ./fsdp lessons check 02 again\n"), "%s", r.out);
     run_free(&r);
-    tmp_remove(&t);
 }
 
 Test(lessons, a_crash_or_a_missing_function_is_one_plain_line) {
-    Tmp t;
-    tmp_make(&t);
-    char path[128], args[256];
-    snprintf(path, sizeof path, "%s/crash.c", t.dir);
-    write_file(path, "#include \"exercise.h\"\n"
-                     "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
-                     "    size_t *volatile nowhere = 0;\n"
-                     "    *begin = *nowhere + d0 + (size_t)S + (size_t)r;\n"
-                     "    *rows = 0;\n"
-                     "}\n"
-                     "size_t wire_rows(size_t d0, int S) { return d0 / (size_t)S; }\n"
-                     "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
-                     "    return (size_t)(t == 0) + (size_t)(n + S + r);\n"
-                     "}\n");
-    snprintf(args, sizeof args, "check 02 --file %s", path);
-    Run r = lessons(&t, NULL, args);
+    char path[128];
+    Run r =
+        check_02_source("crash.c",
+                        "#include \"exercise.h\"\n"
+                        "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+                        "    size_t *volatile nowhere = 0;\n"
+                        "    *begin = *nowhere + d0 + (size_t)S + (size_t)r;\n"
+                        "    *rows = 0;\n"
+                        "}\n"
+                        "size_t wire_rows(size_t d0, int S) { return d0 / (size_t)S; }\n"
+                        "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+                        "    return (size_t)(t == 0) + (size_t)(n + S + r);\n"
+                        "}\n",
+                        path);
     cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
     cr_expect(strstr(r.out, "lesson 02 failed: your code crashed in shard_range(d0=6, S=3, r=0)"),
               "%s", r.out);
     cr_expect(!strstr(r.out, "[----]") && count_lines(r.out) == 2, "%s", r.out);
     run_free(&r);
 
-    snprintf(path, sizeof path, "%s/missing.c", t.dir);
-    write_file(path, "#include \"exercise.h\"\n"
-                     "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
-                     "    *begin = d0 + (size_t)(S + r);\n"
-                     "    *rows = 0;\n"
-                     "}\n"
-                     "size_t wire_rows(size_t d0, int S) { return d0 / (size_t)S; }\n");
-    snprintf(args, sizeof args, "check 02 --file %s", path);
-    r = lessons(&t, NULL, args);
+    r = check_02_source("missing.c",
+                        "#include \"exercise.h\"\n"
+                        "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+                        "    *begin = d0 + (size_t)(S + r);\n"
+                        "    *rows = 0;\n"
+                        "}\n"
+                        "size_t wire_rows(size_t d0, int S) { return d0 / (size_t)S; }\n",
+                        path);
     cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
     cr_expect(strstr(r.out, "does not link: undefined reference to `rank_numel'\n"), "%s", r.out);
     run_free(&r);
-    tmp_remove(&t);
 }
 
 Test(lessons, hints_step_through_and_are_remembered) {
-    Tmp t;
-    tmp_make(&t);
     const char *steps[][2] = {
         {"hint 02", "lesson 02, hint 1 of "},   {"hint 02", "lesson 02, hint 2 of "},
         {"hint 2 1", "lesson 02, hint 1 of "},  {"hint 02", "lesson 02, hint 3 of "},
         {"hint 01 2", "lesson 01, hint 2 of "}, {"hint 01", "lesson 01, hint 3 of "}};
     for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
-        Run r = lessons(&t, NULL, steps[i][0]);
+        Run r = lessons(&tmp, NULL, steps[i][0]);
         cr_expect_eq(r.code, 0, "%s: %s", steps[i][0], r.err);
         cr_expect(!strncmp(r.out, steps[i][1], strlen(steps[i][1])), "`lessons %s` said:\n%s",
                   steps[i][0], r.out);
         run_free(&r);
     }
-    tmp_remove(&t);
 }
 
 /* In a copy of the lessons folder: a passing exercise is done, an edit after that makes it
  * in progress, and `check all` checks it again. */
 Test(lessons, progress_goes_from_not_started_to_done_to_in_progress) {
-    Tmp t;
-    tmp_make(&t);
     char cmd[512], env[256], line[256];
     snprintf(cmd, sizeof cmd,
              "cp -r lessons %s/lessons && rm -f %s/lessons/.progress && "
              "cp lessons/solutions/02-shard-ranges.c %s/lessons/02-shard-ranges/exercise.c",
-             t.dir, t.dir, t.dir);
+             tmp.dir, tmp.dir, tmp.dir);
     cr_assert_eq(system(cmd), 0);
-    snprintf(env, sizeof env, "FSDP_LESSONS_DIR=%s/lessons", t.dir);
-    Run r = lessons(&t, env, "");
+    snprintf(env, sizeof env, "FSDP_LESSONS_DIR=%s/lessons", tmp.dir);
+    Run r = lessons(&tmp, env, "");
     cr_expect(line_starting(r.out, "  02  ", line, sizeof line) && strstr(line, "in progress"),
               "%s", r.out);
     run_free(&r);
 
-    r = lessons(&t, env, "check 02");
+    r = lessons(&tmp, env, "check 02");
     cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
     cr_expect(strstr(r.out, "lesson 02 passed: ") && strstr(r.out, "\nnext: ./fsdp lessons check "),
               "%s", r.out);
     run_free(&r);
-    r = lessons(&t, env, "");
+    r = lessons(&tmp, env, "");
     cr_expect(line_starting(r.out, "  02  ", line, sizeof line) && strstr(line, "done"), "%s",
               r.out);
     run_free(&r);
 
     snprintf(cmd, sizeof cmd, "echo '/* edited */' >> %s/lessons/02-shard-ranges/exercise.c",
-             t.dir);
+             tmp.dir);
     cr_assert_eq(system(cmd), 0);
-    r = lessons(&t, env, "");
+    r = lessons(&tmp, env, "");
     cr_expect(line_starting(r.out, "  02  ", line, sizeof line) && strstr(line, "in progress"),
               "%s", r.out);
     run_free(&r);
-    r = lessons(&t, env, "check all");
+    r = lessons(&tmp, env, "check all");
     cr_expect(r.code == 0 || r.code == 1, "%s%s", r.out, r.err);
     cr_expect(strstr(r.out, "lesson 02 passed: ") && strstr(r.out, " lessons pass\n"), "%s", r.out);
     run_free(&r);
-    tmp_remove(&t);
 }
 
 Test(lessons, watch_stops_when_the_check_passes) {
-    Tmp t;
-    tmp_make(&t);
-    Run r = lessons(&t, NULL, "watch 01 --file lessons/solutions/01-memory-at-rest.c");
+    Run r = lessons(&tmp, NULL, "watch 01 --file lessons/solutions/01-memory-at-rest.c");
     cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
     cr_expect(strstr(r.out, "watching lessons/solutions/01-memory-at-rest.c"), "%s", r.out);
     cr_expect(strstr(r.out, "lesson 01 passed: "), "%s", r.out);
     run_free(&r);
-    tmp_remove(&t);
 }
 
-static void expect_usage_error(const char *args, const char *must_mention) {
+static void expect_lessons_usage_error(const char *args, const char *must_mention) {
     Tmp t;
     tmp_make(&t);
     Run r = lessons(&t, NULL, args);
@@ -382,15 +367,16 @@ static void expect_usage_error(const char *args, const char *must_mention) {
 }
 
 Test(lessons, bad_input_exits_2_with_one_line) {
-    expect_usage_error("check 99", "no lesson '99'");
-    expect_usage_error("check 02x", "no lesson '02x'");
-    expect_usage_error("check 02 --file", "--file needs a path");
-    expect_usage_error("check 02 --file /nonexistent/exercise.c", "/nonexistent/exercise.c");
-    expect_usage_error("check 02 --frobnicate", "--frobnicate");
-    expect_usage_error("check 01 02", "one lesson");
-    expect_usage_error("check all --file lessons/solutions/01-memory-at-rest.c", "--file");
-    expect_usage_error("hint 02 99", "hints 1 to");
-    expect_usage_error("hint 0", "no lesson '0'");
-    expect_usage_error("frobnicate", "unknown lessons command 'frobnicate'");
-    expect_usage_error("watch 99", "no lesson '99'");
+    expect_lessons_usage_error("check 99", "no lesson '99'");
+    expect_lessons_usage_error("check 02x", "no lesson '02x'");
+    expect_lessons_usage_error("check 02 --file", "--file needs a path");
+    expect_lessons_usage_error("check 02 --file /nonexistent/exercise.c",
+                               "/nonexistent/exercise.c");
+    expect_lessons_usage_error("check 02 --frobnicate", "--frobnicate");
+    expect_lessons_usage_error("check 01 02", "one lesson");
+    expect_lessons_usage_error("check all --file lessons/solutions/01-memory-at-rest.c", "--file");
+    expect_lessons_usage_error("hint 02 99", "hints 1 to");
+    expect_lessons_usage_error("hint 0", "no lesson '0'");
+    expect_lessons_usage_error("frobnicate", "unknown lessons command 'frobnicate'");
+    expect_lessons_usage_error("watch 99", "no lesson '99'");
 }

@@ -237,13 +237,20 @@ Test(transformer, bad_configs_are_one_line) {
 
 /* ---------------------------------------------------------------- accounting-only runs */
 
-Test(transformer, refuses_a_device_that_holds_data) {
+/* The small transformer and a simulated device (the default profile, its clock at 0) to run
+ * it on. */
+static void small_model_and_device(ModelDesc *m, SimDevice *dev, SimClock *clock) {
     TransformerConfig c = small_config();
+    small_model(m, &c);
+    *clock = (SimClock){0};
+    device_sim_init(dev, 0, clock, NULL, profile_default());
+}
+
+Test(transformer, refuses_a_device_that_holds_data) {
     ModelDesc m;
-    small_model(&m, &c);
-    SimClock clock = {0};
     SimDevice dev;
-    device_sim_init(&dev, 0, &clock, NULL, profile_default());
+    SimClock clock;
+    small_model_and_device(&m, &dev, &clock);
     ModelRun *run = NULL;
     Err err = {0};
     cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, 2, &run, &err), ERR_USAGE);
@@ -254,16 +261,23 @@ Test(transformer, refuses_a_device_that_holds_data) {
     model_desc_free(&m);
 }
 
-/* One training step of `ranks` x `batch` sequences on the simulated cluster; each rank's
- * memory. The data set is only a count: the sampler draws the global batch from it. */
-static int train_step(const ModelDesc *m, FsdpConfig cfg, int ranks, int accounting_only,
-                      RankMemory *memory, Err *err) {
+/* One zero3 training step of the small transformer on 4 simulated ranks of 2 sequences each,
+ * checkpointing every `ac_every` blocks (0: none); each rank's memory. The data set is only a
+ * count: the sampler draws the global batch from it. */
+static int small_step(int accounting_only, int ac_every, RankMemory memory[4], Err *err) {
+    TransformerConfig c = small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    FsdpConfig cfg;
+    fsdp_config_defaults(&cfg);
+    cfg.batch_size = 2;
+    cfg.ac_every = ac_every;
     Plan plan;
-    cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, ranks, 1, err), 0, "%s", err->msg);
-    Dataset data = {.n = (long)ranks * cfg.batch_size};
+    cr_assert_eq(plan_create(&plan, &m, cfg.wrap, cfg.strategy, 4, 1, err), 0, "%s", err->msg);
+    Dataset data = {.n = 4L * cfg.batch_size};
     TrainJob job = {
-        .model = m, .data = &data, .plan = &plan, .cfg = &cfg, .steps = 1, .memory = memory};
-    ClusterOptions opt = {.ranks = ranks,
+        .model = &m, .data = &data, .plan = &plan, .cfg = &cfg, .steps = 1, .memory = memory};
+    ClusterOptions opt = {.ranks = 4,
                           .replicas = 1,
                           .profile = profile_default(),
                           .accounting_only = accounting_only};
@@ -271,21 +285,15 @@ static int train_step(const ModelDesc *m, FsdpConfig cfg, int ranks, int account
     int rc = cluster_run(&opt, train_rank, &job, &res, err);
     cluster_result_free(&res);
     plan_free(&plan);
+    model_desc_free(&m);
     return rc;
 }
 
 Test(transformer, a_real_run_is_refused_in_one_line) {
-    TransformerConfig c = small_config();
-    ModelDesc m;
-    small_model(&m, &c);
-    FsdpConfig cfg;
-    fsdp_config_defaults(&cfg);
-    cfg.batch_size = 2;
     RankMemory memory[4];
     Err err = {0};
-    cr_expect_eq(train_step(&m, cfg, 4, 0, memory, &err), ERR_USAGE);
+    cr_expect_eq(small_step(0, 0, memory, &err), ERR_USAGE);
     expect_one_line(&err, NOT_ACCOUNTING);
-    model_desc_free(&m);
 }
 
 /* Activation bytes a rank holds at the start of the head's backward, once it has taken its
@@ -318,14 +326,9 @@ static size_t head_backward_bytes(const TransformerConfig *c, size_t B) {
  * backward adds after they are freed (its unit's gradients and temporaries, about 0.6 MB). */
 Test(transformer, an_accounting_only_step_holds_exactly_a_real_steps_activations) {
     TransformerConfig c = small_config();
-    ModelDesc m;
-    small_model(&m, &c);
-    FsdpConfig cfg;
-    fsdp_config_defaults(&cfg);
-    cfg.batch_size = 2;
     RankMemory memory[4];
     Err err = {0};
-    cr_assert_eq(train_step(&m, cfg, 4, 1, memory, &err), 0, "%s", err.msg);
+    cr_assert_eq(small_step(1, 0, memory, &err), 0, "%s", err.msg);
     /* R = 64 rows: 512 (ids) + 3 x 16,384 (stream) + 2 x 279,552 (blocks: 64 x 964 floats and
      * 8,192 of probabilities each) + 16,896 + 1,024,000 (head, logits and dlogits) + 32,768 */
     size_t want = head_backward_bytes(&c, 2);
@@ -338,13 +341,11 @@ Test(transformer, an_accounting_only_step_holds_exactly_a_real_steps_activations
         cr_expect_gt(memory[r].at_peak[MEM_PARAM_UNSHARDED], 0, "rank %d", r);
     }
     /* checkpointing every block keeps their inputs instead and holds less at the peak */
-    cfg.ac_every = 1;
     RankMemory ckpt[4];
-    cr_assert_eq(train_step(&m, cfg, 4, 1, ckpt, &err), 0, "%s", err.msg);
+    cr_assert_eq(small_step(1, 1, ckpt, &err), 0, "%s", err.msg);
     cr_expect_lt(ckpt[0].at_peak[MEM_ACTIVATIONS] + ckpt[0].at_peak[MEM_AC_INPUT],
                  memory[0].at_peak[MEM_ACTIVATIONS]);
     cr_expect_eq(ckpt[0].rest[MEM_ACTIVATIONS] + ckpt[0].rest[MEM_AC_INPUT], 0);
-    model_desc_free(&m);
 }
 
 /* The model alone on an accounting-only device: forward, loss and backward take only
@@ -354,10 +355,9 @@ Test(transformer, an_accounting_only_step_holds_exactly_a_real_steps_activations
 Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     TransformerConfig c = small_config();
     ModelDesc m;
-    small_model(&m, &c);
-    SimClock clock = {0};
     SimDevice dev;
-    device_sim_init(&dev, 0, &clock, NULL, profile_default());
+    SimClock clock;
+    small_model_and_device(&m, &dev, &clock);
     device_sim_accounting_only(&dev);
     ModelRun *run = NULL;
     Err err = {0};

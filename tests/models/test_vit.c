@@ -298,11 +298,8 @@ Test(vit, every_strategy_equals_one_rank_on_the_global_batch, .timeout = 120) {
     ModelDesc m;
     vit_small_create(&m, 2);
     enum { B = 4, STEPS = 20 };
-    struct {
-        Strategy s;
-        int ranks, replicas;
-    } cases[] = {{STRAT_ZERO3, 2, 1}, {STRAT_ZERO3, 3, 1}, {STRAT_ZERO2, 4, 1},
-                 {STRAT_DDP, 3, 1},   {STRAT_ZERO1, 2, 1}, {STRAT_HSDP, 4, 2}};
+    static const WorldCase cases[] = {{STRAT_ZERO3, 2, 1}, {STRAT_ZERO3, 3, 1}, {STRAT_ZERO2, 4, 1},
+                                      {STRAT_DDP, 3, 1},   {STRAT_ZERO1, 2, 1}, {STRAT_HSDP, 4, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         FsdpConfig one, many;
         fsdp_config_defaults(&one);
@@ -310,14 +307,14 @@ Test(vit, every_strategy_equals_one_rank_on_the_global_batch, .timeout = 120) {
         one.batch_size = B * cases[i].ranks;
         many = one;
         many.batch_size = B;
-        many.strategy = cases[i].s;
+        many.strategy = cases[i].strategy;
         many.replicas = cases[i].replicas;
         VitRun ref, run;
         vit_train(&ref, &m, one, 1, STEPS, 0);
         vit_train(&run, &m, many, cases[i].ranks, STEPS, 0);
         double d = rel_l2(run.params, ref.params, m.total_numel);
         cr_expect_leq(d, 1e-5, "%s at %d ranks: relative L2 %.3g from one rank",
-                      strategy_name(cases[i].s), cases[i].ranks, d);
+                      strategy_name(cases[i].strategy), cases[i].ranks, d);
         cr_expect_lt(run.last_loss, run.first_loss, "it learned: %g -> %g", run.first_loss,
                      run.last_loss);
         vit_run_free(&ref);

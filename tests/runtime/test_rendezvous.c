@@ -72,13 +72,8 @@ static void start(Meeting *m, int rank, int world) {
         m->pid[slot] = pid;
         return;
     }
-    DistEnv env = {.launcher = LAUNCHER_TORCHRUN,
-                   .rank = rank,
-                   .world_size = world,
-                   .local_rank = rank,
-                   .local_world_size = world,
-                   .master_addr = "127.0.0.1",
-                   .master_port = m->port};
+    /* all on one node: local rank and world are the global ones */
+    DistEnv env = {LAUNCHER_TORCHRUN, rank, world, rank, world, "127.0.0.1", m->port};
     unsigned char *blob = m->blobs + (size_t)slot * m->n;
     for (size_t i = 0; i < m->n; i++) blob[i] = rank == 0 ? pattern(i) : 0;
     Err err = {0};
@@ -102,11 +97,38 @@ static void meeting_close(Meeting *m) {
     munmap(m->blobs, MAX_PROCS * m->n);
 }
 
+/* One process coming to a meeting: its rank, the world size it believes in, and how long it
+ * waits after the one before it started. */
+typedef struct Arrival {
+    int rank, world;
+    int delay_ms;
+} Arrival;
+
+/* Opens a meeting of `n`-byte blobs, starts the `count` arrivals in order and waits for them
+ * all; returns the seconds from the first start to the last exit. */
+static double meet(Meeting *m, size_t n, double timeout_s, const Arrival *arrivals, int count) {
+    meeting_open(m, n, timeout_s);
+    double t0 = now();
+    for (int i = 0; i < count; i++) {
+        usleep((useconds_t)arrivals[i].delay_ms * 1000);
+        start(m, arrivals[i].rank, arrivals[i].world);
+    }
+    return finish(m, t0);
+}
+
 static void expect_blob(const Meeting *m, int slot) {
     const unsigned char *blob = m->blobs + (size_t)slot * m->n;
     size_t wrong = 0;
     for (size_t i = 0; i < m->n; i++) wrong += blob[i] != pattern(i);
     cr_expect_eq(wrong, 0, "process %d got %zu of %zu bytes wrong", slot, wrong, m->n);
+}
+
+/* Every process of the meeting succeeded and holds rank 0's pattern. */
+static void expect_all_got_the_blob(const Meeting *m) {
+    for (int i = 0; i < m->nprocs; i++) {
+        cr_expect_eq(m->out[i].rc, 0, "process %d: %s", i, m->out[i].msg);
+        expect_blob(m, i);
+    }
 }
 
 static void expect_failed_saying(const Meeting *m, int slot, const char *words) {
@@ -117,40 +139,22 @@ static void expect_failed_saying(const Meeting *m, int slot, const char *words) 
 }
 
 Test(rendezvous, four_ranks_share_a_128_byte_id, .timeout = 20) {
-    Meeting m;
-    meeting_open(&m, 128, 10.0);
-    double t0 = now();
-    for (int r = 3; r >= 1; r--) start(&m, r, 4);
-    usleep(200 * 1000); /* rank 0 comes last: the others keep trying */
-    start(&m, 0, 4);
-    finish(&m, t0);
-    for (int i = 0; i < 4; i++) {
-        cr_expect_eq(m.out[i].rc, 0, "process %d: %s", i, m.out[i].msg);
-        expect_blob(&m, i);
-    }
+    Meeting m; /* rank 0 comes last: the others keep trying */
+    meet(&m, 128, 10.0, (Arrival[]){{3, 4, 0}, {2, 4, 0}, {1, 4, 0}, {0, 4, .delay_ms = 200}}, 4);
+    expect_all_got_the_blob(&m);
     meeting_close(&m);
 }
 
 Test(rendezvous, a_large_blob_arrives_whole, .timeout = 20) {
-    Meeting m;
-    meeting_open(&m, 3 << 20, 10.0); /* more than a socket buffer: many partial sends */
-    double t0 = now();
-    for (int r = 0; r < 3; r++) start(&m, r, 3);
-    finish(&m, t0);
-    for (int i = 0; i < 3; i++) {
-        cr_expect_eq(m.out[i].rc, 0, "process %d: %s", i, m.out[i].msg);
-        expect_blob(&m, i);
-    }
+    Meeting m; /* more than a socket buffer: many partial sends */
+    meet(&m, 3 << 20, 10.0, (Arrival[]){{0, 3, 0}, {1, 3, 0}, {2, 3, 0}}, 3);
+    expect_all_got_the_blob(&m);
     meeting_close(&m);
 }
 
 Test(rendezvous, ranks_that_never_arrive_are_named, .timeout = 20) {
     Meeting m;
-    meeting_open(&m, 128, 1.0);
-    double t0 = now();
-    start(&m, 0, 4);
-    start(&m, 1, 4);
-    double took = finish(&m, t0);
+    double took = meet(&m, 128, 1.0, (Arrival[]){{0, 4, 0}, {1, 4, 0}}, 2);
     char words[200];
     snprintf(words, sizeof words,
              "rendezvous at 127.0.0.1:%d timed out after 1.0 s: ranks 2, 3 never arrived", m.port);
@@ -162,20 +166,14 @@ Test(rendezvous, ranks_that_never_arrive_are_named, .timeout = 20) {
 
 Test(rendezvous, many_missing_ranks_read_as_ranges, .timeout = 20) {
     Meeting m;
-    meeting_open(&m, 16, 0.5);
-    start(&m, 0, 8);
-    start(&m, 6, 8);
-    finish(&m, now());
+    meet(&m, 16, 0.5, (Arrival[]){{0, 8, 0}, {6, 8, 0}}, 2);
     expect_failed_saying(&m, 0, "ranks 1-5, 7 never arrived");
     meeting_close(&m);
 }
 
 Test(rendezvous, without_rank_0_the_others_say_so, .timeout = 20) {
     Meeting m;
-    meeting_open(&m, 128, 0.5);
-    double t0 = now();
-    start(&m, 1, 2);
-    double took = finish(&m, t0);
+    double took = meet(&m, 128, 0.5, (Arrival[]){{1, 2, 0}}, 1);
     expect_failed_saying(&m, 0, "timed out after 0.5 s: rank 0 was not reachable");
     cr_expect_lt(took, 2.0, "took %.1f s", took);
     meeting_close(&m);
@@ -183,11 +181,7 @@ Test(rendezvous, without_rank_0_the_others_say_so, .timeout = 20) {
 
 Test(rendezvous, a_wrong_world_size_names_both_sizes, .timeout = 20) {
     Meeting m;
-    meeting_open(&m, 128, 10.0);
-    double t0 = now();
-    start(&m, 0, 2);
-    start(&m, 1, 3);
-    double took = finish(&m, t0);
+    double took = meet(&m, 128, 10.0, (Arrival[]){{0, 2, 0}, {1, 3, 0}}, 2);
     expect_failed_saying(&m, 0, "rank 1 believes the world has 3 ranks, rank 0 that it has 2");
     expect_failed_saying(&m, 1, "rank 0 called it off: rank 1 believes the world has 3 ranks");
     cr_expect_lt(took, 5.0, "took %.1f s: the mismatch should end it at once", took);
@@ -196,34 +190,46 @@ Test(rendezvous, a_wrong_world_size_names_both_sizes, .timeout = 20) {
 
 Test(rendezvous, a_rank_seen_twice_or_out_of_range, .timeout = 20) {
     Meeting m;
-    meeting_open(&m, 8, 10.0);
-    double t0 = now();
-    start(&m, 0, 3);
-    start(&m, 1, 3);
-    usleep(100 * 1000);
-    start(&m, 1, 3);
-    double took = finish(&m, t0);
+    double took = meet(&m, 8, 10.0, (Arrival[]){{0, 3, 0}, {1, 3, 0}, {1, 3, .delay_ms = 100}}, 3);
     expect_failed_saying(&m, 0, "two processes say they are rank 1");
     cr_expect_lt(took, 5.0, "took %.1f s", took);
     meeting_close(&m);
 
-    meeting_open(&m, 8, 10.0);
-    start(&m, 0, 2);
-    start(&m, 5, 2);
-    finish(&m, now());
+    meet(&m, 8, 10.0, (Arrival[]){{0, 2, 0}, {5, 2, 0}}, 2);
     expect_failed_saying(&m, 0, "a process says it is rank 5, but the ranks are 0 to 1");
     expect_failed_saying(&m, 1, "rank 0 called it off");
     meeting_close(&m);
 }
 
-Test(rendezvous, a_taken_port_is_one_line, .timeout = 20) {
-    Meeting m;
-    meeting_open(&m, 8, 1.0);
-    int fd = socket(AF_INET6, SOCK_STREAM, 0); /* someone else listens there */
-    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)m.port)};
+/* Another program listening on `port`, on every address (IPv4 and IPv6). */
+static int listen_elsewhere(int port) {
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
     int zero = 0;
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     cr_assert(bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 1) == 0);
+    return fd;
+}
+
+/* A connection to 127.0.0.1:port, tried for up to 2 s while the listener comes up. */
+static int connect_when_listening(int port) {
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) return fd;
+        close(fd);
+        usleep(20 * 1000);
+    }
+    cr_assert_fail("rank 0 never listened on port %d", port);
+    return -1;
+}
+
+Test(rendezvous, a_taken_port_is_one_line, .timeout = 20) {
+    Meeting m;
+    meeting_open(&m, 8, 1.0);
+    int fd = listen_elsewhere(m.port);
     start(&m, 0, 2);
     finish(&m, now());
     close(fd);
@@ -237,26 +243,12 @@ Test(rendezvous, a_stray_connection_is_not_a_rank, .timeout = 20) {
     meeting_open(&m, 128, 10.0);
     double t0 = now();
     start(&m, 0, 2);
-    int fd = -1; /* something that is not fsdp talks to rank 0 first */
-    for (int tries = 0; tries < 100; tries++) {
-        fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET,
-                                .sin_port = htons((uint16_t)m.port),
-                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0) break;
-        close(fd);
-        fd = -1;
-        usleep(20 * 1000);
-    }
-    cr_assert_geq(fd, 0, "rank 0 never listened");
+    int fd = connect_when_listening(m.port); /* something that is not fsdp talks to rank 0 first */
     const char *junk = "GET / HTTP/1.0\r\nHost: x\r\n\r\n";
     cr_assert_eq(write(fd, junk, strlen(junk)), (ssize_t)strlen(junk));
     start(&m, 1, 2);
     finish(&m, t0);
     close(fd);
-    for (int i = 0; i < 2; i++) {
-        cr_expect_eq(m.out[i].rc, 0, "process %d: %s", i, m.out[i].msg);
-        expect_blob(&m, i);
-    }
+    expect_all_got_the_blob(&m);
     meeting_close(&m);
 }

@@ -6,6 +6,7 @@
 
 #include "sim/cluster.h"
 #include "sim/cost.h"
+#include "tests/util.h"
 
 /* The collectives: all-gather and reduce-scatter of uneven per-rank contents, all-reduce in place,
  * broadcast, reductions in low precision rounded once, overlapping requests. */
@@ -46,11 +47,7 @@ static int gather_and_scatter(const RankEnv *env, void *arg, Err *err) {
 Test(comm, all_gather_and_reduce_scatter_match_a_loop) {
     for (int n = 1; n <= 5; n++) {
         CommCase cc = {0};
-        ClusterOptions opt = {.ranks = n, .profile = profile_default()};
-        ClusterResult res;
-        Err err = {0};
-        cr_assert_eq(cluster_run(&opt, gather_and_scatter, &cc, &res, &err), 0, "%s", err.msg);
-        cluster_result_free(&res);
+        run_on_ranks_ok(n, gather_and_scatter, &cc);
         for (int r = 0; r < n; r++) {
             /* blocks 0..n-2 from the gather: rank q's block is q's contribution */
             for (int q = 0; q < n - 1; q++)
@@ -89,11 +86,7 @@ static int in_place_and_broadcast(const RankEnv *env, void *arg, Err *err) {
 
 Test(comm, all_reduce_in_place_broadcast_and_max) {
     CommCase cc = {0};
-    ClusterOptions opt = {.ranks = 4, .profile = profile_default()};
-    ClusterResult res;
-    Err err = {0};
-    cr_assert_eq(cluster_run(&opt, in_place_and_broadcast, &cc, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
+    run_on_ranks_ok(4, in_place_and_broadcast, &cc);
     for (int r = 0; r < 4; r++) {
         for (int i = 0; i < COUNT; i++) {
             cr_expect_eq(cc.out[r][i], (0.0f + 10 + 20 + 30) / 4 + (float)i, "avg r%d i%d", r, i);
@@ -117,11 +110,7 @@ static int low_precision_sum(const RankEnv *env, void *arg, Err *err) {
 
 Test(comm, low_precision_reductions_round_once) {
     CommCase cc = {0};
-    ClusterOptions opt = {.ranks = 3, .profile = profile_default()};
-    ClusterResult res;
-    Err err = {0};
-    cr_assert_eq(cluster_run(&opt, low_precision_sum, &cc, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
+    run_on_ranks_ok(3, low_precision_sum, &cc);
     for (int r = 0; r < 3; r++) cr_expect_eq(cc.out[r][0], 1.0078125f, "rank %d", r);
 }
 
@@ -157,11 +146,7 @@ static int overlapping_requests(const RankEnv *env, void *arg, Err *err) {
 
 Test(comm, overlapping_requests_complete_in_order) {
     CommCase cc = {0};
-    ClusterOptions opt = {.ranks = 4, .profile = profile_default()};
-    ClusterResult res;
-    Err err = {0};
-    cr_assert_eq(cluster_run(&opt, overlapping_requests, &cc, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
+    run_on_ranks_ok(4, overlapping_requests, &cc);
     double bytes = 4.0 * (1 << 14) * sizeof(float);
     double t = cost_collective(profile_default(), COLL_ALL_GATHER, bytes, 4, 1);
     for (int r = 0; r < 4; r++) {
@@ -183,11 +168,8 @@ static int diverging(const RankEnv *env, void *arg, Err *err) {
 }
 
 Test(comm, diverged_programs_fail_instead_of_hanging) {
-    ClusterOptions opt = {.ranks = 3, .profile = profile_default()};
-    ClusterResult res;
     Err err = {0};
-    int rc = cluster_run(&opt, diverging, NULL, &res, &err);
-    cluster_result_free(&res);
+    int rc = run_on_ranks(3, diverging, NULL, &err);
     cr_expect_neq(rc, 0);
     cr_expect(strstr(err.msg, "diverged") != NULL, "%s", err.msg);
 }
@@ -199,11 +181,8 @@ static int one_rank_fails(const RankEnv *env, void *arg, Err *err) {
 }
 
 Test(comm, a_failing_rank_stops_the_others) {
-    ClusterOptions opt = {.ranks = 4, .profile = profile_default()};
-    ClusterResult res;
     Err err = {0};
-    int rc = cluster_run(&opt, one_rank_fails, NULL, &res, &err);
-    cluster_result_free(&res);
+    int rc = run_on_ranks(4, one_rank_fails, NULL, &err);
     cr_expect_eq(rc, ERR_IO);
     cr_expect_str_eq(err.msg, "rank 2 could not read its data", "the root cause is reported");
 }
@@ -265,11 +244,7 @@ static int big_collectives(const RankEnv *env, void *arg, Err *err) {
 
 Test(comm, large_inputs_are_read_in_place) {
     BigCase bc = {0};
-    ClusterOptions opt = {.ranks = 3, .profile = profile_default()};
-    ClusterResult res;
-    Err err = {0};
-    cr_assert_eq(cluster_run(&opt, big_collectives, &bc, &res, &err), 0, "%s", err.msg);
-    cluster_result_free(&res);
+    run_on_ranks_ok(3, big_collectives, &bc);
     for (int r = 0; r < 3; r++)
         cr_expect_eq(bc.bad[r], 0, "rank %d: %d wrong elements", r, bc.bad[r]);
 }

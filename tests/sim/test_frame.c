@@ -27,13 +27,24 @@ static void frame_of(Frame *f, const ToyRun *run, size_t index) {
     cr_assert_eq(f->event, &run->trace.ev[index]);
 }
 
+/* A traced run of the toy under c at `ranks` ranks for `steps` steps, and a frame of its
+ * plan; toy_frame_free frees both. */
+static void toy_frame(ToyRun *run, Frame *f, FsdpConfig c, int ranks, long steps) {
+    toy_train(run, &c, ranks, steps, 1);
+    Err err = {0};
+    cr_assert_eq(frame_init(f, &run->plan, &err), 0, "%s", err.msg);
+}
+
+static void toy_frame_free(ToyRun *run, Frame *f) {
+    frame_free(f);
+    toy_run_free(run);
+}
+
 static void check_strategy(Strategy s, int gathered_after_forward) {
     FsdpConfig c = toy_config(s, 4);
     ToyRun run;
-    toy_train(&run, &c, 3, 1, 1);
     Frame f;
-    Err err = {0};
-    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    toy_frame(&run, &f, c, 3, 1);
     int sharded = s != STRAT_DDP;
     /* during La's forward, every rank has La's parameters in full */
     frame_of(&f, &run, find(&run.trace, EV_FORWARD, 0, 0, PHASE_FORWARD));
@@ -60,8 +71,7 @@ static void check_strategy(Strategy s, int gathered_after_forward) {
         cr_expect_eq(f.peak[r], run.memory[r].peak, "rank %d peak %zu vs %zu", r, f.peak[r],
                      run.memory[r].peak);
     }
-    frame_free(&f);
-    toy_run_free(&run);
+    toy_frame_free(&run, &f);
 }
 
 Test(frame, zero3_frees_each_unit_after_its_forward) {
@@ -77,12 +87,9 @@ Test(frame, ddp_never_gathers) {
 }
 
 Test(frame, memory_at_an_event_matches_a_plain_replay) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     ToyRun run;
-    toy_train(&run, &c, 3, 2, 1);
     Frame f;
-    Err err = {0};
-    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 2);
     size_t mid = run.trace.n / 2;
     frame_of(&f, &run, mid);
     /* mem_total on each alloc/free is the rank's total right after it: the frame's sum over
@@ -98,19 +105,16 @@ Test(frame, memory_at_an_event_matches_a_plain_replay) {
             got += frame_mem(&f, r, (MemCategory)cat);
         cr_expect_eq(got, want, "rank %d at event %zu", r, mid);
     }
+    Err err = {0};
     cr_expect_neq(frame_at(&f, &run.trace, &run.plan, run.trace.n, &err), 0, "past the end");
-    frame_free(&f);
-    toy_run_free(&run);
+    toy_frame_free(&run, &f);
 }
 
 /* The narration in the workshop's words, for the toy. */
 Test(frame, narration_names_who_sends_what) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     ToyRun run;
-    toy_train(&run, &c, 3, 1, 1);
     Frame f;
-    Err err = {0};
-    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 0, 0, PHASE_FORWARD));
     cr_expect_str_eq(
         f.narration,
@@ -123,11 +127,9 @@ Test(frame, narration_names_who_sends_what) {
                              "GPU 1 ∂c₁, GPU 2 ∂c₂");
     frame_of(&f, &run, find(&run.trace, EV_FORWARD, 1, 1, PHASE_FORWARD));
     cr_expect_str_eq(f.flow, "", "compute is not a collective");
-    frame_free(&f);
-    toy_run_free(&run);
+    toy_frame_free(&run, &f);
     /* at 4 ranks GPU 3's shards are empty: it receives everything and keeps nothing */
-    toy_train(&run, &c, 4, 1, 1);
-    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 4, 1);
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 3, 1, PHASE_FORWARD));
     cr_expect_str_eq(f.narration, "GPU 3 needs b₀ b₁ b₂ for Lb, has none of them, gathers b₀ "
                                   "from GPU 0, b₁ from GPU 1 and b₂ from GPU 2");
@@ -139,8 +141,7 @@ Test(frame, narration_names_who_sends_what) {
     cr_expect_str_eq(f.narration,
                      "∂a₀ ∂a₁ ∂a₂ of La are averaged over the GPUs; GPU 3 keeps nothing (its "
                      "shard is empty)");
-    frame_free(&f);
-    toy_run_free(&run);
+    toy_frame_free(&run, &f);
 }
 
 /* The step's timeline: the current all-gather sits on the comm row under the cursor, compute
@@ -149,10 +150,8 @@ Test(frame, timeline_marks_streams_and_the_current_event) {
     FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     c.offload = OFFLOAD_CPU;
     ToyRun run;
-    toy_train(&run, &c, 3, 1, 1);
     Frame f;
-    Err err = {0};
-    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
+    toy_frame(&run, &f, c, 3, 1);
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 1, 1, PHASE_FORWARD));
     const char *comm = f.timeline[1 * STREAM_COUNT + STREAM_COMM];
     const char *compute = f.timeline[1 * STREAM_COUNT + STREAM_COMPUTE];
@@ -162,25 +161,21 @@ Test(frame, timeline_marks_streams_and_the_current_event) {
     cr_expect_neq(strchr(copy, '~'), NULL, "offload copies shards to and from the host: %s", copy);
     cr_expect_eq(strlen(comm), FRAME_TIMELINE_COLS);
     cr_expect_gt(f.step_end, f.step_start);
-    frame_free(&f);
-    toy_run_free(&run);
+    toy_frame_free(&run, &f);
 }
 
 /* With the step's values in the trace, a rank's parameters are the step's starting values
  * until it steps Adam on the unit and the result after, each rank on its own schedule, and
  * its gradients count as reduced from its reduce-scatter of the unit on. */
 Test(frame, values_follow_each_ranks_progress_through_the_step) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     ToyRun run;
-    toy_train(&run, &c, 3, 2, 1);
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 2);
     Trace *t = &run.trace;
     t->params = run.step_params;
     t->grads = run.step_grads;
     t->steps = 2;
     t->numel = 9;
-    Frame f;
-    Err err = {0};
-    cr_assert_eq(frame_init(&f, &run.plan, &err), 0, "%s", err.msg);
     /* step 2 (index 1): rank 0 has just stepped Adam on La, rank 1 has not yet */
     size_t adam = 0;
     for (size_t i = 0; i < t->n; i++)
@@ -207,6 +202,5 @@ Test(frame, values_follow_each_ranks_progress_through_the_step) {
             cr_expect_eq(frame_values(&f, r, u), f.before);
         }
     t->params = t->grads = NULL; /* the run owns them */
-    frame_free(&f);
-    toy_run_free(&run);
+    toy_frame_free(&run, &f);
 }

@@ -107,14 +107,19 @@ Test(memory_timeline, chrome_counters_replay_every_category) {
     toy_run_free(&run);
 }
 
+/* The memory timeline of `step` of trace t (-1: the last), asserted to build. */
+static void timeline_of(MemoryTimeline *mt, const Trace *t, int step) {
+    Err err = {0};
+    cr_assert_eq(memory_timeline_build(mt, t, step, &err), 0, "%s", err.msg);
+}
+
 /* ---- the model of a real run -------------------------------------------------------------- */
 
 static void check_step_of_run(FsdpConfig c) {
     ToyRun run;
     toy_train(&run, &c, 3, 1, 1);
     MemoryTimeline mt;
-    Err err = {0};
-    cr_assert_eq(memory_timeline_build(&mt, &run.trace, -1, &err), 0, "%s", err.msg);
+    timeline_of(&mt, &run.trace, -1);
     cr_assert_eq(mt.step, 0, "the last (only) step");
     cr_assert_eq(mt.nranks, 3);
     cr_assert_gt(mt.end, mt.start);
@@ -168,8 +173,7 @@ Test(memory_timeline, samples_equal_the_traced_totals) {
     toy_train(&run, &c, 3, 3, 1);
     for (int step = 0; step < 3; step++) {
         MemoryTimeline mt;
-        Err err = {0};
-        cr_assert_eq(memory_timeline_build(&mt, &run.trace, step, &err), 0, "%s", err.msg);
+        timeline_of(&mt, &run.trace, step);
         cr_assert_eq(mt.step, step);
         size_t seen[3] = {0};
         for (size_t i = 0; i < run.trace.n; i++) {
@@ -187,10 +191,10 @@ Test(memory_timeline, samples_equal_the_traced_totals) {
         memory_timeline_free(&mt);
     }
     MemoryTimeline mt;
-    Err err = {0};
-    cr_assert_eq(memory_timeline_build(&mt, &run.trace, -1, &err), 0, "%s", err.msg);
+    timeline_of(&mt, &run.trace, -1);
     cr_expect_eq(mt.step, 2, "-1 is the last step");
     memory_timeline_free(&mt);
+    Err err = {0};
     cr_assert_eq(memory_timeline_build(&mt, &run.trace, 7, &err), ERR_USAGE);
     cr_expect_str_eq(err.msg, "the trace has no events of step 8 (counting from 1)");
     memory_timeline_free(&mt);
@@ -267,8 +271,7 @@ Test(memory_timeline, text_rows_of_a_trace_by_hand) {
     Trace t;
     hand_trace(&t, 2);
     MemoryTimeline mt;
-    Err err = {0};
-    cr_assert_eq(memory_timeline_build(&mt, &t, -1, &err), 0, "%s", err.msg);
+    timeline_of(&mt, &t, -1);
     cr_assert_eq(mt.step, 0);
     cr_assert_eq(mt.ranks[0].peak, 6144);
     cr_assert_float_eq(mt.ranks[0].peak_time, 2.5e-6, 1e-15, "the first time it peaks");
@@ -291,6 +294,7 @@ Test(memory_timeline, text_rows_of_a_trace_by_hand) {
         "  total            ▃▃▃▃▄▃▃█  6.00 KiB\n";
     cr_expect_str_eq(text, want);
     free(text);
+    Err err = {0};
     cr_assert_eq(memory_text_write(&mt, 7, stdout, &err), ERR_USAGE);
     memory_timeline_free(&mt);
     trace_free(&t);
@@ -400,19 +404,6 @@ static size_t pixels_of(const Png *png, unsigned colour) {
     return n;
 }
 
-static char *read_all(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
-    size_t n = (size_t)ftell(f);
-    rewind(f);
-    char *s = malloc(n + 1);
-    cr_assert_eq(fread(s, 1, n, f), n);
-    s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static size_t count_of(const char *s, const char *what) {
     size_t n = 0;
     for (const char *at = s; (at = strstr(at, what)); at += strlen(what)) n++;
@@ -438,7 +429,7 @@ static char *render(const MemoryTimeline *mt, const MemorySvgOptions *o, const c
     snprintf(cmd, sizeof cmd, "rsvg-convert -o %s %s 2>&1", out, svg);
     cr_assert_eq(system(cmd), 0, "rsvg-convert refused %s", svg);
     png_read(out, png);
-    char *text = read_all(svg);
+    char *text = read_text_file(svg, NULL);
     unlink(svg);
     unlink(out);
     return text;
@@ -457,8 +448,7 @@ Test(memory_timeline, svg_of_a_run_renders_in_rsvg) {
     FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     toy_train(&run, &c, 3, 1, 1);
     MemoryTimeline mt;
-    Err err = {0};
-    cr_assert_eq(memory_timeline_build(&mt, &run.trace, -1, &err), 0, "%s", err.msg);
+    timeline_of(&mt, &run.trace, -1);
     /* DDP: full params, grads and two Adam moments */
     MemorySvgOptions o = {.title = "toy <zero3> & \"3 GPUs\" \x01 bad\xff",
                           .ddp_bytes = 4 * 9 * sizeof(float)};
@@ -493,8 +483,7 @@ Test(memory_timeline, past_sixteen_ranks_the_rest_are_counted) {
     Trace t;
     hand_trace(&t, 19);
     MemoryTimeline mt;
-    Err err = {0};
-    cr_assert_eq(memory_timeline_build(&mt, &t, 0, &err), 0, "%s", err.msg);
+    timeline_of(&mt, &t, 0);
     cr_assert_eq(mt.nranks, 19);
     cr_assert_eq(mt.ranks[18].n, 1, "a rank with no events in the step holds what it had");
     cr_assert_eq(mt.ranks[18].samples[0].bytes[MEM_PARAM_SHARD], 64);

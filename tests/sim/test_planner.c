@@ -24,19 +24,17 @@ static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long ste
 }
 
 Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
-    struct {
-        Strategy s;
-        int ranks, replicas;
-    } cases[] = {{STRAT_DDP, 3, 1},   {STRAT_ZERO1, 3, 1}, {STRAT_ZERO2, 3, 1},
-                 {STRAT_ZERO3, 3, 1}, {STRAT_ZERO3, 4, 1}, {STRAT_HSDP, 4, 2}};
+    static const WorldCase cases[] = {{STRAT_DDP, 3, 1},   {STRAT_ZERO1, 3, 1}, {STRAT_ZERO2, 3, 1},
+                                      {STRAT_ZERO3, 3, 1}, {STRAT_ZERO3, 4, 1}, {STRAT_HSDP, 4, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        FsdpConfig cfg = toy_config(cases[i].s, 8);
+        FsdpConfig cfg = toy_config(cases[i].strategy, 8);
         cfg.replicas = cases[i].replicas;
         ToyRun real;
         toy_train(&real, &cfg, cases[i].ranks, 2, 0);
         PlannerResult planned;
         plan_run(&real.model, &real.plan, cfg, 2, &planned);
-        expect_same_memory(real.memory, planned.memory, cases[i].ranks, strategy_name(cases[i].s));
+        expect_same_memory(real.memory, planned.memory, cases[i].ranks,
+                           strategy_name(cases[i].strategy));
         planner_result_free(&planned);
         toy_run_free(&real);
     }
@@ -45,22 +43,18 @@ Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
 Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
     ModelDesc m;
     vit_small_create(&m, 2);
-    struct {
-        const char *name;
-        FsdpConfig cfg;
-        int ranks;
-    } cases[] = {{"ddp", vit_config(STRAT_DDP, 4), 3},
-                 {"zero1", vit_config(STRAT_ZERO1, 4), 3},
-                 {"zero2", vit_config(STRAT_ZERO2, 4), 3},
-                 {"zero3", vit_config(STRAT_ZERO3, 4), 3},
-                 {"hsdp", vit_config(STRAT_HSDP, 4), 4},
-                 {"bf16", vit_config(STRAT_ZERO3, 4), 3},
-                 {"offload", vit_config(STRAT_ZERO3, 4), 3},
-                 {"ac", vit_config(STRAT_ZERO3, 4), 3},
-                 {"deepspeed ddp", vit_config(STRAT_DDP, 4), 3},
-                 {"deepspeed zero1", vit_config(STRAT_ZERO1, 4), 3},
-                 {"deepspeed zero2", vit_config(STRAT_ZERO2, 4), 3},
-                 {"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 4), 3}};
+    ConfigCase cases[] = {{"ddp", vit_config(STRAT_DDP, 4), 3},
+                          {"zero1", vit_config(STRAT_ZERO1, 4), 3},
+                          {"zero2", vit_config(STRAT_ZERO2, 4), 3},
+                          {"zero3", vit_config(STRAT_ZERO3, 4), 3},
+                          {"hsdp", vit_config(STRAT_HSDP, 4), 4},
+                          {"bf16", vit_config(STRAT_ZERO3, 4), 3},
+                          {"offload", vit_config(STRAT_ZERO3, 4), 3},
+                          {"ac", vit_config(STRAT_ZERO3, 4), 3},
+                          {"deepspeed ddp", vit_config(STRAT_DDP, 4), 3},
+                          {"deepspeed zero1", vit_config(STRAT_ZERO1, 4), 3},
+                          {"deepspeed zero2", vit_config(STRAT_ZERO2, 4), 3},
+                          {"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 4), 3}};
     cases[4].cfg.replicas = 2;
     cases[5].cfg.param_dtype = DTYPE_BF16;
     cases[6].cfg.offload = OFFLOAD_CPU;
@@ -87,16 +81,23 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
     model_desc_free(&m);
 }
 
+/* A preset ViT and its zero3 plan (wrapped by layer, the default) at `ranks` ranks. */
+static void preset_zero3_plan(ModelDesc *m, Plan *p, const char *preset, int ranks) {
+    vit_preset_create(m, preset);
+    Err err = {0};
+    cr_assert_eq(plan_create(p, m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, ranks, 1, &err),
+                 0, "%s", err.msg);
+}
+
 /* vit-tiny as `fsdp train --model vit-tiny` builds it (10 blocks), at 4 ranks. */
 Test(planner, the_whole_vit_tiny_plan_equals_a_real_run) {
     ModelDesc m;
-    Err err = {0};
-    vit_preset_create(&m, "vit-tiny");
+    Plan p;
+    preset_zero3_plan(&m, &p, "vit-tiny", 4);
     FsdpConfig cfg = vit_config(STRAT_ZERO3, 8);
+    cr_assert_eq(cfg.wrap.kind, WRAP_LAYER);
     VitRun real;
     vit_train(&real, &m, cfg, 4, 2, 0);
-    Plan p;
-    cr_assert_eq(plan_create(&p, &m, cfg.wrap, STRAT_ZERO3, 4, 1, &err), 0);
     PlannerResult planned;
     plan_run(&m, &p, cfg, 2, &planned);
     expect_same_memory(real.memory, planned.memory, 4, "vit-tiny");
@@ -108,19 +109,10 @@ Test(planner, the_whole_vit_tiny_plan_equals_a_real_run) {
 
 /* The representatives stand in exactly for the ranks they replace: an accounting-only run of
  * every rank of vit-workshop gives each rank the same bytes as the planner's few. */
-typedef struct AllRanks {
-    const ModelDesc *m;
-    const Plan *p;
-    FsdpConfig cfg;
-    RankMemory memory[8];
-} AllRanks;
-
 Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
     ModelDesc m;
-    Err err = {0};
-    vit_preset_create(&m, "vit-workshop");
     Plan p;
-    cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, 6, 1, &err), 0);
+    preset_zero3_plan(&m, &p, "vit-workshop", 6);
     FsdpConfig cfg = vit_config(STRAT_ZERO3, 2);
     PlannerResult planned;
     plan_run(&m, &p, cfg, 2, &planned);
@@ -145,6 +137,7 @@ Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
     ClusterOptions opt = {
         .ranks = 6, .replicas = 1, .profile = profile_default(), .accounting_only = 1};
     ClusterResult res;
+    Err err = {0};
     cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
     expect_same_memory(all, planned.memory, 6, "vit-workshop");
     cluster_result_free(&res);
@@ -156,11 +149,9 @@ Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
 
 Test(planner, a_handful_of_ranks_stand_for_1024) {
     ModelDesc m;
-    Err err = {0};
-    vit_preset_create(&m, "vit-workshop");
     Plan p;
-    cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, STRAT_ZERO3, 1024, 1, &err),
-                 0);
+    preset_zero3_plan(&m, &p, "vit-workshop", 1024);
+    Err err = {0};
     int *rep = malloc(1024 * sizeof *rep);
     int n = planner_representatives(&p, rep, &err);
     cr_expect_gt(n, 1);
@@ -313,7 +304,7 @@ Test(plan_cli, prints_the_true_size_of_the_workshop_vit) {
 }
 
 Test(plan_cli, bad_input_is_one_line_and_exit_2) {
-    const char *cases[][2] = {
+    static const UsageCase cases[] = {
         {"plan --gpus 0", "--gpus must be a whole number from 1 to 1024 (got '0')"},
         {"plan --gpus -3", "--gpus must be a whole number from 1 to 1024 (got '-3')"},
         {"plan --params -1", "--params must be a number above 0"},
@@ -330,14 +321,5 @@ Test(plan_cli, bad_input_is_one_line_and_exit_2) {
         {"plan --model vit-tiny --batch-size 1e12", "--batch-size must be"},
         {"plan --model transformer --hidden 100 --heads 3", "--hidden"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        int status;
-        char *out = fsdp_output(cases[i][0], "2>&1 >/dev/null", &status);
-        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: status %d", cases[i][0],
-                  status);
-        cr_expect_neq(strstr(out, cases[i][1]), NULL, "%s: %s", cases[i][0], out);
-        cr_expect_eq(strchr(out, '\n'), out + strlen(out) - 1, "%s: one line: %s", cases[i][0],
-                     out);
-        free(out);
-    }
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }

@@ -93,6 +93,12 @@ static void keys(const char *k) {
     cr_assert_eq(sh(cmd), 0);
 }
 
+/* Presses `k`, then whether the screen shows `text` within 5 s. */
+static int shows_after(const char *k, const char *text) {
+    keys(k);
+    return shows(text);
+}
+
 /* `fsdp viz ARGS` in a new w x h session named after the test. The pane outlives the viewer
  * and says how it exited: its error message stays readable, and tmux does not fail the start
  * when a viewer exits at once. */
@@ -118,8 +124,7 @@ static void resize(int w, int h) {
 
 /* q ends the viewer, with status 0. */
 static void quit(void) {
-    keys("q");
-    cr_expect(shows("fsdp exited with 0"), "q quits");
+    cr_expect(shows_after("q", "fsdp exited with 0"), "q quits");
 }
 
 /* Every test's .fini, failed or not: no viewer is left behind. */
@@ -146,20 +151,14 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     cr_expect(shows("event 1/339"));
     cr_expect(shows("GPU 0 allocates 4 B of param shard for La"));
     cr_expect(shows("|DDP"), "the memory legend with the DDP marker");
-    keys("n n n");
-    cr_expect(shows("event 4/339"));
-    keys("p");
-    cr_expect(shows("event 3/339"));
-    keys("g 5 5 Enter");
-    cr_expect(shows("event 55/339"));
+    cr_expect(shows_after("n n n", "event 4/339"));
+    cr_expect(shows_after("p", "event 3/339"));
+    cr_expect(shows_after("g 5 5 Enter", "event 55/339"));
     cr_expect(shows("GPU 0 needs a₀ a₁ a₂ for La, has a₀"));
-    keys("b");
-    cr_expect(shows("backward"));
-    keys("h");
-    cr_expect(shows("this help"));
+    cr_expect(shows_after("b", "backward"));
+    cr_expect(shows_after("h", "this help"));
     cr_expect(shows("DDP beside this run"), "the help names key d");
-    keys("x");
-    cr_expect(shows("memory"));
+    cr_expect(shows_after("x", "memory"));
     resize(40, 10);
     cr_expect(shows("too small: 40x10, needs 60x12"));
     resize(100, 30);
@@ -174,8 +173,7 @@ Test(tui, d_shows_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
     start("ddp", 100, 30, "--ranks 3 --strategy zero3");
     cr_expect(shows("event 1/339"));
     cr_expect(shows(" d DDP "), "the key line names d");
-    keys("g 5 5 Enter");
-    cr_expect(shows("event 55/339"));
+    cr_expect(shows_after("g 5 5 Enter", "event 55/339"));
     keys("d");
     cr_assert(shows("DDP at the same point: event "));
     const char *s = settled();
@@ -189,8 +187,7 @@ Test(tui, d_shows_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
     cr_expect_gt(fsdp_bytes, 0, "zero3's GPU 0 memory bar:\n%s", s);
     cr_expect_gt(ddp_bytes, fsdp_bytes, "DDP holds more than zero3 at the same point:\n%s", s);
     /* the DDP side follows the run: at zero3's forward of La on GPU 0, DDP's */
-    keys("g 7 0 Enter");
-    cr_expect(shows("event 70/339  step 1  forward  GPU 0  forward La"));
+    cr_expect(shows_after("g 7 0 Enter", "event 70/339  step 1  forward  GPU 0  forward La"));
     s = settled();
     cr_expect(strstr(row_of(s, "DDP at the same point"), "GPU 0 forward La"),
               "DDP's title names the same forward:\n%s", s);
@@ -208,8 +205,7 @@ Test(tui, d_shows_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
 Test(tui, d_on_a_ddp_run_says_so, .timeout = 60, .fini = stop) {
     start("ddp_run", 100, 30, "--ranks 3 --strategy ddp");
     cr_expect(shows("event 1/159"));
-    keys("d");
-    cr_expect(shows("this run is DDP"));
+    cr_expect(shows_after("d", "this run is DDP"));
     cr_expect(!strstr(screen(), "DDP at the same point"), "no DDP view");
     keys("n");
     cr_expect(hides("this run is DDP"), "the message goes with the next key");
@@ -228,10 +224,8 @@ Test(tui, d_on_a_replayed_trace_says_so, .timeout = 60, .fini = stop) {
     snprintf(args, sizeof args, "--trace %s", path);
     start("replay", 100, 30, args);
     cr_expect(shows("event 1/"));
-    keys("d");
-    cr_expect(shows("no DDP run to compare with"));
-    keys("n");
-    cr_expect(shows("event 2/"));
+    cr_expect(shows_after("d", "no DDP run to compare with"));
+    cr_expect(shows_after("n", "event 2/"));
     quit();
     unlink(path);
 }
