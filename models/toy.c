@@ -1,3 +1,5 @@
+/* toy: the workshop's model, layers La, Lb, Lc of three scalars each computing
+ * y = w0 tanh(w1 x + w2), its description, its forward and backward, and its teacher's data. */
 #include "models/toy.h"
 
 #include <stdio.h>

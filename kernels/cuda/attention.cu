@@ -1,6 +1,12 @@
-// Multi-head self-attention's core on the GPU (semantics in ../kernels.h): fused kernels for
-// the ViT's short sequences (T <= KERNELS_MAX_TOKENS; T = 17 for 28x28 images in 7x7 patches).
-//
+/* attention: multi-head self-attention's core on the GPU (semantics in kernels.h), fused
+ * kernels for the ViT's short sequences; resident kernels where a head fits shared memory,
+ * tiled ones where it does not. */
+#include <limits.h>
+#include <math.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
 // Resident kernels (the ViT's shapes): one thread block per (sample, head) pair keeps that
 // head's operands in shared memory, rows padded to an odd stride so threads reading one column
 // of different rows hit different banks. Forward: q and k ([T, D] each) and the T x T scores;
@@ -18,11 +24,6 @@
 // Everything is fp32. Softmax subtracts the row's maximum and normalises like the CPU's
 // (expf, then multiplication by 1 / sum). Every sum runs in a fixed order (warp reductions
 // are xor butterflies, identical on every lane), so results are the same bits on every run.
-#include <limits.h>
-#include <math.h>
-
-#include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/cuda_ops.h"
 
 namespace {
 

@@ -1,8 +1,9 @@
-/* Lesson 01: DDP versus FSDP, memory at rest. How many bytes does each GPU hold?
- * Read lessons/01-memory-at-rest/README.md, fill in the two TODOs, then run
+/* Lesson 01: DDP versus FSDP, memory at rest. How many bytes does each GPU hold? */
+#include "exercise.h"
+
+/* Read lessons/01-memory-at-rest/README.md, fill in the two TODOs, then run
  *   ./fsdp lessons check 01
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* Under DDP every GPU keeps the whole model: all `params` parameters in fp32, a gradient for
  * each, and Adam's m and v for each. */

@@ -1,8 +1,9 @@
-/* Lesson 02: shard ranges. Which rows of a parameter does each GPU keep?
- * Read lessons/02-shard-ranges/README.md, fill in the three TODOs, then run
+/* Lesson 02: shard ranges. Which rows of a parameter does each GPU keep? */
+#include "exercise.h"
+
+/* Read lessons/02-shard-ranges/README.md, fill in the three TODOs, then run
  *   ./fsdp lessons check 02
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* Rank r of S GPUs keeps rows [*begin, *begin + *rows) of a tensor with d0 rows on dim 0,
  * split the way torch.chunk(S, dim=0) splits it: every piece has ceil(d0 / S) rows except

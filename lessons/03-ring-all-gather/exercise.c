@@ -1,13 +1,14 @@
-/* Lesson 03: all-gather as a ring. Every GPU has one block; every GPU needs all of them.
- * Read lessons/03-ring-all-gather/README.md, fill in the two TODOs, then run
+/* Lesson 03: all-gather as a ring. Every GPU has one block; every GPU needs all of them. */
+#include <string.h>
+
+#include "exercise.h"
+
+/* Read lessons/03-ring-all-gather/README.md, fill in the two TODOs, then run
  *   ./fsdp lessons check 03
  * The ring (lessons/tool/ring.h) gives you exactly two calls:
  *   ring_send_to_next(ring, rank, buf, count)    count floats to rank (rank + 1) % N
  *   ring_recv_from_prev(ring, rank, buf, count)  count floats from rank (rank - 1 + N) % N
  * and ring_size(ring) is N. Helpers you add should be `static`. */
-#include <string.h>
-
-#include "exercise.h"
 
 /* Rank `rank` of the N ranks of the ring holds `count` floats in `mine`. On return, `all`
  * (N * count floats) holds every rank's block in rank order: rank q's block at

@@ -1,12 +1,13 @@
-/* Lesson 04: reduce-scatter as a ring, and all-reduce as reduce-scatter + all-gather.
- * Read lessons/04-reduce-scatter/README.md, fill in the three TODOs, then run
- *   ./fsdp lessons check 04
- * The ring (lessons/tool/ring.h) is lesson 03's: ring_send_to_next, ring_recv_from_prev,
- * ring_size. Helpers you add should be `static`. */
+/* Lesson 04: reduce-scatter as a ring, and all-reduce as reduce-scatter + all-gather. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "exercise.h"
+
+/* Read lessons/04-reduce-scatter/README.md, fill in the three TODOs, then run
+ *   ./fsdp lessons check 04
+ * The ring (lessons/tool/ring.h) is lesson 03's: ring_send_to_next, ring_recv_from_prev,
+ * ring_size. Helpers you add should be `static`. */
 
 /* Lesson 03's all-gather, given (put yours here if you like): `mine` (count floats) from
  * every rank into `all` (N * count floats), rank q's block at all + q * count. */

@@ -1,8 +1,9 @@
-/* Lesson 05: the forward schedule. What does one GPU do, in order, to run forward?
- * Read lessons/05-forward-schedule/README.md, fill in the two TODOs, then run
+/* Lesson 05: the forward schedule. What does one GPU do, in order, to run forward? */
+#include "exercise.h"
+
+/* Read lessons/05-forward-schedule/README.md, fill in the two TODOs, then run
  *   ./fsdp lessons check 05
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* The entries of forward: module_unit[m] is the unit of module m (modules in forward order).
  * Writes each entry's unit to entry_unit (room for nmodules) and returns how many. */

@@ -1,9 +1,10 @@
 /* Lesson 06: the backward schedule. What does one GPU do, in order, to run backward, and
- * why does its optimizer step need nobody else?
- * Read lessons/06-backward-schedule/README.md, fill in the two TODOs, then run
+ * why does its optimizer step need nobody else? */
+#include "exercise.h"
+
+/* Read lessons/06-backward-schedule/README.md, fill in the two TODOs, then run
  *   ./fsdp lessons check 06
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* One GPU's backward, step by step: writes the steps to out (room for max) and returns how
  * many it wrote. */

@@ -1,9 +1,10 @@
 /* Lesson 07: reshard_after_forward. Free each unit after its forward and gather it again in
- * backward, or keep it until backward: all-gathers against memory.
- * Read lessons/07-reshard-after-forward/README.md, fill in the two TODOs, then run
+ * backward, or keep it until backward: all-gathers against memory. */
+#include "exercise.h"
+
+/* Read lessons/07-reshard-after-forward/README.md, fill in the two TODOs, then run
  *   ./fsdp lessons check 07
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* All-gathers one GPU runs in one training step (forward and backward, zero3 or zero2) of a
  * model of these units, in the order forward runs them. */

@@ -1,9 +1,10 @@
 /* Lesson 08: wrap granularity. How many units, how many collectives per step, how much
- * memory at the peak?
- * Read lessons/08-wrap-policy/README.md, fill in the three TODOs, then run
+ * memory at the peak? */
+#include "exercise.h"
+
+/* Read lessons/08-wrap-policy/README.md, fill in the three TODOs, then run
  *   ./fsdp lessons check 08
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* Groups the modules into FSDP units under the policy: writes each module's unit to
  * module_unit (units numbered 0, 1, ... in the order forward first uses them) and the root

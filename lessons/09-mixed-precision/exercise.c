@@ -1,12 +1,13 @@
 /* Lesson 09: mixed precision. bf16 halves the bytes a unit puts on the wire; the sum of the
- * gradients still wants fp32.
- * Read lessons/09-mixed-precision/README.md, fill in the five TODOs, then run
- *   ./fsdp lessons check 09
- * Helpers you add should be `static`. */
+ * gradients still wants fp32. */
 #include <math.h>
 #include <string.h>
 
 #include "exercise.h"
+
+/* Read lessons/09-mixed-precision/README.md, fill in the five TODOs, then run
+ *   ./fsdp lessons check 09
+ * Helpers you add should be `static`. */
 
 /* The bf16 value nearest to x, as its 16 bits: the top half of x's fp32 bits, rounded to
  * nearest with ties to even. inf stays inf, a NaN stays a NaN, and a finite value too large

@@ -1,9 +1,10 @@
 /* Lesson 10: prefetch and overlap. How much of a step does a GPU spend waiting for
- * communication, and how much of the communication hides behind compute?
- * Read lessons/10-prefetch-overlap/README.md, fill in the four TODOs, then run
+ * communication, and how much of the communication hides behind compute? */
+#include "exercise.h"
+
+/* Read lessons/10-prefetch-overlap/README.md, fill in the four TODOs, then run
  *   ./fsdp lessons check 10
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* Seconds `stream` is busy: the total length of its spans. */
 double stream_busy(const Span *spans, int n, int stream) {

@@ -1,9 +1,10 @@
 /* Lesson 11: CPU offload. What crosses PCIe in one training step when the shards live in
- * host memory (FSDP2's CPUOffloadPolicy), and when only the optimizer does (ZeRO-Offload)?
- * Read lessons/11-cpu-offload/README.md, fill in the three TODOs, then run
+ * host memory (FSDP2's CPUOffloadPolicy), and when only the optimizer does (ZeRO-Offload)? */
+#include "exercise.h"
+
+/* Read lessons/11-cpu-offload/README.md, fill in the three TODOs, then run
  *   ./fsdp lessons check 11
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* The bytes of rank `rank`'s shard of a unit: its own rows of every parameter (torch.chunk
  * on dim 0 over `world` ranks, lesson 02), dtype_bytes bytes an element. Nothing is padded:

@@ -1,9 +1,10 @@
 /* Lesson 12: checkpoint resharding. N ranks saved a checkpoint, each its own rows; M ranks
- * load it. Which files, and which rows of them, does each loading rank read?
- * Read lessons/12-checkpoint-resharding/README.md, fill in the two TODOs, then run
+ * load it. Which files, and which rows of them, does each loading rank read? */
+#include "exercise.h"
+
+/* Read lessons/12-checkpoint-resharding/README.md, fill in the two TODOs, then run
  *   ./fsdp lessons check 12
  * Helpers you add should be `static`. */
-#include "exercise.h"
 
 /* A tensor of d0 rows was saved by saved_world ranks, each its torch.chunk rows (lesson 02).
  * Rank r of load_world ranks keeps its torch.chunk rows at load_world. Returns how many saved

@@ -9,18 +9,18 @@
 #include "lessons_baked.h"
 
 static const Lesson lessons[] = {
-    {1, "01-memory-at-rest", "DDP versus FSDP: memory at rest", 0x18206998u},
-    {2, "02-shard-ranges", "Shard ranges: torch.chunk on dim 0", 0x565b8e20u},
-    {3, "03-ring-all-gather", "All-gather as a ring", 0x893e3addu},
-    {4, "04-reduce-scatter", "Reduce-scatter as a ring; all-reduce", 0xf5b44a53u},
-    {5, "05-forward-schedule", "Forward schedule: gather, compute, free", 0xa4c66d05u},
-    {6, "06-backward-schedule", "Backward schedule: gather, reduce, free", 0xeb2a504au},
-    {7, "07-reshard-after-forward", "reshard_after_forward: gathers vs memory", 0xd66ec710u},
-    {8, "08-wrap-policy", "Wrap policy: units, collectives, memory", 0x2ed2e782u},
-    {9, "09-mixed-precision", "Mixed precision: bf16 and fp32 sums", 0x2b4309f5u},
-    {10, "10-prefetch-overlap", "Prefetch: exposed communication", 0x0e6c7235u},
-    {11, "11-cpu-offload", "CPU offload: what crosses PCIe", 0x93b6a440u},
-    {12, "12-checkpoint-resharding", "Checkpoint resharding: N to M ranks", 0x9efa9030u},
+    {1, "01-memory-at-rest", "DDP versus FSDP: memory at rest", 0x62c1a285u},
+    {2, "02-shard-ranges", "Shard ranges: torch.chunk on dim 0", 0x5e77526fu},
+    {3, "03-ring-all-gather", "All-gather as a ring", 0x8d8a4129u},
+    {4, "04-reduce-scatter", "Reduce-scatter as a ring; all-reduce", 0x06d84725u},
+    {5, "05-forward-schedule", "Forward schedule: gather, compute, free", 0x11364954u},
+    {6, "06-backward-schedule", "Backward schedule: gather, reduce, free", 0x2d47f95cu},
+    {7, "07-reshard-after-forward", "reshard_after_forward: gathers vs memory", 0xd9a4f861u},
+    {8, "08-wrap-policy", "Wrap policy: units, collectives, memory", 0x4786d638u},
+    {9, "09-mixed-precision", "Mixed precision: bf16 and fp32 sums", 0x2274618cu},
+    {10, "10-prefetch-overlap", "Prefetch: exposed communication", 0x942ded85u},
+    {11, "11-cpu-offload", "CPU offload: what crosses PCIe", 0x6841c49bu},
+    {12, "12-checkpoint-resharding", "Checkpoint resharding: N to M ranks", 0x2f8ceed5u},
 };
 
 int lesson_count(void) {
