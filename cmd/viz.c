@@ -125,14 +125,7 @@ static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Er
 
 /* Runs the job's steps on the simulated cluster with the trace on. */
 static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
-    TrainArgs *a = &t->args;
-    TrainJob job = {.model = &t->model,
-                    .data = &t->data,
-                    .plan = &t->plan,
-                    .cfg = &a->fsdp,
-                    .steps = a->steps,
-                    .memory = t->memory,
-                    .init_from = t->args.init_from};
+    TrainJob job = run_job(t, JOB_STEPS_ONLY);
     ClusterOptions opt = run_cluster_options(t, 1);
     int rc = run_values_alloc(t, &job, err);
     if (!rc) rc = run_ranks(t, &opt, &job, res, err);
