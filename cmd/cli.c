@@ -265,12 +265,7 @@ static const Flag train_rows[] = {
      .help = "Chrome Trace Event JSON (open in Perfetto)"},
 };
 
-static const FlagTable train_table = {
-    .command = "train",
-    .rows = train_rows,
-    .nrows = (int)(sizeof train_rows / sizeof *train_rows),
-    .column = 33,
-};
+static const FlagTable train_table = FLAG_TABLE("train", train_rows, 33);
 
 const FlagTable *train_flags(void) {
     return &train_table;

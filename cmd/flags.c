@@ -133,7 +133,7 @@ static const Flag *find_valued(const FlagTable *t, const char *name) {
     return row && row->kind != FLAG_SWITCH ? row : NULL;
 }
 
-static int unknown_flag(const FlagTable *t, const char *name, Err *err) {
+int flag_unknown(const FlagTable *t, const char *name, Err *err) {
     return err_set(err, ERR_USAGE, "unknown flag %s (see ./fsdp %s --help)", name, t->command);
 }
 
@@ -149,7 +149,7 @@ static int parse_valued(const FlagTable *t, void *args, int argc, char **argv, i
         snprintf(name, sizeof name, "%.63s", f);
         if (*i + 1 >= argc) {
             const Flag *row = find_valued(t, name);
-            if (!row) return unknown_flag(t, name, err); /* the better message of the two */
+            if (!row) return flag_unknown(t, name, err); /* the better message of the two */
             flag_missing_value(t, row, name, err);
             flag_set(row, args, "", err); /* what the flag says of an empty value says more */
             return ERR_USAGE;
@@ -157,7 +157,7 @@ static int parse_valued(const FlagTable *t, void *args, int argc, char **argv, i
         v = argv[++*i];
     }
     const Flag *row = find_valued(t, name);
-    return row ? flag_set(row, args, v, err) : unknown_flag(t, name, err);
+    return row ? flag_set(row, args, v, err) : flag_unknown(t, name, err);
 }
 
 int flags_parse(const FlagTable *t, void *args, int argc, char **argv, Err *err) {

@@ -50,6 +50,10 @@ typedef struct FlagTable {
     int column; /* where the help's descriptions start */
 } FlagTable;
 
+/* The table of a command's array of rows. */
+#define FLAG_TABLE(command, rows, column)                                                          \
+    { (command), (rows), (int)(sizeof(rows) / sizeof *(rows)), (column) }
+
 /* The row named `name` exactly; NULL if none. Headings have no name. */
 const Flag *flag_find(const FlagTable *t, const char *name);
 
@@ -58,6 +62,9 @@ int flag_set(const Flag *row, void *args, const char *value, Err *err);
 
 /* ERR_USAGE: "FLAG needs a value", as the row (or its table) says it. */
 int flag_missing_value(const FlagTable *t, const Flag *row, const char *name, Err *err);
+
+/* ERR_USAGE: "unknown flag FLAG (see ./fsdp COMMAND --help)". */
+int flag_unknown(const FlagTable *t, const char *name, Err *err);
 
 /* argv[0] is the first flag. Every flag is "--name value", "--name=value" or a bare switch;
  * an unknown flag or a missing value is one line naming it. Returns 0, 1 for --help (or -h),

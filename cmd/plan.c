@@ -98,12 +98,7 @@ static const Flag plan_rows[] = {
     {"--json", FLAG_SWITCH, ARG(json), .help = "one JSON object"},
 };
 
-static const FlagTable plan_table = {
-    .command = "plan",
-    .rows = plan_rows,
-    .nrows = (int)(sizeof plan_rows / sizeof *plan_rows),
-    .column = 28,
-};
+static const FlagTable plan_table = FLAG_TABLE("plan", plan_rows, 28);
 
 static void plan_help(FILE *f) {
     fputs("usage: ./fsdp plan [flags]\n"

@@ -53,12 +53,7 @@ static const Flag viz_rows[] = {
              "instead of running; the run's flags come from the file"},
 };
 
-static const FlagTable viz_table = {
-    .command = "viz",
-    .rows = viz_rows,
-    .nrows = (int)(sizeof viz_rows / sizeof *viz_rows),
-    .column = 18,
-};
+static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
 
 static void viz_help(FILE *f) {
     fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
