@@ -32,7 +32,9 @@ typedef struct Flag {
     size_t field;  /* offsetof the field in the command's args struct */
     double lo, hi; /* bounds of a number, both allowed */
     size_t size;   /* FLAG_WORD: the char array's size */
-    size_t given;  /* offsetof an int set to 1 when the flag is given; 0: none */
+    /* offsetof an int set to 1 when the flag is given (train's --steps, --batch-size, --lr:
+     * the model's defaults fill what was not); 0: none, so never a struct's first field */
+    size_t given;
     int (*set)(void *args, const char *flag, const char *value, Err *err); /* FLAG_SET */
     const char *arg; /* the value's name in the help ("N", "FILE"); NULL: none shown */
     /* The help's description; a '\n' starts a continuation line, indented to the table's
