@@ -1,11 +1,13 @@
-/* cli: the command line of `fsdp train`. Parses flags into a TrainArgs, checking every value
- * against what is allowed, and writes the help text. A bad flag is one line naming the flag
- * and what it accepts (the caller exits 2); nothing is opened or written while parsing. */
+/* cli: the command line of `fsdp train`. Parses flags into a TrainArgs from train's flag
+ * table, checking every value against what is allowed, and writes the help text from the same
+ * table. A bad flag is one line naming the flag and what it accepts (the caller exits 2);
+ * nothing is opened or written while parsing. */
 #ifndef FSDP_CLI_H
 #define FSDP_CLI_H
 
 #include <stdio.h>
 
+#include "cmd/flags.h"
 #include "engine/fsdp.h"
 
 #define CLI_MAX_RANKS 1024
@@ -27,6 +29,7 @@ typedef struct TrainArgs {
     int epochs;      /* 0: use steps */
     int print_every; /* 0: about ten lines per run */
     int print_plan, memory, json;
+    int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
     int memory_compare;    /* --memory-compare: the job under the workshop's memory settings */
     int accounting_only;   /* --accounting-only: memory and modelled time, nothing computed */
     int scenario_workshop; /* --scenario workshop: the live workshop's cluster and models */
@@ -50,9 +53,10 @@ typedef struct TrainArgs {
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */
 int train_args_is_vit(const TrainArgs *a);
-/* A flag's whole-number value v in [lo, hi], or one line naming the flag and the range. */
-int cli_parse_long(const char *flag, const char *v, long lo, long hi, long *out, Err *err);
-int cli_parse_int(const char *flag, const char *v, long lo, long hi, int *out, Err *err);
+
+/* train's flags, one row each: what the parser and the help read (plan hands it its
+ * training knobs, viz every flag that is not its own). */
+const FlagTable *train_flags(void);
 
 void train_args_defaults(TrainArgs *a);
 /* argv[0] is the first flag (after "train"). Returns 0, 1 for --help, or ERR_USAGE. */

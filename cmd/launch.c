@@ -2,13 +2,14 @@
  * ranks are started and watched by runtime/launch.c. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cmd/cli.h"
 #include "cmd/commands.h"
+#include "cmd/flags.h"
 #include "cmd/launch.h"
 #include "runtime/dist_env.h"
 
@@ -35,37 +36,38 @@ void launch_help(FILE *f) {
           f);
 }
 
-static int parse_seconds(const char *flag, const char *v, double *out, Err *err) {
+static int set_kill_after(void *args, const char *flag, const char *v, Err *err) {
     char *end;
     double x = strtod(v, &end);
     if (end == v || *end || !isfinite(x) || x < 0 || x > 3600)
         return err_set(err, ERR_USAGE, "%s must be a number of seconds from 0 to 3600 (got '%s')",
                        flag, v);
-    *out = x;
+    ((LaunchArgs *)args)->kill_after_s = x;
     return 0;
 }
 
-static int parse_flag(LaunchArgs *a, const char *flag, const char *v, Err *err) {
-    if (!strcmp(flag, "--nproc-per-node"))
-        return cli_parse_int(flag, v, 1, LAUNCH_MAX_NPROC, &a->nproc_per_node, err);
-    if (!strcmp(flag, "--nnodes"))
-        return cli_parse_int(flag, v, 1, DIST_MAX_WORLD, &a->nnodes, err);
-    if (!strcmp(flag, "--node-rank"))
-        return cli_parse_int(flag, v, 0, DIST_MAX_WORLD, &a->node_rank, err);
-    if (!strcmp(flag, "--master-port"))
-        return cli_parse_int(flag, v, 1, 65535, &a->master_port, err);
-    if (!strcmp(flag, "--max-restarts"))
-        return cli_parse_int(flag, v, 0, 1000000, &a->max_restarts, err);
-    if (!strcmp(flag, "--kill-after")) return parse_seconds(flag, v, &a->kill_after_s, err);
-    if (!strcmp(flag, "--master-addr")) {
-        if (!*v || strlen(v) >= sizeof a->master_addr)
-            return err_set(err, ERR_USAGE,
-                           "--master-addr must be a host name or address (got '%s')", v);
-        snprintf(a->master_addr, sizeof a->master_addr, "%s", v);
-        return 0;
-    }
-    return err_set(err, ERR_USAGE, "unknown flag %s (see ./fsdp launch --help)", flag);
+static int set_master_addr(void *args, const char *flag, const char *v, Err *err) {
+    LaunchArgs *a = args;
+    if (!*v || strlen(v) >= sizeof a->master_addr)
+        return err_set(err, ERR_USAGE, "%s must be a host name or address (got '%s')", flag, v);
+    snprintf(a->master_addr, sizeof a->master_addr, "%s", v);
+    return 0;
 }
+
+#define ARG(field) offsetof(LaunchArgs, field)
+
+/* torchrun's flags; launch_help describes them in prose. */
+static const Flag launch_rows[] = {
+    {"--nproc-per-node", FLAG_INT, ARG(nproc_per_node), 1, LAUNCH_MAX_NPROC, .arg = "N"},
+    {"--nnodes", FLAG_INT, ARG(nnodes), 1, DIST_MAX_WORLD, .arg = "M"},
+    {"--node-rank", FLAG_INT, ARG(node_rank), 0, DIST_MAX_WORLD, .arg = "K"},
+    {"--master-addr", FLAG_SET, .set = set_master_addr, .arg = "A"},
+    {"--master-port", FLAG_INT, ARG(master_port), 1, 65535, .arg = "P"},
+    {"--max-restarts", FLAG_INT, ARG(max_restarts), 0, 1000000, .arg = "R"},
+    {"--kill-after", FLAG_SET, .set = set_kill_after, .arg = "S"},
+};
+
+static const FlagTable launch_table = FLAG_TABLE("launch", launch_rows, 0);
 
 /* "--nproc_per_node=4" -> name "--nproc-per-node", value "4": torchrun takes either spelling. */
 static const char *split_flag(const char *arg, char *name, size_t n) {
@@ -105,9 +107,10 @@ int launch_args_parse(LaunchArgs *a, int argc, char **argv, Err *err) {
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) return 1;
         char flag[64];
         const char *value = split_flag(arg, flag, sizeof flag);
-        if (!value && i + 1 >= argc)
-            return err_set(err, ERR_USAGE, "%s needs a value (see ./fsdp launch --help)", flag);
-        int rc = parse_flag(a, flag, value ? value : argv[++i], err);
+        const Flag *row = flag_find(&launch_table, flag);
+        if (!value && i + 1 >= argc) return flag_missing_value(&launch_table, row, flag, err);
+        if (!value) value = argv[++i];
+        int rc = row ? flag_set(row, a, value, err) : flag_unknown(&launch_table, flag, err);
         if (rc) return rc;
     }
     a->command = i < argc ? argv + i : NULL;

@@ -3,7 +3,7 @@
  * planner (sim/planner.c), and prints memory per GPU, traffic, step time, the largest batch. */
 #include "cmd/commands.h"
 
-#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +25,80 @@ typedef struct PlanArgs {
     int layers, hidden, heads, mlp, seq, vocab; /* shape overrides; 0: not given */
     int gpus, gpus_per_node;
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
+    int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
     int compare, json;
 } PlanArgs;
+
+/* ---------------------------------------------------------------- flags */
+
+/* plan's own message for a name too long to keep. */
+static int set_model(void *args, const char *flag, const char *v, Err *err) {
+    PlanArgs *a = args;
+    if (strlen(v) >= sizeof a->model)
+        return err_set(err, ERR_USAGE, "%s is too long (got '%s')", flag, v);
+    snprintf(a->model, sizeof a->model, "%s", v);
+    return 0;
+}
+
+#define ARG(field) offsetof(PlanArgs, field)
+
+/* plan's flags in the order --help lists them. A training knob is train's own row: plan hands
+ * it to train's parser (FLAG_FORWARD), so it means and checks exactly what it does there. */
+static const Flag plan_rows[] = {
+    {.kind = FLAG_SECTION, .help = "model (default: the toy)"},
+    {"--model", FLAG_SET, .set = set_model, .arg = "M",
+     .help = "toy, vit-tiny, vit-workshop, transformer"},
+    {"--params", FLAG_POSITIVE, ARG(params), .hi = 1e13, .arg = "P",
+     .help = "a generic transformer of about P parameters (7e9)"},
+    {"--layers", FLAG_COUNT, ARG(layers), 1, 1 << 24, .usage = "--layers --hidden --heads --mlp",
+     .help = "shape of the ViT or the transformer"},
+    {"--hidden", FLAG_COUNT, ARG(hidden), 1, 1 << 24, .arg = "N"},
+    {"--heads", FLAG_COUNT, ARG(heads), 1, 1 << 24, .arg = "N"},
+    {"--mlp", FLAG_COUNT, ARG(mlp), 1, 1 << 24, .arg = "N"},
+    {"--seq", FLAG_COUNT, ARG(seq), 1, 1 << 24, .usage = "--seq --vocab",
+     .help = "the transformer's sequence length and vocabulary"},
+    {"--vocab", FLAG_COUNT, ARG(vocab), 1, 1 << 24, .arg = "N"},
+    {.kind = FLAG_SECTION, .help = "cluster"},
+    {"--gpus", FLAG_COUNT, ARG(gpus), 1, CLI_MAX_RANKS, .arg = "N",
+     .help = "GPUs, 1 to 1024 (default 3)"},
+    {"--gpus-per-node", FLAG_COUNT, ARG(gpus_per_node), 1, CLI_MAX_RANKS, .arg = "G",
+     .help = "default: the profile's"},
+    {"--profile", FLAG_FORWARD, .arg = "P", .help = "h100-nvlink (default), a100-nvlink, l4-pcie"},
+    {"--gpu-mem", FLAG_POSITIVE, ARG(gpu_mem_gb), .hi = 1e6,
+     .usage = "--gpu-mem GB --flops TFLOPS --link-bw GBPS --inter-node-bw GBPS",
+     .help = "\noverride the profile (decimal GB, bf16 TFLOP/s)"},
+    {"--flops", FLAG_POSITIVE, ARG(tflops), .hi = 1e6, .arg = "TFLOPS"},
+    {"--link-bw", FLAG_POSITIVE, ARG(link_gbps), .hi = 1e6, .arg = "GBPS"},
+    {"--inter-node-bw", FLAG_POSITIVE, ARG(inter_gbps), .hi = 1e6, .arg = "GBPS"},
+    {.kind = FLAG_NAMES, .help = "training (as ./fsdp train)"},
+    {.name = "--strategy", .kind = FLAG_FORWARD},
+    {.name = "--replicas", .kind = FLAG_FORWARD},
+    {.name = "--wrap", .kind = FLAG_FORWARD},
+    {.name = "--reshard-after-forward", .kind = FLAG_FORWARD},
+    {.name = "--prefetch-forward", .kind = FLAG_FORWARD},
+    {.name = "--prefetch-backward", .kind = FLAG_FORWARD},
+    {.name = "--param-dtype", .kind = FLAG_FORWARD},
+    {.name = "--reduce-dtype", .kind = FLAG_FORWARD},
+    {.name = "--output-dtype", .kind = FLAG_FORWARD},
+    {.name = "--layout", .kind = FLAG_FORWARD},
+    {.name = "--cast-forward-inputs", .kind = FLAG_FORWARD},
+    {.name = "--offload", .kind = FLAG_FORWARD},
+    {.name = "--batch-size", .kind = FLAG_FORWARD},
+    {.name = "--grad-accum", .kind = FLAG_FORWARD},
+    {.name = "--optim", .kind = FLAG_FORWARD},
+    /* plan's own: train's refuses them for the toy, which is train's model while plan's is
+     * still unknown */
+    {.name = "--activation-checkpointing",
+     .kind = FLAG_SWITCH,
+     .field = ARG(activation_checkpointing)},
+    {"--ac-every", FLAG_COUNT, ARG(train.fsdp.ac_every), 1, 1 << 20, .arg = "K"},
+    {.kind = FLAG_SECTION, .help = "output"},
+    {"--compare", FLAG_SWITCH, ARG(compare),
+     .help = "one table across ddp, zero1, zero2, zero3 and hsdp"},
+    {"--json", FLAG_SWITCH, ARG(json), .help = "one JSON object"},
+};
+
+static const FlagTable plan_table = FLAG_TABLE("plan", plan_rows, 28);
 
 static void plan_help(FILE *f) {
     fputs("usage: ./fsdp plan [flags]\n"
@@ -34,27 +106,10 @@ static void plan_help(FILE *f) {
           "Will it fit, and how slow will it be? Runs the engine's schedule with accounting\n"
           "only (no tensors) for any model and cluster: memory per GPU at rest and at peak,\n"
           "what each collective moves, the modelled step time and the largest batch that fits.\n"
-          "\n"
-          "model (default: the toy)\n"
-          "  --model M                 toy, vit-tiny, vit-workshop, transformer\n"
-          "  --params P                a generic transformer of about P parameters (7e9)\n"
-          "  --layers --hidden --heads --mlp   shape of the ViT or the transformer\n"
-          "  --seq --vocab             the transformer's sequence length and vocabulary\n"
-          "cluster\n"
-          "  --gpus N                  GPUs, 1 to 1024 (default 3)\n"
-          "  --gpus-per-node G         default: the profile's\n"
-          "  --profile P               h100-nvlink (default), a100-nvlink, l4-pcie\n"
-          "  --gpu-mem GB --flops TFLOPS --link-bw GBPS --inter-node-bw GBPS\n"
-          "                            override the profile (decimal GB, bf16 TFLOP/s)\n"
-          "training (as ./fsdp train)\n"
-          "  --strategy --replicas --wrap --reshard-after-forward --prefetch-forward\n"
-          "  --prefetch-backward --param-dtype --reduce-dtype --output-dtype --layout\n"
-          "  --cast-forward-inputs --offload --batch-size --grad-accum --optim\n"
-          "  --activation-checkpointing --ac-every\n"
-          "output\n"
-          "  --compare                 one table across ddp, zero1, zero2, zero3 and hsdp\n"
-          "  --json                    one JSON object\n"
-          "\n"
+          "\n",
+          f);
+    flags_help(&plan_table, f);
+    fputs("\n"
           "example: ./fsdp plan --params 7e9 --gpus 8 --param-dtype bf16\n"
           "ZeRO's figure: ./fsdp plan --params 7.5e9 --gpus 64 --param-dtype fp16\n"
           "               --reduce-dtype fp16 --layout deepspeed --compare\n",
@@ -62,81 +117,6 @@ static void plan_help(FILE *f) {
 }
 
 /* ---------------------------------------------------------------- parsing */
-
-static int parse_count(const char *flag, const char *v, long lo, long hi, int *out, Err *err) {
-    char *end;
-    double d = strtod(v, &end); /* 1e4 is a count too */
-    if (end == v || *end || d != floor(d) || d < (double)lo || d > (double)hi)
-        return err_set(err, ERR_USAGE, "%s must be a whole number from %ld to %ld (got '%s')", flag,
-                       lo, hi, v);
-    *out = (int)d;
-    return 0;
-}
-
-static int parse_positive(const char *flag, const char *v, double hi, double *out, Err *err) {
-    char *end;
-    double d = strtod(v, &end);
-    if (end == v || *end || !(d > 0) || !(d <= hi))
-        return err_set(err, ERR_USAGE, "%s must be a number above 0 and at most %g (got '%s')",
-                       flag, hi, v);
-    *out = d;
-    return 0;
-}
-
-/* The flags of `fsdp train` that mean something to a plan; the rest train or write files. */
-static int is_training_knob(const char *f) {
-    static const char *const knobs[] = {"--strategy",
-                                        "--replicas",
-                                        "--wrap",
-                                        "--reshard-after-forward",
-                                        "--prefetch-forward",
-                                        "--prefetch-backward",
-                                        "--param-dtype",
-                                        "--reduce-dtype",
-                                        "--output-dtype",
-                                        "--layout",
-                                        "--cast-forward-inputs",
-                                        "--offload",
-                                        "--batch-size",
-                                        "--grad-accum",
-                                        "--optim",
-                                        "--profile"};
-    for (size_t i = 0; i < sizeof knobs / sizeof *knobs; i++)
-        if (!strcmp(f, knobs[i])) return 1;
-    return 0;
-}
-
-/* One plan-only flag with its value; 1 if the flag is not one of them. */
-static int parse_plan_flag(PlanArgs *a, const char *f, const char *v, Err *err) {
-    if (!strcmp(f, "--model")) {
-        if (strlen(v) >= sizeof a->model)
-            return err_set(err, ERR_USAGE, "--model is too long (got '%s')", v);
-        snprintf(a->model, sizeof a->model, "%s", v);
-        return 0;
-    }
-    if (!strcmp(f, "--params")) return parse_positive(f, v, 1e13, &a->params, err);
-    if (!strcmp(f, "--gpus")) return parse_count(f, v, 1, CLI_MAX_RANKS, &a->gpus, err);
-    if (!strcmp(f, "--gpus-per-node"))
-        return parse_count(f, v, 1, CLI_MAX_RANKS, &a->gpus_per_node, err);
-    if (!strcmp(f, "--gpu-mem")) return parse_positive(f, v, 1e6, &a->gpu_mem_gb, err);
-    if (!strcmp(f, "--flops")) return parse_positive(f, v, 1e6, &a->tflops, err);
-    if (!strcmp(f, "--link-bw")) return parse_positive(f, v, 1e6, &a->link_gbps, err);
-    if (!strcmp(f, "--inter-node-bw")) return parse_positive(f, v, 1e6, &a->inter_gbps, err);
-    struct {
-        const char *name;
-        int *out;
-    } shapes[] = {{"--layers", &a->layers}, {"--hidden", &a->hidden}, {"--heads", &a->heads},
-                  {"--mlp", &a->mlp},       {"--seq", &a->seq},       {"--vocab", &a->vocab}};
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        if (!strcmp(f, shapes[i].name)) return parse_count(f, v, 1, 1 << 24, shapes[i].out, err);
-    if (!strcmp(f, "--ac-every")) {
-        int k;
-        if (parse_count(f, v, 1, 1 << 20, &k, err)) return ERR_USAGE;
-        a->train.fsdp.ac_every = k;
-        return 0;
-    }
-    return 1;
-}
 
 static int choose_model(PlanArgs *a, Err *err) {
     int shape = a->layers || a->hidden || a->heads || a->mlp;
@@ -174,19 +154,6 @@ static int choose_model(PlanArgs *a, Err *err) {
     return 0;
 }
 
-/* The bare flags of plan; 1 if f is not one. */
-static int set_switch(PlanArgs *a, const char *f, int *ac) {
-    if (!strcmp(f, "--compare"))
-        a->compare = 1;
-    else if (!strcmp(f, "--json"))
-        a->json = 1;
-    else if (!strcmp(f, "--activation-checkpointing"))
-        *ac = 1;
-    else
-        return 1;
-    return 0;
-}
-
 /* train's parser names the GPU count --ranks; plan's flag is --gpus. */
 static void say_gpus(Err *err) {
     char *at = strstr(err->msg, "--ranks");
@@ -212,28 +179,29 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     a->gpus = 3;
     char **fwd = calloc((size_t)argc + 4, sizeof *fwd);
     if (!fwd) return err_set(err, ERR_NOMEM, "out of memory reading the flags");
-    int n = 0, rc = 0, ac = 0;
+    int n = 0, rc = 0;
     for (int i = 0; rc == 0 && i < argc; i++) {
         const char *f = argv[i];
+        const Flag *row = flag_find(&plan_table, f);
         if (!strcmp(f, "--help") || !strcmp(f, "-h"))
             rc = WANTS_HELP;
-        else if (set_switch(a, f, &ac) == 0)
-            continue;
+        else if (row && row->kind == FLAG_SWITCH)
+            flag_set(row, a, NULL, err);
         else if (strncmp(f, "--", 2) != 0)
             rc = err_set(err, ERR_USAGE, "unexpected argument '%s' (flags start with --)", f);
         else if (i + 1 >= argc)
-            rc = err_set(err, ERR_USAGE, "%s needs a value (see ./fsdp plan --help)", f);
-        else if ((rc = parse_plan_flag(a, f, argv[i + 1], err)) != 1)
-            i++;
-        else if (!is_training_knob(f))
+            rc = flag_missing_value(&plan_table, row, f, err);
+        else if (!row)
             rc = err_set(err, ERR_USAGE, "plan does not take %s (see ./fsdp plan --help)", f);
+        else if (row->kind != FLAG_FORWARD)
+            rc = flag_set(row, a, argv[++i], err);
         else {
-            rc = 0;
             fwd[n++] = argv[i];
             fwd[n++] = argv[++i];
         }
     }
-    if (ac && !a->train.fsdp.ac_every) a->train.fsdp.ac_every = 1;
+    /* every block, unless --ac-every chose every K-th */
+    if (a->activation_checkpointing && !a->train.fsdp.ac_every) a->train.fsdp.ac_every = 1;
     if (!rc) rc = choose_model(a, err);
     char gpus[16];
     snprintf(gpus, sizeof gpus, "%d", a->gpus);

@@ -1,10 +1,12 @@
 /* predict (command): `fsdp predict`: the class trained weights give one test image, or their
  * accuracy on the whole test split, with the architecture from the file's __metadata__. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cmd/commands.h"
+#include "cmd/flags.h"
 #include "engine/predict.h"
 #include "io/mnist.h"
 #include "io/safetensors.h"
@@ -29,32 +31,42 @@ static void predict_help(FILE *f) {
           f);
 }
 
+static int set_image(void *args, const char *flag, const char *v, Err *err) {
+    PredictArgs *a = args;
+    char *end;
+    a->image = strtol(v, &end, 10);
+    if (end == v || *end || a->image < 0)
+        return err_set(err, ERR_USAGE, "%s must be a test image number (got '%s')", flag, v);
+    return 0;
+}
+
+#define ARG(field) offsetof(PredictArgs, field)
+
+/* predict's flags; predict_help describes them in prose. */
+static const Flag predict_rows[] = {
+    {"--weights", FLAG_STRING, ARG(weights), .arg = "FILE.safetensors"},
+    {"--image", FLAG_SET, .set = set_image, .arg = "N"},
+    {.name = "--eval", .kind = FLAG_SWITCH, .field = ARG(eval)},
+    {"--model", FLAG_STRING, ARG(model), .arg = "M"},
+    {"--data", FLAG_STRING, ARG(data), .arg = "DIR"},
+};
+
+static const FlagTable predict_table = FLAG_TABLE("predict", predict_rows, 0);
+
 static int predict_args_parse(PredictArgs *a, int argc, char **argv, Err *err) {
     *a = (PredictArgs){.image = -1};
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) return 1;
-        if (!strcmp(f, "--eval")) {
-            a->eval = 1;
+        const Flag *row = flag_find(&predict_table, f);
+        if (row && row->kind == FLAG_SWITCH) {
+            flag_set(row, a, NULL, err);
             continue;
         }
-        if (i + 1 >= argc)
-            return err_set(err, ERR_USAGE, "%s needs a value (see ./fsdp predict --help)", f);
+        if (i + 1 >= argc) return flag_missing_value(&predict_table, row, f, err);
         const char *v = argv[++i];
-        char *end;
-        if (!strcmp(f, "--weights")) {
-            a->weights = v;
-        } else if (!strcmp(f, "--model")) {
-            a->model = v;
-        } else if (!strcmp(f, "--data")) {
-            a->data = v;
-        } else if (!strcmp(f, "--image")) {
-            a->image = strtol(v, &end, 10);
-            if (end == v || *end || a->image < 0)
-                return err_set(err, ERR_USAGE, "--image must be a test image number (got '%s')", v);
-        } else {
-            return err_set(err, ERR_USAGE, "unknown flag %s (see ./fsdp predict --help)", f);
-        }
+        int rc = row ? flag_set(row, a, v, err) : flag_unknown(&predict_table, f, err);
+        if (rc) return rc;
     }
     if (!a->weights) return err_set(err, ERR_USAGE, "predict needs --weights FILE.safetensors");
     if ((a->image >= 0) == a->eval)

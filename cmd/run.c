@@ -61,6 +61,32 @@ int run_plan_only(TrainRun *t, Err *err) {
     return rc ? rc : fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
 }
 
+TrainJob run_job(TrainRun *t, JobScope scope) {
+    const TrainArgs *a = &t->args;
+    TrainJob job = {.model = &t->model,
+                    .data = &t->data,
+                    .plan = &t->plan,
+                    .cfg = &a->fsdp,
+                    .steps = a->steps,
+                    .memory = t->memory,
+                    .init_from = a->init_from};
+    if (scope == JOB_STEPS_ONLY) return job;
+    int vit = train_args_is_vit(a);
+    job.eval_data = vit && a->eval ? &t->eval : NULL;
+    job.save_full = a->save_full;
+    job.ckpt_dir = a->ckpt_dir;
+    job.ckpt_every = a->ckpt_every;
+    job.ckpt_keep = a->keep;
+    job.resume_from = t->resume[0] ? t->resume : NULL;
+    job.model_name = a->model;
+    t->faults = (TrainFaults){a->fail_at_step, a->fail_at_rank, a->kill_in_save_step};
+    job.hooks = train_fault_hooks(&t->faults);
+    job.rank_per_process = t->rank_per_process;
+    /* gathering a ViT's parameters onto one rank is only worth it to dump them */
+    job.final_params = !vit || t->dump.f ? t->params : NULL;
+    return job;
+}
+
 /* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
 static int choose_backend(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;

@@ -27,10 +27,21 @@ typedef struct TrainRun {
     RankMemory *memory;
     float *params;
     int rank_per_process; /* one of many processes on GPUs (join_processes) */
+    TrainFaults faults;   /* --fail-at, --kill-in-save: the fault hooks' state, for every run */
 } TrainRun;
 
 /* The model and plan of a run, as a trace's replay needs them: no data, no parameters. */
 int run_plan_only(TrainRun *t, Err *err);
+
+/* How much of what the flags ask a job does: viz's recording and --memory-compare's runs only
+ * compute the steps; train's run also evaluates, saves and resumes checkpoints, writes the
+ * whole model, gathers the final parameters and takes the injected failures. */
+typedef enum { JOB_STEPS_ONLY, JOB_WHOLE_RUN } JobScope;
+
+/* The job the parsed flags describe, on this run's model, data, plan and memory records: the
+ * one place a TrainJob is filled from the flags. The caller adds what is its own (callbacks and
+ * their printer, how often the loss is logged, a config of its own). */
+TrainJob run_job(TrainRun *t, JobScope scope);
 
 /* The job on every rank: simulated ranks, or this machine's GPU. */
 int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,

@@ -99,13 +99,8 @@ static int memory_compare(TrainRun *t, Err *err) {
         c.param_dtype = s->bf16 ? DTYPE_BF16 : c.param_dtype;
         c.ac_every = s->ac ? 1 : c.ac_every;
         memset(t->memory, 0, (size_t)a->ranks * sizeof *t->memory);
-        TrainJob job = {.model = &t->model,
-                        .data = &t->data,
-                        .plan = &t->plan,
-                        .cfg = &c,
-                        .steps = a->steps,
-                        .memory = t->memory,
-                        .init_from = a->init_from};
+        TrainJob job = run_job(t, JOB_STEPS_ONLY);
+        job.cfg = &c;
         ClusterOptions opt = run_cluster_options(t, 0);
         opt.accounting_only = a->accounting_only;
         ClusterResult res;
@@ -132,29 +127,11 @@ static int train_execute(TrainRun *t, Err *err) {
     printer.every = a->print_every ? a->print_every : (a->steps >= 10 ? a->steps / 10 : 1);
     /* the loss is all-reduced only on steps someone will see */
     long log_every = a->json || printer.bar ? 1 : printer.every;
-    TrainFaults faults = {a->fail_at_step, a->fail_at_rank, a->kill_in_save_step};
-    TrainJob job = {.model = &t->model,
-                    .data = &t->data,
-                    .plan = &t->plan,
-                    .cfg = &a->fsdp,
-                    .steps = a->steps,
-                    .log_every = (int)log_every,
-                    .on_step = print_step,
-                    .eval_data = vit && a->eval ? &t->eval : NULL,
-                    .on_eval = print_eval,
-                    .user = &printer,
-                    .memory = t->memory,
-                    .init_from = a->init_from,
-                    .save_full = a->save_full,
-                    .ckpt_dir = a->ckpt_dir,
-                    .ckpt_every = a->ckpt_every,
-                    .ckpt_keep = a->keep,
-                    .resume_from = t->resume[0] ? t->resume : NULL,
-                    .model_name = a->model,
-                    .hooks = train_fault_hooks(&faults),
-                    .rank_per_process = t->rank_per_process,
-                    /* gathering a ViT's parameters onto one rank is only worth it to dump them */
-                    .final_params = !vit || t->dump.f ? t->params : NULL};
+    TrainJob job = run_job(t, JOB_WHOLE_RUN);
+    job.log_every = (int)log_every;
+    job.on_step = print_step;
+    job.on_eval = print_eval;
+    job.user = &printer;
     /* the memory timeline is drawn from the trace */
     ClusterOptions opt = run_cluster_options(t, a->trace_out || a->memory_svg || a->memory);
     ClusterResult res;

@@ -1,6 +1,7 @@
 /* viz (command): `fsdp viz`: records one step's trace on the simulated cluster (or reads one a
  * run wrote) and shows it event by event, in the full-screen viewer or as text frames, with
  * the same step under DDP beside it on request. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,45 +14,6 @@
 #include "sim/viz/plain.h"
 #include "sim/viz/tui.h"
 
-static void viz_help(FILE *f) {
-    fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
-          "       ./fsdp viz --trace FILE [--events A-B] [--plain]\n"
-          "\n"
-          "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
-          "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
-          "rank's memory, and one sentence on what happens. Every train flag works (model,\n"
-          "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile).\n"
-          "\n"
-          "  --events A-B    text frames of events A to B (1-based, inclusive); A for one\n"
-          "  --plain         text frames even on a terminal (they are the default when stdout\n"
-          "                  is not one)\n"
-          "  --trace FILE    replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
-          "                  instead of running; the run's flags come from the file\n"
-          "\n"
-          "On a terminal the full-screen viewer opens: n/space/right next, p/left previous,\n"
-          "f/b next forward/backward event, g go to event, d the same step under DDP beside\n"
-          "it, r play/pause, +/- speed, h help, q quit. NO_COLOR=1 turns colour off.\n"
-          "\n"
-          "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
-          f);
-}
-
-/* "A-B" or "A", 1-based and inclusive. */
-static int parse_events(const char *v, size_t *first, size_t *last, Err *err) {
-    char *end;
-    unsigned long a = strtoul(v, &end, 10), b = a;
-    if (end != v && *end == '-') {
-        const char *rest = end + 1;
-        b = strtoul(rest, &end, 10);
-        if (end == rest) a = 0;
-    }
-    if (end == v || *end || a < 1 || b < a || v[0] == '-')
-        return err_set(err, ERR_USAGE, "--events must be A-B or A with 1 <= A <= B (got '%s')", v);
-    *first = a;
-    *last = b;
-    return 0;
-}
-
 typedef struct VizArgs {
     const char *trace;  /* --trace FILE: replay it instead of running */
     size_t first, last; /* 1-based; last 0: to the end */
@@ -60,28 +22,77 @@ typedef struct VizArgs {
     int nrest;
 } VizArgs;
 
-/* Takes viz's own flags out; returns 1 for --help. */
+/* "A-B" or "A", 1-based and inclusive. */
+static int set_events(void *args, const char *flag, const char *v, Err *err) {
+    VizArgs *a = args;
+    char *end;
+    unsigned long first = strtoul(v, &end, 10), last = first;
+    if (end != v && *end == '-') {
+        const char *rest = end + 1;
+        last = strtoul(rest, &end, 10);
+        if (end == rest) first = 0;
+    }
+    if (end == v || *end || first < 1 || last < first || v[0] == '-')
+        return err_set(err, ERR_USAGE, "%s must be A-B or A with 1 <= A <= B (got '%s')", flag, v);
+    a->first = first;
+    a->last = last;
+    return 0;
+}
+
+/* viz's own flags; the others are train's, parsed by train's table. */
+static const Flag viz_rows[] = {
+    {"--events", FLAG_SET, .set = set_events, .arg = "A-B",
+     .missing = "--events needs a value (A-B)",
+     .help = "text frames of events A to B (1-based, inclusive); A for one"},
+    {"--plain", FLAG_SWITCH, offsetof(VizArgs, plain),
+     .help = "text frames even on a terminal (they are the default when stdout\n"
+             "is not one)"},
+    {"--trace", FLAG_STRING, offsetof(VizArgs, trace), .arg = "FILE",
+     .missing = "--trace needs a file",
+     .help = "replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
+             "instead of running; the run's flags come from the file"},
+};
+
+static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
+
+static void viz_help(FILE *f) {
+    fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
+          "       ./fsdp viz --trace FILE [--events A-B] [--plain]\n"
+          "\n"
+          "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
+          "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
+          "rank's memory, and one sentence on what happens. Every train flag works (model,\n"
+          "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile).\n"
+          "\n",
+          f);
+    flags_help(&viz_table, f);
+    fputs("\n"
+          "On a terminal the full-screen viewer opens: n/space/right next, p/left previous,\n"
+          "f/b next forward/backward event, g go to event, d the same step under DDP beside\n"
+          "it, r play/pause, +/- speed, h help, q quit. NO_COLOR=1 turns colour off.\n"
+          "\n"
+          "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
+          f);
+}
+
+/* Takes viz's own flags out (as "--flag value", wherever they are) and leaves the rest, in
+ * order, for train's parser; returns 1 for --help. */
 static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
     v->rest = malloc(((size_t)argc + 1) * sizeof *v->rest);
     if (!v->rest) return err_set(err, ERR_NOMEM, "out of memory");
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-        if (!strcmp(argv[i], "--plain")) {
-            v->plain = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--trace")) {
-            if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--trace needs a file");
-            v->trace = argv[++i];
-            continue;
-        }
-        if (!strcmp(argv[i], "--events")) {
-            if (i + 1 >= argc) return err_set(err, ERR_USAGE, "--events needs a value (A-B)");
-            int rc = parse_events(argv[++i], &v->first, &v->last, err);
-            if (rc) return rc;
-            continue;
-        }
-        v->rest[v->nrest++] = argv[i];
+        const Flag *row = flag_find(&viz_table, argv[i]);
+        int rc = 0;
+        if (!row)
+            v->rest[v->nrest++] = argv[i];
+        else if (row->kind == FLAG_SWITCH)
+            flag_set(row, v, NULL, err);
+        else if (i + 1 >= argc)
+            rc = flag_missing_value(&viz_table, row, argv[i], err);
+        else
+            rc = flag_set(row, v, argv[++i], err);
+        if (rc) return rc;
     }
     if (v->trace && v->nrest)
         return err_set(err, ERR_USAGE,
@@ -109,14 +120,7 @@ static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Er
 
 /* Runs the job's steps on the simulated cluster with the trace on. */
 static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
-    TrainArgs *a = &t->args;
-    TrainJob job = {.model = &t->model,
-                    .data = &t->data,
-                    .plan = &t->plan,
-                    .cfg = &a->fsdp,
-                    .steps = a->steps,
-                    .memory = t->memory,
-                    .init_from = t->args.init_from};
+    TrainJob job = run_job(t, JOB_STEPS_ONLY);
     ClusterOptions opt = run_cluster_options(t, 1);
     int rc = run_values_alloc(t, &job, err);
     if (!rc) rc = run_ranks(t, &opt, &job, res, err);
