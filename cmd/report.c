@@ -1,3 +1,5 @@
+/* report: what `fsdp train` shows a person: the config, the plan, the ownership table, memory
+ * per rank beside DDP's, per-step and evaluation lines (text or JSON), the parameter dump. */
 #include "cmd/report.h"
 
 #include <string.h>

@@ -1,8 +1,6 @@
-/* fsdp ckpt through the CLI: inspect lists a checkpoint's real tensors, who holds which rows,
- * and verifies every piece (a flipped byte, a row held twice or by nobody: one line, exit 2);
- * consolidate writes the final parameters of the run that saved the checkpoint bit for bit,
- * as a safetensors file weights_load and train --init-from take, and a damaged checkpoint
- * leaves an existing -o file as it was. */
+/* fsdp ckpt through the CLI: inspect lists and verifies a checkpoint (damage is one line, exit 2);
+ * consolidate writes the run's final parameters bit for bit as a safetensors file, and a damaged
+ * checkpoint leaves an existing -o file as it was. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <stdarg.h>
