@@ -149,6 +149,29 @@ typedef struct Kernels {
                                        const float *b, size_t M, size_t C, float eps);
 } Kernels;
 
+/* Every op of the table in its order, for building a table from functions named after the ops:
+ * the tables of kernels/cpu, kernels/cuda, sim/kernels_none.c and sim/kernels_checked.c. A new
+ * op goes into the struct above and here, in the same place. */
+/* clang-format off */
+#define KERNEL_OPS(X) X(cast) X(zero) X(copy_bytes) X(zero_bytes) X(scale) X(accumulate)           \
+    X(sum_squares) X(all_finite) X(adam_step) X(toy_forward) X(toy_backward) X(mse_loss)           \
+    X(linear_forward) X(linear_backward) X(bias_grad) X(layernorm_forward) X(layernorm_backward)   \
+    X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward) X(patchify)        \
+    X(embed_forward) X(embed_backward) X(class_token_select) X(class_token_select_backward)        \
+    X(cross_entropy) X(count_correct) X(add) X(bias_gelu_forward) X(bias_gelu_backward)            \
+    X(residual_layernorm_forward)
+/* clang-format on */
+#define KERNEL_COUNT_ONE(op) +1
+/* A table is its name and one pointer per op: an op missing from KERNEL_OPS fails here. */
+#ifdef __cplusplus
+static_assert
+#else
+_Static_assert
+#endif
+    (sizeof(Kernels) ==
+         sizeof(const char *) + (0 KERNEL_OPS(KERNEL_COUNT_ONE)) * sizeof(void (*)(void)),
+     "KERNEL_OPS must list every op of Kernels");
+
 /* The longest sequence attention accepts (its CPU backward keeps a T x T tile on the stack). */
 #define KERNELS_MAX_TOKENS 256
 
