@@ -37,24 +37,23 @@ int dtype_parse(const char *s, DType *out) {
     return -1;
 }
 
-/* memcpy is the defined way to reinterpret bits in C; compilers turn it into a move. */
-static uint32_t float_bits(float x) {
+#define FP32_ABS_MASK 0x7fffffffu
+#define FP32_INF 0x7f800000u
+
+uint32_t fp32_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
     return u;
 }
 
-static float bits_float(uint32_t u) {
+float fp32_from_bits(uint32_t u) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
 }
 
-#define FP32_ABS_MASK 0x7fffffffu
-#define FP32_INF 0x7f800000u
-
 uint16_t fp32_to_bf16(float x) {
-    uint32_t u = float_bits(x);
+    uint32_t u = fp32_bits(x);
     /* Rounding could carry a NaN's payload into inf (or wipe it), so set the quiet bit instead. */
     if ((u & FP32_ABS_MASK) > FP32_INF) return (uint16_t)((u >> 16) | 0x0040u);
     /* Adding 0x7fff plus the kept LSB rounds half to even; a carry bumps the exponent, which is
@@ -64,7 +63,7 @@ uint16_t fp32_to_bf16(float x) {
 }
 
 float bf16_to_fp32(uint16_t h) {
-    return bits_float((uint32_t)h << 16);
+    return fp32_from_bits((uint32_t)h << 16);
 }
 
 /* Magnitudes from 65520 (halfway between fp16's max 65504 and 2^16) up round to inf. */
@@ -86,7 +85,7 @@ static uint16_t fp16_subnormal(uint32_t abs) {
 }
 
 uint16_t fp32_to_fp16(float x) {
-    uint32_t u = float_bits(x);
+    uint32_t u = fp32_bits(x);
     uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
     uint32_t abs = u & FP32_ABS_MASK;
     if (abs > FP32_INF)
@@ -103,13 +102,13 @@ float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1f) return bits_float(sign | FP32_INF | (mant << 13)); /* inf, NaN payload */
+    if (exp == 0x1f) return fp32_from_bits(sign | FP32_INF | (mant << 13)); /* inf, NaN payload */
     if (exp == 0) {
         /* zero or subnormal: mant * 2^-24 is exact in fp32 */
         float mag = (float)mant * 0x1p-24f;
         return sign ? -mag : mag;
     }
-    return bits_float(sign | ((exp + FP16_REBIAS) << 23) | (mant << 13));
+    return fp32_from_bits(sign | ((exp + FP16_REBIAS) << 23) | (mant << 13));
 }
 
 float dtype_round(DType t, float x) {

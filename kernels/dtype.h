@@ -13,6 +13,10 @@ size_t dtype_size(DType t);
 const char *dtype_name(DType t);            /* "fp32", "bf16", "fp16" */
 int dtype_parse(const char *s, DType *out); /* 0 on success, -1 if unknown */
 
+/* The IEEE-754 bits of x, and the float of bits u (memcpy: C's defined way to reinterpret). */
+uint32_t fp32_bits(float x);
+float fp32_from_bits(uint32_t u);
+
 uint16_t fp32_to_bf16(float x); /* round to nearest even; NaN stays NaN */
 float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_fp16(float x); /* RNE; overflow -> inf; subnormals kept */

@@ -18,18 +18,6 @@
  * the simulated cluster's all-reduce (sim/comm_sim.c adds the ranks' values in rank order in fp32),
  * and both sums against a reference built on the engine's dtype_round. */
 
-static uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float float_of(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
 /* xorshift32: the same "random" floats on every run */
 static uint32_t next_random(uint32_t *state) {
     uint32_t x = *state;
@@ -51,10 +39,10 @@ static const char *bf16_text(uint16_t h) {
 static void expect_widen(uint16_t h, int announce) {
     if (announce) lesson_try("bf16_widen(0x%04x)", h);
     float want = bf16_to_fp32(h), got = bf16_widen(h);
-    if (bits_of(want) == bits_of(got)) return;
+    if (fp32_bits(want) == fp32_bits(got)) return;
     lesson_try("bf16_widen(0x%04x)", h);
-    lesson_fail(1, lesson_fmt("0x%08x (%.9g)", bits_of(want), (double)want),
-                lesson_fmt("0x%08x (%.9g)", bits_of(got), (double)got));
+    lesson_fail(1, lesson_fmt("0x%08x (%.9g)", fp32_bits(want), (double)want),
+                lesson_fmt("0x%08x (%.9g)", fp32_bits(got), (double)got));
 }
 
 Test(lesson09, t1_widen_every_pattern) {
@@ -66,7 +54,7 @@ Test(lesson09, t1_widen_every_pattern) {
 
 /* x rounded by the learner and by the engine: the same bits, and for a NaN any NaN. */
 static void expect_round_quietly(int hint, uint32_t x_bits, int announce) {
-    float x = float_of(x_bits);
+    float x = fp32_from_bits(x_bits);
     const char *input = lesson_fmt("bf16_round(%.9g, bits 0x%08x)", (double)x, x_bits);
     if (announce) lesson_try("%s", input);
     uint16_t want = fp32_to_bf16(x), got = bf16_round(x);
@@ -216,7 +204,7 @@ static int all_reduce_rank(const RankEnv *env, void *arg, Err *err) {
 }
 
 static void expect_sum(int hint, float want, float got) {
-    if (bits_of(want) != bits_of(got))
+    if (fp32_bits(want) != fp32_bits(got))
         lesson_fail(hint, lesson_fmt("sum=%.9g", (double)want),
                     lesson_fmt("sum=%.9g%s", (double)got, isnan(got) ? " (never computed)" : ""));
 }

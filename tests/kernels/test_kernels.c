@@ -11,18 +11,6 @@
 #include "kernels/kernels.h"
 #include "tests/util.h"
 
-static float from_bits(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static uint32_t to_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
 static int bf16_is_nan(uint16_t h) {
     return (h & 0x7f80) == 0x7f80 && (h & 0x007f);
 }
@@ -54,19 +42,19 @@ Test(dtype, bf16_known_patterns) {
     cr_expect_eq(fp32_to_bf16(0.0f), 0x0000);
     cr_expect_eq(fp32_to_bf16(-0.0f), 0x8000);
     /* exactly halfway: to the even neighbour, down and up */
-    cr_expect_eq(fp32_to_bf16(from_bits(0x3f808000)), 0x3f80);
-    cr_expect_eq(fp32_to_bf16(from_bits(0x3f818000)), 0x3f82);
+    cr_expect_eq(fp32_to_bf16(fp32_from_bits(0x3f808000)), 0x3f80);
+    cr_expect_eq(fp32_to_bf16(fp32_from_bits(0x3f818000)), 0x3f82);
     /* one ulp either side of halfway */
-    cr_expect_eq(fp32_to_bf16(from_bits(0x3f808001)), 0x3f81);
-    cr_expect_eq(fp32_to_bf16(from_bits(0x3f807fff)), 0x3f80);
+    cr_expect_eq(fp32_to_bf16(fp32_from_bits(0x3f808001)), 0x3f81);
+    cr_expect_eq(fp32_to_bf16(fp32_from_bits(0x3f807fff)), 0x3f80);
     cr_expect_eq(fp32_to_bf16(INFINITY), 0x7f80);
     cr_expect_eq(fp32_to_bf16(-INFINITY), 0xff80);
     cr_expect_eq(fp32_to_bf16(FLT_MAX), 0x7f80, "FLT_MAX is past bf16's max plus half an ulp");
     cr_expect(bf16_is_nan(fp32_to_bf16(NAN)));
     /* a NaN whose payload sits only in the dropped bits must not turn into inf */
-    uint16_t snan = fp32_to_bf16(from_bits(0x7f800001));
+    uint16_t snan = fp32_to_bf16(fp32_from_bits(0x7f800001));
     cr_expect(bf16_is_nan(snan), "0x7f800001 -> 0x%04x", snan);
-    cr_expect(bf16_is_nan(fp32_to_bf16(from_bits(0xffffffff))));
+    cr_expect(bf16_is_nan(fp32_to_bf16(fp32_from_bits(0xffffffff))));
     cr_expect_eq(bf16_to_fp32(0x3f80), 1.0f);
     cr_expect_eq(bf16_to_fp32(0xc040), -3.0f);
     cr_expect(isnan(bf16_to_fp32(0x7fc0)));
@@ -98,15 +86,15 @@ Test(dtype, fp16_known_patterns) {
         {-0x1p-24f, 0x8001},
         {-0.0f, 0x8000},
         {1e-30f, 0x0000},
-        {from_bits(0x00000001), 0x0000}, /* fp32 subnormal */
+        {fp32_from_bits(0x00000001), 0x0000}, /* fp32 subnormal */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t h = fp32_to_fp16(cases[i].x);
         cr_expect_eq(h, cases[i].h, "%a -> 0x%04x, want 0x%04x", cases[i].x, h, cases[i].h);
     }
     cr_expect(fp16_is_nan(fp32_to_fp16(NAN)));
-    cr_expect(fp16_is_nan(fp32_to_fp16(from_bits(0x7f800001))));
-    cr_expect(fp16_is_nan(fp32_to_fp16(from_bits(0xffc00000))));
+    cr_expect(fp16_is_nan(fp32_to_fp16(fp32_from_bits(0x7f800001))));
+    cr_expect(fp16_is_nan(fp32_to_fp16(fp32_from_bits(0xffc00000))));
     cr_expect_eq(fp16_to_fp32(0x3c00), 1.0f);
     cr_expect_eq(fp16_to_fp32(0x0001), 0x1p-24f);
     cr_expect_eq(fp16_to_fp32(0x83ff), -0x3ffp-24f);
@@ -144,9 +132,10 @@ Test(dtype, every_midpoint_ties_to_even) {
         uint32_t mid = (lo << 16) | 0x8000;
         for (uint32_t sign = 0; sign <= 0x8000; sign += 0x8000) {
             uint32_t s32 = sign << 16;
-            cr_assert_eq(fp32_to_bf16(from_bits(s32 | mid)), sign | even, "bf16 mid 0x%08x", mid);
-            cr_assert_eq(fp32_to_bf16(from_bits(s32 | (mid - 1))), sign | lo);
-            cr_assert_eq(fp32_to_bf16(from_bits(s32 | (mid + 1))), sign | (lo + 1));
+            cr_assert_eq(fp32_to_bf16(fp32_from_bits(s32 | mid)), sign | even, "bf16 mid 0x%08x",
+                         mid);
+            cr_assert_eq(fp32_to_bf16(fp32_from_bits(s32 | (mid - 1))), sign | lo);
+            cr_assert_eq(fp32_to_bf16(fp32_from_bits(s32 | (mid + 1))), sign | (lo + 1));
         }
     }
     for (uint16_t lo = 0; lo <= 0x7bff; lo++) {
@@ -185,12 +174,12 @@ Test(dtype, random_values_round_to_nearest) {
     uint32_t s = 0x9e3779b9u;
     for (int i = 0; i < 200000; i++) {
         uint32_t u = xorshift32(&s);
-        float x = from_bits(u);
+        float x = fp32_from_bits(u);
         if (isfinite(x) && fabsf(x) < 0x1.fefp127f)
             expect_nearest(x, fp32_to_bf16(x), bf16_to_fp32, 0x7f80);
         /* exponents from far below fp16's subnormals up to just past its max */
         uint32_t e = 90 + xorshift32(&s) % 53;
-        x = from_bits((u & 0x807fffffu) | (e << 23));
+        x = fp32_from_bits((u & 0x807fffffu) | (e << 23));
         if (fabsf(x) < 65520.0f)
             expect_nearest(x, fp32_to_fp16(x), fp16_to_fp32, 0x7c00);
         else
@@ -202,9 +191,11 @@ Test(dtype, round_is_round_trip) {
     float xs[] = {0.1f, -3.14159f, 1e-6f, 70000.0f, 1e-8f, 0x1.fffffep-1f};
     for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
         float x = xs[i];
-        cr_expect_eq(to_bits(dtype_round(DTYPE_FP32, x)), to_bits(x));
-        cr_expect_eq(to_bits(dtype_round(DTYPE_BF16, x)), to_bits(bf16_to_fp32(fp32_to_bf16(x))));
-        cr_expect_eq(to_bits(dtype_round(DTYPE_FP16, x)), to_bits(fp16_to_fp32(fp32_to_fp16(x))));
+        cr_expect_eq(fp32_bits(dtype_round(DTYPE_FP32, x)), fp32_bits(x));
+        cr_expect_eq(fp32_bits(dtype_round(DTYPE_BF16, x)),
+                     fp32_bits(bf16_to_fp32(fp32_to_bf16(x))));
+        cr_expect_eq(fp32_bits(dtype_round(DTYPE_FP16, x)),
+                     fp32_bits(fp16_to_fp32(fp32_to_fp16(x))));
     }
     cr_expect_eq(dtype_round(DTYPE_FP16, 70000.0f), INFINITY);
     cr_expect_eq(dtype_round(DTYPE_BF16, 0x1.fffffep-1f), 1.0f);
@@ -216,7 +207,7 @@ static void cast_inputs(float *x) {
     float v[NCAST] = {1.0f,  -2.5f, 0.1f,      65504.0f, 65520.0f, 1e-7f,     0x1p-25f, 3e38f,
                       -0.0f, NAN,   -INFINITY, 1e-40f,   0.3333f,  -123.456f, 0x3p-25f, 7.0f};
     memcpy(x, v, sizeof v);
-    x[12] = from_bits(0x3f818000); /* a bf16 tie */
+    x[12] = fp32_from_bits(0x3f818000); /* a bf16 tie */
 }
 
 static uint16_t scalar_to(DType t, float x) {
@@ -243,7 +234,7 @@ Test(kernels, cast_matches_scalar_conversions) {
         k->cast(other, u, half, t, NCAST);
         for (int i = 0; i < NCAST; i++) {
             cr_expect_eq(half[i], scalar_to(t, x[i]), "%s [%d]", dtype_name(t), i);
-            cr_expect_eq(to_bits(back[i]), to_bits(scalar_from(t, half[i])), "[%d]", i);
+            cr_expect_eq(fp32_bits(back[i]), fp32_bits(scalar_from(t, half[i])), "[%d]", i);
             cr_expect_eq(other[i], scalar_to(u, scalar_from(t, half[i])), "%s -> %s [%d]",
                          dtype_name(t), dtype_name(u), i);
         }
