@@ -36,12 +36,7 @@ static double median_rate(const ModelDesc *m, const Dataset *d, Strategy s, int 
     fsdp_config_defaults(&c);
     c.lr = 0.05f;
     c.strategy = s;
-    Plan p;
-    Err err = {0};
-    if (plan_create(&p, m, c.wrap, c.strategy, ranks, 1, &err)) {
-        fprintf(stderr, "bench_toy: %s\n", err.msg);
-        exit(1);
-    }
+    Plan p = bench_plan_or_exit("bench_toy", m, &c, ranks);
     double r[RUNS];
     for (int i = 0; i < RUNS; i++) r[i] = steps_per_second(m, d, &p, &c, ranks, steps);
     qsort(r, RUNS, sizeof *r, cmp_double);

@@ -31,12 +31,7 @@ static double images_per_s(const ModelDesc *m, const Dataset *d, int ranks, int 
     fsdp_config_defaults(&c);
     c.lr = 1e-3f;
     c.batch_size = batch;
-    Plan p;
-    Err err = {0};
-    if (plan_create(&p, m, c.wrap, c.strategy, ranks, 1, &err)) {
-        fprintf(stderr, "bench_vit: %s\n", err.msg);
-        exit(1);
-    }
+    Plan p = bench_plan_or_exit("bench_vit", m, &c, ranks);
     Timing t = {.warmup = warmup};
     TrainJob job = {.model = m,
                     .data = d,
@@ -48,6 +43,7 @@ static double images_per_s(const ModelDesc *m, const Dataset *d, int ranks, int 
                     .user = &t};
     ClusterOptions opt = {.ranks = ranks, .profile = profile_default()};
     ClusterResult res;
+    Err err = {0};
     if (cluster_run(&opt, train_rank, &job, &res, &err)) {
         fprintf(stderr, "bench_vit: %s\n", err.msg);
         exit(1);
