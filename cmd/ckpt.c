@@ -504,13 +504,9 @@ int cmd_ckpt(int argc, char **argv) {
     CkptArgs a;
     Err err = {0};
     int rc = ckpt_args_parse(&a, argc, argv, &err);
-    if (rc == 1) {
-        ckpt_help(stdout);
-        return 0;
-    }
+    if (cmd_help_asked(rc, ckpt_help)) return 0;
     if (!rc)
         rc = a.tool == CKPT_INSPECT ? ckpt_inspect(stdout, a.path, &err)
                                     : ckpt_consolidate(stdout, a.path, a.out, &err);
-    fflush(stdout);
-    return rc ? cmd_fail(rc, err.msg) : 0;
+    return cmd_exit(rc, &err);
 }

@@ -374,3 +374,14 @@ int cmd_fail(int code, const char *msg) {
     fprintf(stderr, "fsdp: %s\n", msg);
     return code == ERR_USAGE ? 2 : 1;
 }
+
+int cmd_help_asked(int parsed, void (*help)(FILE *f)) {
+    if (parsed != 1) return 0;
+    help(stdout);
+    return 1;
+}
+
+int cmd_exit(int rc, const Err *err) {
+    fflush(stdout);
+    return rc ? cmd_fail(rc, err->msg) : 0;
+}

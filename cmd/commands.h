@@ -4,6 +4,10 @@
 #ifndef FSDP_COMMANDS_H
 #define FSDP_COMMANDS_H
 
+#include <stdio.h>
+
+#include "engine/err.h"
+
 int cmd_train(int argc, char **argv);   /* cmd/train.c */
 int cmd_viz(int argc, char **argv);     /* cmd/viz.c */
 int cmd_ckpt(int argc, char **argv);    /* cmd/ckpt.c */
@@ -11,6 +15,12 @@ int cmd_predict(int argc, char **argv); /* cmd/predict.c */
 int cmd_plan(int argc, char **argv);    /* cmd/plan.c */
 int cmd_lessons(int argc, char **argv); /* cmd/lessons.c */
 int cmd_launch(int argc, char **argv);  /* cmd/launch.c */
+
+/* A parser's answer 1 (--help was asked): writes the help to stdout, and the command then
+ * exits 0. */
+int cmd_help_asked(int parsed, void (*help)(FILE *f));
+/* The end of a command: stdout flushed, then 0, or cmd_fail's line and status for rc. */
+int cmd_exit(int rc, const Err *err);
 
 /* An error's one line, "fsdp: MSG" on stderr, and its exit status: 2 for ERR_USAGE, else 1. */
 int cmd_fail(int code, const char *msg);

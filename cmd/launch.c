@@ -149,10 +149,7 @@ int cmd_launch(int argc, char **argv) {
     LaunchArgs a;
     Err err = {0};
     int rc = launch_args_parse(&a, argc, argv, &err), status = 2;
-    if (rc == 1) {
-        launch_help(stdout);
-        return 0;
-    }
+    if (cmd_help_asked(rc, launch_help)) return 0;
     if (!rc) rc = launch_command_runnable(a.command[0], &status, &err);
     if (!rc) rc = launch_run(&a, stderr, &status, &err);
     if (rc) fprintf(stderr, "fsdp launch: %s\n", err.msg);

@@ -579,10 +579,7 @@ int cmd_plan(int argc, char **argv) {
     PlanArgs a;
     Err err = {0};
     int rc = plan_args_parse(&a, argc, argv, &err);
-    if (rc == 1) {
-        plan_help(stdout);
-        return 0;
-    }
+    if (cmd_help_asked(rc, plan_help)) return 0;
     PlanSetup s;
     memset(&s, 0, sizeof s);
     if (!rc) rc = make_profile(&a, &s, &err);

@@ -145,11 +145,7 @@ int cmd_predict(int argc, char **argv) {
     PredictArgs a;
     Err err = {0};
     int rc = predict_args_parse(&a, argc, argv, &err);
-    if (rc == 1) {
-        predict_help(stdout);
-        return 0;
-    }
+    if (cmd_help_asked(rc, predict_help)) return 0;
     if (!rc) rc = predict_run(&a, &err);
-    fflush(stdout);
-    return rc ? cmd_fail(rc, err.msg) : 0;
+    return cmd_exit(rc, &err);
 }

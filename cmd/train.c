@@ -195,10 +195,7 @@ int cmd_train(int argc, char **argv) {
     t.nflags = argc;
     t.flags = argv;
     int rc = train_args_parse(&t.args, argc, argv, &err);
-    if (rc == 1) {
-        train_args_help(stdout);
-        return 0;
-    }
+    if (cmd_help_asked(rc, train_args_help)) return 0;
     if (!rc && t.args.scenario_workshop) {
         rc = workshop_scenario(&t.args, &err);
         return rc ? cmd_fail(rc, err.msg) : 0;
