@@ -265,24 +265,36 @@ static int check_all(const CheckArgs *a, Progress *p) {
     return passed == lesson_count() ? EXIT_PASSED : EXIT_FAILED;
 }
 
+/* check's and watch's start: their flags and the learner's progress. Returns -1 to go on, else
+ * the exit status to end with. */
+static int start_checking(const char *command, int argc, char **argv, CheckArgs *a, Progress *p) {
+    if (parse_check_args(command, argc, argv, a)) return EXIT_USAGE;
+    Err err = {0};
+    return progress_load(p, &err) ? fail_with(&err) : -1;
+}
+
+/* The lesson to check: the one named, or the next not done. Returns -1 to go on, else the exit
+ * status to end with (every lesson done: passed, and said). */
+static int lesson_to_check(const CheckArgs *a, const Progress *p, const Lesson **l) {
+    if (lesson_for(a, p, l)) return EXIT_USAGE;
+    if (*l) return -1;
+    printf("all %d lessons done\n", lesson_count());
+    return EXIT_PASSED;
+}
+
 static int cmd_check(int argc, char **argv) {
     CheckArgs a;
-    if (parse_check_args("check", argc, argv, &a)) return EXIT_USAGE;
     Progress p;
-    Err err = {0};
-    if (progress_load(&p, &err)) return fail_with(&err);
+    int status = start_checking("check", argc, argv, &a, &p);
+    if (status >= 0) return status;
     proc_catch_interrupt();
     if (a.lesson && !strcmp(a.lesson, "all")) {
         if (a.file) return usage_error("--file checks one lesson, not all");
         return check_all(&a, &p);
     }
     const Lesson *l;
-    if (lesson_for(&a, &p, &l)) return EXIT_USAGE;
-    if (!l) {
-        printf("all %d lessons done\n", lesson_count());
-        return EXIT_PASSED;
-    }
-    int status = check_one(l, &a, &p);
+    if ((status = lesson_to_check(&a, &p, &l)) >= 0) return status;
+    status = check_one(l, &a, &p);
     if (status == EXIT_PASSED && !a.file) print_next(&p);
     return status;
 }
@@ -350,16 +362,11 @@ static int same_stamp(FileStamp a, FileStamp b) {
 
 static int cmd_watch(int argc, char **argv) {
     CheckArgs a;
-    if (parse_check_args("watch", argc, argv, &a)) return EXIT_USAGE;
     Progress p;
-    Err err = {0};
-    if (progress_load(&p, &err)) return fail_with(&err);
     const Lesson *l;
-    if (lesson_for(&a, &p, &l)) return EXIT_USAGE;
-    if (!l) {
-        printf("all %d lessons done\n", lesson_count());
-        return EXIT_PASSED;
-    }
+    int status = start_checking("watch", argc, argv, &a, &p);
+    if (status < 0) status = lesson_to_check(&a, &p, &l);
+    if (status >= 0) return status;
     char own[4096];
     lesson_path(l, "exercise.c", own, sizeof own);
     const char *file = a.file ? a.file : own;
@@ -378,7 +385,7 @@ static int cmd_watch(int argc, char **argv) {
             strftime(clock, sizeof clock, "%H:%M:%S", localtime(&t));
             printf("\n[%s] checking lesson %02d\n", clock, l->number);
             fflush(stdout);
-            int status = check_one(l, &a, &p);
+            status = check_one(l, &a, &p);
             fflush(stdout);
             if (status == EXIT_PASSED) {
                 if (!a.file) print_next(&p);
