@@ -124,7 +124,7 @@ run: deps $(BIN)
 
 # Tests run the binary for the CLI cases, so they get its path.
 test: deps $(BIN) $(TEST_BIN)
-	FSDP_BIN=./$(BIN) ./$(TEST_BIN) --jobs 2
+	FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) ./$(TEST_BIN) --jobs 2
 
 test-asan:
 	$(MAKE) SANITIZE=1 test

@@ -182,6 +182,10 @@ static const Flag train_rows[] = {
     {"--timeout", FLAG_INT, ARG(timeout), 1, 86400, .arg = "S",
      .help = "cuda: a collective that takes longer than S seconds\n"
              "aborts the job, naming rank, unit, collective (600)"},
+    {"--check-streams", FLAG_SWITCH, ARG(check_streams),
+     .help = "sim: check every access to device memory against\n"
+             "the streams' events, as a GPU orders them; a hazard\n"
+             "fails the run naming both operations"},
     {.kind = FLAG_SECTION, .help = "FSDP"},
     {"--strategy", FLAG_SET, .set = set_strategy, .arg = "S",
      .help = "ddp, zero1, zero2, zero3 (default), hsdp"},

@@ -49,6 +49,7 @@ typedef struct TrainArgs {
     int fail_at_rank;
     long kill_in_save_step; /* --kill-in-save STEP; 0: none */
     int timeout;            /* --timeout S: GPUs' watchdog (seconds a collective may take) */
+    int check_streams;      /* --check-streams: the simulator's stream checker */
 } TrainArgs;
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */

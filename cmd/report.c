@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "sim/stream_check.h"
+
 void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks,
                    const char *profile) {
     char wrap[32];
@@ -330,4 +332,14 @@ void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_by
     }
     fprintf(f, "settings:\n");
     for (int i = 0; i < n; i++) fprintf(f, "  %-24s %s\n", rows[i].name, rows[i].flags);
+}
+
+void report_stream_check(FILE *f, size_t accesses, size_t hazards, int json) {
+    if (json) {
+        fprintf(f, "{\"stream_check\":{\"accesses\":%zu,\"hazards\":%zu}}\n", accesses, hazards);
+        return;
+    }
+    char line[128];
+    stream_check_summary(accesses, hazards, line, sizeof line);
+    fprintf(f, "%s\n", line);
 }

@@ -25,6 +25,8 @@ void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images
 void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s);
 /* One JSON line: each rank's peak bytes and the largest, {"peak_bytes":N,"rank_peaks":[...]}. */
 void report_memory_json(FILE *f, const RankMemory *m, int ranks);
+/* --check-streams: "stream check: N accesses across streams, H hazards", or as one JSON line. */
+void report_stream_check(FILE *f, size_t accesses, size_t hazards, int json);
 
 /* One setting of --memory-compare: its name, the flags that make it, and the memory of the
  * rank whose peak was largest. */

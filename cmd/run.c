@@ -276,7 +276,9 @@ ClusterOptions run_cluster_options(const TrainRun *t, int trace) {
                             .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
                             .profile = t->profile,
                             .trace = trace,
-                            .timeout = a->timeout};
+                            .timeout = a->timeout,
+                            .check_streams = a->check_streams,
+                            .unit_names = &t->plan};
 }
 
 /* Models this small (the toy) have their numbers recorded with the trace, for the viewer. */

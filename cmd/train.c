@@ -141,6 +141,8 @@ static int train_execute(TrainRun *t, Err *err) {
     free(job.step_params);
     free(job.step_grads);
     if (!rc) rc = run_write_outputs(t, &res, err);
+    if (!rc && a->check_streams && res.checked)
+        report_stream_check(stdout, res.stream_accesses, res.stream_hazards, a->json);
     if (!rc && a->json) report_memory_json(stdout, t->memory, a->ranks);
     if (!rc && !a->json) {
         if (!vit) {

@@ -9,9 +9,16 @@ const char *coll_kind_name(CollKind k) {
 }
 
 static int start_and_wait(Comm *c, CommRequest *req, Err *err) {
+    Device *d = c->dev;
+    if (d) {
+        DevEvent queued = {0};
+        d->ops->event_record(d, STREAM_COMPUTE, &queued);
+        d->ops->stream_wait(d, STREAM_COMM, &queued);
+    }
     int rc = c->ops->start(c, req, err);
-    if (rc) return rc;
-    return c->ops->wait(c, req, err);
+    if (!rc) rc = c->ops->wait(c, req, err);
+    if (!rc && d) d->ops->stream_wait(d, STREAM_COMPUTE, &req->done);
+    return rc;
 }
 
 int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t, int unit,

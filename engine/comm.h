@@ -61,9 +61,14 @@ struct Comm {
     int size;
     int world_rank;
     void *impl;
+    /* The device whose streams order the blocking forms below (NULL: none to order): the comm
+     * stream waits for what compute queued before the collective, compute for its result. */
+    Device *dev;
 };
 
-/* Blocking forms: start then wait. */
+/* Blocking forms: start then wait, ordered on c->dev's streams as a GPU needs them: the
+ * collective reads its input only after compute's work queued so far, and compute's next work
+ * sees its output. */
 int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t, int unit,
                     Err *err);
 int comm_reduce_scatter(Comm *c, const void *send, void *recv, size_t count, DType t, ReduceOp op,

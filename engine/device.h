@@ -41,6 +41,8 @@ typedef enum { STREAM_COMPUTE = 0, STREAM_COMM, STREAM_COPY, STREAM_COUNT } Stre
 typedef struct DevEvent {
     double time;  /* sim: modelled seconds; cuda: filled when resolved */
     void *handle; /* cuda: cudaEvent_t */
+    /* sim with the stream checker: the recording stream's vector clock (streams, then the host) */
+    unsigned long long order[STREAM_COUNT + 1];
 } DevEvent;
 
 /* Kinds of timed work (shared with the trace). */

@@ -162,6 +162,7 @@ static int unit_all_gather_start(Engine *e, int u, Err *err) {
     if (nvme_on(e) && (rc = nvme_load(e, u, NVME_PARAM, err))) return rc;
     pack_rows(e, u, us->param, e->plan->param_store, us->param_local, t, us->gather_send);
     if (nvme_on(e) && (rc = nvme_drop(e, u, err))) return rc; /* the wire block has it now */
+    stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the collective reads what compute packed */
     us->gather = (CommRequest){.kind = COLL_ALL_GATHER,
                                .send = us->gather_send,
                                .recv = us->gather_recv,
@@ -200,6 +201,8 @@ static int complete_gather(Engine *e, int u, Err *err) {
     us->gather_in_flight = 0;
     int rc = dev_alloc(e, &us->unsharded, unit->numel * dtype_size(t), MEM_PARAM_UNSHARDED, u, err);
     if (rc) return rc;
+    /* compute unpacks what the collective wrote, and frees its buffers, only once it is done */
+    e->dev->ops->stream_wait(e->dev, STREAM_COMPUTE, &us->gather.done);
     unpack_gathered(e, u, us->gather_recv, t, us->unsharded);
     dev_free(e, us->gather_send, u);
     dev_free(e, us->gather_recv, u);
@@ -233,7 +236,6 @@ static int unit_params_ready(Engine *e, int u, Err *err) {
     if (!e->plan->params_sharded) return replicated_params_ready(e, u, err);
     if (!us->gather_in_flight) {
         /* not prefetched: the gather is issued only when compute gets here */
-        stream_follow(e, STREAM_COMM, STREAM_COMPUTE);
         int rc = unit_all_gather_start(e, u, err);
         if (rc) return rc;
     }
@@ -320,6 +322,7 @@ static int reduce_start_sharded(Engine *e, int u, Err *err) {
                                .dtype = t,
                                .op = REDUCE_AVG,
                                .unit = u};
+    stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the collective reads what compute packed */
     return e->env.shard_comm->ops->start(e->env.shard_comm, &us->reduce, err);
 }
 
@@ -348,6 +351,7 @@ static int reduce_start_replicated(Engine *e, int u, Err *err) {
                                .dtype = t,
                                .op = REDUCE_AVG,
                                .unit = u};
+    stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the grads (or their cast) must exist */
     return e->env.world_comm->ops->start(e->env.world_comm, &us->reduce, err);
 }
 
@@ -367,7 +371,6 @@ static int finish_earlier_reduces(Engine *e, Err *err) {
 static int reduce_start(Engine *e, int u, Err *err) {
     int rc0 = finish_earlier_reduces(e, err);
     if (rc0) return rc0;
-    stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the grads must exist first */
     int rc = e->plan->grads_sharded ? reduce_start_sharded(e, u, err)
                                     : reduce_start_replicated(e, u, err);
     if (rc) return rc;
@@ -381,6 +384,11 @@ static int complete_reduce(Engine *e, int u, Err *err) {
     DType t = e->cfg.reduce_dtype;
     us->reduce_in_flight = 0;
     DevEvent done = us->reduce.done;
+    /* compute reads the reduction and frees its buffers only after it, as FSDP2's next
+     * post-backward waits for the previous reduce-scatter before freeing its input; an fp32
+     * all-reduce in place leaves compute nothing to read until the optimizer (backward_done) */
+    if (e->plan->grads_sharded || us->reduce_buf)
+        e->dev->ops->stream_wait(e->dev, STREAM_COMPUTE, &done);
     if (e->plan->grads_sharded) {
         if (e->env.replica_comm) { /* hsdp: average the shard across replica groups too */
             int rc = comm_all_reduce(e->env.replica_comm, us->reduce_buf, us->reduce_buf,

@@ -49,6 +49,7 @@ static int run_one_gpu(const ClusterOptions *opt, RankMain fn, void *arg, Cluste
     LocalComm world;
     if (!rc) {
         comm_local_init(&world, dev);
+        world.base.dev = device_cuda_base(dev);
         RankEnv env = {.rank = 0,
                        .world = 1,
                        .dev = device_cuda_base(dev),
@@ -141,6 +142,9 @@ static int run_many_gpus(const ClusterOptions *opt, const DistEnv *denv, RankMai
     if (!rc)
         rc = watchdog_start(&w, denv->rank, device, opt->timeout > 0 ? opt->timeout : 600, err);
     if (!rc) rc = create_comms(&comms, dev, w, &id, denv, opt->replicas, err);
+    if (!rc) /* the blocking collectives order themselves on this GPU's streams */
+        comms.world.base.dev = comms.shard.base.dev = comms.replica.base.dev =
+            device_cuda_base(dev);
     if (!rc) {
         RankEnv env = {.rank = denv->rank,
                        .world = denv->world_size,

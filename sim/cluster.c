@@ -11,6 +11,7 @@
 #include "kernels/cpu/pool.h"
 #include "sim/comm_sim.h"
 #include "sim/device_sim.h"
+#include "sim/kernels_checked.h"
 #include "sim/kernels_none.h"
 
 typedef struct RankSlot {
@@ -31,6 +32,7 @@ typedef struct RankSlot {
 typedef struct Cluster {
     const ClusterOptions *opt;
     int n, replicas;
+    int checking;     /* the stream checker is on for every rank */
     int pool_threads; /* threads each rank's kernels may use (1: the rank thread alone) */
     SimWorld *world;
     SimWorld **shard_groups;   /* replicas groups of n/replicas consecutive ranks */
@@ -51,7 +53,9 @@ static void *rank_thread(void *p) {
     int threads = s->cluster->pool_threads;
     CpuPool *pool = threads > 1 ? cpu_pool_create(threads) : NULL; /* NULL: run serially */
     kernels_cpu_use_pool(pool);
+    if (s->cluster->checking) kernels_checked_bind(&kernels_cpu, device_sim_kernel_access, &s->dev);
     s->rc = s->fn(&s->env, s->arg, &s->err);
+    if (s->cluster->checking) kernels_checked_bind(NULL, NULL, NULL);
     kernels_cpu_use_pool(NULL);
     cpu_pool_destroy(pool);
     if (s->rc) abort_all(s->cluster, s->err.msg);
@@ -114,6 +118,23 @@ static int runs(const Cluster *c, int r) {
     return !c->opt->run_rank || c->opt->run_rank[r];
 }
 
+static const char *plan_unit_name(void *plan, int u) {
+    const Plan *p = plan;
+    return u >= 0 && u < p->nunits ? p->units[u].name : NULL;
+}
+
+/* The rank's device, collectives and kernels report to its stream checker. */
+static void check_slot(Cluster *c, RankSlot *s) {
+    const Plan *names = c->opt->unit_names;
+    device_sim_check(&s->dev, names ? plan_unit_name : NULL, (void *)names);
+    comm_sim_check(&s->world, &s->dev.check);
+    if (c->replicas > 1) {
+        comm_sim_check(&s->shard, &s->dev.check);
+        comm_sim_check(&s->replica, &s->dev.check);
+    }
+    s->env.k = &kernels_checked;
+}
+
 static void init_slot(Cluster *c, int r, RankMain fn, void *arg) {
     const ClusterOptions *opt = c->opt;
     RankSlot *s = &c->slots[r];
@@ -124,6 +145,7 @@ static void init_slot(Cluster *c, int r, RankMain fn, void *arg) {
     device_sim_init(&s->dev, r, &s->clock, &s->trace, opt->profile);
     if (opt->accounting_only) device_sim_accounting_only(&s->dev);
     comm_sim_init(&s->world, c->world, r, &s->clock, &s->trace);
+    s->world.dev = &s->dev.base;
     s->env = (RankEnv){.rank = r,
                        .world = c->n,
                        .dev = &s->dev.base,
@@ -135,9 +157,11 @@ static void init_slot(Cluster *c, int r, RankMain fn, void *arg) {
         int S = c->n / c->replicas;
         comm_sim_init(&s->shard, c->shard_groups[r / S], r % S, &s->clock, &s->trace);
         comm_sim_init(&s->replica, c->replica_groups[r % S], r / S, &s->clock, &s->trace);
+        s->shard.dev = s->replica.dev = &s->dev.base;
         s->env.shard_comm = &s->shard;
         s->env.replica_comm = &s->replica;
     }
+    if (c->checking) check_slot(c, s);
 }
 
 /* Rank threads share the machine's cores. When there are more cores than ranks, each rank
@@ -153,11 +177,20 @@ static int pool_threads_per_rank(int ranks) {
 }
 
 /* The groups, and a slot (device, clock, trace, communicators) for each rank that runs. */
+/* Whether the stream checker runs: asked for, or the environment asks (the test suite), and the
+ * run moves bytes. */
+static int checks_streams(const ClusterOptions *opt) {
+    const char *env = getenv("FSDP_CHECK_STREAMS");
+    int asked = opt->check_streams || (env && !strcmp(env, "1"));
+    return asked && !opt->accounting_only;
+}
+
 static int cluster_create(Cluster *c, const ClusterOptions *opt, RankMain fn, void *arg, Err *err) {
     *c = (Cluster){.opt = opt,
                    .n = opt->ranks,
                    .replicas = opt->replicas > 1 ? opt->replicas : 1,
-                   .pool_threads = pool_threads_per_rank(opt->ranks)};
+                   .pool_threads = pool_threads_per_rank(opt->ranks),
+                   .checking = checks_streams(opt)};
     int rc = opt->run_rank && !opt->accounting_only
                  ? err_set(err, ERR_INTERNAL, "running some ranks only needs accounting_only")
                  : create_groups(c, opt->profile, err);
@@ -202,9 +235,25 @@ static int rank_failure(const Cluster *c, Err *err) {
     return 0;
 }
 
-/* The run's outcome: the first failing rank's error, else the ranks' traces merged. */
+/* The stream checker's figures, summed; the lowest rank's first hazard fails the run. */
+static int stream_check_outcome(const Cluster *c, ClusterResult *out, Err *err) {
+    out->checked = c->checking;
+    const char *first = NULL;
+    for (int r = 0; c->checking && r < c->n; r++) {
+        const StreamCheck *sc = &c->slots[r].dev.check;
+        out->stream_accesses += sc->across;
+        out->stream_hazards += sc->hazards;
+        if (sc->hazards && !first) first = sc->first;
+        if (sc->out_of_memory && !first) first = "out of memory following device memory";
+    }
+    return first ? err_set(err, ERR_INTERNAL, "stream check: %s", first) : 0;
+}
+
+/* The run's outcome: the first failing rank's error, else a stream hazard, else the ranks'
+ * traces merged. */
 static int cluster_collect(Cluster *c, ClusterResult *out, Err *err) {
     int rc = rank_failure(c, err);
+    if (!rc) rc = stream_check_outcome(c, out, err);
     if (rc || !c->opt->trace) return rc;
     TraceBuf *bufs = calloc((size_t)c->n, sizeof *bufs);
     if (!bufs) return err_set(err, ERR_NOMEM, "out of memory merging the trace");

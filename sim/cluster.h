@@ -26,10 +26,17 @@ typedef struct ClusterOptions {
     /* Real GPUs: seconds a collective may take before the watchdog aborts the job (0: 600,
      * PyTorch's default). The simulator cannot hang and ignores it. */
     double timeout;
+    /* The stream checker (sim/stream_check.h) on every rank: a hazard fails the run with its
+     * line. Also on when the environment has FSDP_CHECK_STREAMS=1 (the test suite runs so).
+     * Accounting-only runs, which move no bytes, are not checked. */
+    int check_streams;
+    const Plan *unit_names; /* names units in the checker's lines; NULL: "unit N" */
 } ClusterOptions;
 
 typedef struct ClusterResult {
     Trace trace; /* merged trace of all ranks (empty unless ClusterOptions.trace) */
+    int checked; /* the stream checker ran: the figures below are its */
+    size_t stream_accesses, stream_hazards; /* summed over ranks */
 } ClusterResult;
 
 /* Runs fn on every rank and waits for all. Returns the first failing rank's error. */

@@ -27,6 +27,7 @@ typedef struct SimComm {
     SimClock *clock;
     TraceBuf *trace;
     long next_seq;
+    StreamCheck *check; /* this rank's stream checker; NULL: off */
 } SimComm;
 
 typedef struct Slot {
@@ -213,9 +214,25 @@ static void retire_slot(SimWorld *w, Slot *s) {
     pthread_cond_broadcast(&w->changed);
 }
 
+/* The collective, on the comm stream, reads the send buffer and writes the receive buffer; its
+ * done event is recorded after both, so what waits for it is ordered after them. */
+static void check_collective(SimComm *sc, const Comm *c, CommRequest *r) {
+    if (!sc->check) return;
+    StreamOp op = {coll_kind_name(r->kind), r->unit};
+    size_t es = dtype_size(r->dtype);
+    stream_check_access(sc->check, STREAM_COMM, r->send, comm_input_count(c, r) * es, ACCESS_READ,
+                        op);
+    stream_check_access(sc->check, STREAM_COMM, r->recv, comm_output_count(c, r) * es, ACCESS_WRITE,
+                        op);
+    StreamClock done;
+    stream_check_record(sc->check, STREAM_COMM, &done);
+    for (int i = 0; i < SC_CLOCKS; i++) r->done.order[i] = done.c[i];
+}
+
 static int sim_start(Comm *c, CommRequest *r, Err *err) {
     SimComm *sc = sim_comm(c);
     SimWorld *w = sc->w;
+    check_collective(sc, c, r);
     r->seq = sc->next_seq++;
     r->start_time = sc->clock->stream_time[STREAM_COMM]; /* when this rank issued it */
     Slot *s = &w->slots[r->seq % SLOTS];
@@ -380,6 +397,10 @@ void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *tr
                 .size = w->size,
                 .world_rank = w->world_ranks[rank],
                 .impl = sc};
+}
+
+void comm_sim_check(Comm *c, StreamCheck *check) {
+    sim_comm(c)->check = check;
 }
 
 void sim_world_accounting_only(SimWorld *w) {

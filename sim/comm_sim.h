@@ -9,6 +9,7 @@
 #include "engine/comm.h"
 #include "engine/trace.h"
 #include "sim/cost.h"
+#include "sim/stream_check.h"
 
 /* Per-rank modelled clocks, shared with device_sim. */
 typedef struct SimClock {
@@ -38,5 +39,7 @@ void sim_world_abort(SimWorld *w, const char *why);
 
 /* Fills *c for group rank `rank`; clock and trace are that rank's (trace may be NULL). */
 void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *trace);
+/* The rank's stream checker sees each collective's buffers on the comm stream (NULL: off). */
+void comm_sim_check(Comm *c, StreamCheck *check);
 
 #endif

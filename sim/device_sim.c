@@ -74,6 +74,7 @@ static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     h->bytes = bytes;
     h->category = cat;
     mem_account_charge(&d->memory, cat, bytes);
+    if (s->checking && held) stream_check_alloc(&s->check, h + 1, bytes, cat, NULL);
     /* emulation's own copies are not the modelled GPU's: no event */
     if (mem_account_counts(&d->memory, cat)) trace_memory(s, EV_ALLOC, bytes, cat, unit);
     return h + 1;
@@ -86,11 +87,26 @@ static void sim_free(Device *d, void *p, int unit) {
     mem_account_uncharge(&d->memory, h->category, h->bytes);
     if (mem_account_counts(&d->memory, h->category))
         trace_memory(s, EV_FREE, h->bytes, h->category, unit);
+    /* the engine frees on the host in compute's order (the caching allocator's rule on a GPU:
+     * another stream's use must be waited for before the block is freed) */
+    if (s->checking)
+        stream_check_free_block(&s->check, STREAM_COMPUTE, p, (StreamOp){"free", unit});
     /* a header-only block must never serve a request of its charged size */
-    if (h->category == MEM_NVME || d->accounting_only || !cache_put(s, h)) free(h);
+    if (h->category == MEM_NVME || d->accounting_only || !cache_put(s, h)) {
+        if (s->checking) stream_check_forget(&s->check, p);
+        free(h);
+    }
 }
 
+/* As the CUDA device's: queued on the compute stream, which the host then waits for. */
 static void sim_copy(Device *d, void *dst, const void *src, size_t bytes) {
+    SimDevice *s = sim(d);
+    if (s->checking) {
+        StreamOp op = {"copy", -1};
+        stream_check_access(&s->check, STREAM_COMPUTE, src, bytes, ACCESS_READ, op);
+        stream_check_access(&s->check, STREAM_COMPUTE, dst, bytes, ACCESS_WRITE, op);
+        stream_check_sync(&s->check, STREAM_COMPUTE);
+    }
     if (!d->accounting_only) memcpy(dst, src, bytes);
 }
 
@@ -113,13 +129,43 @@ static void sim_run(Device *d, StreamId st, const Work *w) {
 }
 
 static void sim_event_record(Device *d, StreamId st, DevEvent *ev) {
-    ev->time = sim(d)->clock->stream_time[st];
+    SimDevice *s = sim(d);
+    ev->time = s->clock->stream_time[st];
     ev->handle = NULL;
+    if (!s->checking) return;
+    StreamClock c;
+    stream_check_record(&s->check, st, &c);
+    for (int i = 0; i < SC_CLOCKS; i++) ev->order[i] = c.c[i];
 }
 
 static void sim_stream_wait(Device *d, StreamId st, const DevEvent *ev) {
-    double *t = &sim(d)->clock->stream_time[st];
+    SimDevice *s = sim(d);
+    double *t = &s->clock->stream_time[st];
     if (ev->time > *t) *t = ev->time;
+    if (!s->checking) return;
+    StreamClock c;
+    for (int i = 0; i < SC_CLOCKS; i++) c.c[i] = ev->order[i];
+    stream_check_wait(&s->check, st, &c);
+}
+
+/* The ops whose result the host reads: on a GPU they wait for the compute stream. */
+static int returns_to_host(const char *op) {
+    static const char *const ops[] = {"sum_squares", "all_finite", "mse_loss", "cross_entropy",
+                                      "count_correct"};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        if (!strcmp(op, ops[i])) return 1;
+    return 0;
+}
+
+void device_sim_kernel_access(void *ctx, const char *op, const KernelAccess *acc, int n) {
+    SimDevice *s = ctx;
+    StreamOp what = {op, -1};
+    for (int i = 0; i < n; i++)
+        for (size_t b = 0; b < acc[i].count; b++)
+            stream_check_access(&s->check, STREAM_COMPUTE,
+                                (const char *)acc[i].p + b * acc[i].stride, acc[i].bytes,
+                                acc[i].write ? ACCESS_WRITE : ACCESS_READ, what);
+    if (returns_to_host(op)) stream_check_sync(&s->check, STREAM_COMPUTE);
 }
 
 static double sim_now(Device *d, StreamId st) {
@@ -149,6 +195,15 @@ void device_sim_release(SimDevice *d) {
         }
     d->ncache = 0;
     d->cached = 0;
+    if (d->checking) stream_check_free(&d->check);
+    d->checking = 0;
+}
+
+void device_sim_check(SimDevice *d, const char *(*unit_name)(void *user, int unit), void *user) {
+    stream_check_init(&d->check, d->base.rank);
+    d->check.unit_name = unit_name;
+    d->check.user = user;
+    d->checking = 1;
 }
 
 void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,

@@ -12,6 +12,8 @@
 #include "engine/trace.h"
 #include "sim/comm_sim.h"
 #include "sim/cost.h"
+#include "sim/kernels_checked.h"
+#include "sim/stream_check.h"
 
 /* Freed blocks of one size, waiting to be reused. */
 typedef struct SimBlockCache {
@@ -29,6 +31,8 @@ typedef struct SimDevice {
     SimBlockCache cache[SIM_CACHE_SIZES];
     int ncache;
     size_t cached; /* bytes held in the cache: resident, not charged to any category */
+    int checking;  /* the stream checker follows this device's memory (device_sim_check) */
+    StreamCheck check;
 } SimDevice;
 
 void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
@@ -36,6 +40,13 @@ void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
 /* Accounting only: every allocation is charged as usual but holds no data (a header), and
  * copies move nothing; for runs of models too big to hold, with the no-op kernel table. */
 void device_sim_accounting_only(SimDevice *d);
+/* Turns the stream checker on: every allocation, free, copy, event, wait, declared access and
+ * (through kernels_checked, bound with device_sim_kernel_access and this device) kernel access
+ * is checked; unit_name(user, u) names units in its messages. */
+void device_sim_check(SimDevice *d, const char *(*unit_name)(void *user, int unit), void *user);
+/* kernels_checked's callback for a device with the checker on (ctx: the SimDevice): kernels
+ * run on the compute stream; those that return a value make the host wait for it. */
+void device_sim_kernel_access(void *ctx, const char *op, const KernelAccess *acc, int n);
 /* Returns the cached blocks to the system. Blocks still allocated stay the caller's. */
 void device_sim_release(SimDevice *d);
 

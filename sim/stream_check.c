@@ -152,6 +152,7 @@ static void hazard(StreamCheck *sc, const ShadowBlock *b, int s, AccessKind kind
     char now[160], then[160];
     op_text(sc, op, now, sizeof now);
     op_text(sc, r->op, then, sizeof then);
+    if (r->kind == ACCESS_FREE && b->reused) kind = ACCESS_REUSE; /* the block came back */
     snprintf(sc->first, sizeof sc->first,
              "rank %d: %s %s %s the %s (%s) that %s %s %s, with no wait between them", sc->rank,
              stream_check_stream_name(s), now, verb(kind),
@@ -210,24 +211,18 @@ int stream_check_access(StreamCheck *sc, int s, const void *p, size_t bytes, Acc
     return access_block(sc, b, lo, hi, s, kind, op);
 }
 
-void stream_check_alloc(StreamCheck *sc, int s, const void *p, size_t bytes, MemCategory cat,
-                        const char *label, StreamOp op) {
+void stream_check_alloc(StreamCheck *sc, const void *p, size_t bytes, MemCategory cat,
+                        const char *label) {
     if (!p) return;
     ShadowBlock *b = block_at(sc, (uintptr_t)p);
     if (b && b->base != (uintptr_t)p) return; /* inside another block: not ours to follow */
-    if (b && b->freed) {
-        b->freed = 0;
-        b->cat = cat;
-        b->label = label;
-        access_block(sc, b, 0, b->bytes, s, ACCESS_REUSE, op);
-        b->bytes = bytes > b->bytes ? bytes : b->bytes;
-        return;
-    }
     if (!b && !(b = block_insert(sc, (uintptr_t)p))) return;
-    b->bytes = bytes;
+    b->reused = b->freed;
+    if (!b->freed) b->nrec = 0;
+    b->freed = 0;
+    b->bytes = bytes > b->bytes ? bytes : b->bytes;
     b->cat = cat;
     b->label = label;
-    b->nrec = 0;
 }
 
 void stream_check_free_block(StreamCheck *sc, int s, const void *p, StreamOp op) {
@@ -235,4 +230,8 @@ void stream_check_free_block(StreamCheck *sc, int s, const void *p, StreamOp op)
     if (!b || b->base != (uintptr_t)p) return;
     access_block(sc, b, 0, b->bytes, s, ACCESS_FREE, op);
     b->freed = 1;
+}
+
+void stream_check_summary(size_t across, size_t hazards, char *buf, size_t n) {
+    snprintf(buf, n, "stream check: %zu accesses across streams, %zu hazards", across, hazards);
 }

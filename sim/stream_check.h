@@ -46,6 +46,7 @@ typedef struct ShadowBlock {
     MemCategory cat;
     const char *label; /* "send buffer", ...; NULL: the category's label */
     int freed;         /* freed and waiting in a cache: its next owner must wait for the free */
+    int reused;        /* handed out again: the free's record stays until an access passes it */
     AccessRecord *rec;
     int nrec, caprec;
 } ShadowBlock;
@@ -73,10 +74,11 @@ void stream_check_wait(StreamCheck *sc, int s, const StreamClock *ev);
 /* The host waits for everything queued on s so far (cudaStreamSynchronize). */
 void stream_check_sync(StreamCheck *sc, int s);
 
-/* A block handed out on stream s: new bytes, or a cached block another owner freed, which is
- * then checked as a write by s against that free (reuse after free). */
-void stream_check_alloc(StreamCheck *sc, int s, const void *p, size_t bytes, MemCategory cat,
-                        const char *label, StreamOp op);
+/* A block handed out: new bytes, or a cached block an earlier owner freed. The free stays on
+ * record, so the block's first access by a stream not ordered after the free is a hazard (reuse
+ * after free): the check falls on whichever stream touches the block first, as on a GPU. */
+void stream_check_alloc(StreamCheck *sc, const void *p, size_t bytes, MemCategory cat,
+                        const char *label);
 /* The block at p is freed on stream s: checked as a write against every earlier access (a
  * block freed while another stream may still read it), then kept for its reuse. */
 void stream_check_free_block(StreamCheck *sc, int s, const void *p, StreamOp op);
@@ -87,6 +89,8 @@ void stream_check_forget(StreamCheck *sc, const void *p);
  * data set) are not followed. Returns 1 when it is a hazard (the first one's line is kept). */
 int stream_check_access(StreamCheck *sc, int s, const void *p, size_t bytes, AccessKind kind,
                         StreamOp op);
+/* One line for a run's end: "stream check: N accesses across streams, H hazards". */
+void stream_check_summary(size_t across, size_t hazards, char *buf, size_t n);
 
 /* "compute", "comm", "copy", "host" */
 const char *stream_check_stream_name(int s);
