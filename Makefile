@@ -131,7 +131,7 @@ test-asan:
 
 # The GPU's own tests (kernels against the CPU's, a training step against the simulator).
 # Where there is no GPU each test is skipped with the reason; without nvcc nothing is built.
-test-gpu: deps $(BIN)
+test-gpu: $(BIN)
 ifeq ($(WITH_CUDA),1)
 	@$(MAKE) --no-print-directory $(BUILD)/test_gpu $(BUILD)/nccl_check
 	@./$(BIN) train --backend auto --ranks 1 --print-plan | head -1
@@ -141,7 +141,7 @@ else
 endif
 
 # NCCL alone: 2 and 4 ranks on this machine's GPU(s) under fsdp launch, and the watchdog.
-test-nccl: deps $(BIN)
+test-nccl: $(BIN)
 ifeq ($(WITH_CUDA),1)
 	@$(MAKE) --no-print-directory $(BUILD)/test_gpu $(BUILD)/nccl_check
 	FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1 \

@@ -70,7 +70,9 @@ static int run_one_gpu(const ClusterOptions *opt, RankMain fn, void *arg, Cluste
 /* This process's GPU: its LOCAL_RANK's. Ranks of one node that share a GPU (more ranks than
  * GPUs, as the tests do on one GPU) must look like different hosts to NCCL, which otherwise
  * refuses them ("Duplicate GPU detected"): each takes its own NCCL_HOSTID, and, when the whole
- * job is on this node, talks over sockets on lo. */
+ * job is on this node, talks over sockets on lo; InfiniBand is off (NCCL_IB_DISABLE), since
+ * "hosts" that share one adapter would otherwise try it. NCCL documents several ranks on one GPU
+ * as unsupported: the first GPU run says whether this works (MPS is the fallback to try). */
 static int pick_gpu(const DistEnv *env, int *device, Err *err) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
@@ -82,6 +84,7 @@ static int pick_gpu(const DistEnv *env, int *device, Err *err) {
         gethostname(host, sizeof host - 1);
         snprintf(id, sizeof id, "%s-fsdp-rank-%d", host, env->rank);
         setenv("NCCL_HOSTID", id, 0);
+        setenv("NCCL_IB_DISABLE", "1", 0);
         if (env->local_world_size == env->world_size) setenv("NCCL_SOCKET_IFNAME", "lo", 0);
     }
     e = cudaSetDevice(*device);

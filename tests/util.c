@@ -92,7 +92,7 @@ const Dataset *vit_test_split(void) {
     static int loaded;
     if (!loaded) {
         Err err = {0};
-        cr_assert_eq(mnist_load(&d, MNIST_DEFAULT_DIR, "test", &err), 0, "%s", err.msg);
+        cr_assert_eq(mnist_load(&d, mnist_dir(NULL), "test", &err), 0, "%s", err.msg);
         loaded = 1;
     }
     return &d;

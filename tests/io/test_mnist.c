@@ -23,7 +23,7 @@
 /* Loads a split of the installed data set, failing with the loader's own message. */
 static void load_real(Dataset *ds, const char *split) {
     Err err = {0};
-    int rc = mnist_load(ds, MNIST_DEFAULT_DIR, split, &err);
+    int rc = mnist_load(ds, mnist_dir(NULL), split, &err);
     cr_assert_eq(rc, 0, "mnist_load(%s): %s", split, err.msg);
 }
 
