@@ -67,7 +67,7 @@ TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
-.PHONY: all run viz test test-asan test-gpu test-nccl bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
+.PHONY: all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) $(CUDA_LIB) cuda-note
 
 cuda-note:
@@ -148,6 +148,17 @@ ifeq ($(WITH_CUDA),1)
 		--filter 'nccl/*'
 else
 	@echo "test-nccl: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
+endif
+
+# One folder, $(BUILD)/gpu-bundle (at most 64 MiB), to copy to a GPU machine that has the driver,
+# CUDA, NCCL and PyTorch but no -dev packages and no network: the programs, the libraries such a
+# machine lacks, the data set and run.sh (docs/gpus.md, "Running on a GPU machine").
+gpu-bundle: $(BIN)
+ifeq ($(WITH_CUDA),1)
+	@$(MAKE) --no-print-directory $(CUDA_LIB) $(BUILD)/test_gpu $(BUILD)/nccl_check
+	bash gpu/bundle.sh $(BUILD)/gpu-bundle ./$(BIN) $(CUDA_LIB) $(BUILD)/test_gpu $(BUILD)/nccl_check
+else
+	@echo "gpu-bundle: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
 endif
 
 $(BUILD)/nccl_check: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(CUDA_OBJS) $(BUILD)/tests/nccl/nccl_check.o

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# run.sh STAGE DIR: the GPU checks from a copied bundle (make gpu-bundle), logs under DIR. Stage 1: CUDA
+# kernel and one-GPU training tests; 2: the NCCL suite; 3: compute-sanitizer and the FSDP2 benchmark.
+set -u
+usage() {
+    cat <<'USAGE'
+usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per step)
+  1  every CUDA kernel test and the one-GPU training tests (test_gpu without nccl/*), then
+     fsdp train --backend cuda --ranks 1 --model vit-tiny --steps 20
+  2  the NCCL suite (test_gpu --filter 'nccl/*')
+  3  compute-sanitizer memcheck and racecheck on a 2-layer vit-tiny, then the FSDP2 benchmark
+     (torch_fsdp2_gpu.py)
+Each stage ends within 9 minutes. With no GPU it says so in one line, after checking that the
+bundle loads, and exits 0.
+       run.sh libs    unpacks the bundle's libraries and prints their folder
+USAGE
+}
+stage=''
+dir=''
+for a in "$@"; do
+    case $a in
+        1|2|3|libs) stage=$a ;;
+        -h|--help) usage; exit 0 ;;
+        *) dir=$a ;;
+    esac
+done
+[ $# -eq 0 ] && { usage; exit 0; }
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here" || exit 1
+
+# The bundled libraries, unpacked once per lib.tar.gz into /tmp (the bundle stays as copied, small
+# enough to carry again).
+sum=$(cksum < lib.tar.gz | cut -d' ' -f1)
+libdir=${TMPDIR:-/tmp}/fsdp-bundle-lib-$sum
+if [ ! -e "$libdir/.unpacked" ]; then
+    if ! { mkdir -p "$libdir" && tar -C "$libdir" -xzf lib.tar.gz && touch "$libdir/.unpacked"; }; then
+        echo "run.sh: could not unpack lib.tar.gz into $libdir" >&2; exit 1
+    fi
+fi
+if [ "$stage" = libs ]; then echo "$libdir"; exit 0; fi
+if [ -z "$stage" ] || [ -z "$dir" ]; then usage >&2; exit 2; fi
+mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || exit 1
+
+gpus=$(nvidia-smi -L 2>&1) && echo "$gpus" | grep -q '^GPU' || gpus=
+
+# The machine's CUDA and NCCL: the folders of PyTorch's nvidia-* wheels that hold libnccl,
+# libcublasLt and libcudart, then CUDA's own; then whatever the machine already had.
+wheels=$(python3 - 2>/dev/null <<'PY'
+import glob, os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+dirs = []
+for r in roots:
+    for pat in ("libnccl.so.2", "libcublasLt.so.*", "libcudart.so.*"):
+        for f in sorted(glob.glob(os.path.join(r, "**", pat), recursive=True)):
+            if os.path.dirname(f) not in dirs:
+                dirs.append(os.path.dirname(f))
+print(":".join(dirs))
+PY
+)
+cuda=$wheels
+for d in /usr/local/cuda/lib64 /usr/local/nvidia/lib64; do [ -d "$d" ] && cuda=$cuda${cuda:+:}$d; done
+machine=${LD_LIBRARY_PATH:-}
+export FSDP_BUNDLE_LD_LIBRARY_PATH=$libdir${cuda:+:$cuda}${machine:+:$machine}
+export LD_LIBRARY_PATH=$FSDP_BUNDLE_LD_LIBRARY_PATH
+export FSDP_DATA=$here/data/fashion-mnist FSDP_BIN=./fsdp FSDP_NCCL_CHECK=./nccl_check
+export PYTHONUNBUFFERED=1
+
+if [ -z "$gpus" ]; then
+    plan=$(./fsdp train --backend auto --ranks 1 --print-plan 2>&1 | head -1)
+    case $plan in
+        "backend: sim (auto: "*) echo "run.sh: no GPU here (nvidia-smi -L lists none); stage $stage not run; the bundle loads: $plan"; exit 0 ;;
+        *) echo "run.sh: no GPU here, and the bundle does not load: $plan" >&2; exit 1 ;;
+    esac
+fi
+echo "$gpus"
+
+{
+    echo "stage $stage, $(date -u +%FT%TZ), $(uname -srm)"
+    echo "$gpus"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    for b in fsdp libfsdp_cuda.so test_gpu nccl_check; do echo "== ldd $b"; ldd "./$b"; done
+} > "$dir/env-stage$stage.log" 2>&1
+
+failed=0
+# step NAME SECONDS CMD...: CMD with its output in DIR/NAME.log, killed after SECONDS; prints the rc,
+# the time and the log's last lines.
+step() {
+    local name=$1 secs=$2 t0 rc
+    shift 2
+    t0=$(date +%s)
+    echo "== $name: $*" | tee "$dir/$name.log"
+    timeout --kill-after=10 "$secs" "$@" >> "$dir/$name.log" 2>&1
+    rc=$?
+    echo "== $name: rc=$rc$([ $rc -eq 124 ] && echo ' (timed out)') in $(( $(date +%s) - t0 )) s, log $dir/$name.log" |
+        tee -a "$dir/summary.log"
+    tail -n +2 "$dir/$name.log" | tail -n 12
+    [ $rc -eq 0 ] || failed=1
+}
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+short=(./fsdp train --backend cuda --ranks 1 --model vit-tiny --layers 2 --steps 2 --eval false)
+
+case $stage in
+    1)
+        step test_gpu 420 ./test_gpu --jobs 1 --verbose --filter '!(nccl)/*'
+        step train_vit_tiny 90 ./fsdp train --backend cuda --ranks 1 --model vit-tiny --steps 20 ;;
+    2)
+        step test_nccl 500 ./test_gpu --jobs 1 --verbose --filter 'nccl/*' ;;
+    3)
+        step memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 1 "${short[@]}"
+        step racecheck 120 "$sanitizer" --tool racecheck --error-exitcode 1 "${short[@]}"
+        # PyTorch with the machine's own libraries; our binary through fsdp-env.sh with the bundle's.
+        step fsdp2_bench 270 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
+            python3 torch_fsdp2_gpu.py --fsdp ./fsdp-env.sh --data "$FSDP_DATA" ;;
+esac
+exit $failed
