@@ -3,11 +3,15 @@
 #include "runtime/device_cuda.h"
 
 #include <cuda_runtime_api.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 /* Blocks are rounded up so that near sizes share a free list. */
 enum { ALIGN = 512, EVENT_RING = 8192, PENDING_MAX = 2048, MAX_SIZES = 512 };
+
+/* A ring ticket that names no event: a mark or span start already read as a time. */
+#define NO_TICKET (-1LL)
 
 typedef struct Block {
     void *p;
@@ -15,16 +19,26 @@ typedef struct Block {
     int category; /* -1 while free */
 } Block;
 
-/* Free blocks of one (rounded) size. */
+/* A freed block and the event recorded on the compute stream when it was freed: work queued
+ * before the free (on any stream, since the engine orders its frees after every use) may still
+ * touch it until that event has completed. */
+typedef struct Cached {
+    void *p;
+    cudaEvent_t freed;
+} Cached;
+
+/* Free blocks of one (rounded) size, oldest first. */
 typedef struct FreeList {
     size_t bytes;
-    void **ptrs;
+    Cached *blocks;
     int n, cap;
 } FreeList;
 
-/* A span enqueued on a stream, timed when its end event has been reached. */
+/* A span enqueued on a stream, timed when its end event has been reached. Events are ring
+ * tickets; a start already read (a mark about to be re-recorded) is kept as start_time. */
 typedef struct Pending {
-    cudaEvent_t start, end;
+    long long start, end;
+    double start_time;
     TraceEvent ev;
 } Pending;
 
@@ -32,17 +46,26 @@ struct CudaDevice {
     Device base; /* its memory: every byte charged, as device_sim charges them */
     cudaStream_t stream[STREAM_COUNT];
     TraceBuf *trace;
-    /* the allocator: every block by pointer (open addressing), free lists by size */
+    /* the allocator: every block by pointer (open addressing), free lists by size, and the
+     * events of freed blocks (created on demand, reused, never the timing ring's) */
     Block *blocks;
     size_t nblocks, cap;
     FreeList lists[MAX_SIZES];
     int nlists;
-    /* timing: a ring of events, the base of all times, each stream's last mark */
+    cudaEvent_t *spare_events;
+    int nspare, spare_cap;
+    /* timing: a ring of events named by tickets (ticket t lives in ring[t % EVENT_RING] until
+     * ticket t + EVENT_RING is issued), the base of all times, each stream's last mark (a
+     * ticket, or NO_TICKET and its time once read), the spans not yet read and the oldest
+     * ticket they need */
     cudaEvent_t ring[EVENT_RING];
-    int next_event;
-    cudaEvent_t base_event, mark[STREAM_COUNT];
+    long long issued;
+    cudaEvent_t base_event;
+    long long mark[STREAM_COUNT];
+    double mark_time[STREAM_COUNT];
     Pending pending[PENDING_MAX];
     int npending;
+    long long oldest_needed;
     cudaError_t error;
 };
 
@@ -101,6 +124,32 @@ static int grow_table(CudaDevice *d) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- the cache of freed blocks */
+
+/* An event for a freed block: a spare one if any, so a steady state creates none. Timing is
+ * off: it is only ever queried and waited on. */
+static cudaEvent_t take_event(CudaDevice *d) {
+    if (d->nspare) return d->spare_events[--d->nspare];
+    cudaEvent_t e = NULL;
+    cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    note(d, rc);
+    return rc == cudaSuccess ? e : NULL;
+}
+
+static void give_event(CudaDevice *d, cudaEvent_t e) {
+    if (d->nspare == d->spare_cap) {
+        int cap = d->spare_cap ? 2 * d->spare_cap : 64;
+        cudaEvent_t *spare = realloc(d->spare_events, (size_t)cap * sizeof *spare);
+        if (!spare) {
+            note(d, cudaEventDestroy(e));
+            return;
+        }
+        d->spare_events = spare;
+        d->spare_cap = cap;
+    }
+    d->spare_events[d->nspare++] = e;
+}
+
 static FreeList *list_for(CudaDevice *d, size_t bytes, int create) {
     for (int i = 0; i < d->nlists; i++)
         if (d->lists[i].bytes == bytes) return &d->lists[i];
@@ -109,32 +158,89 @@ static FreeList *list_for(CudaDevice *d, size_t bytes, int create) {
     return &d->lists[d->nlists++];
 }
 
+/* A cached block of this size whose free event has completed: no work queued before its free,
+ * on any stream, can touch it any more, so work on any stream may have it. Free events are all
+ * recorded on the compute stream, so they complete in the list's order: if the oldest has not,
+ * none has, and the caller goes to CUDA for fresh memory. */
 static void *take_cached(CudaDevice *d, size_t bytes) {
     FreeList *l = list_for(d, bytes, 0);
-    return l && l->n ? l->ptrs[--l->n] : NULL;
+    if (!l || !l->n) return NULL;
+    cudaError_t rc = cudaEventQuery(l->blocks[0].freed);
+    if (rc == cudaErrorNotReady) return NULL;
+    note(d, rc);
+    if (rc != cudaSuccess) return NULL;
+    Cached c = l->blocks[0];
+    for (int k = 1; k < l->n; k++) l->blocks[k - 1] = l->blocks[k];
+    l->n--;
+    give_event(d, c.freed);
+    return c.p;
 }
 
-/* Keeps a freed block for reuse; 0 if it could not be kept (then it goes back to CUDA). */
+/* Keeps a freed block for reuse, with an event on the compute stream marking its free; 0 if it
+ * could not be kept (then it goes back to CUDA). */
 static int keep_cached(CudaDevice *d, void *p, size_t bytes) {
     FreeList *l = list_for(d, bytes, 1);
     if (!l) return 0;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 8;
-        void **ptrs = realloc(l->ptrs, (size_t)cap * sizeof *ptrs);
-        if (!ptrs) return 0;
-        l->ptrs = ptrs;
+        Cached *blocks = realloc(l->blocks, (size_t)cap * sizeof *blocks);
+        if (!blocks) return 0;
+        l->blocks = blocks;
         l->cap = cap;
     }
-    l->ptrs[l->n++] = p;
+    cudaEvent_t e = take_event(d);
+    if (!e) return 0;
+    cudaError_t rc = cudaEventRecord(e, d->stream[STREAM_COMPUTE]);
+    note(d, rc);
+    if (rc != cudaSuccess) {
+        give_event(d, e);
+        return 0;
+    }
+    l->blocks[l->n++] = (Cached){.p = p, .freed = e};
     return 1;
+}
+
+/* Waits until no queued work can touch a cached block: after it every one may be reused. */
+static void wait_cached(CudaDevice *d) {
+    for (int i = 0; i < d->nlists; i++)
+        for (int k = 0; k < d->lists[i].n; k++)
+            note(d, cudaEventSynchronize(d->lists[i].blocks[k].freed));
+}
+
+/* Returns every cached block to CUDA (after wait_cached). Their addresses stay in the table with
+ * no bytes: CUDA may hand the same address out again. */
+static void empty_cache(CudaDevice *d) {
+    for (int i = 0; i < d->nlists; i++) {
+        FreeList *l = &d->lists[i];
+        for (int k = 0; k < l->n; k++) {
+            Block *b = find_block(d, l->blocks[k].p);
+            note(d, cudaFree(l->blocks[k].p));
+            if (b) b->bytes = 0;
+            give_event(d, l->blocks[k].freed);
+        }
+        l->n = 0;
+    }
+}
+
+/* Fresh device memory; when CUDA has none left, the cached blocks are reclaimed first (one of
+ * this size once its free has completed, else all of them given back) and it is asked once
+ * more. NULL only when it still has none. */
+static void *malloc_or_reclaim(CudaDevice *d, size_t size) {
+    void *p = NULL;
+    if (cudaMalloc(&p, size) == cudaSuccess) return p;
+    cudaGetLastError(); /* out of memory is this call's answer, not a fault for later calls */
+    wait_cached(d);
+    if ((p = take_cached(d, size))) return p;
+    empty_cache(d);
+    if (cudaMalloc(&p, size) == cudaSuccess) return p;
+    cudaGetLastError();
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- timing */
 
-static cudaEvent_t ring_event(CudaDevice *d) {
-    cudaEvent_t e = d->ring[d->next_event];
-    d->next_event = (d->next_event + 1) % EVENT_RING;
-    return e;
+static cudaEvent_t ring_at(const CudaDevice *d, long long ticket) {
+    return d->ring[ticket % EVENT_RING];
 }
 
 static double seconds_at(CudaDevice *d, cudaEvent_t e) {
@@ -147,28 +253,54 @@ static double seconds_at(CudaDevice *d, cudaEvent_t e) {
 static void resolve_pending(CudaDevice *d) {
     for (int i = 0; i < d->npending; i++) {
         Pending *p = &d->pending[i];
-        note(d, cudaEventSynchronize(p->end));
-        p->ev.start = seconds_at(d, p->start);
-        p->ev.end = p->start == p->end ? p->ev.start : seconds_at(d, p->end);
+        note(d, cudaEventSynchronize(ring_at(d, p->end)));
+        p->ev.end = seconds_at(d, ring_at(d, p->end));
+        p->ev.start = p->start == NO_TICKET ? p->start_time
+                      : p->start == p->end  ? p->ev.end
+                                            : seconds_at(d, ring_at(d, p->start));
         if (p->ev.end < p->ev.start) p->ev.end = p->ev.start;
         tracebuf_append(d->trace, p->ev);
     }
     d->npending = 0;
+    d->oldest_needed = LLONG_MAX;
+}
+
+/* A stream's mark about to be re-recorded is read into a time: later spans start from it. */
+static void resolve_mark(CudaDevice *d, StreamId s) {
+    cudaEvent_t e = ring_at(d, d->mark[s]);
+    note(d, cudaEventSynchronize(e));
+    d->mark_time[s] = seconds_at(d, e);
+    d->mark[s] = NO_TICKET;
+}
+
+/* The next ring ticket. Its slot last held the ticket EVENT_RING before it, which may still be
+ * needed: pending spans that could need it are read first (synchronize, then read) and a stream
+ * mark on it becomes a time, so the ring never re-records an event a span still reads. */
+static long long next_ticket(CudaDevice *d) {
+    long long t = d->issued++;
+    long long old = t - EVENT_RING;
+    if (old < 0) return t;
+    if (d->npending && old >= d->oldest_needed) resolve_pending(d);
+    for (int s = 0; s < STREAM_COUNT; s++)
+        if (d->mark[s] == old) resolve_mark(d, (StreamId)s);
+    return t;
 }
 
 /* Enqueues a trace event that spans from the stream's last mark (a point when start ==
  * end) to now on stream s. */
 static void trace_enqueue(CudaDevice *d, StreamId s, TraceEvent ev, int point) {
     if (!d->trace || !d->trace->enabled) return;
-    /* the ring must not lap events still pending */
     if (d->npending == PENDING_MAX) resolve_pending(d);
-    cudaEvent_t end = ring_event(d);
-    note(d, cudaEventRecord(end, d->stream[s]));
+    long long end = next_ticket(d);
+    note(d, cudaEventRecord(ring_at(d, end), d->stream[s]));
     Pending *p = &d->pending[d->npending++];
     p->start = point ? end : d->mark[s];
+    p->start_time = d->mark_time[s];
     p->end = end;
     p->ev = ev;
     p->ev.stream = s;
+    long long first = p->start == NO_TICKET ? end : p->start; /* its oldest event */
+    if (first < d->oldest_needed) d->oldest_needed = first;
     if (!point) d->mark[s] = end;
 }
 
@@ -185,16 +317,14 @@ static void *cuda_alloc(Device *base, size_t bytes, MemCategory cat, int unit) {
     if (cat == MEM_HOST_OFFLOAD) return NULL;
     size_t size = rounded(bytes ? bytes : 1);
     void *p = take_cached(d, size);
-    Block *b = p ? find_block(d, p) : NULL;
-    if (!p) {
-        cudaError_t e = cudaMalloc(&p, size);
-        if (e != cudaSuccess) return NULL; /* the engine reports out of memory */
-        if ((b = find_block(d, p)))
-            b->bytes = size; /* an address CUDA had back and gave out again */
-        else if (!(b = insert_block(d, p, size))) {
-            cudaFree(p);
-            return NULL;
-        }
+    if (!p && !(p = malloc_or_reclaim(d, size)))
+        return NULL; /* the engine reports out of memory, naming the bytes and the category */
+    Block *b = find_block(d, p);
+    if (b)
+        b->bytes = size; /* cached, or an address CUDA had back and gave out again */
+    else if (!(b = insert_block(d, p, size))) {
+        note(d, cudaFree(p));
+        return NULL;
     }
     b->category = (int)cat;
     mem_account_charge(&base->memory, cat, size);
@@ -223,8 +353,9 @@ static void cuda_free(Device *base, void *p, int unit) {
                                .unit = unit,
                                .category = cat},
                   1);
-    /* later work on any stream may still read it: the compute stream is where frees happen in
-     * the engine's order, so a cached block is reused only by work ordered after it */
+    /* the engine frees in the compute stream's order, after every stream's last use (the
+     * simulator checks a free as an access by compute): an event recorded on compute now
+     * completes only once nothing queued can touch the block, and the block waits for it */
     if (!keep_cached(d, p, b->bytes)) {
         note(d, cudaStreamSynchronize(d->stream[STREAM_COMPUTE]));
         note(d, cudaFree(p));
@@ -251,27 +382,38 @@ static void cuda_run(Device *base, StreamId s, const Work *w) {
                   0);
 }
 
+/* The ring slot is the handle; its ticket and stream ride in order[0] and order[1] (the stream
+ * checker's clocks, which only the simulator fills) so a wait can tell whether the slot was
+ * re-recorded since. */
 static void cuda_event_record(Device *base, StreamId s, DevEvent *ev) {
     CudaDevice *d = dev_of(base);
-    cudaEvent_t e = ring_event(d);
-    note(d, cudaEventRecord(e, d->stream[s]));
-    ev->handle = e;
+    long long t = next_ticket(d);
+    note(d, cudaEventRecord(ring_at(d, t), d->stream[s]));
+    ev->handle = ring_at(d, t);
+    ev->order[0] = (unsigned long long)t;
+    ev->order[1] = (unsigned long long)s;
     ev->time = 0.0;
 }
 
+/* A slot re-recorded since (more than EVENT_RING events recorded while the engine held this
+ * one) no longer marks the point waited for: waiting for everything queued on the stream that
+ * recorded it, which includes that point, keeps the order without racing. */
 static void cuda_stream_wait(Device *base, StreamId s, const DevEvent *ev) {
     CudaDevice *d = dev_of(base);
-    if (ev->handle) note(d, cudaStreamWaitEvent(d->stream[s], (cudaEvent_t)ev->handle, 0));
+    if (!ev->handle) return;
+    if (d->issued - (long long)ev->order[0] > EVENT_RING)
+        note(d, cudaStreamSynchronize(d->stream[ev->order[1]]));
+    else
+        note(d, cudaStreamWaitEvent(d->stream[s], (cudaEvent_t)ev->handle, 0));
 }
 
 static double cuda_now(Device *base, StreamId s) {
     CudaDevice *d = dev_of(base);
-    cudaEvent_t e = ring_event(d);
+    cudaEvent_t e = ring_at(d, next_ticket(d));
     note(d, cudaEventRecord(e, d->stream[s]));
     note(d, cudaEventSynchronize(e));
     return seconds_at(d, e);
 }
-
 static const DeviceOps cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -296,7 +438,8 @@ static int create_streams_and_events(CudaDevice *d) {
     if (e == cudaSuccess) e = cudaEventCreate(&d->base_event);
     if (e == cudaSuccess) e = cudaEventRecord(d->base_event, d->stream[STREAM_COMPUTE]);
     for (int s = 0; e == cudaSuccess && s < STREAM_COUNT; s++) {
-        d->mark[s] = d->base_event;
+        d->mark[s] = NO_TICKET; /* base_event: time 0 */
+        d->mark_time[s] = 0.0;
         if (s != STREAM_COMPUTE) e = cudaStreamWaitEvent(d->stream[s], d->base_event, 0);
     }
     note(d, e);
@@ -308,6 +451,7 @@ int device_cuda_create(CudaDevice **out, int rank, TraceBuf *trace, Err *err) {
     if (!d) return err_set(err, ERR_NOMEM, "out of memory creating the CUDA device");
     d->base = (Device){.ops = &cuda_ops, .rank = rank, .impl = d};
     d->trace = trace;
+    d->oldest_needed = LLONG_MAX;
     if (grow_table(d) || create_streams_and_events(d)) {
         int rc = err_set(err, ERR_INTERNAL, "creating CUDA streams and events failed: %s",
                          cudaGetErrorString(d->error));
@@ -323,13 +467,10 @@ void device_cuda_destroy(CudaDevice *d) {
     for (int s = 0; s < STREAM_COUNT; s++)
         if (d->stream[s]) cudaStreamSynchronize(d->stream[s]);
     if (d->trace) resolve_pending(d);
-    for (int i = 0; i < d->nlists; i++) {
-        for (int k = 0; k < d->lists[i].n; k++) {
-            Block *b = find_block(d, d->lists[i].ptrs[k]);
-            if (b && b->category == -1 && d->lists[i].bytes) cudaFree(d->lists[i].ptrs[k]);
-        }
-        free(d->lists[i].ptrs);
-    }
+    empty_cache(d); /* every stream is idle: no block's free event is pending */
+    for (int i = 0; i < d->nlists; i++) free(d->lists[i].blocks);
+    for (int i = 0; i < d->nspare; i++) cudaEventDestroy(d->spare_events[i]);
+    free(d->spare_events);
     for (int i = 0; i < EVENT_RING; i++)
         if (d->ring[i]) cudaEventDestroy(d->ring[i]);
     if (d->base_event) cudaEventDestroy(d->base_event);
