@@ -1,8 +1,9 @@
 /* device_cuda: the device interface on one NVIDIA GPU. Memory comes from a caching allocator
- * (a freed block waits for the next request of its size, so a steady-state step never calls
- * cudaMalloc) that still charges every byte to its category, as the simulator does; compute,
- * comm and copy are three CUDA streams joined by events; work spans are timed with CUDA events
- * into the same trace format the simulator writes. */
+ * (a freed block goes to the next request of its size once the work queued before its free
+ * has completed, so a steady-state step calls cudaMalloc only while the host runs ahead) that still
+ * charges every byte to its category, as the simulator does; compute, comm and copy are three CUDA
+ * streams joined by events; work spans are timed with CUDA events into the same trace format the
+ * simulator writes. */
 #ifndef FSDP_DEVICE_CUDA_H
 #define FSDP_DEVICE_CUDA_H
 
