@@ -41,6 +41,10 @@ typedef enum { STREAM_COMPUTE = 0, STREAM_COMM, STREAM_COPY, STREAM_COUNT } Stre
 typedef struct DevEvent {
     double time;  /* sim: modelled seconds; cuda: filled when resolved */
     void *handle; /* cuda: cudaEvent_t */
+    /* cuda: the event ring's running count when recorded, and the stream that recorded it, so
+     * a wait can tell whether the ring has re-recorded the slot since */
+    long long ticket;
+    int stream;
     /* sim with the stream checker: the recording stream's vector clock (streams, then the host) */
     unsigned long long order[STREAM_COUNT + 1];
 } DevEvent;

@@ -382,16 +382,15 @@ static void cuda_run(Device *base, StreamId s, const Work *w) {
                   0);
 }
 
-/* The ring slot is the handle; its ticket and stream ride in order[0] and order[1] (the stream
- * checker's clocks, which only the simulator fills) so a wait can tell whether the slot was
- * re-recorded since. */
+/* The ring slot is the handle; its ticket and stream say whether the slot was re-recorded
+ * since. */
 static void cuda_event_record(Device *base, StreamId s, DevEvent *ev) {
     CudaDevice *d = dev_of(base);
     long long t = next_ticket(d);
     note(d, cudaEventRecord(ring_at(d, t), d->stream[s]));
     ev->handle = ring_at(d, t);
-    ev->order[0] = (unsigned long long)t;
-    ev->order[1] = (unsigned long long)s;
+    ev->ticket = t;
+    ev->stream = s;
     ev->time = 0.0;
 }
 
@@ -401,8 +400,8 @@ static void cuda_event_record(Device *base, StreamId s, DevEvent *ev) {
 static void cuda_stream_wait(Device *base, StreamId s, const DevEvent *ev) {
     CudaDevice *d = dev_of(base);
     if (!ev->handle) return;
-    if (d->issued - (long long)ev->order[0] > EVENT_RING)
-        note(d, cudaStreamSynchronize(d->stream[ev->order[1]]));
+    if (d->issued - ev->ticket > EVENT_RING)
+        note(d, cudaStreamSynchronize(d->stream[ev->stream]));
     else
         note(d, cudaStreamWaitEvent(d->stream[s], (cudaEvent_t)ev->handle, 0));
 }
