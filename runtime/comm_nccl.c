@@ -1,5 +1,5 @@
 /* comm_nccl: the comm interface on NCCL, one process per GPU: collectives on the comm stream so
- * they overlap compute, host scalars through a device buffer, each one watched. */
+ * they overlap compute, host scalars through a device buffer, each one and each wait watched. */
 #include "runtime/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
@@ -55,37 +55,48 @@ static int start_on_host(NcclComm *c, const CommRequest *r, cudaStream_t s, Err 
     return 0;
 }
 
+/* The watchdog's deadline is set before anything here can block: the first collective on a
+ * communicator may connect to its peers inside the NCCL call, and copying a result back into
+ * pageable host memory (the loss, a norm on the stack) returns only once the collective has
+ * finished, both before the stream event below exists. */
 static int nccl_start(Comm *base, CommRequest *r, Err *err) {
     NcclComm *c = base->impl;
     Device *dev = device_cuda_base(c->dev);
     cudaStream_t s = (cudaStream_t)device_cuda_stream(c->dev, STREAM_COMM);
     r->seq = c->seq++;
     int rc = 0;
+    watchdog_call_begin(c->watchdog, r->kind, r->unit, NULL);
     if (r->kind != COLL_BARRIER && r->recv && device_cuda_is_host_memory(r->recv)) {
         rc = start_on_host(c, r, s, err);
     } else {
         ncclResult_t nr = enqueue(c, r, r->send, r->recv, s);
         if (nr != ncclSuccess) rc = nccl_failed(c, nr, coll_kind_name(r->kind), err);
     }
-    if (rc) return rc;
-    size_t bytes = (size_t)comm_wire_bytes(base, r);
-    device_cuda_trace_span(c->dev, STREAM_COMM, coll_event_kind(r->kind), r->unit, bytes);
-    dev->ops->event_record(dev, STREAM_COMM, &r->done);
-    return c->watchdog ? watchdog_track(c->watchdog, s, r->kind, r->unit, err) : 0;
+    if (!rc) {
+        size_t bytes = (size_t)comm_wire_bytes(base, r);
+        device_cuda_trace_span(c->dev, STREAM_COMM, coll_event_kind(r->kind), r->unit, bytes);
+        dev->ops->event_record(dev, STREAM_COMM, &r->done);
+        /* tracked before the call's deadline ends, so the collective is never unwatched */
+        if (c->watchdog) rc = watchdog_track(c->watchdog, s, r->kind, r->unit, err);
+    }
+    watchdog_call_end(c->watchdog);
+    return rc;
 }
 
 /* Device buffers need no waiting here: compute waits on r->done. A host buffer is read right
- * after this returns, so its copy must have landed; the watchdog ends a wait that never
- * would. */
+ * after this returns, so its copy must have landed; the wait is under the watchdog's deadline
+ * as well as the collective's event, so it ends even if the event was never tracked. */
 static int nccl_wait(Comm *base, CommRequest *r, Err *err) {
     NcclComm *c = base->impl;
     if (r->kind != COLL_BARRIER && !(r->recv && device_cuda_is_host_memory(r->recv))) return 0;
+    watchdog_call_begin(c->watchdog, r->kind, r->unit, NULL);
     cudaError_t e = cudaStreamSynchronize((cudaStream_t)device_cuda_stream(c->dev, STREAM_COMM));
+    ncclResult_t async = ncclSuccess;
+    if (e == cudaSuccess) ncclCommGetAsyncError(c->nccl, &async);
+    watchdog_call_end(c->watchdog);
     if (e != cudaSuccess)
         return err_set(err, ERR_INTERNAL, "rank %d: %s: %s", base->world_rank,
                        coll_kind_name(r->kind), cudaGetErrorString(e));
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(c->nccl, &async);
     return async == ncclSuccess ? 0 : nccl_failed(c, async, coll_kind_name(r->kind), err);
 }
 
@@ -110,7 +121,10 @@ static int finish_init(NcclComm *c, int world_rank, Err *err) {
 int comm_nccl_create(NcclComm *c, CudaDevice *dev, Watchdog *w, const ncclUniqueId *id, int rank,
                      int size, Err *err) {
     *c = (NcclComm){.dev = dev, .watchdog = w};
+    /* returns only once every rank has joined: a rank that never does must not hang the rest */
+    watchdog_call_begin(w, COLL_BARRIER, -1, "ncclCommInitRank");
     ncclResult_t r = ncclCommInitRank(&c->nccl, size, *id, rank);
+    watchdog_call_end(w);
     if (r != ncclSuccess)
         return err_set(err, ERR_INTERNAL, "rank %d of %d: ncclCommInitRank: %s", rank, size,
                        ncclGetErrorString(r));
@@ -119,7 +133,9 @@ int comm_nccl_create(NcclComm *c, CudaDevice *dev, Watchdog *w, const ncclUnique
 
 int comm_nccl_split(NcclComm *c, NcclComm *parent, int color, int key, Err *err) {
     *c = (NcclComm){.dev = parent->dev, .watchdog = parent->watchdog};
+    watchdog_call_begin(c->watchdog, COLL_BARRIER, -1, "ncclCommSplit"); /* collective too */
     ncclResult_t r = ncclCommSplit(parent->nccl, color, key, &c->nccl, NULL);
+    watchdog_call_end(c->watchdog);
     if (r != ncclSuccess) return nccl_failed(parent, r, "ncclCommSplit", err);
     return finish_init(c, parent->base.world_rank, err);
 }

@@ -1,9 +1,10 @@
-/* watchdog: never hang on a collective: a thread watches the oldest unfinished NCCL collective and,
- * past the timeout, aborts the communicators, says which hung, and exits. */
+/* watchdog: never hang on a collective: a thread watches the oldest unfinished NCCL collective and
+ * the host call in progress and, past the timeout, aborts the communicators, says which, exits. */
 #include "runtime/watchdog.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -11,12 +12,14 @@
 
 #define WATCH_SLOTS 1024 /* collectives in flight at once; the engine keeps far fewer */
 #define MAX_COMMS 8
+#define ABORT_GRACE_S 5.0 /* ncclCommAbort may wait on the very call that hung: not longer */
 
 typedef struct Watched {
     cudaEvent_t done;
     double since;
     CollKind kind;
     int unit;
+    const char *what; /* a call that is no collective (ncclCommInitRank), else NULL */
 } Watched;
 
 struct Watchdog {
@@ -26,8 +29,11 @@ struct Watchdog {
     double timeout;
     Watched slot[WATCH_SLOTS];
     long head, tail; /* slots [head, tail) are in flight, oldest first */
+    Watched call;    /* the host call in progress while `calls` > 0; its `done` is unused */
+    int calls;
     ncclComm_t comms[MAX_COMMS];
     int ncomms;
+    atomic_int aborted;
 };
 
 static double now_seconds(void) {
@@ -36,26 +42,52 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The oldest collective still running for longer than the timeout: abort and leave. Aborting
- * releases the peers blocked in the same collective, whose own watchdogs then fire too. */
-static void fire(Watchdog *w, const Watched *hung, double waited) {
-    fprintf(stderr,
-            "fsdp: rank %d: %s of unit %d did not finish within %.1f s (waited %.1f s); "
-            "aborting the communicator\n",
-            w->rank, coll_kind_name(hung->kind), hung->unit, w->timeout, waited);
+/* Reads the communicators unlocked: the firing thread holds the lock until the process exits. */
+static void *abort_comms(void *arg) {
+    Watchdog *w = arg;
     for (int i = 0; i < w->ncomms; i++) ncclCommAbort(w->comms[i]);
+    atomic_store(&w->aborted, 1);
+    return NULL;
+}
+
+/* Something has run longer than the timeout: abort and leave. Aborting releases the peers
+ * blocked in the same collective, whose own watchdogs then fire too. The abort runs on a thread
+ * of its own and gets ABORT_GRACE_S: NCCL calls on one communicator are not thread-safe, and an
+ * abort that waits on the rank's hung call must not keep the process from exiting. */
+static void fire(Watchdog *w, const Watched *hung, double waited, const char *where) {
+    char name[96];
+    if (hung->what)
+        snprintf(name, sizeof name, "%s", hung->what);
+    else
+        snprintf(name, sizeof name, "%s of unit %d", coll_kind_name(hung->kind), hung->unit);
+    fprintf(stderr,
+            "fsdp: rank %d: %s did not finish within %.1f s (waited %.1f s, %s); "
+            "aborting the communicator\n",
+            w->rank, name, w->timeout, waited, where);
+    fflush(stderr);
+    pthread_t t;
+    if (pthread_create(&t, NULL, abort_comms, w) == 0) {
+        double until = now_seconds() + ABORT_GRACE_S;
+        while (!atomic_load(&w->aborted) && now_seconds() < until) usleep(10000);
+    }
     _exit(1);
 }
 
-/* Drops the finished collectives at the head; fires on a hung one. */
+/* Fires on a host call that has not returned in time, then drops the finished collectives at
+ * the head and fires on a hung one. The host call comes first and needs no CUDA call: the
+ * rank's thread may be blocked inside the runtime. */
 static void check(Watchdog *w) {
     pthread_mutex_lock(&w->lock);
+    if (w->calls > 0) {
+        double waited = now_seconds() - w->call.since;
+        if (waited > w->timeout) fire(w, &w->call, waited, "in a call that never returned");
+    }
     while (w->head < w->tail) {
         Watched *s = &w->slot[w->head % WATCH_SLOTS];
         cudaError_t e = cudaEventQuery(s->done);
         if (e == cudaErrorNotReady) {
             double waited = now_seconds() - s->since;
-            if (waited > w->timeout) fire(w, s, waited);
+            if (waited > w->timeout) fire(w, s, waited, "on the comm stream");
             break;
         }
         w->head++; /* done, or an error the rank's own calls will report */
@@ -120,11 +152,27 @@ int watchdog_track(Watchdog *w, void *stream, CollKind kind, int unit, Err *err)
             s->since = now_seconds();
             s->kind = kind;
             s->unit = unit;
+            s->what = NULL;
             w->tail++;
         }
     }
     pthread_mutex_unlock(&w->lock);
     return rc;
+}
+
+void watchdog_call_begin(Watchdog *w, CollKind kind, int unit, const char *what) {
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    if (w->calls++ == 0)
+        w->call = (Watched){.since = now_seconds(), .kind = kind, .unit = unit, .what = what};
+    pthread_mutex_unlock(&w->lock);
+}
+
+void watchdog_call_end(Watchdog *w) {
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    if (w->calls > 0) w->calls--;
+    pthread_mutex_unlock(&w->lock);
 }
 
 void watchdog_stop(Watchdog *w) {

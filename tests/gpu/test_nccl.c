@@ -14,8 +14,9 @@
 
 /* The ranks share the one GPU (each rank its own NCCL_HOSTID, sockets on lo); every collective is
  * exact in fp32 and bf16, on the world and on split halves. A rank that never joins a collective
- * makes the others' watchdog abort within its timeout, naming the rank, the unit and the
- * collective, and the launcher take the group down. */
+ * (a host scalar, a device buffer, the communicator's creation) makes the others' watchdog abort
+ * within its timeout, naming the rank, the unit and the collective, and the launcher take the
+ * group down. */
 
 static const char *nccl_check(void) {
     const char *p = getenv("FSDP_NCCL_CHECK");
@@ -44,25 +45,45 @@ Test(nccl, every_collective_at_2_and_4_ranks, .timeout = 300) {
     }
 }
 
-Test(nccl, a_rank_that_never_joins_is_aborted_by_the_watchdog, .timeout = 120) {
-    gpu_or_skip();
-    gpu_done();
+/* `nccl_check <mode>` at 2 ranks: the rank that waits must be aborted by its watchdog with
+ * `message`, and the group must be down well before the last rank's 30 s sleep ends. */
+static void expect_watchdog(const char *mode, int port, const char *message) {
     char args[512];
     snprintf(args, sizeof args,
-             "launch --nproc-per-node 2 --master-port 29610 --kill-after 1 -- %s --hang",
-             nccl_check());
+             "launch --nproc-per-node 2 --master-port %d --kill-after 1 -- %s %s", port,
+             nccl_check(), mode);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int status;
     char *out = fsdp_output(args, "2>&1", &status);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double took = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    cr_expect(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "%s", out);
-    cr_expect_neq(strstr(out, "rank 0: all_reduce of unit 7 did not finish within 3.0 s"), NULL,
-                  "%s", out);
-    cr_expect_eq(strstr(out, "the watchdog never fired"), NULL, "%s", out);
-    cr_expect_lt(took, 25.0, "the group went down after %.1f s: %s", took, out);
+    cr_expect(!(WIFEXITED(status) && WEXITSTATUS(status) == 0), "%s: %s", mode, out);
+    cr_expect_neq(strstr(out, message), NULL, "%s: %s", mode, out);
+    cr_expect_eq(strstr(out, "the watchdog never fired"), NULL, "%s: %s", mode, out);
+    cr_expect_lt(took, 25.0, "%s: the group went down after %.1f s: %s", mode, took, out);
     free(out);
+}
+
+/* A host scalar as the first collective: the rank blocks inside NCCL (lazy connection) or in the
+ * copy back to pageable memory, before any stream event exists. */
+Test(nccl, a_rank_that_never_joins_is_aborted_by_the_watchdog, .timeout = 120) {
+    gpu_or_skip();
+    gpu_done();
+    expect_watchdog("--hang", 29610, "rank 0: all_reduce of unit 7 did not finish within 3.0 s");
+}
+
+Test(nccl, a_device_collective_that_never_completes_is_aborted, .timeout = 120) {
+    gpu_or_skip();
+    gpu_done();
+    expect_watchdog("--hang-device", 29611,
+                    "rank 0: all_reduce of unit 8 did not finish within 3.0 s");
+}
+
+Test(nccl, a_rank_that_never_creates_its_communicator_is_aborted, .timeout = 120) {
+    gpu_or_skip();
+    gpu_done();
+    expect_watchdog("--hang-init", 29612, "rank 0: ncclCommInitRank did not finish within 3.0 s");
 }
 
 /* Invariant 1 across real processes: 2 and 4 ranks on GPUs (one process each, NCCL between

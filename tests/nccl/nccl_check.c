@@ -14,8 +14,8 @@
 /* NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless they look like different
  * hosts, so each process takes its own NCCL_HOSTID and the ranks talk over sockets on lo. Each
  * collective runs on inputs whose results are exact in fp32 and bf16 (small integers), checked
- * element by element. `--hang`: the last rank skips a collective, and the others' watchdog must
- * abort. */
+ * element by element. `--hang`, `--hang-device`, `--hang-init`: the last rank skips a collective
+ * (hang_forever), and the others' watchdog must abort. */
 
 static int failures;
 
@@ -101,8 +101,34 @@ static void check_collectives(NcclComm *c, DType t, int rank, int size) {
     cudaFree(recv);
 }
 
+/* Every rank but the last waits on what the last never joins, each case a different host wait:
+ * `--hang`, a host scalar as the communicator's first collective (NCCL may connect to the peers
+ * inside the call, and the copy back to pageable memory blocks until the all-reduce ends);
+ * `--hang-device`, a device buffer once a first all-reduce has connected the ranks, so only its
+ * stream event is left to catch it; `--hang-init`, a communicator the last rank never creates. */
+static int hang_forever(NcclComm *world, const DistEnv *env, const char *mode) {
+    Err err = {0};
+    float one = 1, *x = NULL;
+    if (!strcmp(mode, "--hang-device")) { /* every rank takes part in this one */
+        x = to_device(&one, 1, DTYPE_FP32);
+        comm_all_reduce(&world->base, x, x, 1, DTYPE_FP32, REDUCE_SUM, 6, &err);
+        cudaDeviceSynchronize();
+    }
+    if (env->rank == env->world_size - 1) {
+        sleep(30);
+    } else if (x) {
+        comm_all_reduce(&world->base, x, x, 1, DTYPE_FP32, REDUCE_SUM, 8, &err);
+        cudaDeviceSynchronize();
+    } else if (strcmp(mode, "--hang-init")) {
+        comm_all_reduce(&world->base, &one, &one, 1, DTYPE_FP32, REDUCE_SUM, 7, &err);
+    }
+    fprintf(stderr, "nccl_check: rank %d: the watchdog never fired\n", env->rank);
+    return 3;
+}
+
 int main(int argc, char **argv) {
-    int hang = argc > 1 && !strcmp(argv[1], "--hang");
+    const char *mode = argc > 1 ? argv[1] : "";
+    int hang = !strncmp(mode, "--hang", 6);
     DistEnv env;
     Err err = {0};
     if (dist_env_from_process(&env, &err)) {
@@ -129,20 +155,13 @@ int main(int argc, char **argv) {
     int rc = rendezvous_exchange(&env, &id, sizeof id, 30.0, &err);
     if (!rc) rc = device_cuda_create(&dev, env.rank, NULL, &err);
     if (!rc) rc = watchdog_start(&w, env.rank, device, hang ? 3.0 : 120.0, &err);
-    if (!rc) rc = comm_nccl_create(&world, dev, w, &id, env.rank, env.world_size, &err);
+    int no_comm = hang && !strcmp(mode, "--hang-init") && env.rank == env.world_size - 1;
+    if (!rc && !no_comm) rc = comm_nccl_create(&world, dev, w, &id, env.rank, env.world_size, &err);
     if (rc) {
         fprintf(stderr, "nccl_check: rank %d: %s\n", env.rank, err.msg);
         return 1;
     }
-    if (hang) { /* every rank but the last waits on an all-reduce the last never joins */
-        float x = 1;
-        if (env.rank != env.world_size - 1)
-            comm_all_reduce(&world.base, &x, &x, 1, DTYPE_FP32, REDUCE_SUM, 7, &err);
-        else
-            sleep(30);
-        fprintf(stderr, "nccl_check: rank %d: the watchdog never fired\n", env.rank);
-        return 3;
-    }
+    if (hang) return hang_forever(&world, &env, mode);
     check_collectives(&world, DTYPE_FP32, env.rank, env.world_size);
     check_collectives(&world, DTYPE_BF16, env.rank, env.world_size);
     NcclComm halves = {0};
