@@ -30,7 +30,9 @@ const char *coll_kind_name(CollKind k); /* "all_gather", ... */
  *   reduce_scatter: send has size*count, recv has count (this rank's block, reduced)
  *   all_reduce:     send and recv have count (may alias)
  *   broadcast:      recv has count; the root's recv is the source
- * Reductions sum in rank order in fp32 and round once to dtype, so they are deterministic.
+ * The simulator's reductions sum in rank order in fp32 and round once to dtype, so they are
+ * deterministic. NCCL's (runtime/comm_nccl.c) do not: a ring adds in its own order and a bf16
+ * reduction rounds to bf16 at every hop, up to size - 1 roundings of 2^-8 relative each.
  * send must stay valid and unchanged until wait returns. */
 typedef struct CommRequest {
     CollKind kind;

@@ -295,8 +295,7 @@ void make_temp_file(char *path) {
     close(fd);
 }
 
-/* The values of a --dump-params file and how many there are (caller frees). */
-static double *read_dump(const char *path, size_t *n) {
+double *dump_read(const char *path, size_t *n) {
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s", path);
     size_t cap = 1024;
@@ -317,7 +316,7 @@ static double *read_dump(const char *path, size_t *n) {
 
 double dump_rel_diff(const char *a, const char *b) {
     size_t na, nb;
-    double *va = read_dump(a, &na), *vb = read_dump(b, &nb);
+    double *va = dump_read(a, &na), *vb = dump_read(b, &nb);
     cr_assert_eq(na, nb, "%s has %zu values, %s %zu", a, na, b, nb);
     cr_assert_gt(na, 0);
     double num = 0, den = 0;

@@ -74,6 +74,8 @@ void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks
 /* ||a - b|| / ||b|| over the values of two --dump-params files (`name index value` lines);
  * asserts both hold the same number of values, at least one. */
 double dump_rel_diff(const char *a, const char *b);
+/* The values of a --dump-params file and how many there are (asserted; caller frees). */
+double *dump_read(const char *path, size_t *n);
 
 /* printf into one of 8 rotating buffers (512 bytes), so that a call can name its case:
  * expect_x(..., fmt_text("out (M %zu)", M)). */

@@ -61,8 +61,19 @@ void gpu_check(void) {
     cr_assert_eq(e, cudaSuccess, "%s", cudaGetErrorString(e));
 }
 
+/* The largest |got - want| gpu_expect_close allows, in units of rel * max|want|. Relative L2
+ * averages: one wrong element among a million moves it by only 1e-3 of that element's share, so
+ * a kernel that writes one index wrong (a value of the array's own scale) can hide under the L2
+ * bound. Each element must also lie within MAX_ABS_SLACK * rel * max|want|. The bound follows
+ * the dtype through rel (1e-5 fp32, 1e-2 bf16, invariant 6) and the values' scale through
+ * max|want|; rounding errors of a correct kernel sit a few ulps of the largest magnitudes
+ * involved (fp32: ~1e-7 each, times sqrt of a reduction's length), far below 8 * rel, while
+ * a wrong element is off by about the scale itself. An all-zero want allows no error. */
+#define MAX_ABS_SLACK 8.0
+
 void gpu_expect_close(const float *got, const float *want, size_t n, double rel, const char *what) {
-    double diff = 0.0, norm = 0.0;
+    double diff = 0.0, norm = 0.0, scale = 0.0, worst = 0.0;
+    size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         if (isfinite(want[i]) && !isfinite(got[i])) {
             cr_expect_fail("%s[%zu] is %g, want %g", what, i, (double)got[i], (double)want[i]);
@@ -71,11 +82,42 @@ void gpu_expect_close(const float *got, const float *want, size_t n, double rel,
         double d = (double)got[i] - (double)want[i];
         diff += d * d;
         norm += (double)want[i] * (double)want[i];
+        if (fabs(want[i]) > scale) scale = fabs(want[i]);
+        if (fabs(d) > worst) worst = fabs(d), at = i;
     }
     diff = sqrt(diff);
     norm = sqrt(norm);
     cr_expect(diff <= rel * norm, "%s: relative L2 error %.3g (bound %.1g) over %zu values", what,
               norm > 0 ? diff / norm : diff, rel, n);
+    double bound = MAX_ABS_SLACK * rel * scale;
+    cr_expect(worst <= bound,
+              "%s: [%zu] is %.9g, want %.9g: off by %.3g (bound %.3g = %g x %.1g x max|want| %.3g)",
+              what, at, n ? (double)got[at] : 0.0, n ? (double)want[at] : 0.0, worst, bound,
+              MAX_ABS_SLACK, rel, scale);
+}
+
+/* A parameter off by more than rounding (rel * max|want|) counts against a budget of one in a
+ * thousand (at least one): only a gradient within its own rounding error of zero can do that. */
+void gpu_expect_params_close(const float *got, const float *want, size_t n, double rel,
+                             double drift, const char *what) {
+    double scale = 0.0, worst = 0.0;
+    size_t at = 0, off = 0, budget = n / 1000 > 0 ? n / 1000 : 1;
+    for (size_t i = 0; i < n; i++)
+        if (fabs(want[i]) > scale) scale = fabs(want[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(want[i]) && !isfinite(got[i])) {
+            cr_expect_fail("%s[%zu] is %g, want %g", what, i, (double)got[i], (double)want[i]);
+            return;
+        }
+        double d = fabs((double)got[i] - (double)want[i]);
+        off += d > rel * scale;
+        if (d > worst) worst = d, at = i;
+    }
+    cr_expect(worst <= drift + rel * scale,
+              "%s: [%zu] is %.9g, want %.9g: off by %.3g (bound %.3g)", what, at,
+              n ? (double)got[at] : 0.0, n ? (double)want[at] : 0.0, worst, drift + rel * scale);
+    cr_expect(off <= budget, "%s: %zu of %zu values off by more than %.3g (at most %zu may be)",
+              what, off, n, rel * scale, budget);
 }
 
 void gpu_expect_close_dev(const float *d, const float *want, size_t n, double rel,

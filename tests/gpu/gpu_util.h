@@ -24,8 +24,15 @@ float *gpu_floats(const float *host, size_t n);
 void gpu_check(void);
 
 /* Expects ||got - want|| <= rel * ||want|| (L2 over n elements; an all-zero want needs got all
- * zero) and every got[i] finite where want[i] is: NaN never passes. `what` names the output. */
+ * zero), every |got[i] - want[i]| <= 8 * rel * max|want| (one wrong element cannot hide in a
+ * large array; gpu_util.c says why 8) and every got[i] finite where want[i] is: NaN never
+ * passes. `what` names the output. */
 void gpu_expect_close(const float *got, const float *want, size_t n, double rel, const char *what);
+/* Parameters after Adam steps against a reference, where a gradient near zero may take the other
+ * sign and move its parameter up to `drift` (2 * lr a step) away: every value within drift +
+ * rel * max|want|, and at most one in a thousand (at least one) beyond rel * max|want|. */
+void gpu_expect_params_close(const float *got, const float *want, size_t n, double rel,
+                             double drift, const char *what);
 /* Checks of n floats of device memory `d` against the host's `want` (fmt_text names a case):
  * within rel (as gpu_expect_close), and want's bits exactly (copies, single adds, run to run). */
 void gpu_expect_close_dev(const float *d, const float *want, size_t n, double rel,

@@ -27,9 +27,10 @@ static void record(void *user, const StepReport *r) {
 }
 
 /* Trains `steps` steps at one rank on the GPU (gpu 1) or the simulator; returns the final
- * parameters (caller frees) and the losses. */
+ * parameters (caller frees) and the losses; with `grads`, also the last step's gradients as the
+ * optimizer read them (caller frees). */
 static float *train(const ModelDesc *m, const Dataset *data, FsdpConfig cfg, long steps, int gpu,
-                    Losses *losses, Trace *trace) {
+                    Losses *losses, Trace *trace, float **grads) {
     Plan plan;
     Err err = {0};
     cr_assert_eq(plan_create(&plan, m, cfg.wrap, cfg.strategy, 1, 1, &err), 0, "%s", err.msg);
@@ -44,6 +45,10 @@ static float *train(const ModelDesc *m, const Dataset *data, FsdpConfig cfg, lon
                     .on_step = record,
                     .user = losses,
                     .final_params = params};
+    if (grads) { /* the engine's record of every step's values (TrainJob.step_grads) */
+        job.step_params = host_zeros((size_t)(steps + 1) * m->total_numel);
+        job.step_grads = host_zeros((size_t)steps * m->total_numel);
+    }
     ClusterOptions opt = {.ranks = 1, .profile = profile_default(), .trace = trace != NULL};
     ClusterResult res;
     int rc = gpu ? gpu_run(&opt, train_rank, &job, &res, &err)
@@ -54,6 +59,13 @@ static float *train(const ModelDesc *m, const Dataset *data, FsdpConfig cfg, lon
     else
         cluster_result_free(&res);
     plan_free(&plan);
+    if (grads) {
+        *grads = host_floats(m->total_numel);
+        memcpy(*grads, job.step_grads + (size_t)(steps - 1) * m->total_numel,
+               m->total_numel * sizeof(float));
+        free(job.step_params);
+        free(job.step_grads);
+    }
     return params;
 }
 
@@ -67,17 +79,29 @@ static FsdpConfig workshop_config(DType param_dtype) {
     return c;
 }
 
-/* One step from the same seeded start: the GPU's parameters match the simulator's. */
+/* One step from the same seeded start: the GPU's gradients and parameters match the simulator's.
+ * The parameters alone make a fragile check: Adam's first update is lr * g / (|g| + eps), about
+ * lr * sign(g), so a gradient within its rounding error of zero may take the other sign on the
+ * GPU and move its parameter 2 * lr away, which relative L2 over the parameters (norm ~ their
+ * scale, not lr) reads as a failure at 1e-5. So invariant 6's bound applies to the gradients
+ * the optimizer read (the whole forward and backward), and the parameters are held to Adam's
+ * worst case for a flipped sign (2 * lr) with at most one in a thousand beyond rounding
+ * (gpu_expect_params_close), which still catches a wrong optimizer. */
 static void expect_step_matches(DType param_dtype, double bound) {
     gpu_or_skip();
     ModelDesc m;
     vit_preset_create(&m, "vit-tiny");
     Losses gl, sl;
-    float *g = train(&m, vit_test_split(), workshop_config(param_dtype), 1, 1, &gl, NULL);
-    float *s = train(&m, vit_test_split(), workshop_config(param_dtype), 1, 0, &sl, NULL);
-    gpu_expect_close(g, s, m.total_numel, bound, "parameters after one step");
+    FsdpConfig c = workshop_config(param_dtype);
+    float *gg, *sg;
+    float *g = train(&m, vit_test_split(), c, 1, 1, &gl, NULL, &gg);
+    float *s = train(&m, vit_test_split(), c, 1, 0, &sl, NULL, &sg);
+    gpu_expect_close(gg, sg, m.total_numel, bound, "gradients of the first step");
+    gpu_expect_params_close(g, s, m.total_numel, bound, 2.0 * c.lr, "parameters after one step");
     cr_expect(fabsf(gl.first - sl.first) <= (float)bound * 10.0f * sl.first,
               "loss: gpu %.6f, sim %.6f", (double)gl.first, (double)sl.first);
+    free(gg);
+    free(sg);
     free(g);
     free(s);
     model_desc_free(&m);
@@ -105,8 +129,8 @@ Test(gpu_train, the_toy_matches_the_simulator_and_records_a_trace) {
     c.lr = 0.05f;
     Losses gl, sl;
     Trace t;
-    float *g = train(&m, &d, c, 5, 1, &gl, &t);
-    float *s = train(&m, &d, c, 5, 0, &sl, NULL);
+    float *g = train(&m, &d, c, 5, 1, &gl, &t, NULL);
+    float *s = train(&m, &d, c, 5, 0, &sl, NULL, NULL);
     gpu_expect_close(g, s, m.total_numel, 1e-5, "toy parameters after 5 steps");
     size_t forwards = 0, allocs = 0;
     for (size_t i = 0; i < t.n; i++) {
@@ -129,7 +153,7 @@ Test(gpu_train, fifty_steps_learn, .timeout = 300) {
     ModelDesc m;
     vit_preset_create(&m, "vit-tiny");
     Losses l;
-    float *p = train(&m, vit_test_split(), workshop_config(DTYPE_BF16), 50, 1, &l, NULL);
+    float *p = train(&m, vit_test_split(), workshop_config(DTYPE_BF16), 50, 1, &l, NULL, NULL);
     cr_expect_eq(l.steps, 50);
     cr_expect_lt(l.last, 0.7f * l.first, "loss %.4f -> %.4f in 50 steps", (double)l.first,
                  (double)l.last);

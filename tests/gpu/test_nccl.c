@@ -1,5 +1,6 @@
 /* The NCCL communicator on this machine's GPU: tests/nccl/nccl_check.c under `fsdp launch` at 2 and
- * 4 ranks, every collective exact, and a hang caught by the watchdog. `make test-nccl`. */
+ * 4 ranks, every collective against a host reference, and a hang caught by the watchdog. `make
+ * test-nccl`. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -12,9 +13,10 @@
 #include "tests/gpu/gpu_util.h"
 #include "tests/util.h"
 
-/* The ranks share the one GPU (each rank its own NCCL_HOSTID, sockets on lo); every collective is
- * exact in fp32 and bf16, on the world and on split halves. A rank that never joins a collective
- * (a host scalar, a device buffer, the communicator's creation) makes the others' watchdog abort
+/* The ranks share the one GPU (each rank its own NCCL_HOSTID, sockets on lo); every collective
+ * agrees with a host reference in fp32 and bf16 (nccl_check.c says how closely), on the world
+ * and on split halves. A rank that never joins a collective (a host scalar, a device buffer,
+ * the communicator's creation) makes the others' watchdog abort
  * within its timeout, naming the rank, the unit and the collective, and the launcher take the
  * group down. */
 
@@ -86,24 +88,48 @@ Test(nccl, a_rank_that_never_creates_its_communicator_is_aborted, .timeout = 120
     expect_watchdog("--hang-init", 29612, "rank 0: ncclCommInitRank did not finish within 3.0 s");
 }
 
+/* The GPU run's dump against the simulator's. Their fp32 sums differ in order (NCCL's ring
+ * against the simulator's rank order), so a gradient near zero may take the other sign and
+ * Adam move its parameter about 2 * lr the other way; one such flip is 2 * lr / ||params||
+ * in relative L2 (1e-4 for a small ViT), so L2 at 1e-5 would fail on rounding alone. Instead
+ * (gpu_expect_params_close): every value within Adam's drift over the steps, 4 * lr a step
+ * (2 * lr for the flip, twice that as Adam's step may exceed lr once gradients shrink), and at
+ * most one in a thousand beyond fp32 rounding of the values' scale (1e-5, invariant 1's). */
+static void expect_dump_close(const char *gpu, const char *sim, double lr, int steps,
+                              const char *what) {
+    size_t ng, ns;
+    double *dg = dump_read(gpu, &ng), *ds = dump_read(sim, &ns);
+    cr_assert_eq(ng, ns, "%s: %zu values, the simulator %zu", what, ng, ns);
+    float *g = host_floats(ng), *s = host_floats(ng);
+    for (size_t i = 0; i < ng; i++) g[i] = (float)dg[i], s[i] = (float)ds[i];
+    gpu_expect_params_close(g, s, ng, 1e-5, 4.0 * lr * steps, what);
+    free(g);
+    free(s);
+    free(dg);
+    free(ds);
+}
+
 /* Invariant 1 across real processes: 2 and 4 ranks on GPUs (one process each, NCCL between
- * them) end at the simulator's parameters for the same command, under every strategy. */
+ * them) end at the simulator's parameters for the same command, under every strategy. The toy
+ * trains at 0.05, the ViT at 1e-3 (cmd/cli.c's defaults). */
 Test(nccl, training_on_many_gpus_matches_the_simulator, .timeout = 900) {
     gpu_or_skip();
     gpu_done();
     struct {
         const char *flags;
-        int ranks;
-    } cases[] = {{"--model toy --strategy ddp --steps 20", 2},
-                 {"--model toy --strategy zero1 --steps 20", 2},
-                 {"--model toy --strategy zero2 --steps 20", 2},
-                 {"--model toy --strategy zero3 --steps 20", 2},
-                 {"--model toy --strategy zero3 --steps 20", 4},
-                 {"--model toy --strategy hsdp --replicas 2 --steps 20", 4},
-                 {"--model vit-tiny --layers 2 --strategy zero3 --batch-size 8 --steps 5", 2},
-                 {"--model vit-tiny --layers 2 --strategy hsdp --replicas 2 --batch-size 8 "
-                  "--steps 5",
-                  4}};
+        int ranks, steps;
+        double lr;
+    } cases[] = {
+        {"--model toy --strategy ddp --steps 20", 2, 20, 0.05},
+        {"--model toy --strategy zero1 --steps 20", 2, 20, 0.05},
+        {"--model toy --strategy zero2 --steps 20", 2, 20, 0.05},
+        {"--model toy --strategy zero3 --steps 20", 2, 20, 0.05},
+        {"--model toy --strategy zero3 --steps 20", 4, 20, 0.05},
+        {"--model toy --strategy hsdp --replicas 2 --steps 20", 4, 20, 0.05},
+        {"--model vit-tiny --layers 2 --strategy zero3 --batch-size 8 --steps 5", 2, 5, 1e-3},
+        {"--model vit-tiny --layers 2 --strategy hsdp --replicas 2 --batch-size 8 "
+         "--steps 5",
+         4, 5, 1e-3}};
     char sim[64], gpu[64];
     snprintf(sim, sizeof sim, "/tmp/fsdp_nccl_sim_%d.txt", (int)getpid());
     snprintf(gpu, sizeof gpu, "/tmp/fsdp_nccl_gpu_%d.txt", (int)getpid());
@@ -121,11 +147,9 @@ Test(nccl, training_on_many_gpus_matches_the_simulator, .timeout = 900) {
                  cases[i].ranks, 29620 + (int)i, fsdp_bin(), cases[i].flags, cases[i].ranks, gpu);
         out = fsdp_output(args, "2>&1", &status);
         cr_expect_eq(status, 0, "%s: %s", args, out);
-        if (status == 0) {
-            double d = dump_rel_diff(gpu, sim);
-            cr_expect_leq(d, 1e-5, "%s at %d ranks: relative L2 %.3g from the simulator",
-                          cases[i].flags, cases[i].ranks, d);
-        }
+        if (status == 0)
+            expect_dump_close(gpu, sim, cases[i].lr, cases[i].steps,
+                              fmt_text("%s at %d ranks", cases[i].flags, cases[i].ranks));
         free(out);
     }
     unlink(sim);

@@ -1,6 +1,8 @@
 /* nccl_check: the NCCL communicator (runtime/comm_nccl.c) on real GPUs, one process per rank under
  * `fsdp launch` (tests/gpu/test_nccl.c runs it at 2 and 4 ranks). */
 #include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +15,9 @@
 
 /* NCCL refuses two ranks on one GPU ("Duplicate GPU detected") unless they look like different
  * hosts, so each process takes its own NCCL_HOSTID and the ranks talk over sockets on lo. Each
- * collective runs on inputs whose results are exact in fp32 and bf16 (small integers), checked
- * element by element. `--hang`, `--hang-device`, `--hang-init`: the last rank skips a collective
- * (hang_forever), and the others' watchdog must abort. */
+ * collective runs on small integers, then on a million random values whose count no world size
+ * divides, checked element by element. `--hang`, `--hang-device`, `--hang-init`: the last rank
+ * skips a collective (hang_forever), and the others' watchdog must abort. */
 
 static int failures;
 
@@ -40,6 +42,16 @@ static void from_device(float *v, const void *dev, size_t n, DType t) {
     cudaMemcpy(host, dev, n * dtype_size(t), cudaMemcpyDeviceToHost);
     for (size_t i = 0; i < n; i++) v[i] = dtype_load(host, t, i);
     free(host);
+}
+
+/* Whether a sum NCCL reduced agrees with the host's (want, of terms whose magnitudes add to
+ * abs_sum). fp32: exactly, for the inputs here are integers whose partial sums stay far below
+ * 2^24, exact in whatever order NCCL adds. bf16: NCCL's ring rounds each partial sum to bf16 at
+ * every hop (engine/comm.h), up to size - 1 roundings of at most 2^-8 of the partial sum, each
+ * at most abs_sum; one more for slack, against a host sum in double. */
+static int sum_close(DType t, float got, double want, double abs_sum, int size) {
+    if (t == DTYPE_FP32) return (double)got == want;
+    return fabs((double)got - want) <= (double)size * ldexp(abs_sum, -8);
 }
 
 /* Rank q's i-th input element: exact in bf16 and in every sum of up to 8 ranks. */
@@ -73,11 +85,14 @@ static void check_collectives(NcclComm *c, DType t, int rank, int size) {
     cudaDeviceSynchronize();
     from_device(out, recv, N, t);
     for (size_t i = 0; i < N; i++) {
-        float want = 0;
-        for (int q = 0; q < size; q++) want += input(q, (size_t)rank * N + i);
+        double want = 0, abs_sum = 0;
+        for (int q = 0; q < size; q++) {
+            want += input(q, (size_t)rank * N + i);
+            abs_sum += fabs(input(q, (size_t)rank * N + i));
+        }
         snprintf(what, sizeof what, "%s reduce_scatter: element %zu is %g, not %g", dtype_name(t),
                  i, out[i], want);
-        expect(out[i] == want, rank, what);
+        expect(sum_close(t, out[i], want, abs_sum, size), rank, what);
     }
     /* all-reduce (average) in place, on a host scalar too */
     float scalar = (float)(rank + 1), want_avg = (float)(size + 1) / 2.0f;
@@ -97,6 +112,83 @@ static void check_collectives(NcclComm *c, DType t, int rank, int size) {
         expect(out[i] == input(size - 1, i), rank, what);
     }
     cudaFree(block);
+    cudaFree(send);
+    cudaFree(recv);
+}
+
+/* ------------------------------------------------ a million values, padded as the engine pads */
+
+/* LARGE values no world size here divides (a prime); each rank's block is ceil(LARGE / size),
+ * the tail of the last blocks zero padding, as the plan's wire blocks (torch.chunk's rows). */
+enum { LARGE = 1000003 };
+
+/* Rank q's value at global index i, the same on every rank: in fp32 an integer in [-1000, 1000]
+ * (sums of up to 8 exact in any order: sum_close compares them exactly); in bf16 a random value
+ * in [-1, 1) rounded to bf16 (sums within sum_close's per-hop bound). */
+static float large_value(DType t, int q, size_t i) {
+    uint64_t h = (uint64_t)i * 0x9E3779B97F4A7C15ull + (uint64_t)(q + 1) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
+    h *= 0x94D049BB133111EBull;
+    h ^= h >> 29;
+    if (t == DTYPE_FP32) return (float)((int)(h % 2001) - 1000);
+    return dtype_round(t, (float)((double)(h >> 11) / 4503599627370496.0 - 1.0));
+}
+
+/* Rank q's padded send of size blocks of `per` (reduce-scatter's input), or with whole 0 only
+ * its own block (all-gather's), from global index 0. */
+static float *large_input(DType t, int q, int size, size_t per, int whole) {
+    float *v = calloc((size_t)size * per, sizeof(float));
+    size_t from = whole ? 0 : (size_t)q * per, n = whole ? (size_t)size * per : per;
+    for (size_t j = 0; j < n && from + j < LARGE; j++)
+        v[j] = large_value(t, whole ? q : 0, from + j);
+    return v;
+}
+
+/* Counts the elements of got[0..n) (global indices from `from`) that miss the sum over ranks
+ * (or, with one 1, rank 0's value alone); padding past LARGE must be exactly zero. */
+static void expect_large(const float *got, size_t n, size_t from, DType t, int rank, int size,
+                         int one, const char *coll) {
+    size_t bad = 0, first = 0;
+    for (size_t j = 0; j < n; j++) {
+        double want = 0, abs_sum = 0;
+        for (int q = 0; q < (one ? 1 : size) && from + j < LARGE; q++) {
+            want += large_value(t, q, from + j);
+            abs_sum += fabs(large_value(t, q, from + j));
+        }
+        int ok = one || from + j >= LARGE ? (double)got[j] == want
+                                          : sum_close(t, got[j], want, abs_sum, size);
+        if (!ok && bad++ == 0) first = j;
+    }
+    char what[200];
+    snprintf(what, sizeof what, "%s %s of %d values: %zu of %zu wrong, first at %zu: %g",
+             dtype_name(t), coll, LARGE, bad, n, from + first, bad ? (double)got[first] : 0.0);
+    expect(!bad, rank, what);
+}
+
+/* All-gather, reduce-scatter (sum) and in-place all-reduce (sum) of LARGE values. */
+static void check_large(NcclComm *c, DType t, int rank, int size) {
+    size_t per = (LARGE + (size_t)size - 1) / (size_t)size, all = per * (size_t)size;
+    Err err = {0};
+    float *in = large_input(t, rank, size, per, 0), *out = malloc(all * sizeof(float));
+    void *send = to_device(in, per, t), *recv = to_device(in, all, t);
+    expect(!comm_all_gather(&c->base, send, recv, per, t, 0, &err), rank, err.msg);
+    cudaDeviceSynchronize();
+    from_device(out, recv, all, t);
+    expect_large(out, all, 0, t, rank, size, 1, "all_gather");
+    free(in);
+    cudaFree(send);
+    in = large_input(t, rank, size, per, 1);
+    send = to_device(in, all, t);
+    expect(!comm_reduce_scatter(&c->base, send, recv, per, t, REDUCE_SUM, 1, &err), rank, err.msg);
+    cudaDeviceSynchronize();
+    from_device(out, recv, per, t);
+    expect_large(out, per, (size_t)rank * per, t, rank, size, 0, "reduce_scatter");
+    expect(!comm_all_reduce(&c->base, send, send, LARGE, t, REDUCE_SUM, 2, &err), rank, err.msg);
+    cudaDeviceSynchronize();
+    from_device(out, send, LARGE, t);
+    expect_large(out, LARGE, 0, t, rank, size, 0, "all_reduce");
+    free(in);
+    free(out);
     cudaFree(send);
     cudaFree(recv);
 }
@@ -164,6 +256,8 @@ int main(int argc, char **argv) {
     if (hang) return hang_forever(&world, &env, mode);
     check_collectives(&world, DTYPE_FP32, env.rank, env.world_size);
     check_collectives(&world, DTYPE_BF16, env.rank, env.world_size);
+    check_large(&world, DTYPE_FP32, env.rank, env.world_size);
+    check_large(&world, DTYPE_BF16, env.rank, env.world_size);
     NcclComm halves = {0};
     if (env.world_size % 2 == 0) { /* hsdp's groups: two halves of the world */
         rc = comm_nccl_split(&halves, &world, env.rank / (env.world_size / 2), env.rank, &err);
