@@ -1,22 +1,43 @@
 #!/usr/bin/env python3
-"""PyTorch FSDP2 beside `fsdp train --backend cuda`, on the same GPU in one run.
+"""PyTorch FSDP2 beside `fsdp train --backend cuda`, on the same GPU in one run, like with like.
 
 For each config (vit-tiny at batch 512, vit-workshop at batch 128) this trains torchvision's
 VisionTransformer configured as our model (image 28, patch 7, a 1-channel conv_proj, dropout
-0) with FSDP2 at world size 1 (`fully_shard` on each encoder block, then on the root; bf16
-parameters, fp32 reduction), Adam lr 1e-3 and cross-entropy, on FashionMNIST training images
-normalised as the workshop does. It times --steps steps after --warmup untimed ones (CUDA
-synchronised, median step time) and reads the peak device memory. Then it runs our binary
-on the same config (`--json`, whose step lines carry `step_time_s` measured with CUDA events)
-and prints one JSON line per config with both, the ratio ours/torch, and both peaks.
+0) with FSDP2 at world size 1 (`fully_shard` on each encoder block, then on the root), Adam
+lr 1e-3 and cross-entropy, on FashionMNIST training images, and runs our binary on the same
+config. It prints one table: a row per precision setting, each side's img/s (batch over the
+median wall time of --steps steps after --warmup untimed ones), the ratio ours/PyTorch measured
+in this run, and each side's peak device memory counted the same way.
 
     python3 bench/torch_fsdp2_gpu.py --fsdp ./fsdp --data /usr/share/datasets/fashion-mnist
+
+Rows (why some have no number of ours):
+  fp32, TF32 off   both sides. Our cuBLASLt GEMMs (kernels/cuda/gemm.cu) compute in
+                   CUBLAS_COMPUTE_32F unless kernels_cuda_allow_tf32(1) is called, and
+                   `fsdp train` never calls it (only the GEMM tests do): ours runs this way only.
+  fp32, TF32 on    PyTorch only: `fsdp train` has no switch for TF32.
+  bf16             PyTorch only: FSDP2's MixedPrecisionPolicy(bf16 params, fp32 reduce) computes
+                   in bf16. Ours with --param-dtype bf16 gathers bf16 but casts each unit back to
+                   fp32 (engine/fsdp.c make_compute_view) and every kernel computes in fp32
+                   (kernels/kernels.h), so a number of ours there would be fp32 compute with bf16
+                   traffic, not the same work.
+
+Peak memory, both sides: the most bytes allocated on the device at once for parameters, grads,
+optimizer state, activations (the staged batch among them) and collective buffers, without the
+data set (host memory on both sides: each step gathers its batch on the host, normalises it and
+copies it over, as ours does) and without cuBLAS workspaces. Ours: `peak_bytes` of `--json`, its
+device's accounting of every allocation (the 32 MiB cuBLASLt workspace is cudaMalloc'd outside
+it), over the whole run, set-up included (fsdp train has no reset between steps: if set-up
+peaked higher, ours reads high). PyTorch: torch.cuda.max_memory_allocated() over the timed steps,
+less what is still allocated once the model, optimizer and step tensors are freed (its cuBLAS
+workspaces, which its caching allocator holds and counts); that figure is printed as "excluded".
 
 Needs torch with CUDA and torchvision; exits 0 with one line on stderr when either is missing
 or there is no GPU, so a caller can skip it.
 """
 
 import argparse
+import gc
 import gzip
 import json
 import os
@@ -32,21 +53,48 @@ CONFIGS = {
     "vit-workshop": (12, 8, 3840, 768, 128),
 }
 
+# name: (label, TF32 on, FSDP2 param dtype or None for fp32, ours runs it, why not)
+ROWS = {
+    "fp32": ("fp32, TF32 off", False, None, True, ""),
+    "tf32": ("fp32, TF32 on", True, None, False,
+             "PyTorch only: fsdp train has no TF32 switch"),
+    "bf16": ("bf16 params+compute", False, "bf16", False,
+             "PyTorch only: ours computes in fp32 (bf16 storage only)"),
+}
 
-def load_images(data_dir, count):
-    """The first `count` training images as float32 [count, 1, 28, 28] and int64 labels."""
+
+def load_images(data_dir):
+    """Training pixels as uint8 [n, 784] and labels as int64, kept on the host."""
     import torch
     with gzip.open(os.path.join(data_dir, "train-images-idx3-ubyte.gz")) as f:
         magic, n, rows, cols = struct.unpack(">IIII", f.read(16))
         if magic != 2051 or rows != 28 or cols != 28:
             raise SystemExit(f"torch_fsdp2_gpu: {data_dir}: not FashionMNIST images")
-        n = min(n, count)
-        pixels = torch.frombuffer(bytearray(f.read(n * 784)), dtype=torch.uint8)
+        pixels = torch.frombuffer(bytearray(f.read(n * 784)), dtype=torch.uint8).view(n, 784)
     with gzip.open(os.path.join(data_dir, "train-labels-idx1-ubyte.gz")) as f:
         f.read(8)
         labels = torch.frombuffer(bytearray(f.read(n)), dtype=torch.uint8)
-    images = (pixels.float().view(n, 1, 28, 28) / 255.0 - 0.5) / 0.5
-    return images, labels.long()
+    return pixels, labels.long()
+
+
+def set_tf32(on):
+    """TF32 for fp32 matmuls and convolutions, on or off. PyTorch >= 2.9 has fp32_precision and
+    raises when legacy and new settings disagree, so there only the new API is used."""
+    import torch
+    mode = "tf32" if on else "ieee"
+    if hasattr(torch.backends.cuda.matmul, "fp32_precision"):
+        torch.backends.cuda.matmul.fp32_precision = mode
+        said = f"matmul.fp32_precision={torch.backends.cuda.matmul.fp32_precision}"
+        conv = getattr(torch.backends.cudnn, "conv", None)
+        if conv is not None and hasattr(conv, "fp32_precision"):
+            conv.fp32_precision = mode
+            said += f", cudnn.conv.fp32_precision={conv.fp32_precision}"
+        return said
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    torch.set_float32_matmul_precision("high" if on else "highest")
+    return f"matmul.allow_tf32={torch.backends.cuda.matmul.allow_tf32}, " \
+           f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}"
 
 
 def build_model(layers, heads, hidden, mlp):
@@ -59,59 +107,83 @@ def build_model(layers, heads, hidden, mlp):
     return model
 
 
-def fully_shard_like_fsdp2(model):
+def fully_shard_like_fsdp2(model, param_dtype):
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp = MixedPrecisionPolicy()  # fp32 throughout
+    if param_dtype == "bf16":
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in model.encoder.layers:
         fully_shard(block, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     return model
 
 
-def time_torch(name, args, images, labels):
+def time_torch(name, row, args, pixels, labels):
+    """(img/s, peak bytes without data set and workspaces, the bytes so excluded, last loss)."""
     import torch
+    _, tf32, param_dtype, _, _ = ROWS[row]
     layers, heads, hidden, mlp, batch = CONFIGS[name]
+    set_tf32(tf32)
     torch.manual_seed(0)
-    model = fully_shard_like_fsdp2(build_model(layers, heads, hidden, mlp).cuda())
+    with torch.device("cuda"):  # initialised on the GPU: vit-workshop's 0.8B on the CPU is slow
+        model = fully_shard_like_fsdp2(build_model(layers, heads, hidden, mlp), param_dtype)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
-    x_all, y_all = images.cuda(), labels.cuda()
-    torch.cuda.reset_peak_memory_stats()
+    perm = torch.randperm(pixels.shape[0], generator=torch.Generator().manual_seed(0))
     times = []
     for step in range(args.warmup + args.steps):
-        at = (step * batch) % (x_all.shape[0] - batch)
-        x, y = x_all[at:at + batch], y_all[at:at + batch]
+        if step == args.warmup:
+            # Adam's state and every cuBLAS workspace exist by now: the peak is a timed step's
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
+        # the batch staged as ours stages it (models/vit.c stage_batch): gathered and normalised
+        # on the host, then copied to the device, inside the timed step
+        at = (step * batch) % (pixels.shape[0] - batch)
+        idx = perm[at:at + batch]
+        x = ((pixels[idx].float() / 255.0 - 0.5) / 0.5).view(batch, 1, 28, 28).cuda()
+        y = labels[idx].cuda()
         loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        last = float(loss)  # ours reads its loss back every step under --json; so does this
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
     peak = torch.cuda.max_memory_allocated()
-    del model, opt
-    torch.cuda.empty_cache()
-    return statistics.median(times), peak, float(loss)
+    del model, opt, loss, x, y
+    gc.collect()
+    torch.cuda.synchronize()
+    kept = torch.cuda.memory_allocated()  # cuBLAS workspaces (allocated, never freed)
+    torch.cuda.empty_cache()  # hand the cache back before our binary wants the GPU
+    return batch / statistics.median(times), peak - kept, kept, last
 
 
 def time_ours(name, args):
     layers, heads, hidden, mlp, batch = CONFIGS[name]
     cmd = [args.fsdp, "train", "--backend", "cuda", "--model", name, "--ranks", "1",
            "--batch-size", str(batch), "--steps", str(args.warmup + args.steps),
-           "--param-dtype", "bf16", "--reduce-dtype", "fp32", "--eval", "false", "--json",
+           "--param-dtype", "fp32", "--reduce-dtype", "fp32", "--eval", "false", "--json",
            "--data", args.data]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
-        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
-    steps = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{"step"')]
-    timed = [s["step_time_s"] for s in steps[args.warmup:]]
-    peak = [json.loads(line) for line in out.stdout.splitlines() if '"peak_bytes"' in line]
-    return {"step_s": statistics.median(timed) if timed else None,
-            "peak_bytes": peak[-1].get("peak_bytes") if peak else None,
-            "last_loss": steps[-1]["loss"] if steps else None}
+        return {"error": " ".join((out.stderr or out.stdout).strip().splitlines()[-1:])}
+    lines = out.stdout.splitlines()
+    steps = [json.loads(line) for line in lines if line.startswith('{"step"')]
+    # wall_s: host clock around one step that ends with its loss read back, as time_torch's
+    timed = [s["wall_s"] for s in steps[args.warmup:]]
+    peak = [json.loads(line) for line in lines if line.startswith('{"peak_bytes"')]
+    if not timed or not peak:
+        return {"error": "no step or peak_bytes lines in --json output"}
+    return {"img_s": batch / statistics.median(timed), "peak_bytes": peak[-1]["peak_bytes"],
+            "last_loss": steps[-1]["loss"]}
+
+
+def mib(b):
+    return f"{b / 2**20:.1f}" if b is not None else "-"
 
 
 def main():
@@ -119,8 +191,10 @@ def main():
     p.add_argument("--fsdp", default="./fsdp")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--configs", default="vit-tiny,vit-workshop")
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--rows", default="fp32,tf32,bf16", help="of " + ",".join(ROWS))
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--json", action="store_true", help="also one JSON line per row")
     args = p.parse_args()
     try:
         import torch
@@ -132,21 +206,45 @@ def main():
     if not torch.cuda.is_available():
         print("torch_fsdp2_gpu: skipped: no CUDA device", file=sys.stderr)
         return 0
+    for r in args.rows.split(","):
+        if r not in ROWS:
+            raise SystemExit(f"torch_fsdp2_gpu: --rows: unknown row '{r}' (of {','.join(ROWS)})")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
     dist.init_process_group("nccl", rank=0, world_size=1)
     torch.cuda.set_device(0)
-    images, labels = load_images(args.data, 60000)
-    device = torch.cuda.get_device_name(0)
+    pixels, labels = load_images(args.data)
+    print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}; world size 1; "
+          f"img/s = batch / median wall time of {args.steps} steps after {args.warmup} warm-up")
+    print("# ratio = ours img/s / PyTorch img/s, both measured in this run (>1: ours faster)")
+    print("# peak MiB: device bytes allocated at once for params, grads, optimizer state, "
+          "activations (batch included) and comm buffers; data set and cuBLAS workspaces excluded "
+          "on both sides (PyTorch: max_memory_allocated over timed steps less 'excluded')")
+    print("# TF32 off: " + set_tf32(False) + "; ours: CUBLAS_COMPUTE_32F (no TF32 in fsdp train)")
+    head = (f"{'config':<13} {'batch':>5}  {'dtype / TF32':<20} {'torch img/s':>11} "
+            f"{'ours img/s':>10} {'ours/torch':>10} {'torch MiB':>9} {'ours MiB':>9} "
+            f"{'excluded':>8}  note")
+    print(head)
+    print("-" * len(head))
     for name in args.configs.split(","):
-        t_step, t_peak, t_loss = time_torch(name, args, images, labels)
-        ours = time_ours(name, args)
-        row = {"config": name, "batch": CONFIGS[name][4], "device": device,
-               "torch_step_s": t_step, "torch_peak_bytes": t_peak, "torch_last_loss": t_loss,
-               "ours": ours}
-        if ours.get("step_s"):
-            row["ratio_ours_over_torch"] = ours["step_s"] / t_step
-        print(json.dumps(row), flush=True)
+        batch = CONFIGS[name][4]
+        for r in args.rows.split(","):
+            label, _, _, ours_runs, why = ROWS[r]
+            t_ips, t_peak, t_kept, t_loss = time_torch(name, r, args, pixels, labels)
+            ours = time_ours(name, args) if ours_runs else {}
+            o_ips, o_peak = ours.get("img_s"), ours.get("peak_bytes")
+            ratio = f"{o_ips / t_ips:.3f}" if o_ips else "-"
+            note = why or ours.get("error", "")
+            print(f"{name:<13} {batch:>5}  {label:<20} {t_ips:>11.1f} "
+                  f"{(f'{o_ips:.1f}' if o_ips else '-'):>10} {ratio:>10} {mib(t_peak):>9} "
+                  f"{mib(o_peak):>9} {mib(t_kept):>8}  {note}", flush=True)
+            if args.json:
+                print(json.dumps({"config": name, "batch": batch, "row": r, "label": label,
+                                  "torch_img_s": t_ips, "torch_peak_bytes": t_peak,
+                                  "torch_excluded_bytes": t_kept, "torch_last_loss": t_loss,
+                                  "ours": ours or None,
+                                  "ratio_ours_over_torch": o_ips / t_ips if o_ips else None}),
+                      flush=True)
     dist.destroy_process_group()
     return 0
 
