@@ -59,18 +59,18 @@ static int rank_main(const RankEnv *env, void *arg, Err *err) {
     CheckpointInfo info = {.model_name = "bench", .strategy = "zero3", .step = 1, .keep = 1};
     double t0 = 0;
     if (!rc) rc = comm_barrier(env->world_comm, err);
-    t0 = now_s();
+    t0 = clock_seconds();
     if (!rc) rc = checkpoint_save(env, e, j->model, j->dir, &info, err);
-    if (!rc && env->rank == 0) j->save_s = now_s() - t0;
+    if (!rc && env->rank == 0) j->save_s = clock_seconds() - t0;
     char path[4096];
     snprintf(path, sizeof path, "%s/step-00000001", j->dir);
     long step;
     if (!rc && env->rank == 0) evict_checkpoint(j->dir, env->world);
     if (!rc) rc = comm_barrier(env->world_comm, err);
-    t0 = now_s();
+    t0 = clock_seconds();
     if (!rc) rc = checkpoint_load(e, j->model, path, &step, err);
     if (!rc) rc = comm_barrier(env->world_comm, err);
-    if (!rc && env->rank == 0) j->load_s = now_s() - t0;
+    if (!rc && env->rank == 0) j->load_s = clock_seconds() - t0;
     engine_destroy(e);
     return rc;
 }
@@ -100,9 +100,9 @@ static double dd_write(const char *dir, double bytes, int direct) {
              "for i in $(seq %ld); do cat %s/seed.bin; done | dd of=%s/dd.bin bs=16M "
              "iflag=fullblock %s status=none",
              blocks, dir, dir, direct ? "oflag=direct conv=fsync" : "conv=fsync");
-    double t0 = now_s();
+    double t0 = clock_seconds();
     if (system(cmd) != 0) return 0;
-    return (double)blocks * (256 << 20) / (now_s() - t0);
+    return (double)blocks * (256 << 20) / (clock_seconds() - t0);
 }
 
 /* dd's rate reading back the file dd_write wrote last, evicted from the page cache first. */
@@ -112,9 +112,9 @@ static double dd_read(const char *dir, double bytes) {
     snprintf(cmd, sizeof cmd, "%s/dd.bin", dir);
     evict(cmd);
     snprintf(cmd, sizeof cmd, "dd if=%s/dd.bin of=/dev/null bs=16M status=none", dir);
-    double t0 = now_s();
+    double t0 = clock_seconds();
     if (system(cmd) != 0) return 0;
-    return (double)blocks * (256 << 20) / (now_s() - t0);
+    return (double)blocks * (256 << 20) / (clock_seconds() - t0);
 }
 
 enum { RUNS_MAX = 15 };

@@ -67,7 +67,7 @@ static int tier_run(const Setup *s, NvmeIoMode mode, double *write_bps, double *
     *opened = nvme_tier_stats(t);
     size_t n = s->bytes / s->chunk;
     NvmeRequest req[2] = {{0}};
-    double t0 = now_s();
+    double t0 = clock_seconds();
     for (size_t i = 0; !rc && i < n; i++) {
         if (i >= 2) rc = nvme_tier_wait(t, &req[i % 2], err);
         if (!rc)
@@ -75,8 +75,8 @@ static int tier_run(const Setup *s, NvmeIoMode mode, double *write_bps, double *
                 nvme_tier_write(t, i * s->chunk, s->src + i * s->chunk, s->chunk, &req[i % 2], err);
     }
     for (size_t i = n > 2 ? n - 2 : 0; !rc && i < n; i++) rc = nvme_tier_wait(t, &req[i % 2], err);
-    *write_bps = (double)s->bytes / (now_s() - t0);
-    t0 = now_s();
+    *write_bps = (double)s->bytes / (clock_seconds() - t0);
+    t0 = clock_seconds();
     for (size_t i = 0; !rc && i < n && i < 2; i++)
         rc = nvme_tier_read(t, i * s->chunk, s->buf[i], s->chunk, &req[i], err);
     for (size_t i = 0; !rc && i < n; i++) {
@@ -86,7 +86,7 @@ static int tier_run(const Setup *s, NvmeIoMode mode, double *write_bps, double *
         if (!rc && i + 2 < n)
             rc = nvme_tier_read(t, (i + 2) * s->chunk, s->buf[i % 2], s->chunk, &req[i % 2], err);
     }
-    *read_bps = (double)s->bytes / (now_s() - t0);
+    *read_bps = (double)s->bytes / (clock_seconds() - t0);
     nvme_tier_close(t); /* waits for anything an error left in flight */
     return rc;
 }
@@ -101,8 +101,8 @@ static void drop_cached(const char *path) {
 }
 
 static double timed_system(const char *cmd) {
-    double t0 = now_s();
-    return system(cmd) == 0 ? now_s() - t0 : -1;
+    double t0 = clock_seconds();
+    return system(cmd) == 0 ? clock_seconds() - t0 : -1;
 }
 
 /* dd writes then reads s->bytes, bs = chunk, into a file reserved as the tier's is. */

@@ -18,12 +18,12 @@ static double steps_per_second(const ModelDesc *m, const Dataset *d, const Plan 
     ClusterOptions opt = {.ranks = ranks, .profile = profile_default()};
     ClusterResult res;
     Err err = {0};
-    double t0 = now_s();
+    double t0 = clock_seconds();
     if (cluster_run(&opt, train_rank, &job, &res, &err)) {
         fprintf(stderr, "bench_toy: %s\n", err.msg);
         exit(1);
     }
-    double dt = now_s() - t0;
+    double dt = clock_seconds() - t0;
     cluster_result_free(&res);
     return (double)steps / dt;
 }

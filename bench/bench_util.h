@@ -7,13 +7,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "engine/clock.h"
 #include "engine/fsdp.h"
-
-static inline double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* For qsort of doubles, ascending. */
 static inline int cmp_double(const void *a, const void *b) {

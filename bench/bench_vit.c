@@ -21,8 +21,8 @@ typedef struct Timing {
 
 static void on_step(void *user, const StepReport *r) {
     Timing *t = user;
-    if (r->step == t->warmup) t->start = now_s();
-    t->end = now_s();
+    if (r->step == t->warmup) t->start = clock_seconds();
+    t->end = clock_seconds();
 }
 
 static double images_per_s(const ModelDesc *m, const Dataset *d, int ranks, int batch, long steps,

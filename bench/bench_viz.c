@@ -72,7 +72,7 @@ static void write_trace_file(const char *path, const Trace *t, const Plan *p, ch
 /* What `fsdp viz --trace` does before the first frame: read the file, rebuild the model and
  * plan its flags name (here, as the flags say: vit-workshop at 8 ranks), build frame 0. */
 static double open_from_file(const char *path) {
-    double t0 = now_s();
+    double t0 = clock_seconds();
     Trace t;
     TraceMeta meta;
     Err err = {0};
@@ -86,7 +86,7 @@ static double open_from_file(const char *path) {
     if (vit_model_create(&m, &c, &err) || plan_create(&p, &m, wrap, STRAT_ZERO3, RANKS, 1, &err) ||
         frame_init(&f, &p, &err) || frame_at(&f, &t, &p, 0, &err))
         die("opening the trace", &err);
-    double s = now_s() - t0;
+    double s = clock_seconds() - t0;
     frame_free(&f);
     plan_free(&p);
     model_desc_free(&m);
@@ -116,7 +116,7 @@ int main(void) {
             one_pass(&bufs[r], &p, &t);
         }
     }
-    double t0 = now_s();
+    double t0 = clock_seconds();
     Trace trace;
     Frame f;
     if (trace_merge(&trace, bufs, RANKS, &err) || frame_init(&f, &p, &err) ||
@@ -124,18 +124,18 @@ int main(void) {
         fprintf(stderr, "bench_viz: %s\n", err.msg);
         return 1;
     }
-    double open_s = now_s() - t0;
+    double open_s = clock_seconds() - t0;
     FILE *sink = fopen("/dev/null", "w");
     double each[SAMPLES];
     for (int i = 0; i < SAMPLES; i++) {
         size_t index = (size_t)((unsigned long)(i * 2654435761u) % trace.n);
-        double s0 = now_s();
+        double s0 = clock_seconds();
         if (frame_at(&f, &trace, &p, index, &err)) {
             fprintf(stderr, "bench_viz: %s\n", err.msg);
             return 1;
         }
         plain_render(sink, &f, &p);
-        each[i] = now_s() - s0;
+        each[i] = clock_seconds() - s0;
     }
     qsort(each, SAMPLES, sizeof *each, cmp_double);
     char path[64], *args[] = {"--model", "vit-workshop", "--ranks", "8"};

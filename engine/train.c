@@ -1,6 +1,7 @@
 /* train: the training loop every rank runs (train_rank): sampling, engine steps, evaluation,
  * checkpoints and the final gathers; plus the fault-injection hooks tests and demos set. */
 #include "engine/train.h"
+#include "engine/clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,12 +64,6 @@ static double latest_stream_time(Device *d) {
     return t;
 }
 
-static double wall_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* Rank r evaluates rows [r*chunk, (r+1)*chunk) of the evaluation set in batches of the
  * training batch size; every rank runs the same number of batches (the last ones may be
  * short or empty) because each batch gathers parameters collectively. */
@@ -77,7 +72,7 @@ static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, lon
     const Dataset *ds = job->eval_data;
     long B = job->cfg->batch_size, chunk = (ds->n + env->world - 1) / env->world;
     long first = chunk * env->rank, last = first + chunk < ds->n ? first + chunk : ds->n;
-    double t0 = wall_seconds();
+    double t0 = clock_seconds();
     double sums[2] = {0.0, 0.0}; /* correct, loss x samples */
     for (long at = 0; at < chunk; at += B) {
         long n = 0;
@@ -97,7 +92,7 @@ static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, lon
                             .epoch = epoch,
                             .samples = ds->n,
                             .correct = (long)totals[0],
-                            .wall_time = wall_seconds() - t0};
+                            .wall_time = clock_seconds() - t0};
         rep->accuracy = ds->n ? (double)totals[0] / (double)ds->n : 0.0;
         rep->loss = ds->n ? (double)totals[1] / (double)ds->n : 0.0;
         if (job->on_eval) job->on_eval(job->user, rep);
@@ -153,7 +148,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         int log =
             job->log_every > 0 && (s == 0 || (s + 1) % job->log_every == 0 || s + 1 == job->steps);
         rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
-        double t0 = latest_stream_time(env->dev), w0 = wall_seconds();
+        double t0 = latest_stream_time(env->dev), w0 = clock_seconds();
         StepReport rep = {.step = s + 1,
                           .steps = job->steps,
                           .epoch = epoch,
@@ -161,7 +156,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
                           .lr = job->cfg->lr};
         if ((rc = engine_step(e, job->data, idx, log, &rep.stats, err))) return rc;
         rep.step_time = latest_stream_time(env->dev) - t0;
-        rep.wall_time = wall_seconds() - w0;
+        rep.wall_time = clock_seconds() - w0;
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
         if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
         if ((rc = record_values(job, e, s + 1, err))) return rc;

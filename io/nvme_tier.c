@@ -1,6 +1,7 @@
 /* nvme_tier: the file under `--offload nvme`: one rank's resting state in one file reserved whole
  * at open, moved by byte range through one I/O thread so loads overlap compute. */
 #include "io/nvme_tier.h"
+#include "engine/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,12 +37,6 @@ struct NvmeTier {
 };
 
 /* ---------------------------------------------------------------- helpers */
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static size_t align_down(size_t x) {
     return x & ~(size_t)(NVME_TIER_ALIGN - 1);
@@ -127,7 +122,7 @@ static int transfer_bounced(NvmeTier *t, NvmeRequest *r) {
 
 /* One request, on the I/O thread, without the lock. */
 static void run_request(NvmeTier *t, NvmeRequest *r) {
-    double t0 = now_s();
+    double t0 = clock_seconds();
     int direct = r->write ? t->direct_write : t->direct_read;
     int aligned = is_aligned((uintptr_t)r->buf) && is_aligned(r->offset) && is_aligned(r->bytes);
     if (direct && aligned) {
@@ -145,7 +140,7 @@ static void run_request(NvmeTier *t, NvmeRequest *r) {
                 posix_fadvise(t->fd, (off_t)r->offset, (off_t)r->bytes, POSIX_FADV_DONTNEED);
         }
     }
-    r->seconds = now_s() - t0;
+    r->seconds = clock_seconds() - t0;
 }
 
 static void *io_thread(void *arg) {

@@ -205,7 +205,7 @@ static void signal_groups(Group *g, int sig) {
 
 static void begin_stop(Group *g, int sig) {
     g->stopping = 1;
-    g->kill_at = tcp_now() + g->a->kill_after_s;
+    g->kill_at = clock_seconds() + g->a->kill_after_s;
     signal_groups(g, sig);
 }
 
@@ -295,7 +295,7 @@ static void wait_for_news(Group *g) {
             if (sigs[i] != SIGCHLD) on_launcher_signal(g, sigs[i]);
     }
     reap(g);
-    if (g->stopping && !g->killed && tcp_now() >= g->kill_at) {
+    if (g->stopping && !g->killed && clock_seconds() >= g->kill_at) {
         char name[32];
         if (g->running)
             fprintf(

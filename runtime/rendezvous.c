@@ -217,7 +217,7 @@ static int gather(Server *s, double deadline, double timeout_s, Err *err) {
 /* Everyone is here: each rank gets the blob and says it has it. A fresh allowance of
  * timeout_s, since the wait for the last rank may have used up the first. */
 static int hand_out(Server *s, const void *blob, double timeout_s, Err *err) {
-    double deadline = tcp_now() + timeout_s;
+    double deadline = clock_seconds() + timeout_s;
     unsigned char head[REPLY_BYTES], ack[ACK_BYTES];
     put_reply(head, REPLY_BLOB, s->blob_bytes);
     for (int r = 1; r < s->env->world_size; r++) {
@@ -235,7 +235,7 @@ static int hand_out(Server *s, const void *blob, double timeout_s, Err *err) {
 static void refuse(int fd, const char *reason) {
     unsigned char head[REPLY_BYTES];
     size_t n = strlen(reason);
-    double deadline = tcp_now() + 0.5; /* a peer that does not read is not waited for */
+    double deadline = clock_seconds() + 0.5; /* a peer that does not read is not waited for */
     put_reply(head, REPLY_REFUSED, n);
     if (tcp_send_all(fd, head, sizeof head, deadline) == TCP_OK)
         tcp_send_all(fd, reason, n, deadline);
@@ -263,7 +263,7 @@ static void server_close(Server *s) {
 
 static int serve(const DistEnv *env, const char *where, const void *blob, size_t n,
                  double timeout_s, Err *err) {
-    double deadline = tcp_now() + timeout_s;
+    double deadline = clock_seconds() + timeout_s;
     Server s = {.env = env, .where = where, .blob_bytes = n, .refused_fd = -1};
     s.listen_fd = tcp_listen(env->master_port);
     if (s.listen_fd < 0)
@@ -341,7 +341,7 @@ static int meet_rank0(int fd, const DistEnv *env, const char *where, void *blob,
  * the others. */
 static int join(const DistEnv *env, const char *where, void *blob, size_t n, double timeout_s,
                 Err *err) {
-    double deadline = tcp_now() + timeout_s;
+    double deadline = clock_seconds() + timeout_s;
     char why[160];
     int fd;
     while ((fd = tcp_connect(env->master_addr, env->master_port, deadline, why, sizeof why)) < 0) {
@@ -354,7 +354,7 @@ static int join(const DistEnv *env, const char *where, void *blob, size_t n, dou
     }
     /* Rank 0 listened before we got in, so it gives up no later than timeout_s from now: wait
      * that long (and a little) for its word, which names the missing ranks if it gives up. */
-    int rc = meet_rank0(fd, env, where, blob, n, tcp_now() + timeout_s + 0.5, timeout_s, err);
+    int rc = meet_rank0(fd, env, where, blob, n, clock_seconds() + timeout_s + 0.5, timeout_s, err);
     close(fd);
     return rc;
 }

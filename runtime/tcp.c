@@ -1,6 +1,7 @@
 /* tcp: the socket calls the rendezvous needs, non-blocking and each bounded by a deadline, so a
  * peer that died or never came cannot hang a process. */
 #include "runtime/tcp.h"
+#include "engine/clock.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -13,14 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-double tcp_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int tcp_ms_until(double deadline) {
-    double ms = (deadline - tcp_now()) * 1000.0;
+    double ms = (deadline - clock_seconds()) * 1000.0;
     if (ms <= 0) return 0;
     return ms > 1e9 ? 1000000000 : (int)ms + 1; /* round up: never wake just before it */
 }

@@ -6,11 +6,10 @@
 
 #include <stddef.h>
 
+#include "engine/clock.h" /* deadlines are clock_seconds() + a timeout */
+
 /* What a transfer came to. */
 enum { TCP_OK = 0, TCP_TIMEOUT, TCP_CLOSED, TCP_FAILED };
-
-/* Seconds on the monotonic clock: deadlines are tcp_now() + a timeout. */
-double tcp_now(void);
 
 /* Listens on `port` on every address of this host (IPv6 and IPv4 where the host has IPv6),
  * with SO_REUSEADDR so that a restarted job takes the port back at once. Returns the socket,

@@ -1,6 +1,7 @@
 /* watchdog: never hang on a collective: a thread watches the oldest unfinished NCCL collective and
  * the host call in progress and, past the timeout, aborts the communicators, says which, exits. */
 #include "runtime/watchdog.h"
+#include "engine/clock.h"
 
 #include <cuda_runtime_api.h>
 #include <pthread.h>
@@ -36,12 +37,6 @@ struct Watchdog {
     atomic_int aborted;
 };
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Reads the communicators unlocked: the firing thread holds the lock until the process exits. */
 static void *abort_comms(void *arg) {
     Watchdog *w = arg;
@@ -67,8 +62,8 @@ static void fire(Watchdog *w, const Watched *hung, double waited, const char *wh
     fflush(stderr);
     pthread_t t;
     if (pthread_create(&t, NULL, abort_comms, w) == 0) {
-        double until = now_seconds() + ABORT_GRACE_S;
-        while (!atomic_load(&w->aborted) && now_seconds() < until) usleep(10000);
+        double until = clock_seconds() + ABORT_GRACE_S;
+        while (!atomic_load(&w->aborted) && clock_seconds() < until) usleep(10000);
     }
     _exit(1);
 }
@@ -79,14 +74,14 @@ static void fire(Watchdog *w, const Watched *hung, double waited, const char *wh
 static void check(Watchdog *w) {
     pthread_mutex_lock(&w->lock);
     if (w->calls > 0) {
-        double waited = now_seconds() - w->call.since;
+        double waited = clock_seconds() - w->call.since;
         if (waited > w->timeout) fire(w, &w->call, waited, "in a call that never returned");
     }
     while (w->head < w->tail) {
         Watched *s = &w->slot[w->head % WATCH_SLOTS];
         cudaError_t e = cudaEventQuery(s->done);
         if (e == cudaErrorNotReady) {
-            double waited = now_seconds() - s->since;
+            double waited = clock_seconds() - s->since;
             if (waited > w->timeout) fire(w, s, waited, "on the comm stream");
             break;
         }
@@ -149,7 +144,7 @@ int watchdog_track(Watchdog *w, void *stream, CollKind kind, int unit, Err *err)
         if (e != cudaSuccess) {
             rc = err_set(err, ERR_INTERNAL, "watchdog: %s", cudaGetErrorString(e));
         } else {
-            s->since = now_seconds();
+            s->since = clock_seconds();
             s->kind = kind;
             s->unit = unit;
             s->what = NULL;
@@ -164,7 +159,7 @@ void watchdog_call_begin(Watchdog *w, CollKind kind, int unit, const char *what)
     if (!w) return;
     pthread_mutex_lock(&w->lock);
     if (w->calls++ == 0)
-        w->call = (Watched){.since = now_seconds(), .kind = kind, .unit = unit, .what = what};
+        w->call = (Watched){.since = clock_seconds(), .kind = kind, .unit = unit, .what = what};
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -2,6 +2,7 @@
  * process group so a time-out or Ctrl-C can kill it together with the processes it forked
  * (Criterion runs each test in a child of its own). */
 #include "lessons/tool/lesson_proc.h"
+#include "engine/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,12 +32,6 @@ void proc_catch_interrupt(void) {
 
 int proc_was_interrupted(void) {
     return interrupted != 0;
-}
-
-static double now_seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static void child_exec(char *const argv[], int out_fd) {
@@ -95,9 +90,9 @@ int proc_run(char *const argv[], double timeout_s, ProcResult *out, Err *err) {
     if (pid == 0) child_exec(argv, fds[1]);
     setpgid(pid, pid); /* also here, so the group exists before we might kill it */
     close(fds[1]);
-    double deadline = now_seconds() + timeout_s;
+    double deadline = clock_seconds() + timeout_s;
     for (;;) {
-        double left = deadline - now_seconds();
+        double left = deadline - clock_seconds();
         if (interrupted || left <= 0) {
             out->timed_out = !interrupted;
             out->interrupted = interrupted != 0;
