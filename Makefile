@@ -1,6 +1,6 @@
 # fsdp: one binary (./fsdp), objects under build/. `make run` and `make test` first make
 # sure the Debian packages are there (.ci/deps.sh). SANITIZE=1 builds with ASan+UBSan
-# into build/asan. The CUDA parts build only when nvcc is found.
+# into build/asan. The CUDA parts build only when nvcc is found, the MPI parts when mpicc is.
 
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
@@ -30,7 +30,7 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 # is the CUDA side, in the backend library below.
 HOST_RUNTIME_SRCS := runtime/dist_env.c runtime/tcp.c runtime/rendezvous.c runtime/launch.c
 HOST_RUNTIME_OBJS := $(HOST_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
-CUDA_RUNTIME_SRCS := $(filter-out runtime/gpu_backend.c $(HOST_RUNTIME_SRCS), \
+CUDA_RUNTIME_SRCS := $(filter-out runtime/gpu_backend.c runtime/comm_mpi.c $(HOST_RUNTIME_SRCS), \
 	$(wildcard runtime/*.c))
 
 # The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and the CUDA side of
@@ -45,6 +45,16 @@ WITH_CUDA := 1
 endif
 endif
 GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
+
+# Open MPI (--backend mpi: one process per rank on CPUs), found through mpicc, which also says
+# its flags. For now only $(BUILD)/mpi_check links it (runtime/comm_mpi.c and its test, run by
+# `make test` under mpirun); fsdp and test_fsdp do not, until the backend is wired in.
+MPICC := $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
+MPI_LDLIBS := $(shell $(MPICC) --showme:link)
+MPI_CHECK := $(BUILD)/mpi_check
+endif
 ifeq ($(WITH_CUDA),1)
 NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
@@ -67,8 +77,13 @@ TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
-.PHONY: all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
-all: $(BIN) $(CUDA_LIB) cuda-note
+.PHONY: mpi-note all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
+all: $(BIN) $(CUDA_LIB) cuda-note mpi-note
+
+mpi-note:
+ifeq ($(MPICC),)
+	@echo "mpicc not found (apt-get install libopenmpi-dev openmpi-bin): the MPI parts are left out"
+endif
 
 cuda-note:
 ifeq ($(NVCC),)
@@ -123,8 +138,9 @@ run: deps $(BIN)
 	./$(BIN) train --model vit-tiny --ranks 4 --epochs 1
 
 # Tests run the binary for the CLI cases, so they get its path.
-test: deps $(BIN) $(TEST_BIN)
-	FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) ./$(TEST_BIN) --jobs 2
+test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) mpi-note
+	FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) FSDP_MPI_CHECK=$(if $(MPI_CHECK),./$(MPI_CHECK)) \
+		./$(TEST_BIN) --jobs 2
 
 test-asan:
 	$(MAKE) SANITIZE=1 test
@@ -163,6 +179,14 @@ endif
 
 $(BUILD)/nccl_check: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(CUDA_OBJS) $(BUILD)/tests/nccl/nccl_check.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
+
+$(BUILD)/runtime/comm_mpi.o $(BUILD)/tests/mpi/mpi_check.o: $(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
+
+$(BUILD)/mpi_check: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(BUILD)/runtime/comm_mpi.o \
+		$(BUILD)/tests/mpi/mpi_check.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(MPI_LDLIBS)
 
 $(BUILD)/tests/nccl/%.o: tests/nccl/%.c
 	@mkdir -p $(dir $@)
@@ -232,6 +256,7 @@ fuzz: deps
 
 format:
 	clang-format -i $(LIB_SRCS) $(CMD_SRCS) $(HOST_RUNTIME_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) \
+		runtime/comm_mpi.c $(wildcard tests/mpi/*.c) \
 		$(wildcard */*.h */*/*.h)
 
 clean:

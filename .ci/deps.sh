@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(build-essential libncurses-dev libcriterion-dev libopenblas-dev zlib1g-dev
-          libcjson-dev dataset-fashion-mnist tmux librsvg2-bin)
+          libcjson-dev dataset-fashion-mnist tmux librsvg2-bin libopenmpi-dev openmpi-bin)
 # shellcheck disable=SC2206 # word splitting of the override is intended
 packages+=(${FSDP_DEPS_EXTRA:-})
 
