@@ -10,11 +10,7 @@ const char *coll_kind_name(CollKind k) {
 
 static int start_and_wait(Comm *c, CommRequest *req, Err *err) {
     Device *d = c->dev;
-    if (d) {
-        DevEvent queued = {0};
-        d->ops->event_record(d, STREAM_COMPUTE, &queued);
-        d->ops->stream_wait(d, STREAM_COMM, &queued);
-    }
+    if (d) device_follow(d, STREAM_COMM, STREAM_COMPUTE);
     int rc = c->ops->start(c, req, err);
     if (!rc) rc = c->ops->wait(c, req, err);
     if (!rc && d) d->ops->stream_wait(d, STREAM_COMPUTE, &req->done);

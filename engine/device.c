@@ -63,3 +63,9 @@ void device_reset_peak(Device *d) {
     a->peak = a->total;
     memcpy(a->at_peak, a->in_use, sizeof a->at_peak);
 }
+
+void device_follow(Device *d, StreamId waiter, StreamId source) {
+    DevEvent ev = {0};
+    d->ops->event_record(d, source, &ev);
+    d->ops->stream_wait(d, waiter, &ev);
+}

@@ -132,5 +132,8 @@ size_t device_bytes_in_use(Device *d, MemCategory c);
 size_t device_peak_bytes(Device *d);
 size_t device_peak_bytes_by_category(Device *d, MemCategory c);
 void device_reset_peak(Device *d);
+/* Stream `waiter` does not run ahead of what `source` has queued so far (an event recorded on
+ * source, waited for on waiter). */
+void device_follow(Device *d, StreamId waiter, StreamId source);
 
 #endif

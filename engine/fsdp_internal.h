@@ -201,9 +201,7 @@ static inline void run_work(Engine *e, StreamId s, Work w) {
 
 /* The stream `waiter` does not run ahead of what `source` has done so far. */
 static inline void stream_follow(Engine *e, StreamId waiter, StreamId source) {
-    DevEvent ev = {0};
-    e->dev->ops->event_record(e->dev, source, &ev);
-    e->dev->ops->stream_wait(e->dev, waiter, &ev);
+    device_follow(e->dev, waiter, source);
 }
 
 /* ---- shared between the engine's files */

@@ -224,9 +224,7 @@ static void check_collective(SimComm *sc, const Comm *c, CommRequest *r) {
                         op);
     stream_check_access(sc->check, STREAM_COMM, r->recv, comm_output_count(c, r) * es, ACCESS_WRITE,
                         op);
-    StreamClock done;
-    stream_check_record(sc->check, STREAM_COMM, &done);
-    for (int i = 0; i < SC_CLOCKS; i++) r->done.order[i] = done.c[i];
+    stream_check_record_event(sc->check, STREAM_COMM, &r->done);
 }
 
 static int sim_start(Comm *c, CommRequest *r, Err *err) {

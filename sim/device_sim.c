@@ -132,20 +132,14 @@ static void sim_event_record(Device *d, StreamId st, DevEvent *ev) {
     SimDevice *s = sim(d);
     ev->time = s->clock->stream_time[st];
     ev->handle = NULL;
-    if (!s->checking) return;
-    StreamClock c;
-    stream_check_record(&s->check, st, &c);
-    for (int i = 0; i < SC_CLOCKS; i++) ev->order[i] = c.c[i];
+    if (s->checking) stream_check_record_event(&s->check, st, ev);
 }
 
 static void sim_stream_wait(Device *d, StreamId st, const DevEvent *ev) {
     SimDevice *s = sim(d);
     double *t = &s->clock->stream_time[st];
     if (ev->time > *t) *t = ev->time;
-    if (!s->checking) return;
-    StreamClock c;
-    for (int i = 0; i < SC_CLOCKS; i++) c.c[i] = ev->order[i];
-    stream_check_wait(&s->check, st, &c);
+    if (s->checking) stream_check_wait_event(&s->check, st, ev);
 }
 
 /* The ops whose result the host reads: on a GPU they wait for the compute stream. */

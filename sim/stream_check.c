@@ -40,6 +40,18 @@ void stream_check_wait(StreamCheck *sc, int s, const StreamClock *ev) {
     join(&sc->clock[s], ev);
 }
 
+void stream_check_record_event(StreamCheck *sc, int s, DevEvent *ev) {
+    StreamClock c;
+    stream_check_record(sc, s, &c);
+    for (int i = 0; i < SC_CLOCKS; i++) ev->order[i] = c.c[i];
+}
+
+void stream_check_wait_event(StreamCheck *sc, int s, const DevEvent *ev) {
+    StreamClock c;
+    for (int i = 0; i < SC_CLOCKS; i++) c.c[i] = ev->order[i];
+    stream_check_wait(sc, s, &c);
+}
+
 void stream_check_sync(StreamCheck *sc, int s) {
     StreamClock done;
     stream_check_record(sc, s, &done);

@@ -71,6 +71,9 @@ void stream_check_free(StreamCheck *sc);
 /* Events: record snapshots stream s's clock into ev and moves s on; wait joins ev into s. */
 void stream_check_record(StreamCheck *sc, int s, StreamClock *ev);
 void stream_check_wait(StreamCheck *sc, int s, const StreamClock *ev);
+/* The same, with the clock kept in a DevEvent's order (the device's events carry it). */
+void stream_check_record_event(StreamCheck *sc, int s, DevEvent *ev);
+void stream_check_wait_event(StreamCheck *sc, int s, const DevEvent *ev);
 /* The host waits for everything queued on s so far (cudaStreamSynchronize). */
 void stream_check_sync(StreamCheck *sc, int s);
 
