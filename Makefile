@@ -25,17 +25,20 @@ LIB_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c engine/*.c models/*.c io/*.c 
 	sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
-# runtime/ on the host side, in fsdp and the tests in every build (no CUDA header): where a
-# process sits in a job (dist_env), the TCP rendezvous, `fsdp launch`. The rest of runtime/
-# is the CUDA side, in the backend library below.
-HOST_RUNTIME_SRCS := runtime/dist_env.c runtime/tcp.c runtime/rendezvous.c runtime/launch.c
+# runtime/ on the host side, in fsdp and the tests in every build (no CUDA or MPI header): where
+# a process sits in a job (dist_env), the TCP rendezvous, `fsdp launch`, the runner of one
+# process per rank both real backends share and the host device MPI's ranks run on. MPI's
+# side (MPI_RUNTIME_SRCS) and the rest, CUDA's side, go into the backend libraries below.
+HOST_RUNTIME_SRCS := runtime/dist_env.c runtime/tcp.c runtime/rendezvous.c runtime/launch.c \
+	runtime/rank_process.c runtime/device_host.c
 HOST_RUNTIME_OBJS := $(HOST_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
-CUDA_RUNTIME_SRCS := $(filter-out runtime/gpu_backend.c runtime/comm_mpi.c $(HOST_RUNTIME_SRCS), \
+MPI_RUNTIME_SRCS := runtime/comm_mpi.c runtime/mpi_run.c
+CUDA_RUNTIME_SRCS := $(filter-out runtime/backends.c $(MPI_RUNTIME_SRCS) $(HOST_RUNTIME_SRCS), \
 	$(wildcard runtime/*.c))
 
 # The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and the CUDA side of
 # runtime/ (C against CUDA's headers), built when nvcc is found into $(BUILD)/libfsdp_cuda.so,
-# which fsdp opens only when a command asks for a GPU (runtime/gpu_backend.c, linked into fsdp
+# which fsdp opens only when a command asks for a GPU (runtime/backends.c, linked into fsdp
 # itself; the library resolves the engine's symbols against fsdp, hence -rdynamic). Sanitizer
 # builds leave it out: ASan and the CUDA driver do not share an address space peacefully, and
 # the sanitizers guard the CPU code.
@@ -47,13 +50,17 @@ endif
 GPU_TEST_SRCS := $(wildcard tests/gpu/*.c)
 
 # Open MPI (--backend mpi: one process per rank on CPUs), found through mpicc, which also says
-# its flags. For now only $(BUILD)/mpi_check links it (runtime/comm_mpi.c and its test, run by
-# `make test` under mpirun); fsdp and test_fsdp do not, until the backend is wired in.
+# its flags. MPI's side of runtime/ goes into $(BUILD)/libfsdp_mpi.so, which fsdp opens only
+# when a command asks for --backend mpi (runtime/backends.c), as it opens the CUDA library;
+# $(BUILD)/mpi_check tests the communicator alone under mpirun (`make test`).
 MPICC := $(shell command -v mpicc 2>/dev/null)
 ifneq ($(MPICC),)
-MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
+MPI_CFLAGS := $(shell $(MPICC) --showme:compile) -fPIC
 MPI_LDLIBS := $(shell $(MPICC) --showme:link)
 MPI_CHECK := $(BUILD)/mpi_check
+MPI_OBJS := $(MPI_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
+MPI_LIB := $(BUILD)/libfsdp_mpi.so
+BACKEND_CFLAGS += -DFSDP_MPI_LIB='"$(abspath $(MPI_LIB))"'
 endif
 ifeq ($(WITH_CUDA),1)
 NVCCFLAGS ?= -O3
@@ -65,10 +72,10 @@ CUDA_CFLAGS := -I$(CUDA_HOME)/include -fPIC
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_RUNTIME_SRCS:%.c=$(BUILD)/%.o)
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcublasLt -lcudart -lstdc++
 CUDA_LIB := $(BUILD)/libfsdp_cuda.so
-BACKEND_CFLAGS := -DFSDP_CUDA_LIB='"$(abspath $(CUDA_LIB))"'
+BACKEND_CFLAGS += -DFSDP_CUDA_LIB='"$(abspath $(CUDA_LIB))"'
 endif
 CMD_SRCS := $(wildcard cmd/*.c)
-CMD_OBJS := $(CMD_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/runtime/gpu_backend.o
+CMD_OBJS := $(CMD_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/runtime/backends.o
 MAIN_OBJ := $(BUILD)/main.o $(CMD_OBJS) $(HOST_RUNTIME_OBJS)
 TEST_SRCS := $(wildcard tests/*.c tests/engine/*.c tests/models/*.c tests/io/*.c tests/cmd/*.c \
 	tests/kernels/*.c tests/sim/*.c tests/runtime/*.c tests/lessons/*.c tests/docs/*.c)
@@ -78,7 +85,7 @@ BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
 .PHONY: mpi-note all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
-all: $(BIN) $(CUDA_LIB) cuda-note mpi-note
+all: $(BIN) $(CUDA_LIB) $(MPI_LIB) cuda-note mpi-note
 
 mpi-note:
 ifeq ($(MPICC),)
@@ -92,13 +99,16 @@ else ifneq ($(WITH_CUDA),1)
 	@echo "sanitizer build: the CUDA backend is left out"
 endif
 
-$(BIN): $(LIB_OBJS) $(MAIN_OBJ) | $(CUDA_LIB)
+$(BIN): $(LIB_OBJS) $(MAIN_OBJ) | $(CUDA_LIB) $(MPI_LIB)
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl
 
 $(CUDA_LIB): $(CUDA_OBJS)
 	$(CC) -shared -o $@ $^ $(CUDA_LDLIBS)
 
-$(BUILD)/runtime/gpu_backend.o: runtime/gpu_backend.c
+$(MPI_LIB): $(MPI_OBJS)
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(MPI_LDLIBS)
+
+$(BUILD)/runtime/backends.o: runtime/backends.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BACKEND_CFLAGS) -c -o $@ $<
 
@@ -180,7 +190,7 @@ endif
 $(BUILD)/nccl_check: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(CUDA_OBJS) $(BUILD)/tests/nccl/nccl_check.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS)
 
-$(BUILD)/runtime/comm_mpi.o $(BUILD)/tests/mpi/mpi_check.o: $(BUILD)/%.o: %.c
+$(MPI_OBJS) $(BUILD)/tests/mpi/mpi_check.o: $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(MPI_CFLAGS) -c -o $@ $<
 
@@ -256,7 +266,7 @@ fuzz: deps
 
 format:
 	clang-format -i $(LIB_SRCS) $(CMD_SRCS) $(HOST_RUNTIME_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) \
-		runtime/comm_mpi.c $(wildcard tests/mpi/*.c) \
+		$(MPI_RUNTIME_SRCS) $(wildcard tests/mpi/*.c) \
 		$(wildcard */*.h */*/*.h)
 
 clean:

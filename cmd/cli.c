@@ -89,13 +89,13 @@ static int set_scenario(void *args, const char *flag, const char *v, Err *err) {
 }
 
 static int set_backend(void *args, const char *flag, const char *v, Err *err) {
-    static const char *const names[] = {"sim", "cuda", "auto"}; /* in Backend's order */
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"sim", "cuda", "mpi", "auto"}; /* in Backend's order */
+    for (int i = 0; i < 4; i++)
         if (!strcmp(v, names[i])) {
             ((TrainArgs *)args)->backend = (Backend)i;
             return 0;
         }
-    return not_one_of(flag, "sim, cuda or auto", v, err);
+    return not_one_of(flag, "sim, cuda, mpi or auto", v, err);
 }
 
 /* "STEP" or "STEP:RANK" (rank 0 by default). */
@@ -177,10 +177,11 @@ static const Flag train_rows[] = {
     {"--backend", FLAG_SET, .set = set_backend, .arg = "B",
      .help = "sim (default: the simulated cluster), cuda (this\n"
              "machine's GPU, --ranks 1; or one process per GPU\n"
-             "under ./fsdp launch, --ranks WORLD_SIZE), auto\n"
+             "under ./fsdp launch, --ranks WORLD_SIZE), mpi (one\n"
+             "process per rank on CPUs under mpirun -np N), auto\n"
              "(cuda if there is a GPU, else sim)"},
     {"--timeout", FLAG_INT, ARG(timeout), 1, 86400, .arg = "S",
-     .help = "cuda: a collective that takes longer than S seconds\n"
+     .help = "cuda, mpi: a collective that takes longer than S seconds\n"
              "aborts the job, naming rank, unit, collective (600)"},
     {"--check-streams", FLAG_SWITCH, ARG(check_streams),
      .help = "sim: check every access to device memory against\n"
@@ -308,10 +309,14 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE, "--checkpoint-every needs --checkpoint-dir");
     if (a->resume && !strcmp(a->resume, "auto") && !a->ckpt_dir)
         return err_set(err, ERR_USAGE, "--resume auto needs --checkpoint-dir (where to look)");
-    if (c->offload != OFFLOAD_NONE && a->backend != BACKEND_SIM)
+    if (a->max_restarts && a->backend == BACKEND_MPI)
         return err_set(err, ERR_USAGE,
-                       "--offload %s runs on the simulator only for now "
-                       "(--backend sim)",
+                       "--max-restarts: under --backend mpi a failed rank ends the whole job; run "
+                       "the same command again with --resume auto");
+    if (c->offload != OFFLOAD_NONE && a->backend != BACKEND_SIM && a->backend != BACKEND_MPI)
+        return err_set(err, ERR_USAGE,
+                       "--offload %s runs on the simulator and on MPI's CPUs only for now "
+                       "(--backend sim or mpi)",
                        offload_name(c->offload));
     if ((c->offload == OFFLOAD_CPU || c->offload == OFFLOAD_NVME) &&
         (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1))

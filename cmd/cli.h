@@ -14,7 +14,7 @@
 
 /* Where a run's ranks execute: the simulated cluster, this machine's GPU, or the GPU when
  * there is one. */
-typedef enum { BACKEND_SIM = 0, BACKEND_CUDA, BACKEND_AUTO } Backend;
+typedef enum { BACKEND_SIM = 0, BACKEND_CUDA, BACKEND_MPI, BACKEND_AUTO } Backend;
 
 typedef struct TrainArgs {
     FsdpConfig fsdp;

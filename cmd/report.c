@@ -6,12 +6,10 @@
 
 #include "sim/stream_check.h"
 
-void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks,
-                   const char *profile) {
+void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, const char *where) {
     char wrap[32];
     wrap_format(&c->wrap, wrap, sizeof wrap);
-    fprintf(f, "fsdp: %s on %d simulated rank%s (%s), strategy %s", model, ranks,
-            ranks == 1 ? "" : "s", profile, strategy_name(c->strategy));
+    fprintf(f, "fsdp: %s on %d %s, strategy %s", model, ranks, where, strategy_name(c->strategy));
     if (c->strategy == STRAT_HSDP) fprintf(f, " (%d replicas)", c->replicas);
     fprintf(f, ", wrap %s, reshard_after_forward=%s, param %s, reduce %s", wrap,
             fsdp_reshard_after_forward(c) ? "true" : "false", dtype_name(c->param_dtype),
@@ -139,6 +137,18 @@ static size_t ddp_rest(const Plan *p, MemCategory c) {
     return 0;
 }
 
+/* Where each rank ran in a process of its own (--backend mpi), the process's peak resident
+ * memory, measured, under its accounted peak: the data set, the program, MPI's buffers and the
+ * fp32 copies are in it, none of which a GPU's accounting holds. */
+static void report_resident_row(FILE *f, const RankMemory *mem, int shown) {
+    if (!mem[0].resident_peak) return;
+    char b[32];
+    fprintf(f, "  %-19s", "process resident");
+    for (int r = 0; r < shown; r++)
+        fprintf(f, "  %11s %11s", "", format_bytes(mem[r].resident_peak, b, sizeof b));
+    fprintf(f, "  (peak RSS, measured)\n");
+}
+
 /* One table: categories as rows, for each shown rank its bytes at rest and at its peak
  * (the breakdown at the moment the rank's total peaked), then the DDP figure at rest. */
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem) {
@@ -170,6 +180,7 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
         fprintf(f, "  %11s %11s", format_bytes(rest[r], a, sizeof a),
                 format_bytes(mem[r].peak, b, sizeof b));
     fprintf(f, "  %12s\n", format_bytes(ddp, a, sizeof a));
+    report_resident_row(f, mem, shown);
     size_t copies = 0;
     for (int r = 0; r < shown; r++) copies += mem[r].at_peak[MEM_COMPUTE_COPY];
     if (copies)
@@ -180,9 +191,9 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
                 dtype_name(c->param_dtype), dtype_name(c->param_dtype));
 }
 
-void report_step_text(FILE *f, const StepReport *r, int fp16) {
-    fprintf(f, "step %6ld  epoch %3d  loss %.6f  step %.1f us (modelled)", r->step, r->epoch,
-            r->stats.loss, r->step_time * 1e6);
+void report_step_text(FILE *f, const StepReport *r, int fp16, const char *clock) {
+    fprintf(f, "step %6ld  epoch %3d  loss %.6f  step %.1f us (%s)", r->step, r->epoch,
+            r->stats.loss, r->step_time * 1e6, clock);
     if (r->stats.grad_norm > 0) fprintf(f, "  grad_norm %.4f", r->stats.grad_norm);
     if (fp16)
         fprintf(f, "  loss_scale %g%s", r->stats.loss_scale, r->stats.skipped ? " (skipped)" : "");

@@ -10,14 +10,16 @@
 #include "engine/train.h"
 #include "sim/viz/text.h"
 
-void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, const char *profile);
+/* where: what the ranks are, after their count ("simulated ranks (h100-nvlink)"). */
+void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, const char *where);
 void report_plan(FILE *f, const Plan *p);
 void report_ownership(FILE *f, const Plan *p);
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem);
 /* The data a ViT trains and is evaluated on, and how long the run is. */
 void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
                  const char *eval_name, long steps, int epochs);
-void report_step_text(FILE *f, const StepReport *r, int fp16);
+/* clock: how the step time was had ("modelled", "measured"). */
+void report_step_text(FILE *f, const StepReport *r, int fp16, const char *clock);
 /* A ViT step: epoch progress, loss, images/s (the run's average so far, wall clock) and the
  * time left; elapsed is the wall time of the steps so far. */
 void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s);

@@ -17,8 +17,8 @@
 #include "io/weights.h"
 #include "models/toy.h"
 #include "models/vit.h"
+#include "runtime/backends.h"
 #include "runtime/dist_env.h"
-#include "runtime/gpu_backend.h"
 #include "sim/viz/memory_timeline.h"
 
 /* The training split and the data it is evaluated on. Evaluating on data the model trained on
@@ -83,16 +83,21 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
     job.hooks = train_fault_hooks(&t->faults);
     job.rank_per_process = t->rank_per_process;
     /* gathering a ViT's parameters onto one rank is only worth it to dump them */
-    job.final_params = !vit || t->dump.f ? t->params : NULL;
+    job.final_params = !vit || a->dump_params ? t->params : NULL;
     return job;
 }
 
-/* Resolves --backend auto, and refuses cuda where this build or this machine cannot run it. */
+/* Resolves --backend auto, and refuses a real backend that this build or this machine cannot
+ * run. */
 static int choose_backend(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
-    if (a->backend == BACKEND_SIM) return 0; /* the CUDA backend is not even loaded */
+    if (a->backend == BACKEND_SIM) return 0; /* no backend library is even loaded */
     char why[160];
-    int gpu = gpu_backend_available(why, sizeof why);
+    if (a->backend == BACKEND_MPI)
+        return backend_available(REAL_MPI, why, sizeof why)
+                   ? 0
+                   : err_set(err, ERR_USAGE, "--backend mpi: %s", why);
+    int gpu = backend_available(REAL_CUDA, why, sizeof why);
     if (a->backend == BACKEND_AUTO) {
         a->backend = gpu ? BACKEND_CUDA : BACKEND_SIM;
         snprintf(t->backend_note, sizeof t->backend_note, "backend: %s (auto: %s)",
@@ -103,10 +108,14 @@ static int choose_backend(TrainRun *t, Err *err) {
     return 0;
 }
 
-/* The job on every rank: simulated ranks, or this machine's GPU. */
+/* The job on every rank: simulated ranks, this machine's GPU, or this process's rank of an MPI
+ * job. */
 int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
               Err *err) {
-    if (t->args.backend == BACKEND_CUDA) return gpu_backend_run(opt, train_rank, job, res, err);
+    if (t->args.backend == BACKEND_CUDA)
+        return backend_run(REAL_CUDA, opt, train_rank, job, res, err);
+    if (t->args.backend == BACKEND_MPI)
+        return backend_run(REAL_MPI, opt, train_rank, job, res, err);
     return cluster_run(opt, train_rank, job, res, err);
 }
 
@@ -153,23 +162,37 @@ static int check_save_full(const char *path, Err *err) {
     return 0;
 }
 
-/* Started as one of many processes (torchrun, fsdp launch, srun, mpirun) for the GPU: this
- * process runs one rank, --ranks must be the world, and only rank 0 prints and writes files
- * (the others' stdout goes nowhere; their errors still reach stderr). The simulator makes its
- * own ranks and ignores these variables. */
+/* Which launcher started this process, checked against the backend: mpi runs only under
+ * mpirun or srun (MPI's own launchers), in a world of exactly --ranks processes. */
+static int check_launcher(const TrainArgs *a, const DistEnv *env, Err *err) {
+    int mpi = a->backend == BACKEND_MPI;
+    if (mpi && env->launcher != LAUNCHER_OPENMPI && env->launcher != LAUNCHER_SLURM)
+        return err_set(err, ERR_USAGE,
+                       "--backend mpi runs one process per rank: start it with mpirun -np %d "
+                       "(or srun)%s",
+                       a->ranks,
+                       env->launcher == LAUNCHER_NONE ? "" : ", not under torchrun's variables");
+    if (a->ranks != env->world_size && (mpi || env->world_size > 1))
+        return err_set(
+            err, ERR_USAGE, "--ranks %d: this is rank %d of %d processes (%s); pass --ranks %d",
+            a->ranks, env->rank, env->world_size, launcher_name(env->launcher), env->world_size);
+    return 0;
+}
+
+/* Started as one of many processes (torchrun, fsdp launch, srun, mpirun) for a real backend:
+ * this process runs one rank, --ranks must be the world, and only rank 0 prints and writes
+ * files (the others' stdout goes nowhere; their errors still reach stderr). The simulator
+ * makes its own ranks and ignores these variables. */
 static int join_processes(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     DistEnv env;
-    if (a->backend != BACKEND_CUDA) return 0;
+    if (a->backend != BACKEND_CUDA && a->backend != BACKEND_MPI) return 0;
     int rc = dist_env_from_process(&env, err);
+    t->quiet_rank = !rc && env.rank != 0;
+    if (!rc) rc = check_launcher(a, &env, err);
     if (rc || env.world_size == 1) return rc;
-    if (a->ranks != env.world_size)
-        return err_set(
-            err, ERR_USAGE, "--ranks %d: this is rank %d of %d processes (%s); pass --ranks %d",
-            a->ranks, env.rank, env.world_size, launcher_name(env.launcher), env.world_size);
     t->rank_per_process = 1;
-    if (env.rank != 0) {
-        a->dump_params = a->memory_svg = a->trace_out = NULL;
+    if (t->quiet_rank) { /* its flags stay: every rank must gather what rank 0 writes */
         if (!freopen("/dev/null", "w", stdout))
             return err_set(err, ERR_IO, "rank %d: cannot silence stdout", env.rank);
     }
@@ -211,6 +234,7 @@ int run_prepare(TrainRun *t, Err *err) {
     if ((rc = check_nvme_dir(t, err))) return rc;
     if ((rc = check_save_full(a->save_full, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
+    if (t->quiet_rank) return 0;
     if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;
     if ((rc = atomic_open(&t->svg, a->memory_svg, err))) return rc;
     return atomic_open(&t->trace, a->trace_out, err);

@@ -26,7 +26,8 @@ typedef struct TrainRun {
     char resume[4096];      /* the checkpoint --resume resolved to ("" for none) */
     RankMemory *memory;
     float *params;
-    int rank_per_process; /* one of many processes on GPUs (join_processes) */
+    int rank_per_process; /* one of many processes, one rank each (join_processes) */
+    int quiet_rank;       /* ... and not rank 0: prints nothing, opens no output file */
     TrainFaults faults;   /* --fail-at, --kill-in-save: the fault hooks' state, for every run */
 } TrainRun;
 
@@ -43,7 +44,7 @@ typedef enum { JOB_STEPS_ONLY, JOB_WHOLE_RUN } JobScope;
  * their printer, how often the loss is logged, a config of its own). */
 TrainJob run_job(TrainRun *t, JobScope scope);
 
-/* The job on every rank: simulated ranks, or this machine's GPU. */
+/* The job on every rank: simulated ranks, this machine's GPU, or this process's MPI rank. */
 int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
               Err *err);
 

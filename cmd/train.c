@@ -19,8 +19,9 @@ typedef struct Printer {
     int bar; /* redraw one line per step (stdout is a terminal, ViT) */
     int vit; /* the lines show images/s and the epoch's progress */
     long every;
-    double elapsed; /* wall seconds of the steps so far, for the ETA */
-    double images;  /* images trained on so far */
+    const char *clock; /* "modelled" or "measured" step times */
+    double elapsed;    /* wall seconds of the steps so far, for the ETA */
+    double images;     /* images trained on so far */
 } Printer;
 
 static void print_step(void *user, const StepReport *r) {
@@ -36,7 +37,7 @@ static void print_step(void *user, const StepReport *r) {
         if (p->vit)
             report_step_vit(stdout, r, p->elapsed, rate);
         else
-            report_step_text(stdout, r, p->fp16);
+            report_step_text(stdout, r, p->fp16, p->clock);
     }
     fflush(stdout);
 }
@@ -121,12 +122,15 @@ static int train_execute(TrainRun *t, Err *err) {
     if (a->memory_compare) return memory_compare(t, err);
     int vit = train_args_is_vit(a);
     Printer printer = {.json = a->json,
+                       .clock = a->backend == BACKEND_SIM ? "modelled" : "measured",
                        .fp16 = fsdp_uses_loss_scaling(&a->fsdp),
                        .bar = vit && !a->json && !a->print_every && isatty(STDOUT_FILENO),
                        .vit = vit};
     printer.every = a->print_every ? a->print_every : (a->steps >= 10 ? a->steps / 10 : 1);
-    /* the loss is all-reduced only on steps someone will see */
-    long log_every = a->json || printer.bar ? 1 : printer.every;
+    /* The loss is all-reduced only on steps someone will see. Every rank must take part alike,
+     * and a process of its own cannot know whether rank 0's stdout is a terminal (the bar): it
+     * reduces the loss at every step (one float). */
+    long log_every = a->json || printer.bar || t->rank_per_process ? 1 : printer.every;
     TrainJob job = run_job(t, JOB_WHOLE_RUN);
     job.log_every = (int)log_every;
     job.on_step = print_step;
@@ -189,6 +193,17 @@ static int workshop_scenario(const TrainArgs *given, Err *err) {
     return rc;
 }
 
+/* What the ranks are, for the first line. */
+static const char *ranks_are(const TrainRun *t) {
+    static char where[96];
+    int one = t->args.ranks == 1;
+    if (t->args.backend == BACKEND_MPI)
+        return one ? "MPI rank (a process on CPUs)" : "MPI ranks (a process each, on CPUs)";
+    if (t->args.backend == BACKEND_CUDA) return one ? "GPU" : "GPUs (a process each)";
+    snprintf(where, sizeof where, "simulated rank%s (%s)", one ? "" : "s", t->profile->name);
+    return where;
+}
+
 int cmd_train(int argc, char **argv) {
     TrainRun t;
     memset(&t, 0, sizeof t);
@@ -207,7 +222,7 @@ int cmd_train(int argc, char **argv) {
     if (!rc && !t.args.json && t.args.resume)
         printf("resume: %s\n", t.resume[0] ? t.resume : "no checkpoint yet, from the start");
     if (!rc && !t.args.json) {
-        report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, t.profile->name);
+        report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, ranks_are(&t));
         if (train_args_is_vit(&t.args))
             report_data(stdout, &t.data, t.args.split, &t.eval, t.eval_name, t.args.steps,
                         t.args.epochs);
@@ -216,5 +231,7 @@ int cmd_train(int argc, char **argv) {
     }
     if (!rc && !t.args.print_plan) rc = train_execute(&t, &err);
     run_cleanup(&t);
+    /* every process of a job finds a bad flag alike: rank 0 alone says so */
+    if (rc == ERR_USAGE && t.quiet_rank) return 2;
     return rc ? cmd_fail(rc, err.msg) : 0;
 }

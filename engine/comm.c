@@ -17,6 +17,18 @@ static int start_and_wait(Comm *c, CommRequest *req, Err *err) {
     return rc;
 }
 
+int comm_all_gather_host(Comm *c, Device *d, const void *mine, size_t words, void *out, Err *err) {
+    size_t bytes = words * sizeof(float);
+    char *buf = d->ops->alloc(d, bytes * (size_t)(c->size + 1) + 1, MEM_COMM_BUFFER, -1);
+    if (!buf) return err_set(err, ERR_NOMEM, "rank %d: out of memory gathering", c->world_rank);
+    char *slot = buf + bytes * (size_t)c->size;
+    d->ops->copy(d, slot, mine, bytes);
+    int rc = comm_all_gather(c, slot, buf, words, DTYPE_FP32, -1, err);
+    if (!rc) d->ops->copy(d, out, buf, bytes * (size_t)c->size);
+    d->ops->free(d, buf, -1);
+    return rc;
+}
+
 int comm_all_gather(Comm *c, const void *send, void *recv, size_t count, DType t, int unit,
                     Err *err) {
     CommRequest r = {.kind = COLL_ALL_GATHER,

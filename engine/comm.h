@@ -79,6 +79,10 @@ int comm_all_reduce(Comm *c, const void *send, void *recv, size_t count, DType t
                     int unit, Err *err);
 int comm_broadcast(Comm *c, void *buf, size_t count, DType t, int root, int unit, Err *err);
 int comm_barrier(Comm *c, Err *err);
+/* Every rank's `words` 4-byte words from host memory `mine` into host memory out[size * words]
+ * on every rank, through a buffer on d (a GPU's collectives need device memory). An all-gather
+ * copies and never adds, so the words may hold anything: counts, records, events. */
+int comm_all_gather_host(Comm *c, Device *d, const void *mine, size_t words, void *out, Err *err);
 
 /* Elements of a rank's input and output for a request (a broadcast's input is the root's
  * alone; a barrier moves nothing). */

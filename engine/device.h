@@ -112,6 +112,9 @@ typedef struct DeviceOps {
     size_t (*peak_bytes_by_category)(Device *d, MemCategory c);
     /* Forget peaks so the next step's peak is measured alone. */
     void (*reset_peak)(Device *d);
+    /* The peak resident memory of the process the rank runs in, in bytes, where it is measured
+     * (a rank in its own process on CPUs); NULL: not measured. */
+    size_t (*resident_peak)(Device *d);
 } DeviceOps;
 
 struct Device {

@@ -3,6 +3,7 @@
 #include "engine/train.h"
 #include "engine/clock.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,23 +37,39 @@ static void record_memory(const RankEnv *env, RankMemory *m) {
         m->at_peak[c] = d->ops->peak_bytes_by_category(d, (MemCategory)c);
     }
     m->peak = d->ops->peak_bytes(d);
+    m->resident_peak = d->ops->resident_peak ? d->ops->resident_peak(d) : 0;
 }
 
-/* Every rank's memory record into every process's job->memory: an all-gather of the records'
- * bytes (4-byte words, copied, never added) through a device buffer. */
+/* Every rank's memory record into every process's job->memory. */
 static int share_memory_records(const RankEnv *env, TrainJob *job, Err *err) {
     _Static_assert(sizeof(RankMemory) % sizeof(float) == 0, "records travel as 4-byte words");
-    Device *d = env->dev;
-    size_t words = sizeof(RankMemory) / sizeof(float), bytes = words * sizeof(float);
-    char *buf = d->ops->alloc(d, bytes * (size_t)(env->world + 1), MEM_COMM_BUFFER, -1);
-    if (!buf)
-        return err_set(err, ERR_NOMEM, "rank %d: out of memory sharing memory records", env->rank);
-    char *mine = buf + bytes * (size_t)env->world;
-    d->ops->copy(d, mine, &job->memory[env->rank], bytes);
-    int rc = comm_all_gather(env->world_comm, mine, buf, words, DTYPE_FP32, -1, err);
-    if (!rc) d->ops->copy(d, job->memory, buf, bytes * (size_t)env->world);
-    d->ops->free(d, buf, -1);
+    RankMemory mine = job->memory[env->rank];
+    return comm_all_gather_host(env->world_comm, env->dev, &mine, sizeof mine / sizeof(float),
+                                job->memory, err);
+}
+
+/* Under one process per rank, each process records only the values its rank owns (the others
+ * start as NaN, "not mine"); gathered, rank 0 takes each value from a rank that owns it. */
+static void values_unknown(TrainJob *job) {
+    size_t n = job->model->total_numel;
+    for (size_t i = 0; i < (size_t)(job->steps + 1) * n; i++) job->step_params[i] = NAN;
+    for (size_t i = 0; i < (size_t)job->steps * n; i++) job->step_grads[i] = NAN;
+}
+
+static int merge_values(const RankEnv *env, float *values, size_t count, Err *err) {
+    float *all = malloc((size_t)env->world * count * sizeof *all + 1);
+    if (!all) return err_set(err, ERR_NOMEM, "out of memory gathering the recorded values");
+    int rc = comm_all_gather_host(env->world_comm, env->dev, values, count, all, err);
+    for (size_t i = 0; !rc && i < count; i++)
+        for (int r = 0; r < env->world && isnan(values[i]); r++) values[i] = all[r * count + i];
+    free(all);
     return rc;
+}
+
+static int share_values(const RankEnv *env, TrainJob *job, Err *err) {
+    size_t n = job->model->total_numel;
+    int rc = merge_values(env, job->step_params, (size_t)(job->steps + 1) * n, err);
+    return rc || !job->steps ? rc : merge_values(env, job->step_grads, (size_t)job->steps * n, err);
 }
 
 static double latest_stream_time(Device *d) {
@@ -275,6 +292,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params, err);
     if (!rc && job->init_from) rc = train_load_weights(e, job->model, job->init_from, err);
     long first = 0;
+    if (job->step_params && job->rank_per_process) values_unknown(job);
     if (!rc && job->resume_from) rc = checkpoint_load(e, job->model, job->resume_from, &first, err);
     if (!rc && env->rank == 0) job->resumed_step = first;
     if (!rc) rc = record_values(job, e, 0, err);
@@ -282,6 +300,8 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
     if (!rc && job->memory && job->rank_per_process && env->world > 1)
         rc = share_memory_records(env, job, err);
+    if (!rc && job->step_params && job->rank_per_process && env->world > 1)
+        rc = share_values(env, job, err);
     if (!rc && job->save_full) rc = save_full(env, job, e, err);
     if (!rc && job->final_params) {
         float *full = malloc(job->model->total_numel * sizeof(float) + 1);

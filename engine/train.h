@@ -11,6 +11,7 @@ typedef struct RankMemory {
     size_t rest[MEM_CATEGORY_COUNT];    /* after the last step */
     size_t at_peak[MEM_CATEGORY_COUNT]; /* breakdown when the total peaked */
     size_t peak;
+    size_t resident_peak; /* the rank's process, measured (0: not measured, as in the simulator) */
 } RankMemory;
 
 typedef struct StepReport {

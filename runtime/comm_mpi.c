@@ -2,10 +2,13 @@
  * memory only. 16-bit reductions go through fp32 staging and round once in wait. */
 #include "runtime/comm_mpi.h"
 
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "engine/clock.h"
 
 /* What a started collective keeps until wait: MPI's request, and for a reduction that cannot
  * land in recv as it is (16-bit, an average, an output inside the input) the fp32 buffer MPI
@@ -81,6 +84,11 @@ static int reduce_start(MpiComm *c, const CommRequest *r, Pending *p) {
     return MPI_Ireduce_scatter_block(send, out, (int)n, MPI_FLOAT, mpi_op(r->op), c->mpi, &p->req);
 }
 
+/* Seconds on the device's clock (the trace's), or the process's monotonic clock without one. */
+static double comm_now(const MpiComm *c) {
+    return clock_seconds() - (c->dev ? c->dev->t0 : 0.0);
+}
+
 static int mpi_start(Comm *base, CommRequest *r, Err *err) {
     MpiComm *c = base->impl;
     if (r->count > (size_t)INT32_MAX / (size_t)base->size)
@@ -89,7 +97,7 @@ static int mpi_start(Comm *base, CommRequest *r, Err *err) {
     Pending *p = calloc(1, sizeof *p);
     if (!p) return err_set(err, ERR_NOMEM, "out of memory starting a %s", coll_kind_name(r->kind));
     r->seq = c->seq++;
-    r->start_time = MPI_Wtime();
+    r->start_time = comm_now(c);
     int rc;
     switch (r->kind) {
     case COLL_ALL_GATHER:
@@ -124,19 +132,65 @@ static void finish_reduction(const MpiComm *c, const CommRequest *r, const float
     }
 }
 
+static int timed_out(const MpiComm *c, const CommRequest *r, Err *err) {
+    char unit[160] = "";
+    if (r->unit >= 0 && c->names && r->unit < c->names->nunits)
+        snprintf(unit, sizeof unit, " of unit %s", c->names->units[r->unit].name);
+    else if (r->unit >= 0)
+        snprintf(unit, sizeof unit, " of unit %d", r->unit);
+    return err_set(err, ERR_INTERNAL,
+                   "rank %d: %s%s did not complete in %g s (--timeout): a peer stopped taking "
+                   "part",
+                   c->base.world_rank, coll_kind_name(r->kind), unit, c->timeout);
+}
+
+/* MPI_Wait with a deadline: tests until the collective completes, giving the core away between
+ * tests (ranks may outnumber cores), and fails once c->timeout has passed. */
+static int wait_until_done(const MpiComm *c, Pending *p, const CommRequest *r, Err *err) {
+    double deadline = c->timeout > 0 ? clock_seconds() + c->timeout : 0;
+    for (long tries = 0;; tries++) {
+        int done = 0, rc = MPI_Test(&p->req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_failed(c, rc, coll_kind_name(r->kind), err);
+        if (done) return 0;
+        if (deadline && (tries & 255) == 255 && clock_seconds() > deadline)
+            return timed_out(c, r, err);
+        sched_yield();
+    }
+}
+
+static void trace_collective(const MpiComm *c, const CommRequest *r) {
+    TraceBuf *t = c->dev ? c->dev->trace : NULL;
+    if (!t || !t->enabled) return;
+    tracebuf_append(t, (TraceEvent){.start = r->start_time,
+                                    .end = r->end_time,
+                                    .bytes = (unsigned long long)comm_wire_bytes(&c->base, r),
+                                    .kind = coll_event_kind(r->kind),
+                                    .unit = r->unit,
+                                    .stream = STREAM_COMM,
+                                    .category = -1,
+                                    .peers = c->base.size});
+}
+
 static int mpi_wait(Comm *base, CommRequest *r, Err *err) {
     MpiComm *c = base->impl;
     Pending *p = r->backend;
     if (!p)
         return err_set(err, ERR_INTERNAL, "wait on a %s never started", coll_kind_name(r->kind));
-    int rc = MPI_Wait(&p->req, MPI_STATUS_IGNORE);
-    if (rc == MPI_SUCCESS && p->out) finish_reduction(c, r, p->out);
+    int rc = wait_until_done(c, p, r, err);
+    if (!rc && p->out) finish_reduction(c, r, p->out);
     free(p->stage);
     free(p);
     r->backend = NULL;
-    if (rc != MPI_SUCCESS) return mpi_failed(c, rc, coll_kind_name(r->kind), err);
-    r->end_time = r->done.time = MPI_Wtime();
+    if (rc) return rc;
+    r->end_time = r->done.time = comm_now(c);
+    trace_collective(c, r);
     return 0;
+}
+
+void comm_mpi_progress(void *ctx) {
+    (void)ctx;
+    int flag;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
 }
 
 static const CommOps mpi_ops = {.start = mpi_start, .wait = mpi_wait};
@@ -178,7 +232,11 @@ int comm_mpi_split(MpiComm *c, MpiComm *parent, int color, int key, Err *err) {
         c->base.world_rank = parent->base.world_rank;
         return mpi_failed(c, rc, "comm_split", err);
     }
-    return adopt(c, sub, err);
+    rc = adopt(c, sub, err);
+    c->dev = parent->dev;
+    c->timeout = parent->timeout;
+    c->names = parent->names;
+    return rc;
 }
 
 void comm_mpi_destroy(MpiComm *c) {

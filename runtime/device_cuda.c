@@ -461,11 +461,15 @@ int device_cuda_create(CudaDevice **out, int rank, TraceBuf *trace, Err *err) {
     return 0;
 }
 
-void device_cuda_destroy(CudaDevice *d) {
-    if (!d) return;
+void device_cuda_settle(CudaDevice *d) {
     for (int s = 0; s < STREAM_COUNT; s++)
         if (d->stream[s]) cudaStreamSynchronize(d->stream[s]);
     if (d->trace) resolve_pending(d);
+}
+
+void device_cuda_destroy(CudaDevice *d) {
+    if (!d) return;
+    device_cuda_settle(d);
     empty_cache(d); /* every stream is idle: no block's free event is pending */
     for (int i = 0; i < d->nlists; i++) free(d->lists[i].blocks);
     for (int i = 0; i < d->nspare; i++) cudaEventDestroy(d->spare_events[i]);

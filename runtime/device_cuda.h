@@ -18,6 +18,9 @@ int device_cuda_create(CudaDevice **out, int rank, TraceBuf *trace, Err *err);
  * still allocated stay the caller's to leak. */
 void device_cuda_destroy(CudaDevice *d);
 
+/* Waits until every stream is idle and appends every span still pending to the trace. */
+void device_cuda_settle(CudaDevice *d);
+
 Device *device_cuda_base(CudaDevice *d);
 /* The stream a StreamId names (a cudaStream_t). */
 void *device_cuda_stream(CudaDevice *d, StreamId s);

@@ -1,71 +1,41 @@
-/* gpu_run: a training job on this machine's GPU, sim/cluster.c's real-hardware twin: the device,
- * kernel table and communicators a rank needs, then the simulator's own rank-main. */
+/* gpu_run: --backend cuda on the shared one-process-per-rank runner (runtime/rank_process.h):
+ * where the rank comes from (its launcher's variables), which device (this process's GPU) and
+ * which communicators (NCCL's, or a copy for a world of one). */
 #include "runtime/gpu_run.h"
 
 #include <cuda_runtime_api.h>
-#include <string.h>
-
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "kernels/cuda/kernels_cuda.h"
 #include "runtime/comm_local.h"
 #include "runtime/comm_nccl.h"
 #include "runtime/dist_env.h"
+#include "runtime/rank_process.h"
 #include "runtime/rendezvous.h"
 
 int gpu_available(char *why, size_t n) {
     return kernels_cuda_available(why, n);
 }
 
-/* The rank's own failure first, then what CUDA says went wrong under it. */
-static int run_rank(CudaDevice *dev, RankEnv env, RankMain fn, void *arg, Err *err) {
-    int rc = kernels_cuda_bind(device_cuda_stream(dev, STREAM_COMPUTE), err);
-    if (!rc) rc = fn(&env, arg, err);
-    Err cuda = {0};
-    if (kernels_cuda_status(&cuda) || device_cuda_status(dev, &cuda)) {
-        if (!rc) *err = cuda;
-        rc = rc ? rc : ERR_INTERNAL;
-    }
-    kernels_cuda_unbind();
+typedef struct GpuRank {
+    DistEnv env;
+    int device;
+    CudaDevice *dev;
+    Watchdog *watchdog;
+    NcclComm world;  /* many processes */
+    LocalComm alone; /* a world of one */
+} GpuRank;
+
+static int gpu_join(void *self, int *rank, int *world, Err *err) {
+    GpuRank *g = self;
+    int rc = dist_env_from_process(&g->env, err);
+    *rank = g->env.rank;
+    *world = g->env.world_size;
     return rc;
 }
-
-static int run_one_gpu(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out,
-                       Err *err) {
-    if (opt->ranks != 1)
-        return err_set(err, ERR_USAGE,
-                       "--backend cuda in one process runs one GPU: use --ranks 1 (got %d), or "
-                       "start one process per GPU with ./fsdp launch",
-                       opt->ranks);
-    cudaError_t e = cudaSetDevice(0);
-    if (e != cudaSuccess)
-        return err_set(err, ERR_INTERNAL, "cudaSetDevice(0): %s", cudaGetErrorString(e));
-    TraceBuf trace;
-    tracebuf_init(&trace, 0, opt->trace);
-    CudaDevice *dev = NULL;
-    int rc = device_cuda_create(&dev, 0, &trace, err);
-    LocalComm world;
-    if (!rc) {
-        comm_local_init(&world, dev);
-        world.base.dev = device_cuda_base(dev);
-        RankEnv env = {.rank = 0,
-                       .world = 1,
-                       .dev = device_cuda_base(dev),
-                       .k = &kernels_cuda,
-                       .world_comm = &world.base,
-                       .shard_comm = &world.base,
-                       .trace = &trace};
-        rc = run_rank(dev, env, fn, arg, err);
-    }
-    device_cuda_destroy(dev); /* resolves the last trace spans */
-    if (!rc && opt->trace) rc = trace_merge(&out->trace, &trace, 1, err);
-    tracebuf_free(&trace);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- one process per GPU */
 
 /* This process's GPU: its LOCAL_RANK's. Ranks of one node that share a GPU (more ranks than
  * GPUs, as the tests do on one GPU) must look like different hosts to NCCL, which otherwise
@@ -93,79 +63,86 @@ static int pick_gpu(const DistEnv *env, int *device, Err *err) {
                                       env->rank, *device, cudaGetErrorString(e));
 }
 
-/* The communicators of one rank: the world, and for hsdp its shard group (replicas groups of
- * S consecutive ranks) and replica group (the ranks with its shard rank), as sim/cluster.c
- * builds them. */
-typedef struct RankComms {
-    NcclComm world, shard, replica;
-    int grouped;
-} RankComms;
-
-static int create_comms(RankComms *c, CudaDevice *dev, Watchdog *w, const ncclUniqueId *id,
-                        const DistEnv *env, int replicas, Err *err) {
-    int rc = comm_nccl_create(&c->world, dev, w, id, env->rank, env->world_size, err);
-    if (rc || replicas <= 1) return rc;
-    int S = env->world_size / replicas;
-    c->grouped = 1;
-    rc = comm_nccl_split(&c->shard, &c->world, env->rank / S, env->rank, err);
-    return rc ? rc : comm_nccl_split(&c->replica, &c->world, env->rank % S, env->rank, err);
-}
-
-static void destroy_comms(RankComms *c) {
-    if (c->grouped) {
-        comm_nccl_destroy(&c->replica);
-        comm_nccl_destroy(&c->shard);
-    }
-    comm_nccl_destroy(&c->world);
-}
-
-static int run_many_gpus(const ClusterOptions *opt, const DistEnv *denv, RankMain fn, void *arg,
-                         ClusterResult *out, Err *err) {
-    if (opt->ranks != denv->world_size)
-        return err_set(err, ERR_USAGE,
-                       "--ranks %d: this is rank %d of %d processes; pass --ranks %d", opt->ranks,
-                       denv->rank, denv->world_size, denv->world_size);
-    int device = 0;
-    int rc = pick_gpu(denv, &device, err);
+/* The world's NCCL communicator: rank 0's unique id carried to every rank by the rendezvous,
+ * and a watchdog that aborts it if a collective hangs. */
+static int open_nccl_world(GpuRank *g, const ClusterOptions *opt, Err *err) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
-    if (!rc && denv->rank == 0) {
+    int rc = 0;
+    if (g->env.rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
         if (r != ncclSuccess)
             rc = err_set(err, ERR_INTERNAL, "ncclGetUniqueId: %s", ncclGetErrorString(r));
     }
-    if (!rc) rc = rendezvous_exchange(denv, &id, sizeof id, 120.0, err);
-    if (rc) return rc;
-    TraceBuf trace;
-    tracebuf_init(&trace, denv->rank, opt->trace);
-    CudaDevice *dev = NULL;
-    Watchdog *w = NULL;
-    RankComms comms = {0};
-    rc = device_cuda_create(&dev, denv->rank, &trace, err);
+    if (!rc) rc = rendezvous_exchange(&g->env, &id, sizeof id, 120.0, err);
     if (!rc)
-        rc = watchdog_start(&w, denv->rank, device, opt->timeout > 0 ? opt->timeout : 600, err);
-    if (!rc) rc = create_comms(&comms, dev, w, &id, denv, opt->replicas, err);
-    if (!rc) /* the blocking collectives order themselves on this GPU's streams */
-        comms.world.base.dev = comms.shard.base.dev = comms.replica.base.dev =
-            device_cuda_base(dev);
-    if (!rc) {
-        RankEnv env = {.rank = denv->rank,
-                       .world = denv->world_size,
-                       .dev = device_cuda_base(dev),
-                       .k = &kernels_cuda,
-                       .world_comm = &comms.world.base,
-                       .shard_comm = comms.grouped ? &comms.shard.base : &comms.world.base,
-                       .replica_comm = comms.grouped ? &comms.replica.base : NULL,
-                       .trace = &trace};
-        rc = run_rank(dev, env, fn, arg, err);
-        cudaDeviceSynchronize(); /* nothing of this rank's is still in flight */
-    }
-    watchdog_stop(w);
-    destroy_comms(&comms);
-    device_cuda_destroy(dev);
-    if (!rc && opt->trace) rc = trace_merge(&out->trace, &trace, 1, err);
-    tracebuf_free(&trace);
+        rc = watchdog_start(&g->watchdog, g->env.rank, g->device,
+                            opt->timeout > 0 ? opt->timeout : 600, err);
+    if (!rc)
+        rc = comm_nccl_create(&g->world, g->dev, g->watchdog, &id, g->env.rank, g->env.world_size,
+                              err);
     return rc;
+}
+
+static int gpu_open(void *self, int rank, int world, const ClusterOptions *opt, TraceBuf *trace,
+                    RankParts *p, Err *err) {
+    GpuRank *g = self;
+    int rc = pick_gpu(&g->env, &g->device, err);
+    if (!rc) rc = device_cuda_create(&g->dev, rank, trace, err);
+    if (rc) return rc;
+    Comm *c = &g->alone.base;
+    if (world > 1) {
+        rc = open_nccl_world(g, opt, err);
+        c = &g->world.base;
+    } else {
+        comm_local_init(&g->alone, g->dev);
+    }
+    c->dev = device_cuda_base(g->dev); /* blocking collectives order themselves on its streams */
+    *p = (RankParts){.dev = device_cuda_base(g->dev), .k = &kernels_cuda, .world = rc ? NULL : c};
+    return rc;
+}
+
+static int gpu_split(void *self, Comm *parent, int color, int key, Comm **out, Err *err) {
+    (void)self;
+    NcclComm *c = calloc(1, sizeof *c);
+    if (!c) return err_set(err, ERR_NOMEM, "out of memory splitting a communicator");
+    int rc = comm_nccl_split(c, parent->impl, color, key, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->base.dev = parent->dev;
+    *out = &c->base;
+    return 0;
+}
+
+/* The rank's own failure first, then what CUDA says went wrong under it; returns once nothing
+ * of the rank's is in flight and every span is in the trace. */
+static int gpu_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg, Err *err) {
+    GpuRank *g = self;
+    int rc = kernels_cuda_bind(device_cuda_stream(g->dev, STREAM_COMPUTE), err);
+    if (!rc) rc = fn(env, arg, err);
+    device_cuda_settle(g->dev);
+    Err cuda = {0};
+    if (kernels_cuda_status(&cuda) || device_cuda_status(g->dev, &cuda)) {
+        if (!rc) *err = cuda;
+        rc = rc ? rc : ERR_INTERNAL;
+    }
+    kernels_cuda_unbind();
+    return rc;
+}
+
+static void gpu_close_comm(void *self, Comm *c) {
+    (void)self;
+    comm_nccl_destroy(c->impl);
+    free(c->impl);
+}
+
+static void gpu_close(void *self, RankParts *p) {
+    GpuRank *g = self;
+    watchdog_stop(g->watchdog);
+    if (p->world == &g->world.base) comm_nccl_destroy(&g->world);
+    device_cuda_destroy(g->dev);
 }
 
 int gpu_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
@@ -173,9 +150,15 @@ int gpu_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *ou
     char why[128];
     if (!gpu_available(why, sizeof why))
         return err_set(err, ERR_USAGE, "--backend cuda: no GPU here (%s)", why);
-    DistEnv env;
-    int rc = dist_env_from_process(&env, err);
-    if (rc) return rc;
-    return env.world_size > 1 ? run_many_gpus(opt, &env, fn, arg, out, err)
-                              : run_one_gpu(opt, fn, arg, out, err);
+    GpuRank g = {0};
+    RankBackend b = {.name = "cuda",
+                     .start = "./fsdp launch --nproc-per-node N (or torchrun, srun, mpirun)",
+                     .self = &g,
+                     .join = gpu_join,
+                     .open = gpu_open,
+                     .split = gpu_split,
+                     .run = gpu_rank_main,
+                     .close_comm = gpu_close_comm,
+                     .close = gpu_close};
+    return rank_process_run(&b, opt, fn, arg, out, err);
 }

@@ -1,7 +1,7 @@
-/* gpu_run: a training job on this machine's GPU, the real-hardware twin of sim/cluster.c. It
- * builds what a rank runs on (CUDA device, the kernels_cuda table bound to the compute stream,
- * communicators) and runs the same rank-main the simulator runs. One GPU for now: a world of
- * one rank, whose collectives are copies (comm_local); many GPUs come with NCCL. */
+/* gpu_run: --backend cuda, a training job of one process per GPU, the real-hardware twin of
+ * sim/cluster.c: what a rank runs on (a CUDA device, the kernels_cuda table bound to its compute
+ * stream, NCCL's communicators, or copies for a world of one) under the runner the MPI backend
+ * shares (runtime/rank_process.h). Built into libfsdp_cuda.so. */
 #ifndef FSDP_GPU_RUN_H
 #define FSDP_GPU_RUN_H
 

@@ -195,9 +195,8 @@ const char *fsdp_bin(void) {
     return b ? b : "./fsdp";
 }
 
-char *fsdp_output(const char *args, const char *redirect, int *status) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s %s", fsdp_bin(), args, redirect);
+/* What the shell command printed (caller frees); *status is pclose's status. */
+static char *shell_output(const char *cmd, int *status) {
     FILE *p = popen(cmd, "r");
     cr_assert(p, "cannot run %s", cmd);
     size_t cap = 1 << 16, n = 0;
@@ -210,6 +209,31 @@ char *fsdp_output(const char *args, const char *redirect, int *status) {
     buf[n] = 0;
     *status = pclose(p);
     return buf;
+}
+
+char *fsdp_output(const char *args, const char *redirect, int *status) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s %s", fsdp_bin(), args, redirect);
+    return shell_output(cmd, status);
+}
+
+void skip_without_mpi(void) {
+    const char *check = getenv("FSDP_MPI_CHECK");
+    if (!check || !*check)
+        cr_skip_test("MPI not built (no mpicc when make ran): nothing to run under mpirun");
+}
+
+char *mpi_fsdp_run(int *code, int ranks, const char *fmt, ...) {
+    char args[2048], cmd[3072];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "%s -np %d %s %s 2>&1", MPIRUN, ranks, fsdp_bin(), args);
+    int status;
+    char *out = shell_output(cmd, &status);
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return out;
 }
 
 void fresh_test_dir(char *dir, size_t size, const char *name, const char *tag) {

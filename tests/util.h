@@ -93,6 +93,20 @@ char *fsdp_run(int *code, const char *redirect, const char *fmt, ...)
 /* `fsdp ARGS` (printf-style) with stderr folded into stdout, asserted to succeed: what it
  * printed (caller frees). */
 char *fsdp_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* mpirun as the MPI tests start ranks: allowed as root (containers run tests so), quiet (the
+ * ranks' own lines only), oversubscribed and unbound (this machine may have fewer cores than
+ * ranks), over shared memory, never a network; LeakSanitizer off in the ranks (Open MPI keeps
+ * allocations until exit by design); and ended after 120 s whatever happens. */
+#define MPIRUN                                                                                     \
+    "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 "       \
+    "timeout 120 mpirun -q --oversubscribe --bind-to none --mca btl self,vader"
+/* Skips the test where this build has no MPI (make test sets FSDP_MPI_CHECK only when it
+ * built it). */
+void skip_without_mpi(void);
+/* `mpirun -np RANKS fsdp ARGS` (printf-style), stderr folded into stdout: what the ranks printed
+ * (caller frees); *code is mpirun's exit status, -1 when a signal ended it. */
+char *mpi_fsdp_run(int *code, int ranks, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* The whole file at path, NUL-terminated (asserted to open; free it); *len, when given, its
  * size. */
 char *read_text_file(const char *path, size_t *len);

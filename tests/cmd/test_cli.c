@@ -48,7 +48,7 @@ Test(cli, bad_input_exits_2_with_one_line) {
     expect_usage_error("train --model toy --layers 2", "--layers");
     expect_usage_error("train --model vit-tiny --data /nonexistent/dir",
                        "/nonexistent/dir/train-images-idx3-ubyte.gz");
-    expect_usage_error("train --backend gpu", "--backend must be sim, cuda or auto");
+    expect_usage_error("train --backend gpu", "--backend must be sim, cuda, mpi or auto");
     expect_usage_error("train --backend cuda --offload cpu", "--offload cpu");
     expect_usage_error("train --backend auto --offload cpu", "--offload cpu");
 }

@@ -64,7 +64,8 @@ Test(flags, a_bad_flag_is_one_exact_line) {
     expect_line("train --layout ds", "fsdp: --layout must be fsdp or deepspeed (got 'ds')\n");
     expect_line("train --offload disk",
                 "fsdp: --offload must be none, optimizer, cpu or nvme (got 'disk')\n");
-    expect_line("train --backend gpu", "fsdp: --backend must be sim, cuda or auto (got 'gpu')\n");
+    expect_line("train --backend gpu",
+                "fsdp: --backend must be sim, cuda, mpi or auto (got 'gpu')\n");
     expect_line("train --split val", "fsdp: --split must be train or test (got 'val')\n");
     expect_line("train --scenario other", "fsdp: --scenario must be workshop (got 'other')\n");
     expect_line("train --fail-at 3:x",

@@ -7,20 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* mpirun refuses root without the two variables (containers run tests as root); the ranks
- * share this machine's cores unbound (--bind-to none, --oversubscribe: it may have fewer cores
- * than ranks) and talk over shared memory (vader), never a network. LeakSanitizer is off in
- * the ranks: Open MPI keeps allocations until exit by design. */
+#include "tests/util.h"
+
+/* Under mpirun as every MPI test starts ranks (tests/util.h, MPIRUN). */
 static void run_mpi_check(int ranks) {
     const char *check = getenv("FSDP_MPI_CHECK");
     if (!check || !*check || access(check, X_OK) != 0)
         cr_skip_test("MPI not built (no mpicc when make ran): no mpi_check to run");
     char cmd[1024], out[4096] = "";
-    snprintf(cmd, sizeof cmd,
-             "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-             "ASAN_OPTIONS=detect_leaks=0 timeout 60 mpirun --oversubscribe --bind-to none "
-             "--mca btl self,vader -np %d %s 2>&1",
-             ranks, check);
+    snprintf(cmd, sizeof cmd, "%s -np %d %s 2>&1", MPIRUN, ranks, check);
     FILE *p = popen(cmd, "r");
     cr_assert(p, "popen failed");
     size_t n = fread(out, 1, sizeof out - 1, p);

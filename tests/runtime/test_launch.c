@@ -297,14 +297,19 @@ Test(launch, the_launchers_signals_reach_every_rank, .init = make_dir, .fini = r
     cr_expect_eq(expect_pids_gone(), 2);
 }
 
-/* On GPUs a process started as one of many runs one rank: --ranks must be the world. */
+/* On GPUs a process started as one of many runs one rank: --ranks must be the world. Every
+ * process finds a bad flag alike, and rank 0 alone says so. */
 Test(launch, train_on_gpus_is_one_rank_of_the_processes) {
-    setenv("RANK", "1", 1);
+    setenv("RANK", "0", 1);
     setenv("WORLD_SIZE", "2", 1);
     Launched r = run("train --backend cuda --ranks 3 --print-plan");
     expect_exit(&r, 2);
     expect_count(&r, "\n", 1);
-    expect_printed(&r, "--ranks 3: this is rank 1 of 2 processes (torchrun); pass --ranks 2");
+    expect_printed(&r, "--ranks 3: this is rank 0 of 2 processes (torchrun); pass --ranks 2");
+    setenv("RANK", "1", 1);
+    r = run("train --backend cuda --ranks 3 --print-plan");
+    expect_exit(&r, 2);
+    expect_count(&r, "\n", 0);
     r = run("train --backend sim --ranks 2 --print-plan"); /* its own ranks */
     expect_exit(&r, 0);
     setenv("RANK", "x", 1);

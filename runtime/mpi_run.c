@@ -1,0 +1,214 @@
+/* mpi_run: --backend mpi on the shared one-process-per-rank runner: where the rank comes from
+ * (MPI_COMM_WORLD), which device (a host device) and which communicators (MPI's). */
+#include "runtime/mpi_run.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/clock.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/comm_mpi.h"
+#include "runtime/rank_process.h"
+
+int fsdp_mpi_available(char *why, size_t n) {
+    int major = 0, minor = 0;
+    MPI_Get_version(&major, &minor);
+    snprintf(why, n, "MPI %d.%d", major, minor);
+    return 1;
+}
+
+typedef struct MpiRank {
+    const ClusterOptions *opt;
+    HostDevice dev;
+    MpiComm world;
+} MpiRank;
+
+static int mpi_join(void *self, int *rank, int *world, Err *err) {
+    (void)self;
+    int ready = 0;
+    MPI_Initialized(&ready);
+    if (!ready) {
+        int provided;
+        /* the engine calls MPI from this thread only */
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return err_set(err, ERR_INTERNAL, "MPI_Init failed");
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, world);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- when mpirun ends the job */
+
+/* When a rank ends (an error, a signal, SIGKILL itself), mpirun stops the others with SIGTERM,
+ * and with `mpirun -q` says nothing: the rank that failed may have said why, but one that was
+ * killed cannot. So each rank knows the pids of its node's ranks, and on SIGTERM the lowest rank
+ * still running names the first one that is gone. Read by the handler only. */
+static struct {
+    int rank, world;
+    pid_t *pid; /* [world], 0 for ranks on other nodes */
+} peers;
+
+/* Appends the decimal digits of v to *at (async-signal-safe). */
+static void put_number(char **at, long v) {
+    char digits[24];
+    int n = 0;
+    do digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) > 0);
+    while (n) *(*at)++ = digits[--n];
+}
+
+static void put_text(char **at, const char *s) {
+    while (*s) *(*at)++ = *s++;
+}
+
+static int peer_gone(int r) {
+    return r != peers.rank && peers.pid[r] && kill(peers.pid[r], 0) != 0;
+}
+
+static void on_sigterm(int sig) {
+    int gone = -1, first_alive = -1;
+    for (int r = 0; r < peers.world; r++) {
+        if (peer_gone(r)) {
+            if (gone < 0) gone = r;
+        } else if (first_alive < 0) {
+            first_alive = r;
+        }
+    }
+    if (gone >= 0 && first_alive == peers.rank) {
+        char line[160], *at = line;
+        put_text(&at, "fsdp: rank ");
+        put_number(&at, gone);
+        put_text(&at, " (pid ");
+        put_number(&at, peers.pid[gone]);
+        put_text(&at, ") has ended: mpirun stops the job\n");
+        if (write(STDERR_FILENO, line, (size_t)(at - line)) < 0) _exit(128 + sig);
+        /* stay a moment, so that the others see this rank alive and keep quiet */
+        struct timespec pause = {0, 300000000};
+        nanosleep(&pause, NULL);
+    }
+    _exit(128 + sig);
+}
+
+/* Every rank's pid where it runs on this node (the same host name), then the handler. */
+static int watch_peers(int rank, int world, Err *err) {
+    struct {
+        long pid;
+        char host[64];
+    } mine = {(long)getpid(), ""}, *all = calloc((size_t)world, sizeof mine);
+    peers.pid = calloc((size_t)world, sizeof *peers.pid);
+    if (!all || !peers.pid) {
+        free(all);
+        return err_set(err, ERR_NOMEM, "out of memory for the ranks' pids");
+    }
+    gethostname(mine.host, sizeof mine.host - 1);
+    int rc =
+        MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+    for (int r = 0; rc == MPI_SUCCESS && r < world; r++)
+        if (!strcmp(all[r].host, mine.host)) peers.pid[r] = (pid_t)all[r].pid;
+    free(all);
+    if (rc != MPI_SUCCESS) return err_set(err, ERR_INTERNAL, "rank %d: MPI_Allgather failed", rank);
+    peers.rank = rank;
+    peers.world = world;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigaction(SIGTERM, &sa, NULL);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the backend */
+
+static int mpi_open(void *self, int rank, int world, const ClusterOptions *opt, TraceBuf *trace,
+                    RankParts *p, Err *err) {
+    MpiRank *m = self;
+    device_host_init(&m->dev, rank, trace);
+    int rc = comm_mpi_create(&m->world, MPI_COMM_WORLD, err);
+    if (!rc) rc = watch_peers(rank, world, err);
+    if (rc) return rc;
+    /* one zero for every rank's trace, as near as a barrier makes it (clocks of different
+     * machines need not agree) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    m->dev.t0 = clock_seconds();
+    m->world.dev = &m->dev;
+    m->world.timeout = opt->timeout > 0 ? opt->timeout : 600;
+    m->world.names = opt->unit_names;
+    m->dev.progress = comm_mpi_progress;
+    *p = (RankParts){.dev = &m->dev.base, .k = &kernels_cpu, .world = &m->world.base};
+    return 0;
+}
+
+static int mpi_split(void *self, Comm *parent, int color, int key, Comm **out, Err *err) {
+    (void)self;
+    MpiComm *c = calloc(1, sizeof *c);
+    if (!c) return err_set(err, ERR_NOMEM, "out of memory splitting a communicator");
+    int rc = comm_mpi_split(c, parent->impl, color, key, err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = &c->base;
+    return 0;
+}
+
+/* The cores of this node shared by its ranks, as the simulator shares them between rank threads
+ * (sim/cluster.c): a rank with more than one core to itself splits its kernels over a pool;
+ * OpenBLAS itself stays single-threaded. */
+static int threads_per_rank(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = 1;
+    MPI_Comm node;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_size(node, &local);
+        MPI_Comm_free(&node);
+    }
+    return cores > local ? (int)(cores / local) : 1;
+}
+
+static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg, Err *err) {
+    (void)self;
+    kernels_cpu_set_threads(1);
+    int threads = threads_per_rank();
+    CpuPool *pool = threads > 1 ? cpu_pool_create(threads) : NULL;
+    kernels_cpu_use_pool(pool);
+    int rc = fn(env, arg, err);
+    kernels_cpu_use_pool(NULL);
+    cpu_pool_destroy(pool);
+    return rc;
+}
+
+static void mpi_close_comm(void *self, Comm *c) {
+    (void)self;
+    comm_mpi_destroy(c->impl);
+    free(c->impl);
+}
+
+static void mpi_close(void *self, RankParts *p) {
+    MpiRank *m = self;
+    if (p->world) comm_mpi_destroy(&m->world);
+    signal(SIGTERM, SIG_DFL);
+    free(peers.pid);
+    peers.pid = NULL;
+    peers.world = 0;
+}
+
+int fsdp_mpi_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
+    MpiRank m = {.opt = opt};
+    RankBackend b = {.name = "mpi",
+                     .start = "mpirun -np N (or srun)",
+                     .self = &m,
+                     .join = mpi_join,
+                     .open = mpi_open,
+                     .split = mpi_split,
+                     .run = mpi_rank_main,
+                     .close_comm = mpi_close_comm,
+                     .close = mpi_close};
+    int rc = rank_process_run(&b, opt, fn, arg, out, err);
+    if (!rc) MPI_Finalize();
+    return rc;
+}

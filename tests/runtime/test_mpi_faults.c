@@ -1,0 +1,167 @@
+/* --backend mpi when things go wrong, and what a real job hands on: a rank that fails or is
+ * SIGKILLed ends the job within 10 s naming it, and --resume auto then ends as the run that
+ * never stopped; a rank that stops taking part is ended by --timeout; checkpoints move between
+ * MPI and the simulator at other world sizes; the trace holds every rank; bad starts are one
+ * line and exit 2. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/clock.h"
+#include "tests/util.h"
+
+#define TOY "train --model toy --steps 8"
+
+/* The parameters the uninterrupted run ends with, at `ranks`, in the simulator (which the
+ * MPI runs match bit for bit: test_mpi_train.c). */
+static void reference_dump(const char *dir, int ranks, char *path, size_t n) {
+    snprintf(path, n, "%s/reference.txt", dir);
+    free(fsdp_ok("%s --ranks %d --dump-params %s", TOY, ranks, path));
+}
+
+/* Runs a job that fails as `fault` says; asserts it ended within 10 s, non-zero, saying
+ * `names`; then resumes it under MPI and asserts it ends as the uninterrupted run. */
+static void expect_fault_then_resume(const char *fault, const char *names) {
+    skip_without_mpi();
+    char dir[256], ref[320], out[320];
+    fresh_test_dir(dir, sizeof dir, "mpi_fault", fault[2] == 'k' ? "kill" : "fail");
+    reference_dump(dir, 3, ref, sizeof ref);
+    int code;
+    double t0 = clock_seconds();
+    char *said = mpi_fsdp_run(&code, 3,
+                              "%s --backend mpi --ranks 3 --checkpoint-dir %s/ck "
+                              "--checkpoint-every 2 %s",
+                              TOY, dir, fault);
+    double took = clock_seconds() - t0;
+    cr_expect_neq(code, 0, "%s: the job should have failed:\n%s", fault, said);
+    cr_expect_lt(took, 10.0, "%s: the job took %.1f s to end", fault, took);
+    cr_expect(strstr(said, names), "%s: nothing said '%s':\n%s", fault, names, said);
+    free(said);
+    snprintf(out, sizeof out, "%s/resumed.txt", dir);
+    said = mpi_fsdp_run(&code, 3,
+                        "%s --backend mpi --ranks 3 --checkpoint-dir %s/ck --checkpoint-every 2 "
+                        "--resume auto --dump-params %s",
+                        TOY, dir, out);
+    cr_assert_eq(code, 0, "resuming after %s:\n%s", fault, said);
+    cr_expect(strstr(said, "resume: ") && !strstr(said, "no checkpoint yet"),
+              "after %s the run should resume from a checkpoint:\n%s", fault, said);
+    free(said);
+    double d = dump_rel_diff(out, ref);
+    cr_expect_leq(d, 1e-5, "after %s: relative L2 %.3g against the uninterrupted run", fault, d);
+    remove_test_dir(dir);
+}
+
+Test(mpi_faults, a_rank_sigkilled_mid_save_ends_the_job_and_resume_auto_continues) {
+    /* rank 0 kills itself half-way through step 6's checkpoint: step 4's stays the newest */
+    expect_fault_then_resume("--kill-in-save 6", "rank 0 (pid");
+}
+
+Test(mpi_faults, a_failing_rank_ends_the_job_and_resume_auto_continues) {
+    expect_fault_then_resume("--fail-at 5:2", "rank 2 failed at step 5");
+}
+
+/* One rank stopped (SIGSTOP) mid-run: the others' next collective times out, naming the rank,
+ * the unit and the collective, and the job ends. */
+Test(mpi_faults, a_rank_that_stops_taking_part_is_ended_by_the_timeout) {
+    skip_without_mpi();
+    char dir[256], cmd[1024];
+    fresh_test_dir(dir, sizeof dir, "mpi_fault", "hang");
+    /* the marker in the command line finds the ranks; the youngest rank is stopped */
+    snprintf(cmd, sizeof cmd,
+             "(sleep 2; kill -STOP $(pgrep -n -f 'fsdp train .*%s/marker')) & "
+             "%s -np 3 %s train --backend mpi --ranks 3 --model toy --steps 100000000 "
+             "--timeout 2 --save-full %s/marker.safetensors 2>&1",
+             dir, MPIRUN, fsdp_bin(), dir);
+    double t0 = clock_seconds();
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char said[8192] = "";
+    size_t n = fread(said, 1, sizeof said - 1, p);
+    said[n] = 0;
+    int status = pclose(p);
+    double took = clock_seconds() - t0;
+    cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
+    cr_expect_lt(took, 15.0, "the job took %.1f s to end", took);
+    cr_expect(strstr(said, "did not complete in 2 s (--timeout)") && strstr(said, "fsdp: rank "),
+              "no rank named the collective that hung:\n%s", said);
+    remove_test_dir(dir);
+}
+
+/* Saved under MPI at 4 ranks, resumed in the simulator at 2; saved in the simulator at 2,
+ * resumed under MPI at 4: both end as the uninterrupted run. The global batch stays 8 (4 ranks
+ * of 2, 2 of 4), so every step sees the same samples whatever the world. */
+#define AT4 "train --model toy --ranks 4 --batch-size 2"
+#define AT2 "train --model toy --ranks 2 --batch-size 4"
+
+Test(mpi_faults, checkpoints_move_between_mpi_and_the_simulator) {
+    skip_without_mpi();
+    char dir[256], ref[320], out[320];
+    fresh_test_dir(dir, sizeof dir, "mpi_ckpt", "cross");
+    snprintf(ref, sizeof ref, "%s/reference.txt", dir);
+    free(fsdp_ok("%s --steps 8 --dump-params %s", AT2, ref));
+    int code;
+    char *said =
+        mpi_fsdp_run(&code, 4, "%s --backend mpi --steps 4 --checkpoint-dir %s/mpi", AT4, dir);
+    cr_assert_eq(code, 0, "%s", said);
+    free(said);
+    snprintf(out, sizeof out, "%s/sim_resumed.txt", dir);
+    free(fsdp_ok("%s --steps 8 --checkpoint-dir %s/mpi --resume auto --dump-params %s", AT2, dir,
+                 out));
+    double d = dump_rel_diff(out, ref);
+    cr_expect_leq(d, 1e-5, "MPI at 4 -> simulator at 2: relative L2 %.3g", d);
+
+    free(fsdp_ok("%s --steps 4 --checkpoint-dir %s/sim", AT2, dir));
+    snprintf(out, sizeof out, "%s/mpi_resumed.txt", dir);
+    said = mpi_fsdp_run(&code, 4,
+                        "%s --backend mpi --steps 8 --checkpoint-dir %s/sim --resume auto "
+                        "--dump-params %s",
+                        AT4, dir, out);
+    cr_assert_eq(code, 0, "%s", said);
+    free(said);
+    d = dump_rel_diff(out, ref);
+    cr_expect_leq(d, 1e-5, "simulator at 2 -> MPI at 4: relative L2 %.3g", d);
+    remove_test_dir(dir);
+}
+
+/* --trace-out of an MPI run holds every rank's events and replays; the memory table has each
+ * rank's measured peak resident memory beside its accounted bytes. */
+Test(mpi_faults, the_trace_holds_every_rank_and_memory_is_measured_too) {
+    skip_without_mpi();
+    char dir[256];
+    fresh_test_dir(dir, sizeof dir, "mpi_trace", "t");
+    int code;
+    char *said = mpi_fsdp_run(&code, 3,
+                              "train --model toy --steps 2 --backend mpi --ranks 3 --memory "
+                              "--trace-out %s/run.trace",
+                              dir);
+    cr_assert_eq(code, 0, "%s", said);
+    cr_expect(strstr(said, "process resident") && strstr(said, "(peak RSS, measured)"),
+              "no measured resident row:\n%s", said);
+    free(said);
+    char *replay = fsdp_ok("viz --trace %s/run.trace --plain --events 1", dir);
+    for (int r = 0; r < 3; r++)
+        cr_expect(strstr(replay, fmt_text("GPU %d ", r)), "rank %d missing from the replay:\n%s", r,
+                  replay);
+    free(replay);
+    remove_test_dir(dir);
+}
+
+Test(mpi_faults, bad_starts_are_one_line_and_exit_2) {
+    skip_without_mpi();
+    int code;
+    char *said = mpi_fsdp_run(&code, 2, "train --model toy --backend mpi --ranks 3");
+    cr_expect_eq(code, 2, "%s", said);
+    cr_expect_str_eq(said, "fsdp: --ranks 3: this is rank 0 of 2 processes (openmpi); pass "
+                           "--ranks 2\n");
+    free(said);
+    said = fsdp_run(&code, "2>&1", "train --model toy --backend mpi --ranks 2");
+    cr_expect_eq(code, 2, "%s", said);
+    cr_expect_str_eq(said, "fsdp: --backend mpi runs one process per rank: start it with mpirun "
+                           "-np 2 (or srun)\n");
+    free(said);
+    said = fsdp_run(&code, "2>&1", "train --model toy --backend mpi --ranks 2 --max-restarts 1");
+    cr_expect_eq(code, 2, "%s", said);
+    free(said);
+}
