@@ -46,6 +46,9 @@ static const char *const masks[][2] = {
     {" *[0-9.]+ [KMG]iB unaccounted \\( *[0-9.]+%", " # unaccounted (#%"}, /* and its rest */
     {"[0-9]{4}-[0-9]{2}-[0-9]{2}", "#-#-#"},                               /* dates */
     {"[0-9]{1,2}:[0-9]{2}:[0-9]{2}", "#:#:#"},                             /* clock times */
+    {"step +[0-9][0-9.]* us \\(measured\\)", "step # us (measured)"},      /* a real rank's step */
+    {"\\(pid [0-9]+\\)", "(pid #)"},                                       /* process ids */
+    {"process resident .*", "process resident #"}, /* measured resident memory per rank */
 };
 enum { NMASKS = sizeof masks / sizeof masks[0] };
 
@@ -370,8 +373,9 @@ static void check_page(const char *path) {
 
 /* The pages; every .md file in docs/ must be one of them, and linked from README.md. */
 static const char *const pages[] = {
-    "README.md",      "docs/training.md", "docs/visualizer.md", "docs/checkpoints.md",
-    "docs/memory.md", "docs/plan.md",     "docs/gpus.md",       "docs/lessons.md",
+    "README.md",           "docs/training.md", "docs/visualizer.md",
+    "docs/checkpoints.md", "docs/memory.md",   "docs/plan.md",
+    "docs/gpus.md",        "docs/lessons.md",  "docs/mpi.md",
 };
 enum { NPAGES = sizeof pages / sizeof pages[0] };
 
@@ -423,3 +427,12 @@ PAGE_TEST(memory, "docs/memory.md")
 PAGE_TEST(plan, "docs/plan.md")
 PAGE_TEST(gpus, "docs/gpus.md")
 PAGE_TEST(lessons, "docs/lessons.md")
+
+/* The MPI page runs mpirun, which refuses root without its two variables (containers run the
+ * tests as root), and needs a build with MPI. */
+Test(docs, mpi, .fini = remove_workdir) {
+    skip_without_mpi();
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    check_page("docs/mpi.md");
+}
