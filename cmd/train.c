@@ -142,6 +142,7 @@ static int train_execute(TrainRun *t, Err *err) {
     int rc = a->trace_out ? run_values_alloc(t, &job, err) : 0;
     if (!rc) rc = run_with_restarts(t, &opt, &job, &res, err);
     if (!rc) run_values_to_trace(&job, t->model.total_numel, &res.trace);
+    res.trace.measured = a->backend != BACKEND_SIM;
     free(job.step_params);
     free(job.step_grads);
     if (!rc) rc = run_write_outputs(t, &res, err);

@@ -130,6 +130,10 @@ int trace_merge(Trace *out, const TraceBuf *bufs, int nranks, Err *err) {
     return 0;
 }
 
+const char *trace_clock(const Trace *t) {
+    return t->measured ? "measured" : "modelled";
+}
+
 void trace_free(Trace *t) {
     free(t->ev);
     free(t->params);

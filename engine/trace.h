@@ -75,7 +75,11 @@ typedef struct Trace {
     float *params, *grads;
     int steps;
     size_t numel;
+    int measured; /* 1: times measured on real hardware (cuda, mpi); 0: the simulator's model */
 } Trace;
+
+/* "measured" or "modelled": how t's times were had, for what shows them. */
+const char *trace_clock(const Trace *t);
 
 const char *event_kind_name(EventKind k); /* "alloc", "all_gather", ... */
 const char *phase_name(Phase p);          /* "forward", ... */

@@ -191,6 +191,7 @@ static void write_fsdp_object(FILE *f, const Trace *t, const TraceMeta *meta, in
     write_string_array(f, meta->args, meta->nargs);
     fputs(",\"units\":", f);
     write_string_array(f, meta->units, meta->nunits);
+    if (t->measured) fputs(",\"clock\":\"measured\"", f); /* absent: modelled */
     fputs(",\"fields\":", f);
     write_string_array(f, (char *const *)event_fields, EVENT_FIELDS);
     fputs(",\"events\":[", f);
@@ -424,6 +425,8 @@ static int read_fsdp_object(const cJSON *o, Trace *t, TraceMeta *m, const char *
     if (int_field(cJSON_GetObjectItemCaseSensitive(o, "nranks"), 1, 1 << 16, &nranks))
         return err_set(err, ERR_USAGE, "trace '%s': \"nranks\" is missing or out of range", path);
     t->nranks = (int)nranks;
+    const cJSON *clock = cJSON_GetObjectItemCaseSensitive(o, "clock");
+    t->measured = cJSON_IsString(clock) && !strcmp(clock->valuestring, "measured");
     int rc = read_strings(cJSON_GetObjectItemCaseSensitive(o, "args"), &m->args, &m->nargs, path,
                           "args", err);
     if (!rc)

@@ -128,7 +128,7 @@ static int replay(MemoryTimeline *mt, const Trace *t, size_t *held, Err *err) {
 }
 
 int memory_timeline_build(MemoryTimeline *mt, const Trace *t, int step, Err *err) {
-    *mt = (MemoryTimeline){0};
+    *mt = (MemoryTimeline){.clock = trace_clock(t)};
     int rc = resolve_step(t, &step, err);
     if (rc) return rc;
     mt->step = step;
@@ -249,9 +249,8 @@ int memory_text_write(const MemoryTimeline *mt, int width, FILE *f, Err *err) {
     double span = mt->end - mt->start;
     TimeUnit u = time_unit_for(span);
     char a[32], b[32];
-    fprintf(f,
-            "memory over step %d: %s modelled, %d columns of %s; bars scaled to each GPU's peak\n",
-            mt->step + 1, format_time(span, u, a, sizeof a), width,
+    fprintf(f, "memory over step %d: %s %s, %d columns of %s; bars scaled to each GPU's peak\n",
+            mt->step + 1, format_time(span, u, a, sizeof a), mt->clock, width,
             format_time(span / width, u, b, sizeof b));
     for (int q = 0; q < shown; q++) {
         const MemoryRank *r = &mt->ranks[q];
@@ -579,8 +578,9 @@ int memory_svg_write(const MemoryTimeline *mt, const MemorySvgOptions *o, FILE *
     char span[32];
     fprintf(f,
             "</text>\n<text x=\"%d\" y=\"44\" font-size=\"12\" fill=\"#555\">step %d, %s "
-            "modelled; bytes by category, stacked; every GPU on one scale</text>\n",
-            SVG_LEFT, mt->step + 1, format_time(mt->end - mt->start, u, span, sizeof span));
+            "%s; bytes by category, stacked; every GPU on one scale</text>\n",
+            SVG_LEFT, mt->step + 1, format_time(mt->end - mt->start, u, span, sizeof span),
+            mt->clock);
     legend(f, mt, shown, o->ddp_bytes);
     for (int q = 0; q < shown; q++) {
         Panel p = {.top = panels_top + q * SVG_PANEL + SVG_PANEL_LABEL,

@@ -33,6 +33,7 @@ typedef struct MemoryTimeline {
     double start, end; /* the step's span on the trace's clock, seconds */
     int nranks;
     MemoryRank *ranks; /* [nranks] */
+    const char *clock; /* the trace's: "measured" or "modelled" */
 } MemoryTimeline;
 
 /* Replays every alloc and free of t from the beginning and keeps, per rank, the samples of

@@ -112,8 +112,9 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
 
 /* The step's streams per rank, with a 'v' over the current event's start. */
 static void timeline(FILE *out, const Frame *f) {
-    fprintf(out, "  timeline of step %d (%.1f us modelled)  # compute  = comm  ~ copy\n",
-            f->event->step + 1, (f->step_end - f->step_start) * 1e6);
+    fprintf(out, "  timeline of step %d (%.1f us %s)  # compute  = comm  ~ copy\n",
+            f->event->step + 1, (f->step_end - f->step_start) * 1e6,
+            f->scanned ? trace_clock(f->scanned) : "modelled");
     fprintf(out, "  %-15s %*s\n", "", f->cursor + 1, "v");
     static const char *const names[STREAM_COUNT] = {"compute", "comm", "copy"};
     for (int r = 0; r < f->nranks; r++)

@@ -181,3 +181,27 @@ Test(trace_file, values_must_have_their_length) {
     unlink(good);
     unlink(bad);
 }
+
+/* A real backend's times are measured and say so; the simulator's are modelled (no "clock"). */
+Test(trace_file, the_clock_kind_round_trips) {
+    ToyRun run;
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    toy_train(&run, &c, 2, 1, 1);
+    TraceMeta m = toy_meta();
+    for (int measured = 0; measured <= 1; measured++) {
+        run.trace.measured = measured;
+        char path[256];
+        temp_path(path, sizeof path, measured ? "measured" : "modelled");
+        write_file(path, &run.trace, &m);
+        Trace back;
+        TraceMeta mb;
+        Err err = {0};
+        cr_assert_eq(trace_file_read(path, &back, &mb, &err), 0, "%s", err.msg);
+        cr_expect_eq(back.measured, measured);
+        cr_expect_str_eq(trace_clock(&back), measured ? "measured" : "modelled");
+        trace_free(&back);
+        trace_meta_free(&mb);
+        unlink(path);
+    }
+    toy_run_free(&run);
+}

@@ -144,6 +144,8 @@ Test(mpi_faults, the_trace_holds_every_rank_and_memory_is_measured_too) {
     for (int r = 0; r < 3; r++)
         cr_expect(strstr(replay, fmt_text("GPU %d ", r)), "rank %d missing from the replay:\n%s", r,
                   replay);
+    cr_expect(strstr(replay, " us measured)"), "the replay should say its times are measured:\n%s",
+              replay);
     free(replay);
     remove_test_dir(dir);
 }
