@@ -187,7 +187,9 @@ static int join_processes(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     DistEnv env;
     if (a->backend != BACKEND_CUDA && a->backend != BACKEND_MPI) return 0;
-    int rc = dist_env_from_process(&env, err);
+    /* MPI meets its ranks itself: only CUDA's rendezvous needs rank 0's address */
+    int rc = a->backend == BACKEND_MPI ? dist_env_shape_from_process(&env, err)
+                                       : dist_env_from_process(&env, err);
     t->quiet_rank = !rc && env.rank != 0;
     if (!rc) rc = check_launcher(a, &env, err);
     if (rc || env.world_size == 1) return rc;

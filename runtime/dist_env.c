@@ -212,7 +212,8 @@ static int read_master(DistEnv *env, const LauncherVars *v, EnvLookup lookup, vo
                    env->world_size, env->local_world_size);
 }
 
-int dist_env_read(DistEnv *env, EnvLookup lookup, void *user, Err *err) {
+/* dist_env_read; `master` 0 leaves where rank 0 serves unread (the default stays). */
+static int read_env(DistEnv *env, EnvLookup lookup, void *user, int master, Err *err) {
     *env = (DistEnv){.launcher = LAUNCHER_NONE,
                      .world_size = 1,
                      .local_world_size = 1,
@@ -223,8 +224,12 @@ int dist_env_read(DistEnv *env, EnvLookup lookup, void *user, Err *err) {
     env->launcher = v->launcher;
     int rc = read_world(env, v, lookup, user, err);
     if (!rc) rc = read_local(env, v, lookup, user, err);
-    if (!rc) rc = read_master(env, v, lookup, user, err);
+    if (!rc && master) rc = read_master(env, v, lookup, user, err);
     return rc;
+}
+
+int dist_env_read(DistEnv *env, EnvLookup lookup, void *user, Err *err) {
+    return read_env(env, lookup, user, 1, err);
 }
 
 static const char *process_lookup(void *user, const char *name) {
@@ -234,4 +239,8 @@ static const char *process_lookup(void *user, const char *name) {
 
 int dist_env_from_process(DistEnv *env, Err *err) {
     return dist_env_read(env, process_lookup, NULL, err);
+}
+
+int dist_env_shape_from_process(DistEnv *env, Err *err) {
+    return read_env(env, process_lookup, NULL, 0, err);
 }

@@ -34,6 +34,9 @@ int dist_env_read(DistEnv *env, EnvLookup lookup, void *user, Err *err);
 
 /* dist_env_read over this process's environment. */
 int dist_env_from_process(DistEnv *env, Err *err);
+/* The same without where rank 0 serves (master_addr and master_port keep their defaults), for
+ * a backend that wires its ranks itself: MPI's ranks over several nodes need no MASTER_ADDR. */
+int dist_env_shape_from_process(DistEnv *env, Err *err);
 
 /* "torchrun", "openmpi", "slurm" or "none", for messages. */
 const char *launcher_name(Launcher launcher);

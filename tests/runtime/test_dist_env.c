@@ -2,6 +2,7 @@
  * Open MPI, Slurm; which wins when several are set; bad values named in one line. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/dist_env.h"
@@ -144,4 +145,27 @@ Test(dist_env, bad_values_name_the_variable) {
                "'two'");
     expect_bad("SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_NODEID=3 SLURM_TASKS_PER_NODE=1(x2)",
                "SLURM_TASKS_PER_NODE", "SLURM_NODEID is 3");
+}
+
+/* MPI meets its ranks itself: across nodes without MASTER_ADDR its shape still reads, where the
+ * whole environment (CUDA's rendezvous needs rank 0's address) asks for MASTER_ADDR. Each test
+ * runs in a process of its own, so setting this one's environment touches no other. */
+Test(dist_env, mpi_across_nodes_needs_no_master_addr) {
+    unsetenv("MASTER_ADDR");
+    unsetenv("RANK");
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1);
+    DistEnv env;
+    Err err = {0};
+    cr_expect_eq(dist_env_from_process(&env, &err), ERR_USAGE, "MASTER_ADDR should be asked for");
+    cr_expect(strstr(err.msg, "MASTER_ADDR"), "%s", err.msg);
+    err = (Err){0};
+    int rc = dist_env_shape_from_process(&env, &err);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_expect(env.launcher == LAUNCHER_OPENMPI && env.rank == 1 && env.world_size == 2 &&
+                  env.local_rank == 0 && env.local_world_size == 1,
+              "read rank %d of %d, local %d of %d", env.rank, env.world_size, env.local_rank,
+              env.local_world_size);
 }
