@@ -162,6 +162,12 @@ static int check_save_full(const char *path, Err *err) {
     return 0;
 }
 
+int run_not_rank_0(void) {
+    DistEnv env;
+    Err err = {0};
+    return dist_env_shape_from_process(&env, &err) == 0 && env.rank != 0;
+}
+
 /* Which launcher started this process, checked against the backend: mpi runs only under
  * mpirun or srun (MPI's own launchers), in a world of exactly --ranks processes. */
 static int check_launcher(const TrainArgs *a, const DistEnv *env, Err *err) {

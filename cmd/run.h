@@ -50,6 +50,10 @@ int run_ranks(const TrainRun *t, const ClusterOptions *opt, TrainJob *job, Clust
 
 int run_prepare(TrainRun *t, Err *err);
 
+/* 1 when a launcher started this process as one of many and it is not rank 0: every process of
+ * a job finds a bad flag alike, and rank 0 alone says so. */
+int run_not_rank_0(void);
+
 /* Memory over the last step, from the trace: as an SVG picture into svg (NULL: none) and, with
  * text, as the terminal's timeline on stdout. */
 int run_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int text, Err *err);

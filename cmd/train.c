@@ -232,7 +232,6 @@ int cmd_train(int argc, char **argv) {
     }
     if (!rc && !t.args.print_plan) rc = train_execute(&t, &err);
     run_cleanup(&t);
-    /* every process of a job finds a bad flag alike: rank 0 alone says so */
-    if (rc == ERR_USAGE && t.quiet_rank) return 2;
+    if (rc == ERR_USAGE && (t.quiet_rank || run_not_rank_0())) return 2; /* rank 0 says it */
     return rc ? cmd_fail(rc, err.msg) : 0;
 }

@@ -22,7 +22,6 @@ int fsdp_mpi_available(char *why, size_t n) {
 }
 
 typedef struct MpiRank {
-    const ClusterOptions *opt;
     HostDevice dev;
     MpiComm world;
 } MpiRank;
@@ -198,7 +197,8 @@ static void mpi_close(void *self, RankParts *p) {
 }
 
 int fsdp_mpi_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
-    MpiRank m = {.opt = opt};
+    MpiRank m;
+    memset(&m, 0, sizeof m);
     RankBackend b = {.name = "mpi",
                      .start = "mpirun -np N (or srun)",
                      .self = &m,

@@ -158,6 +158,10 @@ Test(mpi_faults, bad_starts_are_one_line_and_exit_2) {
     cr_expect_str_eq(said, "fsdp: --ranks 3: this is rank 0 of 2 processes (openmpi); pass "
                            "--ranks 2\n");
     free(said);
+    said = mpi_fsdp_run(&code, 2, "train --model toy --backend mpi --ranks 2 --steps nope");
+    cr_expect_eq(code, 2, "%s", said);
+    cr_expect_str_eq(said, "fsdp: --steps must be an integer from 0 to 1000000000 (got 'nope')\n");
+    free(said);
     said = fsdp_run(&code, "2>&1", "train --model toy --backend mpi --ranks 2");
     cr_expect_eq(code, 2, "%s", said);
     cr_expect_str_eq(said, "fsdp: --backend mpi runs one process per rank: start it with mpirun "
