@@ -84,7 +84,7 @@ TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
-.PHONY: mpi-note all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
+.PHONY: mpi-note all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-mpi bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) $(CUDA_LIB) $(MPI_LIB) cuda-note mpi-note
 
 mpi-note:
@@ -237,6 +237,10 @@ bench-plan: deps $(BIN)
 bench-ac: deps $(BIN)
 	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-tiny 4 64 10 3
 	FSDP_BIN=./$(BIN) bench/bench_ac.sh vit-workshop 4 8 2 1
+
+# --backend mpi against the simulator: vit-tiny at 2 ranks, global batch 64, interleaved.
+bench-mpi: deps $(BIN)
+	FSDP_BIN=./$(BIN) bench/bench_mpi.sh 2 64 40 5
 
 # The visualizer at vit-workshop's size: 8 ranks, 100,000 trace events.
 bench-viz: deps $(BUILD)/bench_viz
