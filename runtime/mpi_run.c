@@ -65,6 +65,20 @@ static void put_text(char **at, const char *s) {
     while (*s) *(*at)++ = *s++;
 }
 
+/* A rank of this node ends with an error it prints itself (it sent SIGUSR1 first): the others
+ * then stay quiet when mpirun stops them, so the job's end is that rank's one line. */
+static volatile sig_atomic_t peer_said_why;
+
+static void on_sigusr1(int sig) {
+    (void)sig;
+    peer_said_why = 1;
+}
+
+static void tell_peers_this_rank_says_why(void) {
+    for (int r = 0; r < peers.world; r++)
+        if (r != peers.rank && peers.pid[r]) kill(peers.pid[r], SIGUSR1);
+}
+
 static int peer_gone(int r) {
     return r != peers.rank && peers.pid[r] && kill(peers.pid[r], 0) != 0;
 }
@@ -78,7 +92,7 @@ static void on_sigterm(int sig) {
             first_alive = r;
         }
     }
-    if (gone >= 0 && first_alive == peers.rank) {
+    if (gone >= 0 && first_alive == peers.rank && !peer_said_why) {
         char line[160], *at = line;
         put_text(&at, "fsdp: rank ");
         put_number(&at, gone);
@@ -117,6 +131,9 @@ static int watch_peers(int rank, int world, Err *err) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigterm;
     sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_sigusr1;
+    sa.sa_flags = SA_RESTART; /* MPI's own waits go on */
+    sigaction(SIGUSR1, &sa, NULL);
     return 0;
 }
 
@@ -176,6 +193,7 @@ static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg,
     CpuPool *pool = threads > 1 ? cpu_pool_create(threads) : NULL;
     kernels_cpu_use_pool(pool);
     int rc = fn(env, arg, err);
+    if (rc) tell_peers_this_rank_says_why();
     kernels_cpu_use_pool(NULL);
     cpu_pool_destroy(pool);
     return rc;
@@ -191,6 +209,7 @@ static void mpi_close(void *self, RankParts *p) {
     MpiRank *m = self;
     if (p->world) comm_mpi_destroy(&m->world);
     signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_IGN); /* a peer that fails later must not end this process */
     free(peers.pid);
     peers.pid = NULL;
     peers.world = 0;

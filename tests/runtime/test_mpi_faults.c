@@ -21,8 +21,16 @@ static void reference_dump(const char *dir, int ranks, char *path, size_t n) {
     free(fsdp_ok("%s --ranks %d --dump-params %s", TOY, ranks, path));
 }
 
-/* Runs a job that fails as `fault` says; asserts it ended within 10 s, non-zero, saying
- * `names`; then resumes it under MPI and asserts it ends as the uninterrupted run. */
+/* How many times `what` occurs in `text`. */
+static int occurrences(const char *text, const char *what) {
+    int n = 0;
+    for (const char *at = text; (at = strstr(at, what)); at += strlen(what)) n++;
+    return n;
+}
+
+/* Runs a job that fails as `fault` says; asserts it ended within 10 s, non-zero, with one line
+ * about a rank, the one saying `names`; then resumes it under MPI and asserts it ends as the
+ * uninterrupted run. */
 static void expect_fault_then_resume(const char *fault, const char *names) {
     skip_without_mpi();
     char dir[256], ref[320], out[320];
@@ -38,6 +46,8 @@ static void expect_fault_then_resume(const char *fault, const char *names) {
     cr_expect_neq(code, 0, "%s: the job should have failed:\n%s", fault, said);
     cr_expect_lt(took, 10.0, "%s: the job took %.1f s to end", fault, took);
     cr_expect(strstr(said, names), "%s: nothing said '%s':\n%s", fault, names, said);
+    cr_expect_eq(occurrences(said, "fsdp: rank "), 1, "%s: one line about a rank, not:\n%s", fault,
+                 said);
     free(said);
     snprintf(out, sizeof out, "%s/resumed.txt", dir);
     said = mpi_fsdp_run(&code, 3,
