@@ -7,6 +7,17 @@ CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread -MMD -MP
 LDLIBS  += -lopenblas -lz -lcjson -lncursesw -lm -pthread
 
+# The Debian packages come first, before anything below asks which tools are here: on a fresh
+# machine `make test` installs Open MPI (.ci/deps.sh) and must then find mpicc, which the lines
+# below look for once, when make reads this file.
+DEPS_GOALS := run test viz bench bench-vs-torch bench-ckpt bench-nvme bench-ac bench-plan \
+	bench-mpi bench-viz fuzz
+ifneq ($(filter $(DEPS_GOALS),$(MAKECMDGOALS)),)
+ifneq ($(shell bash .ci/deps.sh >&2 && echo ok),ok)
+$(error the Debian packages above are missing)
+endif
+endif
+
 BUILD := build
 ifeq ($(SANITIZE),1)
 BUILD := build/asan
@@ -112,6 +123,17 @@ $(BUILD)/runtime/backends.o: runtime/backends.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(BACKEND_CFLAGS) -c -o $@ $<
 
+# fsdp as a build without nvcc and mpicc makes it, for the tests of what such a build says when
+# asked for --backend cuda or mpi: the same objects, the backend loader told of no library.
+NO_BACKENDS_BIN := $(BUILD)/fsdp_no_backends
+$(BUILD)/runtime/backends_none.o: runtime/backends.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(NO_BACKENDS_BIN): $(LIB_OBJS) $(filter-out $(BUILD)/runtime/backends.o,$(MAIN_OBJ)) \
+		$(BUILD)/runtime/backends_none.o $(LESSONS_RUNNER_OBJS)
+	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS) -ldl
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -148,9 +170,9 @@ run: deps $(BIN)
 	./$(BIN) train --model vit-tiny --ranks 4 --epochs 1
 
 # Tests run the binary for the CLI cases, so they get its path.
-test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) mpi-note
+test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) $(NO_BACKENDS_BIN) mpi-note
 	FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) FSDP_MPI_CHECK=$(if $(MPI_CHECK),./$(MPI_CHECK)) \
-		./$(TEST_BIN) --jobs 2
+		FSDP_NO_BACKENDS_BIN=./$(NO_BACKENDS_BIN) ./$(TEST_BIN) --jobs 2
 
 test-asan:
 	$(MAKE) SANITIZE=1 test

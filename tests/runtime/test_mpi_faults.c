@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "engine/clock.h"
@@ -99,6 +100,39 @@ Test(mpi_faults, a_rank_that_stops_taking_part_is_ended_by_the_timeout) {
     remove_test_dir(dir);
 }
 
+/* A rank SIGKILLed from outside mid-run: the survivors' lowest rank names it (rank and pid)
+ * and the job ends within 10 s. (--kill-in-save above is a SIGKILL too, at the worst moment
+ * for the checkpoint, and is resumed from.) */
+Test(mpi_faults, a_rank_sigkilled_from_outside_is_named_and_ends_the_job) {
+    skip_without_mpi();
+    char dir[256], cmd[1024];
+    fresh_test_dir(dir, sizeof dir, "mpi_fault", "sigkill");
+    snprintf(cmd, sizeof cmd,
+             "(sleep 2; pid=$(pgrep -n -f 'fsdp train .*%s/marker'); echo \"killed $pid\"; "
+             "kill -KILL $pid) & "
+             "%s -np 3 %s train --backend mpi --ranks 3 --model toy --steps 100000000 "
+             "--save-full %s/marker.safetensors 2>&1",
+             dir, MPIRUN, fsdp_bin(), dir);
+    double t0 = clock_seconds();
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char said[16384] = "";
+    size_t n = fread(said, 1, sizeof said - 1, p);
+    said[n] = 0;
+    int status = pclose(p);
+    double took = clock_seconds() - t0;
+    cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
+    cr_expect_lt(took, 2.0 + 10.0, "the job took %.1f s to end after the kill", took - 2.0);
+    const char *killed = strstr(said, "killed ");
+    cr_assert(killed, "the kill did not happen:\n%s", said);
+    int pid = atoi(killed + strlen("killed "));
+    cr_assert_gt(pid, 0, "%s", said);
+    cr_expect(strstr(said, fmt_text("(pid %d) has ended", pid)),
+              "no line named the killed rank (pid %d):\n%s", pid, said);
+    cr_expect_eq(occurrences(said, "fsdp: rank "), 1, "one line about a rank, not:\n%s", said);
+    remove_test_dir(dir);
+}
+
 /* Saved under MPI at 4 ranks, resumed in the simulator at 2; saved in the simulator at 2,
  * resumed under MPI at 4: both end as the uninterrupted run. The global batch stays 8 (4 ranks
  * of 2, 2 of 4), so every step sees the same samples whatever the world. */
@@ -180,4 +214,33 @@ Test(mpi_faults, bad_starts_are_one_line_and_exit_2) {
     said = fsdp_run(&code, "2>&1", "train --model toy --backend mpi --ranks 2 --max-restarts 1");
     cr_expect_eq(code, 2, "%s", said);
     free(said);
+}
+
+/* A build that found no mpicc (and no nvcc), started as a real job asks: one line, exit 2.
+ * make test builds that binary beside fsdp from the same objects ($FSDP_NO_BACKENDS_BIN). */
+Test(mpi_faults, a_build_without_mpi_says_so) {
+    skip_without_mpi();
+    const char *bare = getenv("FSDP_NO_BACKENDS_BIN");
+    if (!bare || !*bare) cr_skip_test("FSDP_NO_BACKENDS_BIN is not set (make test sets it)");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s -np 2 %s train --model toy --backend mpi --ranks 2 2>&1", MPIRUN,
+             bare);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char said[4096] = "";
+    size_t n = fread(said, 1, sizeof said - 1, p);
+    said[n] = 0;
+    int status = pclose(p);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "exit status %d:\n%s", status, said);
+    cr_expect_str_eq(said, "fsdp: --backend mpi: this fsdp was built without MPI: mpicc was not "
+                           "found (apt-get install libopenmpi-dev openmpi-bin)\n");
+    snprintf(cmd, sizeof cmd, "%s train --model toy --backend cuda --ranks 1 2>&1", bare);
+    p = popen(cmd, "r");
+    cr_assert(p);
+    n = fread(said, 1, sizeof said - 1, p);
+    said[n] = 0;
+    status = pclose(p);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 2, "exit status %d:\n%s", status, said);
+    cr_expect_str_eq(said, "fsdp: --backend cuda: no GPU to run on (this fsdp was built without "
+                           "CUDA: nvcc was not found)\n");
 }
