@@ -42,7 +42,8 @@ typedef struct CommRequest {
     DType dtype;
     ReduceOp op;
     int root;
-    int unit; /* FSDP unit this moves, for the trace; -1 if none */
+    int unit;        /* FSDP unit this moves, for the trace; -1 if none */
+    int trace_flags; /* TraceEvent.flags of its event (EVENT_PREFETCH) */
     /* filled by the backend */
     long seq;                    /* position in this communicator's issue order */
     double start_time, end_time; /* modelled (sim) or measured (cuda) */

@@ -141,8 +141,9 @@ void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
 
 /* Starts unit u's all-gather: this rank's rows, packed into its wire block (from host memory
  * under offload, first loaded from the file under the NVMe tier), to every rank of its shard
- * group. complete_gather unpacks every rank's rows when the collective is done. */
-static int unit_all_gather_start(Engine *e, int u, Err *err) {
+ * group. complete_gather unpacks every rank's rows when the collective is done. `prefetched`:
+ * issued ahead by prefetch, which the trace says (the visualizer names it). */
+static int unit_all_gather_start(Engine *e, int u, int prefetched, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
     DType t = e->cfg.param_dtype;
@@ -168,7 +169,8 @@ static int unit_all_gather_start(Engine *e, int u, Err *err) {
                                .recv = us->gather_recv,
                                .count = unit->wire_numel,
                                .dtype = t,
-                               .unit = u};
+                               .unit = u,
+                               .trace_flags = prefetched ? EVENT_PREFETCH : 0};
     Comm *c = e->env.shard_comm;
     if ((rc = c->ops->start(c, &us->gather, err))) return rc;
     us->gather_in_flight = 1;
@@ -236,7 +238,7 @@ static int unit_params_ready(Engine *e, int u, Err *err) {
     if (!e->plan->params_sharded) return replicated_params_ready(e, u, err);
     if (!us->gather_in_flight) {
         /* not prefetched: the gather is issued only when compute gets here */
-        int rc = unit_all_gather_start(e, u, err);
+        int rc = unit_all_gather_start(e, u, 0, err);
         if (rc) return rc;
     }
     return 0;
@@ -255,7 +257,7 @@ static int prefetch(Engine *e, const int *seq, int pos, int depth, Err *err) {
     if (!e->plan->params_sharded) return 0;
     for (int i = pos + 1; i < e->nseq && i <= pos + depth; i++)
         if (!unit_present(e, seq[i])) {
-            int rc = unit_all_gather_start(e, seq[i], err);
+            int rc = unit_all_gather_start(e, seq[i], 1, err);
             if (rc) return rc;
         }
     return 0;
@@ -490,10 +492,11 @@ static int forward_pass(Engine *e, int micro, int training, float grad_scale, fl
             (rc = round_boundary(e, m, BOUNDARY_INPUT, e->cfg.param_dtype, err)))
             return rc;
         Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
+        compute_call_begin(e);
         rc = e->model->ops->forward(e->run, m, us->param_ptrs + e->module_first_up[m], &w, err);
         if (rc) return rc;
         w.unit = u;
-        run_work(e, STREAM_COMPUTE, w);
+        compute_call_end(e, STREAM_COMPUTE, w);
         if (e->unit_exit[m] && casts_outputs(e) &&
             (rc = round_boundary(e, m, BOUNDARY_OUTPUT, (DType)e->cfg.output_dtype, err)))
             return rc;
@@ -503,8 +506,9 @@ static int forward_pass(Engine *e, int micro, int training, float grad_scale, fl
         prev = u;
     }
     Work w = {.unit = -1};
+    compute_call_begin(e);
     *loss = e->model->ops->loss(e->run, grad_scale, &w);
-    run_work(e, STREAM_COMPUTE, w);
+    compute_call_end(e, STREAM_COMPUTE, w);
     return 0;
 }
 
@@ -533,12 +537,13 @@ static int backward_done(Engine *e, Err *err) {
  * just gathered (no extra all-gather). */
 static int recompute(Engine *e, int m, int u, Err *err) {
     Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
+    compute_call_begin(e);
     int rc = e->model->ops->recompute(e->run, m, e->units[u].param_ptrs + e->module_first_up[m], &w,
                                       err);
     if (rc) return rc;
     w.unit = u;
     w.kind = WORK_RECOMPUTE;
-    run_work(e, STREAM_COMPUTE, w);
+    compute_call_end(e, STREAM_COMPUTE, w);
     return 0;
 }
 
@@ -556,11 +561,12 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
             (rc = round_boundary(e, m, BOUNDARY_OUTPUT_GRAD, e->cfg.param_dtype, err)))
             return rc;
         Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
+        compute_call_begin(e);
         rc = e->model->ops->backward(e->run, m, us->param_ptrs + first, us->grad_ptrs + first, &w,
                                      err);
         if (rc) return rc;
         w.unit = u;
-        run_work(e, STREAM_COMPUTE, w);
+        compute_call_end(e, STREAM_COMPUTE, w);
         if (e->unit_entry[m] && casts_inputs(e) &&
             (rc = round_boundary(e, m, BOUNDARY_INPUT_GRAD, e->cfg.param_dtype, err)))
             return rc;

@@ -188,15 +188,30 @@ static inline const ParamSpec *unit_param_spec(const Engine *e, int u, int i) {
     return &e->model->params[e->plan->units[u].params[i].param];
 }
 
+/* What the trace stamps on the events that follow. Between phases (PHASE_NONE) they belong to
+ * the step just done (its teardown, an evaluation), or before the first step to its setup:
+ * a one-step run has one step. */
 static inline void set_phase(Engine *e, Phase p, int micro) {
     if (!e->env.trace) return;
     e->env.trace->phase = p;
-    e->env.trace->step = (int)e->steps;
+    e->env.trace->step = p == PHASE_NONE && e->steps > 0 ? (int)e->steps - 1 : (int)e->steps;
     e->env.trace->micro = micro;
 }
 
 static inline void run_work(Engine *e, StreamId s, Work w) {
     e->dev->ops->run(e->dev, s, &w);
+}
+
+/* A model's compute call frees the inputs it has read before its work is accounted (run_work
+ * after it returns): the trace keeps those frees back until the work is recorded, so the work
+ * comes first, as it does on the device (engine/trace.h, tracebuf_hold). */
+static inline void compute_call_begin(Engine *e) {
+    if (e->env.trace) tracebuf_hold(e->env.trace);
+}
+
+static inline void compute_call_end(Engine *e, StreamId s, Work w) {
+    run_work(e, s, w);
+    if (e->env.trace) tracebuf_release(e->env.trace);
 }
 
 /* The stream `waiter` does not run ahead of what `source` has done so far. */

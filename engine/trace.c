@@ -20,9 +20,9 @@ void tracebuf_init(TraceBuf *b, int rank, int enabled) {
 
 void tracebuf_free(TraceBuf *b) {
     free(b->ev);
-    b->ev = NULL;
-    b->n = 0;
-    b->cap = 0;
+    free(b->held);
+    b->ev = b->held = NULL;
+    b->n = b->cap = b->nheld = b->held_cap = 0;
 }
 
 static int tracebuf_grow(TraceBuf *b) {
@@ -38,9 +38,41 @@ static int tracebuf_grow(TraceBuf *b) {
     return 0;
 }
 
+/* Keeps a free back until tracebuf_release. */
+static int hold_free(TraceBuf *b, TraceEvent e) {
+    if (b->nheld == b->held_cap) {
+        size_t cap = b->held_cap ? 2 * b->held_cap : 16;
+        TraceEvent *h = realloc(b->held, cap * sizeof *h);
+        if (!h) return ERR_NOMEM;
+        b->held = h;
+        b->held_cap = cap;
+    }
+    b->held[b->nheld++] = e;
+    return 0;
+}
+
+void tracebuf_hold(TraceBuf *b) {
+    b->holding = b->enabled;
+}
+
+int tracebuf_release(TraceBuf *b) {
+    b->holding = 0;
+    int rc = 0;
+    for (size_t i = 0; i < b->nheld && !rc; i++) {
+        TraceEvent e = b->held[i];
+        if (e.start < b->compute_end) e.start = e.end = b->compute_end;
+        rc = tracebuf_append(b, e);
+    }
+    b->nheld = 0;
+    return rc;
+}
+
 int tracebuf_append(TraceBuf *b, TraceEvent e) {
     /* Hot path when tracing is off: one load and one branch. */
     if (__builtin_expect(!b->enabled, 1)) return 0;
+    if (b->holding && e.kind == EV_FREE) return hold_free(b, e);
+    if (e.stream == STREAM_COMPUTE && e.category < 0 && e.end > b->compute_end)
+        b->compute_end = e.end;
     if (b->n == b->cap) {
         int rc = tracebuf_grow(b);
         if (rc) return rc;

@@ -46,7 +46,15 @@ typedef struct TraceEvent {
     int step;     /* training step (0-based) */
     int micro;    /* micro-step within the step (grad accumulation) */
     int peers;    /* collectives: ranks in the group (0: not recorded, e.g. read from a file) */
+    int flags;    /* EVENT_* below: why the engine did this, where the kind alone cannot say */
 } TraceEvent;
+
+/* TraceEvent.flags */
+enum {
+    /* an all-gather issued ahead by prefetch, while the unit before it in the pass computes,
+     * rather than when compute reached its unit */
+    EVENT_PREFETCH = 1,
+};
 
 /* Growable per-rank buffer. enabled=0 makes appends free (long runs, benchmarks). */
 typedef struct TraceBuf {
@@ -57,12 +65,24 @@ typedef struct TraceBuf {
     int rank;
     /* context stamped on every appended event */
     int phase, step, micro;
+    /* Frees appended while a compute call runs (tracebuf_hold), kept back until it has been
+     * recorded (tracebuf_release): the host frees a kernel's inputs once it has run them, but
+     * the kernel's span is recorded after, and a free must not come before the work that reads
+     * what it frees. */
+    int holding;
+    TraceEvent *held;
+    size_t nheld, held_cap;
+    double compute_end; /* the end of the last compute-stream span appended */
 } TraceBuf;
 
 void tracebuf_init(TraceBuf *b, int rank, int enabled);
 void tracebuf_free(TraceBuf *b);
 /* Appends e after stamping rank, seq, phase, step, micro. Returns 0 or ERR_NOMEM. */
 int tracebuf_append(TraceBuf *b, TraceEvent e);
+/* From here, frees wait; tracebuf_release appends them, none earlier than the end of the last
+ * compute span appended meanwhile, in the order they were freed. */
+void tracebuf_hold(TraceBuf *b);
+int tracebuf_release(TraceBuf *b);
 
 typedef struct Trace {
     TraceEvent *ev;

@@ -151,9 +151,9 @@ static int nranks_in(const Trace *t) {
 /* ---- the fsdpTrace object: what a replay needs -------------------------------------------- */
 
 /* The order of an event's fields in "events" rows; the file names them too. */
-static const char *const event_fields[] = {"start", "end",  "seq",  "bytes",  "mem_total",
-                                           "rank",  "kind", "unit", "stream", "category",
-                                           "phase", "step", "micro"};
+static const char *const event_fields[] = {"start", "end",  "seq",   "bytes",  "mem_total",
+                                           "rank",  "kind", "unit",  "stream", "category",
+                                           "phase", "step", "micro", "flags"};
 enum { EVENT_FIELDS = sizeof event_fields / sizeof *event_fields };
 
 static void write_string_array(FILE *f, char *const *s, int n) {
@@ -168,9 +168,9 @@ static void write_string_array(FILE *f, char *const *s, int n) {
 
 /* Times with 17 significant digits so a replay rebuilds exactly the frames the run showed. */
 static void write_event_row(FILE *f, const TraceEvent *e) {
-    fprintf(f, "[%.17g,%.17g,%ld,%llu,%llu,%d,%d,%d,%d,%d,%d,%d,%d]", e->start, e->end, e->seq,
+    fprintf(f, "[%.17g,%.17g,%ld,%llu,%llu,%d,%d,%d,%d,%d,%d,%d,%d,%d]", e->start, e->end, e->seq,
             e->bytes, e->mem_total, e->rank, e->kind, e->unit, e->stream, e->category, e->phase,
-            e->step, e->micro);
+            e->step, e->micro, e->flags);
 }
 
 /* Floats with 9 significant digits round-trip exactly; JSON has no NaN, so null stands in. */
@@ -326,7 +326,7 @@ static int event_from_row(const cJSON *row, int nranks, int nunits, TraceEvent *
     cJSON_ArrayForEach(item, row) f[i++] = item;
     for (i = 0; i < 2; i++)
         if (!cJSON_IsNumber(f[i]) || !isfinite(f[i]->valuedouble)) return *bad = i, -1;
-    const long lo[EVENT_FIELDS] = {0, 0, 0, 0, 0, 0, 0, -1, 0, -1, 0, 0, 0};
+    const long lo[EVENT_FIELDS] = {0, 0, 0, 0, 0, 0, 0, -1, 0, -1, 0, 0, 0, 0};
     const long hi[EVENT_FIELDS] = {0,
                                    0,
                                    LONG_MAX,
@@ -339,7 +339,8 @@ static int event_from_row(const cJSON *row, int nranks, int nunits, TraceEvent *
                                    MEM_CATEGORY_COUNT - 1,
                                    PHASE_OPTIMIZER,
                                    INT_MAX,
-                                   INT_MAX};
+                                   INT_MAX,
+                                   EVENT_PREFETCH};
     long v[EVENT_FIELDS];
     for (i = 2; i < EVENT_FIELDS; i++)
         if (int_field(f[i], lo[i], hi[i], &v[i])) return *bad = i, -1;
@@ -355,7 +356,8 @@ static int event_from_row(const cJSON *row, int nranks, int nunits, TraceEvent *
                       .category = (int)v[9],
                       .phase = (int)v[10],
                       .step = (int)v[11],
-                      .micro = (int)v[12]};
+                      .micro = (int)v[12],
+                      .flags = (int)v[13]};
     return 0;
 }
 
@@ -370,7 +372,7 @@ static int read_events(const cJSON *arr, Trace *t, int nunits, const char *path,
         int bad = 0;
         if (event_from_row(row, t->nranks, nunits, &t->ev[t->n], &bad))
             return err_set(err, ERR_USAGE, "trace '%s': event %zu: %s", path, t->n + 1,
-                           bad < 0 ? "not a row of 13 numbers" : event_fields[bad]);
+                           bad < 0 ? "not a row of 14 numbers" : event_fields[bad]);
         t->n++;
     }
     return 0;

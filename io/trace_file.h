@@ -11,7 +11,7 @@
 #include "engine/trace.h"
 
 /* Bumped whenever a field's meaning changes: a replayer refuses another version. */
-#define TRACE_FILE_VERSION 1
+#define TRACE_FILE_VERSION 2 /* 2: events have "flags" (EVENT_PREFETCH) */
 
 /* What a trace file says about the run besides its events. */
 typedef struct TraceMeta {

@@ -17,7 +17,8 @@ static int local_start(Comm *base, CommRequest *r, Err *err) {
             return err_set(err, ERR_INTERNAL, "%s of %zu bytes: %s", coll_kind_name(r->kind), bytes,
                            cudaGetErrorString(e));
     }
-    device_cuda_trace_span(c->dev, STREAM_COMPUTE, coll_event_kind(r->kind), r->unit, bytes);
+    device_cuda_trace_span(c->dev, STREAM_COMPUTE, coll_event_kind(r->kind), r->unit, bytes,
+                           r->trace_flags);
     dev->ops->event_record(dev, STREAM_COMPUTE, &r->done);
     return 0;
 }

@@ -168,7 +168,8 @@ static void trace_collective(const MpiComm *c, const CommRequest *r) {
                                     .unit = r->unit,
                                     .stream = STREAM_COMM,
                                     .category = -1,
-                                    .peers = c->base.size});
+                                    .peers = c->base.size,
+                                    .flags = r->trace_flags});
 }
 
 static int mpi_wait(Comm *base, CommRequest *r, Err *err) {

@@ -74,7 +74,8 @@ static int nccl_start(Comm *base, CommRequest *r, Err *err) {
     }
     if (!rc) {
         size_t bytes = (size_t)comm_wire_bytes(base, r);
-        device_cuda_trace_span(c->dev, STREAM_COMM, coll_event_kind(r->kind), r->unit, bytes);
+        device_cuda_trace_span(c->dev, STREAM_COMM, coll_event_kind(r->kind), r->unit, bytes,
+                               r->trace_flags);
         dev->ops->event_record(dev, STREAM_COMM, &r->done);
         /* tracked before the call's deadline ends, so the collective is never unwatched */
         if (c->watchdog) rc = watchdog_track(c->watchdog, s, r->kind, r->unit, err);

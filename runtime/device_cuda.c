@@ -491,13 +491,15 @@ void *device_cuda_stream(CudaDevice *d, StreamId s) {
     return d->stream[s];
 }
 
-void device_cuda_trace_span(CudaDevice *d, StreamId s, EventKind kind, int unit, size_t bytes) {
+void device_cuda_trace_span(CudaDevice *d, StreamId s, EventKind kind, int unit, size_t bytes,
+                            int flags) {
     trace_enqueue(d, s,
                   (TraceEvent){.bytes = bytes,
                                .mem_total = d->base.memory.total,
                                .kind = kind,
                                .unit = unit,
-                               .category = -1},
+                               .category = -1,
+                               .flags = flags},
                   0);
 }
 

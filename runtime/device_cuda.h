@@ -26,7 +26,8 @@ Device *device_cuda_base(CudaDevice *d);
 void *device_cuda_stream(CudaDevice *d, StreamId s);
 /* Times work just enqueued on stream s as one trace span (a collective, say), from the end of
  * the stream's previous span; nothing when the trace is off. */
-void device_cuda_trace_span(CudaDevice *d, StreamId s, EventKind kind, int unit, size_t bytes);
+void device_cuda_trace_span(CudaDevice *d, StreamId s, EventKind kind, int unit, size_t bytes,
+                            int flags);
 /* 1 if p is host memory (pageable, pinned, or unknown to CUDA): what a collective's caller
  * reads right after waiting, so it must have landed. */
 int device_cuda_is_host_memory(const void *p);

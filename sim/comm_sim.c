@@ -343,7 +343,8 @@ static void record(SimComm *sc, const CommRequest *r, double bytes, int peers) {
                     .unit = r->unit,
                     .stream = STREAM_COMM,
                     .category = -1,
-                    .peers = peers};
+                    .peers = peers,
+                    .flags = r->trace_flags};
     tracebuf_append(sc->trace, e);
 }
 

@@ -18,8 +18,8 @@ int compare_is_compute(const TraceEvent *e);
  * Let k_q be how many compute events rank q has run in a up to and including `index`. The
  * answer is the last event of b before the first compute event that would put some rank q of
  * b past k_q: b as far along as it gets while no GPU has computed more than the same GPU in a.
- * So a compute event maps to (at least) the same compute event in b, with whatever b does on
- * the way to the next compute (DDP's all-reduce after a backward); the allocations and
+ * A compute event maps to the same compute event in b (the k_q-th of its rank q), so what that
+ * compute reads is alive on both sides; the allocations and
  * collectives between two computes in a (zero3's all-gather before a forward) map to b ready
  * to run that next forward; the first event maps to b's setup done (the last event before b's
  * first compute) and the last event, once every rank's computation is done, to b's last

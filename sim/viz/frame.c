@@ -96,6 +96,66 @@ static void point_values(Frame *f, const Trace *t) {
     f->grads = t->grads + (size_t)s * t->numel;
 }
 
+/* ---------------------------------------------------------------- reading the trace */
+
+static int is_compute(const TraceEvent *e) {
+    return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE;
+}
+
+/* Whether the event at `index` is of a phase other than none, or one of its step is before it
+ * (then a phase-less event is after the step's work), or one of any step after it (then it is
+ * not the run's teardown). */
+static const char *phase_label(const Trace *t, size_t index) {
+    const TraceEvent *e = &t->ev[index];
+    if (e->phase != PHASE_NONE) return phase_name((Phase)e->phase);
+    int worked = 0;
+    for (size_t i = 0; i < index && !worked; i++)
+        worked = t->ev[i].step == e->step && t->ev[i].phase != PHASE_NONE;
+    if (!worked) return "setup";
+    for (size_t i = index + 1; i < t->n; i++)
+        if (t->ev[i].phase != PHASE_NONE) return "between steps";
+    return "teardown";
+}
+
+/* A compute span of another unit on the same rank that runs while e does: what a prefetched
+ * all-gather overlaps. NULL when none does. */
+static const TraceEvent *compute_beside(const Trace *t, const TraceEvent *e) {
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *c = &t->ev[i];
+        if (c->rank == e->rank && c->step == e->step && is_compute(c) && c->unit != e->unit &&
+            c->unit >= 0 && c->start < e->end && c->end > e->start)
+            return c;
+    }
+    return NULL;
+}
+
+/* For a forward of unit u at `index`: whether it is u's last forward compute on this rank in
+ * this pass (the root unit computes at both ends of the model). */
+static int last_forward_of_unit(const Trace *t, size_t index) {
+    const TraceEvent *e = &t->ev[index];
+    for (size_t i = index + 1; i < t->n; i++) {
+        const TraceEvent *c = &t->ev[i];
+        if (c->rank != e->rank) continue;
+        if (c->step != e->step || c->micro != e->micro || c->phase != PHASE_FORWARD) return 1;
+        if (c->kind == EV_FORWARD && c->unit == e->unit) return 0;
+    }
+    return 1;
+}
+
+/* Whether rank e->rank frees unit u's unsharded parameters after `index` and before its
+ * forward pass ends: reshard_after_forward at work. */
+static int freed_in_forward(const Trace *t, size_t index) {
+    const TraceEvent *e = &t->ev[index];
+    for (size_t i = index + 1; i < t->n; i++) {
+        const TraceEvent *c = &t->ev[i];
+        if (c->rank != e->rank) continue;
+        if (c->step != e->step || c->micro != e->micro || c->phase != PHASE_FORWARD) return 0;
+        if (c->kind == EV_FREE && c->unit == e->unit && c->category == MEM_PARAM_UNSHARDED)
+            return 1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- narration */
 
 /* Sets the narration; a sentence longer than the buffer is cut, which is fine for people. */
@@ -103,6 +163,16 @@ __attribute__((format(printf, 2, 3))) static void say(Frame *f, const char *fmt,
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(f->narration, sizeof f->narration, fmt, ap);
+    va_end(ap);
+}
+
+/* Appends to the narration, cut at the buffer's end. */
+__attribute__((format(printf, 2, 3))) static void tell(Frame *f, const char *fmt, ...) {
+    size_t at = strlen(f->narration);
+    if (at + 1 >= sizeof f->narration) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->narration + at, sizeof f->narration - at, fmt, ap);
     va_end(ap);
 }
 
@@ -128,43 +198,134 @@ static void shards_from(const Frame *f, const Plan *p, int u, int first, int S, 
     }
 }
 
-static void narrate_gather(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
-    char all[160], mine[200], from[400];
-    int r = e->rank;
-    if (!text_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
-        say(f,
-            "GPU %d gathers %s: it keeps %zu of its parameters and receives the rest from "
-            "the other %d GPU%s of its group",
-            r, name, frame_cell(f, r, e->unit)->kept, p->shard_size - 1,
-            p->shard_size == 2 ? "" : "s");
-        return;
+/* Why this all-gather happens now: "Prefetch: ... " when prefetch issued it ahead (and what
+ * computes meanwhile); in backward, that forward resharded the unit. Appends to f->narration. */
+static void gather_reason(Frame *f, const Trace *t, const TraceEvent *e, const Plan *p,
+                          const char *name) {
+    const char *pass = e->phase == PHASE_BACKWARD ? "backward" : "forward";
+    if (e->flags & EVENT_PREFETCH) {
+        const TraceEvent *c = compute_beside(t, e);
+        tell(f, "Prefetch: %s's all-gather is issued ahead, before %s's %s needs it", name, name,
+             pass);
+        if (c)
+            tell(f, ", so it runs while %s's %s computes", p->units[c->unit].name,
+                 event_kind_name((EventKind)c->kind));
+        tell(f, ". ");
     }
-    text_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "", frame_values(f, r, e->unit),
-                     mine, sizeof mine);
-    shards_from(f, p, e->unit, r - r % p->shard_size, p->shard_size, r % p->shard_size, from,
-                sizeof from);
-    if (!from[0])
-        say(f, "GPU %d needs %s for %s and has them all", r, all, name);
-    else if (!mine[0])
-        say(f, "GPU %d needs %s for %s, has none of them, gathers %s", r, all, name, from);
-    else
-        say(f, "GPU %d needs %s for %s, has %s, gathers %s", r, all, name, mine, from);
+    if (e->phase == PHASE_BACKWARD)
+        tell(f, "%s was resharded after forward, so backward gathers it again. ", name);
 }
 
+static void narrate_gather(Frame *f, const Trace *t, const Plan *p, const TraceEvent *e,
+                           const char *name) {
+    char all[160], mine[200], from[400];
+    int r = e->rank;
+    gather_reason(f, t, e, p, name);
+    if (!text_unit_symbols(p, e->unit, 1, 0, "", all, sizeof all)) {
+        char kept[32];
+        with_commas(frame_cell(f, r, e->unit)->kept, kept, sizeof kept);
+        tell(f,
+             "GPU %d gathers %s: it keeps %s of its parameters and receives the rest from "
+             "the other %d GPU%s of its group",
+             r, name, kept, p->shard_size - 1, p->shard_size == 2 ? "" : "s");
+    } else {
+        text_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "",
+                         frame_values(f, r, e->unit), mine, sizeof mine);
+        shards_from(f, p, e->unit, r - r % p->shard_size, p->shard_size, r % p->shard_size, from,
+                    sizeof from);
+        if (!from[0])
+            tell(f, "GPU %d needs %s for %s and has them all", r, all, name);
+        else if (!mine[0])
+            tell(f, "GPU %d needs %s for %s, has none of them, gathers %s", r, all, name, from);
+        else
+            tell(f, "GPU %d needs %s for %s, has %s, gathers %s", r, all, name, mine, from);
+    }
+    tell(f, " (DDP keeps all of %s on every GPU and gathers nothing)", name);
+}
+
+/* A reduce-scatter averages: summed over the S GPUs and divided by S, so that the step equals
+ * one GPU's on the whole global batch. */
 static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
     char all[200], mine[160];
-    int r = e->rank;
+    int r = e->rank, S = p->shard_size;
     if (!text_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all)) {
-        say(f,
-            "GPU %d's gradients of %s are averaged over the %d GPUs of its group; it keeps "
-            "the average of its own %zu",
-            r, name, p->shard_size, frame_cell(f, r, e->unit)->kept);
+        char kept[32];
+        with_commas(frame_cell(f, r, e->unit)->kept, kept, sizeof kept);
+        tell(f,
+             "GPU %d's gradients of %s are summed over the %d GPUs of its group and divided by "
+             "%d: averaged, so the step equals one GPU's on the global batch; it keeps the "
+             "average of its own %s",
+             r, name, S, S, kept);
+    } else {
+        text_unit_values(p, e->unit, S, r % S, "\u2202", f->grads, mine, sizeof mine);
+        tell(f,
+             "%s of %s are summed over the %d GPUs and divided by %d: averaged, so the step "
+             "equals one GPU's on the global batch; GPU %d keeps %s",
+             all, name, S, S, r, mine[0] ? mine : "nothing (its shard is empty)");
+    }
+    tell(f, " (DDP all-reduces instead: every GPU keeps all of them)");
+}
+
+/* A unit's last forward compute: whether its gathered parameters now go (zero3's
+ * reshard_after_forward, said where the free happens) or stay until backward, and why. */
+static void forward_epilogue(Frame *f, const Trace *t, size_t index, const Plan *p,
+                             const char *name) {
+    const TraceEvent *e = &t->ev[index];
+    if (!p->params_sharded || e->unit < 0 || !last_forward_of_unit(t, index) ||
+        freed_in_forward(t, index))
+        return;
+    if (p->units[e->unit].is_root)
+        tell(f,
+             "; %s is the root unit and stays gathered: backward starts with it, so freeing it "
+             "now would only mean gathering it again at once",
+             name);
+    else
+        tell(f,
+             "; %s stays gathered after forward (reshard_after_forward=false, as zero2 does): "
+             "backward uses it without a second all-gather, at the cost of holding it until then",
+             name);
+}
+
+static const char *category_phrase(int c) {
+    return c >= 0 && c < MEM_CATEGORY_COUNT ? mem_category_label((MemCategory)c) : "memory";
+}
+
+/* A free or an allocation: what the bytes were for, and for unsharded parameters why now. */
+static void narrate_memory(Frame *f, const TraceEvent *e, const char *name) {
+    char bytes[32];
+    format_bytes((size_t)e->bytes, bytes, sizeof bytes);
+    int r = e->rank;
+    if (e->kind == EV_FREE && e->category == MEM_PARAM_UNSHARDED && e->unit >= 0) {
+        if (e->phase == PHASE_FORWARD)
+            tell(f,
+                 "GPU %d frees %s's unsharded parameters (%s) right after its forward: "
+                 "reshard_after_forward keeps only its shard until backward gathers %s again "
+                 "(DDP keeps them all)",
+                 r, name, bytes, name);
+        else
+            tell(f,
+                 "GPU %d frees %s's unsharded parameters (%s): %s done with them, and the "
+                 "GPU keeps only its shard",
+                 r, name, bytes, e->phase == PHASE_BACKWARD ? "its backward is" : "they are");
         return;
     }
-    text_unit_values(p, e->unit, p->shard_size, r % p->shard_size, "\u2202", f->grads, mine,
-                     sizeof mine);
-    say(f, "%s of %s are averaged over the GPUs; GPU %d keeps %s", all, name, r,
-        mine[0] ? mine : "nothing (its shard is empty)");
+    if (e->kind == EV_FREE && e->category == MEM_GRAD_UNSHARDED && e->unit >= 0 &&
+        e->phase == PHASE_BACKWARD) {
+        tell(f,
+             "GPU %d frees %s's unsharded gradients (%s): they are packed into the buffer "
+             "their reduction sends",
+             r, name, bytes);
+        return;
+    }
+    if (e->kind == EV_ALLOC && e->category == MEM_PARAM_UNSHARDED && e->unit >= 0) {
+        tell(f,
+             "GPU %d allocates %s's unsharded parameters (%s) and unpacks the gathered shards "
+             "into them",
+             r, name, bytes);
+        return;
+    }
+    tell(f, "GPU %d %s %s of %s for %s", r, e->kind == EV_ALLOC ? "allocates" : "frees", bytes,
+         category_phrase(e->category), name);
 }
 
 /* With values: "GPU 0 steps Adam on its c₀ of Lc with ∂c₀=+0.239: c₀=+0.855 becomes
@@ -183,10 +344,6 @@ static void narrate_adam(Frame *f, const Plan *p, const TraceEvent *e, const cha
     text_unit_values(p, e->unit, S, q, "", f->after, after, sizeof after);
     say(f, "GPU %d steps Adam on its %s of %s with %s: %s becomes %s", r, mine, name, grads, before,
         after);
-}
-
-static const char *category_phrase(int c) {
-    return c >= 0 && c < MEM_CATEGORY_COUNT ? mem_category_label((MemCategory)c) : "memory";
 }
 
 /* Appends to f->flow; cut at the buffer's end. */
@@ -252,14 +409,15 @@ static void describe_flow(Frame *f, const Plan *p, const TraceEvent *e) {
     if (e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE) flow_reduce(f, p, e);
 }
 
-static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
+static void narrate(Frame *f, const Trace *t, size_t index, const Plan *p) {
+    const TraceEvent *e = &t->ev[index];
     const char *name = e->unit >= 0 && e->unit < p->nunits ? p->units[e->unit].name : "the model";
     char bytes[32];
     format_bytes((size_t)e->bytes, bytes, sizeof bytes);
     int r = e->rank;
     switch ((EventKind)e->kind) {
     case EV_ALL_GATHER:
-        narrate_gather(f, p, e, name);
+        narrate_gather(f, t, p, e, name);
         return;
     case EV_REDUCE_SCATTER:
         narrate_scatter(f, p, e, name);
@@ -273,6 +431,7 @@ static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
         return;
     case EV_FORWARD:
         say(f, "GPU %d runs %s's forward", r, name);
+        forward_epilogue(f, t, index, p, name);
         return;
     case EV_BACKWARD:
         say(f, "GPU %d runs %s's backward, computing its gradients", r, name);
@@ -294,8 +453,7 @@ static void narrate(Frame *f, const Plan *p, const TraceEvent *e) {
         return;
     case EV_ALLOC:
     case EV_FREE:
-        say(f, "GPU %d %s %s of %s for %s", r, e->kind == EV_ALLOC ? "allocates" : "frees", bytes,
-            category_phrase(e->category), name);
+        narrate_memory(f, e, name);
         return;
     case EV_COPY_H2D:
     case EV_COPY_D2H:
@@ -348,6 +506,15 @@ static void draw_timeline(Frame *f, const Trace *t) {
     f->cursor = cursor < 0 ? 0 : cursor >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS - 1 : cursor;
 }
 
+static void write_header(Frame *f, const Plan *p) {
+    const TraceEvent *e = f->event;
+    int n = snprintf(f->header, sizeof f->header, "event %zu of %zu | step %d | %s | GPU %d | %s",
+                     f->index + 1, f->count, e->step + 1, f->phase, e->rank,
+                     event_kind_name((EventKind)e->kind));
+    if (e->unit >= 0 && e->unit < p->nunits && n > 0 && (size_t)n < sizeof f->header)
+        snprintf(f->header + n, sizeof f->header - (size_t)n, " %s", p->units[e->unit].name);
+}
+
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     if (f->nranks != p->world || f->nunits != p->nunits)
         return err_set(err, ERR_INTERNAL, "frame sized for another plan");
@@ -381,8 +548,12 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         }
     f->narration[0] = 0;
     f->flow[0] = 0;
+    f->header[0] = 0;
+    f->phase = "none";
     if (f->event) {
-        narrate(f, p, f->event);
+        f->phase = phase_label(t, index);
+        write_header(f, p);
+        narrate(f, t, index, p);
         describe_flow(f, p, f->event);
         draw_timeline(f, t);
     }

@@ -27,10 +27,16 @@ typedef struct Frame {
     size_t index, count;     /* the current event and how many the trace has */
     const TraceEvent *event; /* the current event (NULL for an empty trace) */
     int nranks, nunits;
-    FrameCell *cells;    /* [nranks * nunits], rank-major */
-    size_t *mem;         /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
-    size_t *peak;        /* [nranks] the largest total so far */
-    char narration[512]; /* one plain sentence about the current event */
+    FrameCell *cells; /* [nranks * nunits], rank-major */
+    size_t *mem;      /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
+    size_t *peak;     /* [nranks] the largest total so far */
+    /* The current event's phase as a person reads it: "setup" (before its step's forward),
+     * "forward", "backward", "optimizer", "between steps", "teardown" (after the last step) */
+    const char *phase;
+    /* "event 55 of 339 | step 1 | forward | GPU 0 | all_gather La": what every renderer puts
+     * at the top */
+    char header[256];
+    char narration[768]; /* what happens, and why (a prefetch, a reshard, an average) */
     char flow[512];      /* a collective as the whole group sees it ("" for other events) */
     /* The current step on each rank's streams: timeline[(rank * STREAM_COUNT + stream)] is a
      * row of FRAME_TIMELINE_COLS cells, '#' where compute runs, '=' where a collective does,

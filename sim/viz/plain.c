@@ -80,12 +80,8 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
     return width;
 }
 
-static void header(FILE *out, const Frame *f, const Plan *p) {
-    const TraceEvent *e = f->event;
-    fprintf(out, "-- event %zu of %zu | step %d | %s | GPU %d | %s", f->index + 1, f->count,
-            e->step + 1, phase_name((Phase)e->phase), e->rank, event_kind_name((EventKind)e->kind));
-    if (e->unit >= 0 && e->unit < p->nunits) fprintf(out, " %s", p->units[e->unit].name);
-    fprintf(out, " --\n");
+static void header(FILE *out, const Frame *f) {
+    fprintf(out, "-- %s --\n", f->header);
 }
 
 static void grid(FILE *out, const Frame *f, const Plan *p) {
@@ -132,7 +128,7 @@ void plain_render(FILE *out, const Frame *f, const Plan *p) {
         fprintf(out, "(the trace is empty)\n");
         return;
     }
-    header(out, f, p);
+    header(out, f);
     fprintf(out, "%s\n", f->narration);
     if (f->flow[0]) fprintf(out, "collective: %s\n", f->flow);
     grid(out, f, p);

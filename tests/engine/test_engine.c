@@ -89,7 +89,7 @@ static int same_event(const TraceEvent *a, const TraceEvent *b) {
            a->mem_total == b->mem_total && a->rank == b->rank && a->kind == b->kind &&
            a->unit == b->unit && a->stream == b->stream && a->category == b->category &&
            a->phase == b->phase && a->step == b->step && a->micro == b->micro &&
-           a->peers == b->peers;
+           a->peers == b->peers && a->flags == b->flags;
 }
 
 Test(engine, the_same_command_gives_identical_bits) {

@@ -58,6 +58,35 @@ Test(trace, append_grows_and_stamps_context) {
     cr_assert_eq(b.n, 0);
 }
 
+/* A compute call frees its inputs before its span is recorded: held frees come after the span,
+ * at its end, in the order they were freed; allocations are not held. */
+Test(trace, held_frees_follow_the_compute_span) {
+    TraceBuf b;
+    tracebuf_init(&b, 0, 1);
+    tracebuf_hold(&b);
+    TraceEvent f = {.start = 1.0, .end = 1.0, .kind = EV_FREE, .bytes = 32, .category = 5};
+    TraceEvent a = {.start = 1.0, .end = 1.0, .kind = EV_ALLOC, .bytes = 8, .category = 5};
+    cr_assert_eq(tracebuf_append(&b, f), 0);
+    f.bytes = 16;
+    cr_assert_eq(tracebuf_append(&b, f), 0);
+    cr_assert_eq(tracebuf_append(&b, a), 0);
+    cr_assert_eq(b.n, 1, "the allocation goes in at once, the frees wait");
+    cr_assert_eq(tracebuf_append(&b, span(EV_BACKWARD, 1.0, 1.5, 0, STREAM_COMPUTE)), 0);
+    cr_assert_eq(tracebuf_release(&b), 0);
+    cr_assert_eq(b.n, 4);
+    cr_assert_eq(b.ev[1].kind, EV_BACKWARD);
+    for (int i = 2; i < 4; i++) {
+        cr_assert_eq(b.ev[i].kind, EV_FREE);
+        cr_assert_float_eq(b.ev[i].start, 1.5, 1e-12, "at the span's end");
+        cr_assert_gt(b.ev[i].seq, b.ev[1].seq);
+    }
+    cr_assert_eq(b.ev[2].bytes, 32, "in the order they were freed");
+    cr_assert_eq(b.ev[3].bytes, 16);
+    cr_assert_eq(tracebuf_append(&b, f), 0);
+    cr_assert_eq(b.n, 5, "released: frees go in at once again");
+    tracebuf_free(&b);
+}
+
 Test(trace, disabled_buffer_stores_nothing) {
     TraceBuf b;
     tracebuf_init(&b, 1, 0);

@@ -78,12 +78,12 @@ Test(cuda_device, spans_past_the_event_ring_are_all_timed) {
     CudaDevice *d = device(&trace);
     Device *dev = device_cuda_base(d);
     DevEvent held = {0};
-    device_cuda_trace_span(d, STREAM_COPY, EV_COPY_H2D, 0, 1);
+    device_cuda_trace_span(d, STREAM_COPY, EV_COPY_H2D, 0, 1, 0);
     dev->ops->event_record(dev, STREAM_COMM, &held);
     enum { SPANS = 3 * 8192 + 7 }; /* laps runtime/device_cuda.c's EVENT_RING three times */
-    for (int i = 0; i < SPANS; i++) device_cuda_trace_span(d, STREAM_COMPUTE, EV_FORWARD, 1, 1);
+    for (int i = 0; i < SPANS; i++) device_cuda_trace_span(d, STREAM_COMPUTE, EV_FORWARD, 1, 1, 0);
     dev->ops->stream_wait(dev, STREAM_COMPUTE, &held); /* its slot was re-recorded long ago */
-    device_cuda_trace_span(d, STREAM_COPY, EV_COPY_H2D, 2, 1);
+    device_cuda_trace_span(d, STREAM_COPY, EV_COPY_H2D, 2, 1, 0);
     expect_no_error(d);
     device_cuda_destroy(d);
     cr_assert_eq(trace.n, (size_t)SPANS + 2);

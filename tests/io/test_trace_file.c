@@ -58,6 +58,7 @@ Test(trace_file, a_real_run_round_trips_exactly) {
     cr_assert_eq(trace_file_read(path, &back, &mb, &err), 0, "%s", err.msg);
     cr_assert_eq(back.n, t->n);
     cr_assert_eq(back.nranks, 3);
+    size_t prefetches = 0;
     for (size_t i = 0; i < t->n; i++) {
         const TraceEvent *a = &t->ev[i], *b = &back.ev[i];
         /* times bit for bit: a replay must draw the frames the run drew */
@@ -65,9 +66,12 @@ Test(trace_file, a_real_run_round_trips_exactly) {
         cr_assert(a->seq == b->seq && a->bytes == b->bytes && a->mem_total == b->mem_total &&
                       a->rank == b->rank && a->kind == b->kind && a->unit == b->unit &&
                       a->stream == b->stream && a->category == b->category &&
-                      a->phase == b->phase && a->step == b->step && a->micro == b->micro,
+                      a->phase == b->phase && a->step == b->step && a->micro == b->micro &&
+                      a->flags == b->flags,
                   "event %zu's fields", i);
+        prefetches += (a->flags & EVENT_PREFETCH) != 0;
     }
+    cr_assert_gt(prefetches, 0, "the toy's prefetched all-gathers, flagged and read back");
     cr_assert_eq(mb.nargs, 6);
     for (int i = 0; i < 6; i++) cr_expect_str_eq(mb.args[i], meta_args[i]);
     cr_assert_eq(mb.nunits, 3);
@@ -133,15 +137,15 @@ Test(trace_file, bad_files_are_one_clear_line) {
     expect_refused(bad, "not valid JSON");
     write_text(bad, "{\"traceEvents\":[]}", 18);
     expect_refused(bad, "not an fsdp trace");
-    write_edited(good, bad, "\"version\":1", "\"version\":2");
-    expect_refused(bad, "format version 2; this fsdp reads version 1");
+    write_edited(good, bad, "\"version\":2", "\"version\":1");
+    expect_refused(bad, "format version 1; this fsdp reads version 2");
     /* the first event row: a rank the run does not have, a kind that does not exist */
-    write_edited(good, bad, "\"version\":1,\"nranks\":3", "\"version\":1,\"nranks\":2");
+    write_edited(good, bad, "\"version\":2,\"nranks\":3", "\"version\":2,\"nranks\":2");
     expect_refused(bad, ": rank");
-    write_edited(good, bad, "\"events\":[\n[", "\"events\":[\n[1,1,0,0,0,0,99,0,0,0,0,0,0],[");
+    write_edited(good, bad, "\"events\":[\n[", "\"events\":[\n[1,1,0,0,0,0,99,0,0,0,0,0,0,0],[");
     expect_refused(bad, "event 1: kind");
     write_edited(good, bad, "\"events\":[\n[", "\"events\":[\n[\"x\"],[");
-    expect_refused(bad, "event 1: not a row of 13 numbers");
+    expect_refused(bad, "event 1: not a row of 14 numbers");
     /* fsdpTrace after another key: read from the whole document, the same events */
     write_edited(good, bad, "{\"fsdpTrace\"", "{\"other\":[1,{}],\n\"fsdpTrace\"");
     Trace t;

@@ -90,8 +90,9 @@ Test(compare, zero2_and_hsdp_too) {
 }
 
 /* Checks the definition at every event of a: at the answer j no rank of b has computed more
- * than in a, the event after j is b's end or a compute that would (so j is the last such
- * event), the current rank of a compute event has caught up in b, and j never goes back. */
+ * than in a; a compute event maps to that very compute in b (what it reads alive on both
+ * sides); any other event to the last such j (the event after it is b's end or a compute that
+ * would put a rank ahead); and j never goes back. */
 static void expect_definition_everywhere(const Trace *a, const Trace *b) {
     size_t last = 0;
     for (size_t i = 0; i < a->n; i++) {
@@ -99,7 +100,12 @@ static void expect_definition_everywhere(const Trace *a, const Trace *b) {
         for (int q = 0; q < a->nranks; q++)
             cr_assert_leq(computes(b, q, j), computes(a, q, i), "event %zu -> %zu: rank %d ahead",
                           i, j, q);
-        if (j + 1 < b->n) {
+        const TraceEvent *at = &a->ev[i];
+        if (compare_is_compute(at)) {
+            cr_assert(compare_is_compute(&b->ev[j]) && b->ev[j].rank == at->rank &&
+                          b->ev[j].kind == at->kind && b->ev[j].unit == at->unit,
+                      "compute event %zu -> %zu: not the same compute", i, j);
+        } else if (j + 1 < b->n) {
             const TraceEvent *next = &b->ev[j + 1];
             cr_assert(compare_is_compute(next), "event %zu -> %zu: b could go further", i, j);
             cr_assert_eq(computes(b, next->rank, j), computes(a, next->rank, i),
@@ -166,5 +172,50 @@ Test(compare, refuses_an_index_past_the_end_and_an_empty_trace) {
     cr_expect_neq(compare_match(&p.fsdp.trace, 0, &empty, &out, &err), 0);
     cr_expect(strstr(err.msg, "no events"), "%s", err.msg);
     cr_expect_eq(out, 7, "untouched on failure");
+    free_pair(&p);
+}
+
+/* Activations (MEM_ACTIVATIONS) rank q holds after event `upto`: a replay of its allocs and
+ * frees. */
+static size_t activations(const Trace *t, int q, size_t upto) {
+    size_t held = 0;
+    for (size_t i = 0; i <= upto && i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->rank != q || e->category != MEM_ACTIVATIONS) continue;
+        held = e->kind == EV_ALLOC ? held + e->bytes : held - e->bytes;
+    }
+    return held;
+}
+
+/* A backward reads the activations its forward saved, so they are alive at its event, under
+ * zero3 and DDP alike (the last backward's inputs are the last activations, freed after it:
+ * when the frees came first it ran on none); and at every compute event the two runs hold the
+ * same activations (the same model on the same batch), which is what the viewer's d shows
+ * beside it. */
+static void expect_backward_reads_live_activations(const Trace *t, const char *what) {
+    size_t seen = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        if (t->ev[i].kind != EV_BACKWARD) continue;
+        seen++;
+        cr_assert_gt(activations(t, t->ev[i].rank, i), 0,
+                     "%s: event %zu, rank %d's backward of unit %d, runs on no activations", what,
+                     i + 1, t->ev[i].rank, t->ev[i].unit);
+    }
+    cr_assert_geq(seen, 9, "%s: the toy's backwards", what);
+}
+
+Test(compare, a_backward_comes_before_the_frees_of_what_it_reads) {
+    Pair p;
+    train_pair(&p, STRAT_ZERO3, 1);
+    expect_backward_reads_live_activations(&p.fsdp.trace, "zero3");
+    expect_backward_reads_live_activations(&p.ddp.trace, "ddp");
+    for (size_t i = 0; i < p.fsdp.trace.n; i++) {
+        const TraceEvent *e = &p.fsdp.trace.ev[i];
+        if (!compare_is_compute(e)) continue;
+        size_t j = match(&p.fsdp.trace, i, &p.ddp.trace);
+        cr_assert_eq(activations(&p.ddp.trace, e->rank, j), activations(&p.fsdp.trace, e->rank, i),
+                     "event %zu (%s of unit %d on rank %d): DDP beside it holds other activations",
+                     i + 1, event_kind_name((EventKind)e->kind), e->unit, e->rank);
+    }
     free_pair(&p);
 }

@@ -116,13 +116,16 @@ Test(frame, narration_names_who_sends_what) {
     Frame f;
     toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 0, 0, PHASE_FORWARD));
-    cr_expect_str_eq(
-        f.narration,
-        "GPU 0 needs a₀ a₁ a₂ for La, has a₀, gathers a₁ from GPU 1 and a₂ from GPU 2");
+    cr_expect_str_eq(f.narration,
+                     "GPU 0 needs a₀ a₁ a₂ for La, has a₀, gathers a₁ from GPU 1 and a₂ from GPU "
+                     "2 (DDP keeps all of La on every GPU and gathers nothing)");
     cr_expect_str_eq(f.flow, "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2 -> every GPU has "
                              "a₀ a₁ a₂");
     frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 2, 2, PHASE_BACKWARD));
-    cr_expect_str_eq(f.narration, "∂c₀ ∂c₁ ∂c₂ of Lc are averaged over the GPUs; GPU 2 keeps ∂c₂");
+    cr_expect_str_eq(f.narration,
+                     "∂c₀ ∂c₁ ∂c₂ of Lc are summed over the 3 GPUs and divided by 3: averaged, so "
+                     "the step equals one GPU's on the global batch; GPU 2 keeps ∂c₂ (DDP "
+                     "all-reduces instead: every GPU keeps all of them)");
     cr_expect_str_eq(f.flow, "∂c₀ ∂c₁ ∂c₂ summed over GPUs 0-2 and averaged; GPU 0 keeps ∂c₀, "
                              "GPU 1 ∂c₁, GPU 2 ∂c₂");
     frame_of(&f, &run, find(&run.trace, EV_FORWARD, 1, 1, PHASE_FORWARD));
@@ -131,16 +134,19 @@ Test(frame, narration_names_who_sends_what) {
     /* at 4 ranks GPU 3's shards are empty: it receives everything and keeps nothing */
     toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 4, 1);
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 3, 1, PHASE_FORWARD));
-    cr_expect_str_eq(f.narration, "GPU 3 needs b₀ b₁ b₂ for Lb, has none of them, gathers b₀ "
-                                  "from GPU 0, b₁ from GPU 1 and b₂ from GPU 2");
+    cr_expect_str_eq(f.narration,
+                     "Prefetch: Lb's all-gather is issued ahead, before Lb's forward needs it, so "
+                     "it runs while La's forward computes. GPU 3 needs b₀ b₁ b₂ for Lb, has none "
+                     "of them, gathers b₀ from GPU 0, b₁ from GPU 1 and b₂ from GPU 2 (DDP keeps "
+                     "all of Lb on every GPU and gathers nothing)");
     cr_expect_str_eq(f.flow,
                      "b₀ from GPU 0, b₁ from GPU 1 and b₂ from GPU 2 -> every GPU has "
                      "b₀ b₁ b₂",
                      "GPU 3 sends nothing: its shard is empty");
     frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 3, 0, PHASE_BACKWARD));
-    cr_expect_str_eq(f.narration,
-                     "∂a₀ ∂a₁ ∂a₂ of La are averaged over the GPUs; GPU 3 keeps nothing (its "
-                     "shard is empty)");
+    cr_expect(strstr(f.narration, "summed over the 4 GPUs and divided by 4: averaged") &&
+                  strstr(f.narration, "GPU 3 keeps nothing (its shard is empty)"),
+              "%s", f.narration);
     toy_frame_free(&run, &f);
 }
 
@@ -202,5 +208,107 @@ Test(frame, values_follow_each_ranks_progress_through_the_step) {
             cr_expect_eq(frame_values(&f, r, u), f.before);
         }
     t->params = t->grads = NULL; /* the run owns them */
+    toy_frame_free(&run, &f);
+}
+
+/* Index of the first event of `kind` on `rank` for `unit` in `phase` whose memory category is
+ * `category`. */
+static size_t find_memory(const Trace *t, EventKind kind, int rank, int unit, Phase phase,
+                          MemCategory category) {
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == (int)kind && t->ev[i].rank == rank && t->ev[i].unit == unit &&
+            t->ev[i].phase == (int)phase && t->ev[i].category == (int)category)
+            return i;
+    cr_assert_fail("no %s of %s of unit %d on rank %d", event_kind_name(kind),
+                   mem_category_name(category), unit, rank);
+    return 0;
+}
+
+/* The narration says why: a prefetch names itself and what it overlaps; zero3's free after
+ * forward is reshard_after_forward; in backward the unit is gathered again because of it; under
+ * zero2 the units stay gathered after forward, and why; the first gather is no prefetch. */
+Test(frame, narration_says_prefetch_and_reshard) {
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 0, 0, PHASE_FORWARD));
+    cr_expect(!strstr(f.narration, "refetch"), "La's forward gather is on demand: %s", f.narration);
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 1, 2, PHASE_FORWARD));
+    cr_expect(strstr(f.narration, "Prefetch: Lc's all-gather is issued ahead, before Lc's forward "
+                                  "needs it, so it runs while Lb's forward computes."),
+              "%s", f.narration);
+    frame_of(&f, &run, find_memory(&run.trace, EV_FREE, 0, 0, PHASE_FORWARD, MEM_PARAM_UNSHARDED));
+    cr_expect_str_eq(f.narration,
+                     "GPU 0 frees La's unsharded parameters (12 B) right after its forward: "
+                     "reshard_after_forward keeps only its shard until backward gathers La again "
+                     "(DDP keeps them all)");
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 0, 2, PHASE_BACKWARD));
+    cr_expect(strstr(f.narration, "Lc was resharded after forward, so backward gathers it again"),
+              "%s", f.narration);
+    frame_of(&f, &run, find(&run.trace, EV_FORWARD, 0, 0, PHASE_FORWARD));
+    cr_expect_str_eq(f.narration, "GPU 0 runs La's forward", "zero3 says it at the free");
+    toy_frame_free(&run, &f);
+
+    toy_frame(&run, &f, toy_config(STRAT_ZERO2, 4), 3, 1);
+    frame_of(&f, &run, find(&run.trace, EV_FORWARD, 2, 1, PHASE_FORWARD));
+    cr_expect_str_eq(f.narration,
+                     "GPU 2 runs Lb's forward; Lb stays gathered after forward "
+                     "(reshard_after_forward=false, as zero2 does): backward uses it without a "
+                     "second all-gather, at the cost of holding it until then");
+    toy_frame_free(&run, &f);
+}
+
+/* Every all-gather in either pass comes before the allocation its unit's unsharded
+ * parameters are unpacked into (one order for a gather and its buffer), and that allocation
+ * before the unit's compute. */
+Test(frame, a_gather_comes_before_its_buffer_in_both_passes) {
+    ToyRun run;
+    static const Strategy strategies[] = {STRAT_ZERO3, STRAT_ZERO2};
+    for (int s = 0; s < 2; s++) {
+        FsdpConfig c = toy_config(strategies[s], 4);
+        toy_train(&run, &c, 3, 1, 1);
+        const Trace *t = &run.trace;
+        size_t gathers = 0;
+        for (size_t i = 0; i < t->n; i++) {
+            const TraceEvent *g = &t->ev[i];
+            /* (after the step the harness gathers the parameters to read them: no unit's) */
+            if (g->kind != EV_ALL_GATHER || g->phase == PHASE_NONE) continue;
+            gathers++;
+            size_t alloc = t->n, compute = t->n;
+            for (size_t j = 0; j < t->n; j++) {
+                const TraceEvent *e = &t->ev[j];
+                if (e->rank != g->rank || e->unit != g->unit || e->phase != g->phase) continue;
+                if (alloc == t->n && e->kind == EV_ALLOC && e->category == MEM_PARAM_UNSHARDED)
+                    alloc = j;
+                if (compute == t->n && (e->kind == EV_FORWARD || e->kind == EV_BACKWARD))
+                    compute = j;
+            }
+            cr_expect(alloc < t->n && alloc > i && alloc < compute,
+                      "%s: GPU %d's %s all-gather of unit %d is event %zu, its buffer's "
+                      "allocation %zu, its compute %zu",
+                      strategy_name(strategies[s]), g->rank, phase_name((Phase)g->phase), g->unit,
+                      i + 1, alloc + 1, compute + 1);
+        }
+        cr_expect_geq(gathers, 9, "%s: the toy's gathers", strategy_name(strategies[s]));
+        toy_run_free(&run);
+    }
+}
+
+/* The header names the phase as a person reads it: the allocations before the first forward
+ * are the setup of step 1, the frees after the last optimizer its teardown (not "step 2"). */
+Test(frame, header_says_setup_and_teardown) {
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    frame_of(&f, &run, 0);
+    cr_expect_str_eq(f.header,
+                     fmt_text("event 1 of %zu | step 1 | setup | GPU 0 | alloc La", run.trace.n));
+    frame_of(&f, &run, run.trace.n - 1);
+    cr_expect_str_eq(f.phase, "teardown");
+    cr_expect_eq(f.event->step, 0, "the teardown of the run's only step");
+    frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 0, 0, PHASE_FORWARD));
+    cr_expect_str_eq(f.header,
+                     fmt_text("event %zu of %zu | step 1 | forward | GPU 0 | all_gather La",
+                              f.index + 1, run.trace.n));
     toy_frame_free(&run, &f);
 }
