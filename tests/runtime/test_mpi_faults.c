@@ -73,31 +73,42 @@ Test(mpi_faults, a_failing_rank_ends_the_job_and_resume_auto_continues) {
     expect_fault_then_resume("--fail-at 5:2", "rank 2 failed at step 5");
 }
 
+/* What a 3-rank toy job that would run for ever printed (into said, n bytes) when, 2 s in, its
+ * youngest rank was sent `signal` ("STOP", "KILL"), with `flags` added; the shell prints
+ * "signalled PID" first. Returns the job's wait status; *took is how long it ran. */
+static int job_signalled_at_2s(const char *signal, const char *flags, char *said, size_t n,
+                               double *took) {
+    char dir[256], cmd[1200];
+    fresh_test_dir(dir, sizeof dir, "mpi_fault", signal);
+    /* the marker in the command line finds the ranks */
+    snprintf(cmd, sizeof cmd,
+             "(sleep 2; pid=$(pgrep -n -f 'fsdp train .*%s/marker'); echo \"signalled $pid\"; "
+             "kill -%s $pid) & "
+             "%s -np 3 %s train --backend mpi --ranks 3 --model toy --steps 100000000 %s "
+             "--save-full %s/marker.safetensors 2>&1",
+             dir, signal, MPIRUN, fsdp_bin(), flags, dir);
+    double t0 = clock_seconds();
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t got = fread(said, 1, n - 1, p);
+    said[got] = 0;
+    int status = pclose(p);
+    *took = clock_seconds() - t0;
+    remove_test_dir(dir);
+    return status;
+}
+
 /* One rank stopped (SIGSTOP) mid-run: the others' next collective times out, naming the rank,
  * the unit and the collective, and the job ends. */
 Test(mpi_faults, a_rank_that_stops_taking_part_is_ended_by_the_timeout) {
     skip_without_mpi();
-    char dir[256], cmd[1024];
-    fresh_test_dir(dir, sizeof dir, "mpi_fault", "hang");
-    /* the marker in the command line finds the ranks; the youngest rank is stopped */
-    snprintf(cmd, sizeof cmd,
-             "(sleep 2; kill -STOP $(pgrep -n -f 'fsdp train .*%s/marker')) & "
-             "%s -np 3 %s train --backend mpi --ranks 3 --model toy --steps 100000000 "
-             "--timeout 2 --save-full %s/marker.safetensors 2>&1",
-             dir, MPIRUN, fsdp_bin(), dir);
-    double t0 = clock_seconds();
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    char said[8192] = "";
-    size_t n = fread(said, 1, sizeof said - 1, p);
-    said[n] = 0;
-    int status = pclose(p);
-    double took = clock_seconds() - t0;
+    char said[16384];
+    double took;
+    int status = job_signalled_at_2s("STOP", "--timeout 2", said, sizeof said, &took);
     cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
     cr_expect_lt(took, 15.0, "the job took %.1f s to end", took);
     cr_expect(strstr(said, "did not complete in 2 s (--timeout)") && strstr(said, "fsdp: rank "),
               "no rank named the collective that hung:\n%s", said);
-    remove_test_dir(dir);
 }
 
 /* A rank SIGKILLed from outside mid-run: the survivors' lowest rank names it (rank and pid)
@@ -105,32 +116,18 @@ Test(mpi_faults, a_rank_that_stops_taking_part_is_ended_by_the_timeout) {
  * for the checkpoint, and is resumed from.) */
 Test(mpi_faults, a_rank_sigkilled_from_outside_is_named_and_ends_the_job) {
     skip_without_mpi();
-    char dir[256], cmd[1024];
-    fresh_test_dir(dir, sizeof dir, "mpi_fault", "sigkill");
-    snprintf(cmd, sizeof cmd,
-             "(sleep 2; pid=$(pgrep -n -f 'fsdp train .*%s/marker'); echo \"killed $pid\"; "
-             "kill -KILL $pid) & "
-             "%s -np 3 %s train --backend mpi --ranks 3 --model toy --steps 100000000 "
-             "--save-full %s/marker.safetensors 2>&1",
-             dir, MPIRUN, fsdp_bin(), dir);
-    double t0 = clock_seconds();
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    char said[16384] = "";
-    size_t n = fread(said, 1, sizeof said - 1, p);
-    said[n] = 0;
-    int status = pclose(p);
-    double took = clock_seconds() - t0;
+    char said[16384];
+    double took;
+    int status = job_signalled_at_2s("KILL", "", said, sizeof said, &took);
     cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
     cr_expect_lt(took, 2.0 + 10.0, "the job took %.1f s to end after the kill", took - 2.0);
-    const char *killed = strstr(said, "killed ");
+    const char *killed = strstr(said, "signalled ");
     cr_assert(killed, "the kill did not happen:\n%s", said);
-    int pid = atoi(killed + strlen("killed "));
+    int pid = atoi(killed + strlen("signalled "));
     cr_assert_gt(pid, 0, "%s", said);
     cr_expect(strstr(said, fmt_text("(pid %d) has ended", pid)),
               "no line named the killed rank (pid %d):\n%s", pid, said);
     cr_expect_eq(occurrences(said, "fsdp: rank "), 1, "one line about a rank, not:\n%s", said);
-    remove_test_dir(dir);
 }
 
 /* Saved under MPI at 4 ranks, resumed in the simulator at 2; saved in the simulator at 2,

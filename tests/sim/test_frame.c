@@ -10,14 +10,25 @@
  * backward) and DDP (never gathered); memory replayed from the trace against the accounting the
  * ranks reported. */
 
-/* Index of the first event of `kind` on `rank` for `unit`, in `phase`. */
-static size_t find(const Trace *t, EventKind kind, int rank, int unit, Phase phase) {
+enum { ANY_CATEGORY = -2 };
+
+/* Index of the first event of `kind` on `rank` for `unit` in `phase` whose memory category is
+ * `category` (ANY_CATEGORY: whatever it is). */
+static size_t find_memory(const Trace *t, EventKind kind, int rank, int unit, Phase phase,
+                          int category) {
     for (size_t i = 0; i < t->n; i++)
         if (t->ev[i].kind == (int)kind && t->ev[i].rank == rank && t->ev[i].unit == unit &&
-            t->ev[i].phase == (int)phase)
+            t->ev[i].phase == (int)phase &&
+            (category == ANY_CATEGORY || t->ev[i].category == category))
             return i;
-    cr_assert_fail("no %s of unit %d on rank %d", event_kind_name(kind), unit, rank);
+    cr_assert_fail("no %s (category %d) of unit %d on rank %d", event_kind_name(kind), category,
+                   unit, rank);
     return 0;
+}
+
+/* Index of the first event of `kind` on `rank` for `unit`, in `phase`. */
+static size_t find(const Trace *t, EventKind kind, int rank, int unit, Phase phase) {
+    return find_memory(t, kind, rank, unit, phase, ANY_CATEGORY);
 }
 
 static void frame_of(Frame *f, const ToyRun *run, size_t index) {
@@ -209,19 +220,6 @@ Test(frame, values_follow_each_ranks_progress_through_the_step) {
         }
     t->params = t->grads = NULL; /* the run owns them */
     toy_frame_free(&run, &f);
-}
-
-/* Index of the first event of `kind` on `rank` for `unit` in `phase` whose memory category is
- * `category`. */
-static size_t find_memory(const Trace *t, EventKind kind, int rank, int unit, Phase phase,
-                          MemCategory category) {
-    for (size_t i = 0; i < t->n; i++)
-        if (t->ev[i].kind == (int)kind && t->ev[i].rank == rank && t->ev[i].unit == unit &&
-            t->ev[i].phase == (int)phase && t->ev[i].category == (int)category)
-            return i;
-    cr_assert_fail("no %s of %s of unit %d on rank %d", event_kind_name(kind),
-                   mem_category_name(category), unit, rank);
-    return 0;
 }
 
 /* The narration says why: a prefetch names itself and what it overlaps; zero3's free after
