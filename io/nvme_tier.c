@@ -224,10 +224,13 @@ static int create_file(NvmeTier *t, const char *dir, size_t reserve, NvmeIoMode 
     t->direct_read = t->direct_fd >= 0 && mode == NVME_IO_DIRECT;
     int e = full || !reserve ? 0 : posix_fallocate(t->fd, 0, (off_t)reserve); /* an errno */
     full = full || e == ENOSPC || e == EDQUOT || e == EFBIG;
+    /* Both descriptors are open: the name goes now, so that the file (gigabytes at
+     * vit-workshop's size) cannot outlive this process however it ends, SIGKILL included.
+     * The space stays reserved until the last descriptor closes. */
+    unlink(t->path);
     if (!full && !e) return 0;
     close(t->fd);
     if (t->direct_fd >= 0) close(t->direct_fd);
-    unlink(t->path);
     if (full) return no_room(dir, reserve, err);
     char want[32];
     human_bytes(want, sizeof want, (double)reserve);
@@ -272,7 +275,6 @@ int nvme_tier_open_mode(NvmeTier **out, const char *dir, int rank, size_t bytes,
         free(t->bounce);
         close(t->fd);
         if (t->direct_fd >= 0) close(t->direct_fd);
-        unlink(t->path);
         free(t);
         return rc;
     }
@@ -298,7 +300,6 @@ void nvme_tier_close(NvmeTier *t) {
     pthread_mutex_destroy(&t->lock);
     close(t->fd);
     if (t->direct_fd >= 0) close(t->direct_fd);
-    unlink(t->path);
     free(t->bounce);
     free(t);
 }

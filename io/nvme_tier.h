@@ -1,7 +1,8 @@
 /* nvme_tier: the storage under ZeRO-Infinity's `--offload nvme`. One rank's resting state lives
  * in one file under --nvme-dir, reserved whole when the tier opens, and moves by byte range
  * through one I/O thread so the next unit loads while this one computes. Touches only that
- * file (created new, removed at close), its own thread and its own buffers. */
+ * file (created new, and its name removed as soon as it is open, so it goes with the process
+ * however that ends), its own thread and its own buffers. */
 #ifndef FSDP_NVME_TIER_H
 #define FSDP_NVME_TIER_H
 
@@ -79,7 +80,7 @@ typedef struct NvmeStats {
 } NvmeStats;
 NvmeStats nvme_tier_stats(const NvmeTier *t);
 
-/* The file's path, for messages and tests. */
+/* The path the file was created at (its name is gone once it is open), for messages. */
 const char *nvme_tier_path(const NvmeTier *t);
 
 #endif

@@ -2,6 +2,7 @@
  * flight, and the file exists exactly while the tier is open. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/nvme_tier.h"
@@ -208,17 +210,39 @@ Test(nvme_tier, any_alignment_round_trips_buffered) {
     random_requests(NVME_IO_BUFFERED);
 }
 
-Test(nvme_tier, file_exists_while_open_and_is_gone_after_close) {
+/* "/proc/self/fd/N" of this process's descriptor on the tier's file, whose name is gone (its
+ * link reads "PATH (deleted)"), into buf; the first such descriptor. */
+static const char *open_file_of(const NvmeTier *t, char *buf, size_t n) {
+    char want[600], link[64], got[700];
+    snprintf(want, sizeof want, "%s (deleted)", nvme_tier_path(t));
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t len = readlink(link, got, sizeof got - 1);
+        if (len < 0) continue;
+        got[len] = 0;
+        if (!strcmp(got, want)) {
+            snprintf(buf, n, "%s", link);
+            return buf;
+        }
+    }
+    cr_assert_fail("no descriptor of this process is on %s", want);
+    return NULL;
+}
+
+/* The file has no name from the moment the tier is open: the directory is empty while its
+ * space stays reserved through the descriptors, and nothing is left after close. */
+Test(nvme_tier, the_file_is_nameless_while_open_and_gone_after_close) {
     fresh_dir("life");
     const size_t bytes = (3u << 20) + 100;
     NvmeTier *t = NULL;
     Err err = {0};
     cr_assert_eq(nvme_tier_open(&t, dir, 5, bytes, &err), 0, "%s", err.msg);
-    char path[512];
+    char path[512], fd_path[64];
     snprintf(path, sizeof path, "%s/fsdp-nvme-%ld-rank5.bin", dir, (long)getpid());
     cr_assert_str_eq(nvme_tier_path(t), path);
+    cr_assert_eq(entries_in(dir), 0, "the file's name should be gone while the tier is open");
     struct stat st;
-    cr_assert_eq(stat(path, &st), 0, "%s should exist while the tier is open", path);
+    cr_assert_eq(stat(open_file_of(t, fd_path, sizeof fd_path), &st), 0);
     /* sized to whole 4 KiB blocks, and the blocks reserved (not a sparse file) */
     cr_assert_eq((size_t)st.st_size, (3u << 20) + NVME_TIER_ALIGN);
     cr_assert_geq((size_t)st.st_blocks * 512, (3u << 20) + NVME_TIER_ALIGN);
@@ -229,11 +253,37 @@ Test(nvme_tier, file_exists_while_open_and_is_gone_after_close) {
     NvmeRequest w = {0};
     cr_assert_eq(nvme_tier_write(t, 0, data, 1 << 20, &w, &err), 0, "%s", err.msg);
     nvme_tier_close(t);
-    cr_assert_eq(stat(path, &st), -1, "%s should be removed by close", path);
+    cr_assert_eq(stat(path, &st), -1, "%s should not be there after close", path);
     cr_assert_eq(errno, ENOENT);
     cr_assert_eq(entries_in(dir), 0);
     nvme_tier_close(NULL); /* a no-op, as teardown of a tier never opened needs */
     free(data);
+}
+
+/* A process SIGKILLed with the tier open leaves nothing in --nvme-dir (the files were
+ * gigabytes at vit-workshop's size and were never removed). */
+Test(nvme_tier, a_sigkilled_process_leaves_no_file) {
+    fresh_dir("killed");
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0) {
+        NvmeTier *t = NULL;
+        Err err = {0};
+        if (nvme_tier_open(&t, dir, 0, 8u << 20, &err)) _exit(1);
+        if (write(ready[1], "1", 1) != 1) _exit(1);
+        for (;;) pause();
+    }
+    close(ready[1]);
+    char c = 0;
+    cr_assert_eq(read(ready[0], &c, 1), 1, "the child did not open the tier");
+    close(ready[0]);
+    kill(child, SIGKILL);
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    cr_assert_eq(entries_in(dir), 0, "a killed run left its NVMe file in %s", dir);
 }
 
 Test(nvme_tier, a_bad_directory_is_one_clear_line) {
@@ -394,7 +444,8 @@ static void short_read(NvmeIoMode mode, size_t offset, size_t bytes, size_t got)
     NvmeTier *t = NULL;
     Err err = {0};
     cr_assert_eq(nvme_tier_open_mode(&t, dir, 0, 1u << 20, mode, &err), 0, "%s", err.msg);
-    cr_assert_eq(truncate(nvme_tier_path(t), 8192), 0);
+    char fd_path[64];
+    cr_assert_eq(truncate(open_file_of(t, fd_path, sizeof fd_path), 8192), 0);
     unsigned char *buf = aligned_alloc_bytes(1u << 20);
     NvmeRequest r = {0};
     cr_assert_eq(nvme_tier_read(t, offset, buf + 1, bytes, &r, &err), 0, "%s", err.msg);
