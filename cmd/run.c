@@ -145,21 +145,50 @@ static int check_nvme_dir(const TrainRun *t, Err *err) {
     return rc == ERR_IO ? ERR_USAGE : rc;
 }
 
-/* --save-full writes at the very end: a path that cannot take the file is refused before any
- * training, not after it. */
-static int check_save_full(const char *path, Err *err) {
+/* The folder a path's file goes in: "." for a bare name, "/" for "/x". */
+static void folder_of(const char *path, char *dir, size_t n) {
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, n, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1, slash ? path : ".");
+}
+
+/* A file the run writes (most of them at its very end): a path that cannot take it is
+ * refused before any training, not after it. */
+static int check_output_file(const char *flag, const char *path, Err *err) {
     if (!path) return 0;
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return err_set(err, ERR_USAGE, "--save-full %s is a directory; give a file", path);
+        return err_set(err, ERR_USAGE, "%s %s is a directory; give a file", flag, path);
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path + (slash == path)) : 1,
-             slash ? path : ".");
+    folder_of(path, dir, sizeof dir);
     if (access(dir, W_OK) != 0)
-        return err_set(err, ERR_USAGE, "--save-full %s: cannot write in %s: %s", path, dir,
+        return err_set(err, ERR_USAGE, "%s %s: cannot write in %s: %s", flag, path, dir,
                        strerror(errno));
     return 0;
+}
+
+/* --checkpoint-dir: made now, as the first save would make it (one level), so that a folder
+ * that cannot be is refused before training rather than at the first save; an existing one
+ * must be a writable folder. */
+static int check_checkpoint_dir(const char *path, Err *err) {
+    if (!path) return 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0 && mkdir(path, 0777) != 0 && errno != EEXIST) /* ranks race */
+        return err_set(err, ERR_USAGE, "--checkpoint-dir %s: cannot create it: %s", path,
+                       strerror(errno));
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return err_set(err, ERR_USAGE, "--checkpoint-dir %s is not a directory", path);
+    if (access(path, W_OK) != 0)
+        return err_set(err, ERR_USAGE, "--checkpoint-dir %s: cannot write in it: %s", path,
+                       strerror(errno));
+    return 0;
+}
+
+static int check_outputs(const TrainArgs *a, Err *err) {
+    int rc = check_output_file("--save-full", a->save_full, err);
+    if (!rc) rc = check_output_file("--trace-out", a->trace_out, err);
+    if (!rc) rc = check_output_file("--dump-params", a->dump_params, err);
+    if (!rc) rc = check_output_file("--memory-svg", a->memory_svg, err);
+    return rc ? rc : check_checkpoint_dir(a->ckpt_dir, err);
 }
 
 int run_not_rank_0(void) {
@@ -240,7 +269,7 @@ int run_prepare(TrainRun *t, Err *err) {
         weights_close(w);
     }
     if ((rc = check_nvme_dir(t, err))) return rc;
-    if ((rc = check_save_full(a->save_full, err))) return rc;
+    if ((rc = check_outputs(a, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
     if (t->quiet_rank) return 0;
     if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;

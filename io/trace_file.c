@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "engine/device.h"
 #include "io/utf8.h"
@@ -261,30 +262,29 @@ void trace_meta_free(TraceMeta *m) {
 }
 
 /* The whole file, NUL-terminated. */
+/* The whole file, when it is a regular file of at most TRACE_FILE_MAX_BYTES: a directory, a
+ * device (/dev/zero never ends) or a huge (perhaps sparse) file is refused by its size before
+ * a byte is read. */
 static int slurp(const char *path, char **out, size_t *len, Err *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set(err, ERR_USAGE, "cannot open trace '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t got = 1; buf && got;) {
-        if (n + 1 == cap) {
-            char *bigger = realloc(buf, cap * 2);
-            if (!bigger) break;
-            buf = bigger;
-            cap *= 2;
-        }
-        got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-    }
-    int bad = ferror(f);
+    struct stat st;
+    int rc = 0;
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode))
+        rc = err_set(err, ERR_USAGE, "trace '%s' is not a regular file", path);
+    else if ((unsigned long long)st.st_size > TRACE_FILE_MAX_BYTES)
+        rc = err_set(err, ERR_USAGE, "trace '%s' is %lld bytes, more than the %llu a trace may be",
+                     path, (long long)st.st_size, (unsigned long long)TRACE_FILE_MAX_BYTES);
+    size_t n = rc ? 0 : (size_t)st.st_size;
+    char *buf = rc ? NULL : malloc(n + 1);
+    if (!rc && !buf) rc = err_set(err, ERR_NOMEM, "out of memory reading trace '%s'", path);
+    if (!rc && fread(buf, 1, n, f) != n)
+        rc = err_set(err, ERR_USAGE, "trace '%s' changed or could not be read while reading it",
+                     path);
     fclose(f);
-    if (!buf || n + 1 == cap) {
+    if (rc) {
         free(buf);
-        return err_set(err, ERR_NOMEM, "out of memory reading trace '%s'", path);
-    }
-    if (bad) {
-        free(buf);
-        return err_set(err, ERR_IO, "reading trace '%s' failed", path);
+        return rc;
     }
     buf[n] = 0;
     *out = buf;
@@ -338,8 +338,8 @@ static int event_from_row(const cJSON *row, int nranks, int nunits, TraceEvent *
                                    STREAM_COUNT - 1,
                                    MEM_CATEGORY_COUNT - 1,
                                    PHASE_OPTIMIZER,
-                                   INT_MAX,
-                                   INT_MAX,
+                                   TRACE_FILE_MAX_STEP,
+                                   TRACE_FILE_MAX_STEP,
                                    EVENT_PREFETCH};
     long v[EVENT_FIELDS];
     for (i = 2; i < EVENT_FIELDS; i++)

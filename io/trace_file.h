@@ -13,6 +13,11 @@
 /* Bumped whenever a field's meaning changes: a replayer refuses another version. */
 #define TRACE_FILE_VERSION 2 /* 2: events have "flags" (EVENT_PREFETCH) */
 
+/* The largest trace file a replay reads (a vit-workshop step at 8 ranks is tens of MB), and
+ * the largest step or micro-step an event may name (train's --steps bound). */
+#define TRACE_FILE_MAX_BYTES (1ull << 30)
+#define TRACE_FILE_MAX_STEP 1000000000
+
 /* What a trace file says about the run besides its events. */
 typedef struct TraceMeta {
     int nargs;

@@ -230,3 +230,39 @@ Test(cli, backend_auto_says_which_it_chose) {
     free(out);
     if (!gpu) expect_usage_error("train --backend cuda --ranks 1", "--backend cuda: no GPU");
 }
+
+/* Paths the run writes are checked before it trains: each bad one is the only line printed
+ * (no training output before it), exit 2, and a file named as --checkpoint-dir is untouched. */
+Test(cli, outputs_are_checked_before_training) {
+    char dir[256], file[300];
+    fresh_test_dir(dir, sizeof dir, "cli", "outputs");
+    snprintf(file, sizeof file, "%s/precious", dir);
+    FILE *f = fopen(file, "w");
+    cr_assert(f);
+    fputs("precious\n", f);
+    fclose(f);
+    const char *cases[][2] = {
+        {"--trace-out %s", "--trace-out %s is a directory; give a file"},
+        {"--dump-params %s", "--dump-params %s is a directory; give a file"},
+        {"--memory-svg %s", "--memory-svg %s is a directory; give a file"},
+        {"--save-full %s", "--save-full %s is a directory; give a file"},
+        {"--checkpoint-dir %s/precious", "--checkpoint-dir %s/precious is not a directory"},
+        {"--checkpoint-dir %s/no/such", "--checkpoint-dir %s/no/such: cannot create it: No such"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char flag[512], want[512];
+        snprintf(flag, sizeof flag, cases[i][0], dir);
+        snprintf(want, sizeof want, cases[i][1], dir);
+        int code;
+        char *said = fsdp_run(&code, "2>&1", "train --model toy --ranks 2 --steps 3 %s", flag);
+        cr_expect_eq(code, 2, "%s: exit %d", flag, code);
+        cr_expect(strstr(said, want) == said + strlen("fsdp: ") &&
+                      strchr(said, '\n') == said + strlen(said) - 1,
+                  "%s: should say only 'fsdp: %s', said:\n%s", flag, want, said);
+        free(said);
+    }
+    char *kept = read_text_file(file, NULL);
+    cr_expect_str_eq(kept, "precious\n");
+    free(kept);
+    remove_test_dir(dir);
+}

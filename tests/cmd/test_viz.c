@@ -34,8 +34,9 @@ Test(viz, plain_frames_match_the_golden_files) {
 }
 
 Test(viz, bad_events_exit_2_with_one_line) {
-    const char *bad[] = {"viz --events 0", "viz --events 5-3",    "viz --events x",
-                         "viz --events",   "viz --events 100000", "viz --strategy zro3"};
+    const char *bad[] = {"viz --events 0",   "viz --events 5-3",     "viz --events x",
+                         "viz --events",     "viz --events 100000",  "viz --strategy zro3",
+                         "viz --trace /tmp", "viz --trace /dev/zero"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int status;
         char *out = fsdp_output(bad[i], "2>&1", &status);

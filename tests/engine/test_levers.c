@@ -490,8 +490,10 @@ Test(memory_over_time, train_writes_the_svg_and_prints_the_timeline) {
 }
 
 Test(memory_over_time, an_unwritable_svg_is_one_line) {
-    expect_refused("train --model toy --steps 1 --memory-svg /nonexistent-dir/m.svg",
-                   "fsdp: cannot write /nonexistent-dir/m.svg\n");
+    expect_refused(
+        "train --model toy --steps 1 --memory-svg /nonexistent-dir/m.svg",
+        "fsdp: --memory-svg /nonexistent-dir/m.svg: cannot write in /nonexistent-dir: No "
+        "such file or directory\n");
 }
 
 /* ---- the mixed-precision policy */

@@ -126,6 +126,18 @@ Test(trace_file, bad_files_are_one_clear_line) {
     write_file(good, &run.trace, &m);
 
     expect_refused("/nonexistent/trace.json", "cannot open trace '/nonexistent/trace.json'");
+    /* not read at all: a folder, a device that never ends, a (sparse) file past the limit */
+    expect_refused("/tmp", "trace '/tmp' is not a regular file");
+    expect_refused("/dev/zero", "trace '/dev/zero' is not a regular file");
+    write_text(bad, "{", 1);
+    cr_assert_eq(truncate(bad, (off_t)TRACE_FILE_MAX_BYTES + 1), 0);
+    expect_refused(bad, fmt_text("trace '%s' is 1073741825 bytes, more than the 1073741824 a "
+                                 "trace may be",
+                                 bad));
+    /* a step that would overflow the header's step + 1 */
+    write_edited(good, bad, "\"events\":[\n[",
+                 "\"events\":[\n[1,1,0,0,0,0,0,0,0,0,0,2147483647,0,0],[");
+    expect_refused(bad, "event 1: step");
     size_t n;
     char *text = read_text_file(good, &n);
     write_text(bad, text, n / 2);
