@@ -81,11 +81,17 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
 }
 
 static void header(FILE *out, const Frame *f, const Plan *p) {
-    const TraceEvent *e = f->event;
-    fprintf(out, "-- event %zu of %zu | step %d | %s | GPU %d | %s", f->index + 1, f->count,
-            e->step + 1, phase_name((Phase)e->phase), e->rank, event_kind_name((EventKind)e->kind));
-    if (e->unit >= 0 && e->unit < p->nunits) fprintf(out, " %s", p->units[e->unit].name);
-    fprintf(out, " --\n");
+    char line[256];
+    text_event_header(p, f->event, f->index, f->count, line, sizeof line);
+    fprintf(out, "-- %s --\n", line);
+}
+
+void plain_memory_text(const Frame *f, int r, char *buf, size_t n) {
+    char total[32], peak[32];
+    size_t sum = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_mem(f, r, (MemCategory)c);
+    snprintf(buf, n, "%s (peak %s)", format_bytes(sum, total, sizeof total),
+             format_bytes(f->peak[r], peak, sizeof peak));
 }
 
 static void grid(FILE *out, const Frame *f, const Plan *p) {
@@ -96,25 +102,29 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
     for (int u = 0; u < p->nunits; u++) pad(out, p->units[u].name, width + 2);
     fprintf(out, "memory\n");
     for (int r = 0; r < f->nranks; r++) {
-        char label[16], total[32], peak[32];
+        char label[16], memory[80];
         snprintf(label, sizeof label, "GPU %d", r);
         fprintf(out, "  %-7s", label);
         for (int u = 0; u < p->nunits; u++) {
             plain_cell_text(f, p, r, u, text, CELL);
             pad(out, text, width + 2);
         }
-        size_t sum = 0;
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_mem(f, r, (MemCategory)c);
-        fprintf(out, "%s (peak %s)\n", format_bytes(sum, total, sizeof total),
-                format_bytes(f->peak[r], peak, sizeof peak));
+        plain_memory_text(f, r, memory, sizeof memory);
+        fprintf(out, "%s\n", memory);
     }
+}
+
+void plain_timeline_title(const Frame *f, char *buf, size_t n) {
+    snprintf(buf, n, "timeline of step %d (%.1f us %s)", f->event->step + 1,
+             (f->step_end - f->step_start) * 1e6,
+             f->scanned ? trace_clock(f->scanned) : "modelled");
 }
 
 /* The step's streams per rank, with a 'v' over the current event's start. */
 static void timeline(FILE *out, const Frame *f) {
-    fprintf(out, "  timeline of step %d (%.1f us %s)  # compute  = comm  ~ copy\n",
-            f->event->step + 1, (f->step_end - f->step_start) * 1e6,
-            f->scanned ? trace_clock(f->scanned) : "modelled");
+    char title[96];
+    plain_timeline_title(f, title, sizeof title);
+    fprintf(out, "  %s  # compute  = comm  ~ copy\n", title);
     fprintf(out, "  %-15s %*s\n", "", f->cursor + 1, "v");
     static const char *const names[STREAM_COUNT] = {"compute", "comm", "copy"};
     for (int r = 0; r < f->nranks; r++)

@@ -45,6 +45,15 @@ void text_subscript(char *buf, size_t n, const char *sym, size_t index) {
     buf[at] = 0;
 }
 
+void text_event_header(const Plan *p, const TraceEvent *e, size_t index, size_t count, char *buf,
+                       size_t n) {
+    int at = snprintf(buf, n, "event %zu of %zu | step %d | %s | GPU %d | %s", index + 1, count,
+                      e->step + 1, phase_name((Phase)e->phase), e->rank,
+                      event_kind_name((EventKind)e->kind));
+    if (at >= 0 && (size_t)at < n && e->unit >= 0 && e->unit < p->nunits)
+        snprintf(buf + at, n - (size_t)at, " %s", p->units[e->unit].name);
+}
+
 size_t text_display_width(const char *s) {
     size_t w = 0;
     for (; *s; s++) w += ((unsigned char)*s & 0xC0) != 0x80;

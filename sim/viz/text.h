@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "engine/plan.h"
+#include "engine/trace.h"
 
 /* Human bytes: "36 B", "1.50 KiB", "12.3 GiB". */
 const char *format_bytes(size_t b, char *buf, size_t n);
@@ -20,6 +21,11 @@ int text_unit_symbols(const Plan *p, int u, int size, int rank, const char *pref
  * none): "a₀=+0.887 a₁=+0.308". */
 int text_unit_values(const Plan *p, int u, int size, int rank, const char *prefix,
                      const float *values, char *buf, size_t n);
+/* The line that heads a frame, as every renderer shows it: "event 55 of 339 | step 1 | forward |
+ * GPU 0 | all_gather La" for event `index` (0-based) of `count`; the unit's name only when e
+ * names one of p's. plain.c draws it between "-- " and " --". */
+void text_event_header(const Plan *p, const TraceEvent *e, size_t index, size_t count, char *buf,
+                       size_t n);
 /* Columns a UTF-8 string takes on a terminal (one per code point). */
 size_t text_display_width(const char *s);
 /* sym followed by index in UTF-8 subscript digits ("a" 1 -> "a₁"), like the workshop's slides. */
