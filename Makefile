@@ -9,11 +9,13 @@ LDLIBS  += -lopenblas -lz -lcjson -lncursesw -lm -pthread
 
 # The Debian packages come first, before anything below asks which tools are here: on a fresh
 # machine `make test` installs Open MPI (.ci/deps.sh) and must then find mpicc, which the lines
-# below look for once, when make reads this file.
+# below look for once, when make reads this file. `make test` also asks for what only the tests
+# use (`deps.sh test`: a headless chromium for the HTML view's browser test); `make run` does not.
 DEPS_GOALS := run test viz bench bench-vs-torch bench-ckpt bench-nvme bench-ac bench-plan \
 	bench-mpi bench-viz fuzz
+DEPS_ARGS := $(if $(filter test,$(MAKECMDGOALS)),test)
 ifneq ($(filter $(DEPS_GOALS),$(MAKECMDGOALS)),)
-ifneq ($(shell bash .ci/deps.sh >&2 && echo ok),ok)
+ifneq ($(shell bash .ci/deps.sh $(DEPS_ARGS) >&2 && echo ok),ok)
 $(error the Debian packages above are missing)
 endif
 endif

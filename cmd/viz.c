@@ -1,23 +1,29 @@
 /* viz (command): `fsdp viz`: records one step's trace on the simulated cluster (or reads one a
  * run wrote) and shows it event by event, in the full-screen viewer or as text frames, with
- * the same step under DDP beside it on request. */
+ * the same step under DDP beside it on request, or writes it as one HTML page. */
+#include <errno.h>
+#include <libgen.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd/commands.h"
 #include "cmd/run.h"
 #include "io/trace_file.h"
 #include "sim/viz/frame.h"
+#include "sim/viz/html.h"
 #include "sim/viz/plain.h"
+#include "sim/viz/text.h"
 #include "sim/viz/tui.h"
 
 typedef struct VizArgs {
     const char *trace;  /* --trace FILE: replay it instead of running */
     size_t first, last; /* 1-based; last 0: to the end */
     int plain;          /* text frames even on a terminal */
+    const char *html;   /* --html FILE: write the page instead of showing frames */
     char **rest;        /* train's flags */
     int nrest;
 } VizArgs;
@@ -44,6 +50,10 @@ static const Flag viz_rows[] = {
     {"--events", FLAG_SET, .set = set_events, .arg = "A-B",
      .missing = "--events needs a value (A-B)",
      .help = "text frames of events A to B (1-based, inclusive); A for one"},
+    {"--html", FLAG_STRING, offsetof(VizArgs, html), .arg = "FILE",
+     .missing = "--html needs a file",
+     .help = "write every event as one self-contained HTML page (the viewer's\n"
+             "keys work in it) instead of showing them"},
     {"--plain", FLAG_SWITCH, offsetof(VizArgs, plain),
      .help = "text frames even on a terminal (they are the default when stdout\n"
              "is not one)"},
@@ -56,8 +66,8 @@ static const Flag viz_rows[] = {
 static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
 
 static void viz_help(FILE *f) {
-    fputs("usage: ./fsdp viz [--events A-B] [--plain] [train flags]\n"
-          "       ./fsdp viz --trace FILE [--events A-B] [--plain]\n"
+    fputs("usage: ./fsdp viz [--events A-B] [--plain] [--html FILE] [train flags]\n"
+          "       ./fsdp viz --trace FILE [--events A-B] [--plain] [--html FILE]\n"
           "\n"
           "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
           "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
@@ -98,6 +108,45 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--trace replays a recorded run, whose flags come from the file (got %s)",
                        v->rest[0]);
+    if (v->html && (v->first || v->plain))
+        return err_set(err, ERR_USAGE, "--html writes every event; %s is for text frames",
+                       v->first ? "--events" : "--plain");
+    return 0;
+}
+
+/* --html's file: a file in a directory that exists (an existing file is replaced), checked
+ * before anything runs. */
+static int check_html_path(const char *path, Err *err) {
+    struct stat st;
+    if (!path[0]) return err_set(err, ERR_USAGE, "--html needs a file name");
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return err_set(err, ERR_USAGE, "--html '%s' is a directory; name the page's file", path);
+    char copy[4096];
+    if (snprintf(copy, sizeof copy, "%s", path) >= (int)sizeof copy)
+        return err_set(err, ERR_USAGE, "--html path is too long: %s", path);
+    const char *dir = dirname(copy);
+    if (stat(dir, &st) != 0)
+        return err_set(err, ERR_USAGE, "--html '%s': directory '%s' %s", path, dir,
+                       errno == ENOENT ? "does not exist" : strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return err_set(err, ERR_USAGE, "--html '%s': '%s' is not a directory", path, dir);
+    return 0;
+}
+
+/* The page of every event into the file opened before the run, renamed into place when whole;
+ * one line says where and how big. */
+static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *page, Err *err) {
+    char title[200];
+    snprintf(title, sizeof title, "fsdp viz: %s, %s, %d ranks", t->args.model,
+             strategy_name(t->args.fsdp.strategy), t->args.ranks);
+    int rc = html_write(page->f, trace, &t->plan, title, err);
+    if (rc) return rc;
+    fflush(page->f);
+    long size = ftell(page->f);
+    if ((rc = atomic_commit(page, err))) return rc;
+    char bytes[32];
+    printf("wrote %s: %zu events, %s\n", page->path, trace->n,
+           format_bytes(size > 0 ? (size_t)size : 0, bytes, sizeof bytes));
     return 0;
 }
 
@@ -223,12 +272,14 @@ static int replay_prepare(TrainRun *t, const Trace *trace, const TraceMeta *meta
     return rc ? rc : trace_matches_plan(t, trace, meta, path, err);
 }
 
-static int viz_replay(TrainRun *t, const VizArgs *v, Err *err) {
+static int viz_replay(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err) {
     Trace trace;
     TraceMeta meta;
     int rc = trace_file_read(v->trace, &trace, &meta, err);
     if (!rc) rc = replay_prepare(t, &trace, &meta, v->trace, err);
-    if (!rc)
+    if (!rc && page->f)
+        rc = viz_write_html(t, &trace, page, err);
+    else if (!rc)
         rc = viz_wants_viewer(v) ? tui_run(&trace, &t->plan, NULL, err)
                                  : viz_print(t, &trace, v, err);
     trace_free(&trace);
@@ -236,14 +287,16 @@ static int viz_replay(TrainRun *t, const VizArgs *v, Err *err) {
     return rc;
 }
 
-static int viz_execute(TrainRun *t, const VizArgs *v, Err *err) {
+static int viz_execute(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err) {
     ClusterResult res;
     int rc = viz_record(t, &res, err);
     if (!rc) rc = run_write_outputs(t, &res, err);
     int viewer = viz_wants_viewer(v);
     DdpPeer peer = {.args = &t->args};
     TuiCompare ddp = {.load = ddp_peer_load, .user = &peer};
-    if (!rc)
+    if (!rc && page->f)
+        rc = viz_write_html(t, &res.trace, page, err);
+    else if (!rc)
         rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, err) : viz_print(t, &res.trace, v, err);
     ddp_peer_free(&peer);
     cluster_result_free(&res);
@@ -264,8 +317,11 @@ int cmd_viz(int argc, char **argv) {
     }
     t.nflags = v.nrest;
     t.flags = v.rest;
+    AtomicFile page = {0};
+    if (!rc && v.html) rc = check_html_path(v.html, &err);
+    if (!rc && v.html) rc = atomic_open(&page, v.html, &err);
     if (!rc && v.trace) {
-        rc = viz_replay(&t, &v, &err);
+        rc = viz_replay(&t, &v, &page, &err);
     } else {
         if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* viz took --help */
         if (!rc && !t.args.steps_given) { /* one step unless asked for more */
@@ -273,8 +329,9 @@ int cmd_viz(int argc, char **argv) {
             t.args.steps = 1;
         }
         if (!rc) rc = run_prepare(&t, &err);
-        if (!rc) rc = viz_execute(&t, &v, &err);
+        if (!rc) rc = viz_execute(&t, &v, &page, &err);
     }
+    atomic_discard(&page);
     run_cleanup(&t);
     free(v.rest);
     return rc ? cmd_fail(rc, err.msg) : 0;

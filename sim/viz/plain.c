@@ -84,6 +84,14 @@ static void header(FILE *out, const Frame *f) {
     fprintf(out, "-- %s --\n", f->header);
 }
 
+void plain_memory_text(const Frame *f, int r, char *buf, size_t n) {
+    char total[32], peak[32];
+    size_t sum = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_mem(f, r, (MemCategory)c);
+    snprintf(buf, n, "%s (peak %s)", format_bytes(sum, total, sizeof total),
+             format_bytes(f->peak[r], peak, sizeof peak));
+}
+
 static void grid(FILE *out, const Frame *f, const Plan *p) {
     enum { CELL = 200 };
     char text[CELL];
@@ -92,25 +100,29 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
     for (int u = 0; u < p->nunits; u++) pad(out, p->units[u].name, width + 2);
     fprintf(out, "memory\n");
     for (int r = 0; r < f->nranks; r++) {
-        char label[16], total[32], peak[32];
+        char label[16], memory[80];
         snprintf(label, sizeof label, "GPU %d", r);
         fprintf(out, "  %-7s", label);
         for (int u = 0; u < p->nunits; u++) {
             plain_cell_text(f, p, r, u, text, CELL);
             pad(out, text, width + 2);
         }
-        size_t sum = 0;
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_mem(f, r, (MemCategory)c);
-        fprintf(out, "%s (peak %s)\n", format_bytes(sum, total, sizeof total),
-                format_bytes(f->peak[r], peak, sizeof peak));
+        plain_memory_text(f, r, memory, sizeof memory);
+        fprintf(out, "%s\n", memory);
     }
+}
+
+void plain_timeline_title(const Frame *f, char *buf, size_t n) {
+    snprintf(buf, n, "timeline of step %d (%.1f us %s)", f->event->step + 1,
+             (f->step_end - f->step_start) * 1e6,
+             f->scanned ? trace_clock(f->scanned) : "modelled");
 }
 
 /* The step's streams per rank, with a 'v' over the current event's start. */
 static void timeline(FILE *out, const Frame *f) {
-    fprintf(out, "  timeline of step %d (%.1f us %s)  # compute  = comm  ~ copy\n",
-            f->event->step + 1, (f->step_end - f->step_start) * 1e6,
-            f->scanned ? trace_clock(f->scanned) : "modelled");
+    char title[96];
+    plain_timeline_title(f, title, sizeof title);
+    fprintf(out, "  %s  # compute  = comm  ~ copy\n", title);
     fprintf(out, "  %-15s %*s\n", "", f->cursor + 1, "v");
     static const char *const names[STREAM_COUNT] = {"compute", "comm", "copy"};
     for (int r = 0; r < f->nranks; r++)
