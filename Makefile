@@ -274,23 +274,32 @@ bench-viz: deps $(BUILD)/bench_viz
 $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# libFuzzer targets for the parsers of untrusted files (safetensors, checkpoint metadata),
-# built with clang, ASan and UBSan into build/fuzz; each runs FUZZ_SECONDS (default 60) from
-# the seeds in tests/fuzz/corpus (a toy's --save-full file and checkpoint meta.json). A crash
+# libFuzzer targets for the readers of untrusted files (safetensors, checkpoint metadata, trace
+# files with the frames drawn from them, the IDX data set), built with clang, ASan and UBSan
+# into build/fuzz; each runs FUZZ_SECONDS (default 60) from the seeds in tests/fuzz/corpus (a
+# toy's --save-full file, checkpoint meta.json, a toy's trace, one IDX image and label). A crash
 # leaves its input in build/fuzz/ (crash-*): make it a test.
 FUZZ_SECONDS ?= 60
 FUZZ_SRCS := $(LIB_SRCS)
 FUZZ_FLAGS := -g -O1 -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-fuzz: deps
+FUZZ_TARGETS := safetensors ckpt_meta trace idx
+fuzz: deps $(FUZZ_TARGETS:%=build/fuzz/fuzz_%)
+	@mkdir -p build/fuzz/corpus-safetensors build/fuzz/corpus-ckpt_meta build/fuzz/corpus-trace \
+		build/fuzz/corpus-idx
+	cp tests/fuzz/corpus/*.safetensors build/fuzz/corpus-safetensors/
+	cp tests/fuzz/corpus/*_meta.json build/fuzz/corpus-ckpt_meta/
+	cp tests/fuzz/corpus/*.trace.json build/fuzz/corpus-trace/
+	cp tests/fuzz/corpus/idx_*.bin build/fuzz/corpus-idx/
+	cd build/fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-safetensors
+	cd build/fuzz && ./fuzz_ckpt_meta -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-ckpt_meta
+	cd build/fuzz && ./fuzz_trace -max_total_time=$(FUZZ_SECONDS) -max_len=80000 corpus-trace
+	cd build/fuzz && ./fuzz_idx -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-idx
+
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_SRCS)
 	@command -v clang >/dev/null || { echo "make fuzz needs clang (apt-get install clang)"; exit 1; }
-	@mkdir -p build/fuzz/corpus-st build/fuzz/corpus-ckpt
-	cp tests/fuzz/corpus/*.safetensors build/fuzz/corpus-st/
-	cp tests/fuzz/corpus/*.json build/fuzz/corpus-ckpt/
-	clang $(FUZZ_FLAGS) -o build/fuzz/fuzz_safetensors tests/fuzz/fuzz_safetensors.c $(FUZZ_SRCS) $(filter-out -pthread,$(LDLIBS))
-	clang $(FUZZ_FLAGS) -o build/fuzz/fuzz_ckpt_meta tests/fuzz/fuzz_ckpt_meta.c $(FUZZ_SRCS) $(filter-out -pthread,$(LDLIBS))
-	cd build/fuzz && ./fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-st
-	cd build/fuzz && ./fuzz_ckpt_meta -max_total_time=$(FUZZ_SECONDS) -max_len=4096 corpus-ckpt
+	@mkdir -p build/fuzz
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_SRCS) $(filter-out -pthread,$(LDLIBS))
 
 format:
 	clang-format -i $(LIB_SRCS) $(CMD_SRCS) $(HOST_RUNTIME_SRCS) main.c $(TEST_SRCS) $(BENCH_SRCS) \

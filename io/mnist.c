@@ -20,9 +20,15 @@
 #define GZ_BUF_BYTES (256u * 1024u) /* zlib's input buffer */
 #define GZ_CHUNK (1u << 30)         /* gzread takes an unsigned int length */
 
-/* One open IDX file: its full path (for messages) and the zlib handle. */
+/* DEFLATE cannot shrink data more than this (its longest match, 258 bytes, in at least about
+ * 2 bits), so a gzip file of c bytes holds at most c * 1032 bytes: a bound that refuses a
+ * header announcing more than its file can hold before anything is allocated for it. */
+#define GZ_MAX_RATIO 1032u
+
+/* One open IDX file: its full path (for messages), its size on disk and the zlib handle. */
 typedef struct IdxFile {
     char path[PATH_MAX];
+    size_t file_bytes;
     gzFile gz;
 } IdxFile;
 
@@ -93,6 +99,10 @@ static int idx_open(IdxFile *f, const char *dir, const char *name, Err *err) {
     }
     if (S_ISDIR(st.st_mode))
         return err_set(err, ERR_USAGE, "%s: is a directory, expected a gzip'd IDX file", f->path);
+    if (!S_ISREG(st.st_mode))
+        return err_set(err, ERR_USAGE, "%s: not a regular file, expected a gzip'd IDX file",
+                       f->path);
+    f->file_bytes = (size_t)st.st_size;
     errno = 0;
     f->gz = gzopen(f->path, "rb");
     if (!f->gz) {
@@ -176,6 +186,16 @@ static int idx_body(IdxFile *f, uint8_t *dst, size_t item_bytes, long count, con
     return 0;
 }
 
+/* Whether f, as big as it is on disk, can hold `bytes` of items after its header even at
+ * DEFLATE's best: a header that says otherwise is refused before its items are allocated. */
+static int idx_can_hold(const IdxFile *f, size_t bytes, long count, const char *noun, Err *err) {
+    if (bytes / GZ_MAX_RATIO <= f->file_bytes) return 0;
+    return err_set(err, ERR_USAGE,
+                   "%s: truncated: header says %ld %s but the file's %zu bytes cannot hold them "
+                   "even compressed",
+                   f->path, count, noun, f->file_bytes);
+}
+
 int mnist_load(Dataset *out, const char *dir, const char *split, Err *err) {
     if (!out) return err_set(err, ERR_INTERNAL, "mnist_load: no Dataset to fill");
     memset(out, 0, sizeof *out);
@@ -214,6 +234,8 @@ int mnist_load(Dataset *out, const char *dir, const char *split, Err *err) {
     }
 
     const size_t img_bytes = (size_t)MNIST_SIDE * MNIST_SIDE;
+    if ((rc = idx_can_hold(&img, (size_t)n * img_bytes, n, "images", err)) != 0) goto fail;
+    if ((rc = idx_can_hold(&lab, (size_t)n, n, "labels", err)) != 0) goto fail;
     /* n <= IDX_MAX_COUNT, so this cannot overflow a 64-bit size_t. */
     block = malloc((size_t)n * (img_bytes + 1));
     if (!block) {

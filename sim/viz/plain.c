@@ -129,8 +129,8 @@ static void timeline(FILE *out, const Frame *f) {
         for (int s = 0; s < STREAM_COUNT; s++) {
             const char *row = f->timeline[r * STREAM_COUNT + s];
             if (s == STREAM_COPY && !strpbrk(row, "~")) continue; /* no offload: no copies */
-            char label[24];
-            snprintf(label, sizeof label, s == 0 ? "GPU %d" : "", r);
+            char label[24] = "";
+            if (s == 0) snprintf(label, sizeof label, "GPU %d", r);
             fprintf(out, "  %-7s %-7s %s\n", label, names[s], row);
         }
 }

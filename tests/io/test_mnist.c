@@ -256,6 +256,25 @@ Test(mnist_files, truncated_images) {
                 WORDS("truncated", "header says 3 images of 28x28", "ends after 2 of them"));
 }
 
+/* A header announcing ten million images in a file of a few dozen bytes is refused before the
+ * 7.85 GB it announces is allocated: no gzip file that small can hold them. */
+Test(mnist_files, a_header_bigger_than_its_file_allocates_nothing) {
+    write_images(NAMES[0], 0x803, 10000000, SIDE, SIDE, PIX, 1);
+    write_labels(NAMES[1], 0x801, 10000000, TINY_LABELS, 3);
+    expect_fail(
+        "train", NAMES[0],
+        WORDS("truncated", "header says 10000000 images", "cannot hold them even compressed"));
+}
+
+/* A device is not a data set: refused at open, never read. */
+Test(mnist_files, a_device_is_refused) {
+    char p[128];
+    path_of(p, sizeof p, NAMES[0]);
+    cr_assert_eq(symlink("/dev/zero", p), 0);
+    write_good_labels();
+    expect_fail("train", NAMES[0], WORDS("not a regular file"));
+}
+
 Test(mnist_files, truncated_labels) {
     write_good_images();
     write_labels(NAMES[1], 0x801, 3, TINY_LABELS, 1);
