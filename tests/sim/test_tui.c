@@ -2,9 +2,11 @@
  * back with capture-pane. Skipped where tmux is not installed. Each test has its own tmux
  * server (-L): they run in parallel, and a server whose last session ends exits. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/trace_file.h"
@@ -16,16 +18,47 @@ static int sh(const char *cmd) {
     return system(cmd);
 }
 
+/* tmux -L SESSION ARGS... run without a shell (the tests that step through hundreds of
+ * events call it twice an event); what it prints goes to out (n bytes, NUL-terminated) when
+ * out is not NULL. Returns its exit status, -1 when it could not run. */
+static int tmux(char *out, size_t n, const char *a, const char *b, const char *c, const char *d) {
+    char *argv[] = {"tmux", "-L", session, (char *)a, (char *)b, (char *)c, (char *)d, NULL};
+    int fd[2];
+    if (pipe(fd)) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        close(fd[0]);
+        execvp("tmux", argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    char sink[4096];
+    for (ssize_t r = 1; r > 0;) {
+        r = out ? read(fd[0], out + got, n - 1 - got) : read(fd[0], sink, sizeof sink);
+        if (r > 0 && out) got += (size_t)r;
+        if (out && got == n - 1) break;
+    }
+    close(fd[0]);
+    if (out) out[got] = 0;
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* The visible screen, as text. */
 static const char *screen(void) {
     static char buf[1 << 16];
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p -t %s 2>/dev/null", session, session);
-    FILE *p = popen(cmd, "r");
-    size_t got = p ? fread(buf, 1, sizeof buf - 1, p) : 0;
-    buf[got] = 0;
-    if (p) pclose(p);
+    if (tmux(buf, sizeof buf, "capture-pane", "-p", "-t", session)) buf[0] = 0;
     return buf;
+}
+
+/* Presses one key (a tmux key name: "c", "Enter"). */
+static void key(const char *k) {
+    cr_assert_eq(tmux(NULL, 0, "send-keys", "-t", session, k), 0, "send-keys %s", k);
 }
 
 /* The screen once two captures 50 ms apart agree (not halfway through a redraw). */
@@ -433,7 +466,7 @@ static size_t every_collective_in_view(const Trace *t, const TraceMeta *m, const
     for (size_t i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
         if (!is_collective(e)) continue;
-        keys("c");
+        key("c");
         const char *s = at_event(i + 1, t->n);
         cr_assert(s, "%s: c should land on event %zu", size, i + 1);
         if (e->unit < 0) continue;
