@@ -1,6 +1,7 @@
 /* The terminal viewer for real: `fsdp viz` in a tmux session, driven with send-keys and read
  * back with capture-pane. Skipped where tmux is not installed. Each test has its own tmux
- * server (-L): they run in parallel, and a server whose last session ends exits. */
+ * server (-L, named after the test and its process: they run in parallel, here and in other
+ * checkouts of the same user), which its .fini kills, removing its socket. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,7 +13,7 @@
 #include "io/trace_file.h"
 #include "tests/util.h"
 
-static char session[32];
+static char session[48];
 
 static int sh(const char *cmd) {
     return system(cmd);
@@ -151,7 +152,7 @@ static int shows_after(const char *k, const char *text) {
  * when a viewer exits at once. */
 static void start(const char *name, int w, int h, const char *args) {
     if (sh("command -v tmux >/dev/null 2>&1") != 0) cr_skip_test("tmux is not installed");
-    snprintf(session, sizeof session, "fsdp_tui_%s", name);
+    snprintf(session, sizeof session, "fsdp_tui_%s_%d", name, (int)getpid());
     char cmd[512];
     snprintf(cmd, sizeof cmd, "tmux -L %s kill-server 2>/dev/null", session);
     sh(cmd);
@@ -176,9 +177,15 @@ static void quit(void) {
 
 /* Every test's .fini, failed or not: no viewer is left behind. */
 static void stop(void) {
-    char kill[256];
+    if (!session[0]) return;
+    char kill[256], socket[512];
     snprintf(kill, sizeof kill, "tmux -L %s kill-server 2>/dev/null", session);
-    if (session[0]) sh(kill);
+    sh(kill);
+    /* tmux leaves the socket file behind; it is where tmux puts it (tmux(1), -L) */
+    const char *dir = getenv("TMUX_TMPDIR");
+    snprintf(socket, sizeof socket, "%s/tmux-%d/%s", dir && *dir ? dir : "/tmp", (int)getuid(),
+             session);
+    unlink(socket);
 }
 
 /* Bytes in use on the first " GPU 0  [" memory bar after `heading` ("...] 144 B (peak"), or
