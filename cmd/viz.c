@@ -77,9 +77,11 @@ static void viz_help(FILE *f) {
           f);
     flags_help(&viz_table, f);
     fputs("\n"
-          "On a terminal the full-screen viewer opens: n/space/right next, p/left previous,\n"
-          "f/b next forward/backward event, g go to event, d the same step under DDP beside\n"
-          "it, r play/pause, +/- speed, h help, q quit. NO_COLOR=1 turns colour off.\n"
+          "On a terminal the full-screen viewer opens: n/space/right next event, p/left\n"
+          "previous, c/C next/previous collective, k/K next/previous compute, f/b/o the first\n"
+          "event of the step's forward/backward/optimizer phase, </> the grid's units, g go to\n"
+          "event, d the same step under DDP beside it, r play/pause, +/- speed, h help, q quit.\n"
+          "The grid follows the event's unit. NO_COLOR=1 turns colour off.\n"
           "\n"
           "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
           f);

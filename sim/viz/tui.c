@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sim/viz/compare.h"
+#include "sim/viz/nav.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/text.h"
 
@@ -19,9 +20,9 @@ enum {
     SIDE_MIN_COLS = 60,                            /* a column of the side-by-side view */
     GRID_LABEL = 9,                                /* " GPU n   " before the grid's first unit */
     TIMELINE_WIDTH = 16 + FRAME_TIMELINE_COLS + 1, /* "GPU n  compute " and the row */
-    MORE_UNITS = 14,                               /* "+NN more units" */
-    COMPACT_STEP = 2,                              /* where the stacked DDP view starts shrinking */
-    LAST_STEP = 8,
+    GRID_SIDE = 16,   /* right of the grid: "NN more units →", "← params kept" */
+    COMPACT_STEP = 1, /* where the stacked DDP view starts shrinking */
+    LAST_STEP = 7,
 };
 
 /* A rectangle of the screen that one side's panels draw in; rows and columns count from its
@@ -38,6 +39,12 @@ typedef struct Side {
     size_t index;
     size_t top; /* the largest rank peak of the whole trace */
     int open;   /* f is sized for p */
+    /* The grid's window of units: it shows units [grid_first, grid_first + grid_shown). It
+     * follows the current event's unit when the event or the width changes (grid_for and
+     * grid_shown say for which it last did); keys < and > move it in between. */
+    int grid_first, grid_shown;
+    size_t grid_for;
+    unsigned categories; /* bit c: the trace charges memory to category c (the bars' legend) */
 } Side;
 
 typedef struct Viewer {
@@ -97,35 +104,34 @@ static void wrapped(const Region *r, int y, const char *s, int rows) {
 
 /* ---------------------------------------------------------------- layout */
 
-/* How much of each panel a side shows. A side that does not fit its region gives up, in this
- * order: the timeline; narration and the collective's flow beyond one row each; the blank rows
- * between panels; the memory bars, for one summary line; the flow; the narration; the memory
- * line. Only then does the grid lose rank rows, with a row saying how many are not shown:
- * which GPU holds what is what the view is about. The rows reserved for the texts do not
- * follow their length, so that panels stay put while one steps through events. */
+/* How much of each panel a side shows. The timeline comes first to go, but not all at once:
+ * when the full panels leave rows over, it shows as many GPUs as they hold (all GPUs run the
+ * same schedule, so the first few say most of it). A side that does not fit its region then
+ * gives up, in this order: narration and the collective's flow beyond one row each; the blank
+ * rows between panels; the memory bars, for one summary line; the flow; the narration; the
+ * memory line. Only then does the grid lose rank rows, with a row saying how many are not
+ * shown: which GPU holds what is what the view is about. Where the timeline is hidden, the
+ * single view says so in one row (the notice) instead of leaving people to wonder. The rows
+ * reserved for the texts do not follow their length, so that panels stay put while one steps
+ * through events. */
 typedef struct Layout {
     int gap;       /* blank rows between panels */
     int narration; /* rows for the narration */
     int flow;      /* rows for the collective's flow */
     int grid_rows; /* rank rows of the grid; fewer than the ranks adds a "+K more GPUs" row */
     int bars;      /* 1 a bar per rank, 0 one summary line, -1 no memory */
-    int timeline;
+    int timeline;  /* GPUs the timeline shows, from GPU 0 (0: hidden) */
+    int notice;    /* a row saying that (and why) the timeline is hidden */
 } Layout;
 
-static Layout layout_step(int step, int nranks, int timeline_fits) {
-    Layout l = {.gap = 1,
-                .narration = 3,
-                .flow = 2,
-                .grid_rows = nranks,
-                .bars = 1,
-                .timeline = timeline_fits};
-    if (step >= 1) l.timeline = 0;
-    if (step >= 2) l.narration = l.flow = 1;
-    if (step >= 3) l.gap = 0;
-    if (step >= 4) l.bars = 0;
-    if (step >= 5) l.flow = 0;
-    if (step >= 6) l.narration = 0;
-    if (step >= 7) l.bars = -1;
+static Layout layout_step(int step, int nranks) {
+    Layout l = {.gap = 1, .narration = 3, .flow = 2, .grid_rows = nranks, .bars = 1};
+    if (step >= 1) l.narration = l.flow = 1;
+    if (step >= 2) l.gap = 0;
+    if (step >= 3) l.bars = 0;
+    if (step >= 4) l.flow = 0;
+    if (step >= 5) l.narration = 0;
+    if (step >= 6) l.bars = -1;
     return l;
 }
 
@@ -133,8 +139,17 @@ static int layout_rows(const Layout *l, int nranks, int titled) {
     int rows = titled + l->gap + l->narration + l->flow + l->gap;
     rows += 1 + l->grid_rows + (l->grid_rows < nranks);
     if (l->bars >= 0) rows += l->gap + (l->bars ? 1 + nranks : 1);
-    if (l->timeline) rows += l->gap + 2 + 2 * nranks;
+    if (l->timeline) rows += l->gap + 2 + 2 * l->timeline;
+    if (l->notice) rows += l->gap + 1;
     return rows;
+}
+
+/* Rows more than the region has that the full layout needs to show the timeline of `ranks`
+ * GPUs. */
+static int timeline_shortfall(int nranks, const Region *r, int titled, int ranks) {
+    Layout l = layout_step(0, nranks);
+    l.timeline = ranks;
+    return layout_rows(&l, nranks, titled) - r->h;
 }
 
 /* Rows a shrunk layout leaves over go back to the texts it cut to one row: the narration's
@@ -146,12 +161,23 @@ static void texts_take_spare_rows(Layout *l, int spare) {
     if (spare > 0 && l->narration == 2) l->narration = 3;
 }
 
-/* The richest layout from step `first` on that fits h rows. */
-static Layout layout_fit(int nranks, const Region *r, int titled, int first) {
-    int timeline_fits = r->w >= TIMELINE_WIDTH;
-    Layout l = layout_step(first, nranks, timeline_fits);
-    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++)
-        l = layout_step(step, nranks, timeline_fits);
+/* The richest layout from step `first` on that fits h rows; `notice`: say so where the
+ * timeline is hidden (the single view; beside DDP the timeline gives way to the comparison). */
+static Layout layout_fit(int nranks, const Region *r, int titled, int first, int notice) {
+    Layout l = layout_step(first, nranks);
+    if (first == 0 && r->w >= TIMELINE_WIDTH) {
+        int gpus = (r->h - layout_rows(&l, nranks, titled) - l.gap - 2) / 2;
+        if (gpus >= 1) {
+            l.timeline = gpus < nranks ? gpus : nranks;
+            return l;
+        }
+    }
+    l.notice = notice;
+    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++) {
+        l = layout_step(step, nranks);
+        l.notice = notice;
+    }
+    if (layout_rows(&l, nranks, titled) > r->h) l.notice = 0; /* before any grid row */
     if (layout_rows(&l, nranks, titled) > r->h) { /* the grid's rows, one marker row for the rest */
         int spare = r->h - (layout_rows(&l, nranks, titled) - nranks);
         l.grid_rows = spare - 1 > 1 ? spare - 1 : 1;
@@ -167,8 +193,7 @@ static void draw_header(const Viewer *v) {
     const TraceEvent *e = s->f.event;
     char line[256];
     snprintf(line, sizeof line, " event %zu/%zu  step %d  %s  GPU %d  %s %s%s ", s->index + 1,
-             s->t->n, e->step + 1, phase_name((Phase)e->phase), e->rank,
-             event_kind_name((EventKind)e->kind),
+             s->t->n, e->step + 1, s->f.phase, e->rank, event_kind_name((EventKind)e->kind),
              e->unit >= 0 && e->unit < s->p->nunits ? s->p->units[e->unit].name : "",
              v->playing ? "  [playing]" : "");
     Region screen = whole_screen();
@@ -177,35 +202,77 @@ static void draw_header(const Viewer *v) {
     attroff(A_REVERSE);
 }
 
-/* How many units' columns fit in w columns, leaving room for the "+K more units" marker when
- * not all do (at least one: a lone column is cut at the edge instead). */
-static int units_shown(int w, int col, int nunits) {
+/* Whether some unit's cells are numbers (a unit without symbols: the count of its parameters
+ * a GPU keeps at rest), which need a label beside the grid; the toy's symbols say it. */
+static int grid_has_numbers(const Plan *p) {
+    for (int u = 0; u < p->nunits; u++)
+        if (!text_unit_is_symbolic(p, u)) return 1;
+    return 0;
+}
+
+/* How many units' columns fit in w columns, leaving GRID_SIDE to their right for the "NN more
+ * units →" marker when not all do and for the numbers' label when `numbers` (at least one: a
+ * lone column is cut at the edge instead). */
+static int units_shown(int w, int col, int nunits, int numbers) {
     int shown = nunits;
-    while (shown > 1 && GRID_LABEL + col * shown + (shown < nunits ? MORE_UNITS : -2) > w) shown--;
+    while (shown > 1 && GRID_LABEL + col * shown + (shown < nunits || numbers ? GRID_SIDE : -2) > w)
+        shown--;
     return shown;
 }
 
-/* The ownership grid: unit names, then a row per rank; returns the rows used. */
-static int draw_grid(const Viewer *v, const Side *s, const Region *r, int y, int rows) {
-    int col = (int)plain_cell_width(&s->f, s->p) + 2;
-    int shown = units_shown(r->w, col, s->p->nunits);
+/* Keeps the grid's window of `shown` units on the current event's unit: when the event (or
+ * the width) has changed since it last looked, the window moves just enough to show that unit;
+ * an event without a unit shows `fallback` (the run's unit, for the DDP side; -1 none) or
+ * leaves the window where it was. Between events, keys < and > move it. */
+static void grid_follow(Side *s, int shown, int fallback) {
+    int n = s->p->nunits;
+    const TraceEvent *e = s->f.event;
+    if (s->grid_for != s->index || s->grid_shown != shown) {
+        s->grid_for = s->index;
+        s->grid_shown = shown;
+        int unit = e && e->unit >= 0 && e->unit < n ? e->unit : fallback < n ? fallback : -1;
+        if (unit >= 0 && unit < s->grid_first) s->grid_first = unit;
+        if (unit >= 0 && unit >= s->grid_first + shown) s->grid_first = unit - shown + 1;
+    }
+    if (s->grid_first > n - shown) s->grid_first = n - shown;
+    if (s->grid_first < 0) s->grid_first = 0;
+}
+
+/* The ownership grid: unit names, then a row per rank; returns the rows used. Units that do not
+ * fit are counted on the side they are on: "←3 units" in the corner above the GPU labels,
+ * "5 more units →" after the last column. */
+static int draw_grid(const Viewer *v, Side *s, const Region *r, int y, int rows) {
+    int col = (int)plain_cell_width(&s->f, s->p) + 2, n = s->p->nunits;
+    int numbers = grid_has_numbers(s->p);
+    int shown = units_shown(r->w, col, n, numbers);
+    grid_follow(s, shown, s == &v->ddp ? v->run.f.event->unit : -1);
+    int first = s->grid_first, after = n - first - shown;
     char text[CELL];
-    for (int u = 0; u < shown; u++) put(r, y, GRID_LABEL + col * u, s->p->units[u].name);
-    if (shown < s->p->nunits) {
-        int more = s->p->nunits - shown;
-        snprintf(text, sizeof text, "+%d more unit%s", more, more == 1 ? "" : "s");
+    for (int i = 0; i < shown; i++) put(r, y, GRID_LABEL + col * i, s->p->units[first + i].name);
+    if (first > 0) {
+        snprintf(text, sizeof text, "\u2190%d unit%s", first, first == 1 ? "" : "s");
+        if (text_display_width(text) >= GRID_LABEL) snprintf(text, sizeof text, "\u2190%d", first);
+        put(r, y, 0, text);
+    }
+    if (after > 0) {
+        snprintf(text, sizeof text, "%d more unit%s \u2192", after, after == 1 ? "" : "s");
         put(r, y, GRID_LABEL + col * shown, text);
     }
     for (int rank = 0; rank < rows && rank < s->f.nranks; rank++) {
         snprintf(text, sizeof text, " GPU %d", rank);
         put(r, y + 1 + rank, 0, text);
-        for (int u = 0; u < shown; u++) {
-            plain_cell_text(&s->f, s->p, rank, u, text, CELL);
-            int gathered = frame_cell(&s->f, rank, u)->gathered;
+        for (int i = 0; i < shown; i++) {
+            plain_cell_text(&s->f, s->p, rank, first + i, text, CELL);
+            int gathered = frame_cell(&s->f, rank, first + i)->gathered;
             if (gathered) attron(v->colour ? COLOR_PAIR(1) : A_BOLD);
-            put(r, y + 1 + rank, GRID_LABEL + col * u, text);
+            put(r, y + 1 + rank, GRID_LABEL + col * i, text);
             if (gathered) attroff(v->colour ? COLOR_PAIR(1) : A_BOLD);
         }
+    }
+    if (numbers) { /* what the numbers are, beside the first row of them */
+        attron(A_DIM);
+        put(r, y + 1, GRID_LABEL + col * shown, "\u2190 params kept");
+        attroff(A_DIM);
     }
     if (rows >= s->f.nranks) return 1 + s->f.nranks;
     int more = s->f.nranks - rows;
@@ -215,9 +282,23 @@ static int draw_grid(const Viewer *v, const Side *s, const Region *r, int y, int
     return 2 + rows;
 }
 
-/* One letter per memory category in the stacked bars, in MemCategory order. */
+/* One letter per memory category in the stacked bars, in MemCategory order, and the word the
+ * legend gives it. */
 static const char bar_letter[MEM_CATEGORY_COUNT] = {'P', 'U', 'G', 'g', 'O', 'A',
                                                     'C', 'H', 'K', 'N', 'F'};
+static const char *const bar_word[MEM_CATEGORY_COUNT] = {"shard", "gathered", "grad", "full grad",
+                                                         "optim", "act",      "comm", "host",
+                                                         "ckpt",  "nvme",     "copy"};
+
+/* "memory: P shard U gathered ... |DDP at rest": the letters this run's bars can show (the
+ * help lists them all) and the mark at what DDP keeps at rest. */
+static void bars_legend(const Side *s, char *line, size_t n) {
+    size_t at = (size_t)snprintf(line, n, "memory:");
+    for (int c = 0; c < MEM_CATEGORY_COUNT && at < n; c++)
+        if (s->categories & (1u << c))
+            at += (size_t)snprintf(line + at, n - at, " %c %s", bar_letter[c], bar_word[c]);
+    if (at < n) snprintf(line + at, n - at, " |DDP at rest");
+}
 
 /* What one rank would hold at rest under DDP: every parameter, its gradient and Adam's two
  * moments, in fp32. */
@@ -249,10 +330,10 @@ static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
     int bar = r->w - GRID_LABEL - tail;
     bar = bar < 8 ? 8 : bar > 400 ? 400 : bar;
     int mark = (int)((double)bar * (double)ddp / (double)top);
+    bars_legend(s, line, sizeof line);
     put(r, y, 1,
-        r->w >= 79
-            ? "memory: P shard U gathered G grad g full grad O optim A act C comm H host |DDP"
-            : "memory (letters: see h)  |DDP");
+        text_display_width(line) + 1 <= (size_t)r->w ? line
+                                                     : "memory (letters: see h)  |DDP at rest");
     for (int rank = 0; rank < s->f.nranks; rank++) {
         int label = snprintf(line, sizeof line, " GPU %-2d [", rank), at = label, filled = 0;
         size_t below = 0;
@@ -288,13 +369,21 @@ static int draw_memory_line(const Side *s, const Region *r, int y) {
     return 1;
 }
 
-/* Each rank's compute and comm streams over the step, a 'v' over the current event. */
-static void draw_timeline(const Side *s, const Region *r, int y) {
-    char line[128];
-    put(r, y, 1, "timeline of the step  # compute  = comm");
+/* The compute and comm streams over the step of GPUs 0 to gpus-1, a 'v' over the current
+ * event; the title says when the others do not fit. */
+static void draw_timeline(const Side *s, const Region *r, int y, int gpus) {
+    char line[160];
+    int n = s->f.nranks;
+    int at = snprintf(line, sizeof line, "timeline of the step  # compute  = comm");
+    char shown[32] = "GPU 0";
+    if (gpus > 1) snprintf(shown, sizeof shown, "GPUs 0-%d", gpus - 1);
+    if (gpus < n)
+        snprintf(line + at, sizeof line - (size_t)at, "   %s of %d (%d more rows show all)", shown,
+                 n, 2 * (n - gpus));
+    put(r, y, 1, line);
     snprintf(line, sizeof line, "%*s", 16 + s->f.cursor + 1, "v"); /* rows start 16 in */
     put(r, y + 1, 0, line);
-    for (int rank = 0; rank < s->f.nranks; rank++) {
+    for (int rank = 0; rank < gpus && rank < n; rank++) {
         snprintf(line, sizeof line, " GPU %-2d compute %s", rank,
                  s->f.timeline[rank * STREAM_COUNT + STREAM_COMPUTE]);
         put(r, y + 2 + 2 * rank, 0, line);
@@ -304,12 +393,29 @@ static void draw_timeline(const Side *s, const Region *r, int y) {
     }
 }
 
+/* In the timeline's place when it is hidden: what it would take to show it. */
+static void draw_timeline_notice(const Side *s, const Region *r, int y, int titled) {
+    char line[160];
+    int n = s->f.nranks;
+    if (r->w < TIMELINE_WIDTH) {
+        snprintf(line, sizeof line, "timeline hidden: needs %d columns, has %d", TIMELINE_WIDTH,
+                 r->w);
+    } else {
+        int one = timeline_shortfall(n, r, titled, 1), all = timeline_shortfall(n, r, titled, n);
+        int at = snprintf(line, sizeof line, "timeline hidden: needs %d more row%s", one,
+                          one == 1 ? "" : "s");
+        if (n > 1) snprintf(line + at, sizeof line - (size_t)at, " (%d for all %d GPUs)", all, n);
+    }
+    attron(A_DIM);
+    put(r, y, 1, line);
+    attroff(A_DIM);
+}
+
 /* One side's panels in its region, top to bottom, as many as fit (see Layout); `title` (NULL
  * for none) heads the region, and the layout shrinks from step `first`. */
-static void draw_side(const Viewer *v, const Side *s, const Region *r, const char *title,
-                      int first) {
+static void draw_side(const Viewer *v, Side *s, const Region *r, const char *title, int first) {
     int nranks = s->f.nranks;
-    Layout l = layout_fit(nranks, r, title != NULL, first);
+    Layout l = layout_fit(nranks, r, title != NULL, first, title == NULL);
     int y = 0;
     if (title) {
         attron(A_BOLD | A_UNDERLINE);
@@ -326,22 +432,32 @@ static void draw_side(const Viewer *v, const Side *s, const Region *r, const cha
     y += draw_grid(v, s, r, y, l.grid_rows);
     if (l.bars >= 0)
         y += l.gap + (l.bars ? draw_bars(v, s, r, y + l.gap) : draw_memory_line(s, r, y + l.gap));
-    if (l.timeline) draw_timeline(s, r, y + l.gap);
+    if (l.timeline) draw_timeline(s, r, y + l.gap, l.timeline);
+    if (l.notice) draw_timeline_notice(s, r, y + l.gap, title != NULL);
 }
 
 static void draw_help(void) {
     static const char *const lines[] = {
         "keys",
-        "  n, space, right   next event",
-        "  p, left           previous event",
-        "  f / b             next event in forward / backward",
-        "  g                 go to an event (type its number, Enter)",
-        "  d                 DDP beside this run, at the same point (d again: off)",
-        "  r                 play / pause;  + / -  faster / slower",
-        "  h                 this help (any key closes it)",
-        "  q                 quit",
+        "  n, space, right  next event",
+        "  p, left          previous event",
+        "  c / C            next / previous collective: all_gather, reduce_scatter,",
+        "                   all_reduce, broadcast, barrier",
+        "  k / K            next / previous compute: forward, backward, recompute,",
+        "                   optimizer",
+        "  f / b / o        first event of this step's forward / backward / optimizer",
+        "  < / >            move the grid's units left / right (it follows the event)",
+        "  g                go to an event (type its number, Enter)",
+        "  d                DDP beside this run, at the same point (d again: off)",
+        "  r                play / pause;  + / -  faster / slower",
+        "  h                this help (any key closes it)",
+        "  q                quit",
+        "grid: what each GPU keeps of a unit: the toy's shards by name, else how many",
+        "  parameters (\u2190 params kept); +all gathered, +\u2202all full gradients;",
+        "  \u21903 units and 5 more units \u2192: units off the screen on that side",
         "memory bars: P shard  U gathered  G grad  g full grad  O optimizer",
-        "             A activations  C comm buffers  H host  | what DDP keeps at rest",
+        "  A activations  C comm buffers  H host  K checkpointed inputs  N NVMe",
+        "  F compute copy  | what DDP keeps at rest (all parameters, grads, Adam)",
     };
     Region screen = whole_screen();
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) put(&screen, 2 + (int)i, 2, lines[i]);
@@ -349,7 +465,8 @@ static void draw_help(void) {
 
 /* Units of a side's grid that w columns show. */
 static int grid_units_in(const Side *s, int w) {
-    return units_shown(w, (int)plain_cell_width(&s->f, s->p) + 2, s->p->nunits);
+    return units_shown(w, (int)plain_cell_width(&s->f, s->p) + 2, s->p->nunits,
+                       grid_has_numbers(s->p));
 }
 
 /* Side by side needs SIDE_MIN_COLS for each column (the same width, so that both sides' bars
@@ -362,7 +479,7 @@ static int side_by_side(const Viewer *v) {
 }
 
 /* The run and DDP, side by side when they fit (above), else stacked with the compact panels. */
-static void draw_compare(const Viewer *v) {
+static void draw_compare(Viewer *v) {
     char left[256], right[256];
     const TraceEvent *e = v->ddp.f.event;
     snprintf(left, sizeof left, "%s, this run: event %zu/%zu", strategy_name(v->run.p->strategy),
@@ -398,6 +515,28 @@ static void sync_ddp(Viewer *v) {
     v->ddp.index = j;
 }
 
+/* The key line, from the fullest to the shortest: the first that fits the width is drawn (short
+ * of the last column: curses scrolls on a write to the bottom right corner). The help screen
+ * says what each key does in full. */
+static const char *const key_lines[] = {
+    " n/space next  p prev  c/C collective  k/K compute  f/b/o forward/backward/optimizer  "
+    "</> units  g go  d DDP  r play  +/- speed  h help  q quit",
+    " n next  p prev  c/C collective  k/K compute  f/b/o phase  </> units  g go  d DDP  r play  "
+    "+/- speed  h help  q quit",
+    " n/p next/prev  c/C collective  k/K compute  f/b/o phase  g go  d DDP  r play  +/- speed  "
+    "h help  q quit",
+    " n/p step  c/C comm  k/K compute  f/b/o phase  g go  d DDP  r play  +/- speed  h help  q quit",
+    " n/p  c/C comm  k/K compute  f/b/o phase  g go  d DDP  r +/-  h help  q quit",
+    " n/p c/C k/K f/b/o g  d DDP  r +/-  h help  q quit",
+};
+
+static const char *key_line(int cols) {
+    size_t n = sizeof key_lines / sizeof *key_lines;
+    for (size_t i = 0; i < n; i++)
+        if ((int)text_display_width(key_lines[i]) < cols) return key_lines[i];
+    return key_lines[n - 1];
+}
+
 /* The keys, or a message in their place (bold: it answers a key just pressed). */
 static void draw_key_line(const Viewer *v) {
     Region screen = whole_screen();
@@ -405,9 +544,7 @@ static void draw_key_line(const Viewer *v) {
     move(LINES - 1, 0);
     clrtoeol();
     attron(attr);
-    put(&screen, LINES - 1, 0,
-        v->status[0] ? v->status
-                     : " n next  p prev  f/b phase  g go  d DDP  r play  h help  q quit");
+    put(&screen, LINES - 1, 0, v->status[0] ? v->status : key_line(COLS));
     attroff(attr);
 }
 
@@ -438,14 +575,20 @@ static void draw(Viewer *v, Err *err) {
 
 /* ---------------------------------------------------------------- keys */
 
-/* The next event after the current one in `phase`, or the current one if there is none. */
-static size_t next_in_phase(const Viewer *v, int phase) {
-    const Trace *t = v->run.t;
-    for (size_t i = v->run.index + 1; i < t->n; i++)
-        if (t->ev[i].phase == phase && t->ev[i - 1].phase != phase) return i;
-    for (size_t i = v->run.index + 1; i < t->n; i++)
-        if (t->ev[i].phase == phase) return i;
-    return v->run.index;
+/* A movement key: the event nav.c says it leads to, or a line saying why there is none. */
+static void nav_key(Viewer *v, NavMove m) {
+    size_t to;
+    if (nav_move(v->run.t, v->run.index, m, &to))
+        v->run.index = to;
+    else
+        snprintf(v->status, sizeof v->status, " %s", nav_nowhere(m));
+}
+
+/* Keys < and >: the grids' windows of units one unit left or right (draw_grid keeps them in
+ * range; the next event brings its unit back into view). */
+static void scroll_units(Viewer *v, int by) {
+    v->run.grid_first += by;
+    v->ddp.grid_first += by;
 }
 
 static void go_to(Viewer *v) {
@@ -466,7 +609,11 @@ static void go_to(Viewer *v) {
 /* Sizes a side's frame for its plan and finds its trace's largest peak. */
 static int side_open(Side *s, const Trace *t, const Plan *p, Err *err) {
     if (!t->n) return err_set(err, ERR_USAGE, "the trace has no events");
-    *s = (Side){.t = t, .p = p};
+    *s = (Side){.t = t, .p = p, .grid_for = (size_t)-1};
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].kind == EV_ALLOC && t->ev[i].category >= 0 &&
+            t->ev[i].category < MEM_CATEGORY_COUNT)
+            s->categories |= 1u << t->ev[i].category;
     int rc = frame_init(&s->f, p, err);
     if (rc) return rc;
     s->open = 1;
@@ -533,17 +680,36 @@ static int on_key(Viewer *v, int key) {
     case 'n':
     case ' ':
     case KEY_RIGHT:
-        if (v->run.index < last) v->run.index++;
+        nav_key(v, NAV_NEXT);
         break;
     case 'p':
     case KEY_LEFT:
-        if (v->run.index > 0) v->run.index--;
+        nav_key(v, NAV_PREV);
+        break;
+    case 'c':
+        nav_key(v, NAV_NEXT_COLLECTIVE);
+        break;
+    case 'C':
+        nav_key(v, NAV_PREV_COLLECTIVE);
+        break;
+    case 'k':
+        nav_key(v, NAV_NEXT_COMPUTE);
+        break;
+    case 'K':
+        nav_key(v, NAV_PREV_COMPUTE);
         break;
     case 'f':
-        v->run.index = next_in_phase(v, PHASE_FORWARD);
+        nav_key(v, NAV_FORWARD);
         break;
     case 'b':
-        v->run.index = next_in_phase(v, PHASE_BACKWARD);
+        nav_key(v, NAV_BACKWARD);
+        break;
+    case 'o':
+        nav_key(v, NAV_OPTIMIZER);
+        break;
+    case '<':
+    case '>':
+        scroll_units(v, key == '<' ? -1 : 1);
         break;
     case 'g':
         go_to(v);

@@ -1,7 +1,9 @@
 /* tui: the full-screen terminal viewer (ncurses) an instructor drives in front of a room.
- * It only draws frames (frame.c) and moves between them on keys: n/space/right next,
- * p/left previous, f/b next forward/backward event, g go to event, d the same step under DDP
- * beside the run at the same point (compare.c), r play/pause, +/- speed, h help, q quit.
+ * It only draws frames (frame.c) and moves between them on keys (where each leads: nav.c):
+ * n/space/right next, p/left previous, c/C next/previous collective, k/K next/previous compute,
+ * f/b/o the start of the step's forward/backward/optimizer, </> the grid's units, g go to
+ * event, d the same step under DDP beside the run at the same point (compare.c), r play/pause,
+ * +/- speed, h help, q quit. The grid follows the current event's unit.
  * Works at 80x24, over ssh and in tmux, and without colour (NO_COLOR); panels that do not fit
  * give way in a fixed order, the grid's rank rows last (tui.c, Layout). */
 #ifndef FSDP_TUI_H

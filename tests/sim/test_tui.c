@@ -1,30 +1,65 @@
 /* The terminal viewer for real: `fsdp viz` in a tmux session, driven with send-keys and read
  * back with capture-pane. Skipped where tmux is not installed. Each test has its own tmux
- * server (-L): they run in parallel, and a server whose last session ends exits. */
+ * server (-L, named after the test and its process: they run in parallel, here and in other
+ * checkouts of the same user), which its .fini kills, removing its socket. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "io/trace_file.h"
 #include "tests/util.h"
 
-static char session[32];
+static char session[48];
 
 static int sh(const char *cmd) {
     return system(cmd);
 }
 
+/* tmux -L SESSION ARGS... run without a shell (the tests that step through hundreds of
+ * events call it twice an event); what it prints goes to out (n bytes, NUL-terminated) when
+ * out is not NULL. Returns its exit status, -1 when it could not run. */
+static int tmux(char *out, size_t n, const char *a, const char *b, const char *c, const char *d) {
+    char *argv[] = {"tmux", "-L", session, (char *)a, (char *)b, (char *)c, (char *)d, NULL};
+    int fd[2];
+    if (pipe(fd)) return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(fd[1], STDOUT_FILENO);
+        dup2(null, STDERR_FILENO);
+        close(fd[0]);
+        execvp("tmux", argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    char sink[4096];
+    for (ssize_t r = 1; r > 0;) {
+        r = out ? read(fd[0], out + got, n - 1 - got) : read(fd[0], sink, sizeof sink);
+        if (r > 0 && out) got += (size_t)r;
+        if (out && got == n - 1) break;
+    }
+    close(fd[0]);
+    if (out) out[got] = 0;
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) < 0) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
 /* The visible screen, as text. */
 static const char *screen(void) {
     static char buf[1 << 16];
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "tmux -L %s capture-pane -p -t %s 2>/dev/null", session, session);
-    FILE *p = popen(cmd, "r");
-    size_t got = p ? fread(buf, 1, sizeof buf - 1, p) : 0;
-    buf[got] = 0;
-    if (p) pclose(p);
+    if (tmux(buf, sizeof buf, "capture-pane", "-p", "-t", session)) buf[0] = 0;
     return buf;
+}
+
+/* Presses one key (a tmux key name: "c", "Enter"). */
+static void key(const char *k) {
+    cr_assert_eq(tmux(NULL, 0, "send-keys", "-t", session, k), 0, "send-keys %s", k);
 }
 
 /* The screen once two captures 50 ms apart agree (not halfway through a redraw). */
@@ -93,6 +128,19 @@ static void keys(const char *k) {
     cr_assert_eq(sh(cmd), 0);
 }
 
+/* Whether `early` is on the screen before `late` is (polled every 10 ms for `seconds`). */
+static int first_of(const char *early, const char *late, int seconds) {
+    const char *s = "";
+    for (int i = 0; i < seconds * 100; i++) {
+        s = screen();
+        if (strstr(s, early)) return 1;
+        if (strstr(s, late)) break;
+        usleep(10 * 1000);
+    }
+    fprintf(stderr, "screen without '%s' (before '%s'):\n%s\n", early, late, s);
+    return 0;
+}
+
 /* Presses `k`, then whether the screen shows `text` within 5 s. */
 static int shows_after(const char *k, const char *text) {
     keys(k);
@@ -104,7 +152,7 @@ static int shows_after(const char *k, const char *text) {
  * when a viewer exits at once. */
 static void start(const char *name, int w, int h, const char *args) {
     if (sh("command -v tmux >/dev/null 2>&1") != 0) cr_skip_test("tmux is not installed");
-    snprintf(session, sizeof session, "fsdp_tui_%s", name);
+    snprintf(session, sizeof session, "fsdp_tui_%s_%d", name, (int)getpid());
     char cmd[512];
     snprintf(cmd, sizeof cmd, "tmux -L %s kill-server 2>/dev/null", session);
     sh(cmd);
@@ -129,9 +177,15 @@ static void quit(void) {
 
 /* Every test's .fini, failed or not: no viewer is left behind. */
 static void stop(void) {
-    char kill[256];
+    if (!session[0]) return;
+    char kill[256], socket[512];
     snprintf(kill, sizeof kill, "tmux -L %s kill-server 2>/dev/null", session);
-    if (session[0]) sh(kill);
+    sh(kill);
+    /* tmux leaves the socket file behind; it is where tmux puts it (tmux(1), -L) */
+    const char *dir = getenv("TMUX_TMPDIR");
+    snprintf(socket, sizeof socket, "%s/tmux-%d/%s", dir && *dir ? dir : "/tmp", (int)getuid(),
+             session);
+    unlink(socket);
 }
 
 /* Bytes in use on the first " GPU 0  [" memory bar after `heading` ("...] 144 B (peak"), or
@@ -150,7 +204,11 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     start("keys", 100, 30, "--ranks 3");
     cr_expect(shows("event 1/339"));
     cr_expect(shows("GPU 0 allocates 4 B of param shard for La"));
-    cr_expect(shows("|DDP"), "the memory legend with the DDP marker");
+    cr_expect(shows("|DDP at rest"), "the memory legend labels the DDP mark");
+    const char *s = settled();
+    cr_expect(!strstr(s, "params kept"), "the toy's cells are symbols, not counts:\n%s", s);
+    cr_expect(strstr(s, "\n GPU 2  compute ") && !strstr(s, "timeline hidden"),
+              "100x30 has room for the whole timeline:\n%s", s);
     cr_expect(shows_after("n n n", "event 4/339"));
     cr_expect(shows_after("p", "event 3/339"));
     cr_expect(shows_after("g 5 5 Enter", "event 55/339"));
@@ -159,6 +217,8 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     cr_expect(shows_after("h", "this help"));
     cr_expect(shows("DDP beside this run"), "the help names key d");
     cr_expect(shows_after("x", "memory"));
+    resize(62, 30);
+    cr_expect(shows("timeline hidden: needs 65 columns, has 62"));
     resize(40, 10);
     cr_expect(shows("too small: 40x10, needs 60x12"));
     resize(100, 30);
@@ -247,10 +307,272 @@ Test(tui, vit_tiny_at_8_ranks_fits_80x24, .timeout = 60, .fini = stop) {
     cr_expect_eq(count(s, "\n GPU 7  "), 2, "GPU 7's grid row and memory bar:\n%s", s);
     cr_expect(strstr(s, "q quit"), "the key line at the bottom:\n%s", s);
     keys("d");
+    cr_expect(first_of("running the same step under DDP", "DDP at the same point", 20),
+              "a line says the DDP run is on its way before it is there");
     cr_assert(shows_within("DDP at the same point", 20));
     s = settled();
     cr_expect_eq(count(s, "\n GPU 7  "), 2, "GPU 7's grid row on both sides:\n%s", s);
     cr_expect_eq(count(s, "memory max GPU"), 2, "a memory line on both sides:\n%s", s);
     cr_expect(strstr(s, "q quit"), "%s", s);
+    quit();
+}
+
+/* ---------------------------------------------------------------- the key map, step by step */
+
+/* The run `fsdp viz ARGS` shows, as its trace file records it (the simulator is deterministic:
+ * the viewer started with the same flags shows the same events), with its unit names. */
+static void recorded(const char *args, Trace *t, TraceMeta *meta) {
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/fsdp_tui_trace_%d.json", (int)getpid());
+    int code = 0;
+    free(fsdp_run(&code, ">/dev/null 2>&1", "viz %s --events 1 --trace-out %s", args, path));
+    cr_assert_eq(code, 0, "viz %s --trace-out %s", args, path);
+    Err err = {0};
+    cr_assert_eq(trace_file_read(path, t, meta, &err), 0, "%s", err.msg);
+    unlink(path);
+}
+
+/* The screen once its header reads event n of total (polled every 5 ms for 10 s), or NULL. */
+static const char *at_event(size_t n, size_t total) {
+    char want[64];
+    snprintf(want, sizeof want, " event %zu/%zu ", n, total);
+    const char *s = "";
+    for (int i = 0; i < 2000; i++) {
+        s = screen();
+        if (!strncmp(s, want, strlen(want))) return s;
+        usleep(5 * 1000);
+    }
+    fprintf(stderr, "screen without '%s':\n%s\n", want, s);
+    return NULL;
+}
+
+/* The key map read literally from the trace, one event at a time (the help screen's words). */
+static int is_collective(const TraceEvent *e) {
+    return e->kind == EV_ALL_GATHER || e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE ||
+           e->kind == EV_BROADCAST || e->kind == EV_BARRIER;
+}
+
+static int is_compute(const TraceEvent *e) {
+    return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE ||
+           e->kind == EV_OPTIMIZER;
+}
+
+static size_t seek(const Trace *t, size_t from, int dir, int (*is)(const TraceEvent *)) {
+    for (long i = (long)from + dir; i >= 0 && i < (long)t->n; i += dir)
+        if (is(&t->ev[i])) return (size_t)i;
+    return from;
+}
+
+/* f/b/o: the first event of `phase` in the current step; from past the step's last phased
+ * event, the next step's. */
+static size_t phase_start(const Trace *t, size_t from, Phase phase) {
+    int step = t->ev[from].step, over = 1;
+    for (size_t i = from; i < t->n; i++)
+        if (t->ev[i].step == step && t->ev[i].phase != PHASE_NONE) over = 0;
+    if (over) step++;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].step == step && t->ev[i].phase == (int)phase) return i;
+    return from;
+}
+
+/* Presses `key` at event `from` (0-based) and checks that the header then reads event `want`;
+ * returns want. */
+static size_t press(const Trace *t, size_t from, const char *key, size_t want) {
+    keys(key);
+    cr_assert_neq(want, from, "'%s' from event %zu: a move the screen shows", key, from + 1);
+    cr_assert(at_event(want + 1, t->n), "'%s' from event %zu should land on event %zu", key,
+              from + 1, want + 1);
+    return want;
+}
+
+/* Each key of the map from where the trace makes it interesting, on the toy's two steps:
+ * c/C between collectives, k/K between computes, f/b/o to the starts of the phases (back from
+ * later in the step, on to the next step from the events between steps, nowhere from the
+ * teardown, which the key line then says), n/space/right and p/left one event. */
+Test(tui, every_key_lands_where_the_trace_says, .timeout = 90, .fini = stop) {
+    const char *args = "--ranks 3 --steps 2";
+    Trace t;
+    TraceMeta meta;
+    recorded(args, &t, &meta);
+    start("keymap", 100, 30, args);
+    cr_assert(at_event(1, t.n));
+    size_t at = 0;
+    at = press(&t, at, "c", seek(&t, at, 1, is_collective));
+    cr_expect_eq(t.ev[at].kind, EV_ALL_GATHER, "the first collective gathers");
+    at = press(&t, at, "c", seek(&t, at, 1, is_collective));
+    at = press(&t, at, "c", seek(&t, at, 1, is_collective));
+    at = press(&t, at, "C", seek(&t, at, -1, is_collective));
+    at = press(&t, at, "k", seek(&t, at, 1, is_compute));
+    at = press(&t, at, "k", seek(&t, at, 1, is_compute));
+    at = press(&t, at, "K", seek(&t, at, -1, is_compute));
+    cr_expect(is_compute(&t.ev[at]));
+    at = press(&t, at, "b", phase_start(&t, at, PHASE_BACKWARD));
+    cr_expect_eq(t.ev[at].step, 0);
+    at = press(&t, at, "o", phase_start(&t, at, PHASE_OPTIMIZER));
+    cr_expect_eq(t.ev[at].phase, PHASE_OPTIMIZER);
+    at = press(&t, at, "f", phase_start(&t, at, PHASE_FORWARD));
+    cr_expect_eq(t.ev[at].step, 0, "f from step 1's optimizer goes back to its forward");
+    at = press(&t, at, "Right", at + 1);
+    at = press(&t, at, "Space", at + 1);
+    at = press(&t, at, "n", at + 1);
+    at = press(&t, at, "Left", at - 1);
+    at = press(&t, at, "p", at - 1);
+    /* the events between the two steps: f and o go on to step 2's */
+    size_t between = phase_start(&t, 0, PHASE_OPTIMIZER);
+    while (t.ev[between].phase == PHASE_OPTIMIZER) between++;
+    cr_assert_eq(t.ev[between].phase, PHASE_NONE);
+    keys(fmt_text("g %zu Enter", between + 1));
+    at = between;
+    cr_assert(at_event(at + 1, t.n));
+    at = press(&t, at, "f", phase_start(&t, at, PHASE_FORWARD));
+    cr_expect_eq(t.ev[at].step, 1, "f between the steps: step 2's forward");
+    at = press(&t, at, "o", phase_start(&t, at, PHASE_OPTIMIZER));
+    cr_expect_eq(t.ev[at].step, 1);
+    cr_expect_eq(t.ev[at].phase, PHASE_OPTIMIZER);
+    /* the teardown: no step after it */
+    keys(fmt_text("g %zu Enter", t.n));
+    cr_assert(at_event(t.n, t.n));
+    cr_expect(shows_after("f", "no forward phase in this step or after it"));
+    cr_expect(at_event(t.n, t.n), "f stayed");
+    cr_expect(shows_after("c", "no collective after this event"));
+    trace_free(&t);
+    trace_meta_free(&meta);
+    quit();
+}
+
+/* ---------------------------------------------------------------- the grid follows the unit */
+
+/* The grid's row of unit names in screen s: the row above its first rank row (" GPU 0   ";
+ * narration reads " GPU 0 gathers", the memory bars " GPU 0  ["), or "". */
+static const char *grid_units_row(const char *s) {
+    static char row[1024];
+    const char *end = strstr(s, "\n GPU 0   "), *at = end;
+    row[0] = 0;
+    if (!end) return row;
+    while (at > s && at[-1] != '\n') at--;
+    snprintf(row, sizeof row, "%.*s", (int)(end - at), at);
+    return row;
+}
+
+/* Whether `word` is in row with a space or the row's edge on either side. */
+static int has_word(const char *row, const char *word) {
+    size_t n = strlen(word);
+    for (const char *at = row; (at = strstr(at, word)); at++)
+        if ((at == row || at[-1] == ' ') && (at[n] == ' ' || at[n] == 0)) return 1;
+    return 0;
+}
+
+/* From event 1, key c through every collective of t: at each, the header names the event (its
+ * kind and unit) and the grid's row of unit names holds that unit, whichever units the width
+ * leaves out; the numbers are labelled and so is the DDP mark. Returns how many collectives
+ * of a unit it checked. */
+static size_t every_collective_in_view(const Trace *t, const TraceMeta *m, const char *size) {
+    keys("g 1 Enter");
+    cr_assert(at_event(1, t->n), "%s", size);
+    size_t checked = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (!is_collective(e)) continue;
+        key("c");
+        const char *s = at_event(i + 1, t->n);
+        cr_assert(s, "%s: c should land on event %zu", size, i + 1);
+        if (e->unit < 0) continue;
+        const char *unit = m->units[e->unit];
+        char header[128];
+        snprintf(header, sizeof header, "%s %s", event_kind_name((EventKind)e->kind), unit);
+        /* a capture can catch a redraw halfway: look again before calling it wrong */
+        int ok = 0;
+        for (int again = 0; again < 40; again++) {
+            ok = strstr(row_of(s, " event "), header) && has_word(grid_units_row(s), unit);
+            if (ok) break;
+            usleep(5 * 1000);
+            s = screen();
+        }
+        cr_assert(ok, "%s, event %zu: the header names %s and the grid's units are '%s':\n%s", size,
+                  i + 1, header, grid_units_row(s), s);
+        if (!checked) {
+            cr_expect(strstr(row_of(s, " GPU 0   "), "\u2190 params kept"),
+                      "%s: the numbers' label beside GPU 0's row:\n%s", size, s);
+            cr_expect(strstr(s, "|DDP at rest"), "%s: the DDP mark's label:\n%s", size, s);
+        }
+        checked++;
+    }
+    cr_expect(shows_after("c", "no collective after this event"), "%s", size);
+    return checked;
+}
+
+/* `fsdp viz --model vit-tiny --ranks N` at 120x40, its trace, and how many all-gathers and
+ * reduce-scatters of a unit its step has, checked against the schedule: forward gathers every
+ * unit, backward again all but the root (kept from forward), and every unit's gradients are
+ * reduce-scattered, on each rank. */
+static size_t vit_tiny_viewer(int ranks, Trace *t, TraceMeta *m) {
+    char args[64];
+    snprintf(args, sizeof args, "--model vit-tiny --ranks %d", ranks);
+    recorded(args, t, m);
+    size_t gathers = 0, scatters = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        gathers += t->ev[i].kind == EV_ALL_GATHER && t->ev[i].unit >= 0;
+        scatters += t->ev[i].kind == EV_REDUCE_SCATTER && t->ev[i].unit >= 0;
+    }
+    cr_assert_eq(m->nunits, 11, "root and 10 encoder layers");
+    cr_assert_eq(gathers, (size_t)ranks * (2 * 11 - 1), "%zu all-gathers", gathers);
+    cr_assert_eq(scatters, (size_t)ranks * 11, "%zu reduce-scatters", scatters);
+    start(fmt_text("grid%d", ranks), 120, 40, args);
+    cr_assert(at_event(1, t->n));
+    return gathers + scatters;
+}
+
+/* Every all-gather and reduce-scatter of every unit at 4 ranks, at 120x40 (5 of the 11 units
+ * fit) and 80x24 (3 fit); then keys < and > move the window and the next event brings the
+ * unit back. */
+Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .timeout = 120, .fini = stop) {
+    Trace t;
+    TraceMeta m;
+    size_t collectives = vit_tiny_viewer(4, &t, &m);
+    cr_expect_eq(every_collective_in_view(&t, &m, "120x40"), collectives);
+    resize(80, 24);
+    cr_expect_eq(every_collective_in_view(&t, &m, "80x24"), collectives);
+    /* at GPU 0's all-gather of encoder_layer_7 (unit 8) the window is units 6-8 */
+    keys("g 8 2 5 Enter");
+    cr_assert(shows("event 825/2792  step 1  forward  GPU 0  all_gather encoder_layer_7"));
+    const char *s = settled();
+    cr_expect(strstr(grid_units_row(s), "\u21906 units encoder_layer_5 "), "%s", s);
+    cr_expect(strstr(grid_units_row(s), "encoder_layer_7   2 more units \u2192"), "%s", s);
+    keys("'<'");
+    cr_expect(shows("\u21905 units encoder_layer_4 "));
+    cr_expect(strstr(grid_units_row(settled()), "encoder_layer_6   3 more units \u2192"));
+    keys("'>'");
+    cr_expect(shows("\u21906 units encoder_layer_5 "));
+    keys("'<' '<'");
+    cr_expect(shows("\u21904 units encoder_layer_3 "));
+    keys("n");
+    cr_expect(shows("event 826/2792"));
+    cr_expect(shows("\u21906 units encoder_layer_5 "), "the next event's unit back in view");
+    trace_free(&t);
+    trace_meta_free(&m);
+    quit();
+}
+
+/* The same at 8 ranks. At 120x40 the panels leave 12 rows: the timeline of GPUs 0-3 (2 rows
+ * and 2 a GPU after a blank one). At 80x24 it is hidden and a row says what it needs: the
+ * full panels take 26 of the 22 rows (narration 3, flow 2, grid 9, memory 9, blank rows 3),
+ * the timeline 3 + 2 a GPU more, so 9 more rows for GPU 0 and 23 for all 8. */
+Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .timeout = 120, .fini = stop) {
+    Trace t;
+    TraceMeta m;
+    size_t collectives = vit_tiny_viewer(8, &t, &m);
+    cr_expect_eq(every_collective_in_view(&t, &m, "120x40"), collectives);
+    const char *s = settled();
+    cr_expect(strstr(s, "timeline of the step  # compute  = comm   GPUs 0-3 of 8 (8 more rows "
+                        "show all)"),
+              "%s", s);
+    cr_expect(strstr(s, "\n GPU 3  compute ") && !strstr(s, "\n GPU 4  compute "), "%s", s);
+    cr_expect(!strstr(s, "timeline hidden"), "%s", s);
+    resize(80, 24);
+    cr_expect(shows("timeline hidden: needs 9 more rows (23 for all 8 GPUs)"));
+    cr_expect(!strstr(settled(), "timeline of the step"));
+    cr_expect_eq(every_collective_in_view(&t, &m, "80x24"), collectives);
+    trace_free(&t);
+    trace_meta_free(&m);
     quit();
 }
