@@ -319,7 +319,7 @@ static size_t off_gpu_bytes(const size_t *by_category) {
 }
 
 static int fits(const PlanSetup *s, const PlannerResult *r) {
-    return (double)gpu_bytes(r->memory[r->top].at_peak) <= s->profile.mem_bytes;
+    return (double)r->memory[r->top].on_gpu.peak <= s->profile.mem_bytes;
 }
 
 /* Plans batch b: its peak GPU bytes at *peak, and whether they fit the GPU. */
@@ -329,7 +329,7 @@ static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replica
     int rc = plan_once(a, s, st, replicas, b, &r, err);
     if (rc) return rc;
     *fit = fits(s, &r);
-    *peak = gpu_bytes(r.memory[r.top].at_peak);
+    *peak = r.memory[r.top].on_gpu.peak;
     planner_result_free(&r);
     return 0;
 }
@@ -385,24 +385,24 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
 
 static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
     const RankMemory *m = &r->memory[r->top];
+    const size_t *gpu = m->on_gpu.at_peak; /* the breakdown at the GPU's own peak */
     char a[32], b[32];
     fprintf(f, "\nmemory per GPU (rank %d, the fullest)    at rest      at peak\n", r->top);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
-        if (!mem_category_on_gpu((MemCategory)c) || (!m->rest[c] && !m->at_peak[c])) continue;
+        if (!mem_category_on_gpu((MemCategory)c) || (!m->rest[c] && !gpu[c])) continue;
         fprintf(f, "  %-34s %11s  %11s\n", mem_category_label((MemCategory)c),
-                si_bytes((double)m->rest[c], a, sizeof a),
-                si_bytes((double)m->at_peak[c], b, sizeof b));
+                si_bytes((double)m->rest[c], a, sizeof a), si_bytes((double)gpu[c], b, sizeof b));
     }
-    size_t peak = gpu_bytes(m->at_peak);
+    size_t peak = m->on_gpu.peak;
     char cap[32];
     fprintf(f, "  %-34s %11s  %11s  %s %s\n", "GPU total",
             si_bytes((double)gpu_bytes(m->rest), a, sizeof a), si_bytes((double)peak, b, sizeof b),
             fits(s, r) ? "fits in" : "does NOT fit in",
             si_bytes(s->profile.mem_bytes, cap, sizeof cap));
-    if (off_gpu_bytes(m->rest) || off_gpu_bytes(m->at_peak))
+    if (off_gpu_bytes(m->rest) || m->off_gpu.peak)
         fprintf(f, "  %-34s %11s  %11s\n", "off the GPU (host memory, NVMe)",
                 si_bytes((double)off_gpu_bytes(m->rest), a, sizeof a),
-                si_bytes((double)off_gpu_bytes(m->at_peak), b, sizeof b));
+                si_bytes((double)m->off_gpu.peak, b, sizeof b));
 }
 
 static void print_traffic(FILE *f, const PlannerResult *r) {
@@ -451,11 +451,11 @@ static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy
             "\"gpu_memory\":%.0f,\"top_rank\":%d,\"gpu_rest\":%zu,\"gpu_peak\":%zu,\"fits\":%s,",
             a->model, s->model.total_numel, a->gpus, s->profile.name, strategy_name(st),
             layout_name(a->train.fsdp.layout), a->train.fsdp.batch_size, a->train.fsdp.grad_accum,
-            s->profile.mem_bytes, r->top, gpu_bytes(m->rest), gpu_bytes(m->at_peak),
+            s->profile.mem_bytes, r->top, gpu_bytes(m->rest), m->on_gpu.peak,
             fits(s, r) ? "true" : "false");
     json_categories(f, "rest", m->rest);
     fputc(',', f);
-    json_categories(f, "at_peak", m->at_peak);
+    json_categories(f, "at_peak", m->on_gpu.at_peak);
     fputs(",\"collectives\":{", f);
     for (int k = 0; k < COLL_KIND_COUNT; k++) {
         const PlannerTraffic *t = &r->traffic[k];
@@ -492,7 +492,7 @@ typedef struct CompareRowPlan {
 
 static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
     const PlannerResult *r = &row->result;
-    const size_t *at = r->memory[r->top].at_peak;
+    const size_t *at = r->memory[r->top].on_gpu.at_peak;
     char name[32], b[6][32], rest[32], t1[32], t2[32];
     if (row->strategy == STRAT_HSDP)
         snprintf(name, sizeof name, "hsdp x%d", row->replicas);

@@ -31,16 +31,16 @@ void report_memory_json(FILE *f, const RankMemory *m, int ranks);
 void report_stream_check(FILE *f, size_t accesses, size_t hazards, int json);
 
 /* One setting of --memory-compare: its name, the flags that make it, and the memory of the
- * rank whose peak was largest. */
+ * rank whose GPU peak was largest. */
 typedef struct CompareRow {
     const char *name;
     const char *flags;
     RankMemory peak;
 } CompareRow;
 
-/* The settings side by side: at each one's peak, GPU memory by kind (params, grads, Adam,
+/* The settings side by side: at each one's GPU peak, GPU memory by kind (params, grads, Adam,
  * activations with checkpointed inputs, comm buffers), the GPU total against gpu_bytes, and
- * what offload keeps in host memory. */
+ * what offload keeps in host memory (and NVMe) at that memory's own peak. */
 void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_bytes,
                            const char *profile);
 void report_step_json(FILE *f, const StepReport *r);

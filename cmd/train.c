@@ -109,7 +109,7 @@ static int memory_compare(TrainRun *t, Err *err) {
         cluster_result_free(&res);
         int top = 0;
         for (int r = 1; r < a->ranks; r++)
-            if (t->memory[r].peak > t->memory[top].peak) top = r;
+            if (t->memory[r].on_gpu.peak > t->memory[top].on_gpu.peak) top = r;
         rows[i] = (CompareRow){.name = s->name, .flags = s->flags, .peak = t->memory[top]};
     }
     if (!rc)
