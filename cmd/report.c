@@ -267,37 +267,46 @@ static void format_duration(double s, char *buf, size_t n) {
         snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* Seconds left at the average pace so far. */
-static double eta(const StepReport *r, double elapsed) {
-    return r->step ? elapsed / (double)r->step * (double)(r->steps - r->step) : 0.0;
+void step_pace_add(StepPace *p, const StepReport *r) {
+    p->seconds += r->wall_time;
+    p->images += r->images_per_s * r->wall_time;
+    p->steps++;
 }
 
-static long step_in_epoch(const StepReport *r) {
-    return (r->step - 1) % r->steps_per_epoch + 1;
+double step_pace_images_per_s(const StepPace *p) {
+    return p->seconds > 0 ? p->images / p->seconds : 0.0;
+}
+
+/* Seconds left at the average pace so far: the run's steps still to do, each taking what a
+ * step seen has taken on average. */
+static double eta(const StepReport *r, const StepPace *p) {
+    return p->steps ? p->seconds / (double)p->steps * (double)(r->steps - r->step) : 0.0;
 }
 
 static int epochs_of(const StepReport *r) {
     return (int)((r->steps + r->steps_per_epoch - 1) / r->steps_per_epoch);
 }
 
-void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s) {
+/* The step counts the run's steps, as llm.c's "step 200/200" and a --max-steps trainer do: a
+ * run of --steps 200 in an epoch of 234 ends at 200/200, not at 200/234; the epoch beside it
+ * says where in the data the run is. */
+void report_step_vit(FILE *f, const StepReport *r, const StepPace *p) {
     char left[32];
-    format_duration(eta(r, elapsed), left, sizeof left);
+    format_duration(eta(r, p), left, sizeof left);
     fprintf(f, "epoch %d/%d  step %5ld/%ld  loss %.4f  %6.0f img/s  eta %s\n", r->epoch + 1,
-            epochs_of(r), step_in_epoch(r), r->steps_per_epoch, r->stats.loss, images_per_s, left);
+            epochs_of(r), r->step, r->steps, r->stats.loss, step_pace_images_per_s(p), left);
 }
 
-void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s) {
+void report_progress_bar(FILE *f, const StepReport *r, const StepPace *p) {
     enum { WIDTH = 24 };
-    long in_epoch = step_in_epoch(r);
-    int filled = (int)(WIDTH * in_epoch / r->steps_per_epoch);
+    int filled = (int)(WIDTH * r->step / r->steps);
     char bar[WIDTH + 1], left[32];
     for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
     bar[WIDTH] = 0;
-    format_duration(eta(r, elapsed), left, sizeof left);
+    format_duration(eta(r, p), left, sizeof left);
     fprintf(f, "\repoch %d/%d [%s] %5ld/%ld  loss %.4f  %6.0f img/s  eta %s ", r->epoch + 1,
-            epochs_of(r), bar, in_epoch, r->steps_per_epoch, r->stats.loss, images_per_s, left);
-    if (in_epoch == r->steps_per_epoch || r->step == r->steps) fputc('\n', f);
+            epochs_of(r), bar, r->step, r->steps, r->stats.loss, step_pace_images_per_s(p), left);
+    if (r->step % r->steps_per_epoch == 0 || r->step == r->steps) fputc('\n', f);
 }
 
 void report_eval_text(FILE *f, const EvalReport *r) {
@@ -314,13 +323,14 @@ void report_eval_json(FILE *f, const EvalReport *r) {
 }
 
 void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
-                 const char *eval_name, long steps, int epochs) {
+                 const char *eval_name, long steps, int epochs, long global_batch) {
     fprintf(f, "data: FashionMNIST %s split, %ld images; evaluated on %s (%ld images)\n", split,
             train->n, eval_name, eval->n);
     if (epochs)
         fprintf(f, "run: %d epoch%s, %ld steps\n", epochs, epochs == 1 ? "" : "s", steps);
-    else
-        fprintf(f, "run: %ld steps\n", steps);
+    else /* the epoch's length, which the step lines' epoch counts in */
+        fprintf(f, "run: %ld steps (an epoch is %ld steps of %ld images)\n", steps,
+                train->n / global_batch, global_batch);
 }
 
 void report_final_params(FILE *f, const ModelDesc *m, const float *params) {
