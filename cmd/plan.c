@@ -56,7 +56,7 @@ static const Flag plan_rows[] = {
     {"--heads", FLAG_COUNT, ARG(heads), 1, 1 << 24, .arg = "N"},
     {"--mlp", FLAG_COUNT, ARG(mlp), 1, 1 << 24, .arg = "N"},
     {"--seq", FLAG_COUNT, ARG(seq), 1, 1 << 24, .usage = "--seq --vocab",
-     .help = "the transformer's sequence length and vocabulary"},
+     .help = "the transformer's sequence length and vocabulary\n(--seq also goes with --params)"},
     {"--vocab", FLAG_COUNT, ARG(vocab), 1, 1 << 24, .arg = "N"},
     {.kind = FLAG_SECTION, .help = "cluster"},
     {"--gpus", FLAG_COUNT, ARG(gpus), 1, CLI_MAX_RANKS, .arg = "N",
@@ -136,10 +136,11 @@ static int choose_model(PlanArgs *a, Err *err) {
     if (a->params && a->kind != MODEL_TRANSFORMER)
         return err_set(err, ERR_USAGE, "--params sizes a generic transformer, not --model %s",
                        a->model);
-    if (a->params && (shape || text))
+    /* --seq stays free: activations grow with it, and --params's shape is chosen around it */
+    if (a->params && (shape || a->vocab))
         return err_set(err, ERR_USAGE,
-                       "give --params or the shape (--layers, --hidden, --heads, --mlp, --seq, "
-                       "--vocab), not both");
+                       "give --params or the shape (--layers, --hidden, --heads, --mlp, --vocab), "
+                       "not both (--seq goes with either)");
     if (text && a->kind != MODEL_TRANSFORMER)
         return err_set(err, ERR_USAGE, "--seq and --vocab apply to the transformer, not %s",
                        a->model);
@@ -268,6 +269,10 @@ static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     c.mlp = a->mlp ? a->mlp : 4 * c.hidden;
     int rc = a->params ? transformer_config_for_params(a->params, &c, err)
                        : transformer_config_check(&c, err);
+    if (!rc && a->params && a->seq) { /* the shape for --params, at this sequence length: the */
+        c.seq = a->seq;               /* position embedding's seq x hidden moves the count a */
+        rc = transformer_config_check(&c, err); /* hair (8M of 70B from 2048 to 1024) */
+    }
     return rc ? rc : transformer_model_create(&s->model, &c, err);
 }
 
@@ -318,8 +323,13 @@ static size_t off_gpu_bytes(const size_t *by_category) {
     return by_category[MEM_HOST_OFFLOAD] + by_category[MEM_NVME];
 }
 
+/* The fullest GPU's own peak. */
+static size_t gpu_peak(const PlannerResult *r) {
+    return r->memory[r->top].on_gpu.peak;
+}
+
 static int fits(const PlanSetup *s, const PlannerResult *r) {
-    return (double)gpu_bytes(r->memory[r->top].at_peak) <= s->profile.mem_bytes;
+    return (double)r->memory[r->top].on_gpu.peak <= s->profile.mem_bytes;
 }
 
 /* Plans batch b: its peak GPU bytes at *peak, and whether they fit the GPU. */
@@ -329,7 +339,7 @@ static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replica
     int rc = plan_once(a, s, st, replicas, b, &r, err);
     if (rc) return rc;
     *fit = fits(s, &r);
-    *peak = gpu_bytes(r.memory[r.top].at_peak);
+    *peak = r.memory[r.top].on_gpu.peak;
     planner_result_free(&r);
     return 0;
 }
@@ -359,6 +369,29 @@ static int max_batch(const PlanArgs *a, const PlanSetup *s, Strategy st, int rep
 
 /* ---------------------------------------------------------------- text */
 
+/* The shape the plan assumed: what activations grow with (layers, hidden, heads, the sequence)
+ * and, for --params, which shape that size was given. */
+static void print_shape(FILE *f, const PlanArgs *a, const PlanSetup *s) {
+    char v[32];
+    if (a->kind == MODEL_TRANSFORMER) {
+        const TransformerConfig *c = s->model.config;
+        fprintf(f, "shape: %d layers, hidden %d, %d heads, MLP %d, sequence %d, vocabulary %s%s\n",
+                c->layers, c->hidden, c->heads, c->mlp, c->seq,
+                with_commas((size_t)c->vocab, v, sizeof v),
+                a->params ? " (chosen for --params from published widths; --seq sets the sequence)"
+                          : "");
+    } else if (a->kind == MODEL_VIT) {
+        const VitConfig *c = s->model.config;
+        fprintf(f,
+                "shape: %d layers, hidden %d, %d heads, MLP %d, sequence %d tokens (%dx%d images "
+                "in %dx%d patches, and the class token), %d classes\n",
+                c->layers, c->hidden, c->heads, c->mlp, vit_tokens(c), c->image, c->image, c->patch,
+                c->patch, c->classes);
+    } else {
+        fprintf(f, "shape: the workshop's toy, 3 layers (La, Lb, Lc) of 3 scalars each\n");
+    }
+}
+
 static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     char n[32], mem[32];
     const FsdpConfig *c = &a->train.fsdp;
@@ -369,6 +402,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     vit_preset("vit-workshop", &workshop);
     if (a->kind == MODEL_VIT && !memcmp(s->model.config, &workshop, sizeof workshop))
         fprintf(f, "  (the workshop's notes say ~180M for this hidden-3840 ViT; it has %s)\n", n);
+    print_shape(f, a, s);
     char wrap[32];
     wrap_format(&c->wrap, wrap, sizeof wrap);
     fprintf(f, "cluster: %d GPUs, %s (%d per node, %s each)\n", a->gpus, s->profile.name,
@@ -385,24 +419,24 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
 
 static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
     const RankMemory *m = &r->memory[r->top];
+    const size_t *gpu = m->on_gpu.at_peak; /* the breakdown at the GPU's own peak */
     char a[32], b[32];
     fprintf(f, "\nmemory per GPU (rank %d, the fullest)    at rest      at peak\n", r->top);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
-        if (!mem_category_on_gpu((MemCategory)c) || (!m->rest[c] && !m->at_peak[c])) continue;
+        if (!mem_category_on_gpu((MemCategory)c) || (!m->rest[c] && !gpu[c])) continue;
         fprintf(f, "  %-34s %11s  %11s\n", mem_category_label((MemCategory)c),
-                si_bytes((double)m->rest[c], a, sizeof a),
-                si_bytes((double)m->at_peak[c], b, sizeof b));
+                si_bytes((double)m->rest[c], a, sizeof a), si_bytes((double)gpu[c], b, sizeof b));
     }
-    size_t peak = gpu_bytes(m->at_peak);
+    size_t peak = m->on_gpu.peak;
     char cap[32];
     fprintf(f, "  %-34s %11s  %11s  %s %s\n", "GPU total",
             si_bytes((double)gpu_bytes(m->rest), a, sizeof a), si_bytes((double)peak, b, sizeof b),
             fits(s, r) ? "fits in" : "does NOT fit in",
             si_bytes(s->profile.mem_bytes, cap, sizeof cap));
-    if (off_gpu_bytes(m->rest) || off_gpu_bytes(m->at_peak))
+    if (off_gpu_bytes(m->rest) || m->off_gpu.peak)
         fprintf(f, "  %-34s %11s  %11s\n", "off the GPU (host memory, NVMe)",
                 si_bytes((double)off_gpu_bytes(m->rest), a, sizeof a),
-                si_bytes((double)off_gpu_bytes(m->at_peak), b, sizeof b));
+                si_bytes((double)m->off_gpu.peak, b, sizeof b));
 }
 
 static void print_traffic(FILE *f, const PlannerResult *r) {
@@ -430,6 +464,183 @@ static void print_time(FILE *f, const PlannerResult *r) {
     fprintf(f, "; %.0f%% of it hidden behind compute)\n", 100.0 * (hidden > 0 ? hidden : 0));
 }
 
+/* ---------------------------------------------------------------- when nothing fits */
+
+/* What fills a GPU at its peak, grouped by the levers that shrink it. */
+typedef enum { FILL_ACTIVATIONS = 0, FILL_STATE, FILL_GATHERED, FILL_COUNT } Fill;
+
+static const char *const fill_names[FILL_COUNT] = {"activations", "resting state",
+                                                   "gathered units"};
+static const char *const fill_meaning[FILL_COUNT] = {
+    "", "parameters, gradients and optimizer state kept between steps (its rows where sharded)",
+    "whole parameters and gradients of the units being computed, and their buffers"};
+
+static void fill_bytes(const size_t *at, double *by) {
+    by[FILL_ACTIVATIONS] = (double)(at[MEM_ACTIVATIONS] + at[MEM_AC_INPUT]);
+    by[FILL_STATE] = (double)(at[MEM_PARAM_SHARD] + at[MEM_GRAD_SHARD] + at[MEM_OPTIM_STATE]);
+    by[FILL_GATHERED] =
+        (double)(at[MEM_PARAM_UNSHARDED] + at[MEM_GRAD_UNSHARDED] + at[MEM_COMM_BUFFER]);
+}
+
+/* What activations are made of, from the shape: they grow with the batch and the sequence and
+ * do not shrink with more GPUs. */
+static void activations_because(const PlanArgs *a, const PlanSetup *s, int batch, char *buf,
+                                size_t n) {
+    buf[0] = 0;
+    if (a->kind == MODEL_TRANSFORMER) {
+        const TransformerConfig *c = s->model.config;
+        snprintf(buf, n,
+                 "%d sequence%s of %d tokens per GPU through %d layers of hidden %d, the "
+                 "attention keeping %d heads' %dx%d probabilities a layer",
+                 batch, batch == 1 ? "" : "s", c->seq, c->layers, c->hidden, c->heads, c->seq,
+                 c->seq);
+    } else if (a->kind == MODEL_VIT) {
+        const VitConfig *c = s->model.config;
+        snprintf(buf, n, "%d image%s of %d tokens per GPU through %d layers of hidden %d", batch,
+                 batch == 1 ? "" : "s", vit_tokens(c), c->layers, c->hidden);
+    } else {
+        snprintf(buf, n, "%d sample%s per GPU through the toy's 3 layers", batch,
+                 batch == 1 ? "" : "s");
+    }
+}
+
+/* One thing to try: the flags as typed and the job with them (strategy and replicas apart, as
+ * plan_once takes them), or words only where it is not one flag to plan. */
+typedef struct Lever {
+    char flags[128];
+    const char *words;
+    int together; /* the planned ones at once: shown only when none fits alone */
+    PlanArgs args;
+    Strategy strategy;
+    int replicas;
+} Lever;
+
+enum { MAX_LEVERS = 8 };
+
+/* The levers on what fills a fifth of the peak or more (big[fill]), each a change to the job
+ * as given: activation checkpointing, a smaller batch, a shorter sequence for activations;
+ * zero3, more GPUs, offload for the resting shards; bf16 for gathered units (and for resting
+ * ones in DeepSpeed's layout, where parameters rest in --param-dtype). */
+static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replicas, int compare,
+                      Lever *out) {
+    int n = 0;
+    const FsdpConfig *c = &a->train.fsdp;
+    const Lever base = {.args = *a, .strategy = st, .replicas = replicas};
+#define LEVER(...) (out[n] = base, snprintf(out[n].flags, sizeof out[n].flags, __VA_ARGS__))
+    if (big[FILL_ACTIVATIONS] && a->kind != MODEL_TOY && c->ac_every != 1) {
+        LEVER("%s", c->ac_every ? "--ac-every 1" : "--activation-checkpointing");
+        out[n++].args.train.fsdp.ac_every = 1;
+    }
+    if (big[FILL_ACTIVATIONS] && c->batch_size > 1) {
+        LEVER("--batch-size 1");
+        out[n++].args.train.fsdp.batch_size = 1;
+    }
+    if (big[FILL_STATE] && !compare && st != STRAT_ZERO3 && st != STRAT_HSDP) {
+        LEVER("--strategy zero3");
+        out[n++].strategy = STRAT_ZERO3;
+    }
+    int shards = st == STRAT_ZERO3 || st == STRAT_ZERO2 || st == STRAT_ZERO1;
+    if (big[FILL_STATE] && shards && a->gpus * 2 <= CLI_MAX_RANKS) {
+        LEVER("--gpus %d", 2 * a->gpus);
+        out[n++].args.gpus = 2 * a->gpus;
+    }
+    if (big[FILL_STATE] && c->offload == OFFLOAD_NONE) {
+        int cpu = c->layout == LAYOUT_FSDP && st != STRAT_DDP && st != STRAT_ZERO1;
+        LEVER("--offload %s", cpu ? "cpu" : "optimizer");
+        out[n++].args.train.fsdp.offload = cpu ? OFFLOAD_CPU : OFFLOAD_OPTIMIZER;
+    }
+    if (c->param_dtype == DTYPE_FP32 &&
+        (big[FILL_GATHERED] || (big[FILL_STATE] && c->layout == LAYOUT_DEEPSPEED))) {
+        LEVER("--param-dtype bf16");
+        out[n++].args.train.fsdp.param_dtype = DTYPE_BF16;
+    }
+#undef LEVER
+    /* all of them at once, when there are several: what the job would need together */
+    int planned = n;
+    if (planned > 1) {
+        out[n] = base;
+        out[n].together = 1;
+        for (int i = 0, at = 0; i < planned; i++)
+            at += snprintf(out[n].flags + at, sizeof out[n].flags - (size_t)at, "%s%s",
+                           i ? " " : "", out[i].flags);
+        for (int i = 0; i < planned; i++) {
+            const FsdpConfig *l = &out[i].args.train.fsdp;
+            FsdpConfig *all = &out[n].args.train.fsdp;
+            if (l->ac_every != c->ac_every) all->ac_every = l->ac_every;
+            if (l->batch_size != c->batch_size) all->batch_size = l->batch_size;
+            if (l->offload != c->offload) all->offload = l->offload;
+            if (l->param_dtype != c->param_dtype) all->param_dtype = l->param_dtype;
+            if (out[i].args.gpus != a->gpus) out[n].args.gpus = out[i].args.gpus;
+            if (out[i].strategy != st) out[n].strategy = out[i].strategy;
+        }
+        n++;
+    }
+    if (big[FILL_ACTIVATIONS] && a->kind == MODEL_TRANSFORMER)
+        out[n++] = (Lever){.flags = "a shorter --seq",
+                           .words = "activations grow with the sequence, the attention's "
+                                    "probabilities with its square"};
+    if (big[FILL_ACTIVATIONS] && !big[FILL_STATE])
+        out[n++] = (Lever){.flags = "more --gpus",
+                           .words = "no help: each GPU holds the activations of its own batch; "
+                                    "more GPUs shard only parameters, gradients and optimizer "
+                                    "state"};
+    return n;
+}
+
+/* Where nothing fits: what fills the GPU at the peak of the plan that comes closest (r,
+ * strategy `name`), what the activations are made of, and the flags that would change it,
+ * each planned: "--activation-checkpointing  zero3 would peak at 28.25 GB: fits in 80.00 GB". */
+static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const char *name,
+                         Strategy st, int replicas, const PlannerResult *r, int compare, Err *err) {
+    const RankMemory *m = &r->memory[r->top];
+    double by[FILL_COUNT];
+    fill_bytes(m->on_gpu.at_peak, by);
+    int order[FILL_COUNT] = {0, 1, 2}, big[FILL_COUNT];
+    for (int i = 1; i < FILL_COUNT; i++) /* largest first */
+        for (int k = i; k > 0 && by[order[k]] > by[order[k - 1]]; k--) {
+            int t = order[k];
+            order[k] = order[k - 1], order[k - 1] = t;
+        }
+    char peak[32], part[32], why[256];
+    fprintf(f, "\nnothing fits at batch %d per GPU: %s%s%s peaks at %s, of which\n",
+            a->train.fsdp.batch_size, compare ? "the closest, " : "", name, compare ? "," : "",
+            si_bytes((double)m->on_gpu.peak, peak, sizeof peak));
+    for (int i = 0; i < FILL_COUNT; i++) {
+        int k = order[i];
+        big[k] = by[k] >= 0.2 * (double)m->on_gpu.peak;
+        if (!by[k]) continue;
+        if (k == FILL_ACTIVATIONS)
+            activations_because(a, s, a->train.fsdp.batch_size, why, sizeof why);
+        fprintf(f, "  %-16s %10s  %s\n", fill_names[k], si_bytes(by[k], part, sizeof part),
+                k == FILL_ACTIVATIONS ? why : fill_meaning[k]);
+    }
+    Lever levers[MAX_LEVERS];
+    int n = levers_for(big, a, st, replicas, compare, levers);
+    if (n) fprintf(f, "what would change it:\n");
+    int one_fits = 0;
+    for (int i = 0; i < n; i++) {
+        const Lever *l = &levers[i];
+        if (l->words) {
+            fprintf(f, "  %-28s %s\n", l->flags, l->words);
+            continue;
+        }
+        if (l->together && one_fits) continue;
+        PlannerResult with;
+        int rc = plan_once(&l->args, s, l->strategy, l->replicas, l->args.train.fsdp.batch_size,
+                           &with, err);
+        if (rc) return rc;
+        char cap[32], who[32];
+        snprintf(who, sizeof who, "%s", l->strategy == st ? name : strategy_name(l->strategy));
+        one_fits |= fits(s, &with);
+        fprintf(f, "  %-28s %s would peak at %s: %s %s\n", l->flags, who,
+                si_bytes((double)with.memory[with.top].on_gpu.peak, peak, sizeof peak),
+                fits(s, &with) ? "fits in" : "still over",
+                si_bytes(s->profile.mem_bytes, cap, sizeof cap));
+        planner_result_free(&with);
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- JSON */
 
 static void json_categories(FILE *f, const char *key, const size_t *by) {
@@ -451,11 +662,11 @@ static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy
             "\"gpu_memory\":%.0f,\"top_rank\":%d,\"gpu_rest\":%zu,\"gpu_peak\":%zu,\"fits\":%s,",
             a->model, s->model.total_numel, a->gpus, s->profile.name, strategy_name(st),
             layout_name(a->train.fsdp.layout), a->train.fsdp.batch_size, a->train.fsdp.grad_accum,
-            s->profile.mem_bytes, r->top, gpu_bytes(m->rest), gpu_bytes(m->at_peak),
+            s->profile.mem_bytes, r->top, gpu_bytes(m->rest), m->on_gpu.peak,
             fits(s, r) ? "true" : "false");
     json_categories(f, "rest", m->rest);
     fputc(',', f);
-    json_categories(f, "at_peak", m->at_peak);
+    json_categories(f, "at_peak", m->on_gpu.at_peak);
     fputs(",\"collectives\":{", f);
     for (int k = 0; k < COLL_KIND_COUNT; k++) {
         const PlannerTraffic *t = &r->traffic[k];
@@ -490,14 +701,18 @@ typedef struct CompareRowPlan {
     PlannerResult result;
 } CompareRowPlan;
 
+static void compare_row_name(const CompareRowPlan *row, char *name, size_t n) {
+    if (row->strategy == STRAT_HSDP)
+        snprintf(name, n, "hsdp x%d", row->replicas);
+    else
+        snprintf(name, n, "%s", strategy_name(row->strategy));
+}
+
 static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
     const PlannerResult *r = &row->result;
-    const size_t *at = r->memory[r->top].at_peak;
+    const size_t *at = r->memory[r->top].on_gpu.at_peak;
     char name[32], b[6][32], rest[32], t1[32], t2[32];
-    if (row->strategy == STRAT_HSDP)
-        snprintf(name, sizeof name, "hsdp x%d", row->replicas);
-    else
-        snprintf(name, sizeof name, "%s", strategy_name(row->strategy));
+    compare_row_name(row, name, sizeof name);
     double cols[6] = {(double)(at[MEM_PARAM_SHARD] + at[MEM_PARAM_UNSHARDED]),
                       (double)(at[MEM_GRAD_SHARD] + at[MEM_GRAD_UNSHARDED]),
                       (double)at[MEM_OPTIM_STATE],
@@ -537,6 +752,19 @@ static int run_compare(const PlanArgs *a, const PlanSetup *s, Err *err) {
                "strategy", "params", "grads", "optimizer", "activations", "buffers", "GPU total",
                "at rest", "fits", "step", "waiting");
         for (int i = 0; i < n; i++) print_compare_row(s, &rows[i]);
+        /* when no strategy fits: why, on the one whose GPU peak comes closest */
+        int closest = 0, any_fits = 0;
+        for (int i = 0; i < n; i++) {
+            any_fits |= fits(s, &rows[i].result);
+            if (gpu_peak(&rows[i].result) < gpu_peak(&rows[closest].result)) closest = i;
+        }
+        if (n && !any_fits) {
+            const CompareRowPlan *row = &rows[closest];
+            char name[32];
+            compare_row_name(row, name, sizeof name);
+            rc = print_why_not(stdout, a, s, name, row->strategy, row->replicas, &row->result, 1,
+                               err);
+        }
     }
     for (int i = 0; i < n; i++) planner_result_free(&rows[i].result);
     return rc;
@@ -563,6 +791,15 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
                r.representatives, r.gpus);
     }
     planner_result_free(&r);
+    if (!rc && !best && !a->json) { /* why, at the batch that comes closest: 1 */
+        PlanArgs one = *a;
+        one.train.fsdp.batch_size = 1;
+        rc = plan_once(&one, s, c->strategy, c->replicas, 1, &r, err);
+        char name[32];
+        snprintf(name, sizeof name, "%s", strategy_name(c->strategy));
+        if (!rc) rc = print_why_not(stdout, &one, s, name, c->strategy, c->replicas, &r, 0, err);
+        if (!rc) planner_result_free(&r);
+    }
     /* the figures above show by how much; the exit status says it cannot run at all */
     if (!rc && !best) {
         char need[32], have[32];

@@ -149,40 +149,81 @@ static void report_resident_row(FILE *f, const RankMemory *mem, int shown) {
     fprintf(f, "  (peak RSS, measured)\n");
 }
 
-/* One table: categories as rows, for each shown rank its bytes at rest and at its peak
- * (the breakdown at the moment the rank's total peaked), then the DDP figure at rest. */
+/* Bytes per category for each shown rank, at rest and at a peak, and DDP's at rest. */
+typedef struct MemoryRows {
+    size_t rest[4], peak[4], ddp;
+} MemoryRows;
+
+static void memory_row(FILE *f, const char *label, const MemoryRows *m, int shown) {
+    char a[32], b[32];
+    fprintf(f, "  %-19s", label);
+    for (int r = 0; r < shown; r++)
+        fprintf(f, "  %11s %11s", format_bytes(m->rest[r], a, sizeof a),
+                format_bytes(m->peak[r], b, sizeof b));
+    fprintf(f, "  %12s\n", format_bytes(m->ddp, a, sizeof a));
+}
+
+/* The breakdown at a peak that a category's row shows: the GPU's for what the GPU holds (and
+ * for the fp32 copies kept out of every total), the host's for what offload keeps off it. */
+static const size_t *peak_of(const RankMemory *m, MemCategory c) {
+    return mem_category_off_gpu(c) ? m->off_gpu.at_peak : m->on_gpu.at_peak;
+}
+
+/* A row per category in [the GPU's, the host's, neither's] that a shown rank or DDP holds, and
+ * into *sum the rows' sums; returns how many rows it printed. */
+static int category_rows(FILE *f, const Plan *p, const RankMemory *mem, int shown, int place,
+                         MemoryRows *sum) {
+    int rows = 0;
+    for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
+        MemCategory c = (MemCategory)cat;
+        int at = mem_category_on_gpu(c) ? 0 : mem_category_off_gpu(c) ? 1 : 2;
+        if (at != place) continue;
+        MemoryRows row = {.ddp = ddp_rest(p, c)};
+        size_t any = row.ddp;
+        for (int r = 0; r < shown; r++) {
+            row.rest[r] = mem[r].rest[cat];
+            row.peak[r] = peak_of(&mem[r], c)[cat];
+            any += row.rest[r] + row.peak[r];
+            sum->rest[r] += row.rest[r];
+        }
+        sum->ddp += row.ddp;
+        if (!any) continue;
+        memory_row(f, mem_category_label(c), &row, shown);
+        rows++;
+    }
+    return rows;
+}
+
+/* One table: categories as rows, for each shown rank its bytes at rest and at its peak (the
+ * breakdown at the moment the rank's GPU total peaked), then the DDP figure at rest. The GPU's
+ * total counts only what the GPU holds: with offload the resting shards, grads and optimizer
+ * state are host memory (or NVMe files), on rows and a total of their own below it, at the
+ * moment that total peaked, as --memory-compare and fsdp plan keep them apart. */
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem) {
     int shown = p->world < 4 ? p->world : 4;
-    char a[32], b[32];
+    int off_gpu = 0, nvme = 0;
+    for (int r = 0; r < shown; r++) {
+        off_gpu |= mem[r].off_gpu.peak || mem[r].rest[MEM_HOST_OFFLOAD] || mem[r].rest[MEM_NVME];
+        nvme |= mem[r].off_gpu.at_peak[MEM_NVME] || mem[r].rest[MEM_NVME];
+    }
     fprintf(f,
-            "memory per rank%s (accounted; peak: the breakdown when the rank's total peaked; "
+            "memory per rank%s (accounted; peak: the breakdown when the rank's GPU total peaked%s; "
             "DDP: a rank at rest under DDP):\n",
-            shown < p->world ? ", first 4" : "");
+            shown < p->world ? ", first 4" : "", off_gpu ? ", host rows when the host's did" : "");
     fprintf(f, "  %-19s", "");
     for (int r = 0; r < shown; r++) fprintf(f, "  %9s%-2d %9s%-2d", "rest GPU ", r, "peak GPU ", r);
     fprintf(f, "  %12s\n", "DDP at rest");
-    size_t rest[8] = {0}, ddp = 0;
-    for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++) {
-        size_t dd = ddp_rest(p, (MemCategory)cat), any = dd;
-        for (int r = 0; r < shown; r++) any += mem[r].rest[cat] + mem[r].at_peak[cat];
-        ddp += dd;
-        if (!any) continue;
-        fprintf(f, "  %-19s", mem_category_label((MemCategory)cat));
-        for (int r = 0; r < shown; r++) {
-            rest[r] += mem[r].rest[cat];
-            fprintf(f, "  %11s %11s", format_bytes(mem[r].rest[cat], a, sizeof a),
-                    format_bytes(mem[r].at_peak[cat], b, sizeof b));
-        }
-        fprintf(f, "  %12s\n", format_bytes(dd, a, sizeof a));
+    MemoryRows gpu = {0}, host = {0}, apart = {0};
+    category_rows(f, p, mem, shown, 0, &gpu);
+    for (int r = 0; r < shown; r++) gpu.peak[r] = mem[r].on_gpu.peak;
+    memory_row(f, "GPU total", &gpu, shown);
+    if (off_gpu) {
+        category_rows(f, p, mem, shown, 1, &host);
+        for (int r = 0; r < shown; r++) host.peak[r] = mem[r].off_gpu.peak;
+        memory_row(f, nvme ? "host + NVMe total" : "host total", &host, shown);
     }
-    fprintf(f, "  %-19s", "total");
-    for (int r = 0; r < shown; r++)
-        fprintf(f, "  %11s %11s", format_bytes(rest[r], a, sizeof a),
-                format_bytes(mem[r].peak, b, sizeof b));
-    fprintf(f, "  %12s\n", format_bytes(ddp, a, sizeof a));
+    int copies = category_rows(f, p, mem, shown, 2, &apart);
     report_resident_row(f, mem, shown);
-    size_t copies = 0;
-    for (int r = 0; r < shown; r++) copies += mem[r].at_peak[MEM_COMPUTE_COPY];
     if (copies)
         fprintf(f,
                 "  (fp32 copies: the kernels here compute in fp32, so each gathered %s unit gets "
@@ -226,37 +267,46 @@ static void format_duration(double s, char *buf, size_t n) {
         snprintf(buf, n, "%ld:%02ld", t / 60, t % 60);
 }
 
-/* Seconds left at the average pace so far. */
-static double eta(const StepReport *r, double elapsed) {
-    return r->step ? elapsed / (double)r->step * (double)(r->steps - r->step) : 0.0;
+void step_pace_add(StepPace *p, const StepReport *r) {
+    p->seconds += r->wall_time;
+    p->images += r->images_per_s * r->wall_time;
+    p->steps++;
 }
 
-static long step_in_epoch(const StepReport *r) {
-    return (r->step - 1) % r->steps_per_epoch + 1;
+double step_pace_images_per_s(const StepPace *p) {
+    return p->seconds > 0 ? p->images / p->seconds : 0.0;
+}
+
+/* Seconds left at the average pace so far: the run's steps still to do, each taking what a
+ * step seen has taken on average. */
+static double eta(const StepReport *r, const StepPace *p) {
+    return p->steps ? p->seconds / (double)p->steps * (double)(r->steps - r->step) : 0.0;
 }
 
 static int epochs_of(const StepReport *r) {
     return (int)((r->steps + r->steps_per_epoch - 1) / r->steps_per_epoch);
 }
 
-void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s) {
+/* The step counts the run's steps, as llm.c's "step 200/200" and a --max-steps trainer do: a
+ * run of --steps 200 in an epoch of 234 ends at 200/200, not at 200/234; the epoch beside it
+ * says where in the data the run is. */
+void report_step_vit(FILE *f, const StepReport *r, const StepPace *p) {
     char left[32];
-    format_duration(eta(r, elapsed), left, sizeof left);
+    format_duration(eta(r, p), left, sizeof left);
     fprintf(f, "epoch %d/%d  step %5ld/%ld  loss %.4f  %6.0f img/s  eta %s\n", r->epoch + 1,
-            epochs_of(r), step_in_epoch(r), r->steps_per_epoch, r->stats.loss, images_per_s, left);
+            epochs_of(r), r->step, r->steps, r->stats.loss, step_pace_images_per_s(p), left);
 }
 
-void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s) {
+void report_progress_bar(FILE *f, const StepReport *r, const StepPace *p) {
     enum { WIDTH = 24 };
-    long in_epoch = step_in_epoch(r);
-    int filled = (int)(WIDTH * in_epoch / r->steps_per_epoch);
+    int filled = (int)(WIDTH * r->step / r->steps);
     char bar[WIDTH + 1], left[32];
     for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
     bar[WIDTH] = 0;
-    format_duration(eta(r, elapsed), left, sizeof left);
+    format_duration(eta(r, p), left, sizeof left);
     fprintf(f, "\repoch %d/%d [%s] %5ld/%ld  loss %.4f  %6.0f img/s  eta %s ", r->epoch + 1,
-            epochs_of(r), bar, in_epoch, r->steps_per_epoch, r->stats.loss, images_per_s, left);
-    if (in_epoch == r->steps_per_epoch || r->step == r->steps) fputc('\n', f);
+            epochs_of(r), bar, r->step, r->steps, r->stats.loss, step_pace_images_per_s(p), left);
+    if (r->step % r->steps_per_epoch == 0 || r->step == r->steps) fputc('\n', f);
 }
 
 void report_eval_text(FILE *f, const EvalReport *r) {
@@ -273,13 +323,14 @@ void report_eval_json(FILE *f, const EvalReport *r) {
 }
 
 void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
-                 const char *eval_name, long steps, int epochs) {
+                 const char *eval_name, long steps, int epochs, long global_batch) {
     fprintf(f, "data: FashionMNIST %s split, %ld images; evaluated on %s (%ld images)\n", split,
             train->n, eval_name, eval->n);
     if (epochs)
         fprintf(f, "run: %d epoch%s, %ld steps\n", epochs, epochs == 1 ? "" : "s", steps);
-    else
-        fprintf(f, "run: %ld steps\n", steps);
+    else /* the epoch's length, which the step lines' epoch counts in */
+        fprintf(f, "run: %ld steps (an epoch is %ld steps of %ld images)\n", steps,
+                train->n / global_batch, global_batch);
 }
 
 void report_final_params(FILE *f, const ModelDesc *m, const float *params) {
@@ -309,34 +360,26 @@ int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *er
     return 0;
 }
 
-/* GPU bytes at the peak: everything charged but what offload keeps in host memory or in files
- * (the fp32 emulation copies are never in the total). */
-static size_t gpu_at_peak(const RankMemory *m) {
-    size_t b = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        if (mem_category_on_gpu((MemCategory)c)) b += m->at_peak[c];
-    return b;
-}
-
 void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_bytes,
                            const char *profile) {
     char b[8][32], cap[32];
     fprintf(f,
-            "memory at each setting's peak (the rank with the largest peak; GPU: what the GPU "
-            "holds then; fits: %s's %s):\n",
+            "memory at each setting's peak (the rank with the largest GPU peak; GPU: what the "
+            "GPU holds then; host: at its own peak; fits: %s's %s):\n",
             profile, format_bytes(gpu_bytes, cap, sizeof cap));
     fprintf(f, "  %-24s %10s %10s %10s %10s %10s %10s %10s  %s\n", "setting", "params", "grads",
             "Adam", "activations", "comm", "GPU", "host", "fits");
     for (int i = 0; i < n; i++) {
-        const size_t *at = rows[i].peak.at_peak;
-        size_t gpu = gpu_at_peak(&rows[i].peak);
+        /* the GPU's columns at the GPU's peak; host memory at its own */
+        const size_t *at = rows[i].peak.on_gpu.at_peak;
+        size_t gpu = rows[i].peak.on_gpu.peak;
         size_t cols[7] = {at[MEM_PARAM_SHARD] + at[MEM_PARAM_UNSHARDED],
                           at[MEM_GRAD_SHARD] + at[MEM_GRAD_UNSHARDED],
                           at[MEM_OPTIM_STATE],
                           at[MEM_ACTIVATIONS] + at[MEM_AC_INPUT],
                           at[MEM_COMM_BUFFER],
                           gpu,
-                          at[MEM_HOST_OFFLOAD] + at[MEM_NVME]};
+                          rows[i].peak.off_gpu.peak};
         for (int c = 0; c < 7; c++) format_bytes(cols[c], b[c], sizeof b[c]);
         fprintf(f, "  %-24s %10s %10s %10s %10s %10s %10s %10s  %s\n", rows[i].name, b[0], b[1],
                 b[2], b[3], b[4], b[5], b[6], gpu <= gpu_bytes ? "yes" : "no");

@@ -15,32 +15,43 @@ void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, c
 void report_plan(FILE *f, const Plan *p);
 void report_ownership(FILE *f, const Plan *p);
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem);
-/* The data a ViT trains and is evaluated on, and how long the run is. */
+/* The data a ViT trains and is evaluated on, and how long the run is (global_batch: the
+ * images of a step, for the epoch's length in steps, drop-last). */
 void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
-                 const char *eval_name, long steps, int epochs);
+                 const char *eval_name, long steps, int epochs, long global_batch);
 /* clock: how the step time was had ("modelled", "measured"). */
 void report_step_text(FILE *f, const StepReport *r, int fp16, const char *clock);
-/* A ViT step: epoch progress, loss, images/s (the run's average so far, wall clock) and the
- * time left; elapsed is the wall time of the steps so far. */
-void report_step_vit(FILE *f, const StepReport *r, double elapsed, double images_per_s);
-/* The same redrawn in place on a terminal ("\r"), ending the line with each epoch. */
-void report_progress_bar(FILE *f, const StepReport *r, double elapsed, double images_per_s);
+/* The run's pace so far, from the steps a printer has seen: their wall seconds, their images
+ * and how many. Piped, only every few steps reach the printer, and a resumed run starts past
+ * step 1, so the time left is per step seen, not per step number. */
+typedef struct StepPace {
+    double seconds, images;
+    long steps;
+} StepPace;
+void step_pace_add(StepPace *p, const StepReport *r);
+double step_pace_images_per_s(const StepPace *p); /* the average so far, wall clock */
+/* A ViT step: the epoch, the step of the run's steps ("epoch 1/1  step 200/200"), loss,
+ * images/s and the time left at the pace p (which has seen r). */
+void report_step_vit(FILE *f, const StepReport *r, const StepPace *p);
+/* The same redrawn in place on a terminal ("\r"), the bar filling over the run, ending the
+ * line with each epoch. */
+void report_progress_bar(FILE *f, const StepReport *r, const StepPace *p);
 /* One JSON line: each rank's peak bytes and the largest, {"peak_bytes":N,"rank_peaks":[...]}. */
 void report_memory_json(FILE *f, const RankMemory *m, int ranks);
 /* --check-streams: "stream check: N accesses across streams, H hazards", or as one JSON line. */
 void report_stream_check(FILE *f, size_t accesses, size_t hazards, int json);
 
 /* One setting of --memory-compare: its name, the flags that make it, and the memory of the
- * rank whose peak was largest. */
+ * rank whose GPU peak was largest. */
 typedef struct CompareRow {
     const char *name;
     const char *flags;
     RankMemory peak;
 } CompareRow;
 
-/* The settings side by side: at each one's peak, GPU memory by kind (params, grads, Adam,
+/* The settings side by side: at each one's GPU peak, GPU memory by kind (params, grads, Adam,
  * activations with checkpointed inputs, comm buffers), the GPU total against gpu_bytes, and
- * what offload keeps in host memory. */
+ * what offload keeps in host memory (and NVMe) at that memory's own peak. */
 void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_bytes,
                            const char *profile);
 void report_step_json(FILE *f, const StepReport *r);

@@ -17,25 +17,22 @@ typedef struct Printer {
     int json;
     int fp16;
     int bar; /* redraw one line per step (stdout is a terminal, ViT) */
-    int vit; /* the lines show images/s and the epoch's progress */
+    int vit; /* the lines show images/s and the run's progress */
     long every;
     const char *clock; /* "modelled" or "measured" step times */
-    double elapsed;    /* wall seconds of the steps so far, for the ETA */
-    double images;     /* images trained on so far */
+    StepPace pace;     /* of the steps seen, for images/s and the time left */
 } Printer;
 
 static void print_step(void *user, const StepReport *r) {
     Printer *p = user;
-    p->elapsed += r->wall_time;
-    p->images += r->images_per_s * r->wall_time;
-    double rate = p->elapsed > 0 ? p->images / p->elapsed : 0.0;
+    step_pace_add(&p->pace, r);
     if (p->json)
         report_step_json(stdout, r);
     else if (p->bar)
-        report_progress_bar(stdout, r, p->elapsed, rate);
+        report_progress_bar(stdout, r, &p->pace);
     else if (r->step == 1 || r->step % p->every == 0 || r->step == r->steps) {
         if (p->vit)
-            report_step_vit(stdout, r, p->elapsed, rate);
+            report_step_vit(stdout, r, &p->pace);
         else
             report_step_text(stdout, r, p->fp16, p->clock);
     }
@@ -109,7 +106,7 @@ static int memory_compare(TrainRun *t, Err *err) {
         cluster_result_free(&res);
         int top = 0;
         for (int r = 1; r < a->ranks; r++)
-            if (t->memory[r].peak > t->memory[top].peak) top = r;
+            if (t->memory[r].on_gpu.peak > t->memory[top].on_gpu.peak) top = r;
         rows[i] = (CompareRow){.name = s->name, .flags = s->flags, .peak = t->memory[top]};
     }
     if (!rc)
@@ -226,7 +223,8 @@ int cmd_train(int argc, char **argv) {
         report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, ranks_are(&t));
         if (train_args_is_vit(&t.args))
             report_data(stdout, &t.data, t.args.split, &t.eval, t.eval_name, t.args.steps,
-                        t.args.epochs);
+                        t.args.epochs,
+                        (long)t.args.ranks * t.args.fsdp.batch_size * t.args.fsdp.grad_accum);
         report_plan(stdout, &t.plan);
         report_ownership(stdout, &t.plan);
     }

@@ -20,6 +20,10 @@ int mem_category_on_gpu(MemCategory c) {
     return c != MEM_HOST_OFFLOAD && c != MEM_NVME && c != MEM_COMPUTE_COPY;
 }
 
+int mem_category_off_gpu(MemCategory c) {
+    return c == MEM_HOST_OFFLOAD || c == MEM_NVME;
+}
+
 const char *mem_category_label(MemCategory c) {
     return (c >= 0 && c < MEM_CATEGORY_COUNT) ? category_labels[c] : "?";
 }
@@ -30,6 +34,13 @@ int mem_account_counts(const MemAccount *a, MemCategory c) {
     return !(a->compute_copies_apart && c == MEM_COMPUTE_COPY);
 }
 
+/* The part of a's accounting that category c is charged to, or NULL for neither. */
+static MemPeak *mem_part(MemAccount *a, MemCategory c) {
+    if (mem_category_on_gpu(c)) return &a->on_gpu;
+    if (mem_category_off_gpu(c)) return &a->off_gpu;
+    return NULL;
+}
+
 void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes) {
     a->in_use[c] += bytes;
     if (!mem_account_counts(a, c)) return;
@@ -38,11 +49,21 @@ void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes) {
         a->peak = a->total;
         memcpy(a->at_peak, a->in_use, sizeof a->at_peak);
     }
+    MemPeak *part = mem_part(a, c);
+    if (!part) return;
+    part->total += bytes;
+    if (part->total > part->peak) {
+        part->peak = part->total;
+        memcpy(part->at_peak, a->in_use, sizeof part->at_peak);
+    }
 }
 
 void mem_account_uncharge(MemAccount *a, MemCategory c, size_t bytes) {
     a->in_use[c] -= bytes;
-    if (mem_account_counts(a, c)) a->total -= bytes;
+    if (!mem_account_counts(a, c)) return;
+    a->total -= bytes;
+    MemPeak *part = mem_part(a, c);
+    if (part) part->total -= bytes;
 }
 
 size_t device_bytes_in_use(Device *d, MemCategory c) {
@@ -62,6 +83,11 @@ void device_reset_peak(Device *d) {
     MemAccount *a = &d->memory;
     a->peak = a->total;
     memcpy(a->at_peak, a->in_use, sizeof a->at_peak);
+    MemPeak *parts[] = {&a->on_gpu, &a->off_gpu};
+    for (int i = 0; i < 2; i++) {
+        parts[i]->peak = parts[i]->total;
+        memcpy(parts[i]->at_peak, a->in_use, sizeof parts[i]->at_peak);
+    }
 }
 
 void device_follow(Device *d, StreamId waiter, StreamId source) {

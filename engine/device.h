@@ -33,6 +33,8 @@ const char *mem_category_label(MemCategory c); /* "param shard", ... for people 
 /* 1 for what the GPU itself holds: not offloaded host memory or NVMe files, and not the fp32
  * copies the simulator's emulation keeps out of every total. */
 int mem_category_on_gpu(MemCategory c);
+/* 1 for what offload keeps off the GPU: host memory (MEM_HOST_OFFLOAD) and NVMe files. */
+int mem_category_off_gpu(MemCategory c);
 
 /* Streams are fixed: compute, collectives, host<->device copies. */
 typedef enum { STREAM_COMPUTE = 0, STREAM_COMM, STREAM_COPY, STREAM_COUNT } StreamId;
@@ -72,6 +74,14 @@ typedef struct Work {
     int on_host;       /* 1 if it runs on the host CPU (offloaded optimizer step) */
 } Work;
 
+/* One part of the accounting (the GPU's own memory, or what offload keeps off it): its bytes
+ * now, their peak since the last reset and every category's bytes at that moment. */
+typedef struct MemPeak {
+    size_t total;
+    size_t peak;
+    size_t at_peak[MEM_CATEGORY_COUNT];
+} MemPeak;
+
 /* The memory accounting every device keeps alike: bytes charged to each category, their
  * total, the total's peak and the breakdown at that peak. A backend charges an allocation and
  * uncharges its free; the DeviceOps queries answer from it (device_bytes_in_use, ...). */
@@ -80,6 +90,11 @@ typedef struct MemAccount {
     size_t total;                       /* their sum, less what is kept apart */
     size_t peak;                        /* the highest total since the last reset */
     size_t at_peak[MEM_CATEGORY_COUNT]; /* in_use when the total reached that peak */
+    /* The same for each place apart: with offload the host's bytes peak at other moments than
+     * the GPU's (a unit's NVMe staging buffers), and a GPU's peak is the GPU's alone, as
+     * torch.cuda.max_memory_allocated counts it. on_gpu: mem_category_on_gpu; off_gpu: host
+     * memory and NVMe files (MEM_HOST_OFFLOAD, MEM_NVME). */
+    MemPeak on_gpu, off_gpu;
     /* 1: MEM_COMPUTE_COPY is charged to its category but kept out of the total (the
      * simulator, whose fp32 copies only emulation needs) */
     int compute_copies_apart;

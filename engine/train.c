@@ -37,6 +37,8 @@ static void record_memory(const RankEnv *env, RankMemory *m) {
         m->at_peak[c] = d->ops->peak_bytes_by_category(d, (MemCategory)c);
     }
     m->peak = d->ops->peak_bytes(d);
+    m->on_gpu = d->memory.on_gpu;
+    m->off_gpu = d->memory.off_gpu;
     m->resident_peak = d->ops->resident_peak ? d->ops->resident_peak(d) : 0;
 }
 

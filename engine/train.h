@@ -11,6 +11,9 @@ typedef struct RankMemory {
     size_t rest[MEM_CATEGORY_COUNT];    /* after the last step */
     size_t at_peak[MEM_CATEGORY_COUNT]; /* breakdown when the total peaked */
     size_t peak;
+    /* the GPU's own peak and its breakdown then, and the same for what offload keeps off the
+     * GPU (host memory, NVMe files): what the memory table shows, each place at its own peak */
+    MemPeak on_gpu, off_gpu;
     size_t resident_peak; /* the rank's process, measured (0: not measured, as in the simulator) */
 } RankMemory;
 

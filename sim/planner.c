@@ -115,7 +115,7 @@ static void read_step(const Trace *t, int rank, int step, PlannerResult *out) {
 static int top_rank(const PlannerResult *r) {
     int top = 0;
     for (int q = 1; q < r->gpus; q++)
-        if (r->memory[q].peak > r->memory[top].peak) top = q;
+        if (r->memory[q].on_gpu.peak > r->memory[top].on_gpu.peak) top = q;
     return top;
 }
 

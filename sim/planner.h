@@ -29,7 +29,7 @@ typedef struct PlannerResult {
     int gpus;
     int representatives; /* ranks actually run */
     RankMemory *memory;  /* [gpus]: each rank's, as its representative measured */
-    int top;             /* the rank with the highest peak (the lowest such rank) */
+    int top;             /* the rank with the highest GPU peak (the lowest such rank) */
     /* the top rank's last step, in modelled seconds: its span; the compute stream's busy
      * time and the rest of the span, when compute waited (on collectives, or on host copies
      * and NVMe under offload); the comm and copy streams' busy times */

@@ -9,14 +9,22 @@
 
 #include <stdlib.h>
 
+/* Each rank's range against the engine's. The message says an empty shard's rule beside what
+ * was expected, and a count that went below zero as the negative number computed (rows=-1,
+ * not 18446744073709551615). */
 static void expect_range(int hint, size_t d0, int S) {
     for (int r = 0; r < S; r++) {
         size_t want_begin, want_rows, begin = 12345, rows = 12345;
         shard_rows(d0, S, r, &want_begin, &want_rows);
         lesson_try("shard_range(d0=%zu, S=%d, r=%d)", d0, S, r);
         shard_range(d0, S, r, &begin, &rows);
-        expect_text(hint, lesson_fmt("begin=%zu rows=%zu", want_begin, want_rows),
-                    lesson_fmt("begin=%zu rows=%zu", begin, rows));
+        if (begin == want_begin && rows == want_rows) continue;
+        char want[128], got[2 * LESSON_TEXT_MAX];
+        snprintf(want, sizeof want, "begin=%zu rows=%zu%s", want_begin, want_rows,
+                 want_rows ? "" : " (nothing left for this rank: an empty shard begins at d0)");
+        snprintf(got, sizeof got, "%s ", lesson_size_text("begin", begin));
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s", lesson_size_text("rows", rows));
+        lesson_fail(hint, want, got);
     }
 }
 

@@ -7,7 +7,10 @@
 
 /* Rank r of S GPUs keeps rows [*begin, *begin + *rows) of a tensor with d0 rows on dim 0,
  * split the way torch.chunk(S, dim=0) splits it: every piece has ceil(d0 / S) rows except
- * that the last ones may be shorter, or empty. */
+ * that the last ones may be shorter, or empty. Rank r's rows begin at r * ceil(d0 / S) and
+ * end at d0 at the latest. An empty shard (r * ceil(d0 / S) at or past d0) begins at d0 with
+ * 0 rows: d0=5, S=4, r=3 gives begin=5 rows=0. size_t is unsigned: a difference that would
+ * be negative wraps around to a huge number, so clamp before you subtract. */
 void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {
     (void)d0, (void)S, (void)r; /* TODO: delete this line when you use them */
     *begin = 0;                 /* TODO */

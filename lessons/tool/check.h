@@ -6,6 +6,8 @@
 
 #include <criterion/criterion.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -61,10 +63,19 @@ static inline void expect_text(int hint, const char *expected, const char *got) 
     if (strcmp(expected, got) != 0) lesson_fail(hint, expected, got);
 }
 
+/* A learner's size_t as a message says it: "rows=3", or, for a count that went below zero and
+ * wrapped around (end - begin with begin past end: 18446744073709551615 is -1), the signed
+ * value computed and why it printed so large: "rows=-1 (a size_t below zero wraps around to
+ * 18446744073709551615)". Counts in the lessons never come near 2^63. */
+static inline const char *lesson_size_text(const char *name, size_t v) {
+    if (v <= (size_t)PTRDIFF_MAX) return lesson_fmt("%s=%zu", name, v);
+    return lesson_fmt("%s=%td (a size_t below zero wraps around to %zu)", name, (ptrdiff_t)v, v);
+}
+
 /* `name` labels the value in the message: "rows=0". */
 static inline void expect_size(int hint, const char *name, size_t expected, size_t got) {
     if (expected != got)
-        lesson_fail(hint, lesson_fmt("%s=%zu", name, expected), lesson_fmt("%s=%zu", name, got));
+        lesson_fail(hint, lesson_fmt("%s=%zu", name, expected), lesson_size_text(name, got));
 }
 
 /* Bit for bit, element by element; the message names the first element that differs. A

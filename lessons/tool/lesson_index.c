@@ -10,7 +10,7 @@
 
 static const Lesson lessons[] = {
     {1, "01-memory-at-rest", "DDP versus FSDP: memory at rest", 0x62c1a285u},
-    {2, "02-shard-ranges", "Shard ranges: torch.chunk on dim 0", 0x5e77526fu},
+    {2, "02-shard-ranges", "Shard ranges: torch.chunk on dim 0", 0x6bba012au},
     {3, "03-ring-all-gather", "All-gather as a ring", 0x8d8a4129u},
     {4, "04-reduce-scatter", "Reduce-scatter as a ring; all-reduce", 0x06d84725u},
     {5, "05-forward-schedule", "Forward schedule: gather, compute, free", 0x11364954u},

@@ -403,6 +403,58 @@ Test(docs, every_page_is_checked_and_linked_from_the_readme) {
     globfree(&g);
 }
 
+/* The words of `list` (separated by spaces, commas and newlines) into words (room for max). */
+static int split_words(char *list, char **words, int max) {
+    int n = 0;
+    for (char *w = strtok(list, " ,\n"); w && n < max; w = strtok(NULL, " ,\n")) words[n++] = w;
+    return n;
+}
+
+static int has_word(char *const *words, int n, const char *w) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(words[i], w)) return 1;
+    return 0;
+}
+
+/* README's first section names exactly the packages .ci/deps.sh checks and installs, and says
+ * what needs PyTorch, which is not among them, and how to install it (Debian's python3-torch);
+ * docs/gpus.md says so where its torchrun example imports torch. */
+Test(docs, the_readme_lists_the_packages_make_installs) {
+    char *deps = slurp(".ci/deps.sh"), *readme = slurp("README.md");
+    char *at = strstr(deps, "packages=(");
+    cr_assert(at, ".ci/deps.sh has no packages=( ... )");
+    at += strlen("packages=(");
+    *strchr(at, ')') = 0;
+    char *want[32];
+    int nwant = split_words(at, want, 32);
+    cr_assert_gt(nwant, 5);
+    const char *open = "(`.ci/deps.sh`: ";
+    char *first = strstr(readme, open), *tour = strstr(readme, "\n## A tour");
+    cr_assert(first && tour && first < tour, "README's first section names no .ci/deps.sh list");
+    first += strlen(open);
+    char *close = strstr(first, "):");
+    cr_assert(close && close < tour);
+    *close = 0;
+    char *got[32];
+    int ngot = split_words(first, got, 32);
+    for (int i = 0; i < nwant; i++)
+        cr_expect(has_word(got, ngot, want[i]), "README.md does not list %s", want[i]);
+    for (int i = 0; i < ngot; i++)
+        cr_expect(has_word(want, nwant, got[i]), "README.md lists %s, .ci/deps.sh does not",
+                  got[i]);
+    cr_expect(!has_word(want, nwant, "python3-torch"));
+    /* past the list: the PyTorch note, before the tour */
+    char *note = strstr(close + 1, "sudo apt-get install python3-torch");
+    cr_expect(note && note < tour, "README's first section says nothing of python3-torch");
+    free(deps), free(readme);
+    char *gpus = slurp("docs/gpus.md");
+    char *example = strstr(gpus, "import torch, torch.distributed");
+    char *install = strstr(gpus, "`sudo apt-get install python3-torch`");
+    cr_expect(example && install && install < example && example - install < 600,
+              "docs/gpus.md's torchrun example does not say to install python3-torch first");
+    free(gpus);
+}
+
 /* The matcher itself: "..." takes any number of lines, masks hide run-dependent figures. */
 Test(docs, excerpts_and_masks) {
     char *want[] = {"a", "...", "d"}, *got[] = {"a", "b", "c", "d"}, *short_[] = {"a", "d"};

@@ -562,10 +562,10 @@ Test(mixed_precision, bad_policy_flags_are_one_line) {
 
 /* ---- --memory-compare */
 
-/* Column k (0: params ... 6: host) of a row of the compare table, in bytes. */
-static double compare_column(const char *row, int k) {
+/* A table's cell of `width` characters at `at` ("48 B", "1.93 MiB"), in bytes. */
+static double bytes_cell(const char *at, int width) {
     char cell[16] = {0};
-    memcpy(cell, row + 2 + 24 + k * 11 + 1, 10);
+    memcpy(cell, at, (size_t)width);
     double v = 0;
     char unit[8] = {0};
     cr_assert_eq(sscanf(cell, "%lf %7s", &v, unit), 2, "cell '%s'", cell);
@@ -574,6 +574,11 @@ static double compare_column(const char *row, int k) {
         if (!strcmp(unit, units[i])) return v;
     cr_assert_fail("unit '%s'", unit);
     return 0;
+}
+
+/* Column k (0: params ... 6: host) of a row of the compare table, in bytes. */
+static double compare_column(const char *row, int k) {
+    return bytes_cell(row + 2 + 24 + k * 11 + 1, 10);
 }
 
 static const char *compare_row(const char *out, const char *name) {
@@ -608,6 +613,57 @@ Test(memory_compare, each_setting_moves_memory_where_it_should) {
     cr_expect_lt(compare_column(all, GPU), compare_column(cpu, GPU));
     cr_expect_lt(compare_column(ac, ACTS), 0.75 * compare_column(all, ACTS));
     free(out);
+}
+
+/* ---- the memory table of --memory */
+
+/* The row `label` of `fsdp train --memory`'s table, asserted to be there. */
+static const char *memory_row(const char *out, const char *label) {
+    char key[40];
+    snprintf(key, sizeof key, "\n  %-19s  ", label);
+    const char *row = strstr(out, key);
+    cr_assert(row, "no row '%s' in:\n%s", label, out);
+    return row + 1;
+}
+
+/* Rank r's bytes at rest (peak 0) or at its peak (1) in a row of the memory table. */
+static double memory_cell(const char *row, int r, int peak) {
+    return bytes_cell(row + 2 + 19 + 25 * r + 2 + 12 * peak, 11);
+}
+
+/* With --offload cpu the sharded parameters, gradients and Adam's state rest in host memory:
+ * the GPU's total at rest is 0 B and its peak only what the GPU holds (the gathered unit, its
+ * gradients, activations, buffers), while the host's rows hold exactly each rank's shards:
+ * at 3 ranks each rank keeps one of La's, Lb's and Lc's 3 rows (3 floats of params, 3 of grads,
+ * 6 of Adam: 48 B); at 2 ranks rank 0 keeps rows 0-1 of each (96 B) and rank 1 row 2 (48 B). */
+Test(memory_table, offload_keeps_host_memory_out_of_the_gpu_total) {
+    const double host_want[2][3] = {{96, 48, 0}, {48, 48, 48}};
+    for (int ranks = 2; ranks <= 3; ranks++) {
+        char *out = fsdp_ok("train --model toy --ranks %d --steps 3 --offload cpu --memory", ranks);
+        char *plain = fsdp_ok("train --model toy --ranks %d --steps 3 --memory", ranks);
+        const char *gpu = memory_row(out, "GPU total"), *host = memory_row(out, "host total");
+        const char *offload = memory_row(out, "host (offload)");
+        const char *acts = memory_row(out, "activations");
+        for (int r = 0; r < ranks; r++) {
+            const double want = host_want[ranks - 2][r];
+            cr_expect_eq(memory_cell(gpu, r, 0), 0, "%d ranks, GPU %d at rest", ranks, r);
+            cr_expect_eq(memory_cell(host, r, 0), want, "%d ranks, GPU %d's host at rest", ranks,
+                         r);
+            cr_expect_eq(memory_cell(host, r, 1), want, "%d ranks, GPU %d's host peak", ranks, r);
+            cr_expect_eq(memory_cell(offload, r, 0), want);
+            /* the GPU peaks with a unit's gathered rows, grads and the activations, not the
+             * shards: above the activations, below what the same run holds without offload */
+            cr_expect_gt(memory_cell(gpu, r, 1), memory_cell(acts, r, 1));
+            cr_expect_lt(memory_cell(gpu, r, 1), memory_cell(memory_row(plain, "GPU total"), r, 1),
+                         "%d ranks, GPU %d", ranks, r);
+            /* without offload the GPU holds the shards at rest, and no host row is shown */
+            cr_expect_eq(memory_cell(memory_row(plain, "GPU total"), r, 0), want, "%d ranks",
+                         ranks);
+        }
+        cr_expect(strstr(out, "host rows when the host's did"), "%s", out);
+        cr_expect(!strstr(plain, "host"), "%s", plain);
+        free(out), free(plain);
+    }
 }
 
 /* ---- accounting-only runs and the workshop's scenario */

@@ -294,6 +294,56 @@ Test(lessons, a_crash_or_a_missing_function_is_one_plain_line) {
     run_free(&r);
 }
 
+/* Lesson 02's trap: a rank past the end computed as begin = r * chunk, rows = min(...) - begin.
+ * rows is a size_t, so -1 printed as 18446744073709551615 and the rule that an empty shard
+ * begins at d0 was only in hint 3. The message now names the rule beside what was expected and
+ * shows the count as the -1 computed; a size_t below zero from any check reads the same. */
+Test(lessons, a_count_below_zero_reads_as_the_negative_number_computed) {
+    char path[128];
+    const char *unclamped =
+        "#include \"exercise.h\"\n"
+        "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+        "    size_t chunk = (d0 + (size_t)S - 1) / (size_t)S, b = chunk * (size_t)r;\n"
+        "    size_t e = b + chunk > d0 ? d0 : b + chunk;\n"
+        "    *begin = b;\n"
+        "    *rows = e - b;\n"
+        "}\n"
+        "size_t wire_rows(size_t d0, int S) { return (d0 + (size_t)S - 1) / (size_t)S; }\n"
+        "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+        "    return (size_t)(t == 0) + (size_t)(n + S + r);\n"
+        "}\n";
+    Run r = check_02_source("unclamped.c", unclamped, path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_str_eq(r.out,
+                     "lesson 02 failed: shard_range(d0=1, S=4, r=2): expected begin=1 rows=0 "
+                     "(nothing left for this rank: an empty shard begins at d0), got begin=2 "
+                     "rows=-1 (a size_t below zero wraps around to 18446744073709551615)\n"
+                     "read hint 3: ./fsdp lessons hint 02 3\n");
+    run_free(&r);
+
+    /* a right shard_range, and wire_rows 2 short at 4 GPUs: 1 - 2 for the toy's 3 rows */
+    const char *wire =
+        "#include \"exercise.h\"\n"
+        "size_t wire_rows(size_t d0, int S) {\n"
+        "    return (d0 + (size_t)S - 1) / (size_t)S - (S == 4 ? 2 : 0);\n"
+        "}\n"
+        "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"
+        "    size_t chunk = (d0 + (size_t)S - 1) / (size_t)S, b = chunk * (size_t)r;\n"
+        "    if (b > d0) b = d0;\n"
+        "    *begin = b;\n"
+        "    *rows = (b + chunk > d0 ? d0 : b + chunk) - b;\n"
+        "}\n"
+        "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+        "    return (size_t)(t == 0) + (size_t)(n + S + r);\n"
+        "}\n";
+    r = check_02_source("wire.c", wire, path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "wire_rows(d0=3, S=4) for toy's La.weight: expected rows=1, got -1 (a "
+                            "size_t below zero wraps around to 18446744073709551615)\n"),
+              "%s", r.out);
+    run_free(&r);
+}
+
 Test(lessons, hints_step_through_and_are_remembered) {
     const char *steps[][2] = {
         {"hint 02", "lesson 02, hint 1 of "},   {"hint 02", "lesson 02, hint 2 of "},

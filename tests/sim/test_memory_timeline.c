@@ -152,6 +152,27 @@ static void check_step_of_run(FsdpConfig c) {
             cr_expect_geq(m->max[k], m->at_peak[k]);
         }
         cr_expect(m->peak_time >= mt.start && m->peak_time <= mt.end);
+        /* the GPU's own peak and the host's are each the largest of their bytes in the step,
+         * whenever the other peaked: the memory table shows them apart */
+        size_t gpu_peak = 0, host_peak = 0;
+        for (size_t i = 0; i < m->n; i++) {
+            size_t gpu = 0, host = 0;
+            for (int k = 0; k < MEM_CATEGORY_COUNT; k++) {
+                if (mem_category_on_gpu((MemCategory)k)) gpu += m->samples[i].bytes[k];
+                if (mem_category_off_gpu((MemCategory)k)) host += m->samples[i].bytes[k];
+            }
+            if (gpu > gpu_peak) gpu_peak = gpu;
+            if (host > host_peak) host_peak = host;
+        }
+        cr_expect_eq(run.memory[r].on_gpu.peak, gpu_peak, "GPU %d: %zu, replayed %zu", r,
+                     run.memory[r].on_gpu.peak, gpu_peak);
+        cr_expect_eq(run.memory[r].off_gpu.peak, host_peak, "GPU %d host: %zu, replayed %zu", r,
+                     run.memory[r].off_gpu.peak, host_peak);
+        size_t sum = 0;
+        for (int k = 0; k < MEM_CATEGORY_COUNT; k++)
+            if (mem_category_on_gpu((MemCategory)k)) sum += run.memory[r].on_gpu.at_peak[k];
+        cr_expect_eq(sum, gpu_peak, "GPU %d: the breakdown at the GPU's peak adds up", r);
+        cr_expect_eq(host_peak > 0, c.offload != OFFLOAD_NONE, "GPU %d", r);
         /* samples are in time order and each one's total is the trace's mem_total */
         for (size_t i = 1; i < m->n; i++) cr_assert_geq(m->samples[i].time, m->samples[i - 1].time);
     }
@@ -163,6 +184,10 @@ Test(memory_timeline, a_step_enters_at_the_plan_and_peaks_at_the_device_peak) {
     check_step_of_run(toy_config(STRAT_ZERO3, 4));
     FsdpConfig off = toy_config(STRAT_ZERO3, 4);
     off.offload = OFFLOAD_CPU;
+    check_step_of_run(off);
+    /* the NVMe tier's host buffers come and go unit by unit: the host peaks apart from the GPU */
+    off.offload = OFFLOAD_NVME;
+    off.nvme_dir = "/tmp";
     check_step_of_run(off);
 }
 

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include "models/toy.h"
+#include "models/transformer.h"
 #include "models/vit.h"
 #include "sim/planner.h"
 #include "tests/util.h"
@@ -303,6 +304,131 @@ Test(plan_cli, prints_the_true_size_of_the_workshop_vit) {
     free(out);
 }
 
+/* The parameter count on the plan's first line, "fsdp plan: transformer, 70,000,001,024 ...". */
+static size_t plan_params(const char *out) {
+    const char *at = strstr(out, "transformer, ");
+    cr_assert(at, "%.300s", out);
+    size_t n = 0;
+    for (at += strlen("transformer, "); *at == ',' || (*at >= '0' && *at <= '9'); at++)
+        if (*at != ',') n = n * 10 + (size_t)(*at - '0');
+    return n;
+}
+
+/* The shape a plan shows is the shape it planned: rebuilt from the "shape:" line, it has the
+ * parameters the first line says. --params 70e9 is 86 layers of LLaMA-65B's width at sequence
+ * 2048; --seq 1024 keeps that shape and shortens the sequence (the position embedding's
+ * 1024 x 8192 rows fewer); the ViT and the toy say theirs. */
+Test(plan_cli, shows_the_shape_it_assumed) {
+    const char *runs[] = {"plan --params 70e9 --gpus 1024 --activation-checkpointing",
+                          "plan --params 70e9 --seq 1024 --gpus 1024 --activation-checkpointing",
+                          "plan --layers 2 --hidden 64 --heads 4 --mlp 100 --seq 16 --vocab 300"};
+    const int seqs[] = {2048, 1024, 16};
+    size_t counts[3];
+    for (int i = 0; i < 3; i++) {
+        char *out = fsdp_ok("%s", runs[i]);
+        const char *line = strstr(out, "\nshape: ");
+        cr_assert(line, "%s", out);
+        TransformerConfig c;
+        char vocab[32];
+        cr_assert_eq(sscanf(line,
+                            "\nshape: %d layers, hidden %d, %d heads, MLP %d, sequence %d, "
+                            "vocabulary %31[0-9,]",
+                            &c.layers, &c.hidden, &c.heads, &c.mlp, &c.seq, vocab),
+                     6, "%.200s", line);
+        size_t v = 0;
+        for (const char *d = vocab; *d; d++)
+            if (*d != ',') v = v * 10 + (size_t)(*d - '0');
+        c.vocab = (int)v;
+        cr_expect_eq(c.seq, seqs[i]);
+        counts[i] = plan_params(out);
+        cr_expect_eq(transformer_param_count(&c), counts[i], "%s: the shape has %zu, the plan %zu",
+                     runs[i], transformer_param_count(&c), counts[i]);
+        cr_expect_eq(strstr(line, "(chosen for --params") != NULL, i < 2, "%.200s", line);
+        free(out);
+    }
+    char *out = fsdp_ok("%s", runs[0]);
+    cr_expect(strstr(out, "\nshape: 86 layers, hidden 8192, 64 heads, MLP 32768, sequence 2048, "
+                          "vocabulary 43,805 (chosen for --params from published widths; --seq "
+                          "sets the sequence)\n"),
+              "%s", out);
+    free(out);
+    cr_expect_eq(counts[0] - counts[1], (size_t)1024 * 8192);
+    out = fsdp_ok("plan --model vit-tiny");
+    cr_expect(strstr(out, "\nshape: 10 layers, hidden 128, 2 heads, MLP 128, sequence 17 tokens "
+                          "(28x28 images in 7x7 patches, and the class token), 10 classes\n"),
+              "%s", out);
+    free(out);
+    out = fsdp_ok("plan --model toy");
+    cr_expect(strstr(out, "\nshape: the workshop's toy, 3 layers (La, Lb, Lc) of 3 scalars each\n"),
+              "%s", out);
+    free(out);
+}
+
+/* `plan ARGS --json`'s GPU peak, in decimal GB as the text shows it ("28.25"). */
+static char *gpu_peak_text(const char *args) {
+    int status;
+    char *json = fsdp_output(fmt_text("%s --json", args), "2>/dev/null", &status);
+    static char text[4][32];
+    static int next;
+    char *t = text[next++ % 4];
+    snprintf(t, 32, "%.2f GB", json_number(json, "gpu_peak") / 1e9);
+    free(json);
+    return t;
+}
+
+/* The workshop's 70B on 1,024 GPUs: "no" everywhere, and now why. At batch 1 the activations
+ * (86 layers' attention probabilities at sequence 2048) fill 183 of zero3's 203 GB and more GPUs
+ * cannot shrink them; activation checkpointing can, and the figure it quotes is that plan's. On
+ * 8 GPUs the resting state is big too: each lever alone stays over, and all of them together
+ * fit, again the figure of that plan. Where something fits, nothing is explained. */
+Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_it) {
+    char *out = fsdp_ok("plan --params 70e9 --gpus 1024 --compare");
+    cr_expect(strstr(out, "\nnothing fits at batch 1 per GPU: the closest, zero3, peaks at "
+                          "203.01 GB, of which\n"
+                          "  activations       183.14 GB  1 sequence of 2048 tokens per GPU "
+                          "through 86 layers of hidden 8192, the attention keeping 64 heads' "
+                          "2048x2048 probabilities a layer\n"),
+              "%s", out);
+    const char *ac = "plan --params 70e9 --gpus 1024 --activation-checkpointing";
+    cr_expect(strstr(out, fmt_text("\n  --activation-checkpointing   zero3 would peak at %s: "
+                                   "fits in 80.00 GB\n",
+                                   gpu_peak_text(ac))),
+              "%s", out);
+    cr_expect(strstr(out, "\n  a shorter --seq              activations grow with the sequence"));
+    cr_expect(strstr(out, "\n  more --gpus                  no help: each GPU holds the "
+                          "activations of its own batch"));
+    free(out);
+
+    int code;
+    out = fsdp_run(&code, "2>/dev/null", "plan --params 70e9 --gpus 8");
+    cr_expect_eq(code, 2, "%s", out);
+    cr_expect(
+        strstr(out, "\nnothing fits at batch 1 per GPU: zero3 peaks at 342.71 GB, of which\n"),
+        "%s", out);
+    cr_expect(strstr(out, "\n  resting state     140.00 GB  parameters, gradients and optimizer "
+                          "state kept between steps"),
+              "%s", out);
+    const char *levers[][2] = {
+        {"--activation-checkpointing  ", "plan --params 70e9 --gpus 8 --activation-checkpointing"},
+        {"--gpus 16                   ", "plan --params 70e9 --gpus 16"},
+        {"--offload cpu               ", "plan --params 70e9 --gpus 8 --offload cpu"}};
+    for (int i = 0; i < 3; i++)
+        cr_expect(strstr(out, fmt_text("\n  %s zero3 would peak at %s: still over 80.00 GB\n",
+                                       levers[i][0], gpu_peak_text(levers[i][1]))),
+                  "%s: %s", levers[i][0], out);
+    const char *all = "plan --params 70e9 --gpus 16 --activation-checkpointing --offload cpu";
+    cr_expect(strstr(out, fmt_text("\n  --activation-checkpointing --gpus 16 --offload cpu zero3 "
+                                   "would peak at %s: fits in 80.00 GB\n",
+                                   gpu_peak_text(all))),
+              "%s", out);
+    cr_expect(!strstr(out, "no help"), "more GPUs do shrink the resting state: %s", out);
+    free(out);
+
+    out = fsdp_ok("plan --params 7e9 --gpus 8 --compare");
+    cr_expect(!strstr(out, "nothing fits") && !strstr(out, "what would change it"), "%s", out);
+    free(out);
+}
+
 Test(plan_cli, bad_input_is_one_line_and_exit_2) {
     static const UsageCase cases[] = {
         {"plan --gpus 0", "--gpus must be a whole number from 1 to 1024 (got '0')"},
@@ -312,6 +438,7 @@ Test(plan_cli, bad_input_is_one_line_and_exit_2) {
         {"plan --strategy hsdp --replicas 3 --gpus 8", "--replicas 3 does not divide"},
         {"plan --model gpt", "--model must be toy, vit-tiny, vit-workshop or transformer"},
         {"plan --params 7e9 --layers 3", "give --params or the shape"},
+        {"plan --params 7e9 --vocab 3000", "give --params or the shape"},
         {"plan --checkpoint-dir x", "plan does not take --checkpoint-dir"},
         {"plan --batch-size 0", "--batch-size"},
         {"plan --model toy --hidden 8", "the toy has a fixed shape"},
