@@ -2,6 +2,7 @@
  * (MPI_COMM_WORLD), which device (a host device) and which communicators (MPI's). */
 #include "runtime/mpi_run.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,11 +46,16 @@ static int mpi_join(void *self, int *rank, int *world, Err *err) {
 
 /* When a rank ends (an error, a signal, SIGKILL itself), mpirun stops the others with SIGTERM,
  * and with `mpirun -q` says nothing: the rank that failed may have said why, but one that was
- * killed cannot. So each rank knows the pids of its node's ranks, and on SIGTERM the lowest rank
- * still running names the first one that is gone. Read by the handler only. */
+ * killed cannot. So each rank knows the pids of its node's ranks, and on SIGTERM the first rank
+ * whose handler runs names the first one that is gone. Which handler runs first is the
+ * scheduler's choice, and a survivor that has already exited looks gone too: so the first one
+ * claims the report by creating a file in mpirun's session folder for the job (removed with it),
+ * while every other survivor is still running, and the rest see the claim and stay quiet.
+ * Read by the handler only. */
 static struct {
     int rank, world;
-    pid_t *pid; /* [world], 0 for ranks on other nodes */
+    pid_t *pid;           /* [world], 0 for ranks on other nodes */
+    char claim_path[512]; /* "" outside mpirun: then the lowest rank still running reports */
 } peers;
 
 /* Appends the decimal digits of v to *at (async-signal-safe). */
@@ -83,7 +89,18 @@ static int peer_gone(int r) {
     return r != peers.rank && peers.pid[r] && kill(peers.pid[r], 0) != 0;
 }
 
+/* Whether this rank reports the end: the first to claim it (open with O_EXCL is
+ * async-signal-safe), or without a session folder the lowest rank still running. */
+static int claim_the_report(int first_alive) {
+    if (!peers.claim_path[0]) return first_alive == peers.rank;
+    int fd = open(peers.claim_path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
 static void on_sigterm(int sig) {
+    if (peer_said_why) _exit(128 + sig);
     int gone = -1, first_alive = -1;
     for (int r = 0; r < peers.world; r++) {
         if (peer_gone(r)) {
@@ -92,7 +109,7 @@ static void on_sigterm(int sig) {
             first_alive = r;
         }
     }
-    if (gone >= 0 && first_alive == peers.rank && !peer_said_why) {
+    if (claim_the_report(first_alive) && gone >= 0) {
         char line[160], *at = line;
         put_text(&at, "fsdp: rank ");
         put_number(&at, gone);
@@ -100,9 +117,10 @@ static void on_sigterm(int sig) {
         put_number(&at, peers.pid[gone]);
         put_text(&at, ") has ended: mpirun stops the job\n");
         if (write(STDERR_FILENO, line, (size_t)(at - line)) < 0) _exit(128 + sig);
-        /* stay a moment, so that the others see this rank alive and keep quiet */
+        /* without a claim, stay a moment so that the others see this rank alive and keep
+         * quiet */
         struct timespec pause = {0, 300000000};
-        nanosleep(&pause, NULL);
+        if (!peers.claim_path[0]) nanosleep(&pause, NULL);
     }
     _exit(128 + sig);
 }
@@ -127,6 +145,12 @@ static int watch_peers(int rank, int world, Err *err) {
     if (rc != MPI_SUCCESS) return err_set(err, ERR_INTERNAL, "rank %d: MPI_Allgather failed", rank);
     peers.rank = rank;
     peers.world = world;
+    const char *session = getenv("OMPI_MCA_orte_jobfam_session_dir"); /* Open MPI 4 */
+    const char *job = getenv("OMPI_MCA_ess_base_jobid");
+    if (session && job &&
+        snprintf(peers.claim_path, sizeof peers.claim_path, "%s/fsdp-end-%s", session, job) >=
+            (int)sizeof peers.claim_path)
+        peers.claim_path[0] = 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigterm;
