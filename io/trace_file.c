@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <float.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -310,10 +311,13 @@ static int read_strings(const cJSON *arr, char ***out, int *n, const char *path,
     return 0;
 }
 
-/* An integer field in [lo, hi]; returns 0 or names the event and field that is wrong. */
+/* An integer field in [lo, hi]; returns 0 or -1. The bounds are checked on the double, before
+ * any cast: converting a double beyond a long's range is undefined (the fuzzer found one). */
 static int int_field(const cJSON *v, long lo, long hi, long *out) {
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble) return -1;
-    *out = (long)v->valuedouble;
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= (double)lo && d <= (double)hi && d == floor(d) && fabs(d) < 9e18)) return -1;
+    *out = (long)d;
     return *out < lo || *out > hi ? -1 : 0;
 }
 
@@ -389,6 +393,9 @@ static int read_floats(const cJSON *arr, float **out, size_t n, const char *path
     cJSON_ArrayForEach(item, arr) {
         if (!cJSON_IsNumber(item) && !cJSON_IsNull(item))
             return err_set(err, ERR_USAGE, "trace '%s': \"%s\" holds a non-number", path, what);
+        if (cJSON_IsNumber(item) && !(fabs(item->valuedouble) <= FLT_MAX))
+            return err_set(err, ERR_USAGE, "trace '%s': \"%s\" holds %g, beyond a float", path,
+                           what, item->valuedouble);
         (*out)[i++] = cJSON_IsNull(item) ? NAN : (float)item->valuedouble;
     }
     return 0;

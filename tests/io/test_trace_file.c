@@ -138,6 +138,12 @@ Test(trace_file, bad_files_are_one_clear_line) {
     write_edited(good, bad, "\"events\":[\n[",
                  "\"events\":[\n[1,1,0,0,0,0,0,0,0,0,0,2147483647,0,0],[");
     expect_refused(bad, "event 1: step");
+    /* numbers no long or float can hold (fuzz_trace found the first: a cast beyond a long's
+     * range is undefined) */
+    write_edited(good, bad, "\"events\":[\n[",
+                 "\"events\":[\n[1,1,0,0,0,5.5e73,0,0,0,0,0,0,0,0],[");
+    expect_refused(bad, "event 1: rank");
+
     size_t n;
     char *text = read_text_file(good, &n);
     write_text(bad, text, n / 2);
@@ -220,4 +226,27 @@ Test(trace_file, the_clock_kind_round_trips) {
         unlink(path);
     }
     toy_run_free(&run);
+}
+
+/* A value no float holds, in a trace's recorded parameters: refused, not cast (undefined). */
+Test(trace_file, a_value_beyond_a_float_is_refused) {
+    ToyRun run;
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    toy_train(&run, &c, 3, 1, 1);
+    run.step_params[0] = 0.5f; /* a value whose text is known */
+    run.trace.params = run.step_params;
+    run.trace.grads = run.step_grads;
+    run.trace.steps = 1;
+    run.trace.numel = 9;
+    char good[256], bad[256];
+    temp_path(good, sizeof good, "floats");
+    temp_path(bad, sizeof bad, "floats_bad");
+    TraceMeta m = toy_meta();
+    write_file(good, &run.trace, &m);
+    write_edited(good, bad, "\"params\":[0.5,", "\"params\":[1e300,");
+    expect_refused(bad, "holds 1e+300, beyond a float");
+    run.trace.params = run.trace.grads = NULL; /* the run owns them */
+    toy_run_free(&run);
+    unlink(good);
+    unlink(bad);
 }
