@@ -728,7 +728,7 @@ static int read_piece(CkptMeta *c, const char *meta, const cJSON *o, size_t i, E
     if (!cJSON_IsString(kind) || kind_of(kind->valuestring) < 0)
         return err_set(err, ERR_USAGE, "%s: %s.kind is %s; it must be param, adam_m or adam_v",
                        meta, where, value_text(text, sizeof text, kind));
-    double tensor, rank, row_begin, rows, offset, bytes, crc;
+    double tensor, rank, row_begin, rows = 0, offset, bytes = 0, crc;
     const double most = 9007199254740992.0; /* 2^53: every whole double below it is exact */
     int rc = whole_field(meta, o, where, "tensor", 0, c->ntensors - 1, "", &tensor, err);
     if (!rc)
