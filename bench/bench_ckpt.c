@@ -32,7 +32,8 @@ typedef struct Job {
     const Plan *plan;
     FsdpConfig cfg;
     const char *dir;
-    double save_s, load_s; /* rank 0's, between barriers */
+    const char *model_name; /* --model: what meta.json records, so that loading checks it */
+    double save_s, load_s;  /* rank 0's, between barriers */
 } Job;
 
 /* Evicts a synced file's pages from the page cache, so the next read comes from the disk. */
@@ -56,7 +57,7 @@ static int rank_main(const RankEnv *env, void *arg, Err *err) {
     Job *j = arg;
     Engine *e = NULL;
     int rc = engine_create(&e, &j->cfg, j->plan, j->model, *env, err);
-    CheckpointInfo info = {.model_name = "bench", .strategy = "zero3", .step = 1, .keep = 1};
+    CheckpointInfo info = {.model_name = j->model_name, .strategy = "zero3", .step = 1, .keep = 1};
     double t0 = 0;
     if (!rc) rc = comm_barrier(env->world_comm, err);
     t0 = clock_seconds();
@@ -152,7 +153,7 @@ int main(int argc, char **argv) {
     double save[RUNS_MAX], load[RUNS_MAX], dd_w[RUNS_MAX], dd_r[RUNS_MAX], bytes = 0;
     mkdir(dir, 0777);
     for (int run = 0; run < runs; run++) {
-        Job job = {.model = &m, .plan = &p, .dir = dir};
+        Job job = {.model = &m, .plan = &p, .dir = dir, .model_name = model};
         fsdp_config_defaults(&job.cfg);
         ClusterOptions opt = {.ranks = ranks, .profile = profile_default()};
         ClusterResult res;

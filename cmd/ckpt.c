@@ -14,8 +14,6 @@
 
 enum { PATH_MAX_LEN = 4096 };
 
-#define ALL_KINDS ((1u << STATE_KIND_COUNT) - 1)
-
 /* ---------------------------------------------------------------- arguments */
 
 void ckpt_help(FILE *f) {
@@ -119,25 +117,6 @@ static int ckpt_open(CkptMeta *m, const char *path, Err *err) {
     return rc ? rc : ckpt_meta_read(m, dir, NULL, err);
 }
 
-/* The pieces in the order (tensor, kind, row_begin, rank): each tensor's kind's rows in
- * order. A sorted copy: meta.json's order stays the rank files' order. */
-static int piece_order(const void *a, const void *b) {
-    const CkptPiece *x = a, *y = b;
-    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
-    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
-    if (x->row_begin != y->row_begin) return x->row_begin < y->row_begin ? -1 : 1;
-    if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
-    return (x->rank > y->rank) - (x->rank < y->rank);
-}
-
-static CkptPiece *sorted_pieces(const CkptMeta *m) {
-    CkptPiece *s = malloc((m->npieces + 1) * sizeof *s);
-    if (!s) return NULL;
-    if (m->npieces) memcpy(s, m->pieces, m->npieces * sizeof *s);
-    qsort(s, m->npieces, sizeof *s, piece_order);
-    return s;
-}
-
 /* The first position at or after `at` of a piece of (tensor, kind) or later. */
 static size_t group_start(const CkptMeta *m, const CkptPiece *s, size_t at, int tensor, int kind) {
     while (at < m->npieces &&
@@ -148,52 +127,6 @@ static size_t group_start(const CkptMeta *m, const CkptPiece *s, size_t at, int 
 
 static int in_group(const CkptMeta *m, const CkptPiece *s, size_t at, int tensor, int kind) {
     return at < m->npieces && s[at].tensor == tensor && (int)s[at].kind == kind;
-}
-
-static int check_sorted_coverage(const CkptMeta *m, const CkptPiece *order, unsigned kinds,
-                                 Err *err) {
-    size_t at = 0;
-    for (int t = 0; t < m->ntensors; t++) {
-        const CkptTensor *ct = &m->tensors[t];
-        size_t rows = (size_t)ct->shape[0];
-        for (int k = 0; k < STATE_KIND_COUNT; k++) {
-            at = group_start(m, order, at, t, k);
-            if (!(kinds & (1u << k))) continue;
-            const char *kind = state_kind_name((StateKind)k);
-            size_t next = 0; /* rows [0, next) are held */
-            int last_rank = -1;
-            for (; in_group(m, order, at, t, k); at++) {
-                const CkptPiece *p = &order[at];
-                if (!p->rows) continue;
-                if (p->row_begin > next)
-                    return err_set(err, ERR_USAGE,
-                                   "checkpoint %s: no piece holds rows %zu-%zu of %s's %s", m->path,
-                                   next, p->row_begin, ct->name, kind);
-                if (p->row_begin < next) {
-                    size_t end = p->row_begin + p->rows < next ? p->row_begin + p->rows : next;
-                    return err_set(err, ERR_USAGE,
-                                   "checkpoint %s: rows %zu-%zu of %s's %s are held twice (ranks "
-                                   "%d and %d)",
-                                   m->path, p->row_begin, end, ct->name, kind, last_rank, p->rank);
-                }
-                next = p->row_begin + p->rows;
-                last_rank = p->rank;
-            }
-            if (next < rows)
-                return err_set(err, ERR_USAGE,
-                               "checkpoint %s: no piece holds rows %zu-%zu of %s's %s", m->path,
-                               next, rows, ct->name, kind);
-        }
-    }
-    return 0;
-}
-
-int ckpt_check_coverage(const CkptMeta *m, unsigned kinds, Err *err) {
-    CkptPiece *order = sorted_pieces(m);
-    if (!order) return err_set(err, ERR_NOMEM, "out of memory checking %s", m->path);
-    int rc = check_sorted_coverage(m, order, kinds, err);
-    free(order);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- inspect */
@@ -280,10 +213,10 @@ static void print_tensors(FILE *f, const CkptMeta *m, const CkptPiece *order) {
     }
 }
 
-/* What each rank file holds by meta.json: its pieces, their bytes by kind, where they end. */
+/* What each rank file holds by meta.json: its pieces and their bytes by kind. */
 typedef struct RankTotals {
     size_t pieces;
-    unsigned long long by_kind[STATE_KIND_COUNT], bytes, end;
+    unsigned long long by_kind[STATE_KIND_COUNT], bytes;
 } RankTotals;
 
 static RankTotals *rank_totals(const CkptMeta *m) {
@@ -294,32 +227,25 @@ static RankTotals *rank_totals(const CkptMeta *m) {
         r->pieces++;
         r->by_kind[p->kind] += p->bytes;
         r->bytes += p->bytes;
-        if (p->offset + p->bytes > r->end) r->end = p->offset + p->bytes;
     }
     return t;
 }
 
-/* Each rank file: its pieces, their bytes by kind, and its size on disk. */
+/* Each rank file: its pieces and their bytes by kind (the reader checked each file has exactly
+ * the bytes of its pieces). */
 static void print_rank_files(FILE *f, const CkptMeta *m, const RankTotals *t) {
     fputs("\nrank files\n", f);
     size_t total_pieces = 0;
     unsigned long long total = 0;
     for (int r = 0; r < m->world; r++) {
-        char path[PATH_MAX_LEN + 32], b[32];
-        ckpt_rank_file(m, r, path, sizeof path);
+        char b[32];
         format_bytes(b, sizeof b, t[r].bytes);
         fprintf(f, "  rank-%05d.bin  %zu pieces  %s (%llu bytes:", r, t[r].pieces, b, t[r].bytes);
         for (int k = 0; k < STATE_KIND_COUNT; k++) {
             format_bytes(b, sizeof b, t[r].by_kind[k]);
             fprintf(f, "%s %s %s", k ? "," : "", state_kind_name((StateKind)k), b);
         }
-        struct stat sb;
-        if (stat(path, &sb) != 0)
-            fputs(")  MISSING\n", f);
-        else if ((unsigned long long)sb.st_size != t[r].bytes)
-            fprintf(f, ")  %llu bytes on disk\n", (unsigned long long)sb.st_size);
-        else
-            fputs(")\n", f);
+        fputs(")\n", f);
         total_pieces += t[r].pieces;
         total += t[r].bytes;
     }
@@ -328,46 +254,25 @@ static void print_rank_files(FILE *f, const CkptMeta *m, const RankTotals *t) {
     fprintf(f, "  total           %zu pieces  %s (%llu bytes)\n", total_pieces, b, total);
 }
 
-/* A rank file holds its pieces and nothing else: bytes past them came from elsewhere. */
-static int check_file_sizes(const CkptMeta *m, const RankTotals *t, Err *err) {
-    for (int r = 0; r < m->world; r++) {
-        char path[PATH_MAX_LEN + 32];
-        ckpt_rank_file(m, r, path, sizeof path);
-        struct stat sb;
-        if (stat(path, &sb) != 0)
-            return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
-        if ((unsigned long long)sb.st_size != t[r].end)
-            return err_set(err, ERR_USAGE,
-                           "%s has %llu bytes but its pieces end at byte %llu: it is not the "
-                           "file this checkpoint saved",
-                           path, (unsigned long long)sb.st_size, t[r].end);
-    }
-    return 0;
-}
-
 int ckpt_inspect(FILE *f, const char *path, Err *err) {
     CkptMeta m;
-    int rc = ckpt_open(&m, path, err);
+    int rc = ckpt_open(&m, path, err); /* checks meta.json, the coverage, the files' sizes */
     if (rc) return rc;
-    CkptPiece *order = sorted_pieces(&m);
     RankTotals *totals = rank_totals(&m);
-    if (!order || !totals) rc = err_set(err, ERR_NOMEM, "out of memory inspecting %s", m.path);
+    if (!totals) rc = err_set(err, ERR_NOMEM, "out of memory inspecting %s", m.path);
     if (!rc) {
         print_header(f, &m);
-        print_tensors(f, &m, order);
+        print_tensors(f, &m, m.by_rows);
         print_rank_files(f, &m, totals);
         fflush(f);
-        rc = check_sorted_coverage(&m, order, ALL_KINDS, err);
     }
     for (size_t i = 0; !rc && i < m.npieces; i++) rc = ckpt_piece_verify(&m, &m.pieces[i], err);
-    if (!rc) rc = check_file_sizes(&m, totals, err);
     if (!rc)
         fprintf(f,
                 "\nall %zu pieces verified (CRC32); every tensor's rows are held exactly once "
                 "for param, adam_m and adam_v\n",
                 m.npieces);
     free(totals);
-    free(order);
     ckpt_meta_free(&m);
     return rc;
 }
@@ -473,15 +378,12 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
     rc = check_output(out, &m, err);
     Layout l = {0};
     StWriter *w = NULL;
-    CkptPiece *order = rc ? NULL : sorted_pieces(&m);
-    if (!rc && !order) rc = err_set(err, ERR_NOMEM, "out of memory consolidating %s", m.path);
-    if (!rc) rc = check_sorted_coverage(&m, order, 1u << STATE_PARAM, err);
     if (!rc) rc = layout_make(&l, &m, err);
     if (!rc) {
         rc = st_writer_open(&w, out, l.tensors, m.ntensors, l.meta_kv, l.n_meta, err);
         if (rc == ERR_IO) rc = ERR_USAGE; /* -o where no file can be made is bad input */
     }
-    if (!rc) rc = write_tensors(&m, order, w, err);
+    if (!rc) rc = write_tensors(&m, m.by_rows, w, err);
     if (!rc)
         rc = st_writer_commit(w, err);
     else
@@ -495,7 +397,6 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
                 out, m.ntensors, numel, b, m.path, m.model[0] ? m.model : "model", m.step);
     }
     layout_free(&l);
-    free(order);
     ckpt_meta_free(&m);
     return rc;
 }

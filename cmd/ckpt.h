@@ -1,12 +1,13 @@
 /* checkpoint_tools: `fsdp ckpt`, the tools for the sharded checkpoints train writes.
  * inspect reports what a checkpoint holds (format, model, strategy, world size, step; each
  * tensor's shape and which ranks hold which rows of its parameters and Adam moments; each rank
- * file's totals), checks that every tensor's rows are held exactly once for each kind and
- * verifies every piece's CRC32. consolidate writes the parameters as one safetensors file with
- * PyTorch's names and shapes (what train --init-from loads), a tensor at a time so that no
- * more than one tensor is ever in memory, through a temporary file renamed into place only
- * when complete. Reads checkpoints through checkpoint.h's reader; writes only the file it is
- * given; prints only to the stream it is given. */
+ * file's totals) and verifies every piece's CRC32, once checkpoint.h's reader has checked
+ * meta.json itself (its own CRC32, every field against the model it describes, every row held
+ * once). consolidate writes the parameters as one safetensors file with PyTorch's names and
+ * shapes (what train --init-from loads), a tensor at a time so that no more than one tensor is
+ * ever in memory, through a temporary file renamed into place only when complete. Reads
+ * checkpoints through checkpoint.h's reader; writes only the file it is given; prints only to
+ * the stream it is given. */
 #ifndef FSDP_CHECKPOINT_TOOLS_H
 #define FSDP_CHECKPOINT_TOOLS_H
 
@@ -32,14 +33,10 @@ int ckpt_args_parse(CkptArgs *a, int argc, char **argv, Err *err);
  * --checkpoint-dir); a path that is neither is an error (ERR_USAGE). */
 int ckpt_resolve(const char *path, char *out, size_t n, Err *err);
 
-/* Every tensor's rows [0, shape[0]) are held by exactly one piece for each kind whose bit
- * (1 << StateKind) is in kinds; a gap or a row held twice is one line naming the tensor, the
- * kind, the rows (and the ranks holding them twice). ERR_USAGE. */
-int ckpt_check_coverage(const CkptMeta *m, unsigned kinds, Err *err);
-
-/* Prints path's report to f, then checks coverage, every piece's CRC and every rank file's
- * size, ending with "all N pieces verified". Any damage: one line naming the file and the
- * tensor (ERR_USAGE). */
+/* Prints path's report to f once checkpoint.h's reader has checked meta.json (its CRC32, its
+ * fields, every row held once, every rank file's size), then verifies every piece's CRC,
+ * ending with "all N pieces verified". Any damage: one line naming the file and the field or
+ * tensor (ERR_USAGE), and nothing printed when meta.json is what is damaged. */
 int ckpt_inspect(FILE *f, const char *path, Err *err);
 
 /* Writes path's parameters (kind param) to out as fp32 safetensors with the checkpoint's

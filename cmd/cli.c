@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/train.h"
+
 void train_args_defaults(TrainArgs *a) {
     memset(a, 0, sizeof *a);
     fsdp_config_defaults(&a->fsdp);
@@ -139,7 +141,7 @@ static const Flag train_rows[] = {
      .help = "ViT: epochs to train (default 1)"},
     {"--eval", FLAG_BOOL, ARG(eval), .arg = "true|false",
      .help = "ViT: evaluate after each epoch and at the end"},
-    {"--steps", FLAG_LONG, ARG(steps), 0, 1000000000L, .given = ARG(steps_given), .arg = "K",
+    {"--steps", FLAG_LONG, ARG(steps), 0, TRAIN_MAX_STEPS, .given = ARG(steps_given), .arg = "K",
      .help = "optimizer steps (toy default 100)"},
     {"--batch-size", FLAG_INT, ARG(fsdp.batch_size), 1, 1 << 20, .given = ARG(batch_given),
      .arg = "B", .help = "samples per rank per micro-step (toy 8, ViT 64)"},

@@ -260,6 +260,11 @@ int run_prepare(TrainRun *t, Err *err) {
                        "more than the data set's %ld",
                        a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, t->data.n);
     if (a->epochs) a->steps = (long)a->epochs * (t->data.n / global);
+    if (a->steps > TRAIN_MAX_STEPS) /* a checkpoint of a longer run could not be resumed */
+        return err_set(err, ERR_USAGE,
+                       "--epochs %d is %ld steps (%ld samples, %ld a step); a run takes at most "
+                       "%ld steps",
+                       a->epochs, a->steps, t->data.n, global, TRAIN_MAX_STEPS);
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
     if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");

@@ -782,7 +782,7 @@ static int optimizer_update(Engine *e, StepStats *st, Err *err) {
             return 0;
         }
         scale_grads(e, 1.0f / e->loss_scale);
-        if (++e->good_steps == 2000) {
+        if (++e->good_steps == ENGINE_SCALE_GROWTH_INTERVAL) {
             e->loss_scale *= 2.0f;
             e->good_steps = 0;
         }

@@ -140,6 +140,10 @@ int engine_save_state(Engine *e, StateFn fn, void *user, Err *err);
  * strategy, whatever saved them) and copies each to the device. No communication. */
 int engine_load_state(Engine *e, StateFn fn, void *user, Err *err);
 
+/* fp16's loss scale doubles after this many steps in a row without an overflow (GradScaler's
+ * growth interval). */
+#define ENGINE_SCALE_GROWTH_INTERVAL 2000
+
 /* What besides tensors a resumed run needs to continue exactly: Adam's step count (bias
  * correction) and fp16's loss scale with its count of good steps. */
 typedef struct EngineCounters {

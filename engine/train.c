@@ -143,7 +143,7 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
                             Err *err) {
     if (!job->ckpt_dir) return 0;
     if (!epoch_end && !(job->ckpt_every > 0 && done % job->ckpt_every == 0)) return 0;
-    CheckpointInfo info = {.model_name = job->model_name ? job->model_name : "model",
+    CheckpointInfo info = {.model_name = job->model_name ? job->model_name : job->model->name,
                            .strategy = strategy_name(job->cfg->strategy),
                            .step = done,
                            .keep = job->ckpt_keep,

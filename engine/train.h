@@ -7,6 +7,11 @@
 
 #include "engine/fsdp.h"
 
+/* The most steps a run counts (--steps, a checkpoint's step): the sampler's index math (the
+ * epoch as an int, a step's place in the epoch times world, batch and micro-steps as a long)
+ * holds well within it. */
+#define TRAIN_MAX_STEPS 1000000000L
+
 typedef struct RankMemory {
     size_t rest[MEM_CATEGORY_COUNT];    /* after the last step */
     size_t at_peak[MEM_CATEGORY_COUNT]; /* breakdown when the total peaked */

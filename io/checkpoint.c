@@ -6,6 +6,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "engine/train.h"
 #include "io/bulk_file.h"
+#include "models/toy.h"
 #include "models/vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
@@ -187,13 +191,22 @@ static void write_config_json(FILE *f, const ModelDesc *m) {
             c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes);
 }
 
-/* Rank 0, after every rank has written: meta.json gathers the ranks' indexes. */
+/* meta.json's last line is `"crc32":N}`: N is the CRC32 (zlib's) of every byte before that
+ * line. A line of its own rather than a member computed over some canonical form of the rest,
+ * so that a reader checks it on the bytes, before it parses or believes anything, and so can a
+ * person: `head -n -1 meta.json | gzip -c | tail -c 8 | od -An -tu4 -N4` prints N (gzip's
+ * trailer starts with the same CRC32). The file stays one JSON object that jq and people read
+ * as before; `jq .crc32` gives N. */
+static const char META_CRC_KEY[] = "\"crc32\":";
+
+/* Rank 0, after every rank has written: meta.json gathers the ranks' indexes. Built in memory
+ * first, since its last line is the CRC32 of all the others. */
 static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const char *tmp,
                       const CheckpointInfo *info, Err *err) {
-    char path[FILE_MAX];
-    path_of(path, sizeof path, tmp, "meta.json");
-    FILE *f = fopen(path, "w");
-    if (!f) return err_set(err, ERR_IO, "cannot write %s", path);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return err_set(err, ERR_NOMEM, "out of memory writing %s/meta.json", tmp);
     EngineCounters c = engine_counters(e);
     fprintf(f,
             "{\"format\":\"fsdp-checkpoint\",\"version\":%d,\"model\":\"%s\",\"strategy\":\"%s\","
@@ -206,22 +219,33 @@ static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const c
     int rc = 0, any = 0;
     for (int r = 0; !rc && r < env->world; r++) {
         char idx[FILE_MAX];
-        size_t len;
+        size_t idx_len;
         rank_file(idx, sizeof idx, tmp, r, "json");
-        char *text = slurp(idx, &len);
+        char *index = slurp(idx, &idx_len);
         /* each index is a JSON list: splice its inside into ours */
-        char *open = text ? strchr(text, '[') : NULL, *close = text ? strrchr(text, ']') : NULL;
+        char *open = index ? strchr(index, '[') : NULL;
+        char *close = index ? strrchr(index, ']') : NULL;
         if (!open || !close || close < open) {
             rc = err_set(err, ERR_IO, "rank %d's index %s is missing or cut", r, idx);
         } else if (close > open + 1) {
             fprintf(f, "%s%.*s", any ? "," : "", (int)(close - open - 1), open + 1);
             any = 1;
         }
-        free(text);
+        free(index);
     }
-    fputs("\n]}\n", f);
-    if (sync_file(f) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", path);
-    if (fclose(f) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", path);
+    fputs("\n],\n", f);
+    if (fclose(f) && !rc) rc = err_set(err, ERR_NOMEM, "out of memory writing %s/meta.json", tmp);
+    char path[FILE_MAX];
+    path_of(path, sizeof path, tmp, "meta.json");
+    FILE *out = rc ? NULL : fopen(path, "w");
+    if (!rc && !out) rc = err_set(err, ERR_IO, "cannot write %s", path);
+    if (out) {
+        if (fwrite(text, 1, len, out) != len ||
+            fprintf(out, "%s%lu}\n", META_CRC_KEY, crc_of(text, len)) < 0 || sync_file(out))
+            rc = err_set(err, ERR_IO, "writing %s failed", path);
+        if (fclose(out) && !rc) rc = err_set(err, ERR_IO, "writing %s failed", path);
+    }
+    free(text);
     return rc;
 }
 
@@ -296,125 +320,78 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
     return rc;
 }
 
-/* ---------------------------------------------------------------- reading */
+/* ---------------------------------------------------------------- reading, checked
+ *
+ * meta.json is believed only once checked, in this order: its CRC32 (on the bytes, nothing
+ * parsed yet); its format and version; every field's range; its tensors against the model its
+ * "model" and "config" describe; its pieces against the tensors, each other and the rank files
+ * on disk. Nothing is allocated from a number before that number is checked. A failure is one
+ * line naming meta.json and the field by its jq path (.step, .tensors[3].shape), so that
+ * `jq .step meta.json` shows what was refused. */
 
-static int json_number(const cJSON *o, const char *key, double *out) {
+/* The last line, `"crc32":N}` with N below 2^32: 0 with *body, the bytes before it, and N; -1
+ * when the file does not end so (a file cut short, or not ours). */
+static int meta_crc_line(const char *text, size_t len, size_t *body, unsigned long *stated) {
+    if (len < 2 || text[len - 1] != '\n') return -1;
+    size_t start = len - 1;
+    while (start > 0 && text[start - 1] != '\n') start--;
+    const char *s = text + start, *end = text + len - 1;
+    size_t key = sizeof META_CRC_KEY - 1;
+    if (start == 0 || (size_t)(end - s) < key || memcmp(s, META_CRC_KEY, key)) return -1;
+    unsigned long long v = 0;
+    int digits = 0;
+    for (s += key; s < end && *s >= '0' && *s <= '9' && digits <= 10; s++, digits++)
+        v = 10 * v + (unsigned long long)(*s - '0');
+    const char *first = text + start + key;
+    if (digits < 1 || digits > 10 || (digits > 1 && *first == '0') || v > 0xffffffffull ||
+        s + 1 != end || *s != '}')
+        return -1; /* N as the writer prints it: decimal, no leading zero */
+    *body = start;
+    *stated = (unsigned long)v;
+    return 0;
+}
+
+/* *twice: the first key an object in the tree repeats, else NULL (-1: out of memory). cJSON
+ * keeps both members and finds the first, jq shows the last: fsdp and a person reading the
+ * file would disagree on what it says. */
+static int key_order(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int repeated_key(const cJSON *node, const char **twice) {
+    *twice = NULL;
+    if (!cJSON_IsObject(node) && !cJSON_IsArray(node)) return 0;
+    int n = cJSON_GetArraySize(node);
+    if (cJSON_IsObject(node) && n > 1) {
+        const char **keys = malloc((size_t)n * sizeof *keys);
+        if (!keys) return -1;
+        int k = 0;
+        for (const cJSON *c = node->child; c; c = c->next) keys[k++] = c->string;
+        qsort(keys, (size_t)n, sizeof *keys, key_order);
+        for (int i = 1; !*twice && i < n; i++)
+            if (!strcmp(keys[i - 1], keys[i])) *twice = keys[i];
+        free(keys);
+    }
+    for (const cJSON *c = node->child; !*twice && c; c = c->next)
+        if (repeated_key(c, twice)) return -1;
+    return 0;
+}
+
+/* o's member `key` (named where.key in messages) as a whole number in [lo, hi]; `why` follows
+ * the range in the message ("" or " (...)"). */
+static int whole_field(const char *meta, const cJSON *o, const char *where, const char *key,
+                       double lo, double hi, const char *why, double *out, Err *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v)) return -1;
-    *out = v->valuedouble;
-    return 0;
-}
-
-/* A whole number in [0, 2^53]: counts, sizes and offsets. */
-static int is_count(double v) {
-    return v >= 0 && v <= 9007199254740992.0 && v == (double)(unsigned long long)v;
-}
-
-/* The saved tensors must be this model's, name for name and shape for shape. */
-static int check_tensors(const char *path, const ModelDesc *m, const cJSON *tensors, Err *err) {
-    if (!cJSON_IsArray(tensors) || cJSON_GetArraySize(tensors) != m->nparams)
+    if (!cJSON_IsNumber(v))
         return err_set(err, ERR_USAGE,
-                       "checkpoint %s is of another model: %d tensors, this model has %d", path,
-                       cJSON_GetArraySize(tensors), m->nparams);
-    int i = 0;
-    const cJSON *t;
-    cJSON_ArrayForEach(t, tensors) {
-        const ParamSpec *p = &m->params[i];
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        int same = cJSON_IsString(name) && !strcmp(name->valuestring, p->name) &&
-                   cJSON_IsArray(shape) && cJSON_GetArraySize(shape) == p->ndim;
-        for (int d = 0; same && d < p->ndim; d++) {
-            const cJSON *dim = cJSON_GetArrayItem(shape, d);
-            same = cJSON_IsNumber(dim) && (long long)dim->valuedouble == (long long)p->shape[d];
-        }
-        if (!same)
-            return err_set(err, ERR_USAGE,
-                           "checkpoint %s is of another model: tensor %d is %s, this model's is "
-                           "%s",
-                           path, i, cJSON_IsString(name) ? name->valuestring : "unnamed", p->name);
-        i++;
-    }
-    return 0;
-}
-
-/* The tensors as saved: a name, fp32, 1 to MODEL_MAX_NDIM whole dimensions. */
-static int read_tensors(CkptMeta *c, const cJSON *list, Err *err) {
-    if (!cJSON_IsArray(list))
-        return err_set(err, ERR_USAGE, "checkpoint %s: meta.json has no tensors", c->path);
-    int n = cJSON_GetArraySize(list);
-    if (!(c->tensors = calloc((size_t)n + 1, sizeof *c->tensors)))
-        return err_set(err, ERR_NOMEM, "out of memory reading %s", c->path);
-    const cJSON *t;
-    cJSON_ArrayForEach(t, list) {
-        CkptTensor *out = &c->tensors[c->ntensors];
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
-        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
-        int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : 0;
-        int ok = cJSON_IsString(name) && name->valuestring[0] &&
-                 strlen(name->valuestring) < sizeof out->name && ndim >= 1 &&
-                 ndim <= MODEL_MAX_NDIM &&
-                 (!dtype || (cJSON_IsString(dtype) && !strcmp(dtype->valuestring, "fp32")));
-        size_t numel = 1;
-        for (int d = 0; ok && d < ndim; d++) {
-            const cJSON *dim = cJSON_GetArrayItem(shape, d);
-            ok = cJSON_IsNumber(dim) && is_count(dim->valuedouble) &&
-                 !__builtin_mul_overflow(numel, (size_t)dim->valuedouble, &numel);
-            if (ok) out->shape[d] = (int64_t)dim->valuedouble;
-        }
-        if (!ok)
-            return err_set(err, ERR_USAGE,
-                           "checkpoint %s: meta.json tensor %d is malformed (it needs a name, "
-                           "dtype fp32 and 1 to %d dimensions)",
-                           c->path, c->ntensors, MODEL_MAX_NDIM);
-        snprintf(out->name, sizeof out->name, "%s", name->valuestring);
-        out->ndim = ndim;
-        out->numel = numel;
-        out->row_elems = 1;
-        for (int d = 1; d < ndim; d++) out->row_elems *= (size_t)out->shape[d];
-        c->ntensors++;
-    }
-    return 0;
-}
-
-static int kind_of(const char *s) {
-    for (int k = 0; k < STATE_KIND_COUNT; k++)
-        if (!strcmp(s, state_kind_name((StateKind)k))) return k;
-    return -1;
-}
-
-static int read_pieces(CkptMeta *c, const cJSON *list, Err *err) {
-    if (!cJSON_IsArray(list))
-        return err_set(err, ERR_USAGE, "checkpoint %s: meta.json has no pieces", c->path);
-    size_t n = (size_t)cJSON_GetArraySize(list);
-    if (!(c->pieces = calloc(n + 1, sizeof *c->pieces)))
-        return err_set(err, ERR_NOMEM, "out of memory loading");
-    const cJSON *o;
-    cJSON_ArrayForEach(o, list) {
-        double v[7];
-        const char *keys[] = {"tensor", "rank", "row_begin", "rows", "offset", "bytes", "crc32"};
-        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
-        int ok = cJSON_IsString(kind) && kind_of(kind->valuestring) >= 0;
-        for (int k = 0; ok && k < 7; k++) ok = !json_number(o, keys[k], &v[k]) && is_count(v[k]);
-        ok = ok && v[0] < c->ntensors && v[1] < c->world && v[6] <= 4294967295.0;
-        if (ok) {
-            const CkptTensor *t = &c->tensors[(int)v[0]];
-            ok = v[2] + v[3] <= (double)t->shape[0] &&
-                 v[5] == v[3] * (double)t->row_elems * sizeof(float);
-        }
-        if (!ok)
-            return err_set(err, ERR_USAGE, "checkpoint %s: meta.json piece %zu is malformed",
-                           c->path, c->npieces);
-        c->pieces[c->npieces++] = (CkptPiece){.tensor = (int)v[0],
-                                              .kind = (StateKind)kind_of(kind->valuestring),
-                                              .rank = (int)v[1],
-                                              .row_begin = (size_t)v[2],
-                                              .rows = (size_t)v[3],
-                                              .offset = (unsigned long long)v[4],
-                                              .bytes = (unsigned long long)v[5],
-                                              .crc = (unsigned long)v[6]};
-    }
+                       "%s: %s.%s is %s; it must be a whole number from %.15g to %.15g%s", meta,
+                       where, key, v ? "not a number" : "missing", lo, hi, why);
+    double x = v->valuedouble;
+    if (!(x >= lo && x <= hi && x == floor(x)))
+        return err_set(err, ERR_USAGE,
+                       "%s: %s.%s is %.15g; it must be a whole number from %.15g to %.15g%s", meta,
+                       where, key, x, lo, hi, why);
+    *out = x;
     return 0;
 }
 
@@ -423,56 +400,499 @@ static void copy_string(char *dst, size_t n, const cJSON *o, const char *key) {
     snprintf(dst, n, "%s", cJSON_IsString(v) ? v->valuestring : "");
 }
 
-/* "config": {"layers": 2, ...} as text pairs; absent in checkpoints that predate it. */
-static int read_config(CkptMeta *c, const cJSON *config, Err *err) {
-    if (!cJSON_IsObject(config)) return 0;
-    int n = cJSON_GetArraySize(config);
-    if (!(c->config = calloc(2 * (size_t)n + 1, sizeof *c->config)))
-        return err_set(err, ERR_NOMEM, "out of memory reading %s", c->path);
-    const cJSON *kv;
-    cJSON_ArrayForEach(kv, config) {
-        char value[64];
-        if (cJSON_IsNumber(kv))
-            snprintf(value, sizeof value, "%.17g", kv->valuedouble);
-        else if (cJSON_IsString(kv))
-            snprintf(value, sizeof value, "%s", kv->valuestring);
+/* Format and version, read only to refuse: a file that is not ours, or of another version, is
+ * refused whatever else it says. sealed: it ends with a checksum line, already verified. */
+static int check_version(const char *meta, const cJSON *root, int sealed, Err *err) {
+    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (!sealed && !cJSON_IsObject(root)) /* most likely a save cut short, or a file cut since */
+        return err_set(err, ERR_USAGE,
+                       "%s has no \"crc32\" line at its end: it was cut short or edited", meta);
+    if (!cJSON_IsObject(root) || !cJSON_IsString(format) ||
+        strcmp(format->valuestring, "fsdp-checkpoint"))
+        return err_set(err, ERR_USAGE, "%s is not an fsdp checkpoint's metadata", meta);
+    if (!cJSON_IsNumber(version))
+        return err_set(err, ERR_USAGE, "%s: .version is %s; this fsdp reads version %d", meta,
+                       version ? "not a number" : "missing", CHECKPOINT_VERSION);
+    double v = version->valuedouble;
+    if (v == 1)
+        return err_set(err, ERR_USAGE,
+                       "%s is format version 1, whose meta.json has no CRC32 of its own; this "
+                       "fsdp reads version %d (the fsdp that saved it can consolidate it into a "
+                       "file --init-from takes)",
+                       meta, CHECKPOINT_VERSION);
+    if (v != CHECKPOINT_VERSION)
+        return err_set(err, ERR_USAGE, "%s is format version %.15g; this fsdp reads version %d",
+                       meta, v, CHECKPOINT_VERSION);
+    if (!sealed)
+        return err_set(err, ERR_USAGE,
+                       "%s has no \"crc32\" line at its end: it was cut short or edited", meta);
+    return 0;
+}
+
+/* The counters: a step the training loop's index math holds to, Adam's steps at most the
+ * steps (fewer when fp16's loss scaling skipped some), the loss scale a finite positive float,
+ * the steps since it last grew or shrank below the growth interval. */
+static int read_counters(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
+    double world, step, adam, good;
+    int rc = whole_field(meta, root, "", "world", 1, CHECKPOINT_MAX_WORLD, "", &world, err);
+    if (!rc)
+        rc = whole_field(meta, root, "", "step", 0, (double)TRAIN_MAX_STEPS,
+                         " (the most steps a run takes)", &step, err);
+    if (!rc)
+        rc = whole_field(meta, root, "", "adam_steps", 0, step,
+                         " (Adam steps at most .step, fewer when fp16 skipped some)", &adam, err);
+    if (rc) return rc;
+    const cJSON *scale = cJSON_GetObjectItemCaseSensitive(root, "loss_scale");
+    if (!cJSON_IsNumber(scale))
+        return err_set(err, ERR_USAGE, "%s: .loss_scale is %s; it must be a finite number above 0",
+                       meta, scale ? "not a number" : "missing");
+    double s = scale->valuedouble;
+    if (!(isfinite(s) && s > 0 && s <= FLT_MAX && (float)s > 0))
+        return err_set(err, ERR_USAGE,
+                       "%s: .loss_scale is %.15g; it must be a finite number above 0 (a float: "
+                       "%g to %g)",
+                       meta, s, (double)FLT_TRUE_MIN, (double)FLT_MAX);
+    double most = adam < ENGINE_SCALE_GROWTH_INTERVAL - 1 ? adam : ENGINE_SCALE_GROWTH_INTERVAL - 1;
+    if ((rc = whole_field(meta, root, "", "good_steps", 0, most,
+                          " (Adam's steps since the loss scale last changed, below the growth "
+                          "interval)",
+                          &good, err)))
+        return rc;
+    c->world = (int)world;
+    c->step = (long)step;
+    c->counters =
+        (EngineCounters){.steps = (long)adam, .loss_scale = (float)s, .good_steps = (int)good};
+    return 0;
+}
+
+/* A JSON value as a message shows it: "text" (cut at 64 bytes), a number, or what it is. */
+static const char *value_text(char *buf, size_t n, const cJSON *v) {
+    if (cJSON_IsString(v))
+        snprintf(buf, n, "\"%.64s\"", v->valuestring);
+    else if (cJSON_IsNumber(v))
+        snprintf(buf, n, "%.15g", v->valuedouble);
+    else
+        snprintf(buf, n, "%s", v ? "not a string" : "missing");
+    return buf;
+}
+
+/* "model" and "strategy": names this fsdp knows. */
+static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
+    static const char *const models[] = {"toy", "vit-tiny", "vit-workshop", "vit"};
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *strategy = cJSON_GetObjectItemCaseSensitive(root, "strategy");
+    char text[80];
+    int known = 0;
+    for (size_t i = 0; cJSON_IsString(model) && i < sizeof models / sizeof *models; i++)
+        known |= !strcmp(model->valuestring, models[i]);
+    if (!known)
+        return err_set(err, ERR_USAGE,
+                       "%s: .model is %s; it must be a model this fsdp builds: toy, vit-tiny or "
+                       "vit-workshop (or vit)",
+                       meta, value_text(text, sizeof text, model));
+    Strategy s;
+    if (!cJSON_IsString(strategy) || strategy_parse(strategy->valuestring, &s))
+        return err_set(err, ERR_USAGE, "%s: .strategy is %s; it must be one of %s", meta,
+                       value_text(text, sizeof text, strategy), strategy_names());
+    copy_string(c->model, sizeof c->model, root, "model");
+    copy_string(c->strategy, sizeof c->strategy, root, "strategy");
+    return 0;
+}
+
+/* ---- the model meta.json describes */
+
+enum { VIT_CONFIG_KEYS = 8, VIT_CONFIG_MAX = 1 << 20 };
+static const char *const vit_config_keys[VIT_CONFIG_KEYS] = {
+    "image", "patch", "layers", "heads", "hidden", "mlp", "classes", "channels"};
+
+/* The ViT of .config: exactly its eight keys, whole numbers, one channel, and dimensions that fit
+ * together as train's own checks require; described names it for messages. */
+static int vit_of_config(const char *meta, const cJSON *config, ModelDesc *out, char *described,
+                         size_t n, Err *err) {
+    if (!cJSON_IsObject(config))
+        return err_set(err, ERR_USAGE,
+                       "%s: .config is %s; a ViT's checkpoint records its image, patch, layers, "
+                       "heads, hidden, mlp, classes and channels",
+                       meta, config ? "not an object" : "missing");
+    for (const cJSON *kv = config->child; kv; kv = kv->next) {
+        int known = 0;
+        for (int k = 0; k < VIT_CONFIG_KEYS; k++) known |= !strcmp(kv->string, vit_config_keys[k]);
+        if (!known)
+            return err_set(err, ERR_USAGE, "%s: .config.%.64s is no size of a ViT", meta,
+                           kv->string);
+    }
+    double v[VIT_CONFIG_KEYS];
+    for (int k = 0; k < VIT_CONFIG_KEYS; k++) {
+        int rc = whole_field(meta, config, ".config", vit_config_keys[k], 1, VIT_CONFIG_MAX, "",
+                             &v[k], err);
+        if (rc) return rc;
+    }
+    if (v[7] != 1)
+        return err_set(err, ERR_USAGE, "%s: .config.channels is %.15g; this fsdp's ViT takes 1",
+                       meta, v[7]);
+    VitConfig c = {.image = (int)v[0],
+                   .patch = (int)v[1],
+                   .layers = (int)v[2],
+                   .heads = (int)v[3],
+                   .hidden = (int)v[4],
+                   .mlp = (int)v[5],
+                   .classes = (int)v[6]};
+    snprintf(described, n,
+             "the ViT its .config describes (image %d, patch %d, layers %d, heads %d, hidden %d, "
+             "mlp %d, classes %d)",
+             c.image, c.patch, c.layers, c.heads, c.hidden, c.mlp, c.classes);
+    Err why = {0};
+    if (vit_config_check(&c, &why))
+        return err_set(err, ERR_USAGE, "%s: .config is no ViT this fsdp builds: %s", meta, why.msg);
+    return vit_model_create(out, &c, err);
+}
+
+static int described_model(const CkptMeta *c, const char *meta, const cJSON *root, ModelDesc *out,
+                           char *described, size_t n, Err *err) {
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
+    if (!strcmp(c->model, "toy")) {
+        if (config)
+            return err_set(err, ERR_USAGE, "%s: .config is there, but the toy has no sizes to set",
+                           meta);
+        snprintf(described, n, "the toy");
+        return toy_model_create(out, err);
+    }
+    return vit_of_config(meta, config, out, described, n, err);
+}
+
+static void shape_text(char *buf, size_t n, const int64_t *shape, int ndim) {
+    size_t at = (size_t)snprintf(buf, n, "[");
+    for (int d = 0; d < ndim && at < n; d++)
+        at += (size_t)snprintf(buf + at, n - at, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+/* A shape as meta.json gives it, whatever it is. */
+static void json_shape_text(char *buf, size_t n, const cJSON *shape) {
+    if (!cJSON_IsArray(shape)) {
+        snprintf(buf, n, "%s", shape ? "not a list" : "missing");
+        return;
+    }
+    size_t at = (size_t)snprintf(buf, n, "[");
+    int d = 0;
+    for (const cJSON *x = shape->child; x && at < n; x = x->next, d++) {
+        if (cJSON_IsNumber(x))
+            at += (size_t)snprintf(buf + at, n - at, d ? ", %.15g" : "%.15g", x->valuedouble);
         else
-            return err_set(err, ERR_USAGE, "checkpoint %s: meta.json config %s is not a value",
-                           c->path, kv->string);
-        char *key = strdup(kv->string), *val = strdup(value);
-        c->config[2 * c->nconfig] = key;
-        c->config[2 * c->nconfig + 1] = val;
-        c->nconfig++;
-        if (!key || !val) return err_set(err, ERR_NOMEM, "out of memory reading %s", c->path);
+            at += (size_t)snprintf(buf + at, n - at, d ? ", ?" : "?");
+    }
+    if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+static int same_shape(const cJSON *shape, const ParamSpec *p) {
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != p->ndim) return 0;
+    int d = 0;
+    for (const cJSON *x = shape->child; x; x = x->next, d++)
+        if (!cJSON_IsNumber(x) || x->valuedouble != (double)p->shape[d]) return 0;
+    return 1;
+}
+
+typedef struct NameAt {
+    const char *name;
+    int at;
+} NameAt;
+
+static int name_order(const void *a, const void *b) {
+    const NameAt *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* .tensors is exactly m's parameters: as many, no name twice, each name, fp32 and shape in
+ * m's order. */
+static int check_tensor_list(const char *meta, const cJSON *list, const ModelDesc *m,
+                             const char *described, Err *err) {
+    if (!cJSON_IsArray(list))
+        return err_set(err, ERR_USAGE, "%s: .tensors is %s", meta, list ? "not a list" : "missing");
+    int n = cJSON_GetArraySize(list);
+    if (n != m->nparams)
+        return err_set(err, ERR_USAGE, "%s: .tensors lists %d tensors; %s has %d", meta, n,
+                       described, m->nparams);
+    NameAt *names = calloc((size_t)n + 1, sizeof *names);
+    if (!names) return err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    int i = 0, rc = 0;
+    for (const cJSON *t = list->child; !rc && t; t = t->next, i++) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(t, "name");
+        if (!cJSON_IsString(name))
+            rc = err_set(err, ERR_USAGE, "%s: .tensors[%d].name is %s", meta, i,
+                         name ? "not a string" : "missing");
+        names[i] = (NameAt){cJSON_IsString(name) ? name->valuestring : "", i};
+    }
+    if (!rc) qsort(names, (size_t)n, sizeof *names, name_order);
+    for (int k = 1; !rc && k < n; k++)
+        if (!strcmp(names[k - 1].name, names[k].name))
+            rc = err_set(err, ERR_USAGE, "%s: .tensors[%d].name is %.96s, as .tensors[%d].name is",
+                         meta, names[k].at, names[k].name, names[k - 1].at);
+    free(names);
+    i = 0;
+    for (const cJSON *t = list->child; !rc && t; t = t->next, i++) {
+        const ParamSpec *p = &m->params[i];
+        const char *name = cJSON_GetObjectItemCaseSensitive(t, "name")->valuestring;
+        const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+        char got[160], want[160];
+        if (strcmp(name, p->name))
+            rc = err_set(err, ERR_USAGE, "%s: .tensors[%d].name is %.96s; %s has %s there", meta, i,
+                         name, described, p->name);
+        else if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "fp32"))
+            rc = err_set(err, ERR_USAGE,
+                         "%s: .tensors[%d].dtype of %s is %.32s; checkpoints hold fp32", meta, i,
+                         p->name, cJSON_IsString(dtype) ? dtype->valuestring : "not fp32");
+        else if (!same_shape(shape, p)) {
+            json_shape_text(got, sizeof got, shape);
+            shape_text(want, sizeof want, p->shape, p->ndim);
+            rc = err_set(err, ERR_USAGE, "%s: .tensors[%d].shape of %s is %s; %s has %s", meta, i,
+                         p->name, got, described, want);
+        }
+    }
+    return rc;
+}
+
+/* With a model to load into: its parameters must be those saved (another model's checkpoint
+ * says so, with the shapes). saved is the model meta.json describes, already checked equal to
+ * its tensors. */
+static int check_expected(const char *path, const ModelDesc *saved, const ModelDesc *m, Err *err) {
+    if (saved->nparams != m->nparams)
+        return err_set(err, ERR_USAGE,
+                       "checkpoint %s is of another model: %d tensors, this model has %d", path,
+                       saved->nparams, m->nparams);
+    for (int i = 0; i < m->nparams; i++) {
+        const ParamSpec *s = &saved->params[i], *p = &m->params[i];
+        int same = !strcmp(s->name, p->name) && s->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = s->shape[d] == p->shape[d];
+        if (same) continue;
+        char a[160], b[160];
+        shape_text(a, sizeof a, s->shape, s->ndim);
+        shape_text(b, sizeof b, p->shape, p->ndim);
+        return err_set(err, ERR_USAGE,
+                       "checkpoint %s is of another model: tensor %d is %s %s, this model's is "
+                       "%s %s",
+                       path, i, s->name, a, p->name, b);
     }
     return 0;
 }
 
-static int read_root(CkptMeta *c, const cJSON *root, const char *path, const ModelDesc *expect,
-                     Err *err) {
-    const cJSON *format = cJSON_GetObjectItemCaseSensitive(root, "format");
-    double version = 0, world = 0, s = 0, adam = 0, scale = 0, good = 0;
-    if (!root || !cJSON_IsString(format) || strcmp(format->valuestring, "fsdp-checkpoint"))
-        return err_set(err, ERR_USAGE, "%s is not an fsdp checkpoint's metadata", path);
-    if (json_number(root, "version", &version) || version != CHECKPOINT_VERSION)
-        return err_set(err, ERR_USAGE, "%s is format version %g; this fsdp reads version %d", path,
-                       version, CHECKPOINT_VERSION);
-    if (json_number(root, "world", &world) || world < 1 || world > 1e6 ||
-        json_number(root, "step", &s) || s < 0 || json_number(root, "adam_steps", &adam) ||
-        json_number(root, "loss_scale", &scale) || json_number(root, "good_steps", &good))
-        return err_set(err, ERR_USAGE, "%s lacks the world size, step or counters", path);
-    c->version = (int)version;
-    c->world = (int)world;
-    c->step = (long)s;
-    c->counters =
-        (EngineCounters){.steps = (long)adam, .loss_scale = (float)scale, .good_steps = (int)good};
-    copy_string(c->model, sizeof c->model, root, "model");
-    copy_string(c->strategy, sizeof c->strategy, root, "strategy");
+static void set_tensors(CkptMeta *c, const ModelDesc *m) {
+    for (int i = 0; i < m->nparams; i++) {
+        const ParamSpec *p = &m->params[i];
+        CkptTensor *t = &c->tensors[i];
+        snprintf(t->name, sizeof t->name, "%s", p->name);
+        t->ndim = p->ndim;
+        memcpy(t->shape, p->shape, (size_t)p->ndim * sizeof *t->shape);
+        t->numel = p->numel;
+        t->row_elems = 1;
+        for (int d = 1; d < p->ndim; d++) t->row_elems *= (size_t)p->shape[d];
+    }
+    c->ntensors = m->nparams;
+}
+
+/* "config" as text pairs, for the tools that print or pass it on (checked already). */
+static int read_config(CkptMeta *c, const char *meta, const cJSON *config, Err *err) {
+    if (!cJSON_IsObject(config)) return 0;
+    int n = cJSON_GetArraySize(config);
+    if (!(c->config = calloc(2 * (size_t)n + 1, sizeof *c->config)))
+        return err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    for (const cJSON *kv = config->child; kv; kv = kv->next) {
+        char value[64];
+        snprintf(value, sizeof value, "%.17g", kv->valuedouble);
+        char *key = strdup(kv->string), *val = strdup(value);
+        c->config[2 * c->nconfig] = key;
+        c->config[2 * c->nconfig + 1] = val;
+        c->nconfig++;
+        if (!key || !val) return err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    }
+    return 0;
+}
+
+/* ---- the pieces */
+
+static int kind_of(const char *s) {
+    for (int k = 0; k < STATE_KIND_COUNT; k++)
+        if (!strcmp(s, state_kind_name((StateKind)k))) return k;
+    return -1;
+}
+
+/* One piece, each field in range: a known kind, a tensor and rank that exist, rows inside the
+ * tensor, bytes that are exactly those rows' fp32, a CRC32 below 2^32. */
+static int read_piece(CkptMeta *c, const char *meta, const cJSON *o, size_t i, Err *err) {
+    char where[48];
+    snprintf(where, sizeof where, ".pieces[%zu]", i);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    char text[80];
+    if (!cJSON_IsString(kind) || kind_of(kind->valuestring) < 0)
+        return err_set(err, ERR_USAGE, "%s: %s.kind is %s; it must be param, adam_m or adam_v",
+                       meta, where, value_text(text, sizeof text, kind));
+    double tensor, rank, row_begin, rows = 0, offset, bytes = 0, crc;
+    const double most = 9007199254740992.0; /* 2^53: every whole double below it is exact */
+    int rc = whole_field(meta, o, where, "tensor", 0, c->ntensors - 1, "", &tensor, err);
+    if (!rc)
+        rc = whole_field(meta, o, where, "rank", 0, c->world - 1, " (the ranks of .world)", &rank,
+                         err);
+    if (rc) return rc;
+    const CkptTensor *t = &c->tensors[(int)tensor];
+    double height = (double)t->shape[0];
+    char of[160];
+    snprintf(of, sizeof of, " (%s has %.15g rows)", t->name, height);
+    rc = whole_field(meta, o, where, "row_begin", 0, height, of, &row_begin, err);
+    if (!rc) rc = whole_field(meta, o, where, "rows", 0, height - row_begin, of, &rows, err);
+    if (!rc) rc = whole_field(meta, o, where, "offset", 0, most, "", &offset, err);
+    if (!rc) rc = whole_field(meta, o, where, "bytes", 0, most, "", &bytes, err);
+    double want = rows * (double)t->row_elems * sizeof(float);
+    if (!rc && bytes != want)
+        rc = err_set(err, ERR_USAGE,
+                     "%s: %s.bytes is %.15g; its %.15g rows of %s are %.15g bytes of fp32", meta,
+                     where, bytes, rows, t->name, want);
+    if (!rc) rc = whole_field(meta, o, where, "crc32", 0, 4294967295.0, "", &crc, err);
+    if (rc) return rc;
+    c->pieces[c->npieces++] = (CkptPiece){.tensor = (int)tensor,
+                                          .kind = (StateKind)kind_of(kind->valuestring),
+                                          .rank = (int)rank,
+                                          .row_begin = (size_t)row_begin,
+                                          .rows = (size_t)rows,
+                                          .offset = (unsigned long long)offset,
+                                          .bytes = (unsigned long long)bytes,
+                                          .crc = (unsigned long)crc};
+    return 0;
+}
+
+/* The order of CkptMeta.by_rows: (tensor, kind, row_begin, rows, rank). */
+static int piece_order(const void *a, const void *b) {
+    const CkptPiece *x = a, *y = b;
+    if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+    if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+    if (x->row_begin != y->row_begin) return x->row_begin < y->row_begin ? -1 : 1;
+    if (x->rows != y->rows) return x->rows < y->rows ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+/* Every tensor's rows [0, shape[0]) are held by exactly one piece of each kind: a gap or a
+ * row held twice names the tensor, the kind, the rows and the ranks. Empty pieces (an empty
+ * last shard) hold nothing. */
+static int check_coverage(const CkptMeta *c, const char *meta, Err *err) {
+    size_t at = 0;
+    const CkptPiece *s = c->by_rows;
+    for (int t = 0; t < c->ntensors; t++) {
+        const CkptTensor *ct = &c->tensors[t];
+        for (int k = 0; k < STATE_KIND_COUNT; k++) {
+            const char *kind = state_kind_name((StateKind)k);
+            size_t next = 0; /* rows [0, next) are held */
+            int last_rank = -1;
+            for (; at < c->npieces && s[at].tensor == t && (int)s[at].kind == k; at++) {
+                const CkptPiece *p = &s[at];
+                if (!p->rows) continue;
+                if (p->row_begin > next)
+                    return err_set(err, ERR_USAGE,
+                                   "%s: .pieces: no piece holds rows %zu-%zu of %s's %s", meta,
+                                   next, p->row_begin, ct->name, kind);
+                if (p->row_begin < next) {
+                    size_t end = p->row_begin + p->rows < next ? p->row_begin + p->rows : next;
+                    char by[48];
+                    if (last_rank == p->rank) /* a piece listed twice */
+                        snprintf(by, sizeof by, "by rank %d", p->rank);
+                    else
+                        snprintf(by, sizeof by, "(ranks %d and %d)", last_rank, p->rank);
+                    return err_set(err, ERR_USAGE,
+                                   "%s: .pieces: rows %zu-%zu of %s's %s are held twice %s", meta,
+                                   p->row_begin, end, ct->name, kind, by);
+                }
+                next = p->row_begin + p->rows;
+                last_rank = p->rank;
+            }
+            if (next < (size_t)ct->shape[0])
+                return err_set(err, ERR_USAGE,
+                               "%s: .pieces: no piece holds rows %zu-%lld of %s's %s", meta, next,
+                               (long long)ct->shape[0], ct->name, kind);
+        }
+    }
+    return 0;
+}
+
+/* Each rank's pieces lie back to back from byte 0 of its file, in meta.json's order (the order
+ * they were written), and each rank file has exactly the bytes they end at: no more (bytes
+ * from elsewhere), no fewer (cut short). */
+static int check_rank_files(const CkptMeta *c, const char *meta, Err *err) {
+    unsigned long long *end = calloc((size_t)c->world, sizeof *end);
+    if (!end) return err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < c->npieces; i++) {
+        const CkptPiece *p = &c->pieces[i];
+        if (p->offset != end[p->rank])
+            rc = err_set(err, ERR_USAGE,
+                         "%s: .pieces[%zu].offset is %llu, but rank %d's pieces before it in "
+                         "rank-%05d.bin end at byte %llu",
+                         meta, i, p->offset, p->rank, p->rank, end[p->rank]);
+        end[p->rank] += p->bytes;
+    }
+    for (int r = 0; !rc && r < c->world; r++) {
+        char path[FILE_MAX];
+        rank_file(path, sizeof path, c->path, r, "bin");
+        struct stat sb;
+        if (stat(path, &sb) != 0)
+            rc = err_set(err, ERR_USAGE, "cannot open %s: %s (meta.json's .world is %d)", path,
+                         strerror(errno), c->world);
+        else if ((unsigned long long)sb.st_size < end[r])
+            rc = err_set(err, ERR_USAGE, "%s is cut short: %llu bytes, its pieces end at byte %llu",
+                         path, (unsigned long long)sb.st_size, end[r]);
+        else if ((unsigned long long)sb.st_size > end[r])
+            rc = err_set(err, ERR_USAGE,
+                         "%s has %llu bytes but its pieces end at byte %llu: it is not the file "
+                         "this checkpoint saved",
+                         path, (unsigned long long)sb.st_size, end[r]);
+    }
+    free(end);
+    return rc;
+}
+
+static int read_pieces(CkptMeta *c, const char *meta, const cJSON *list, Err *err) {
+    if (!cJSON_IsArray(list))
+        return err_set(err, ERR_USAGE, "%s: .pieces is %s", meta, list ? "not a list" : "missing");
+    size_t n = (size_t)cJSON_GetArraySize(list);
+    if (!(c->pieces = calloc(n + 1, sizeof *c->pieces)) ||
+        !(c->by_rows = calloc(n + 1, sizeof *c->by_rows)))
+        return err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    int rc = 0;
+    for (const cJSON *o = list->child; !rc && o; o = o->next)
+        rc = read_piece(c, meta, o, c->npieces, err);
+    if (rc) return rc;
+    if (n) memcpy(c->by_rows, c->pieces, n * sizeof *c->by_rows);
+    qsort(c->by_rows, n, sizeof *c->by_rows, piece_order);
+    rc = check_coverage(c, meta, err);
+    return rc ? rc : check_rank_files(c, meta, err);
+}
+
+static int read_root(CkptMeta *c, const cJSON *root, const char *meta, int sealed,
+                     const ModelDesc *expect, Err *err) {
+    int rc = check_version(meta, root, sealed, err);
+    const char *twice = NULL;
+    if (!rc && repeated_key(root, &twice))
+        rc = err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    if (!rc && twice)
+        rc = err_set(err, ERR_USAGE,
+                     "%s: the key \"%.64s\" appears twice in one object (jq would show the last, "
+                     "fsdp read the first)",
+                     meta, twice);
+    if (!rc) rc = read_counters(c, meta, root, err);
+    if (!rc) rc = read_names(c, meta, root, err);
+    if (rc) return rc;
+    c->version = CHECKPOINT_VERSION;
+    ModelDesc saved = {0};
+    char described[256];
+    rc = described_model(c, meta, root, &saved, described, sizeof described, err);
     const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
-    int rc = expect ? check_tensors(c->path, expect, tensors, err) : 0;
-    if (!rc) rc = read_tensors(c, tensors, err);
-    if (!rc) rc = read_pieces(c, cJSON_GetObjectItemCaseSensitive(root, "pieces"), err);
-    if (!rc) rc = read_config(c, cJSON_GetObjectItemCaseSensitive(root, "config"), err);
+    if (!rc) rc = check_tensor_list(meta, tensors, &saved, described, err);
+    if (!rc && expect) rc = check_expected(c->path, &saved, expect, err);
+    if (!rc && !(c->tensors = calloc((size_t)saved.nparams + 1, sizeof *c->tensors)))
+        rc = err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
+    if (!rc) set_tensors(c, &saved);
+    model_desc_free(&saved);
+    if (!rc) rc = read_pieces(c, meta, cJSON_GetObjectItemCaseSensitive(root, "pieces"), err);
+    if (!rc) rc = read_config(c, meta, cJSON_GetObjectItemCaseSensitive(root, "config"), err);
     return rc;
 }
 
@@ -483,6 +903,7 @@ void ckpt_meta_free(CkptMeta *m) {
     free(m->config);
     free(m->tensors);
     free(m->pieces);
+    free(m->by_rows);
     memset(m, 0, sizeof *m);
 }
 
@@ -496,9 +917,19 @@ int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err
     path_of(meta, sizeof meta, path, "meta.json");
     char *text = slurp(meta, &len);
     if (!text) return err_set(err, ERR_USAGE, "%s is not a checkpoint: cannot read %s", path, meta);
+    /* the checksum first, on the bytes: nothing is parsed from a file that fails it */
+    size_t body;
+    unsigned long stated, actual = 0;
+    int sealed = !meta_crc_line(text, len, &body, &stated);
+    if (sealed && (actual = crc_of(text, body)) != stated) {
+        free(text);
+        return err_set(err, ERR_USAGE,
+                       "%s is damaged: its \"crc32\" line says %lu, its content's CRC32 is %lu",
+                       meta, stated, actual);
+    }
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
-    int rc = read_root(out, root, meta, expect, err);
+    int rc = read_root(out, root, meta, sealed, expect, err);
     cJSON_Delete(root);
     if (!rc && !(out->readers = calloc((size_t)out->world, sizeof *out->readers)))
         rc = err_set(err, ERR_NOMEM, "out of memory reading %s", meta);

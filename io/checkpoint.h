@@ -2,12 +2,12 @@
  * writes its own file of the state it is the one to save (engine_save_state); rank 0 writes
  * meta.json: format version, the model's configuration (the ViT's) and tensors (name, shape,
  * dtype), every piece (which file, which rows of which tensor, offset, bytes, CRC32), the step
- * and the engine's counters. A checkpoint is written into D/.step-NNNNNNNN.tmp, fsync'd, and
- * renamed to D/step-NNNNNNNN only when complete, so a killed save leaves the previous one
- * intact. Loading reads, for each piece a rank keeps now, the overlapping rows of whichever
- * saved pieces hold them: that is resharding. The reader below (CkptMeta) serves loading and
- * the tools of `fsdp ckpt` alike: it reads meta.json without a model, and reads or verifies
- * one piece at a time. */
+ * and the engine's counters, and last the CRC32 of all of that. A checkpoint is written into
+ * D/.step-NNNNNNNN.tmp, fsync'd, and renamed to D/step-NNNNNNNN only when complete, so a killed
+ * save leaves the previous one intact. Loading reads, for each piece a rank keeps now, the
+ * overlapping rows of whichever saved pieces hold them: that is resharding. The reader below
+ * (CkptMeta) serves loading and the tools of `fsdp ckpt` alike: it reads meta.json without a model,
+ * and reads or verifies one piece at a time. */
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
@@ -16,7 +16,11 @@
 #include "engine/fsdp.h"
 #include "engine/model.h"
 
-#define CHECKPOINT_VERSION 1
+/* 2: meta.json ends with a CRC32 of its own content. Version 1 (no such line) is refused:
+ * what its meta.json says cannot be told from damage (docs/checkpoints.md). */
+#define CHECKPOINT_VERSION 2
+/* The most ranks a checkpoint may have been saved by. */
+#define CHECKPOINT_MAX_WORLD 65536
 
 typedef struct CheckpointInfo {
     const char *model_name; /* "toy", "vit-tiny", ... (recorded; loading checks the tensors) */
@@ -62,8 +66,9 @@ typedef struct CkptPiece {
     unsigned long crc;
 } CkptPiece;
 
-/* A checkpoint's meta.json, checked for consistency: every piece names a tensor, a rank below
- * the world size, rows inside the tensor and bytes that are those rows' fp32. */
+/* A checkpoint's meta.json, believed only once checked (ckpt_meta_read): its CRC32, every field
+ * in range, the tensors exactly those of the model its "model" and "config" describe, every
+ * tensor's rows held by exactly one piece of each kind, each rank file exactly its pieces. */
 typedef struct CkptMeta {
     char path[4096]; /* the checkpoint directory (D/step-NNNNNNNN) */
     int version;
@@ -76,6 +81,8 @@ typedef struct CkptMeta {
     int ntensors;
     CkptPiece *pieces; /* in meta.json's order (rank by rank, in each rank's file order) */
     size_t npieces;
+    /* the same pieces sorted by (tensor, kind, row_begin): each tensor's kind's rows in order */
+    CkptPiece *by_rows;
     /* the model's configuration as saved ("config": the ViT's image, patch, layers, heads,
      * hidden, mlp, classes, channels), as text: key config[2i], value config[2i + 1] */
     char **config;
@@ -84,10 +91,16 @@ typedef struct CkptMeta {
     struct BulkReader **readers;
 } CkptMeta;
 
-/* Reads path/meta.json. With expect, the saved tensors must be that model's, name for name and
- * shape for shape (checked before the pieces, so another model's checkpoint says so); NULL
- * takes the checkpoint's own. Failures (ERR_USAGE) are one line naming the file. On failure
- * *out is empty and safe to ckpt_meta_free. */
+/* Reads path/meta.json and checks it before believing any of it: its CRC32 first, then its
+ * format version, each field's range (world 1 to CHECKPOINT_MAX_WORLD, step 0 to
+ * TRAIN_MAX_STEPS, Adam's steps at most the step, the loss scale a finite positive float), the
+ * model and strategy known, the tensors exactly those of the model that "model" and "config"
+ * describe (names, order, shapes), each tensor's rows held by exactly one piece of each kind,
+ * each rank's pieces back to back in its file, and each rank file of exactly their size. With
+ * expect, the tensors must also be that model's, name for name and shape for shape (another
+ * model's checkpoint says so, with both shapes). Failures (ERR_USAGE) are one line naming the
+ * file and the field (by its jq path: .step, .tensors[3].shape). On failure *out is empty and
+ * safe to ckpt_meta_free. */
 int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err *err);
 void ckpt_meta_free(CkptMeta *m);
 

@@ -110,6 +110,11 @@ char *mpi_fsdp_run(int *code, int ranks, const char *fmt, ...)
 /* The whole file at path, NUL-terminated (asserted to open; free it); *len, when given, its
  * size. */
 char *read_text_file(const char *path, size_t *len);
+/* Recomputes the checksum a checkpoint's meta.json ends with, its last line `"crc32":N}`, by
+ * the rule docs/checkpoints.md gives a person (N: zlib's CRC32 of every byte before that line),
+ * not by the code under test: a test edits a field, reseals, and what the reader then refuses
+ * is the field itself. Asserts. */
+void ckpt_meta_reseal(const char *meta_json);
 /* Creates an empty file from the mkstemp template `path` (its XXXXXX replaced); asserts. */
 void make_temp_file(char *path);
 

@@ -123,7 +123,7 @@ Test(ckpt_tools, inspect_lists_the_tensors_and_verifies_every_piece) {
     cr_assert_eq(code, 0, "%s", out);
     const char *want[] = {
         "/ck/step-00000004\n",
-        "format      fsdp-checkpoint version 1\n",
+        "format      fsdp-checkpoint version 2\n",
         "model       toy\n",
         "strategy    zero3\n",
         "world size  3\n",
@@ -185,14 +185,14 @@ static void toy_checkpoint(const char *tag) {
 Test(ckpt_tools, inspect_refuses_a_damaged_checkpoint_with_one_line_and_exit_2) {
     /* a flipped byte in rank 1's first piece, La.weight's parameters */
     toy_checkpoint("flip");
-    shell("printf '\\x42' | dd of=%s/ck/step-00000004/rank-00001.bin bs=1 seek=1 conv=notrunc "
+    shell("printf '\\102' | dd of=%s/ck/step-00000004/rank-00001.bin bs=1 seek=1 conv=notrunc "
           "2>/dev/null",
           dir);
     expect_exit_2("rank-00001.bin is corrupt: CRC mismatch in La.weight's param (rows 1-2)",
                   "ckpt inspect %s/ck", dir);
     /* a flipped byte in an Adam moment: Lc.weight's adam_v is rank 2's last piece */
     toy_checkpoint("flip_adam");
-    shell("printf '\\x42' | dd of=%s/ck/step-00000004/rank-00002.bin bs=1 seek=33 conv=notrunc "
+    shell("printf '\\102' | dd of=%s/ck/step-00000004/rank-00002.bin bs=1 seek=33 conv=notrunc "
           "2>/dev/null",
           dir);
     expect_exit_2("rank-00002.bin is corrupt: CRC mismatch in Lc.weight's adam_v",
@@ -212,16 +212,20 @@ Test(ckpt_tools, inspect_refuses_a_damaged_checkpoint_with_one_line_and_exit_2) 
 Test(ckpt_tools, inspect_checks_every_row_is_held_exactly_once) {
     /* rank 1's La.weight rows said to be rows 0-1: rows 0-1 twice, row 1 by nobody */
     toy_checkpoint("twice");
-    shell("sed -i '0,/\"rank\":1,\"row_begin\":1/s//\"rank\":1,\"row_begin\":0/' "
-          "%s/ck/step-00000004/meta.json",
-          dir);
-    expect_exit_2("rows 0-1 of La.weight's param are held twice (ranks 0 and 1)",
+    char meta[256];
+    snprintf(meta, sizeof meta, "%s/ck/step-00000004/meta.json", dir);
+    shell("sed -i '0,/\"rank\":1,\"row_begin\":1/s//\"rank\":1,\"row_begin\":0/' %s", meta);
+    ckpt_meta_reseal(meta); /* the checksum agrees: what is refused is the rows */
+    expect_exit_2("meta.json: .pieces: rows 0-1 of La.weight's param are held twice (ranks 0 "
+                  "and 1)",
                   "ckpt inspect %s/ck", dir);
     /* rank 2's piece of La.weight's parameters gone from meta.json */
     toy_checkpoint("gap");
-    shell("sed -i '/\"tensor\":0,\"kind\":\"param\",\"rank\":2/d' %s/ck/step-00000004/meta.json",
-          dir);
-    expect_exit_2("no piece holds rows 2-3 of La.weight's param", "ckpt inspect %s/ck", dir);
+    snprintf(meta, sizeof meta, "%s/ck/step-00000004/meta.json", dir);
+    shell("sed -i '/\"tensor\":0,\"kind\":\"param\",\"rank\":2/d' %s", meta);
+    ckpt_meta_reseal(meta);
+    expect_exit_2("meta.json: .pieces: no piece holds rows 2-3 of La.weight's param",
+                  "ckpt inspect %s/ck", dir);
     /* consolidate checks the parameters' rows too */
     int code;
     free(fsdp_run(&code, "2>/dev/null", "ckpt consolidate %s/ck -o %s/out.safetensors", dir, dir));
@@ -338,16 +342,19 @@ Test(ckpt_tools, consolidate_a_vit_into_torchvision_names, .timeout = 60) {
     shell("cmp -s %s %s/again.txt", dump, dir);
 }
 
-/* Damages the step-4 checkpoint with `damage` (%s: its directory), puts a file at -o first,
- * and expects consolidate to fail with exit 2 and one line mentioning want, leaving that
- * file byte for byte and nothing else behind. */
-static void expect_output_kept(const char *damage, const char *want) {
+/* Damages the step-4 checkpoint with `damage` (%s: its directory; with reseal, meta.json's
+ * checksum recomputed after it), puts a file at -o first, and expects consolidate to fail
+ * with exit 2 and one line mentioning want, leaving that file byte for byte and nothing else
+ * behind. */
+static void expect_output_kept_resealed(const char *damage, int reseal, const char *want) {
     toy_checkpoint("keep");
-    char ck[256], out[256];
+    char ck[256], out[256], meta[320];
     snprintf(ck, sizeof ck, "%s/ck/step-00000004", dir);
     snprintf(out, sizeof out, "%s/model.safetensors", dir);
+    snprintf(meta, sizeof meta, "%s/meta.json", ck);
     shell("printf 'the weights of last week' > %s", out);
     shell(damage, ck);
+    if (reseal) ckpt_meta_reseal(meta);
     expect_exit_2(want, "ckpt consolidate %s/ck -o %s", dir, out);
     char *after = read_text_file(out, NULL);
     cr_expect_str_eq(after, "the weights of last week", "after `%s`", damage);
@@ -355,15 +362,25 @@ static void expect_output_kept(const char *damage, const char *want) {
     cr_expect_eq(count_files(dir), 2, "after `%s`: ck and the old file, no temporary file", damage);
 }
 
+static void expect_output_kept(const char *damage, const char *want) {
+    expect_output_kept_resealed(damage, 0, want);
+}
+
 Test(ckpt_tools, consolidate_of_a_damaged_checkpoint_leaves_the_output_untouched) {
     /* Lc.weight's parameters on rank 1, its third piece of three kinds each */
-    expect_output_kept("printf '\\x42' | dd of=%s/rank-00001.bin bs=1 seek=24 conv=notrunc "
+    expect_output_kept("printf '\\102' | dd of=%s/rank-00001.bin bs=1 seek=24 conv=notrunc "
                        "2>/dev/null",
                        "rank-00001.bin is corrupt: CRC mismatch in Lc.weight's param");
     expect_output_kept("truncate -s 20 %s/rank-00002.bin", "rank-00002.bin is cut short");
     expect_output_kept("rm %s/rank-00000.bin", "cannot open");
-    expect_output_kept("sed -i 's/\"version\":1/\"version\":9/' %s/meta.json", "format version 9");
-    expect_output_kept("sed -i 's/\"rows\":1,/\"rows\":0,/' %s/meta.json", "malformed");
+    /* meta.json edited: its checksum says so, and with the checksum recomputed, the field */
+    expect_output_kept("sed -i 's/\"version\":2/\"version\":9/' %s/meta.json",
+                       "meta.json is damaged: its \"crc32\" line says");
+    expect_output_kept_resealed("sed -i 's/\"version\":2/\"version\":9/' %s/meta.json", 1,
+                                "meta.json is format version 9; this fsdp reads version 2");
+    expect_output_kept_resealed("sed -i '0,/\"rows\":1,/s//\"rows\":0,/' %s/meta.json", 1,
+                                "meta.json: .pieces[0].bytes is 4; its 0 rows of La.weight are 0 "
+                                "bytes of fp32");
     /* -o that names a directory, or a place no file can be made */
     toy_checkpoint("bad_out");
     expect_exit_2("is a directory", "ckpt consolidate %s/ck -o %s", dir, dir);
