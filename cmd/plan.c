@@ -348,7 +348,9 @@ static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replica
  * one sample does not fit; *peak1 is the GPU peak at batch 1 (the first batch tried). */
 static int max_batch(const PlanArgs *a, const PlanSetup *s, Strategy st, int replicas, int *out,
                      size_t *peak1, Err *err) {
-    enum { CAP = 1 << 20 };
+    /* the flag's bound, and the planner's per GPU at this --grad-accum */
+    long planner_cap = PLANNER_MAX_GPU_SAMPLES / a->train.fsdp.grad_accum;
+    int CAP = planner_cap < (1 << 20) ? (int)planner_cap : 1 << 20;
     int good = 0, bad = 0, fit;
     size_t peak;
     for (int b = 1; !bad && b <= CAP; b *= 2) {

@@ -161,12 +161,14 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         if (rc) return rc;
         if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
             epoch = (int)(s / per_epoch);
-            rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm, job->data->n);
+            if (perm)
+                rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm,
+                                job->data->n);
         }
         /* the first step too, so a log always shows where the loss started */
         int log =
             job->log_every > 0 && (s == 0 || (s + 1) % job->log_every == 0 || s + 1 == job->steps);
-        rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
+        if (perm) rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
         double t0 = latest_stream_time(env->dev), w0 = clock_seconds();
         StepReport rep = {.step = s + 1,
                           .steps = job->steps,
@@ -287,9 +289,11 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
                        "the %ld samples of the data set",
                        env->world, job->cfg->batch_size, job->cfg->grad_accum, job->data->n);
     Engine *e = NULL;
-    long *perm = malloc((size_t)job->data->n * sizeof(long));
-    long *idx = malloc((size_t)job->cfg->batch_size * job->cfg->grad_accum * sizeof(long));
-    int rc = (!perm || !idx) ? err_set(err, ERR_NOMEM, "out of memory for the sampler") : 0;
+    long *perm = job->no_sampler ? NULL : malloc((size_t)job->data->n * sizeof(long));
+    long *idx = calloc((size_t)job->cfg->batch_size * job->cfg->grad_accum, sizeof(long));
+    int rc = ((!perm && !job->no_sampler) || !idx)
+                 ? err_set(err, ERR_NOMEM, "out of memory for the sampler")
+                 : 0;
     if (!rc) rc = engine_create(&e, job->cfg, job->plan, job->model, *env, err);
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params, err);
     if (!rc && job->init_from) rc = train_load_weights(e, job->model, job->init_from, err);

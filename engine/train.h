@@ -110,6 +110,9 @@ typedef struct TrainJob {
     /* One rank per process (GPUs under fsdp launch): each rank's memory record is gathered
      * to every process, so rank 0 can report them all (in one process they share the array). */
     int rank_per_process;
+    /* Accounting only (fsdp plan): no model reads a sample, so no shuffle of the data set is
+     * kept and every index is sample 0 (a planned global batch may be a billion samples). */
+    int no_sampler;
     /* filled by the ranks */
     RankMemory *memory;  /* [world] */
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */

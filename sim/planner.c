@@ -61,8 +61,9 @@ size_t planner_rest_total(const RankMemory *m) {
 /* ---------------------------------------------------------------- the run */
 
 /* A data set of `n` samples of the model's input shape: accounting-only runs read none of
- * it (the ViT stages nothing onto a device that stores nothing), so the ViT's images all
- * share one blank image's bytes; the toy's scalars are real zeros. */
+ * it (the ViT stages nothing onto a device that stores nothing) and name only sample 0 (no
+ * sampler), so every image is one blank image's bytes and the toy's scalars are one zero
+ * input and one zero target, whatever n is. */
 int planner_blank_dataset(Dataset *d, const ModelDesc *m, long n, Err *err) {
     static const uint8_t blank[28 * 28 + 1];
     memset(d, 0, sizeof *d);
@@ -76,11 +77,11 @@ int planner_blank_dataset(Dataset *d, const ModelDesc *m, long n, Err *err) {
         d->labels = blank;
         return 0;
     }
-    float *zeros = calloc(2 * (size_t)n + 1, sizeof(float));
-    if (!zeros) return err_set(err, ERR_NOMEM, "out of memory for a batch of %ld samples", n);
+    float *zeros = calloc(2, sizeof(float));
+    if (!zeros) return err_set(err, ERR_NOMEM, "out of memory for a blank sample");
     d->owned = zeros;
     d->inputs = zeros;
-    d->targets = zeros + n;
+    d->targets = zeros + 1;
     return 0;
 }
 
@@ -121,6 +122,12 @@ static int top_rank(const PlannerResult *r) {
 
 int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     memset(out, 0, sizeof *out);
+    long samples = (long)job->cfg.batch_size * job->cfg.grad_accum;
+    if (samples > PLANNER_MAX_GPU_SAMPLES)
+        return err_set(err, ERR_USAGE,
+                       "--batch-size %d x --grad-accum %d = %ld samples per GPU a step; a plan "
+                       "holds at most %ld",
+                       job->cfg.batch_size, job->cfg.grad_accum, samples, PLANNER_MAX_GPU_SAMPLES);
     const Plan *p = job->plan;
     int n = p->world;
     long steps = job->steps > 0 ? job->steps : 2;
@@ -152,6 +159,7 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
                    .cfg = &job->cfg,
                    .steps = steps,
                    .log_every = 1, /* the loss all-reduce a training run does each step */
+                   .no_sampler = 1,
                    .memory = out->memory};
     ClusterResult res = {0};
     if (!rc) rc = cluster_run(&opt, train_rank, &tj, &res, err);

@@ -37,8 +37,14 @@ typedef struct PlannerResult {
     PlannerTraffic traffic[COLL_KIND_COUNT];
 } PlannerResult;
 
+/* The most samples one GPU's step may name (--batch-size x --grad-accum): a step keeps their
+ * indices (8 bytes each), so 2^24 of them are 128 MiB a planned GPU; no batch near it fits a
+ * GPU anyway. */
+#define PLANNER_MAX_GPU_SAMPLES (1L << 24)
+
 /* Runs the job. Failures are the engine's (out of memory is not one: accounting-only devices
- * charge past their capacity, and the result says whether it fits). */
+ * charge past their capacity, and the result says whether it fits), and a job past
+ * PLANNER_MAX_GPU_SAMPLES, refused before anything is allocated. */
 int planner_run(const PlannerJob *job, PlannerResult *out, Err *err);
 /* A data set of n samples of model m's input shape for an accounting-only run, which reads
  * none of it (the lessons' checks use it too). Free with dataset_free. */

@@ -118,7 +118,8 @@ static void traced_step(const ModelDesc *m, const FsdpConfig *cfg, int ranks, Pl
     Dataset data;
     cr_assert_eq(planner_blank_dataset(&data, m, (long)ranks * cfg->batch_size, &err), 0, "%s",
                  err.msg);
-    TrainJob job = {.model = m, .data = &data, .plan = plan, .cfg = cfg, .steps = 1};
+    TrainJob job = {
+        .model = m, .data = &data, .plan = plan, .cfg = cfg, .steps = 1, .no_sampler = 1};
     ClusterOptions opt = {
         .ranks = ranks, .profile = profile_default(), .trace = 1, .accounting_only = 1};
     ClusterResult res;

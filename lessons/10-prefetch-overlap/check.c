@@ -188,8 +188,13 @@ static void traced_engine_step(EngineStep *s, int ranks, int prefetch) {
     cr_assert_eq(planner_blank_dataset(&data, &m, (long)ranks * cfg.batch_size, &err), 0, "%s",
                  err.msg);
     /* log_every 1: the loss all-reduce of every step, as the planner runs it */
-    TrainJob train = {
-        .model = &m, .data = &data, .plan = &p, .cfg = &cfg, .steps = STEPS, .log_every = 1};
+    TrainJob train = {.model = &m,
+                      .data = &data,
+                      .plan = &p,
+                      .cfg = &cfg,
+                      .steps = STEPS,
+                      .log_every = 1,
+                      .no_sampler = 1};
     ClusterOptions opt = {
         .ranks = ranks, .profile = profile_default(), .trace = 1, .accounting_only = 1};
     ClusterResult res;

@@ -54,8 +54,12 @@ static void run_step(OffloadRun *r, int ranks, OffloadKind offload, Strategy str
     Dataset data;
     cr_assert_eq(planner_blank_dataset(&data, &r->model, (long)ranks * r->cfg.batch_size, &err), 0,
                  "%s", err.msg);
-    TrainJob job = {
-        .model = &r->model, .data = &data, .plan = &r->plan, .cfg = &r->cfg, .steps = 1};
+    TrainJob job = {.model = &r->model,
+                    .data = &data,
+                    .plan = &r->plan,
+                    .cfg = &r->cfg,
+                    .steps = 1,
+                    .no_sampler = 1};
     ClusterOptions opt = {
         .ranks = ranks, .profile = profile_default(), .trace = 1, .accounting_only = 1};
     ClusterResult res;

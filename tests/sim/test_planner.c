@@ -447,6 +447,28 @@ Test(plan_cli, bad_input_is_one_line_and_exit_2) {
                                         "batch 1 per GPU"},
         {"plan --model vit-tiny --batch-size 1e12", "--batch-size must be"},
         {"plan --model transformer --hidden 100 --heads 3", "--hidden"},
+        {"plan --model vit-tiny --batch-size 1048576 --grad-accum 4096",
+         "--batch-size 1048576 x --grad-accum 4096 = 4294967296 samples per GPU a step; a plan "
+         "holds at most 16777216"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
+}
+
+/* A planned global batch of a billion samples keeps no per-sample index (the planner's runs
+ * read no data): vit-workshop at 1,024 GPUs of 1,048,576 samples each grew to 24 GB and was
+ * killed; under a 1 GiB address-space limit it must now finish. */
+Test(plan_cli, a_billion_sample_batch_plans_in_little_memory) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "ulimit -v 1048576; %s plan --model vit-workshop --gpus 1024 --batch-size 1048576 "
+             "2>&1",
+             fsdp_bin());
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char out[8192] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, out);
+    cr_expect(strstr(out, "largest batch per GPU that fits:"), "%s", out);
 }
