@@ -475,6 +475,14 @@ static char stream_mark(int stream) {
     return stream == STREAM_COMM ? '=' : stream == STREAM_COPY ? '~' : '#';
 }
 
+/* The timeline column of time t, in [0, FRAME_TIMELINE_COLS]: clamped as a double, since an
+ * event of another step (or of a replayed file) may lie any distance away, and a cast of a
+ * double beyond an int's range is undefined (fuzz_trace found 7.65e46). */
+static int column(double t, double lo, double width) {
+    double c = (t - lo) / width;
+    return !(c > 0) ? 0 : c >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS : (int)c;
+}
+
 /* Paints every span of the current event's step onto its rank's stream row. */
 static void draw_timeline(Frame *f, const Trace *t) {
     int step = f->event->step;
@@ -497,13 +505,13 @@ static void draw_timeline(Frame *f, const Trace *t) {
     for (size_t i = 0; any && i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
         if (e->step != step || !is_span(e) || e->stream < 0 || e->stream >= STREAM_COUNT) continue;
-        int a = (int)((e->start - lo) / width), b = (int)((e->end - lo) / width);
+        int a = column(e->start, lo, width), b = column(e->end, lo, width);
         if (b == a) b = a + 1;
         for (int c = a; c < b && c < FRAME_TIMELINE_COLS; c++)
             f->timeline[e->rank * STREAM_COUNT + e->stream][c] = stream_mark(e->stream);
     }
-    int cursor = (int)((f->event->start - lo) / width);
-    f->cursor = cursor < 0 ? 0 : cursor >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS - 1 : cursor;
+    int cursor = column(f->event->start, lo, width);
+    f->cursor = cursor >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS - 1 : cursor;
 }
 
 static void write_header(Frame *f, const Plan *p) {

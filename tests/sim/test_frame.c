@@ -310,3 +310,20 @@ Test(frame, header_says_setup_and_teardown) {
                               f.index + 1, run.trace.n));
     toy_frame_free(&run, &f);
 }
+
+/* An event of the step far from its spans (a replayed file may say anything finite): the
+ * cursor stays on the timeline, computed without casting 1e46 to an int (fuzz_trace found it;
+ * the sanitizer build holds the cast). */
+Test(frame, an_event_far_from_its_step_keeps_the_cursor_on_the_timeline) {
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    size_t i = find(&run.trace, EV_ALLOC, 0, 0, PHASE_FORWARD);
+    run.trace.ev[i].start = run.trace.ev[i].end = 7.65e46;
+    frame_of(&f, &run, i);
+    cr_expect_eq(f.cursor, FRAME_TIMELINE_COLS - 1);
+    run.trace.ev[i].start = run.trace.ev[i].end = -7.65e46;
+    frame_of(&f, &run, i);
+    cr_expect_eq(f.cursor, 0);
+    toy_frame_free(&run, &f);
+}
