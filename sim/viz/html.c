@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sim/viz/frame.h"
+#include "sim/viz/nav.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/text.h"
 
@@ -135,22 +136,9 @@ static void table_write(FILE *out, const char *name, const Table *t) {
 /* What the page's keys jump between: c/C the collectives, k/K the computation. */
 enum { KIND_OTHER = 0, KIND_COLLECTIVE = 1, KIND_COMPUTE = 2 };
 
+/* The same classes as the terminal viewer's keys (sim/viz/nav.h). */
 static int kind_class(const TraceEvent *e) {
-    switch ((EventKind)e->kind) {
-    case EV_ALL_GATHER:
-    case EV_REDUCE_SCATTER:
-    case EV_ALL_REDUCE:
-    case EV_BROADCAST:
-    case EV_BARRIER:
-        return KIND_COLLECTIVE;
-    case EV_FORWARD:
-    case EV_BACKWARD:
-    case EV_RECOMPUTE:
-    case EV_OPTIMIZER:
-        return KIND_COMPUTE;
-    default:
-        return KIND_OTHER;
-    }
+    return nav_is_collective(e) ? KIND_COLLECTIVE : nav_is_compute(e) ? KIND_COMPUTE : KIND_OTHER;
 }
 
 /* A grid cell is the index of its text shifted left by CELL_SHIFT, or'ed with the bits of its
