@@ -39,7 +39,8 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
 /* Loads a checkpoint directory (D/step-NNNNNNNN) into e: every rank reads the rows it keeps,
  * verifying each piece's CRC; sets the engine's counters and *step to the steps done. No
  * communication. A checkpoint of another model or version, a missing, cut or corrupt rank file
- * or rows no piece holds fail with one line naming the file and tensor. */
+ * or rows no piece holds fail with one line naming the file and tensor; so does a value that is
+ * not finite (nan, inf), with its flat index in the tensor. */
 int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step, Err *err);
 
 /* The newest complete checkpoint in dir into path ("" when there is none). */

@@ -1,6 +1,7 @@
 /* Values that are not finite numbers (nan, inf) are refused where they enter: a weights file
- * (--init-from, predict, in F32, BF16 or F16) is one line naming the file, the tensor, the first
- * bad flat index and the value, exit 2, and no file that existed before is changed. */
+ * (--init-from, predict, in F32, BF16 or F16), a checkpoint's rank file (--resume); each is one
+ * line naming the file, the tensor, the first bad flat index and the value, exit 2, and no file
+ * that existed before is changed. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -138,5 +139,113 @@ Test(nonfinite, bf16_and_f16_weights_are_checked_too) {
     }
     free(full);
     model_desc_free(&m);
+    remove_test_dir(dir);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* Sets element `elem` of the piece of `tensor`'s `kind` saved by `rank` in checkpoint `ck` to
+ * nan, that piece's CRC in meta.json to the new bytes' and meta.json's own checksum to the new
+ * text's (as a writer that saved a nan would): only the values are wrong. */
+static void poison_piece(const char *ck, const char *tensor, const char *kind, int rank,
+                         size_t elem) {
+    char meta_path[512], bin[512];
+    snprintf(meta_path, sizeof meta_path, "%s/meta.json", ck);
+    snprintf(bin, sizeof bin, "%s/rank-%05d.bin", ck, rank);
+    size_t len;
+    char *text = read_text_file(meta_path, &len);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root);
+    int t = -1, i = 0;
+    cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(root, "tensors")) {
+        if (!strcmp(cJSON_GetObjectItem(it, "name")->valuestring, tensor)) t = i;
+        i++;
+    }
+    cr_assert_geq(t, 0, "no tensor %s", tensor);
+    /* the piece's line, as the writer spells it */
+    char key[128];
+    snprintf(key, sizeof key, "{\"tensor\":%d,\"kind\":\"%s\",\"rank\":%d,", t, kind, rank);
+    char *line = strstr(text, key);
+    cr_assert_not_null(line, "rank %d saved no %s of %s", rank, kind, tensor);
+    cJSON *piece = cJSON_ParseWithOpts(line, NULL, 0);
+    cr_assert_not_null(piece);
+    long offset = (long)cJSON_GetObjectItem(piece, "offset")->valuedouble;
+    size_t bytes = (size_t)cJSON_GetObjectItem(piece, "bytes")->valuedouble;
+    cJSON_Delete(piece);
+    cJSON_Delete(root);
+    cr_assert_lt(elem * sizeof(float), bytes);
+    unsigned char *buf = malloc(bytes);
+    FILE *f = fopen(bin, "r+b");
+    cr_assert_not_null(f, "%s", bin);
+    cr_assert_eq(fseek(f, offset, SEEK_SET), 0);
+    cr_assert_eq(fread(buf, 1, bytes, f), bytes);
+    float nan = NAN;
+    memcpy(buf + elem * sizeof(float), &nan, sizeof nan);
+    cr_assert_eq(fseek(f, offset, SEEK_SET), 0);
+    cr_assert_eq(fwrite(buf, 1, bytes, f), bytes);
+    fclose(f);
+    unsigned long crc = crc32(0L, buf, (uInt)bytes);
+    free(buf);
+    char *crc_at = strstr(line, "\"crc32\":"), *end = crc_at ? strchr(crc_at, '}') : NULL;
+    cr_assert(crc_at && end && crc_at < strchr(line, '\n'), "no crc32 in the piece's line");
+    f = fopen(meta_path, "wb");
+    cr_assert_not_null(f);
+    fprintf(f, "%.*s\"crc32\":%lu%s", (int)(crc_at - text), text, crc, end);
+    fclose(f);
+    free(text);
+    ckpt_meta_reseal(meta_path);
+}
+
+/* Every file of checkpoint `ck` as one string (names and bytes), to compare before and after. */
+static char *checkpoint_bytes(const char *ck) {
+    char cmd[1024], path[256];
+    snprintf(path, sizeof path, "%s.sum", ck);
+    snprintf(cmd, sizeof cmd,
+             "cd %s && ls -la --time-style=+ . | sort > %s && cat * | md5sum >> %s", ck, path,
+             path);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *text = read_text_file(path, NULL);
+    unlink(path);
+    return text;
+}
+
+Test(nonfinite, a_checkpoint_holding_a_nan_is_refused_on_resume) {
+    fresh_test_dir(dir, sizeof dir, "nonfinite", "ckpt");
+    char ck[256], keep[256], args[1024], line[1024];
+    snprintf(ck, sizeof ck, "%s/ck/step-00000004", dir);
+    snprintf(keep, sizeof keep, "%s/params.txt", dir);
+    free(fsdp_ok("train --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
+    /* the toy's Lb.weight is [3]: rank 1 of 3 saved row 1; its Adam moment too */
+    poison_piece(ck, "Lb.weight", "param", 1, 0);
+    write_keep(keep);
+    char *before = checkpoint_bytes(ck);
+    snprintf(line, sizeof line,
+             "fsdp: %s/rank-00001.bin: Lb.weight's param holds nan at flat index 1 (a "
+             "checkpoint's values must be finite)\n",
+             ck);
+    /* at the world size that saved it, and resharded onto one rank and onto two */
+    for (int ranks = 1; ranks <= 3; ranks++) {
+        snprintf(args, sizeof args, "train --ranks %d --steps 6 --resume %s --dump-params %s",
+                 ranks, ck, keep);
+        expect_line(2, line, args);
+    }
+    char *after = checkpoint_bytes(ck);
+    cr_expect_str_eq(after, before, "the checkpoint was changed");
+    free(after);
+    free(before);
+    expect_kept(keep);
+
+    /* Adam's state is checked as the parameters are */
+    fresh_test_dir(dir, sizeof dir, "nonfinite", "ckpt");
+    snprintf(ck, sizeof ck, "%s/ck/step-00000004", dir);
+    free(fsdp_ok("train --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
+    poison_piece(ck, "Lc.weight", "adam_v", 2, 0);
+    snprintf(line, sizeof line,
+             "fsdp: %s/rank-00002.bin: Lc.weight's adam_v holds nan at flat index 2 (a "
+             "checkpoint's values must be finite)\n",
+             ck);
+    snprintf(args, sizeof args, "train --steps 6 --resume %s", ck);
+    expect_line(2, line, args);
     remove_test_dir(dir);
 }
