@@ -32,7 +32,9 @@ typedef struct CheckpointInfo {
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
- * env->world_comm calls it (barriers order the writing, the merge and the rename). */
+ * env->world_comm calls it (barriers order the writing, the merge and the rename). A state that
+ * holds a value that is not finite (nan, inf) on any rank is not saved: every rank returns
+ * ERR_DIVERGED naming the first such tensor and kind, and nothing is left in dir. */
 int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
                     const CheckpointInfo *info, Err *err);
 

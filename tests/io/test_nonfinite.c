@@ -1,7 +1,8 @@
 /* Values that are not finite numbers (nan, inf) are refused where they enter: a weights file
  * (--init-from, predict, in F32, BF16 or F16), a checkpoint's rank file (--resume); each is one
  * line naming the file, the tensor, the first bad flat index and the value, exit 2, and no file
- * that existed before is changed. */
+ * that existed before is changed. A run whose loss or gradient norm turns non-finite stops at
+ * that step with one line, exit 1, its newest checkpoint whole and loadable. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -248,4 +249,125 @@ Test(nonfinite, a_checkpoint_holding_a_nan_is_refused_on_resume) {
     snprintf(args, sizeof args, "train --steps 6 --resume %s", ck);
     expect_line(2, line, args);
     remove_test_dir(dir);
+}
+
+/* ---------------------------------------------------------------- training that diverges */
+
+/* AdamW with --lr 10 --weight-decay 100 multiplies every parameter by 1 - lr x wd = -999 a step:
+ * the toy's loss is finite through step 7 and inf at step 8. */
+#define DIVERGES "--optim adamw --lr 10 --weight-decay 100"
+
+/* The run stops at step 8 at any world size and strategy, whether or not step 8's loss was
+ * all-reduced (--print-every 5: only this rank's loss), leaving steps 3 and 6 whole; a restart
+ * is not tried; the newest checkpoint loads and a run resumed from it takes step 7 as the run
+ * that never stopped did. */
+Test(nonfinite, a_run_whose_loss_turns_inf_stops_at_that_step, .timeout = 120) {
+    fresh_test_dir(dir, sizeof dir, "nonfinite", "diverge");
+    char keep[256], args[1024], ck[256], path[512];
+    snprintf(keep, sizeof keep, "%s/params.txt", dir);
+    write_keep(keep);
+    const char *setups[] = {"--ranks 1",
+                            "--ranks 3",
+                            "--ranks 4 --strategy ddp",
+                            "--ranks 3 --strategy zero2 --print-every 5",
+                            "--ranks 4 --strategy hsdp --replicas 2 --print-every 5",
+                            "--ranks 3 --max-restarts 2"};
+    for (size_t i = 0; i < sizeof setups / sizeof *setups; i++) {
+        snprintf(ck, sizeof ck, "%s/ck%zu", dir, i);
+        snprintf(args, sizeof args,
+                 "train --steps 12 %s %s --checkpoint-dir %s --checkpoint-every 3 --dump-params "
+                 "%s",
+                 DIVERGES, setups[i], ck, keep);
+        expect_line(1,
+                    "fsdp: step 8: the loss is inf (training diverged; the newest checkpoint, "
+                    "step 6, is intact)\n",
+                    args);
+        char *listing = NULL;
+        snprintf(path, sizeof path, "ls -a %s > %s/ls.txt", ck, dir);
+        cr_assert_eq(system(path), 0);
+        snprintf(path, sizeof path, "%s/ls.txt", dir);
+        listing = read_text_file(path, NULL);
+        cr_expect_str_eq(listing, ".\n..\nstep-00000003\nstep-00000006\n", "%s", setups[i]);
+        free(listing);
+    }
+    expect_kept(keep);
+    /* step 6 is whole (every CRC checks) and resumes: step 7 as the uninterrupted run's */
+    snprintf(ck, sizeof ck, "%s/ck1/step-00000006", dir);
+    char *out = fsdp_ok("ckpt inspect %s", ck);
+    free(out);
+    char full[256], resumed[256];
+    snprintf(full, sizeof full, "%s/full.txt", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+    free(fsdp_ok("train --steps 7 %s --dump-params %s", DIVERGES, full));
+    free(fsdp_ok("train --steps 7 %s --resume %s --dump-params %s", DIVERGES, ck, resumed));
+    cr_expect_eq(dump_rel_diff(resumed, full), 0.0, "resumed from step 6, step 7 differs");
+    /* without a checkpoint directory the line says only where */
+    snprintf(args, sizeof args, "train --steps 12 %s", DIVERGES);
+    expect_line(1, "fsdp: step 8: the loss is inf (training diverged)\n", args);
+    snprintf(args, sizeof args, "train --steps 12 %s --checkpoint-dir %s/late --checkpoint-every 9",
+             DIVERGES, dir);
+    expect_line(1,
+                "fsdp: step 8: the loss is inf (training diverged; no checkpoint was saved "
+                "before it)\n",
+                args);
+    remove_test_dir(dir);
+}
+
+/* The ViT too, at two ranks: a loss that turns nan (the kernels see nan and inf on the way). */
+Test(nonfinite, a_vit_whose_loss_turns_nan_stops_at_that_step, .timeout = 120) {
+    expect_line(1, "fsdp: step 4: the loss is nan (training diverged)\n",
+                "train --model vit-tiny --layers 2 --ranks 2 --batch-size 8 --steps 12 --split "
+                "test --eval false " DIVERGES);
+}
+
+/* Toy weights whose gradient overflows while the loss stays finite: Lb's output near 3e38 makes
+ * Lc's second weight's gradient inf. Under --clip-grad-norm the norm says so at step 1; without
+ * it, Adam turns the inf into nan parameters, which the checkpoint of step 1 refuses to save (the
+ * loss would say nan only at step 2). */
+Test(nonfinite, a_gradient_that_overflows_stops_the_run) {
+    fresh_test_dir(dir, sizeof dir, "nonfinite", "grad");
+    char weights[256], args[1024];
+    snprintf(weights, sizeof weights, "%s/toy.safetensors", dir);
+    const float a[3] = {1, 1, 0}, b[3] = {3e38f, 1, 0}, c[3] = {1000, 1e-37f, 0};
+    const int64_t shape[1] = {3};
+    StTensorOut t[3] = {{"La.weight", "F32", 1, shape, a},
+                        {"Lb.weight", "F32", 1, shape, b},
+                        {"Lc.weight", "F32", 1, shape, c}};
+    Err err = {0};
+    cr_assert_eq(st_write(weights, t, 3, NULL, 0, &err), 0, "%s", err.msg);
+    const char *setups[] = {"--ranks 1", "--ranks 3", "--ranks 3 --strategy ddp"};
+    for (size_t i = 0; i < sizeof setups / sizeof *setups; i++) {
+        snprintf(args, sizeof args, "train --steps 3 %s --init-from %s --clip-grad-norm 1",
+                 setups[i], weights);
+        expect_line(1, "fsdp: step 1: the gradient norm is inf (training diverged)\n", args);
+    }
+    snprintf(args, sizeof args,
+             "train --steps 3 --init-from %s --checkpoint-dir %s/ck "
+             "--checkpoint-every 1",
+             weights, dir);
+    expect_line(1,
+                "fsdp: step 1: Lc.weight's param holds values that are not finite, so its "
+                "checkpoint was not saved (training diverged; no checkpoint was saved before "
+                "it)\n",
+                args);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A %s/ck)\"", dir);
+    cr_expect_eq(system(cmd), 0, "nothing was left in the checkpoint directory");
+    snprintf(args, sizeof args, "train --steps 3 --init-from %s", weights);
+    expect_line(1, "fsdp: step 2: the loss is nan (training diverged)\n", args);
+    remove_test_dir(dir);
+}
+
+/* fp16's loss scaling skips the steps whose scaled gradients overflow, as before: a healthy run
+ * with skipped steps ends well; a diverging one stops where its (unscaled) loss turns inf. */
+Test(nonfinite, fp16_loss_scaling_still_skips_overflowing_steps) {
+    int code;
+    char *out = fsdp_run(&code, "2>&1",
+                         "train --ranks 2 --steps 10 --reduce-dtype fp16 "
+                         "--print-every 1");
+    cr_expect_eq(code, 0, "%s", out);
+    cr_expect_neq(strstr(out, "(skipped)"), NULL, "a step overflowed and was skipped: %s", out);
+    free(out);
+    expect_line(1, "fsdp: step 69: the loss is inf (training diverged)\n",
+                "train --ranks 2 --steps 100 --reduce-dtype fp16 " DIVERGES);
 }
