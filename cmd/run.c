@@ -326,7 +326,7 @@ int run_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int te
 
 int run_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) {
     int rc = 0;
-    if (t->dump.f) rc = report_dump_params(t->dump.f, &t->model, t->params, err);
+    if (t->dump.f) rc = report_dump_params(t->dump.f, t->dump.path, &t->model, t->params, err);
     if (!rc && t->trace.f) rc = write_trace(t, &res->trace, err);
     if (!rc && t->svg.f) rc = run_memory_timeline(t, &res->trace, t->svg.f, 0, err);
     if (!rc) rc = atomic_commit(&t->dump, err);
