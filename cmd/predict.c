@@ -74,6 +74,22 @@ static int predict_args_parse(PredictArgs *a, int argc, char **argv, Err *err) {
     return 0;
 }
 
+/* A ViT shape read from path's __metadata__ is checked here, so that a bad one is named by its
+ * file and fields (vit_config_check's lines name the flags that set them in train). */
+static int metadata_config_check(const char *path, const VitConfig *c, Err *err) {
+    if (c->image % c->patch != 0)
+        return err_set(err, ERR_USAGE, "%s: __metadata__ patch %d does not divide image %d", path,
+                       c->patch, c->image);
+    if (c->hidden % c->heads != 0)
+        return err_set(err, ERR_USAGE, "%s: __metadata__ heads %d does not divide hidden %d", path,
+                       c->heads, c->hidden);
+    Err why = {0};
+    if (vit_config_check(c, &why))
+        return err_set(err, ERR_USAGE, "%s: __metadata__ holds a ViT this fsdp cannot build: %s",
+                       path, why.msg);
+    return 0;
+}
+
 /* The ViT's shape: --model's preset, else the file's __metadata__. */
 static int predict_config(const PredictArgs *a, VitConfig *c, Err *err) {
     if (a->model) {
@@ -103,7 +119,7 @@ static int predict_config(const PredictArgs *a, VitConfig *c, Err *err) {
             *fields[i] = (int)x;
     }
     st_free(&st);
-    return rc;
+    return rc ? rc : metadata_config_check(a->weights, c, err);
 }
 
 static int predict_run(const PredictArgs *a, Err *err) {
@@ -112,12 +128,17 @@ static int predict_run(const PredictArgs *a, Err *err) {
     Dataset data = {0};
     Plan plan = {0};
     int rc = predict_config(a, &c, err);
+    if (!rc) rc = mnist_load(&data, a->data ? a->data : MNIST_DEFAULT_DIR, "test", err);
+    /* the presets' images are FashionMNIST's; a file's __metadata__ may say another size */
+    if (!rc && (c.image != data.rows || c.image != data.cols))
+        rc = err_set(err, ERR_USAGE,
+                     "%s: __metadata__ image %d does not fit the data set's %dx%d images",
+                     a->weights, c.image, data.rows, data.cols);
     if (!rc) rc = vit_model_create(&m, &c, err);
     if (!rc) { /* checks every name and shape before any rank starts */
         WeightsFile *w;
         if (!(rc = weights_open(&w, &m, a->weights, err))) weights_close(w);
     }
-    if (!rc) rc = mnist_load(&data, a->data ? a->data : MNIST_DEFAULT_DIR, "test", err);
     if (!rc && a->image >= data.n)
         rc = err_set(err, ERR_USAGE, "--image %ld: the test split has images 0 to %ld", a->image,
                      data.n - 1);

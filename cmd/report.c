@@ -2,6 +2,7 @@
  * per rank beside DDP's, per-step and evaluation lines (text or JSON), the parameter dump. */
 #include "cmd/report.h"
 
+#include <errno.h>
 #include <string.h>
 
 #include "sim/stream_check.h"
@@ -351,12 +352,17 @@ void report_final_params(FILE *f, const ModelDesc *m, const float *params) {
     }
 }
 
-int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *err) {
+int report_dump_params(FILE *f, const char *path, const ModelDesc *m, const float *params,
+                       Err *err) {
     size_t at = 0;
-    for (int i = 0; i < m->nparams; i++)
-        for (size_t j = 0; j < m->params[i].numel; j++)
-            fprintf(f, "%s %zu %.9e\n", m->params[i].name, j, params[at++]);
-    if (fflush(f) || ferror(f)) return err_set(err, ERR_IO, "could not write the parameters");
+    int bad = 0;
+    /* the first write that fails stops it: errno then says why (a full disk: ENOSPC) */
+    for (int i = 0; !bad && i < m->nparams; i++)
+        for (size_t j = 0; !bad && j < m->params[i].numel; j++)
+            bad = fprintf(f, "%s %zu %.9e\n", m->params[i].name, j, params[at++]) < 0;
+    if (bad || fflush(f) || ferror(f))
+        return err_set(err, ERR_IO, "could not write the parameters to %s: %s", path,
+                       strerror(errno));
     return 0;
 }
 

@@ -58,7 +58,10 @@ void report_step_json(FILE *f, const StepReport *r);
 void report_eval_text(FILE *f, const EvalReport *r);
 void report_eval_json(FILE *f, const EvalReport *r);
 void report_final_params(FILE *f, const ModelDesc *m, const float *params);
-/* `name index value` lines, %.9e. Returns 0 or ERR_IO. */
-int report_dump_params(FILE *f, const ModelDesc *m, const float *params, Err *err);
+/* `name index value` lines, %.9e, into f, which is being written for `path` (the file a person
+ * asked for, named by a failure: a full disk is one line naming it and why). Returns 0 or
+ * ERR_IO. */
+int report_dump_params(FILE *f, const char *path, const ModelDesc *m, const float *params,
+                       Err *err);
 
 #endif

@@ -326,7 +326,7 @@ int run_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int te
 
 int run_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) {
     int rc = 0;
-    if (t->dump.f) rc = report_dump_params(t->dump.f, &t->model, t->params, err);
+    if (t->dump.f) rc = report_dump_params(t->dump.f, t->dump.path, &t->model, t->params, err);
     if (!rc && t->trace.f) rc = write_trace(t, &res->trace, err);
     if (!rc && t->svg.f) rc = run_memory_timeline(t, &res->trace, t->svg.f, 0, err);
     if (!rc) rc = atomic_commit(&t->dump, err);
@@ -372,11 +372,13 @@ void run_values_to_trace(TrainJob *job, size_t numel, Trace *trace) {
 
 /* Runs the job; when a rank fails and --max-restarts allows, starts again from the newest
  * complete checkpoint (or from the beginning when there is none yet), as torchrun and Ray do.
- * An injected failure (--fail-at) happens once: the restarted run goes past it. */
+ * An injected failure (--fail-at) happens once: the restarted run goes past it. A run that
+ * diverged (ERR_DIVERGED) is not restarted: the same steps from the same checkpoint would
+ * diverge again. */
 int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, ClusterResult *res,
                       Err *err) {
     int rc = run_ranks(t, opt, job, res, err);
-    for (int restart = 1; rc && restart <= t->args.max_restarts; restart++) {
+    for (int restart = 1; rc && rc != ERR_DIVERGED && restart <= t->args.max_restarts; restart++) {
         cluster_result_free(res);
         fprintf(stderr, "fsdp: %s\n", err->msg);
         Err latest = {0};

@@ -231,5 +231,6 @@ int cmd_train(int argc, char **argv) {
     if (!rc && !t.args.print_plan) rc = train_execute(&t, &err);
     run_cleanup(&t);
     if (rc == ERR_USAGE && (t.quiet_rank || run_not_rank_0())) return 2; /* rank 0 says it */
+    if (rc == ERR_DIVERGED && t.quiet_rank) return 1; /* every rank saw it; rank 0 says it */
     return rc ? cmd_fail(rc, err.msg) : 0;
 }

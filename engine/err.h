@@ -4,7 +4,16 @@
 #ifndef FSDP_ERR_H
 #define FSDP_ERR_H
 
-enum { ERR_OK = 0, ERR_USAGE = -2, ERR_IO = -3, ERR_NOMEM = -4, ERR_INTERNAL = -5 };
+/* ERR_DIVERGED: training's loss or gradient norm stopped being a finite number; a restart from a
+ * checkpoint would take the same steps to the same place, so nothing restarts on it. */
+enum {
+    ERR_OK = 0,
+    ERR_USAGE = -2,
+    ERR_IO = -3,
+    ERR_NOMEM = -4,
+    ERR_INTERNAL = -5,
+    ERR_DIVERGED = -6
+};
 
 typedef struct Err {
     int code;

@@ -138,9 +138,23 @@ static int checkpoint_dies_midway(const TrainJob *job, long step) {
     return h->checkpoint_dies_midway ? h->checkpoint_dies_midway(h->state, step) : 0;
 }
 
-/* A checkpoint after step `done` when one is due: every ckpt_every steps and at epoch ends. */
+/* The line of a run that diverged at `step`: what went non-finite, and the newest checkpoint
+ * (saved: its step, -1 when there is none), which is the one to go back to. */
+static int diverged(const TrainJob *job, long step, const char *what, long saved, Err *err) {
+    char kept[96] = "";
+    if (saved >= 0)
+        snprintf(kept, sizeof kept, "; the newest checkpoint, step %ld, is intact", saved);
+    else if (job->ckpt_dir)
+        snprintf(kept, sizeof kept, "; no checkpoint was saved before it");
+    return err_set(err, ERR_DIVERGED, "step %ld: %s (training diverged%s)", step, what, kept);
+}
+
+/* A checkpoint after step `done` when one is due: every ckpt_every steps and at epoch ends;
+ * *saved becomes done once it is saved. A state that is not finite is not saved (a gradient
+ * that overflowed while the loss stayed finite, with no --clip-grad-norm to see it): that
+ * ends the run as a divergence. */
 static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long done, int epoch_end,
-                            Err *err) {
+                            long *saved, Err *err) {
     if (!job->ckpt_dir) return 0;
     if (!epoch_end && !(job->ckpt_every > 0 && done % job->ckpt_every == 0)) return 0;
     CheckpointInfo info = {.model_name = job->model_name ? job->model_name : job->model->name,
@@ -148,12 +162,40 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
                            .step = done,
                            .keep = job->ckpt_keep,
                            .kill_midway = checkpoint_dies_midway(job, done)};
-    return checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
+    int rc = checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
+    if (rc == ERR_DIVERGED) {
+        char what[sizeof err->msg + 40];
+        snprintf(what, sizeof what, "%s, so its checkpoint was not saved", err->msg);
+        return diverged(job, done, what, *saved, err);
+    }
+    if (!rc) *saved = done;
+    return rc;
+}
+
+/* A step whose loss or gradient norm is not a finite number diverged: every step after it would
+ * be nan too, so the run stops there, before the step is recorded, reported or checkpointed.
+ * fp16's loss scaling skips a step whose scaled gradients overflowed, as GradScaler does; that is
+ * expected, not divergence, and such a step has no norm (0). Its loss is not scaled: a loss that
+ * is not finite stops the run there too, as it would skip every step after it. The gradient norm
+ * is there under --clip-grad-norm. Each rank judges what it has: the loss is all-reduced on
+ * logged steps (every step under one process per rank), the norm always; on a step whose loss
+ * only this rank saw, the others are stopped as for any failed rank, at their next collective. */
+static int step_diverged(const TrainJob *job, const StepStats *st, long step, long saved,
+                         Err *err) {
+    float bad = !isfinite(st->loss) ? st->loss : st->grad_norm;
+    if (isfinite(bad)) return 0;
+    char what[64];
+    snprintf(what, sizeof what, "the %s is %s", !isfinite(st->loss) ? "loss" : "gradient norm",
+             isnan(bad) ? "nan"
+             : bad > 0  ? "inf"
+                        : "-inf");
+    return diverged(job, step, what, saved, err);
 }
 
 static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, long *perm,
                      long *idx, Err *err) {
     long per_epoch = train_steps_per_epoch(job, env->world);
+    long saved = job->resume_from ? first : -1; /* the newest checkpoint's step */
     long global_batch = (long)env->world * job->cfg->batch_size * job->cfg->grad_accum;
     int epoch = -1;
     for (long s = first; s < job->steps; s++) {
@@ -176,6 +218,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
                           .steps_per_epoch = per_epoch,
                           .lr = job->cfg->lr};
         if ((rc = engine_step(e, job->data, idx, log, &rep.stats, err))) return rc;
+        if ((rc = step_diverged(job, &rep.stats, s + 1, saved, err))) return rc;
         rep.step_time = latest_stream_time(env->dev) - t0;
         rep.wall_time = clock_seconds() - w0;
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
@@ -185,7 +228,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         if (job->eval_data && epoch_end &&
             (rc = evaluate(env, job, e, idx, s + 1, (int)((s + per_epoch) / per_epoch), err)))
             return rc;
-        if ((rc = maybe_checkpoint(env, job, e, s + 1, epoch_end, err))) return rc;
+        if ((rc = maybe_checkpoint(env, job, e, s + 1, epoch_end, &saved, err))) return rc;
     }
     return 0;
 }

@@ -106,7 +106,19 @@ typedef struct Writer {
     int rank;
     int kill; /* CheckpointInfo.kill_midway, on rank 0 */
     PieceList pieces;
+    long nonfinite; /* the first (by piece_key) piece holding a value that is not finite; -1 */
 } Writer;
+
+/* A piece's tensor and kind as one number, ordered as the model's tensors and then the kinds. */
+static long piece_key(int param, StateKind kind) {
+    return (long)param * STATE_KIND_COUNT + (long)kind;
+}
+
+static int all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return 0;
+    return 1;
+}
 
 /* CRC32 of a buffer of any size: zlib's crc32 takes uInt lengths, so it is fed in parts. */
 static unsigned long crc_of(const void *data, size_t bytes) {
@@ -129,6 +141,9 @@ static int write_piece(void *user, const StatePiece *s, Err *err) {
                    .offset = bulk_size(w->f),
                    .bytes = bytes,
                    .crc = crc_of(s->data, bytes)};
+    long key = piece_key(s->param, s->kind);
+    if ((w->nonfinite < 0 || key < w->nonfinite) && !all_finite(s->data, s->rows * s->row_elems))
+        w->nonfinite = key;
     if (bulk_write(w->f, s->data, bytes, err)) return ERR_IO;
     if (pieces_add(&w->pieces, p)) return err_set(err, ERR_NOMEM, "out of memory saving");
     if (w->kill) raise(SIGKILL);
@@ -143,12 +158,14 @@ static void write_piece_json(FILE *f, const CkptPiece *p, int first) {
             p->offset, p->bytes, p->crc);
 }
 
-/* This rank's state file and its index (rank-RRRRR.json: its pieces), both synced. */
-static int save_rank_files(const RankEnv *env, Engine *e, const char *tmp, int kill, Err *err) {
+/* This rank's state file and its index (rank-RRRRR.json: its pieces), both synced; *nonfinite:
+ * the first piece holding a value that is not finite (piece_key), -1 when none does. */
+static int save_rank_files(const RankEnv *env, Engine *e, const char *tmp, int kill,
+                           long *nonfinite, Err *err) {
     char bin[FILE_MAX], idx[FILE_MAX];
     rank_file(bin, sizeof bin, tmp, env->rank, "bin");
     rank_file(idx, sizeof idx, tmp, env->rank, "json");
-    Writer w = {.rank = env->rank, .kill = kill};
+    Writer w = {.rank = env->rank, .kill = kill, .nonfinite = -1};
     int rc = bulk_open(&w.f, bin, err);
     if (rc) return rc;
     rc = engine_save_state(e, write_piece, &w, err);
@@ -165,6 +182,7 @@ static int save_rank_files(const RankEnv *env, Engine *e, const char *tmp, int k
         if (sync_file(f) || fclose(f)) rc = err_set(err, ERR_IO, "writing %s failed", idx);
     }
     free(w.pieces.p);
+    *nonfinite = w.nonfinite;
     return rc;
 }
 
@@ -307,14 +325,36 @@ static int prepare_dirs(const char *dir, const char *tmp, Err *err) {
     return 0;
 }
 
+/* Once every rank has written its files (so, as the barrier it replaces): whether any rank's
+ * state holds a value that is not finite, every rank learning the first such piece (by
+ * piece_key, the same on every rank). Such a state is not published: resumed, it would train
+ * nothing but nan. *nonfinite: this rank's in, the first of all ranks' out (-1: none). */
+static int agree_finite(const RankEnv *env, long *nonfinite, Err *err) {
+    /* the largest of the negated keys is the smallest key; -2^24 (exact in fp32) is none */
+    float v = *nonfinite < 0 ? -16777216.0f : -(float)*nonfinite;
+    int rc = comm_all_reduce(env->world_comm, &v, &v, 1, DTYPE_FP32, REDUCE_MAX, -1, err);
+    *nonfinite = v == -16777216.0f ? -1 : (long)-v;
+    return rc;
+}
+
 int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
                     const CheckpointInfo *info, Err *err) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s/.step-%08ld.tmp", dir, info->step);
+    long nonfinite = -1;
     int rc = env->rank == 0 ? prepare_dirs(dir, tmp, err) : 0;
     if (!rc) rc = comm_barrier(env->world_comm, err);
-    if (!rc) rc = save_rank_files(env, e, tmp, env->rank == 0 && info->kill_midway, err);
-    if (!rc) rc = comm_barrier(env->world_comm, err);
+    if (!rc)
+        rc = save_rank_files(env, e, tmp, env->rank == 0 && info->kill_midway, &nonfinite, err);
+    if (!rc) rc = agree_finite(env, &nonfinite, err);
+    if (!rc && nonfinite >= 0) {
+        if (env->rank == 0) remove_checkpoint_dir(tmp);
+        rc = comm_barrier(env->world_comm, err); /* none ends the run before the files are gone */
+        return rc ? rc
+                  : err_set(err, ERR_DIVERGED, "%s's %s holds values that are not finite",
+                            m->params[nonfinite / STATE_KIND_COUNT].name,
+                            state_kind_name((StateKind)(nonfinite % STATE_KIND_COUNT)));
+    }
     if (!rc && env->rank == 0) rc = publish(env, e, m, dir, tmp, info, err);
     if (!rc) rc = comm_barrier(env->world_comm, err);
     return rc;
@@ -975,6 +1015,30 @@ int ckpt_piece_verify(const CkptMeta *m, const CkptPiece *p, Err *err) {
 
 /* ---------------------------------------------------------------- loading */
 
+static const char *nonfinite_name(float v) {
+    return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* A value that is not a finite number in rows [lo, hi) of saved piece p, now at `rows`: one line
+ * naming the rank file, the tensor, the kind, the first such value's flat index in the tensor and
+ * the value. A CRC only says the bytes are the ones saved; a nan saved (or written with its CRC)
+ * would resume a run that trains nothing but nan. */
+static int check_finite_rows(const CkptMeta *c, const CkptPiece *p, const float *rows, size_t lo,
+                             size_t hi, Err *err) {
+    size_t row_elems = c->tensors[p->tensor].row_elems, n = (hi - lo) * row_elems;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(rows[i])) continue;
+        char path[FILE_MAX];
+        ckpt_rank_file(c, p->rank, path, sizeof path);
+        return err_set(err, ERR_USAGE,
+                       "%s: %s's %s holds %s at flat index %zu (a checkpoint's values must be "
+                       "finite)",
+                       path, c->tensors[p->tensor].name, state_kind_name(p->kind),
+                       nonfinite_name(rows[i]), lo * row_elems + i);
+    }
+    return 0;
+}
+
 /* Fills a piece the engine keeps from every saved piece that overlaps it. */
 static int fill_piece(void *user, const StatePiece *want, Err *err) {
     const CkptMeta *c = user;
@@ -995,6 +1059,7 @@ static int fill_piece(void *user, const StatePiece *want, Err *err) {
         int rc = ckpt_piece_read(c, p, whole ? (void *)into : buf, err);
         if (!rc && !whole) memcpy(into, buf + (lo - p->row_begin) * row, (hi - lo) * row);
         free(buf);
+        if (!rc) rc = check_finite_rows(c, p, (const float *)into, lo, hi, err);
         if (rc) return rc;
         covered += hi - lo;
     }

@@ -32,14 +32,17 @@ typedef struct CheckpointInfo {
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
- * env->world_comm calls it (barriers order the writing, the merge and the rename). */
+ * env->world_comm calls it (barriers order the writing, the merge and the rename). A state that
+ * holds a value that is not finite (nan, inf) on any rank is not saved: every rank returns
+ * ERR_DIVERGED naming the first such tensor and kind, and nothing is left in dir. */
 int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
                     const CheckpointInfo *info, Err *err);
 
 /* Loads a checkpoint directory (D/step-NNNNNNNN) into e: every rank reads the rows it keeps,
  * verifying each piece's CRC; sets the engine's counters and *step to the steps done. No
  * communication. A checkpoint of another model or version, a missing, cut or corrupt rank file
- * or rows no piece holds fail with one line naming the file and tensor. */
+ * or rows no piece holds fail with one line naming the file and tensor; so does a value that is
+ * not finite (nan, inf), with its flat index in the tensor. */
 int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step, Err *err);
 
 /* The newest complete checkpoint in dir into path ("" when there is none). */

@@ -2,6 +2,7 @@
  * shapes, every name, shape and dtype checked first, as a strict load_state_dict does. */
 #include "io/weights.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,24 @@ static void widen(float *dst, const unsigned char *src, DType t, size_t n) {
             dst[i] = t == DTYPE_BF16 ? bf16_to_fp32(h) : fp16_to_fp32(h);
         }
     }
+}
+
+/* "nan", "inf" or "-inf": how a message names a value that is not a finite number. */
+static const char *nonfinite_name(float v) {
+    return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* Weights that are not finite numbers would train or predict nothing but nan (and take the kernels
+ * where no finite input goes), so they are refused as they are read, after widening: a bf16 or
+ * fp16 nan or inf widens to an fp32 one. first: x[0]'s flat index in the tensor. */
+static int check_finite(const float *x, size_t n, size_t first, const char *path, const char *name,
+                        Err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return err_set(err, ERR_USAGE,
+                           "%s: %s holds %s at flat index %zu (weights must be finite)", path, name,
+                           nonfinite_name(x[i]), first + i);
+    return 0;
 }
 
 struct WeightsFile {
@@ -136,6 +155,9 @@ int weights_read(const WeightsFile *w, int param, size_t first, size_t n, float 
         rc = st_read_bytes(&w->st, w->tensors[param], (first + done) * es, k * es, buf, err);
         if (rc == ERR_IO) rc = ERR_USAGE;
         if (!rc) widen(dst + done, buf, t, k);
+        if (!rc)
+            rc =
+                check_finite(dst + done, k, first + done, w->st.path, w->tensors[param]->name, err);
         done += k;
     }
     free(buf);

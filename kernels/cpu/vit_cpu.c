@@ -602,7 +602,12 @@ void cpu_layernorm_backward(float *din, float *dw, float *db, const float *dout,
  * Below -87.3 the result is e^-87.3 = 1.2e-38 instead of a denormal or 0, which no caller can
  * tell apart. No call and no float comparison, so loops over it vectorise: the clamp is an
  * unsigned min on the bit patterns (a larger negative float has a larger pattern), because
- * GCC turns a float clamp into a branch and folds the clamped path. NaN stays NaN or clamps. */
+ * GCC turns a float clamp into a branch and folds the clamped path. A run that diverged brings
+ * what no caller means to (a nan, inf - inf), and those must not be undefined behaviour: 2^n is
+ * built from the integer the rounding leaves in t's low bits, in uint32 arithmetic, not by
+ * converting n to int32 (a nan or a huge n is undefined there, and n + 127 overflowed). So a
+ * positive nan or +inf gives nan, a negative nan (what inf - inf makes on x86) clamps like
+ * -inf, and x > 88.7, which no caller passes, gives a wrong number, never undefined behaviour. */
 static inline float exp_approx(float x) {
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
@@ -611,7 +616,8 @@ static inline float exp_approx(float x) {
     float xc;
     memcpy(&xc, &bits, sizeof xc);
     const float round_magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
-    const float n = (xc * 1.44269504088896341f + round_magic) - round_magic;
+    const float t = xc * 1.44269504088896341f + round_magic;
+    const float n = t - round_magic; /* t's bits are 0x4b400000 + n, n in [-126, 127] */
     float r = xc - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -621,10 +627,28 @@ static inline float exp_approx(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     const float y = p * r * r + r + 1.0f;
-    const int32_t pow2_bits = ((int32_t)n + 127) * (1 << 23);
+    uint32_t t_bits;
+    memcpy(&t_bits, &t, sizeof t_bits);
+    const uint32_t pow2_bits = (t_bits - 0x4b400000u + 127u) << 23;
     float two_n;
     memcpy(&two_n, &pow2_bits, sizeof two_n);
     return y * two_n;
+}
+
+/* exp_approx, but a nan of either sign comes back as itself (selected by a mask, not a branch):
+ * for softmax, where the term of a row whose maximum is inf is inf - inf, a negative nan, and must
+ * make the row nan rather than weigh e^-87.3 like every other term (a uniform row, out of
+ * nothing). GELU needs no such care: its other factors carry a nan through. */
+static inline float exp_approx_nan(float x) {
+    const float e = exp_approx(x);
+    uint32_t in, out;
+    memcpy(&in, &x, sizeof in);
+    memcpy(&out, &e, sizeof out);
+    const uint32_t is_nan = 0u - (uint32_t)((in & 0x7fffffffu) > 0x7f800000u);
+    out = (out & ~is_nan) | (in & is_nan);
+    float result;
+    memcpy(&result, &out, sizeof result);
+    return result;
 }
 
 /* erf(x) = sign(x) (1 - t P(t) e^{-x^2}), t = 1 / (1 + p|x|): Abramowitz & Stegun 7.1.26,
@@ -998,14 +1022,14 @@ static void softmax_row(float *p, size_t n, float scale) {
     for (; s + CHUNK <= n; s += CHUNK) {
         UNROLL
         for (int k = 0; k < CHUNK; k++) {
-            const float e = exp_approx((p[s + k] - mx) * scale);
+            const float e = exp_approx_nan((p[s + k] - mx) * scale);
             p[s + k] = e;
             acc[k] += e;
         }
     }
     float sum = chunk_total(acc);
     for (; s < n; s++) {
-        p[s] = exp_approx((p[s] - mx) * scale);
+        p[s] = exp_approx_nan((p[s] - mx) * scale);
         sum += p[s];
     }
     const float inv = 1.0f / sum;

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmd/report.h"
+#include "models/toy.h"
 #include "tests/util.h"
 
 /* Runs `fsdp ARGS`, returns the exit status and stderr's text. */
@@ -94,6 +96,31 @@ Test(cli, dump_params_writes_every_element) {
     fclose(f);
     unlink(out);
     cr_expect_eq(lines, 9);
+}
+
+/* --dump-params on a full disk: the write fails (the whole dump fits stdio's buffer for the toy,
+ * so the flush does; the ViT's fails mid-way) and the line names the file and why. The file a
+ * person asked for, not the temporary one it is written as: run_write_outputs hands the path.
+ * /dev/full stands for the disk, as no test can fill a real one. */
+Test(cli, dump_params_on_a_full_disk_names_the_file) {
+    FILE *f = fopen("/dev/full", "w");
+    if (!f) cr_skip_test("this machine has no /dev/full");
+    ModelDesc m[2];
+    Err err = {0};
+    cr_assert_eq(toy_model_create(&m[0], &err), 0, "%s", err.msg);
+    vit_small_create(&m[1], 2);
+    float *params = host_zeros(m[1].total_numel);
+    for (int i = 0; i < 2; i++) {
+        err = (Err){0};
+        cr_expect_eq(report_dump_params(f, "/tmp/somewhere/params.txt", &m[i], params, &err),
+                     ERR_IO);
+        cr_expect_str_eq(err.msg, "could not write the parameters to /tmp/somewhere/params.txt: "
+                                  "No space left on device");
+        clearerr(f);
+        model_desc_free(&m[i]);
+    }
+    fclose(f);
+    free(params);
 }
 
 /* Runs `fsdp ARGS` and returns its stdout (caller frees). */

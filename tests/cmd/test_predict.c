@@ -95,3 +95,41 @@ Test(predict, bad_input_is_one_line) {
         free(out);
     }
 }
+
+/* A bad shape in __metadata__ is one line naming the file and the field, before any tensor is
+ * looked at (so the file's tensors here are a stand-in). */
+Test(predict, bad_metadata_names_the_file_and_the_field) {
+    char path[] = "/tmp/fsdp-predict-meta-XXXXXX";
+    make_temp_file(path);
+    const float x = 1.0f;
+    const int64_t shape[1] = {1};
+    StTensorOut t = {"x", "F32", 1, shape, &x};
+    const struct {
+        const char *image, *patch, *heads, *layers, *said;
+    } cases[] = {
+        {"28", "5", "2", "2", "__metadata__ patch 5 does not divide image 28"},
+        {"32", "4", "2", "2", "__metadata__ image 32 does not fit the data set's 28x28 images"},
+        {"28", "7", "3", "2", "__metadata__ heads 3 does not divide hidden 128"},
+        {"28", "7", "2", "2000",
+         "__metadata__ holds a ViT this fsdp cannot build: --layers must be from 1 to 1000 (got "
+         "2000)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *meta[] = {"image",   cases[i].image,
+                              "patch",   cases[i].patch,
+                              "layers",  cases[i].layers,
+                              "heads",   cases[i].heads,
+                              "hidden",  "128",
+                              "mlp",     "128",
+                              "classes", "10"};
+        Err err = {0};
+        cr_assert_eq(st_write(path, &t, 1, meta, 7, &err), 0, "%s", err.msg);
+        char args[512], want[512];
+        snprintf(args, sizeof args, "predict --weights %s --image 0", path);
+        snprintf(want, sizeof want, "fsdp: %s: %s\n", path, cases[i].said);
+        char *out = expect_usage_error_text(args, want);
+        cr_expect_str_eq(out, want);
+        free(out);
+    }
+    unlink(path);
+}

@@ -386,6 +386,56 @@ Test(vit_kernels, attention_softmax_extreme_scores) {
     }
 }
 
+/* What a run that diverged feeds them (nan of either sign, inf, inf - inf) gives nan where the
+ * math has no number, and leaves the other rows and elements alone, with no undefined behaviour:
+ * exp's range reduction once cast a nan to int32 and overflowed 2^n's exponent (the sanitizer
+ * build runs this test), and clamped a negative nan to e^-87.3, which made a row whose maximum
+ * was inf a uniform one. */
+Test(vit_kernels, non_finite_inputs_give_nan_without_undefined_behaviour) {
+    enum { B = 3, T = 3, C = 4 };
+    float qkv[B * T * 3 * C], out[B * T * C], probs[B * T * T];
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < C; d++) {
+                float *row = qkv + (b * T + t) * 3 * C;
+                row[d] = 0.5f;                       /* q */
+                row[C + d] = 0.25f * (float)(t + 1); /* k */
+                row[2 * C + d] = (float)(t + 1);     /* v */
+            }
+    qkv[(0 * T + 1) * 3 * C + C] = -INFINITY; /* sample 0: key 1 scores -inf: its weight is 0 */
+    qkv[(1 * T + 0) * 3 * C] = NAN;           /* sample 1: query 0 is nan: its row is */
+    qkv[(2 * T + 2) * 3 * C + C] = INFINITY;  /* sample 2: key 2 scores inf in every row */
+    K->attention_forward(out, probs, qkv, B, T, C, 1);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *p = probs + (b * T + t) * T;
+            int nan_row = (b == 1 && t == 0) || b == 2; /* inf - inf: the max's own term */
+            double sum = 0;
+            for (int s = 0; s < T; s++) {
+                sum += p[s];
+                if (nan_row)
+                    cr_expect(isnan(p[s]), "sample %d row %d: probs[%d] %g, not nan", b, t, s,
+                              p[s]);
+                else
+                    cr_expect(isfinite(p[s]), "sample %d row %d: probs[%d] %g", b, t, s, p[s]);
+            }
+            if (!nan_row) EXPECT_NEAR(sum, 1.0, 1e-6, "sample %d row %d sums to %g", b, t, sum);
+            if (b == 0)
+                cr_expect(p[1] >= 0.0f && p[1] < 1e-30f, "row %d: -inf's weight %g", t, p[1]);
+        }
+    /* GELU: nan of either sign stays nan, +inf stays +inf, finite neighbours are untouched */
+    float x[5] = {NAN, -NAN, INFINITY, 1.0f, -2.0f}, y[5], dy[5] = {1, 1, 1, 1, 1}, dx[5];
+    K->gelu_forward(y, x, 5);
+    cr_expect(isnan(y[0]) && isnan(y[1]), "gelu(nan) %g %g", y[0], y[1]);
+    cr_expect(isinf(y[2]) && y[2] > 0, "gelu(inf) %g", y[2]);
+    EXPECT_NEAR(y[3], 0.8413447460685429, 3e-7, "gelu(1) %.9g", y[3]);
+    EXPECT_NEAR(y[4], -0.04550026389635842, 3e-7, "gelu(-2) %.9g", y[4]);
+    K->gelu_backward(dx, x, dy, 5);
+    cr_expect(isnan(dx[0]) && isnan(dx[1]), "gelu'(nan) %g %g", dx[0], dx[1]);
+    EXPECT_NEAR(dx[3], 1.0833154705876864, 3e-6, "gelu'(1) %.9g", dx[3]);
+    EXPECT_NEAR(dx[4], -0.0852318481, 3e-6, "gelu'(-2) %.9g", dx[4]);
+}
+
 Test(vit_kernels, attention_backward_finite_differences) {
     const size_t shapes[2][4] = {{2, 5, 24, 2}, {1, 9, 90, 2}};
     for (int i = 0; i < 2; i++) {

@@ -2,7 +2,7 @@
  * SIGKILLed ends the job within 10 s naming it, and --resume auto then ends as the run that
  * never stopped; a rank that stops taking part is ended by --timeout; checkpoints move between
  * MPI and the simulator at other world sizes; the trace holds every rank; bad starts are one
- * line and exit 2. */
+ * line and exit 2; a run that diverges is one line and exit 1, whichever way it went non-finite. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/clock.h"
+#include "io/safetensors.h"
 #include "tests/util.h"
 
 #define TOY "train --model toy --steps 8"
@@ -226,6 +227,64 @@ Test(mpi_faults, bad_starts_are_one_line_and_exit_2) {
     said = fsdp_run(&code, "2>&1", "train --model toy --backend mpi --ranks 2 --max-restarts 1");
     cr_expect_eq(code, 2, "%s", said);
     free(said);
+}
+
+/* Every rank sees the divergence at the same step (the loss is all-reduced each step under one
+ * process per rank, the gradient norm always, a checkpoint's values are agreed on before it is
+ * published): rank 0 alone says it, once, and the job exits 1 leaving the newest checkpoint. */
+Test(mpi_faults, a_run_that_diverges_is_one_line_and_exit_1) {
+    skip_without_mpi();
+    char dir[256], weights[320], listing[512];
+    fresh_test_dir(dir, sizeof dir, "mpi_fault", "diverge");
+    int code;
+    char *said = mpi_fsdp_run(&code, 3,
+                              "train --model toy --backend mpi --ranks 3 --steps 12 --optim adamw "
+                              "--lr 10 --weight-decay 100 --checkpoint-dir %s/ck "
+                              "--checkpoint-every 3",
+                              dir);
+    cr_expect_eq(code, 1, "%s", said);
+    cr_expect_eq(occurrences(said, "fsdp: step"), 1, "one line:\n%s", said);
+    cr_expect_neq(strstr(said, "fsdp: step 8: the loss is inf (training diverged; the newest "
+                               "checkpoint, step 6, is intact)\n"),
+                  NULL, "%s", said);
+    free(said);
+    snprintf(listing, sizeof listing,
+             "test \"$(ls -A %s/ck | tr '\\n' ' ')\" = "
+             "'step-00000003 step-00000006 '",
+             dir);
+    cr_expect_eq(system(listing), 0, "%s", listing);
+    /* Lb's output near 3e38 makes Lc's gradient inf while the loss stays finite */
+    snprintf(weights, sizeof weights, "%s/toy.safetensors", dir);
+    const float a[3] = {1, 1, 0}, b[3] = {3e38f, 1, 0}, c[3] = {1000, 1e-37f, 0};
+    const int64_t shape[1] = {3};
+    StTensorOut t[3] = {{"La.weight", "F32", 1, shape, a},
+                        {"Lb.weight", "F32", 1, shape, b},
+                        {"Lc.weight", "F32", 1, shape, c}};
+    Err err = {0};
+    cr_assert_eq(st_write(weights, t, 3, NULL, 0, &err), 0, "%s", err.msg);
+    said = mpi_fsdp_run(&code, 3,
+                        "train --model toy --backend mpi --ranks 3 --steps 3 --init-from %s "
+                        "--clip-grad-norm 1",
+                        weights);
+    cr_expect_eq(code, 1, "%s", said);
+    cr_expect_eq(occurrences(said, "fsdp: step"), 1, "one line:\n%s", said);
+    cr_expect_neq(strstr(said, "fsdp: step 1: the gradient norm is inf (training diverged)\n"),
+                  NULL, "%s", said);
+    free(said);
+    said = mpi_fsdp_run(&code, 3,
+                        "train --model toy --backend mpi --ranks 3 --steps 3 --init-from %s "
+                        "--checkpoint-dir %s/ck2 --checkpoint-every 1",
+                        weights, dir);
+    cr_expect_eq(code, 1, "%s", said);
+    cr_expect_eq(occurrences(said, "fsdp: step"), 1, "one line:\n%s", said);
+    cr_expect_neq(strstr(said, "fsdp: step 1: Lc.weight's param holds values that are not finite, "
+                               "so its checkpoint was not saved (training diverged; no checkpoint "
+                               "was saved before it)\n"),
+                  NULL, "%s", said);
+    free(said);
+    snprintf(listing, sizeof listing, "test -z \"$(ls -A %s/ck2)\"", dir);
+    cr_expect_eq(system(listing), 0, "nothing is left in ck2");
+    remove_test_dir(dir);
 }
 
 /* A build that found no mpicc (and no nvcc), started as a real job asks: one line, exit 2.
