@@ -562,9 +562,12 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
     if (planned > 1) {
         out[n] = base;
         out[n].together = 1;
-        for (int i = 0, at = 0; i < planned; i++)
-            at += snprintf(out[n].flags + at, sizeof out[n].flags - (size_t)at, "%s%s",
-                           i ? " " : "", out[i].flags);
+        /* joined apart from out[n], which gcc cannot tell from the out[i] it reads */
+        char joined[sizeof out[n].flags] = "";
+        for (int i = 0, at = 0; i < planned && at < (int)sizeof joined; i++)
+            at += snprintf(joined + at, sizeof joined - (size_t)at, "%s%s", i ? " " : "",
+                           out[i].flags);
+        memcpy(out[n].flags, joined, sizeof joined);
         for (int i = 0; i < planned; i++) {
             const FsdpConfig *l = &out[i].args.train.fsdp;
             FsdpConfig *all = &out[n].args.train.fsdp;
