@@ -101,6 +101,11 @@ static int set_backend(void *args, const char *flag, const char *v, Err *err) {
     return not_one_of(flag, "sim, cuda, mpi or auto", v, err);
 }
 
+static int set_lr_schedule(void *args, const char *flag, const char *v, Err *err) {
+    if (!lr_schedule_parse(v, &((TrainArgs *)args)->fsdp.lr_schedule.kind)) return 0;
+    return not_one_of(flag, "constant, cosine, linear or step", v, err);
+}
+
 /* "STEP" or "STEP:RANK" (rank 0 by default). */
 static int set_fail_at(void *args, const char *flag, const char *v, Err *err) {
     TrainArgs *a = args;
@@ -248,6 +253,19 @@ static const Flag train_rows[] = {
     {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)"},
     {"--lr", FLAG_FLOAT, ARG(fsdp.lr), 0.0, 1e3, .given = ARG(lr_given), .arg = "X",
      .help = "learning rate (toy 0.05, ViT 1e-3, transformer 3e-3)"},
+    {"--lr-schedule", FLAG_SET, .set = set_lr_schedule, .arg = "S",
+     .help = "constant (default), cosine or linear (from --lr to\n"
+             "--min-lr after the warm-up), step (--step-size):\n"
+             "PyTorch's schedulers, rate for rate"},
+    {"--warmup-steps", FLAG_LONG, ARG(fsdp.lr_schedule.warmup_steps), 0, TRAIN_MAX_STEPS,
+     .arg = "N", .help = "the first N steps at lr x (step+1)/N (default 0)"},
+    {"--min-lr", FLAG_FLOAT, ARG(fsdp.lr_schedule.min_lr), 0.0, 1e3, .given = ARG(min_lr_given),
+     .arg = "X", .help = "cosine, linear: where they end (default 0)"},
+    {"--step-size", FLAG_LONG, ARG(fsdp.lr_schedule.step_size), 1, TRAIN_MAX_STEPS,
+     .given = ARG(step_size_given), .usage = "--step-size N --gamma G",
+     .help = "step: the rate times G every N steps (G 0.1)"},
+    {"--gamma", FLAG_POSITIVE, ARG(fsdp.lr_schedule.gamma), .hi = 1.0, .given = ARG(gamma_given),
+     .arg = "G"},
     {"--weight-decay", FLAG_FLOAT, ARG(fsdp.weight_decay), 0.0, 1e3, .arg = "X",
      .help = "(default 0)"},
     {"--clip-grad-norm", FLAG_FLOAT, ARG(fsdp.clip_grad_norm), 0.0, 1e30, .arg = "X",
@@ -370,6 +388,33 @@ static int check_combination(const TrainArgs *a, Err *err) {
     return 0;
 }
 
+int train_args_check_lr_schedule(const TrainArgs *a, long steps, Err *err) {
+    const LrSchedule *s = &a->fsdp.lr_schedule;
+    const char *name = lr_schedule_name(s->kind);
+    int to_min = s->kind == LR_COSINE || s->kind == LR_LINEAR;
+    if (a->min_lr_given && !to_min)
+        return err_set(err, ERR_USAGE,
+                       "--min-lr applies only to --lr-schedule cosine or linear (got %s)", name);
+    if ((a->step_size_given || a->gamma_given) && s->kind != LR_STEP)
+        return err_set(err, ERR_USAGE,
+                       "--step-size and --gamma apply only to --lr-schedule step (got %s)", name);
+    if (s->kind == LR_STEP && !s->step_size)
+        return err_set(err, ERR_USAGE,
+                       "--lr-schedule step needs --step-size N, the steps between two decays");
+    if (to_min && s->min_lr > a->fsdp.lr)
+        return err_set(err, ERR_USAGE,
+                       "--min-lr %g is above --lr %g: --lr-schedule %s goes down from --lr to "
+                       "--min-lr",
+                       (double)s->min_lr, (double)a->fsdp.lr, name);
+    /* cosine and linear spread their decay over the steps after the warm-up: there must be one */
+    if (to_min && steps > 0 && s->warmup_steps >= steps)
+        return err_set(err, ERR_USAGE,
+                       "--warmup-steps %ld leaves none of the run's %ld steps to --lr-schedule %s, "
+                       "which decays over the steps after the warm-up",
+                       s->warmup_steps, steps, name);
+    return 0;
+}
+
 int train_args_is_vit(const TrainArgs *a) {
     return !strcmp(a->model, "vit-tiny") || !strcmp(a->model, "vit-workshop");
 }
@@ -407,6 +452,8 @@ int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
     if (a->activation_checkpointing && !a->fsdp.ac_every) a->fsdp.ac_every = 1;
     rc = check_combination(a, err);
     if (!rc) apply_model_defaults(a);
+    /* the run's length is known here unless --epochs gives it (run_prepare checks again) */
+    if (!rc) rc = train_args_check_lr_schedule(a, a->epochs ? 0 : a->steps, err);
     return rc;
 }
 

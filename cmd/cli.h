@@ -52,7 +52,13 @@ typedef struct TrainArgs {
     long kill_in_save_step; /* --kill-in-save STEP; 0: none */
     int timeout;            /* --timeout S: GPUs' watchdog (seconds a collective may take) */
     int check_streams;      /* --check-streams: the simulator's stream checker */
+    /* --min-lr, --step-size, --gamma given: each applies to some --lr-schedule only */
+    int min_lr_given, step_size_given, gamma_given;
 } TrainArgs;
+
+/* --lr-schedule's flags against each other, the rate and the run's `steps` (0: not known yet,
+ * as under --epochs before the data set is read): one line naming the flag (ERR_USAGE). */
+int train_args_check_lr_schedule(const TrainArgs *a, long steps, Err *err);
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */
 int train_args_is_vit(const TrainArgs *a);

@@ -17,6 +17,7 @@
 typedef struct Printer {
     int json;
     int fp16;
+    int lr;  /* a schedule moves the rate: the lines show it */
     int bar; /* redraw one line per step (stdout is a terminal, ViT) */
     int vit; /* the lines show images/s and the run's progress */
     int seq; /* the transformer's: the lines show tokens/s (seq of them a sample) */
@@ -34,11 +35,11 @@ static void print_step(void *user, const StepReport *r) {
         report_progress_bar(stdout, r, &p->pace);
     else if (r->step == 1 || r->step % p->every == 0 || r->step == r->steps) {
         if (p->seq)
-            report_step_lm(stdout, r, &p->pace, p->seq);
+            report_step_lm(stdout, r, &p->pace, p->seq, p->lr);
         else if (p->vit)
-            report_step_vit(stdout, r, &p->pace);
+            report_step_vit(stdout, r, &p->pace, p->lr);
         else
-            report_step_text(stdout, r, p->fp16, p->clock);
+            report_step_text(stdout, r, p->fp16, p->lr, p->clock);
     }
     fflush(stdout);
 }
@@ -126,6 +127,7 @@ static int train_execute(TrainRun *t, Err *err) {
     Printer printer = {.json = a->json,
                        .clock = a->backend == BACKEND_SIM ? "modelled" : "measured",
                        .fp16 = fsdp_uses_loss_scaling(&a->fsdp),
+                       .lr = lr_schedule_varies(&a->fsdp.lr_schedule),
                        .bar = vit && !a->json && !a->print_every && isatty(STDOUT_FILENO),
                        .vit = vit,
                        .seq = tf ? a->seq : 0};
@@ -234,6 +236,8 @@ int cmd_train(int argc, char **argv) {
         if (train_args_is_transformer(&t.args))
             report_text(stdout, text_path(t.args.text), &t.data, t.args.steps, t.args.epochs,
                         global);
+        if (lr_schedule_varies(&t.args.fsdp.lr_schedule))
+            report_lr_schedule(stdout, &t.args.fsdp, t.args.steps);
         report_plan(stdout, &t.plan);
         report_ownership(stdout, &t.plan);
     }
