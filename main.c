@@ -19,6 +19,7 @@ static const Command commands[] = {
      "inspect a sharded checkpoint, or consolidate it into one safetensors file\n", "--help"},
     {"predict", cmd_predict,
      "classify a test image, or measure test accuracy, with trained weights\n", "--help"},
+    {"sample", cmd_sample, "continue a prompt with a trained transformer's weights", "--help"},
     {"plan", cmd_plan,
      "memory, communication and step time of any model on any cluster, without\nthe cluster",
      "--help"},

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine/train.h"
+#include "io/text.h"
 
 void train_args_defaults(TrainArgs *a) {
     memset(a, 0, sizeof *a);
@@ -131,25 +132,34 @@ static int set_fail_at(void *args, const char *flag, const char *v, Err *err) {
 static const Flag train_rows[] = {
     {.kind = FLAG_SECTION, .help = "model and data"},
     {"--model", FLAG_WORD, ARG(model), .size = sizeof((TrainArgs *)0)->model, .arg = "M",
-     .help = "toy (default), vit-tiny, vit-workshop"},
+     .help = "toy (default), vit-tiny, vit-workshop, transformer"},
     {"--layers", FLAG_INT, ARG(layers), 1, 1000, .usage = "--layers/--heads/--hidden/--mlp N",
-     .help = "ViT: override the preset's sizes"},
+     .help = "ViT: override the preset's sizes\n"
+             "transformer: its shape (default 2 layers, 4 heads,\n"
+             "hidden 128, mlp 512)"},
     {"--heads", FLAG_INT, ARG(heads), 1, 4096, .arg = "N"},
     {"--hidden", FLAG_INT, ARG(hidden), 1, 65536, .arg = "N"},
     {"--mlp", FLAG_INT, ARG(mlp), 1, 262144, .arg = "N"},
     {"--data", FLAG_STRING, ARG(data), .arg = "DIR",
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
              "/usr/share/datasets/fashion-mnist)"},
+    {"--text", FLAG_STRING, ARG(text), .arg = "FILE",
+     .help = "transformer: the text it learns to continue, byte\n"
+             "by byte (a .gz is read decompressed; default\n" TEXT_DEFAULT_PATH ")"},
+    {"--seq", FLAG_INT, ARG(seq), 1, KERNELS_MAX_TOKENS, .arg = "N",
+     .help = "transformer: bytes a sequence, 1 to 256 (default 64)"},
     {"--split", FLAG_SET, .set = set_split, .arg = "train|test",
      .help = "ViT: the split to train on (default train)"},
     {"--epochs", FLAG_INT, ARG(epochs), 1, 100000, .arg = "E",
-     .help = "ViT: epochs to train (default 1)"},
+     .help = "ViT (default 1), transformer: epochs to train"},
     {"--eval", FLAG_BOOL, ARG(eval), .arg = "true|false",
      .help = "ViT: evaluate after each epoch and at the end"},
     {"--steps", FLAG_LONG, ARG(steps), 0, TRAIN_MAX_STEPS, .given = ARG(steps_given), .arg = "K",
-     .help = "optimizer steps (toy default 100)"},
+     .help = "optimizer steps (toy default 100, transformer 600)"},
     {"--batch-size", FLAG_INT, ARG(fsdp.batch_size), 1, 1 << 20, .given = ARG(batch_given),
-     .arg = "B", .help = "samples per rank per micro-step (toy 8, ViT 64)"},
+     .arg = "B",
+     .help = "samples per rank per micro-step (toy 8, ViT 64,\n"
+             "transformer 16 sequences)"},
     {"--seed", FLAG_SET, .set = set_seed, .arg = "S",
      .help = "initialization and shuffling seed (default 1234)"},
     {"--init-from", FLAG_STRING, ARG(init_from), .arg = "FILE",
@@ -235,14 +245,14 @@ static const Flag train_rows[] = {
     {"--nvme-dir", FLAG_STRING, ARG(fsdp.nvme_dir), .arg = "D",
      .help = "where --offload nvme's files go (removed at exit)"},
     {"--activation-checkpointing", FLAG_SWITCH, ARG(activation_checkpointing),
-     .help = "ViT: keep only each block's input in forward and\n"
-             "recompute the block before its backward"},
+     .help = "ViT, transformer: keep only each block's input in\n"
+             "forward and recompute the block before its backward"},
     {"--ac-every", FLAG_INT, ARG(fsdp.ac_every), 1, 1000000, .arg = "K",
      .help = "... only every K-th block (implies the above)"},
     {.kind = FLAG_SECTION, .help = "optimizer"},
     {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)"},
     {"--lr", FLAG_FLOAT, ARG(fsdp.lr), 0.0, 1e3, .given = ARG(lr_given), .arg = "X",
-     .help = "learning rate (toy 0.05, ViT 1e-3)"},
+     .help = "learning rate (toy 0.05, ViT 1e-3, transformer 3e-3)"},
     {"--lr-schedule", FLAG_SET, .set = set_lr_schedule, .arg = "S",
      .help = "constant (default), cosine or linear (from --lr to\n"
              "--min-lr after the warm-up), step (--step-size):\n"
@@ -296,21 +306,36 @@ const FlagTable *train_flags(void) {
     return &train_table;
 }
 
+/* The flags that only one kind of model takes. */
+static int check_model_flags(const TrainArgs *a, Err *err) {
+    int vit = train_args_is_vit(a), tf = train_args_is_transformer(a);
+    if (!vit && !tf && strcmp(a->model, "toy") != 0)
+        return err_set(err, ERR_USAGE,
+                       "--model must be toy, vit-tiny, vit-workshop or transformer (got '%s')",
+                       a->model);
+    if (!vit && !tf && (a->layers || a->heads || a->hidden || a->mlp || a->epochs))
+        return err_set(err, ERR_USAGE,
+                       "--layers, --heads, --hidden, --mlp and --epochs apply to the ViT models "
+                       "and the transformer, not the toy");
+    if (!vit && (a->data || strcmp(a->split, "train") != 0))
+        return err_set(err, ERR_USAGE, "--data and --split apply to the ViT models, not %s",
+                       a->model);
+    if (!tf && (a->text || a->seq))
+        return err_set(err, ERR_USAGE, "--text and --seq apply to the transformer, not %s",
+                       a->model);
+    return 0;
+}
+
 /* Checks that need several flags at once. */
 static int check_combination(const TrainArgs *a, Err *err) {
     const FsdpConfig *c = &a->fsdp;
-    int vit = train_args_is_vit(a);
-    if (!vit && strcmp(a->model, "toy") != 0)
-        return err_set(err, ERR_USAGE, "--model must be toy, vit-tiny or vit-workshop (got '%s')",
-                       a->model);
-    if (!vit && (a->layers || a->heads || a->hidden || a->mlp || a->data || a->epochs ||
-                 strcmp(a->split, "train") != 0))
+    int blocks = train_args_is_vit(a) || train_args_is_transformer(a);
+    int rc = check_model_flags(a, err);
+    if (rc) return rc;
+    if (!blocks && c->ac_every)
         return err_set(err, ERR_USAGE,
-                       "--layers, --heads, --hidden, --mlp, --data, --split and "
-                       "--epochs apply to the ViT models, not the toy");
-    if (!vit && c->ac_every)
-        return err_set(err, ERR_USAGE,
-                       "--activation-checkpointing and --ac-every apply to the ViT's blocks; "
+                       "--activation-checkpointing and --ac-every apply to blocks (the ViT's, "
+                       "the transformer's); "
                        "the toy saves only each layer's input, so there is nothing to drop");
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
@@ -394,12 +419,25 @@ int train_args_is_vit(const TrainArgs *a) {
     return !strcmp(a->model, "vit-tiny") || !strcmp(a->model, "vit-workshop");
 }
 
+int train_args_is_transformer(const TrainArgs *a) {
+    return !strcmp(a->model, "transformer");
+}
+
 /* What a flag left unset means depends on the model: the ViT trains one epoch at batch 64
- * per rank with Adam at 1e-3 (the workshop's settings); the toy 100 steps of 8 at 0.05. */
+ * per rank with Adam at 1e-3 (the workshop's settings); the toy 100 steps of 8 at 0.05; the
+ * transformer 600 steps of 16 sequences of 64 bytes at 3e-3 (from 5.55 = ln 256 to under 2.5
+ * at 3 ranks: bench/RESULTS.md). */
 static void apply_model_defaults(TrainArgs *a) {
     if (a->memory_compare && !a->steps_given && !a->epochs) { /* one step shows the peaks */
         a->steps = 1;
         a->steps_given = 1;
+    }
+    if (train_args_is_transformer(a)) {
+        if (!a->batch_given) a->fsdp.batch_size = 16;
+        if (!a->lr_given) a->fsdp.lr = 3e-3f;
+        if (!a->steps_given && !a->epochs) a->steps = 600;
+        if (!a->seq) a->seq = 64;
+        return;
     }
     if (!train_args_is_vit(a)) return;
     if (!a->batch_given) a->fsdp.batch_size = 64;

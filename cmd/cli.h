@@ -23,6 +23,8 @@ typedef struct TrainArgs {
     char profile[32];
     int layers, heads, hidden, mlp; /* ViT overrides of the preset; 0: the preset's */
     const char *data;               /* --data DIR; NULL: $FSDP_DATA or Debian's path */
+    const char *text;               /* transformer: --text FILE; NULL: io/text.h's default */
+    int seq;                        /* transformer: --seq N tokens a sequence; 0: the default */
     char split[8];                  /* training split: train or test */
     int ranks;
     long steps;
@@ -60,6 +62,8 @@ int train_args_check_lr_schedule(const TrainArgs *a, long steps, Err *err);
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */
 int train_args_is_vit(const TrainArgs *a);
+/* 1 if they name the transformer, a language model of a text's bytes. */
+int train_args_is_transformer(const TrainArgs *a);
 
 /* train's flags, one row each: what the parser and the help read (plan hands it its
  * training knobs, viz every flag that is not its own). */

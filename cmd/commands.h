@@ -12,6 +12,7 @@ int cmd_train(int argc, char **argv);   /* cmd/train.c */
 int cmd_viz(int argc, char **argv);     /* cmd/viz.c */
 int cmd_ckpt(int argc, char **argv);    /* cmd/ckpt.c */
 int cmd_predict(int argc, char **argv); /* cmd/predict.c */
+int cmd_sample(int argc, char **argv);  /* cmd/sample.c */
 int cmd_plan(int argc, char **argv);    /* cmd/plan.c */
 int cmd_lessons(int argc, char **argv); /* cmd/lessons.c */
 int cmd_launch(int argc, char **argv);  /* cmd/launch.c */

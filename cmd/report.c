@@ -374,6 +374,27 @@ void report_data(FILE *f, const Dataset *train, const char *split, const Dataset
                 train->n / global_batch, global_batch);
 }
 
+void report_text(FILE *f, const char *path, const Dataset *text, long steps, int epochs,
+                 long global_batch) {
+    char n[32];
+    fprintf(f, "data: %s, %s sequences of %zu bytes (each byte predicts the next)\n", path,
+            with_commas((size_t)text->n, n, sizeof n), text->in_elems);
+    if (epochs)
+        fprintf(f, "run: %d epoch%s, %ld steps\n", epochs, epochs == 1 ? "" : "s", steps);
+    else
+        fprintf(f, "run: %ld steps (an epoch is %ld steps of %ld sequences)\n", steps,
+                text->n / global_batch, global_batch);
+}
+
+void report_step_lm(FILE *f, const StepReport *r, const StepPace *p, int seq, int lr) {
+    char left[32];
+    format_duration(eta(r, p), left, sizeof left);
+    fprintf(f, "step %5ld/%ld  epoch %d  loss %.4f", r->step, r->steps, r->epoch + 1,
+            r->stats.loss);
+    if (lr) fprintf(f, "  lr %.3e", (double)r->lr);
+    fprintf(f, "  %7.0f tok/s  eta %s\n", step_pace_images_per_s(p) * seq, left);
+}
+
 void report_final_params(FILE *f, const ModelDesc *m, const float *params) {
     size_t at = 0;
     for (int i = 0; i < m->nparams; i++) {

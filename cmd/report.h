@@ -62,6 +62,14 @@ void report_step_json(FILE *f, const StepReport *r);
 void report_eval_text(FILE *f, const EvalReport *r);
 void report_eval_json(FILE *f, const EvalReport *r);
 void report_final_params(FILE *f, const ModelDesc *m, const float *params);
+/* The text a transformer learns (its path and its sequences) and how long the run is, as
+ * report_data says it for images. */
+void report_text(FILE *f, const char *path, const Dataset *text, long steps, int epochs,
+                 long global_batch);
+/* A transformer's step: the step of the run's steps, the epoch, loss, with lr its learning
+ * rate (a schedule moves it), tokens/s (seq a sequence) and the time left at the pace p (which
+ * has seen r). */
+void report_step_lm(FILE *f, const StepReport *r, const StepPace *p, int seq, int lr);
 /* `name index value` lines, %.9e, into f, which is being written for `path` (the file a person
  * asked for, named by a failure: a full disk is one line naming it and why). Returns 0 or
  * ERR_IO. */

@@ -13,9 +13,11 @@
 #include "io/checkpoint.h"
 #include "io/mnist.h"
 #include "io/nvme_tier.h"
+#include "io/text.h"
 #include "io/trace_file.h"
 #include "io/weights.h"
 #include "models/toy.h"
+#include "models/transformer.h"
 #include "models/vit.h"
 #include "runtime/backends.h"
 #include "runtime/dist_env.h"
@@ -39,9 +41,24 @@ static int load_images(TrainRun *t, Err *err) {
     return 0;
 }
 
+/* The transformer the flags describe: a byte-level language model (vocabulary 256). */
+static TransformerConfig transformer_config(const TrainArgs *a) {
+    TransformerConfig c = {.layers = a->layers ? a->layers : 2,
+                           .hidden = a->hidden ? a->hidden : 128,
+                           .heads = a->heads ? a->heads : 4,
+                           .seq = a->seq,
+                           .vocab = TRANSFORMER_BYTE_VOCAB};
+    c.mlp = a->mlp ? a->mlp : 4 * c.hidden;
+    return c;
+}
+
 /* The model the flags describe, without its data. */
 static int create_model_desc(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
+    if (train_args_is_transformer(a)) {
+        TransformerConfig c = transformer_config(a);
+        return transformer_model_create(&t->model, &c, err);
+    }
     if (!train_args_is_vit(a)) return toy_model_create(&t->model, err);
     VitConfig c;
     vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
@@ -51,6 +68,8 @@ static int create_model_desc(TrainRun *t, Err *err) {
 static int create_model(TrainRun *t, Err *err) {
     int rc = create_model_desc(t, err);
     if (rc) return rc;
+    if (train_args_is_transformer(&t->args))
+        return text_load(&t->data, text_path(t->args.text), t->args.seq, err);
     return train_args_is_vit(&t->args) ? load_images(t, err) : toy_dataset_create(&t->data, err);
 }
 
@@ -71,7 +90,7 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
                     .memory = t->memory,
                     .init_from = a->init_from};
     if (scope == JOB_STEPS_ONLY) return job;
-    int vit = train_args_is_vit(a);
+    int vit = train_args_is_vit(a), big = vit || train_args_is_transformer(a);
     job.eval_data = vit && a->eval ? &t->eval : NULL;
     job.save_full = a->save_full;
     job.ckpt_dir = a->ckpt_dir;
@@ -82,8 +101,9 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
     t->faults = (TrainFaults){a->fail_at_step, a->fail_at_rank, a->kill_in_save_step};
     job.hooks = train_fault_hooks(&t->faults);
     job.rank_per_process = t->rank_per_process;
-    /* gathering a ViT's parameters onto one rank is only worth it to dump them */
-    job.final_params = !vit || a->dump_params ? t->params : NULL;
+    /* gathering a ViT's or a transformer's parameters onto one rank is only worth it to dump
+     * them */
+    job.final_params = !big || a->dump_params ? t->params : NULL;
     return job;
 }
 

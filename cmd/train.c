@@ -10,6 +10,7 @@
 #include "cmd/commands.h"
 #include "cmd/report.h"
 #include "cmd/run.h"
+#include "io/text.h"
 
 /* How steps and evaluations reach the person: JSON lines, a progress bar on a terminal, or
  * a line every few steps. */
@@ -19,6 +20,7 @@ typedef struct Printer {
     int lr;  /* a schedule moves the rate: the lines show it */
     int bar; /* redraw one line per step (stdout is a terminal, ViT) */
     int vit; /* the lines show images/s and the run's progress */
+    int seq; /* the transformer's: the lines show tokens/s (seq of them a sample) */
     long every;
     const char *clock; /* "modelled" or "measured" step times */
     StepPace pace;     /* of the steps seen, for images/s and the time left */
@@ -32,7 +34,9 @@ static void print_step(void *user, const StepReport *r) {
     else if (p->bar)
         report_progress_bar(stdout, r, &p->pace);
     else if (r->step == 1 || r->step % p->every == 0 || r->step == r->steps) {
-        if (p->vit)
+        if (p->seq)
+            report_step_lm(stdout, r, &p->pace, p->seq, p->lr);
+        else if (p->vit)
             report_step_vit(stdout, r, &p->pace, p->lr);
         else
             report_step_text(stdout, r, p->fp16, p->lr, p->clock);
@@ -87,7 +91,8 @@ static const CompareSetting compare_settings[] = {
 static int memory_compare(TrainRun *t, Err *err) {
     const TrainArgs *a = &t->args;
     int n = (int)(sizeof compare_settings / sizeof *compare_settings);
-    if (!train_args_is_vit(a)) n--; /* the toy has no blocks to checkpoint */
+    if (!train_args_is_vit(a) && !train_args_is_transformer(a))
+        n--; /* the toy has no blocks to checkpoint */
     CompareRow rows[sizeof compare_settings / sizeof *compare_settings];
     int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
@@ -118,13 +123,14 @@ static int memory_compare(TrainRun *t, Err *err) {
 static int train_execute(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     if (a->memory_compare) return memory_compare(t, err);
-    int vit = train_args_is_vit(a);
+    int vit = train_args_is_vit(a), tf = train_args_is_transformer(a);
     Printer printer = {.json = a->json,
                        .clock = a->backend == BACKEND_SIM ? "modelled" : "measured",
                        .fp16 = fsdp_uses_loss_scaling(&a->fsdp),
                        .lr = lr_schedule_varies(&a->fsdp.lr_schedule),
                        .bar = vit && !a->json && !a->print_every && isatty(STDOUT_FILENO),
-                       .vit = vit};
+                       .vit = vit,
+                       .seq = tf ? a->seq : 0};
     printer.every = a->print_every ? a->print_every : (a->steps >= 10 ? a->steps / 10 : 1);
     /* The loss is all-reduced only on steps someone will see. Every rank must take part alike,
      * and a process of its own cannot know whether rank 0's stdout is a terminal (the bar): it
@@ -149,13 +155,13 @@ static int train_execute(TrainRun *t, Err *err) {
         report_stream_check(stdout, res.stream_accesses, res.stream_hazards, a->json);
     if (!rc && a->json) report_memory_json(stdout, t->memory, a->ranks);
     if (!rc && !a->json) {
-        if (!vit) {
+        if (!vit && !tf) {
             printf("final parameters:\n");
             report_final_params(stdout, &t->model, t->params);
         }
-        if (a->memory || vit) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
+        if (a->memory || vit || tf) report_memory(stdout, &t->plan, &a->fsdp, t->memory);
         if (a->memory) rc = run_memory_timeline(t, &res.trace, NULL, 1, err);
-        if (vit && a->backend == BACKEND_SIM)
+        if ((vit || tf) && a->backend == BACKEND_SIM)
             report_resident(stdout, t); /* GPU memory is not RSS */
     }
     cluster_result_free(&res);
@@ -223,10 +229,13 @@ int cmd_train(int argc, char **argv) {
         printf("resume: %s\n", t.resume[0] ? t.resume : "no checkpoint yet, from the start");
     if (!rc && !t.args.json) {
         report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, ranks_are(&t));
+        long global = (long)t.args.ranks * t.args.fsdp.batch_size * t.args.fsdp.grad_accum;
         if (train_args_is_vit(&t.args))
             report_data(stdout, &t.data, t.args.split, &t.eval, t.eval_name, t.args.steps,
-                        t.args.epochs,
-                        (long)t.args.ranks * t.args.fsdp.batch_size * t.args.fsdp.grad_accum);
+                        t.args.epochs, global);
+        if (train_args_is_transformer(&t.args))
+            report_text(stdout, text_path(t.args.text), &t.data, t.args.steps, t.args.epochs,
+                        global);
         if (lr_schedule_varies(&t.args.fsdp.lr_schedule))
             report_lr_schedule(stdout, &t.args.fsdp, t.args.steps);
         report_plan(stdout, &t.plan);

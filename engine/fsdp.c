@@ -860,8 +860,9 @@ int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_lo
     return rc;
 }
 
-int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n, EvalStats *st,
-                    Err *err) {
+/* engine_evaluate, and with `out` the last module's forward output copied to host memory. */
+static int evaluate_batch(Engine *e, const Dataset *ds, const long *indices, size_t n,
+                          EvalStats *st, float *out, size_t cap, Err *err) {
     const ModelOps *ops = e->model->ops;
     memset(st, 0, sizeof *st);
     int rc = ops->set_batch(e->run, ds, indices, n, err);
@@ -872,12 +873,32 @@ int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n,
         st->loss_sum = (double)loss * (double)n;
         st->correct = ops->correct ? ops->correct(e->run) : 0;
     }
+    if (!rc && out) {
+        size_t len = 0;
+        const float *y = ops->boundary(e->run, e->model->nmodules - 1, BOUNDARY_OUTPUT, &len);
+        if (!y || len > cap)
+            rc = err_set(err, ERR_INTERNAL, "the model's output (%zu floats) does not fit %zu", len,
+                         cap);
+        else
+            e->dev->ops->copy(e->dev, out, y, len * sizeof(float));
+    }
     ops->discard(e->run);
     /* the root unit (and every unit without reshard_after_forward) is still gathered:
      * training's backward would reshard it, evaluation has no backward */
     for (int u = 0; u < e->plan->nunits; u++) reshard(e, u);
     set_phase(e, PHASE_NONE, 0);
     return rc;
+}
+
+int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n, EvalStats *st,
+                    Err *err) {
+    return evaluate_batch(e, ds, indices, n, st, NULL, 0, err);
+}
+
+int engine_forward_outputs(Engine *e, const Dataset *ds, const long *indices, size_t n, float *out,
+                           size_t cap, Err *err) {
+    EvalStats st;
+    return evaluate_batch(e, ds, indices, n, &st, out, cap, err);
 }
 
 long engine_steps_done(const Engine *e) {

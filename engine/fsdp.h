@@ -94,6 +94,11 @@ typedef struct EvalStats {
  * resharded afterwards, so the rank is back at rest. */
 int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n, EvalStats *st,
                     Err *err);
+/* engine_evaluate's forward, and the model's output for the batch (its last module's forward
+ * output, the logits: fp32 under the default config) copied to host memory out, which holds cap
+ * floats (more: ERR_INTERNAL). What a language model samples its next token from. */
+int engine_forward_outputs(Engine *e, const Dataset *ds, const long *indices, size_t n, float *out,
+                           size_t cap, Err *err);
 
 /* Gathers the full fp32 parameters of every unit into out (model->total_numel floats,
  * parameters in model order). Collective: every rank must call it. */

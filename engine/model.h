@@ -39,7 +39,8 @@ typedef struct ModuleSpec {
 
 /* A data set held in memory. The toy's samples are floats (inputs, targets); image data
  * sets keep their bytes (pixels 0..255, labels) and the model normalises a batch as it
- * loads it, so the data set costs a quarter of its float size. */
+ * loads it, so the data set costs a quarter of its float size. A text is its bytes, each a
+ * token: sample i is the in_elems bytes from i * in_elems, each predicting the byte after it. */
 typedef struct Dataset {
     long n;
     size_t in_elems, target_elems; /* per sample */
@@ -47,6 +48,7 @@ typedef struct Dataset {
     const float *targets;          /* toy: [n, target_elems] */
     const uint8_t *pixels;         /* images: [n, in_elems] */
     const uint8_t *labels;         /* images: [n] class indices */
+    const uint8_t *text;           /* text: [n * in_elems + 1] bytes at least */
     int rows, cols;                /* images: in_elems = rows * cols */
     int classes;
     void *owned; /* freed by dataset_free */

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "models/transformer.h"
 #include "models/vit.h"
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
@@ -257,7 +258,8 @@ int train_load_weights(Engine *e, const ModelDesc *m, const char *path, Err *err
 
 /* ---- --save-full: the trained model as one safetensors file, gathered unit by unit; rank 0
  * writes each unit's tensors as they arrive, so it never holds more than its shards and one
- * unit. PyTorch's names and shapes; the ViT's configuration in __metadata__. */
+ * unit. PyTorch's names and shapes; the ViT's or the transformer's configuration in
+ * __metadata__. */
 
 typedef struct FullSave {
     const TrainJob *job;
@@ -276,11 +278,23 @@ static void full_save_metadata(FullSave *s, long step) {
     s->kv[2] = "fsdp_step";
     s->kv[3] = s->text[0];
     s->nkv = 2;
-    if (strcmp(m->name, "vit") != 0 || !m->config) return;
-    const VitConfig *c = m->config;
-    const char *keys[] = {"image", "patch", "layers", "heads", "hidden", "mlp", "classes"};
-    int vals[] = {c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes};
-    for (int i = 0; i < 7; i++, s->nkv++) {
+    int vals[7], nvals = 0;
+    const char *const *keys = NULL;
+    if (!strcmp(m->name, "vit") && m->config) {
+        static const char *const vit_keys[] = {"image",  "patch", "layers", "heads",
+                                               "hidden", "mlp",   "classes"};
+        const VitConfig *c = m->config;
+        int v[] = {c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes};
+        memcpy(vals, v, sizeof v);
+        keys = vit_keys, nvals = 7;
+    } else if (!strcmp(m->name, "transformer") && m->config) {
+        static const char *const tf_keys[] = {"layers", "heads", "hidden", "mlp", "seq", "vocab"};
+        const TransformerConfig *c = m->config;
+        int v[] = {c->layers, c->heads, c->hidden, c->mlp, c->seq, c->vocab};
+        memcpy(vals, v, sizeof v);
+        keys = tf_keys, nvals = 6;
+    }
+    for (int i = 0; i < nvals; i++, s->nkv++) {
         snprintf(s->text[1 + i], sizeof s->text[1 + i], "%d", vals[i]);
         s->kv[2 * s->nkv] = keys[i];
         s->kv[2 * s->nkv + 1] = s->text[1 + i];

@@ -19,6 +19,7 @@
 #include "engine/train.h"
 #include "io/bulk_file.h"
 #include "models/toy.h"
+#include "models/transformer.h"
 #include "models/vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
@@ -199,8 +200,17 @@ static void write_tensors_json(FILE *f, const ModelDesc *m) {
 }
 
 /* The model's configuration, for tools that write the model out (fsdp ckpt consolidate): the
- * ViT's, under the names PyTorch's fixture uses. The toy has none. */
+ * ViT's, under the names PyTorch's fixture uses; the transformer's, under its flags' names. The
+ * toy has none. */
 static void write_config_json(FILE *f, const ModelDesc *m) {
+    if (!strcmp(m->name, "transformer") && m->config) {
+        const TransformerConfig *t = m->config;
+        fprintf(f,
+                "\"config\":{\"layers\":%d,\"heads\":%d,\"hidden\":%d,\"mlp\":%d,\"seq\":%d,"
+                "\"vocab\":%d},\n",
+                t->layers, t->heads, t->hidden, t->mlp, t->seq, t->vocab);
+        return;
+    }
     if (strcmp(m->name, "vit") != 0 || !m->config) return;
     const VitConfig *c = m->config;
     fprintf(f,
@@ -519,7 +529,7 @@ static const char *value_text(char *buf, size_t n, const cJSON *v) {
 
 /* "model" and "strategy": names this fsdp knows. */
 static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
-    static const char *const models[] = {"toy", "vit-tiny", "vit-workshop", "vit"};
+    static const char *const models[] = {"toy", "vit-tiny", "vit-workshop", "vit", "transformer"};
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *strategy = cJSON_GetObjectItemCaseSensitive(root, "strategy");
     char text[80];
@@ -528,8 +538,8 @@ static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err
         known |= !strcmp(model->valuestring, models[i]);
     if (!known)
         return err_set(err, ERR_USAGE,
-                       "%s: .model is %s; it must be a model this fsdp builds: toy, vit-tiny or "
-                       "vit-workshop (or vit)",
+                       "%s: .model is %s; it must be a model this fsdp builds: toy, vit-tiny, "
+                       "vit-workshop or transformer (or vit)",
                        meta, value_text(text, sizeof text, model));
     Strategy s;
     if (!cJSON_IsString(strategy) || strategy_parse(strategy->valuestring, &s))
@@ -588,9 +598,55 @@ static int vit_of_config(const char *meta, const cJSON *config, ModelDesc *out, 
     return vit_model_create(out, &c, err);
 }
 
+enum { TF_CONFIG_KEYS = 6 };
+static const char *const tf_config_keys[TF_CONFIG_KEYS] = {"layers", "heads", "hidden",
+                                                           "mlp",    "seq",   "vocab"};
+
+/* The transformer of .config: exactly its six keys, whole numbers, and a shape that
+ * transformer_config_check takes (a plan's bounds; what a computed run needs more, --seq within
+ * attention's and a byte vocabulary, is the run's to refuse); described names it for messages. */
+static int transformer_of_config(const char *meta, const cJSON *config, ModelDesc *out,
+                                 char *described, size_t n, Err *err) {
+    if (!cJSON_IsObject(config))
+        return err_set(err, ERR_USAGE,
+                       "%s: .config is %s; a transformer's checkpoint records its layers, heads, "
+                       "hidden, mlp, seq and vocab",
+                       meta, config ? "not an object" : "missing");
+    for (const cJSON *kv = config->child; kv; kv = kv->next) {
+        int known = 0;
+        for (int k = 0; k < TF_CONFIG_KEYS; k++) known |= !strcmp(kv->string, tf_config_keys[k]);
+        if (!known)
+            return err_set(err, ERR_USAGE, "%s: .config.%.64s is no size of a transformer", meta,
+                           kv->string);
+    }
+    double v[TF_CONFIG_KEYS];
+    for (int k = 0; k < TF_CONFIG_KEYS; k++) {
+        int rc =
+            whole_field(meta, config, ".config", tf_config_keys[k], 1, 1 << 24, "", &v[k], err);
+        if (rc) return rc;
+    }
+    TransformerConfig c = {.layers = (int)v[0],
+                           .heads = (int)v[1],
+                           .hidden = (int)v[2],
+                           .mlp = (int)v[3],
+                           .seq = (int)v[4],
+                           .vocab = (int)v[5]};
+    snprintf(described, n,
+             "the transformer its .config describes (layers %d, heads %d, hidden %d, mlp %d, seq "
+             "%d, vocab %d)",
+             c.layers, c.heads, c.hidden, c.mlp, c.seq, c.vocab);
+    Err why = {0};
+    if (transformer_config_check(&c, &why))
+        return err_set(err, ERR_USAGE, "%s: .config is no transformer this fsdp builds: %s", meta,
+                       why.msg);
+    return transformer_model_create(out, &c, err);
+}
+
 static int described_model(const CkptMeta *c, const char *meta, const cJSON *root, ModelDesc *out,
                            char *described, size_t n, Err *err) {
     const cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
+    if (!strcmp(c->model, "transformer"))
+        return transformer_of_config(meta, config, out, described, n, err);
     if (!strcmp(c->model, "toy")) {
         if (config)
             return err_set(err, ERR_USAGE, "%s: .config is there, but the toy has no sizes to set",

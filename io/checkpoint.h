@@ -1,13 +1,13 @@
 /* checkpoint: sharded checkpoints that survive crashes and load at any world size. Each rank
  * writes its own file of the state it is the one to save (engine_save_state); rank 0 writes
- * meta.json: format version, the model's configuration (the ViT's) and tensors (name, shape,
- * dtype), every piece (which file, which rows of which tensor, offset, bytes, CRC32), the step
- * and the engine's counters, and last the CRC32 of all of that. A checkpoint is written into
- * D/.step-NNNNNNNN.tmp, fsync'd, and renamed to D/step-NNNNNNNN only when complete, so a killed
- * save leaves the previous one intact. Loading reads, for each piece a rank keeps now, the
- * overlapping rows of whichever saved pieces hold them: that is resharding. The reader below
- * (CkptMeta) serves loading and the tools of `fsdp ckpt` alike: it reads meta.json without a model,
- * and reads or verifies one piece at a time. */
+ * meta.json: format version, the model's configuration (the ViT's, the transformer's) and
+ * tensors (name, shape, dtype), every piece (which file, which rows of which tensor, offset,
+ * bytes, CRC32), the step and the engine's counters, and last the CRC32 of all of that. A
+ * checkpoint is written into D/.step-NNNNNNNN.tmp, fsync'd, and renamed to D/step-NNNNNNNN only
+ * when complete, so a killed save leaves the previous one intact. Loading reads, for each piece
+ * a rank keeps now, the overlapping rows of whichever saved pieces hold them: that is
+ * resharding. The reader below (CkptMeta) serves loading and the tools of `fsdp ckpt` alike: it
+ * reads meta.json without a model, and reads or verifies one piece at a time. */
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
@@ -87,7 +87,8 @@ typedef struct CkptMeta {
     /* the same pieces sorted by (tensor, kind, row_begin): each tensor's kind's rows in order */
     CkptPiece *by_rows;
     /* the model's configuration as saved ("config": the ViT's image, patch, layers, heads,
-     * hidden, mlp, classes, channels), as text: key config[2i], value config[2i + 1] */
+     * hidden, mlp, classes, channels; the transformer's layers, heads, hidden, mlp, seq, vocab),
+     * as text: key config[2i], value config[2i + 1] */
     char **config;
     int nconfig;
     /* [world] each rank file's reader, opened at its first read and kept (NULL: not yet) */

@@ -119,6 +119,24 @@ typedef struct Kernels {
     /* out[i] = a[i] + b[i]; out may be a or b (residual connections). */
     void (*add)(float *out, const float *a, const float *b, size_t n);
 
+    /* ---- the language model's ops (the transformer over bytes). Token ids are int32. */
+
+    /* Causal self-attention: attention_forward with query t attending to keys s <= t only;
+     * probs[b, h, t, s] = 0 for s > t. Its backward is attention_backward: a zero probability
+     * passes no gradient to its score, to k or to v, and a row's softmax gradient sums over
+     * its nonzero terms, so the same formula is exact. */
+    void (*causal_attention_forward)(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                                     size_t C, size_t heads);
+    /* Token and position embeddings: x[b, t] = wte[tokens[b, t]] + wpe[t], x [B, T, C], wte
+     * [V, C], wpe [T, C] (at least T rows). A token outside [0, V) gives a row of NaN (a
+     * divergence the engine reports) rather than a read past wte. */
+    void (*token_embed_forward)(float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                                size_t B, size_t T, size_t C, size_t V);
+    /* dwte[tokens[b, t]] += dx[b, t], token by token in (b, t) order; dwpe[t] += dx[b, t] over
+     * b in order. Tokens outside [0, V) add nothing. */
+    void (*token_embed_backward)(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
+                                 size_t B, size_t T, size_t C, size_t V);
+
     /* ---- fused ops: one pass where the unfused ops take two, each computing what the ops it
      * replaces compute (fp32: within 1e-5 relative; kernels_cpu serially: bit for bit, except
      * where noted). */
@@ -158,8 +176,8 @@ typedef struct Kernels {
     X(linear_forward) X(linear_backward) X(bias_grad) X(layernorm_forward) X(layernorm_backward)   \
     X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward) X(patchify)        \
     X(embed_forward) X(embed_backward) X(class_token_select) X(class_token_select_backward)        \
-    X(cross_entropy) X(count_correct) X(add) X(bias_gelu_forward) X(bias_gelu_backward)            \
-    X(residual_layernorm_forward)
+    X(cross_entropy) X(count_correct) X(add) X(causal_attention_forward) X(token_embed_forward)    \
+    X(token_embed_backward) X(bias_gelu_forward) X(bias_gelu_backward) X(residual_layernorm_forward)
 /* clang-format on */
 #define KERNEL_COUNT_ONE(op) +1
 /* A table is its name and one pointer per op: an op missing from KERNEL_OPS fails here. */

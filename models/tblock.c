@@ -108,7 +108,8 @@ static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, cons
     k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[TBLOCK_LN1_W], p[TBLOCK_LN1_B], M,
                          H, t->ln_eps);
     k->linear_forward(a->qkv, a->ln1, p[TBLOCK_QKV_W], p[TBLOCK_QKV_B], M, H, 3 * H);
-    k->attention_forward(a->attn, a->probs, a->qkv, t->B, t->T, H, t->heads);
+    (t->causal ? k->causal_attention_forward : k->attention_forward)(a->attn, a->probs, a->qkv,
+                                                                     t->B, t->T, H, t->heads);
     k->linear_forward(a->mid, a->attn, p[TBLOCK_OUT_W], p[TBLOCK_OUT_B], M, H, H);
     /* the residual (mid = mid + x) and ln_2 on it, in one pass */
     k->residual_layernorm_forward(a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x,
@@ -161,6 +162,7 @@ static void attention_branch_backward(const TBlock *t, const BlockActs *a, float
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H;
     k->linear_backward(dh, g[TBLOCK_OUT_W], g[TBLOCK_OUT_B], dy, a->attn, p[TBLOCK_OUT_W], M, H, H);
+    /* causal too: the masked probabilities are 0 and pass nothing back (kernels.h) */
     k->attention_backward(dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
     /* The key bias's gradient is exactly zero: it adds q.b_k to every score of a query's
      * row, and softmax ignores a shift of the whole row. Summing dk would give rounding

@@ -34,6 +34,7 @@ typedef struct TBlock {
     size_t F;     /* width of the MLP's hidden layer */
     size_t heads; /* attention heads; H % heads == 0 */
     float ln_eps; /* both LayerNorms' eps */
+    int causal;   /* 1: each token attends to itself and those before it (a language model) */
 } TBlock;
 
 /* What a block's forward saves for its backward; NULL when not held. */

@@ -1,5 +1,6 @@
 /* transformer: the GPT-2-style decoder (models/transformer.h): its configuration and shapes by
- * size, its description and its two ends, token + position embedding and the LM head. */
+ * size, its description and its two ends, token + position embedding and the LM head with its
+ * next-token loss. */
 #include "models/transformer.h"
 
 #include <limits.h>
@@ -203,13 +204,12 @@ static void add_head(ParamMaker *pm, const void *config) {
 
 /* ---------------------------------------------------------------- per-rank state */
 
-/* This model only ever runs on an accounting-only device (run_create refuses any other):
- * buffers are charged but hold nothing, and the kernels are kernels_none. So it takes and
- * releases every buffer a real GPT-2 step would, when a real one would, and charges the work,
- * but computes nothing outside the shared block: the kernel table has no embedding lookup
- * and no LM loss (and none is added for a model that never has text to read). The block
- * calls its kernels as the ViT's does; here they do nothing. Attention is the plain kind
- * that keeps its probabilities [B, heads, T, T] (no flash attention), as the ViT's. */
+/* A run computes on a real device (a byte-level model of a text: `fsdp train --model
+ * transformer`) and only charges on an accounting-only one (fsdp plan at any size, where the
+ * kernels are kernels_none and the buffers hold nothing): the same buffers taken and released
+ * in the same order either way, so a plan's bytes are a real run's. Attention is causal and of
+ * the plain kind that keeps its probabilities [B, heads, T, T] (no flash attention), as the
+ * ViT's. */
 
 /* What the embedding and the head hold for the current batch (ModelRun.own); the logits
  * [B, T, vocab] are fp32, the stack's. */
@@ -241,21 +241,47 @@ static int batch_fits(const TransformerConfig *c, size_t n, Err *err) {
     return 0;
 }
 
-/* B sequences of seq tokens and their targets. A real run would copy them from a text data
- * set; the device holds nothing, so only their bytes are charged (the data set's n is all
- * that is used: the sampler draws indices from it). */
-static int tf_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
-    (void)ds, (void)idx;
+/* Sequence idx[i] is the text's bytes [idx[i] * T, (idx[i] + 1) * T) and its targets the same
+ * bytes one later; both go to the device as int32 ids. */
+static int stage_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
     TfActs *a = r->own;
-    int rc = batch_fits(r->config, n, err);
+    size_t T = r->T, count = n * T;
+    int32_t *ids = malloc(2 * count * sizeof *ids);
+    if (!ids) return err_set(err, ERR_NOMEM, "out of memory staging a batch of %zu sequences", n);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *src = ds->text + (size_t)idx[i] * T;
+        for (size_t t = 0; t < T; t++) {
+            ids[i * T + t] = src[t];
+            ids[count + i * T + t] = src[t + 1];
+        }
+    }
+    r->dev->ops->copy(r->dev, a->tokens, ids, count * sizeof *ids);
+    r->dev->ops->copy(r->dev, a->targets, ids + count, count * sizeof *ids);
+    free(ids);
+    return 0;
+}
+
+/* B sequences of seq tokens and their targets, from a text data set (io/text.h). An
+ * accounting-only device holds nothing: the buffers are charged and nothing is read (the data
+ * set's n is all that is used: the sampler draws indices from it). */
+static int tf_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err) {
+    const TransformerConfig *c = r->config;
+    TfActs *a = r->own;
+    int rc = batch_fits(c, n, err);
     if (rc) return rc;
+    int real = !r->dev->accounting_only;
+    if (real && (!ds->text || ds->in_elems != (size_t)c->seq))
+        return err_set(err, ERR_USAGE,
+                       "the transformer reads sequences of %d bytes of a text; this data set "
+                       "has %s",
+                       c->seq, ds->text ? "sequences of another length" : "no text");
     tstack_discard(r);
     r->B = n;
     a->tokens = run_take_ids(r, n * r->T);
     a->targets = run_take_ids(r, n * r->T);
     if (n && (!a->tokens || !a->targets))
         return err_set(err, ERR_NOMEM, "out of memory for a batch of %zu sequences", n);
-    return 0;
+    return n && real ? stage_batch(r, ds, idx, n, err) : 0;
 }
 
 /* ---------------------------------------------------------------- work estimates */
@@ -286,39 +312,67 @@ static void head_work(const ModelRun *r, Work *w, WorkKind kind) {
 
 /* ---------------------------------------------------------------- forward */
 
-/* The token and position embeddings' sum, x[1]; the ids stay for the embedding's backward
- * (wte's gradient is a scatter-add over them). Computes nothing: see TfActs. */
+/* x[1] = wte[tokens] + wpe; the ids stay for the embedding's backward (wte's gradient is a
+ * scatter-add over them). */
 static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
-    (void)p;
+    const TransformerConfig *c = r->config;
+    TfActs *a = r->own;
     size_t n = r->B * r->T * r->H;
     r->x[1] = run_take(r, n);
     embed_work(r, w, WORK_FORWARD);
-    return act_check_taken((float *[]){r->x[1]}, 1, n, err);
+    int rc = act_check_taken((float *[]){r->x[1]}, 1, n, err);
+    if (!rc && n)
+        r->k->token_embed_forward(r->x[1], a->tokens, p[E_WTE], p[E_WPE], r->B, r->T, r->H,
+                                  (size_t)c->vocab);
+    return rc;
 }
 
-/* ln_f over every token, then the LM head: what backward needs of it is kept. Computes
- * nothing: see TfActs. */
+/* ln_f over every token, then the LM head (no bias, as GPT-2's): what backward needs of it is
+ * kept. */
 static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
-    (void)p;
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
-    size_t M = r->B * r->T;
-    a->ln_f = run_take(r, M * r->H), a->ln_f_mean = run_take(r, M), a->ln_f_rstd = run_take(r, M);
-    r->logits = run_take(r, M * (size_t)c->vocab);
+    const Kernels *k = r->k;
+    size_t M = r->B * r->T, H = r->H, V = (size_t)c->vocab;
+    a->ln_f = run_take(r, M * H), a->ln_f_mean = run_take(r, M), a->ln_f_rstd = run_take(r, M);
+    r->logits = run_take(r, M * V);
     head_work(r, w, WORK_FORWARD);
-    return act_check_taken((float *[]){a->ln_f, a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
+    int rc =
+        act_check_taken((float *[]){a->ln_f, a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
+    if (rc || !M) return rc;
+    k->layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, r->x[c->layers + 1], p[H_LN_W],
+                         p[H_LN_B], M, H, TF_LN_EPS);
+    k->linear_forward(r->logits, a->ln_f, p[H_LM_HEAD_W], NULL, M, H, V);
+    return 0;
+}
+
+/* Next-token cross-entropy, the mean over every position of every sequence (so a rank's mean
+ * over its B x T tokens, averaged over ranks, is the global batch's). */
+static float tf_loss(ModelRun *r, float grad_scale) {
+    const TransformerConfig *c = r->config;
+    TfActs *a = r->own;
+    return r->k->cross_entropy(r->dlogits, r->logits, a->targets, r->B * r->T, (size_t)c->vocab,
+                               grad_scale);
 }
 
 /* ---------------------------------------------------------------- backward */
 
 /* The LM head's backward gives dL/d(ln_f's output), dln; ln_f's backward adds its share into
- * the residual stream's gradient, which starts here. Computes nothing: see TfActs. */
+ * the residual stream's gradient, which starts here. */
 static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
-    (void)p, (void)g;
-    size_t M = r->B * r->T;
-    float *dln = run_take(r, M * r->H);
-    r->grad = run_take(r, M * r->H);
+    const TransformerConfig *c = r->config;
+    TfActs *a = r->own;
+    const Kernels *k = r->k;
+    size_t M = r->B * r->T, H = r->H, V = (size_t)c->vocab;
+    float *dln = run_take(r, M * H);
+    r->grad = run_take(r, M * H);
     int rc = act_check_taken((float *[]){dln, r->grad}, 2, M, err);
+    if (!rc && M) {
+        k->linear_backward(dln, g[H_LM_HEAD_W], NULL, r->dlogits, a->ln_f, p[H_LM_HEAD_W], M, H, V);
+        k->zero(r->grad, M * H);
+        k->layernorm_backward(r->grad, g[H_LN_W], g[H_LN_B], dln, r->x[c->layers + 1], a->ln_f_mean,
+                              a->ln_f_rstd, p[H_LN_W], M, H);
+    }
     run_release(r, &dln);
     tstack_release_head(r);
     head_work(r, w, WORK_BACKWARD);
@@ -326,9 +380,14 @@ static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w,
 }
 
 /* wte's gradient is a scatter-add of the stream's gradient over the ids, wpe's its sum over
- * the batch: no buffer of their own. Computes nothing: see TfActs. */
+ * the batch: no buffer of their own. */
 static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
-    (void)p, (void)g, (void)err;
+    (void)p, (void)err;
+    const TransformerConfig *c = r->config;
+    TfActs *a = r->own;
+    if (r->B)
+        r->k->token_embed_backward(g[E_WTE], g[E_WPE], a->tokens, r->grad, r->B, r->T, r->H,
+                                   (size_t)c->vocab);
     embed_work(r, w, WORK_BACKWARD);
     return 0;
 }
@@ -336,8 +395,7 @@ static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w
 /* ---------------------------------------------------------------- the model */
 
 /* The embedding's input is token ids, which mixed precision leaves alone (FSDP2 casts only
- * floating-point inputs), and has no gradient: no .input. Cross-entropy over every token's
- * logits against its target is charged, not computed (the loss reported is 0): no .loss. */
+ * floating-point inputs), and has no gradient: no .input. */
 static const TStackEnds transformer_ends = {
     .name = "transformer",
     .label = "transformer",
@@ -350,6 +408,7 @@ static const TStackEnds transformer_ends = {
     .set_batch = tf_set_batch,
     .embed_forward = embed_forward,
     .head_forward = head_forward,
+    .loss = tf_loss,
     .correct = NULL, /* a language model does not classify */
     .head_backward = head_backward,
     .embed_backward = embed_backward,
@@ -360,10 +419,16 @@ static const TStackEnds transformer_ends = {
 static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
                          ModelRun **out, Err *err) {
     const TransformerConfig *c = m->config;
-    if (!dev->accounting_only)
+    /* what a computed run needs beyond a plan's shape: attention's CPU backward keeps a T x T
+     * tile on the stack, and every byte must be a row of the embedding */
+    if (!dev->accounting_only && c->seq > KERNELS_MAX_TOKENS)
+        return err_set(err, ERR_USAGE, "--seq %d is more than the %d tokens attention supports",
+                       c->seq, KERNELS_MAX_TOKENS);
+    if (!dev->accounting_only && c->vocab < TRANSFORMER_BYTE_VOCAB)
         return err_set(err, ERR_USAGE,
-                       "the transformer model runs only in accounting-only runs (fsdp plan): "
-                       "there is no text data set here");
+                       "a vocabulary of %d cannot hold a byte's %d values: a computed run "
+                       "reads bytes",
+                       c->vocab, TRANSFORMER_BYTE_VOCAB);
     int rc = batch_fits(c, max_batch, err);
     if (rc) return rc;
     TStackShape shape = {.layers = c->layers,
@@ -372,6 +437,7 @@ static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size
                          .mlp = (size_t)c->mlp,
                          .heads = (size_t)c->heads,
                          .ln_eps = TF_LN_EPS,
+                         .causal = 1,
                          .outputs = (size_t)c->seq * (size_t)c->vocab};
     return tstack_run_create(&transformer_ends, &shape, c, dev, k, out, err);
 }

@@ -1,10 +1,14 @@
 /* transformer: a decoder-only transformer in GPT-2's layout and names (modules: embed, blocks
- * h.N, head with an untied lm_head) so the planner can size a 7B or 70B model. It runs only
- * in accounting-only runs: memory and modelled time are charged exactly, nothing computed. */
+ * h.N with causal attention, head with an untied lm_head). It trains as a language model over
+ * the bytes of a text (vocabulary 256, next-token cross-entropy), and the planner sizes a 7B or
+ * 70B model with it in accounting-only runs: the same buffers charged, nothing computed. */
 #ifndef FSDP_TRANSFORMER_H
 #define FSDP_TRANSFORMER_H
 
 #include "engine/model.h"
+
+/* The vocabulary of a model that reads bytes: every byte is its own token. */
+#define TRANSFORMER_BYTE_VOCAB 256
 
 typedef struct TransformerConfig {
     int layers; /* blocks */

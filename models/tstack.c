@@ -47,7 +47,8 @@ static TBlock block_of(const ModelRun *r) {
                     .H = r->H,
                     .F = r->shape.mlp,
                     .heads = r->shape.heads,
-                    .ln_eps = r->shape.ln_eps};
+                    .ln_eps = r->shape.ln_eps,
+                    .causal = r->shape.causal};
 }
 
 static void free_run(ModelRun *r) {

@@ -20,6 +20,7 @@ typedef struct TStackShape {
     size_t mlp;     /* F: width of the MLP's hidden layer */
     size_t heads;   /* attention heads; hidden % heads == 0 */
     float ln_eps;   /* the blocks' LayerNorms' eps */
+    int causal;     /* the blocks' attention is causal (TBlock.causal) */
     size_t outputs; /* logits of one sequence: classes, or tokens x vocabulary */
 } TStackShape;
 

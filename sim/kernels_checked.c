@@ -384,6 +384,46 @@ static void add(float *out, const float *a, const float *b, size_t n) {
     report(__func__, &l)->add(out, a, b, n);
 }
 
+/* ---- the language model's ops ---- */
+
+static void causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                                     size_t C, size_t heads) {
+    Accesses l = {0};
+    if (B > 0 && T > 0 && C > 0 && heads > 0) {
+        const size_t used = heads * (C / heads);
+        blocks(&l, out, floats(used), B * T, floats(C), 1);
+        writes(&l, probs, floats(B * heads * T * T));
+        qkv_rows(&l, qkv, B * T, C, used, 0);
+    }
+    report(__func__, &l)->causal_attention_forward(out, probs, qkv, B, T, C, heads);
+}
+
+/* all of wte: which rows the ids pick is not known before the op runs */
+static void token_embed_forward(float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                                size_t B, size_t T, size_t C, size_t V) {
+    Accesses l = {0};
+    if (B > 0 && T > 0 && C > 0) {
+        writes(&l, x, floats(B * T * C));
+        reads(&l, tokens, B * T * sizeof *tokens);
+        reads(&l, wte, floats(V * C));
+        reads(&l, wpe, floats(T * C));
+    }
+    report(__func__, &l)->token_embed_forward(x, tokens, wte, wpe, B, T, C, V);
+}
+
+/* all of dwte, as the forward's wte */
+static void token_embed_backward(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
+                                 size_t B, size_t T, size_t C, size_t V) {
+    Accesses l = {0};
+    if (B > 0 && T > 0 && C > 0) {
+        updates(&l, dwte, floats(V * C));
+        updates(&l, dwpe, floats(T * C));
+        reads(&l, tokens, B * T * sizeof *tokens);
+        reads(&l, dx, floats(B * T * C));
+    }
+    report(__func__, &l)->token_embed_backward(dwte, dwpe, tokens, dx, B, T, C, V);
+}
+
 /* ---- the fused ops ---- */
 
 static void bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N) {

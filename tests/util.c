@@ -1,5 +1,5 @@
-/* Test helpers: train the toy and the ViT in-process on the simulated cluster, compare their
- * results and memory, and run the fsdp binary for the CLI cases. */
+/* Test helpers: train the toy, the ViT and the transformer in-process on the simulated cluster,
+ * compare their results and memory, and run the fsdp binary for the CLI cases. */
 #include "tests/util.h"
 
 #include <criterion/criterion.h>
@@ -15,6 +15,7 @@
 #include "io/mnist.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "models/toy.h"
+#include "models/transformer.h"
 #include "models/vit.h"
 
 static void record_step(void *user, const StepReport *r) {
@@ -100,6 +101,11 @@ const Dataset *vit_test_split(void) {
 }
 
 void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long steps, int trace) {
+    model_train(out, m, vit_test_split(), cfg, ranks, steps, trace);
+}
+
+void model_train(VitRun *out, const ModelDesc *m, const Dataset *data, FsdpConfig cfg, int ranks,
+                 long steps, int trace) {
     Plan plan;
     Err err = {0};
     cr_assert_leq(ranks, 16);
@@ -107,7 +113,7 @@ void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long 
     memset(out, 0, sizeof *out);
     out->params = calloc(m->total_numel, sizeof(float));
     TrainJob job = {.model = m,
-                    .data = vit_test_split(),
+                    .data = data,
                     .plan = &plan,
                     .cfg = &cfg,
                     .steps = steps,
@@ -124,6 +130,32 @@ void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long 
     cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
     out->trace = res.trace;
     plan_free(&plan);
+}
+
+/* A few sentences that repeat with changes, so that a small model has something to learn. */
+static const char lm_text[] =
+    "Fully sharded data parallel training keeps on each rank only its shard of every parameter, "
+    "gathers a unit's parameters just before it computes, and frees them just after. The "
+    "gradients are reduced and scattered, so each rank keeps the shard it owns, and the "
+    "optimizer steps on that shard alone. Every rank starts from the same parameters, so one "
+    "rank on the global batch and many ranks on its slices train to the same model. A rank "
+    "keeps its shard of the parameters, of the gradients and of the optimizer's state, and "
+    "nothing else at rest. A unit is gathered, computed and freed; the next one is prefetched "
+    "while this one computes, so the network and the GPU work at once.";
+
+void text_test_data(Dataset *d, int seq) {
+    size_t n = sizeof lm_text - 1;
+    cr_assert_lt((size_t)seq, n);
+    *d = (Dataset){.n = (long)((n - 1) / (size_t)seq),
+                   .in_elems = (size_t)seq,
+                   .target_elems = (size_t)seq,
+                   .text = (const uint8_t *)lm_text,
+                   .classes = 256};
+}
+
+TransformerConfig lm_small_config(void) {
+    return (TransformerConfig){
+        .layers = 2, .hidden = 32, .heads = 4, .mlp = 64, .seq = 16, .vocab = 256};
 }
 
 void vit_run_free(VitRun *r) {

@@ -7,6 +7,7 @@
 
 #include "engine/train.h"
 #include "kernels/cpu/pool.h"
+#include "models/transformer.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 
@@ -46,6 +47,15 @@ typedef struct VitRun {
 const Dataset *vit_test_split(void);
 /* Trains model m (a ViT) for `steps` on `ranks` simulated ranks; asserts success. */
 void vit_train(VitRun *out, const ModelDesc *m, FsdpConfig cfg, int ranks, long steps, int trace);
+/* The same for any model and data set (a transformer on text_test_data). */
+void model_train(VitRun *out, const ModelDesc *m, const Dataset *data, FsdpConfig cfg, int ranks,
+                 long steps, int trace);
+/* A text of 672 bytes in memory (nothing owned: no dataset_free needed) as a transformer's data
+ * set of sequences of `seq` bytes. */
+void text_test_data(Dataset *d, int seq);
+/* The transformer the tests train: 2 layers of width 32 (4 heads, mlp 64) over sequences of
+ * 16 bytes (vocabulary 256). */
+TransformerConfig lm_small_config(void);
 void vit_run_free(VitRun *r);
 /* A 2-layer vit-tiny, the size the engine's ViT tests train. */
 void vit_small_create(ModelDesc *m, int layers);

@@ -71,6 +71,13 @@ float cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *labe
 size_t cpu_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
 
+void cpu_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                                  size_t C, size_t heads);
+void cpu_token_embed_forward(float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                             size_t B, size_t T, size_t C, size_t V);
+void cpu_token_embed_backward(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
+                              size_t B, size_t T, size_t C, size_t V);
+
 void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N);
 void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
                             const float *b, size_t M, size_t N);

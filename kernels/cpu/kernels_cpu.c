@@ -1,5 +1,5 @@
 /* kernels_cpu: the op table on the CPU (semantics in ../kernels.h): the elementwise ops, Adam, the
- * toy's layer and MSE here, the ViT's ops from vit_cpu.c. */
+ * toy's layer and MSE here, the ViT's ops from vit_cpu.c, the language model's from lm_cpu.c. */
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 

@@ -1,6 +1,6 @@
-/* vit_cpu: the Vision Transformer's ops on the CPU (semantics in ../kernels.h): GEMMs through
- * OpenBLAS, the rest vectorised by GCC, split over the bound pool with results that depend only on
- * the inputs and the pool's size. */
+/* vit_cpu: the transformer block's ops (causal attention included) and the Vision Transformer's on
+ * the CPU (semantics in ../kernels.h): GEMMs through OpenBLAS, the rest vectorised by GCC, split
+ * over the bound pool with results that depend only on the inputs and the pool's size. */
 #include <cblas.h>
 #include <math.h>
 #include <stdint.h>
@@ -1045,15 +1045,17 @@ typedef struct AttentionArgs {
     float *out, *probs, *dqkv;
     const float *qkv, *dout, *cprobs;
     size_t B, T, C, heads;
+    int causal;
 } AttentionArgs;
 
 /* For each sample b and head h (q, k, v: that head's D columns, rows C3 = 3C apart):
  * P = softmax(q k^T / sqrt(D)) row by row, out = P v. T is small (17 for vit-tiny), so these
- * are register-blocked loops, not GEMM calls per head. Here for the (sample, head) pairs
- * [p0, p1), pair = b * heads + h; a pool splits the pairs. */
+ * are register-blocked loops, not GEMM calls per head. Causal: row t scores and normalises only
+ * keys 0..t and the rest of the row is 0, which P v then skips at no cost in correctness. Here
+ * for the (sample, head) pairs [p0, p1), pair = b * heads + h; a pool splits the pairs. */
 static void attention_forward_pairs(float *restrict out, float *restrict probs,
                                     const float *restrict qkv, size_t T, size_t C, size_t heads,
-                                    size_t p0, size_t p1) {
+                                    int causal, size_t p0, size_t p1) {
     const size_t D = C / heads, C3 = 3 * C;
     const float scale = (float)(1.0 / sqrt((double)D));
     for (size_t pair = p0; pair < p1; pair++) {
@@ -1062,8 +1064,10 @@ static void attention_forward_pairs(float *restrict out, float *restrict probs,
         float *P = probs + (b * heads + h) * T * T;
         for (size_t t = 0; t < T; t++) {
             float *p = P + t * T;
-            row_dots(p, q + t * C3, k, C3, T, D);
-            softmax_row(p, T, scale);
+            const size_t keys = causal ? t + 1 : T;
+            row_dots(p, q + t * C3, k, C3, keys, D);
+            softmax_row(p, keys, scale);
+            for (size_t s = keys; s < T; s++) p[s] = 0.0f;
         }
         combine(out + b * T * C + h * D, C, P, T, 1, v, C3, T, T, D);
     }
@@ -1073,7 +1077,7 @@ static void attention_forward_task(void *ctx, int t, int n) {
     const AttentionArgs *a = ctx;
     size_t p0, p1;
     cpu_split_range(a->B * a->heads, 1, t, n, &p0, &p1);
-    attention_forward_pairs(a->out, a->probs, a->qkv, a->T, a->C, a->heads, p0, p1);
+    attention_forward_pairs(a->out, a->probs, a->qkv, a->T, a->C, a->heads, a->causal, p0, p1);
 }
 
 /* multiply-adds of a (sample, head) pair: q k^T, P v (and in backward three more of the size) */
@@ -1081,17 +1085,33 @@ static size_t attention_pair_macs(size_t T, size_t C, size_t heads) {
     return 2 * T * T * (C / heads);
 }
 
-void cpu_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
-                           size_t heads) {
+static void attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                              size_t C, size_t heads, int causal) {
     if (heads == 0 || C == 0 || T == 0) return;
     const int n = cpu_split_count(B * heads * attention_pair_macs(T, C, heads), ATTENTION_MIN_MACS);
     if (n == 1) {
-        attention_forward_pairs(out, probs, qkv, T, C, heads, 0, B * heads);
+        attention_forward_pairs(out, probs, qkv, T, C, heads, causal, 0, B * heads);
         return;
     }
-    AttentionArgs a = {
-        .out = out, .probs = probs, .qkv = qkv, .B = B, .T = T, .C = C, .heads = heads};
+    AttentionArgs a = {.out = out,
+                       .probs = probs,
+                       .qkv = qkv,
+                       .B = B,
+                       .T = T,
+                       .C = C,
+                       .heads = heads,
+                       .causal = causal};
     cpu_parallel(n, attention_forward_task, &a);
+}
+
+void cpu_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
+                           size_t heads) {
+    attention_forward(out, probs, qkv, B, T, C, heads, 0);
+}
+
+void cpu_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                                  size_t C, size_t heads) {
+    attention_forward(out, probs, qkv, B, T, C, heads, 1);
 }
 
 /* For each sample and head, with a T x T tile on the stack (each task its own):

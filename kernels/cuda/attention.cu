@@ -1,5 +1,5 @@
-/* attention: multi-head self-attention's core on the GPU (semantics in kernels.h), fused
- * kernels for the ViT's short sequences; resident kernels where a head fits shared memory,
+/* attention: multi-head self-attention's core on the GPU (semantics in kernels.h), plain and
+ * causal, fused kernels for short sequences; resident kernels where a head fits shared memory,
  * tiled ones where it does not. */
 #include <limits.h>
 #include <math.h>
@@ -88,23 +88,26 @@ __device__ inline void load_chunk(float *dst, int ld, int width, const float *sr
 
 // In place over rows [0, rows) of S (row stride ld, T used columns): the softmax of
 // scale * S, max subtracted; each row is also written to P[row * T ...] in global memory. One
-// warp per row.
-__device__ inline void softmax_rows(float *S, int ld, int rows, int T, float scale, float *P) {
+// warp per row. Causal (row0 >= 0, the query index of row 0): row t normalises keys
+// 0..row0 + t only and the rest of it is 0, which the products after it then add as nothing.
+__device__ inline void softmax_rows(float *S, int ld, int rows, int T, float scale, float *P,
+                                    int row0) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int t = warp; t < rows; t += ATTN_WARPS) {
         float *row = S + t * ld;
+        const int keys = row0 < 0 ? T : min(T, row0 + t + 1);
         float mx = -INFINITY;
-        for (int s = lane; s < T; s += 32) mx = fmaxf(mx, row[s]);
+        for (int s = lane; s < keys; s += 32) mx = fmaxf(mx, row[s]);
         mx = warp_max(mx);
         float sum = 0.0f;
-        for (int s = lane; s < T; s += 32) {
+        for (int s = lane; s < keys; s += 32) {
             const float e = expf((row[s] - mx) * scale);
             row[s] = e;
             sum += e;
         }
         const float inv = 1.0f / warp_sum(sum);
         for (int s = lane; s < T; s += 32) {
-            const float p = row[s] * inv;
+            const float p = s < keys ? row[s] * inv : 0.0f;
             row[s] = p;
             P[(size_t)t * T + s] = p;
         }
@@ -214,7 +217,7 @@ __device__ inline void tile_rows_dot_rows(float *S, int ld, float *ac, float *xc
 
 __global__ void __launch_bounds__(ATTN_THREADS)
     attention_forward_resident(float *out, float *probs, const float *qkv, int T, int C, int heads,
-                               float scale) {
+                               float scale, int causal) {
     extern __shared__ float smem[];
     const int D = C / heads, Dp = odd_stride(D), Tp = odd_stride(T);
     const int pair = blockIdx.x, b = pair / heads, h = pair % heads;
@@ -230,7 +233,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     rows_dot_rows(S, Tp, qv, ks, T, D, Dp);
     __syncthreads();
     load_rows(qv, Dp, q + 2 * (size_t)C, C3, T, D); // v, while the rows are normalised
-    softmax_rows(S, Tp, T, T, scale, probs + (size_t)pair * T * T);
+    softmax_rows(S, Tp, T, T, scale, probs + (size_t)pair * T * T, causal ? 0 : -1);
     __syncthreads();
     weights_times_rows(out + (size_t)b * T * C + (size_t)h * D, (size_t)C, S, Tp, qv, T, D, Dp);
 }
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 // One block per (pair, tile of TILE_ROWS query rows): grid B * heads * tiles.
 __global__ void __launch_bounds__(ATTN_THREADS)
     attention_forward_tiled(float *out, float *probs, const float *qkv, int T, int C, int heads,
-                            float scale) {
+                            float scale, int causal) {
     extern __shared__ float smem[];
     const int D = C / heads, Tp = odd_stride(T), tiles = (T + TILE_ROWS - 1) / TILE_ROWS;
     const int pair = blockIdx.x / tiles, tile = blockIdx.x % tiles;
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     // the tile's scores = q k^T
     tile_rows_dot_rows<FWD_CHUNK>(S, Tp, qc, xc, q + (size_t)t0 * C3, C3, q + C, C3, nt, T, D);
     __syncthreads();
-    softmax_rows(S, Tp, nt, T, scale, probs + ((size_t)pair * T + t0) * T);
+    softmax_rows(S, Tp, nt, T, scale, probs + ((size_t)pair * T + t0) * T, causal ? t0 : -1);
     float *o = out + ((size_t)b * T + t0) * C + (size_t)h * D;
     const int tt = threadIdx.x / FWD_CHUNK, dd = threadIdx.x % FWD_CHUNK;
     for (int d0 = 0; d0 < D; d0 += FWD_CHUNK) {
@@ -402,11 +405,9 @@ int attention_shape_ok(size_t B, size_t T, size_t C, size_t heads, const char *w
     return 1;
 }
 
-} // namespace
-
-extern "C" void cuda_attention_forward(float *out, float *probs, const float *qkv, size_t B,
-                                       size_t T, size_t C, size_t heads) {
-    const char *where = "attention_forward";
+// The forward both entries share; causal: each query attends to the keys up to its own.
+void attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
+                       size_t heads, int causal, const char *where) {
     if (B == 0 || T == 0 || C == 0 || heads == 0) return;
     if (!attention_shape_ok(B, T, C, heads, where)) return;
     const size_t D = C / heads;
@@ -418,15 +419,27 @@ extern "C" void cuda_attention_forward(float *out, float *probs, const float *qk
     cudaStream_t stream = cuda_ctx()->stream;
     if (resident <= limit) {
         attention_forward_resident<<<(unsigned)(B * heads), ATTN_THREADS, resident, stream>>>(
-            out, probs, qkv, (int)T, (int)C, (int)heads, scale);
+            out, probs, qkv, (int)T, (int)C, (int)heads, scale, causal);
     } else {
         const size_t tiles = (T + TILE_ROWS - 1) / TILE_ROWS;
         const size_t bytes =
             (TILE_ROWS * Tp + TILE_ROWS * FWD_CHUNK_LD + T * FWD_CHUNK_LD) * sizeof(float);
         attention_forward_tiled<<<(unsigned)(B * heads * tiles), ATTN_THREADS, bytes, stream>>>(
-            out, probs, qkv, (int)T, (int)C, (int)heads, scale);
+            out, probs, qkv, (int)T, (int)C, (int)heads, scale, causal);
     }
     CUDA_LAUNCHED(where);
+}
+
+} // namespace
+
+extern "C" void cuda_attention_forward(float *out, float *probs, const float *qkv, size_t B,
+                                       size_t T, size_t C, size_t heads) {
+    attention_forward(out, probs, qkv, B, T, C, heads, 0, "attention_forward");
+}
+
+extern "C" void cuda_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B,
+                                              size_t T, size_t C, size_t heads) {
+    attention_forward(out, probs, qkv, B, T, C, heads, 1, "causal_attention_forward");
 }
 
 extern "C" void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,

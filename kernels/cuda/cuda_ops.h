@@ -53,6 +53,12 @@ float cuda_cross_entropy(float *dlogits, const float *logits, const int32_t *lab
                          size_t classes, float grad_scale);
 size_t cuda_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes);
 void cuda_add(float *out, const float *a, const float *b, size_t n);
+void cuda_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
+                                   size_t C, size_t heads);
+void cuda_token_embed_forward(float *x, const int32_t *tokens, const float *wte, const float *wpe,
+                              size_t B, size_t T, size_t C, size_t V);
+void cuda_token_embed_backward(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
+                               size_t B, size_t T, size_t C, size_t V);
 void cuda_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N);
 void cuda_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
                              const float *b, size_t M, size_t N);

@@ -39,6 +39,7 @@
 /* Run-dependent figures, masked on both sides: pattern (POSIX extended) and what replaces it. */
 static const char *const masks[][2] = {
     {" *[0-9][0-9,.]* img/s", " # img/s"},                 /* training's throughput */
+    {" *[0-9][0-9,.]* tok/s", " # tok/s"},                 /* a language model's */
     {"eta [0-9:]+", "eta #"},                              /* and its estimate */
     {" *[0-9][0-9.]* [KMGT]i?B/s", " # B/s"},              /* bandwidths */
     {", +[0-9][0-9.]* s$", ", # s"},                       /* an evaluation's wall time */

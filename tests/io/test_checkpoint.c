@@ -230,6 +230,27 @@ Test(checkpoint, a_vit_resumes_at_another_world_size, .timeout = 60) {
     cr_expect_leq(d, 1e-5, "relative difference %.3g", d);
 }
 
+/* The transformer: its embedding, causal blocks and LM head with their Adam state move from 2
+ * ranks to 3 (invariant 5), its .config read back to build the model the checkpoint is of. */
+Test(checkpoint, a_transformer_resumes_at_another_world_size, .timeout = 60) {
+    fresh_dir("transformer");
+    const char *tf = "--model transformer --layers 2 --hidden 24 --heads 2 --mlp 32 --seq 16";
+    free(fsdp_ok("train %s --ranks 2 --batch-size 6 --steps 6 --dump-params %s", tf, full));
+    free(fsdp_ok("train %s --ranks 2 --batch-size 6 --steps 3 --checkpoint-dir %s/ck "
+                 "--checkpoint-every 3",
+                 tf, dir));
+    char *out = fsdp_ok("train %s --ranks 3 --batch-size 4 --steps 6 --resume "
+                        "%s/ck/step-00000003 --dump-params %s",
+                        tf, dir, resumed);
+    cr_expect(strstr(out, "step     4/6") && !strstr(out, "step     3/6"),
+              "it went on from "
+              "step 3: %s",
+              out);
+    free(out);
+    double d = dump_rel_diff(resumed, full);
+    cr_expect_leq(d, 1e-5, "relative difference %.3g", d);
+}
+
 /* A rank that fails mid-run (injected) is survived: the job restarts from the newest
  * checkpoint and ends with exactly the parameters of a run that never failed. Without
  * --max-restarts the failure ends the run, naming the rank and step. */

@@ -15,16 +15,21 @@
 #define SMALL_VIT                                                                                  \
     "--model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 --split test --eval false"
 
-typedef enum { TOY, VIT } Saved;
+/* A transformer as small: one block of width 16 over sequences of 16 bytes of the default text. */
+#define SMALL_TF "--model transformer --layers 1 --hidden 16 --heads 2 --mlp 16 --seq 16"
 
-/* What each edit starts from: a step-4 checkpoint of the toy at 3 ranks or the small ViT at
- * 2, and the run that resumes it. */
+typedef enum { TOY, VIT, TF } Saved;
+
+/* What each edit starts from: a step-4 checkpoint of the toy at 3 ranks, the small ViT or the
+ * small transformer at 2, and the run that resumes it. */
 static const struct {
     const char *train, *resume;
 } saved[] = {
     [TOY] = {"train --ranks 3 --steps 4", "train --ranks 3 --steps 6"},
     [VIT] = {"train " SMALL_VIT " --ranks 2 --batch-size 8 --steps 4",
              "train " SMALL_VIT " --ranks 2 --batch-size 8 --steps 6"},
+    [TF] = {"train " SMALL_TF " --ranks 2 --batch-size 4 --steps 4",
+            "train " SMALL_TF " --ranks 2 --batch-size 4 --steps 6"},
 };
 
 typedef struct MetaCase {
@@ -61,7 +66,7 @@ static void shell(const char *cmd) {
 
 /* dir/base-F/ck: the checkpoint of saved[from], trained once per test process. */
 static void save_once(Saved from) {
-    static int made[2];
+    static int made[3];
     if (made[from]) return;
     char cmd[256];
     snprintf(cmd, sizeof cmd, "mkdir -p %s/base-%d", dir, (int)from);
@@ -137,7 +142,7 @@ Test(checkpoint_meta, the_reported_edits_are_refused_by_every_reader) {
          "conv_proj.bias there"},
         {VIT, "sed -i 's/\"model\":\"vit-tiny\"/\"model\":\"gpt9\"/' meta.json", 1,
          "step-00000004/meta.json: .model is \"gpt9\"; it must be a model this fsdp builds: toy, "
-         "vit-tiny or vit-workshop"},
+         "vit-tiny, vit-workshop or transformer"},
         {VIT, "sed -i 's/\"strategy\":\"zero3\"/\"strategy\":\"zeroX\"/' meta.json", 1,
          "step-00000004/meta.json: .strategy is \"zeroX\"; it must be one of ddp, zero1, zero2, "
          "zero3, hsdp"},
@@ -227,6 +232,36 @@ Test(checkpoint_meta, every_field_is_checked_against_its_range_and_the_model) {
          "(La.weight has 3 rows)"},
         {TOY, "sed -i '/\"tensor\":0,\"kind\":\"param\",\"rank\":2/d' meta.json", 1,
          "step-00000004/meta.json: .pieces: no piece holds rows 2-3 of La.weight's param"},
+    };
+    run_cases(cases, sizeof cases / sizeof *cases);
+}
+
+/* The transformer's .config: written, read and checked as the ViT's is, against its six sizes
+ * and against the tensors it makes. */
+Test(checkpoint_meta, the_transformers_config_is_checked_as_the_vits, .timeout = 240) {
+    const MetaCase cases[] = {
+        {TF, "sed -i '/^\"config\"/d' meta.json", 1,
+         "step-00000004/meta.json: .config is missing; a transformer's checkpoint records its "
+         "layers, heads, hidden, mlp, seq and vocab"},
+        {TF, "sed -i 's/\"vocab\":256}/\"vocab\":256,\"depth\":4}/' meta.json", 1,
+         "step-00000004/meta.json: .config.depth is no size of a transformer"},
+        {TF, "sed -i 's/\"vocab\":256}/\"vocab\":0}/' meta.json", 1,
+         "step-00000004/meta.json: .config.vocab is 0; it must be a whole number from 1 to "
+         "16777216"},
+        {TF, "sed -i 's/\"seq\":16,/\"seq\":2.5,/' meta.json", 1,
+         "step-00000004/meta.json: .config.seq is 2.5; it must be a whole number"},
+        {TF, "sed -i 's/\"heads\":2,/\"heads\":3,/' meta.json", 1,
+         "step-00000004/meta.json: .config is no transformer this fsdp builds: --hidden must be a "
+         "multiple of --heads (got 16 and 3)"},
+        {TF, "sed -i 's/\"seq\":16,/\"seq\":32,/' meta.json", 1,
+         "step-00000004/meta.json: .tensors[1].shape of wpe.weight is [16, 16]; the transformer "
+         "its .config describes (layers 1, heads 2, hidden 16, mlp 16, seq 32, vocab 256) has "
+         "[32, 16]"},
+        {TF, "sed -i 's/\"layers\":1,/\"layers\":2,/' meta.json", 1,
+         "step-00000004/meta.json: .tensors lists 17 tensors; the transformer its .config "
+         "describes (layers 2, heads 2, hidden 16, mlp 16, seq 16, vocab 256) has 29"},
+        {TF, "sed -i 's/\"model\":\"transformer\"/\"model\":\"vit-tiny\"/' meta.json", 1,
+         "step-00000004/meta.json: .config.seq is no size of a ViT"},
     };
     run_cases(cases, sizeof cases / sizeof *cases);
 }

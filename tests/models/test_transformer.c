@@ -1,24 +1,24 @@
-/* The GPT-2-style transformer the planner sizes: its parameter count, names and shapes, shapes
- * chosen by size, bad configurations refused, and its activation bytes at the peak. */
+/* The GPT-2-style transformer: its parameter count, names and shapes, shapes chosen by size, bad
+ * configurations refused, its activation bytes at the peak; as a byte-level language model, its
+ * gradients against finite differences, no look-ahead, and FSDP at any world size equal to one
+ * rank (invariant 1). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "engine/train.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "models/transformer.h"
 #include "sim/cluster.h"
 #include "sim/device_sim.h"
 #include "sim/kernels_none.h"
+#include "tests/util.h"
 
 /* The parameter count against the formula and GPT-2 small's true figure; shapes chosen by size
  * (--params); bad configurations refused in one line; an accounting-only training step on the
  * simulated cluster whose activation bytes at the peak equal the sum of the buffers a real step
- * holds there. */
-
-static const char *const NOT_ACCOUNTING =
-    "the transformer model runs only in accounting-only runs (fsdp plan): there is no text data "
-    "set here";
+ * holds there; a computed run's gradients, causality and world-size independence. */
 
 /* 2 layers of width 64 (4 heads, mlp 256), 32 tokens, a vocabulary of 2000 */
 static TransformerConfig small_config(void) {
@@ -246,19 +246,31 @@ static void small_model_and_device(ModelDesc *m, SimDevice *dev, SimClock *clock
     device_sim_init(dev, 0, clock, NULL, profile_default());
 }
 
-Test(transformer, refuses_a_device_that_holds_data) {
+/* What a computed run needs beyond a plan's shape: attention's CPU backward takes at most 256
+ * tokens, and every byte must have a row of the embedding. */
+Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
     ModelDesc m;
     SimDevice dev;
     SimClock clock;
-    small_model_and_device(&m, &dev, &clock);
-    ModelRun *run = NULL;
-    Err err = {0};
-    cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, 2, &run, &err), ERR_USAGE);
-    expect_one_line(&err, NOT_ACCOUNTING);
-    cr_expect_null(run);
-    cr_expect_eq(dev.base.memory.total, 0);
-    device_sim_release(&dev);
-    model_desc_free(&m);
+    TransformerConfig cases[2] = {small_config(), small_config()};
+    cases[0].seq = 257;
+    cases[1].vocab = 255;
+    const char *want[2] = {"--seq 257 is more than the 256 tokens attention supports",
+                           "a vocabulary of 255 cannot hold a byte's 256 values: a computed run "
+                           "reads bytes"};
+    for (int i = 0; i < 2; i++) {
+        small_model(&m, &cases[i]);
+        clock = (SimClock){0};
+        device_sim_init(&dev, 0, &clock, NULL, profile_default());
+        ModelRun *run = NULL;
+        Err err = {0};
+        cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, 2, &run, &err), ERR_USAGE);
+        expect_one_line(&err, want[i]);
+        cr_expect_null(run);
+        cr_expect_eq(dev.base.memory.total, 0);
+        device_sim_release(&dev);
+        model_desc_free(&m);
+    }
 }
 
 /* One zero3 training step of the small transformer on 4 simulated ranks of 2 sequences each,
@@ -289,11 +301,13 @@ static int small_step(int accounting_only, int ac_every, RankMemory memory[4], E
     return rc;
 }
 
-Test(transformer, a_real_run_is_refused_in_one_line) {
+/* A data set that is only a count (what a plan gives it) has no bytes to compute on. */
+Test(transformer, a_computed_run_without_a_text_is_refused_in_one_line) {
     RankMemory memory[4];
     Err err = {0};
     cr_expect_eq(small_step(0, 0, memory, &err), ERR_USAGE);
-    expect_one_line(&err, NOT_ACCOUNTING);
+    expect_one_line(&err, "the transformer reads sequences of 32 bytes of a text; this data set "
+                          "has no text");
 }
 
 /* Activation bytes a rank holds at the start of the head's backward, once it has taken its
@@ -383,5 +397,191 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     cr_expect_eq(dev.base.memory.total, 0, "every activation was released");
     m.ops->run_destroy(run);
     device_sim_release(&dev);
+    model_desc_free(&m);
+}
+
+/* ---------------------------------------------------------------- computed runs */
+
+/* The tiny language model the gradient tests run alone on a simulated device that holds data:
+ * its parameters (GPT-2's initialization), their gradients and a batch of two sequences of the
+ * test text. */
+typedef struct Lm {
+    ModelDesc m;
+    SimDevice dev;
+    SimClock clock;
+    ModelRun *run;
+    Dataset data;
+    float *params, *grads;
+    float *p[64], *g[64]; /* each parameter's and its gradient's first element */
+    long idx[2];
+} Lm;
+
+static void lm_open(Lm *l) {
+    memset(l, 0, sizeof *l);
+    TransformerConfig c = {.layers = 2, .hidden = 8, .heads = 2, .mlp = 12, .seq = 6, .vocab = 256};
+    small_model(&l->m, &c);
+    device_sim_init(&l->dev, 0, &l->clock, NULL, profile_default());
+    Err err = {0};
+    cr_assert_eq(l->m.ops->run_create(&l->m, &l->dev.base, &kernels_cpu, 2, &l->run, &err), 0, "%s",
+                 err.msg);
+    text_test_data(&l->data, c.seq);
+    l->idx[0] = 3, l->idx[1] = 17;
+    l->params = host_floats(l->m.total_numel);
+    l->grads = host_zeros(l->m.total_numel);
+    cr_assert_leq(l->m.nparams, 64);
+    size_t at = 0;
+    for (int i = 0; i < l->m.nparams; i++) {
+        const ParamSpec *ps = &l->m.params[i];
+        param_init_fill(ps, 1234, 0, ps->numel, l->params + at);
+        l->p[i] = l->params + at, l->g[i] = l->grads + at;
+        at += ps->numel;
+    }
+    /* LayerNorms away from 1 and 0, biases away from 0: every term of the backward counts */
+    for (size_t i = 0; i < l->m.total_numel; i++)
+        if (l->params[i] == 1.0f || l->params[i] == 0.0f) l->params[i] += 0.1f * sinf((float)i);
+}
+
+static void lm_close(Lm *l) {
+    l->m.ops->run_destroy(l->run);
+    device_sim_release(&l->dev);
+    free_floats((float *[]){l->params, l->grads}, 2);
+    model_desc_free(&l->m);
+}
+
+/* Forward over every module on the current parameters; the loss. */
+static float lm_forward(Lm *l) {
+    Err err = {0};
+    Work w;
+    cr_assert_eq(l->m.ops->set_batch(l->run, &l->data, l->idx, 2, &err), 0, "%s", err.msg);
+    for (int mod = 0; mod < l->m.nmodules; mod++)
+        cr_assert_eq(l->m.ops->forward(l->run, mod, &l->p[l->m.modules[mod].first_param], &w, &err),
+                     0, "%s", err.msg);
+    return l->m.ops->loss(l->run, 1.0f, &w);
+}
+
+static void lm_backward(Lm *l) {
+    Err err = {0};
+    Work w;
+    for (int mod = l->m.nmodules - 1; mod >= 0; mod--) {
+        int first = l->m.modules[mod].first_param;
+        cr_assert_eq(l->m.ops->backward(l->run, mod, &l->p[first], &l->g[first], &w, &err), 0, "%s",
+                     err.msg);
+    }
+}
+
+/* The loss is the mean over both sequences' 6 positions of -log softmax(logits)[next byte],
+ * the byte after the position's own in the text: computed here in double from the logits. */
+static void expect_next_byte_loss(Lm *l, float loss) {
+    size_t n;
+    const float *z = l->m.ops->boundary(l->run, l->m.nmodules - 1, BOUNDARY_OUTPUT, &n);
+    cr_assert_eq(n, 2 * 6 * 256);
+    double sum = 0;
+    for (int i = 0; i < 2; i++)
+        for (int t = 0; t < 6; t++) {
+            const float *row = z + (i * 6 + t) * 256;
+            int next = l->data.text[l->idx[i] * 6 + t + 1];
+            double mx = row[0], e = 0;
+            for (int v = 1; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
+            for (int v = 0; v < 256; v++) e += exp(row[v] - mx);
+            sum += mx + log(e) - row[next];
+        }
+    cr_expect(fabs(loss - sum / 12) < 1e-5, "loss %.7g, next-byte cross-entropy %.7g", loss,
+              sum / 12);
+}
+
+/* Every parameter's gradient (every element of the small tensors, every 7th of wte and lm_head)
+ * against central differences of the loss: the embedding's scatter-add, the causal blocks, ln_f,
+ * the LM head and the next-token loss wired together. The loss is a float near ln 256, so
+ * the differences carry about 2e-5 of rounding. */
+Test(transformer, every_gradient_matches_finite_differences) {
+    Lm l;
+    lm_open(&l);
+    float loss = lm_forward(&l);
+    cr_expect(fabsf(loss - logf(256.0f)) < 0.05f, "a fresh model is near uniform: %g", loss);
+    expect_next_byte_loss(&l, loss);
+    lm_backward(&l);
+    int bad = 0, checked = 0;
+    for (int i = 0; i < l.m.nparams; i++) {
+        const ParamSpec *ps = &l.m.params[i];
+        size_t stride = ps->numel > 1000 ? 7 : 1;
+        for (size_t j = 0; j < ps->numel; j += stride, checked++) {
+            const float h = 1e-2f, saved = l.p[i][j];
+            l.p[i][j] = saved + h;
+            double up = lm_forward(&l);
+            l.p[i][j] = saved - h;
+            double down = lm_forward(&l);
+            l.p[i][j] = saved;
+            double fd = (up - down) / ((double)(saved + h) - (double)(saved - h)), g = l.g[i][j];
+            if (!(fabs(fd - g) <= 2e-2 * fabs(g) + 1e-4) && bad++ < 8)
+                cr_log_error("%s[%zu]: backward %.6g, finite difference %.6g", ps->name, j, g, fd);
+        }
+    }
+    cr_expect_eq(bad, 0, "%d of %d gradients differ from finite differences", bad, checked);
+    lm_close(&l);
+}
+
+/* The logits at positions 0..3 are the same bits whatever bytes follow them: each position
+ * predicts the next byte from those before it only. */
+Test(transformer, a_position_sees_only_the_bytes_before_it) {
+    Lm l;
+    lm_open(&l);
+    lm_forward(&l);
+    size_t n;
+    int head = l.m.nmodules - 1;
+    float *logits = l.m.ops->boundary(l.run, head, BOUNDARY_OUTPUT, &n);
+    cr_assert_eq(n, 2 * 6 * 256);
+    float *before = host_copy(logits, n);
+    static const uint8_t other[] = "xyzxyzxyzxyzxyzxyzxyzxyzxyzxyzxyzxyzxyz";
+    uint8_t text[128];
+    memcpy(text, l.data.text, sizeof text);
+    memcpy(text + 3 * 6 + 4, other, 3); /* bytes 4, 5 and the target of sequence 3 */
+    l.data.text = text;
+    lm_forward(&l);
+    logits = l.m.ops->boundary(l.run, head, BOUNDARY_OUTPUT, &n);
+    assert_same_floats(logits, before, 4 * 256, "positions 0..3 of sequence 3");
+    cr_expect(memcmp(logits + 4 * 256, before + 4 * 256, 2 * 256 * sizeof(float)) != 0,
+              "positions 4 and 5 saw the change");
+    assert_same_floats(logits + 6 * 256, before + 6 * 256, 6 * 256, "sequence 17");
+    free(before);
+    l.m.ops->discard(l.run);
+    lm_close(&l);
+}
+
+/* Invariant 1 for the language model: each strategy at its world size trains to the parameters
+ * of one rank on the global batch (8 sequences a step, 20 steps, relative L2 <= 1e-5), and the
+ * loss went down from about ln 256. */
+Test(transformer, every_strategy_equals_one_rank_on_the_global_batch, .timeout = 120) {
+    TransformerConfig c = lm_small_config();
+    ModelDesc m;
+    small_model(&m, &c);
+    Dataset text;
+    text_test_data(&text, c.seq);
+    enum { STEPS = 20, GLOBAL = 8 };
+    static const WorldCase cases[] = {
+        {STRAT_ZERO3, 4, 1}, {STRAT_ZERO2, 2, 1}, {STRAT_DDP, 2, 1}, {STRAT_HSDP, 4, 2}};
+    FsdpConfig one;
+    fsdp_config_defaults(&one);
+    one.lr = 3e-3f;
+    one.batch_size = GLOBAL;
+    VitRun ref;
+    model_train(&ref, &m, &text, one, 1, STEPS, 0);
+    cr_expect(fabsf(ref.first_loss - logf(256.0f)) < 0.05f, "first loss %g", ref.first_loss);
+    cr_expect_lt(ref.last_loss, ref.first_loss - 1.0f, "it learned: %g -> %g", ref.first_loss,
+                 ref.last_loss);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FsdpConfig many = one;
+        many.batch_size = GLOBAL / cases[i].ranks;
+        many.strategy = cases[i].strategy;
+        many.replicas = cases[i].replicas;
+        VitRun run;
+        model_train(&run, &m, &text, many, cases[i].ranks, STEPS, 0);
+        double d = rel_l2(run.params, ref.params, m.total_numel);
+        cr_expect_leq(d, 1e-5, "%s at %d ranks: relative L2 %.3g from one rank",
+                      strategy_name(cases[i].strategy), cases[i].ranks, d);
+        cr_expect_gt(d, 0.0, "%s: rounded differently, as a sum over ranks does",
+                     strategy_name(cases[i].strategy));
+        vit_run_free(&run);
+    }
+    vit_run_free(&ref);
     model_desc_free(&m);
 }

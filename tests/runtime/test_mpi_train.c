@@ -1,6 +1,7 @@
 /* --backend mpi against the simulator: `mpirun -np N fsdp train --backend mpi` ends with the
  * parameters `fsdp train --ranks N` ends with (relative L2 <= 1e-5), for the toy at 2, 3 and 4
- * ranks and vit-tiny (2 layers) at 2 and 4, under every strategy and with each lever. */
+ * ranks and vit-tiny (2 layers) at 2 and 4, under every strategy and with each lever, and the
+ * transformer on its default text at 2 and 3. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,7 @@ static void every_strategy(int ranks, const char *model) {
 
 #define TOY "--model toy --steps 6"
 #define VIT "--model vit-tiny --layers 2 --steps 3 --eval false"
+#define TF "--model transformer --layers 1 --hidden 32 --heads 2 --mlp 64 --seq 32 --steps 4"
 
 Test(mpi_train, toy_every_strategy_at_2_3_and_4_ranks) {
     skip_without_mpi();
@@ -73,4 +75,12 @@ Test(mpi_train, vit_tiny_levers) {
     for (int ranks = 2; ranks <= 4; ranks += 2)
         for (int i = 0; i < 4; i++)
             expect_mpi_matches_sim(ranks, fmt_text("%s --strategy zero3 %s", VIT, levers[i]));
+}
+
+Test(mpi_train, transformer_zero3_and_ddp_at_2_and_3_ranks) {
+    skip_without_mpi();
+    for (int ranks = 2; ranks <= 3; ranks++) {
+        expect_mpi_matches_sim(ranks, TF " --strategy zero3");
+        expect_mpi_matches_sim(ranks, TF " --strategy ddp --activation-checkpointing");
+    }
 }

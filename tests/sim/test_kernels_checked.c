@@ -67,6 +67,7 @@ enum { EB = 2, ET = 5, EC = 3 };         /* embed: batch, tokens, width */
 enum { CB = 3, CT = 5, CC = 7 };         /* class token: batch, tokens, width */
 enum { XB = 5, XK = 7 };                 /* cross_entropy: rows, classes */
 enum { BM = 5, BN = 11 };                /* bias + GELU: rows, columns */
+enum { TB = 2, TT = 3, TC = 5, TV = 7 }; /* token embedding: batch, tokens, width, vocabulary */
 
 /* the sizes of their tensors, in elements */
 enum { L_OUT = LM * LN, L_IN = LM * LK, L_W = LN * LK };
@@ -89,6 +90,7 @@ enum { E_X = EB * ET * EC, E_PATCHES = EB * (ET - 1) * EC, E_POS = ET * EC };
 enum { C_X = CB * CT * CC, C_OUT = CB * CC, C_ROW = CT * CC };
 enum { X_LOGITS = XB * XK };
 enum { B_X = BM * BN };
+enum { T_X = TB * TT * TC, T_WTE = TV * TC, T_WPE = TT * TC, T_IDS = TB * TT * sizeof(int32_t) };
 
 /* ---- the calls, one per case ---- */
 
@@ -261,6 +263,18 @@ static double call_attention_backward_odd(const Kernels *k, void *const *p) {
     k->attention_backward(p[0], p[1], p[2], p[3], AB, AT, AC_ODD, AH);
     return 0;
 }
+static double call_causal_attention_forward(const Kernels *k, void *const *p) {
+    k->causal_attention_forward(p[0], p[1], p[2], AB, AT, AC, AH);
+    return 0;
+}
+static double call_token_embed_forward(const Kernels *k, void *const *p) {
+    k->token_embed_forward(p[0], p[1], p[2], p[3], TB, TT, TC, TV);
+    return 0;
+}
+static double call_token_embed_backward(const Kernels *k, void *const *p) {
+    k->token_embed_backward(p[0], p[1], p[2], p[3], TB, TT, TC, TV);
+    return 0;
+}
 static double call_patchify(const Kernels *k, void *const *p) {
     k->patchify(p[0], p[1], PB, PS, PP);
     return 0;
@@ -349,6 +363,19 @@ static void init_labels_1(void *const *p) {
 }
 static void init_labels_2(void *const *p) {
     init_labels_at(p, 2);
+}
+
+/* token ids in [0, TV), one repeated (its row of dwte takes two gradients) */
+static void init_tokens_at(void *const *p, int at) {
+    int32_t *ids = p[at];
+    for (int i = 0; i < TB * TT; i++) ids[i] = (int32_t)((i * 5 + 2) % TV);
+    ids[TB * TT - 1] = ids[0];
+}
+static void init_tokens_1(void *const *p) {
+    init_tokens_at(p, 1);
+}
+static void init_tokens_2(void *const *p) {
+    init_tokens_at(p, 2);
 }
 
 /* ---- the cases: every entry of the table, with its nullable, aliased and empty variants ---- */
@@ -448,6 +475,15 @@ static const Case cases[] = {
            BLOCKS(2, F(AC_ODD), F(A_USED_ODD), A_ROWS, F(A_QKV_ROW_ODD), 0),
            BLOCKS(2, F(2 * AC_ODD), F(A_USED_ODD), A_ROWS, F(A_QKV_ROW_ODD), 0), RD(3, F(A_PROBS))),
      call_attention_backward_odd},
+    {"causal_attention_forward", "", SIZES(F(A_X), F(A_PROBS), F(A_QKV)),
+     WANTS(WR(0, F(A_X)), WR(1, F(A_PROBS)), RD(2, F(A_QKV))), call_causal_attention_forward},
+    /* all of wte and dwte: which rows the ids pick is not known before the op runs */
+    {"token_embed_forward", "", SIZES(F(T_X), T_IDS, F(T_WTE), F(T_WPE)),
+     WANTS(WR(0, F(T_X)), RD(1, T_IDS), RD(2, F(T_WTE)), RD(3, F(T_WPE))), call_token_embed_forward,
+     init_tokens_1},
+    {"token_embed_backward", "", SIZES(F(T_WTE), F(T_WPE), T_IDS, F(T_X)),
+     WANTS(RW(0, F(T_WTE)), RW(1, F(T_WPE)), RD(2, T_IDS), RD(3, F(T_X))),
+     call_token_embed_backward, init_tokens_2},
     {"patchify", "", SIZES(F(P_PATCHES), F(P_IMAGES)),
      WANTS(WR(0, F(P_PATCHES)), RD(1, F(P_IMAGES))), call_patchify},
     /* S % P != 0 (outside kernels.h's contract): all of images is reported read, a superset */
@@ -723,10 +759,10 @@ Test(kernels_checked, every_op_reports_exactly_what_it_touches) {
 
 /* ---- names ---- */
 
-_Static_assert(sizeof(Kernels) == sizeof(const char *) + 32 * sizeof(void (*)(void)),
+_Static_assert(sizeof(Kernels) == sizeof(const char *) + 35 * sizeof(void (*)(void)),
                "kernels.h changed: list the new op below and give it cases");
 
-static const char *const op_names[32] = {
+static const char *const op_names[35] = {
     "cast",
     "zero",
     "copy_bytes",
@@ -756,6 +792,9 @@ static const char *const op_names[32] = {
     "cross_entropy",
     "count_correct",
     "add",
+    "causal_attention_forward",
+    "token_embed_forward",
+    "token_embed_backward",
     "bias_gelu_forward",
     "bias_gelu_backward",
     "residual_layernorm_forward",
@@ -765,7 +804,7 @@ static const char *const op_names[32] = {
  * wired to another entry, which would report that entry's name). */
 Test(kernels_checked, every_entry_is_covered_and_reports_its_name) {
     cr_expect_str_eq(kernels_checked.name, "checked");
-    for (int k = 0; k < 32; k++) {
+    for (int k = 0; k < 35; k++) {
         int found = 0;
         for (int i = 0; i < NCASES; i++) found += strcmp(cases[i].op, op_names[k]) == 0;
         cr_expect(found > 0, "no case calls %s", op_names[k]);

@@ -83,6 +83,51 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
     model_desc_free(&m);
 }
 
+/* The transformer computed on a text, as `fsdp train --model transformer` runs it, against its
+ * plan (the planner charges the same buffers on a device that holds nothing), for every
+ * strategy and lever. */
+Test(planner, the_transformer_plan_equals_a_real_run_for_every_strategy_and_lever) {
+    TransformerConfig c = lm_small_config();
+    ModelDesc m;
+    Err err = {0};
+    cr_assert_eq(transformer_model_create(&m, &c, &err), 0, "%s", err.msg);
+    Dataset text;
+    text_test_data(&text, c.seq);
+    ConfigCase cases[] = {{"ddp", vit_config(STRAT_DDP, 2), 3},
+                          {"zero1", vit_config(STRAT_ZERO1, 2), 3},
+                          {"zero2", vit_config(STRAT_ZERO2, 2), 3},
+                          {"zero3", vit_config(STRAT_ZERO3, 2), 4},
+                          {"hsdp", vit_config(STRAT_HSDP, 2), 4},
+                          {"bf16", vit_config(STRAT_ZERO3, 2), 3},
+                          {"offload", vit_config(STRAT_ZERO3, 2), 3},
+                          {"ac", vit_config(STRAT_ZERO3, 2), 3},
+                          {"grad accum", vit_config(STRAT_ZERO3, 2), 2},
+                          {"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 2), 3}};
+    cases[4].cfg.replicas = 2;
+    cases[5].cfg.param_dtype = DTYPE_BF16;
+    cases[6].cfg.offload = OFFLOAD_CPU;
+    cases[7].cfg.ac_every = 1;
+    cases[8].cfg.grad_accum = 2;
+    cases[9].cfg.layout = LAYOUT_DEEPSPEED;
+    cases[9].cfg.param_dtype = cases[9].cfg.reduce_dtype = DTYPE_BF16;
+    cases[9].cfg.offload = OFFLOAD_OPTIMIZER;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        VitRun real;
+        model_train(&real, &m, &text, cases[i].cfg, cases[i].ranks, 2, 0);
+        cr_expect(real.last_loss > 0, "%s computed a loss", cases[i].name);
+        Plan p;
+        cr_assert_eq(fsdp_plan_create(&p, &m, &cases[i].cfg, cases[i].ranks, &err), 0, "%s",
+                     err.msg);
+        PlannerResult planned;
+        plan_run(&m, &p, cases[i].cfg, 2, &planned);
+        expect_same_memory(real.memory, planned.memory, cases[i].ranks, cases[i].name);
+        planner_result_free(&planned);
+        plan_free(&p);
+        vit_run_free(&real);
+    }
+    model_desc_free(&m);
+}
+
 /* A preset ViT and its zero3 plan (wrapped by layer, the default) at `ranks` ranks. */
 static void preset_zero3_plan(ModelDesc *m, Plan *p, const char *preset, int ranks) {
     vit_preset_create(m, preset);

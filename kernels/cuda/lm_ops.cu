@@ -1,0 +1,82 @@
+/* lm_ops: the language model's own ops on the GPU, the token and position embeddings (the CPU's
+ * in ../cpu/lm_cpu.c); causal attention is attention.cu's. */
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+// No floating-point atomics: each output element is summed by one thread, in the CPU's order, so
+// the results are the CPU's bits and the same on every run.
+//
+// - forward: a thread per element of x.
+// - dwpe: a thread per (position, column) adds the batch's gradients in sample order.
+// - dwte: a thread per (vocabulary row, column) walks every token of the batch in order and adds
+//   the gradients of those that are its row: B x T reads of the ids per thread (cached: every
+//   thread of a block reads the same id at once), which at a byte vocabulary (256 rows) keeps
+//   V x C threads busy where a thread per column would leave most of the GPU idle. A vocabulary
+//   of GPT-2's size would want the tokens sorted first; this model's is 256.
+
+namespace {
+
+constexpr unsigned LM_THREADS = 256;
+
+__global__ void token_embed_forward_kernel(float *__restrict__ x,
+                                           const int32_t *__restrict__ tokens,
+                                           const float *__restrict__ wte,
+                                           const float *__restrict__ wpe, size_t total, size_t T,
+                                           size_t C, size_t V) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t bt = i / C, c = i % C, t = bt % T;
+        const int32_t id = tokens[bt];
+        x[i] = (id < 0 || (size_t)id >= V) ? NAN : wte[(size_t)id * C + c] + wpe[t * C + c];
+    }
+}
+
+__global__ void token_embed_dwpe_kernel(float *__restrict__ dwpe, const float *__restrict__ dx,
+                                        size_t B, size_t TC) {
+    for (size_t col = (size_t)blockIdx.x * blockDim.x + threadIdx.x; col < TC;
+         col += (size_t)gridDim.x * blockDim.x) {
+        float acc = dwpe[col];
+        for (size_t b = 0; b < B; b++) acc += dx[b * TC + col];
+        dwpe[col] = acc;
+    }
+}
+
+__global__ void token_embed_dwte_kernel(float *__restrict__ dwte,
+                                        const int32_t *__restrict__ tokens,
+                                        const float *__restrict__ dx, size_t n, size_t C,
+                                        size_t V) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < V * C;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t v = i / C, c = i % C;
+        float acc = dwte[i];
+        for (size_t k = 0; k < n; k++)
+            if (tokens[k] == (int32_t)v) acc += dx[k * C + c];
+        dwte[i] = acc;
+    }
+}
+
+} // namespace
+
+extern "C" void cuda_token_embed_forward(float *x, const int32_t *tokens, const float *wte,
+                                         const float *wpe, size_t B, size_t T, size_t C, size_t V) {
+    const size_t total = B * T * C;
+    if (total == 0) return;
+    token_embed_forward_kernel<<<cuda_blocks(total, LM_THREADS), LM_THREADS, 0,
+                                 cuda_ctx()->stream>>>(x, tokens, wte, wpe, total, T, C, V);
+    CUDA_LAUNCHED("token_embed_forward");
+}
+
+extern "C" void cuda_token_embed_backward(float *dwte, float *dwpe, const int32_t *tokens,
+                                          const float *dx, size_t B, size_t T, size_t C, size_t V) {
+    if (B == 0 || T == 0 || C == 0) return;
+    cudaStream_t stream = cuda_ctx()->stream;
+    token_embed_dwpe_kernel<<<cuda_blocks(T * C, LM_THREADS), LM_THREADS, 0, stream>>>(dwpe, dx, B,
+                                                                                       T * C);
+    if (V > 0)
+        token_embed_dwte_kernel<<<cuda_blocks(V * C, LM_THREADS), LM_THREADS, 0, stream>>>(
+            dwte, tokens, dx, B * T, C, V);
+    CUDA_LAUNCHED("token_embed_backward");
+}

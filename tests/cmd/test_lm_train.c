@@ -1,0 +1,141 @@
+/* `fsdp train --model transformer` from the command line: a text learned at 1 and 4 ranks to the
+ * same parameters, the first loss ln 256, the default text, and bad input (the text, its flags)
+ * one line and exit 2 before anything is written. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/util.h"
+
+/* A text of numbered lines (10,890 bytes) in dir/name. */
+static void write_text(const char *dir, const char *name, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert(f, "cannot write %s", path);
+    for (int i = 0; i < 200; i++)
+        fprintf(f, "line %d: the quick brown fox jumps over the lazy dog.\n", i);
+    fclose(f);
+}
+
+/* The JSON lines' losses: the first step's and the last's. */
+static void first_last_loss(const char *out, double *first, double *last) {
+    *first = *last = NAN;
+    for (const char *at = strstr(out, "\"loss\":"); at; at = strstr(at + 1, "\"loss\":")) {
+        double v = strtod(at + strlen("\"loss\":"), NULL);
+        if (isnan(*first)) *first = v;
+        *last = v;
+    }
+}
+
+/* Invariant 1 through the whole command: the same text, 8 sequences a step, on 1 rank and on
+ * 4 (zero3), end at parameters within 1e-5 of each other (--dump-params); the loss starts at
+ * ln 256 = 5.545 (a fresh model spreads its bets evenly over the bytes) and falls. */
+Test(lm_train, one_rank_and_four_learn_the_same_parameters, .timeout = 120) {
+    char dir[256], text[300], one[300], four[300];
+    fresh_test_dir(dir, sizeof dir, "lm_train", "ranks");
+    write_text(dir, "text.txt", text, sizeof text);
+    snprintf(one, sizeof one, "%s/one.txt", dir);
+    snprintf(four, sizeof four, "%s/four.txt", dir);
+    const char *shape = "--layers 2 --hidden 32 --heads 4 --mlp 64 --seq 32 --steps 30 --json";
+    int code;
+    char *a = fsdp_run(&code, "2>&1",
+                       "train --model transformer --text %s %s --ranks 1 "
+                       "--batch-size 8 --dump-params %s",
+                       text, shape, one);
+    cr_assert_eq(code, 0, "%s", a);
+    char *b = fsdp_run(&code, "2>&1",
+                       "train --model transformer --text %s %s --ranks 4 "
+                       "--batch-size 2 --dump-params %s",
+                       text, shape, four);
+    cr_assert_eq(code, 0, "%s", b);
+    double d = dump_rel_diff(four, one);
+    cr_expect_leq(d, 1e-5, "4 ranks against 1: relative L2 %.3g", d);
+    double first, last;
+    first_last_loss(a, &first, &last);
+    cr_expect(fabs(first - log(256.0)) < 0.05, "first loss %g, not ln 256", first);
+    cr_expect_lt(last, first - 2.0, "it learned: %g -> %g", first, last);
+    free(a);
+    free(b);
+    remove_test_dir(dir);
+}
+
+/* Without --text, the text the README names (Open MPI's release notes, which .ci/deps.sh's
+ * openmpi-bin installs), decompressed: its sequences counted on the data line. */
+Test(lm_train, the_default_text_is_there) {
+    char *out = fsdp_ok("train --model transformer --ranks 1 --steps 2");
+    cr_expect(strstr(out, "data: /usr/share/doc/openmpi-bin/NEWS.gz, 3,737 sequences of 64 bytes "
+                          "(each byte predicts the next)\n"),
+              "%s", out);
+    cr_expect(strstr(out, "run: 2 steps (an epoch is 233 steps of 16 sequences)\n"), "%s", out);
+    cr_expect(strstr(out, "step     2/2  epoch 1  loss "), "%s", out);
+    free(out);
+}
+
+/* Each bad text or flag is the only line printed, exit 2, before any training, and a file that
+ * was there (--dump-params's) is still what it was. */
+Test(lm_train, bad_input_is_one_line_and_exit_2) {
+    char dir[256], precious[300], empty[300], shorter[300], text[300];
+    fresh_test_dir(dir, sizeof dir, "lm_train", "bad");
+    snprintf(precious, sizeof precious, "%s/precious", dir);
+    snprintf(empty, sizeof empty, "%s/empty.txt", dir);
+    snprintf(shorter, sizeof shorter, "%s/short.txt", dir);
+    FILE *f = fopen(precious, "w");
+    cr_assert(f);
+    fputs("precious\n", f);
+    fclose(f);
+    cr_assert(f = fopen(empty, "w"));
+    fclose(f);
+    cr_assert(f = fopen(shorter, "w"));
+    fputs("sixty-four bytes make a sequence; this line has fewer than that.", f); /* 64 */
+    fclose(f);
+    write_text(dir, "text.txt", text, sizeof text);
+    char cases[][2][512] = {
+        {"--text %s/missing.txt",
+         "--text %s/missing.txt: cannot open it: No such file or directory"},
+        {"--text %s/empty.txt", "--text %s/empty.txt is empty"},
+        {"--text %s/short.txt", "--text %s/short.txt has 64 bytes; one sequence of --seq 64 needs "
+                                "65 (each byte predicts the one after it)"},
+        {"--text %s", "--text %s is a directory; give a text file"},
+        {"--text %s/precious --seq 300", "--seq must be"},
+        {"--text %s/text.txt --seq 0", "--seq must be"},
+        {"--text %s/text.txt --heads 5", "--hidden must be a multiple of --heads (got 128 and 5)"},
+        {"--text %s/text.txt --batch-size 1000", "more than the data set's 170"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char flags[600], want[600];
+        snprintf(flags, sizeof flags, cases[i][0], dir);
+        snprintf(want, sizeof want, cases[i][1], dir);
+        int code;
+        char *said = fsdp_run(&code, "2>&1",
+                              "train --model transformer --ranks 2 --steps 3 "
+                              "--dump-params %s %s",
+                              precious, flags);
+        cr_expect_eq(code, 2, "%s: exit %d", flags, code);
+        cr_expect(strstr(said, want) && strncmp(said, "fsdp: ", 6) == 0 &&
+                      strchr(said, '\n') == said + strlen(said) - 1,
+                  "%s: should say only 'fsdp: ...%s...', said:\n%s", flags, want, said);
+        free(said);
+    }
+    char *kept = read_text_file(precious, NULL);
+    cr_expect_str_eq(kept, "precious\n");
+    free(kept);
+    remove_test_dir(dir);
+}
+
+/* The flags of one model are refused with another's, naming both. */
+Test(lm_train, flags_of_another_model_are_refused) {
+    static const UsageCase cases[] = {
+        {"train --model toy --text x", "--text and --seq apply to the transformer, not toy"},
+        {"train --model vit-tiny --seq 16", "--text and --seq apply to the transformer, not "
+                                            "vit-tiny"},
+        {"train --model transformer --data x", "--data and --split apply to the ViT models, not "
+                                               "transformer"},
+        {"train --model toy --layers 2",
+         "apply to the ViT models and the transformer, not the toy"},
+        {"train --model gpt", "--model must be toy, vit-tiny, vit-workshop or transformer (got "
+                              "'gpt')"},
+    };
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
+}
