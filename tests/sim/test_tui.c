@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/clock.h"
 #include "io/trace_file.h"
 #include "tests/util.h"
 
@@ -332,12 +333,13 @@ static void recorded(const char *args, Trace *t, TraceMeta *meta) {
     unlink(path);
 }
 
-/* The screen once its header reads event n of total (polled every 5 ms for 10 s), or NULL. */
+/* The screen once its header reads event n of total (polled every 5 ms for up to 60 s: a loaded
+ * machine, with the test suite's other job beside it, can take seconds to redraw), or NULL. */
 static const char *at_event(size_t n, size_t total) {
     char want[64];
     snprintf(want, sizeof want, " event %zu/%zu ", n, total);
     const char *s = "";
-    for (int i = 0; i < 2000; i++) {
+    for (double until = clock_seconds() + 60.0; clock_seconds() < until;) {
         s = screen();
         if (!strncmp(s, want, strlen(want))) return s;
         usleep(5 * 1000);
@@ -482,7 +484,7 @@ static size_t every_collective_in_view(const Trace *t, const TraceMeta *m, const
         snprintf(header, sizeof header, "%s %s", event_kind_name((EventKind)e->kind), unit);
         /* a capture can catch a redraw halfway: look again before calling it wrong */
         int ok = 0;
-        for (int again = 0; again < 40; again++) {
+        for (double until = clock_seconds() + 5.0; clock_seconds() < until;) {
             ok = strstr(row_of(s, " event "), header) && has_word(grid_units_row(s), unit);
             if (ok) break;
             usleep(5 * 1000);
