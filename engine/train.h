@@ -32,6 +32,7 @@ typedef struct StepReport {
     double images_per_s; /* the global batch over wall_time */
     float lr;
     StepStats stats;
+    size_t peak_bytes; /* rank 0's GPU memory peak so far (accounted), as max_memory_allocated */
 } StepReport;
 
 typedef struct EvalReport {
