@@ -140,10 +140,22 @@ static int append(MetricsLog *m, const char *text, const MetricsLine *line, Err 
     return keep_line(m, &kept, err);
 }
 
+/* The first line at or past `step` (n when none): the lines are in step order. */
+static size_t first_at(const MetricsLog *m, long step) {
+    size_t lo = 0, hi = m->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (m->lines[mid].step < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 int metrics_log_step(MetricsLog *m, const StepReport *r, Err *err) {
-    size_t from = 0; /* the first line at or past this step: a run that went back */
-    while (from < m->n && m->lines[from].step < r->step) from++;
-    int rc = cut_from(m, from, err);
+    /* a line at or past this step is from a run before that went further */
+    int rc = cut_from(m, first_at(m, r->step), err);
     if (rc) return rc;
     char loss[32], lr[32], norm[32], t[32], ips[32], wall[32], line[512];
     snprintf(line, sizeof line,
@@ -161,8 +173,7 @@ int metrics_log_step(MetricsLog *m, const StepReport *r, Err *err) {
 }
 
 int metrics_log_eval(MetricsLog *m, const EvalReport *r, const char *split, Err *err) {
-    size_t from = 0; /* past this step, or this set's evaluation at it: from a run before */
-    while (from < m->n && m->lines[from].step < r->step) from++;
+    size_t from = first_at(m, r->step); /* past this step, or this set's evaluation at it */
     while (from < m->n && m->lines[from].step == r->step && strcmp(m->lines[from].split, split))
         from++;
     int rc = cut_from(m, from, err);
