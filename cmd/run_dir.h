@@ -1,8 +1,6 @@
-/* run_dir: `train --run-dir DIR`, one place for a run's files, as Ray's RunConfig(storage_path,
- * name) keeps them: config.json (every setting, resolved: `train --config DIR/config.json`
- * runs the same job again), metrics.jsonl (a line per logged step and per evaluation),
- * curves.svg (redrawn at each evaluation and at the end), checkpoints/, model.safetensors, and
- * memory.svg and trace.json when asked. Rank 0 alone writes them. */
+/* run_dir: `train --run-dir DIR`, one place for a run's files as Ray's RunConfig(storage_path,
+ * name) keeps them: config.json, metrics.jsonl, curves.svg, checkpoints/, model.safetensors,
+ * and memory.svg and trace.json when asked. Rank 0 alone writes them. */
 #ifndef FSDP_CMD_RUN_DIR_H
 #define FSDP_CMD_RUN_DIR_H
 
@@ -10,8 +8,11 @@
 #include "engine/train.h"
 #include "io/metrics_log.h"
 
-/* The files of a run directory. The first four are the defaults --run-dir gives the flags
- * that name them (cli.c, in this order); a flag given names its own file instead. */
+/* config.json holds every setting, resolved (`train --config DIR/config.json` runs the same job
+ * again); metrics.jsonl a line per logged step and per evaluation (io/metrics_log.h); curves.svg
+ * is redrawn at each evaluation and at the end. The files of a run directory. The first four are
+ * the defaults --run-dir gives the flags that name them (cli.c, in this order); a flag given names
+ * its own file instead. */
 #define RUN_DIR_CHECKPOINTS "checkpoints"
 #define RUN_DIR_MODEL "model.safetensors"
 #define RUN_DIR_MEMORY_SVG "memory.svg"

@@ -1,8 +1,6 @@
-/* metrics_log: a run directory's metrics.jsonl, one JSON object a line: a line per logged
- * training step and one per evaluation, each appended and flushed as it comes, so a killed
- * run keeps what it logged. Opened again (a resumed or restarted run), it reads the lines back;
- * when the run goes back to an earlier step, the lines from that step on are cut, so the steps
- * in the file only increase. It keeps what the curves need of every line. */
+/* metrics_log: a run directory's metrics.jsonl, a JSON line per logged training step and per
+ * evaluation, each appended and flushed as it comes (a killed run keeps what it logged), read
+ * back and cut back when a resumed run starts from an earlier step. */
 #ifndef FSDP_METRICS_LOG_H
 #define FSDP_METRICS_LOG_H
 
@@ -23,7 +21,9 @@
  * A number that is not finite is written null (a run stops on a loss that is not). */
 #define METRICS_SPLIT_TRAIN "train"
 
-/* What the log keeps of a line. */
+/* Reopened (a resumed or restarted run), the log reads the lines back; when the run goes back
+ * to an earlier step, the lines from that step on are cut, so the steps in the file only
+ * increase. It keeps what the curves need of every line: */
 typedef struct MetricsLine {
     char split[16]; /* "train" for a step */
     long step;

@@ -1,7 +1,6 @@
-/* train --run-dir and --config as a person uses them: the run directory holds its files,
- * metrics.jsonl agrees line by line with what --json printed, curves.svg renders, a config runs
- * the same job again bit for bit, and bad configs and occupied directories are one line and
- * exit 2 with nothing written. */
+/* train --run-dir and --config as a person uses them: the directory holds its files, metrics
+ * agree with --json, curves render, a config reruns bit for bit; bad configs and occupied
+ * directories are one line and exit 2 with nothing written. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
