@@ -104,6 +104,11 @@ static int set_backend(void *args, const char *flag, const char *v, Err *err) {
     return not_one_of(flag, "sim, cuda, mpi or auto", v, err);
 }
 
+static int set_lr_schedule(void *args, const char *flag, const char *v, Err *err) {
+    if (!lr_schedule_parse(v, &((TrainArgs *)args)->fsdp.lr_schedule.kind)) return 0;
+    return not_one_of(flag, "constant, cosine, linear or step", v, err);
+}
+
 /* "STEP" or "STEP:RANK" (rank 0 by default). */
 static int set_fail_at(void *args, const char *flag, const char *v, Err *err) {
     TrainArgs *a = args;
@@ -190,11 +195,27 @@ static FlagValue get_backend(const Flag *row, const void *args, char *buf, size_
     return text_value(buf, n, names[ARGS(args)->backend]);
 }
 
+static FlagValue get_lr_schedule(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, lr_schedule_name(ARGS(args)->fsdp.lr_schedule.kind));
+}
+
+/* The row's value read as its kind reads it (for a getter that decides only when). */
+static FlagValue by_kind(const Flag *row, const void *args, char *buf, size_t n) {
+    const Flag plain = {.kind = row->kind, .field = row->field, .lo = row->lo, .hi = row->hi};
+    return flag_value(&plain, args, buf, n);
+}
+
 /* --steps and --epochs are one setting: a run of epochs has no steps of its own. */
 static FlagValue get_steps(const Flag *row, const void *args, char *buf, size_t n) {
-    if (ARGS(args)->epochs) return FLAG_VALUE_NONE;
-    const Flag by_kind = {.kind = row->kind, .field = row->field, .lo = row->lo, .hi = row->hi};
-    return flag_value(&by_kind, args, buf, n);
+    return ARGS(args)->epochs ? FLAG_VALUE_NONE : by_kind(row, args, buf, n);
+}
+
+/* A flag that applies to some --lr-schedule only (--min-lr, --step-size, --gamma) is refused
+ * with another one: a config holds it only when it was given. */
+static FlagValue get_if_given(const Flag *row, const void *args, char *buf, size_t n) {
+    int given = *(const int *)((const char *)args + row->given);
+    return given ? by_kind(row, args, buf, n) : FLAG_VALUE_NONE;
 }
 
 /* The data a ViT read, wherever it was found ($FSDP_DATA, Debian's path), so that the config
@@ -343,6 +364,20 @@ static const Flag train_rows[] = {
      .get = get_optim},
     {"--lr", FLAG_FLOAT, ARG(fsdp.lr), 0.0, 1e3, .given = ARG(lr_given), .arg = "X",
      .help = "learning rate (toy 0.05, ViT 1e-3)"},
+    {"--lr-schedule", FLAG_SET, .set = set_lr_schedule, .arg = "S",
+     .help = "constant (default), cosine or linear (from --lr to\n"
+             "--min-lr after the warm-up), step (--step-size):\n"
+             "PyTorch's schedulers, rate for rate",
+     .get = get_lr_schedule},
+    {"--warmup-steps", FLAG_LONG, ARG(fsdp.lr_schedule.warmup_steps), 0, TRAIN_MAX_STEPS,
+     .arg = "N", .help = "the first N steps at lr x (step+1)/N (default 0)"},
+    {"--min-lr", FLAG_FLOAT, ARG(fsdp.lr_schedule.min_lr), 0.0, 1e3, .given = ARG(min_lr_given),
+     .arg = "X", .help = "cosine, linear: where they end (default 0)", .get = get_if_given},
+    {"--step-size", FLAG_LONG, ARG(fsdp.lr_schedule.step_size), 1, TRAIN_MAX_STEPS,
+     .given = ARG(step_size_given), .usage = "--step-size N --gamma G",
+     .help = "step: the rate times G every N steps (G 0.1)", .get = get_if_given},
+    {"--gamma", FLAG_POSITIVE, ARG(fsdp.lr_schedule.gamma), .hi = 1.0, .given = ARG(gamma_given),
+     .arg = "G", .get = get_if_given},
     {"--weight-decay", FLAG_FLOAT, ARG(fsdp.weight_decay), 0.0, 1e3, .arg = "X",
      .help = "(default 0)"},
     {"--clip-grad-norm", FLAG_FLOAT, ARG(fsdp.clip_grad_norm), 0.0, 1e30, .arg = "X",
@@ -468,6 +503,33 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--run-dir keeps a training run's files; --%s trains nothing",
                        a->print_plan ? "print-plan" : "memory-compare");
+    return 0;
+}
+
+int train_args_check_lr_schedule(const TrainArgs *a, long steps, Err *err) {
+    const LrSchedule *s = &a->fsdp.lr_schedule;
+    const char *name = lr_schedule_name(s->kind);
+    int to_min = s->kind == LR_COSINE || s->kind == LR_LINEAR;
+    if (a->min_lr_given && !to_min)
+        return err_set(err, ERR_USAGE,
+                       "--min-lr applies only to --lr-schedule cosine or linear (got %s)", name);
+    if ((a->step_size_given || a->gamma_given) && s->kind != LR_STEP)
+        return err_set(err, ERR_USAGE,
+                       "--step-size and --gamma apply only to --lr-schedule step (got %s)", name);
+    if (s->kind == LR_STEP && !s->step_size)
+        return err_set(err, ERR_USAGE,
+                       "--lr-schedule step needs --step-size N, the steps between two decays");
+    if (to_min && s->min_lr > a->fsdp.lr)
+        return err_set(err, ERR_USAGE,
+                       "--min-lr %g is above --lr %g: --lr-schedule %s goes down from --lr to "
+                       "--min-lr",
+                       (double)s->min_lr, (double)a->fsdp.lr, name);
+    /* cosine and linear spread their decay over the steps after the warm-up: there must be one */
+    if (to_min && steps > 0 && s->warmup_steps >= steps)
+        return err_set(err, ERR_USAGE,
+                       "--warmup-steps %ld leaves none of the run's %ld steps to --lr-schedule %s, "
+                       "which decays over the steps after the warm-up",
+                       s->warmup_steps, steps, name);
     return 0;
 }
 
@@ -597,6 +659,8 @@ int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
     rc = apply_run_dir(a, err);
     if (!rc) rc = check_combination(a, err);
     if (!rc) apply_model_defaults(a);
+    /* the run's length is known here unless --epochs gives it (run_prepare checks again) */
+    if (!rc) rc = train_args_check_lr_schedule(a, a->epochs ? 0 : a->steps, err);
     return rc;
 }
 

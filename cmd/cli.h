@@ -54,11 +54,17 @@ typedef struct TrainArgs {
     long kill_in_save_step; /* --kill-in-save STEP; 0: none */
     int timeout;            /* --timeout S: GPUs' watchdog (seconds a collective may take) */
     int check_streams;      /* --check-streams: the simulator's stream checker */
+    /* --min-lr, --step-size, --gamma given: each applies to some --lr-schedule only */
+    int min_lr_given, step_size_given, gamma_given;
     const char *run_dir;    /* --run-dir DIR: the run's files in one place (cmd/run_dir.h) */
     int trace;              /* --trace: with --run-dir, the Chrome trace as DIR/trace.json */
     const char *config;     /* --config FILE: the settings of a run's config.json */
     TrainArgsOwned *owned;  /* the config's text, the run directory's paths; NULL: none */
 } TrainArgs;
+
+/* --lr-schedule's flags against each other, the rate and the run's `steps` (0: not known yet,
+ * as under --epochs before the data set is read): one line naming the flag (ERR_USAGE). */
+int train_args_check_lr_schedule(const TrainArgs *a, long steps, Err *err);
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */
 int train_args_is_vit(const TrainArgs *a);

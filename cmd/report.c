@@ -22,6 +22,43 @@ void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, c
     fprintf(f, "\n");
 }
 
+/* Where the rate goes over the run, in steps as the step lines number them (from 1), and the
+ * PyTorch scheduler that gives the same rate at every step (engine/lr_schedule.h). */
+void report_lr_schedule(FILE *f, const FsdpConfig *c, long steps) {
+    const LrSchedule *s = &c->lr_schedule;
+    double lr = c->lr, min = s->min_lr;
+    long n = s->warmup_steps, m = steps - n;
+    char main[128] = "";
+    fprintf(f, "lr: ");
+    if (n > 0) fprintf(f, "warm-up to %g over steps 1-%ld (%g x step/%ld), then ", lr, n, lr, n);
+    switch (s->kind) {
+    case LR_COSINE:
+    case LR_LINEAR:
+        fprintf(f, "%s to %g over steps %ld-%ld", lr_schedule_name(s->kind), min, n + 1, steps);
+        if (s->kind == LR_COSINE)
+            snprintf(main, sizeof main, "CosineAnnealingLR(T_max=%ld, eta_min=%g)", m, min);
+        else
+            snprintf(main, sizeof main, "LinearLR(start_factor=1, end_factor=%g, total_iters=%ld)",
+                     lr > 0 ? min / lr : 1.0, m);
+        break;
+    case LR_STEP:
+        fprintf(f, "%g times %g every %ld steps from step %ld", lr, s->gamma, s->step_size, n + 1);
+        snprintf(main, sizeof main, "StepLR(step_size=%ld, gamma=%g)", s->step_size, s->gamma);
+        break;
+    default:
+        fprintf(f, "constant %g", lr);
+    }
+    if (!n)
+        fprintf(f, "; PyTorch: %s\n", main);
+    else if (!main[0]) /* constant after the warm-up: one LambdaLR */
+        fprintf(f, "; PyTorch: LambdaLR(lambda s: min(1, (s + 1) / %ld))\n", n);
+    else
+        fprintf(f,
+                "; PyTorch: SequentialLR([LambdaLR(lambda s: (s + 1) / %ld), %s], "
+                "milestones=[%ld])\n",
+                n, main, n);
+}
+
 static void format_shape(const ParamSpec *ps, char *buf, size_t n) {
     size_t at = (size_t)snprintf(buf, n, "[");
     for (int d = 0; d < ps->ndim && at < n; d++)
@@ -233,9 +270,10 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
                 dtype_name(c->param_dtype), dtype_name(c->param_dtype));
 }
 
-void report_step_text(FILE *f, const StepReport *r, int fp16, const char *clock) {
-    fprintf(f, "step %6ld  epoch %3d  loss %.6f  step %.1f us (%s)", r->step, r->epoch,
-            r->stats.loss, r->step_time * 1e6, clock);
+void report_step_text(FILE *f, const StepReport *r, int fp16, int lr, const char *clock) {
+    fprintf(f, "step %6ld  epoch %3d  loss %.6f", r->step, r->epoch, r->stats.loss);
+    if (lr) fprintf(f, "  lr %.3e", (double)r->lr);
+    fprintf(f, "  step %.1f us (%s)", r->step_time * 1e6, clock);
     if (r->stats.grad_norm > 0) fprintf(f, "  grad_norm %.4f", r->stats.grad_norm);
     if (fp16)
         fprintf(f, "  loss_scale %g%s", r->stats.loss_scale, r->stats.skipped ? " (skipped)" : "");
@@ -291,11 +329,13 @@ static int epochs_of(const StepReport *r) {
 /* The step counts the run's steps, as llm.c's "step 200/200" and a --max-steps trainer do: a
  * run of --steps 200 in an epoch of 234 ends at 200/200, not at 200/234; the epoch beside it
  * says where in the data the run is. */
-void report_step_vit(FILE *f, const StepReport *r, const StepPace *p) {
+void report_step_vit(FILE *f, const StepReport *r, const StepPace *p, int lr) {
     char left[32];
     format_duration(eta(r, p), left, sizeof left);
-    fprintf(f, "epoch %d/%d  step %5ld/%ld  loss %.4f  %6.0f img/s  eta %s\n", r->epoch + 1,
-            epochs_of(r), r->step, r->steps, r->stats.loss, step_pace_images_per_s(p), left);
+    fprintf(f, "epoch %d/%d  step %5ld/%ld  loss %.4f", r->epoch + 1, epochs_of(r), r->step,
+            r->steps, r->stats.loss);
+    if (lr) fprintf(f, "  lr %.3e", (double)r->lr);
+    fprintf(f, "  %6.0f img/s  eta %s\n", step_pace_images_per_s(p), left);
 }
 
 void report_progress_bar(FILE *f, const StepReport *r, const StepPace *p) {

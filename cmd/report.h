@@ -19,8 +19,11 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
  * images of a step, for the epoch's length in steps, drop-last). */
 void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
                  const char *eval_name, long steps, int epochs, long global_batch);
-/* clock: how the step time was had ("modelled", "measured"). */
-void report_step_text(FILE *f, const StepReport *r, int fp16, const char *clock);
+/* The run's learning rate (--lr-schedule, --warmup-steps) over its `steps`, as one line. */
+void report_lr_schedule(FILE *f, const FsdpConfig *c, long steps);
+/* clock: how the step time was had ("modelled", "measured"); lr: show the step's rate (a
+ * schedule moves it). */
+void report_step_text(FILE *f, const StepReport *r, int fp16, int lr, const char *clock);
 /* The run's pace so far, from the steps a printer has seen: their wall seconds, their images
  * and how many. Piped, only every few steps reach the printer, and a resumed run starts past
  * step 1, so the time left is per step seen, not per step number. */
@@ -30,9 +33,10 @@ typedef struct StepPace {
 } StepPace;
 void step_pace_add(StepPace *p, const StepReport *r);
 double step_pace_images_per_s(const StepPace *p); /* the average so far, wall clock */
-/* A ViT step: the epoch, the step of the run's steps ("epoch 1/1  step 200/200"), loss,
- * images/s and the time left at the pace p (which has seen r). */
-void report_step_vit(FILE *f, const StepReport *r, const StepPace *p);
+/* A ViT step: the epoch, the step of the run's steps ("epoch 1/1  step 200/200"), loss, the
+ * rate when lr (a schedule moves it), images/s and the time left at the pace p (which has seen
+ * r). */
+void report_step_vit(FILE *f, const StepReport *r, const StepPace *p, int lr);
 /* The same redrawn in place on a terminal ("\r"), the bar filling over the run, ending the
  * line with each epoch. */
 void report_progress_bar(FILE *f, const StepReport *r, const StepPace *p);

@@ -275,6 +275,7 @@ int run_prepare(TrainRun *t, Err *err) {
                        "--epochs %d is %ld steps (%ld samples, %ld a step); a run takes at most "
                        "%ld steps",
                        a->epochs, a->steps, t->data.n, global, TRAIN_MAX_STEPS);
+    if ((rc = train_args_check_lr_schedule(a, a->steps, err))) return rc; /* --epochs' steps */
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
     if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");

@@ -16,6 +16,7 @@
 typedef struct Printer {
     int json;
     int fp16;
+    int lr;  /* a schedule moves the rate: the lines show it */
     int bar; /* redraw one line per step (stdout is a terminal, ViT) */
     int vit; /* the lines show images/s and the run's progress */
     long every;
@@ -34,9 +35,9 @@ static void print_step(void *user, const StepReport *r) {
         report_progress_bar(stdout, r, &p->pace);
     else if (r->step == 1 || r->step % p->every == 0 || r->step == r->steps) {
         if (p->vit)
-            report_step_vit(stdout, r, &p->pace);
+            report_step_vit(stdout, r, &p->pace, p->lr);
         else
-            report_step_text(stdout, r, p->fp16, p->clock);
+            report_step_text(stdout, r, p->fp16, p->lr, p->clock);
     }
     fflush(stdout);
 }
@@ -124,6 +125,7 @@ static int train_execute(TrainRun *t, Err *err) {
     Printer printer = {.json = a->json,
                        .clock = a->backend == BACKEND_SIM ? "modelled" : "measured",
                        .fp16 = fsdp_uses_loss_scaling(&a->fsdp),
+                       .lr = lr_schedule_varies(&a->fsdp.lr_schedule),
                        .bar = vit && !a->json && !a->print_every && isatty(STDOUT_FILENO),
                        .vit = vit,
                        .run_dir = &t->run_dir};
@@ -235,6 +237,8 @@ int cmd_train(int argc, char **argv) {
             report_data(stdout, &t.data, t.args.split, &t.eval, t.eval_name, t.args.steps,
                         t.args.epochs,
                         (long)t.args.ranks * t.args.fsdp.batch_size * t.args.fsdp.grad_accum);
+        if (lr_schedule_varies(&t.args.fsdp.lr_schedule))
+            report_lr_schedule(stdout, &t.args.fsdp, t.args.steps);
         report_plan(stdout, &t.plan);
         report_ownership(stdout, &t.plan);
     }

@@ -19,6 +19,7 @@ void fsdp_config_defaults(FsdpConfig *c) {
     c->grad_accum = 1;
     c->optim = OPTIM_ADAM;
     c->lr = 1e-3f;
+    c->lr_schedule.gamma = 0.1; /* StepLR's default */
     c->beta1 = 0.9f;
     c->beta2 = 0.999f;
     c->eps = 1e-8f;
@@ -881,4 +882,9 @@ int engine_evaluate(Engine *e, const Dataset *ds, const long *indices, size_t n,
 
 long engine_steps_done(const Engine *e) {
     return e->steps;
+}
+
+/* The rate lives in the engine's own copy of the config, where optimizer_update reads it. */
+void engine_set_lr(Engine *e, float lr) {
+    e->cfg.lr = lr;
 }

@@ -10,6 +10,7 @@
 
 #include "engine/comm.h"
 #include "engine/device.h"
+#include "engine/lr_schedule.h"
 #include "engine/model.h"
 #include "engine/plan.h"
 #include "engine/trace.h"
@@ -26,6 +27,8 @@ typedef struct FsdpConfig {
     float clip_grad_norm;      /* 0: off */
     OptimKind optim;
     float lr, beta1, beta2, eps, weight_decay;
+    /* how lr moves over a run (the training loop sets each step's rate: engine_set_lr) */
+    LrSchedule lr_schedule;
     DType param_dtype, reduce_dtype;
     StoreLayout layout; /* how parameters and gradients rest (plan.h): FSDP2's or DeepSpeed's */
     /* FSDP2's MixedPrecisionPolicy: each unit's forward outputs cast to output_dtype (a DType;
@@ -113,6 +116,10 @@ int engine_set_full_params(Engine *e, const float *full, Err *err);
 int engine_own_values(Engine *e, float *params, float *grads, Err *err);
 
 long engine_steps_done(const Engine *e);
+
+/* The learning rate of the steps from now on (the training loop's schedule gives each step its
+ * own; the engine starts at cfg->lr). No communication: every rank sets the same rate. */
+void engine_set_lr(Engine *e, float lr);
 
 /* ---- state for checkpoints */
 

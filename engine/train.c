@@ -211,12 +211,15 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         int log =
             job->log_every > 0 && (s == 0 || (s + 1) % job->log_every == 0 || s + 1 == job->steps);
         if (perm) rank_indices(job, perm, s % per_epoch, env->rank, env->world, idx);
+        /* the schedule's position is the step itself, so a resumed run continues its curve */
+        float lr = (float)lr_schedule_rate(&job->cfg->lr_schedule, job->cfg->lr, s, job->steps);
+        engine_set_lr(e, lr);
         double t0 = latest_stream_time(env->dev), w0 = clock_seconds();
         StepReport rep = {.step = s + 1,
                           .steps = job->steps,
                           .epoch = epoch,
                           .steps_per_epoch = per_epoch,
-                          .lr = job->cfg->lr};
+                          .lr = lr};
         if ((rc = engine_step(e, job->data, idx, log, &rep.stats, err))) return rc;
         if ((rc = step_diverged(job, &rep.stats, s + 1, saved, err))) return rc;
         rep.step_time = latest_stream_time(env->dev) - t0;

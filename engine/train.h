@@ -30,6 +30,7 @@ typedef struct StepReport {
     double step_time;    /* rank 0's modelled (sim) or measured seconds for this step */
     double wall_time;    /* rank 0's wall-clock seconds for this step */
     double images_per_s; /* the global batch over wall_time */
+    /* the rate this step's optimizer update used (FsdpConfig.lr_schedule's) */
     float lr;
     StepStats stats;
     size_t peak_bytes; /* rank 0's GPU memory peak so far (accounted), as max_memory_allocated */

@@ -17,7 +17,7 @@ static char *progress_text(const StepReport *r, const StepPace *p, int bar) {
     if (bar)
         report_progress_bar(f, r, p);
     else
-        report_step_vit(f, r, p);
+        report_step_vit(f, r, p, 0);
     fclose(f);
     return text;
 }

@@ -248,7 +248,11 @@ Test(run_dir, a_config_runs_the_same_job_again_bit_for_bit) {
     fresh_test_dir(dir, sizeof dir, "rundir", "config");
     expect_config_reruns(dir, "toy",
                          "--model toy --ranks 2 --strategy zero2 --steps 9 --lr 0.02 --seed 7 "
-                         "--grad-accum 2 --clip-grad-norm 0.5 --optim adamw --weight-decay 0.01");
+                         "--grad-accum 2 --clip-grad-norm 0.5 --optim adamw --weight-decay 0.01 "
+                         "--lr-schedule cosine --warmup-steps 2 --min-lr 0.001");
+    expect_config_reruns(dir, "step",
+                         "--model toy --ranks 3 --steps 8 --lr-schedule step --step-size 3 "
+                         "--gamma 0.5");
     expect_config_reruns(dir, "vit",
                          SMALL_VIT " --steps 4 --batch-size 16 --ranks 2 --lr 3e-3 "
                                    "--param-dtype bf16 --wrap size:100 --eval false");

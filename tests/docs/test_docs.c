@@ -24,7 +24,7 @@
  *   printing side by side), and then "..." is not allowed.
  * - A line starting with "$ " in any other fenced block is an error, so every shown command is
  *   either checked or says why not. Lists of commands without output use ```sh and no "$ ".
- * - A page's commands run in order, each with /bin/sh under `timeout 120`, in a fresh temporary
+ * - A page's commands run in order, each with /bin/sh under `timeout 300`, in a fresh temporary
  *   directory removed afterwards: ./fsdp there is the binary under test ($FSDP_BIN), and the
  *   lessons are a copy as shipped (git's HEAD, else the tree's) with their progress kept there.
  *   So the files commands write land there, and a later block of a page may use what an
@@ -259,7 +259,7 @@ static char *run_shown(const char *dir, const char *cmd) {
     char *quoted = sh_quote(cmd), *line = NULL;
     size_t n = strlen(dir) + strlen(quoted) + 96;
     cr_assert(line = malloc(n));
-    snprintf(line, n, "cd '%s' && %stimeout 120 sh -c %s 2>&1 </dev/null", dir,
+    snprintf(line, n, "cd '%s' && %stimeout 300 sh -c %s 2>&1 </dev/null", dir,
              strncmp(cmd, "mpirun ", 7) ? "" : "ASAN_OPTIONS=detect_leaks=0 ", quoted);
     FILE *p = popen(line, "r");
     cr_assert(p, "cannot run %s", cmd);

@@ -114,7 +114,7 @@ static void run_cases(const MetaCase *cases, size_t n) {
 }
 
 /* The cases, each as it was reported. */
-Test(checkpoint_meta, the_reported_edits_are_refused_by_every_reader, .timeout = 240) {
+Test(checkpoint_meta, the_reported_edits_are_refused_by_every_reader) {
     const MetaCase cases[] = {
         /* item 1: a step past a long's range overflowed the sampler's index (a segfault) */
         {VIT, "sed -i 's/\"step\":4,/\"step\":1e300,/' meta.json", 1,
@@ -164,7 +164,7 @@ Test(checkpoint_meta, the_reported_edits_are_refused_by_every_reader, .timeout =
 }
 
 /* Every other field meta.json has, out of its range or against the model or the files. */
-Test(checkpoint_meta, every_field_is_checked_against_its_range_and_the_model, .timeout = 240) {
+Test(checkpoint_meta, every_field_is_checked_against_its_range_and_the_model) {
     const MetaCase cases[] = {
         {TOY, "sed -i 's/\"step\":4,/\"step\":2.5,/' meta.json", 1,
          "step-00000004/meta.json: .step is 2.5; it must be a whole number from 0 to 1000000000"},
@@ -233,7 +233,7 @@ Test(checkpoint_meta, every_field_is_checked_against_its_range_and_the_model, .t
 
 /* What the checksum line itself may suffer, versions, and rank files that are not the ones
  * meta.json describes. */
-Test(checkpoint_meta, the_checksum_line_the_version_and_the_rank_files, .timeout = 120) {
+Test(checkpoint_meta, the_checksum_line_the_version_and_the_rank_files) {
     const MetaCase cases[] = {
         /* a meta.json cut short, or its checksum line gone */
         {TOY, "truncate -s 300 meta.json", 0,

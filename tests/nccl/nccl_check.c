@@ -214,6 +214,10 @@ static int hang_forever(NcclComm *world, const DistEnv *env, const char *mode) {
     } else if (strcmp(mode, "--hang-init")) {
         comm_all_reduce(&world->base, &one, &one, 1, DTYPE_FP32, REDUCE_SUM, 7, &err);
     }
+    /* The watchdog's abort can release the hung call a moment before its thread ends the
+     * process (seen on an H100: this line won that race): give it its grace before calling
+     * the hang unanswered. */
+    sleep(10);
     fprintf(stderr, "nccl_check: rank %d: the watchdog never fired\n", env->rank);
     return 3;
 }
