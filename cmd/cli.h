@@ -56,10 +56,10 @@ typedef struct TrainArgs {
     int check_streams;      /* --check-streams: the simulator's stream checker */
     /* --min-lr, --step-size, --gamma given: each applies to some --lr-schedule only */
     int min_lr_given, step_size_given, gamma_given;
-    const char *run_dir;    /* --run-dir DIR: the run's files in one place (cmd/run_dir.h) */
-    int trace;              /* --trace: with --run-dir, the Chrome trace as DIR/trace.json */
-    const char *config;     /* --config FILE: the settings of a run's config.json */
-    TrainArgsOwned *owned;  /* the config's text, the run directory's paths; NULL: none */
+    const char *run_dir;   /* --run-dir DIR: the run's files in one place (cmd/run_dir.h) */
+    int trace;             /* --trace: with --run-dir, the Chrome trace as DIR/trace.json */
+    const char *config;    /* --config FILE: the settings of a run's config.json */
+    TrainArgsOwned *owned; /* the config's text, the run directory's paths; NULL: none */
 } TrainArgs;
 
 /* --lr-schedule's flags against each other, the rate and the run's `steps` (0: not known yet,
