@@ -1,15 +1,19 @@
 /* cli: the flags of `fsdp train` (and of viz and plan, which take train's) as one table that
- * the parser and the help both read, and what every command does with an error: one line on
- * stderr, exit 2 for bad input, 1 for a failure. */
+ * the parser, the help and config files (--config, --run-dir's config.json) all read, and what
+ * every command does with an error: one line on stderr, exit 2 for bad input, 1 for a
+ * failure. */
 #include "cmd/cli.h"
 
 #include "cmd/commands.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cmd/run_dir.h"
 #include "engine/train.h"
+#include "io/mnist.h"
 #include "io/text.h"
 
 void train_args_defaults(TrainArgs *a) {
@@ -124,6 +128,114 @@ static int set_fail_at(void *args, const char *flag, const char *v, Err *err) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- values for a config
+ *
+ * What the setters above set, read back as the text each flag takes (flags_write_json); and
+ * the values whose config entry depends on other flags. */
+
+static FlagValue text_value(char *buf, size_t n, const char *v) {
+    snprintf(buf, n, "%s", v);
+    return FLAG_VALUE_TEXT;
+}
+
+#define ARGS(args) ((const TrainArgs *)(args))
+
+static FlagValue get_split(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, ARGS(args)->split);
+}
+
+/* A seed past 2^53 is no exact JSON number for most readers (a double): it is a string. */
+static FlagValue get_seed(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    unsigned long long seed = ARGS(args)->fsdp.seed;
+    snprintf(buf, n, "%llu", seed);
+    return seed <= (1ULL << 53) ? FLAG_VALUE_NUMBER : FLAG_VALUE_TEXT;
+}
+
+static FlagValue get_strategy(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, strategy_name(ARGS(args)->fsdp.strategy));
+}
+
+static FlagValue get_wrap(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    wrap_format(&ARGS(args)->fsdp.wrap, buf, n);
+    return FLAG_VALUE_TEXT;
+}
+
+static FlagValue get_layout(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, layout_name(ARGS(args)->fsdp.layout));
+}
+
+static FlagValue get_offload(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, offload_name(ARGS(args)->fsdp.offload));
+}
+
+static FlagValue get_optim(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, ARGS(args)->fsdp.optim == OPTIM_ADAMW ? "adamw" : "adam");
+}
+
+static FlagValue get_output_dtype(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    int t = ARGS(args)->fsdp.output_dtype;
+    return t < 0 ? FLAG_VALUE_NONE : text_value(buf, n, dtype_name((DType)t));
+}
+
+static FlagValue get_scenario(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return ARGS(args)->scenario_workshop ? text_value(buf, n, "workshop") : FLAG_VALUE_NONE;
+}
+
+static FlagValue get_backend(const Flag *row, const void *args, char *buf, size_t n) {
+    static const char *const names[] = {"sim", "cuda", "mpi", "auto"}; /* in Backend's order */
+    (void)row;
+    return text_value(buf, n, names[ARGS(args)->backend]);
+}
+
+static FlagValue get_lr_schedule(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, lr_schedule_name(ARGS(args)->fsdp.lr_schedule.kind));
+}
+
+/* The row's value read as its kind reads it (for a getter that decides only when). */
+static FlagValue by_kind(const Flag *row, const void *args, char *buf, size_t n) {
+    const Flag plain = {.kind = row->kind, .field = row->field, .lo = row->lo, .hi = row->hi};
+    return flag_value(&plain, args, buf, n);
+}
+
+/* --steps and --epochs are one setting: a run of epochs has no steps of its own. */
+static FlagValue get_steps(const Flag *row, const void *args, char *buf, size_t n) {
+    return ARGS(args)->epochs ? FLAG_VALUE_NONE : by_kind(row, args, buf, n);
+}
+
+/* A flag that applies to some --lr-schedule only (--min-lr, --step-size, --gamma) is refused
+ * with another one: a config holds it only when it was given. */
+static FlagValue get_if_given(const Flag *row, const void *args, char *buf, size_t n) {
+    int given = *(const int *)((const char *)args + row->given);
+    return given ? by_kind(row, args, buf, n) : FLAG_VALUE_NONE;
+}
+
+/* The data a ViT read, wherever it was found ($FSDP_DATA, Debian's path), so that the config
+ * runs on the same files. */
+static FlagValue get_data(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    const TrainArgs *a = args;
+    if (!a->data && !train_args_is_vit(a)) return FLAG_VALUE_NONE;
+    return text_value(buf, n, mnist_dir(a->data));
+}
+
+/* A file --run-dir placed is the run directory's, not a setting: null, so the config run
+ * again into another directory writes there. */
+static FlagValue get_output_path(const Flag *row, const void *args, char *buf, size_t n) {
+    const char *path = *(const char *const *)((const char *)args + row->field);
+    if (!path || train_args_run_dir_path(args, path)) return FLAG_VALUE_NONE;
+    return text_value(buf, n, path);
+}
+
 /* ---------------------------------------------------------------- the table */
 
 #define ARG(field) offsetof(TrainArgs, field)
@@ -142,39 +254,41 @@ static const Flag train_rows[] = {
     {"--mlp", FLAG_INT, ARG(mlp), 1, 262144, .arg = "N"},
     {"--data", FLAG_STRING, ARG(data), .arg = "DIR",
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
-             "/usr/share/datasets/fashion-mnist)"},
+             "/usr/share/datasets/fashion-mnist)",
+     .get = get_data},
     {"--text", FLAG_STRING, ARG(text), .arg = "FILE",
      .help = "transformer: the text it learns to continue, byte\n"
              "by byte (a .gz is read decompressed; default\n" TEXT_DEFAULT_PATH ")"},
     {"--seq", FLAG_INT, ARG(seq), 1, KERNELS_MAX_TOKENS, .arg = "N",
      .help = "transformer: bytes a sequence, 1 to 256 (default 64)"},
     {"--split", FLAG_SET, .set = set_split, .arg = "train|test",
-     .help = "ViT: the split to train on (default train)"},
+     .help = "ViT: the split to train on (default train)", .get = get_split},
     {"--epochs", FLAG_INT, ARG(epochs), 1, 100000, .arg = "E",
      .help = "ViT (default 1), transformer: epochs to train"},
     {"--eval", FLAG_BOOL, ARG(eval), .arg = "true|false",
      .help = "ViT: evaluate after each epoch and at the end"},
     {"--steps", FLAG_LONG, ARG(steps), 0, TRAIN_MAX_STEPS, .given = ARG(steps_given), .arg = "K",
-     .help = "optimizer steps (toy default 100, transformer 600)"},
+     .help = "optimizer steps (toy default 100, transformer 600)", .get = get_steps},
     {"--batch-size", FLAG_INT, ARG(fsdp.batch_size), 1, 1 << 20, .given = ARG(batch_given),
      .arg = "B",
      .help = "samples per rank per micro-step (toy 8, ViT 64,\n"
              "transformer 16 sequences)"},
     {"--seed", FLAG_SET, .set = set_seed, .arg = "S",
-     .help = "initialization and shuffling seed (default 1234)"},
+     .help = "initialization and shuffling seed (default 1234)", .get = get_seed},
     {"--init-from", FLAG_STRING, ARG(init_from), .arg = "FILE",
      .help = "start from these weights (safetensors with PyTorch's\n"
              "state-dict names, e.g. exported from torchvision)"},
     {.kind = FLAG_SECTION, .help = "cluster"},
     {"--save-full", FLAG_STRING, ARG(save_full), .arg = "FILE",
      .help = "at the end, the trained model as one safetensors\n"
-             "file with PyTorch's names (gathered unit by unit)"},
+             "file with PyTorch's names (gathered unit by unit)",
+     .get = get_output_path},
     {"--ranks", FLAG_INT, ARG(ranks), 1, CLI_MAX_RANKS, .arg = "N",
      .help = "simulated GPUs, 1 to 1024 (default 3)"},
     {"--profile", FLAG_WORD, ARG(profile), .size = sizeof((TrainArgs *)0)->profile, .arg = "P",
      .help = "cost model: h100-nvlink, a100-nvlink, l4-pcie"},
     {"--checkpoint-dir", FLAG_STRING, ARG(ckpt_dir), .arg = "D",
-     .help = "save sharded checkpoints into D (each epoch's end)"},
+     .help = "save sharded checkpoints into D (each epoch's end)", .get = get_output_path},
     {"--checkpoint-every", FLAG_LONG, ARG(ckpt_every), 1, 1L << 40, .arg = "N",
      .help = "... and every N steps"},
     {"--keep", FLAG_INT, ARG(keep), 0, 1 << 20, .arg = "K",
@@ -182,21 +296,24 @@ static const Flag train_rows[] = {
     {"--resume", FLAG_STRING, ARG(resume), .arg = "auto|DIR",
      .help = "continue from the newest checkpoint in\n"
              "--checkpoint-dir, or from DIR (any world size and\n"
-             "strategy); --steps counts every step"},
+             "strategy); --steps counts every step",
+     .not_in_config = 1},
     {"--max-restarts", FLAG_INT, ARG(max_restarts), 0, 1000, .arg = "R",
      .help = "when a rank fails, restart from the newest\n"
              "checkpoint up to R times"},
     {"--fail-at", FLAG_SET, .set = set_fail_at, .arg = "STEP[:RANK]",
-     .help = "make RANK (default 0) fail as STEP begins, once"},
+     .help = "make RANK (default 0) fail as STEP begins, once", .not_in_config = 1},
     {"--kill-in-save", FLAG_LONG, ARG(kill_in_save_step), 1, 1000000000L, .arg = "STEP",
      .help = "SIGKILL this process half-way through saving the\n"
-             "checkpoint of STEP (the previous one survives)"},
+             "checkpoint of STEP (the previous one survives)",
+     .not_in_config = 1},
     {"--backend", FLAG_SET, .set = set_backend, .arg = "B",
      .help = "sim (default: the simulated cluster), cuda (this\n"
              "machine's GPU, --ranks 1; or one process per GPU\n"
              "under ./fsdp launch, --ranks WORLD_SIZE), mpi (one\n"
              "process per rank on CPUs under mpirun -np N), auto\n"
-             "(cuda if there is a GPU, else sim)"},
+             "(cuda if there is a GPU, else sim)",
+     .get = get_backend},
     {"--timeout", FLAG_INT, ARG(timeout), 1, 86400, .arg = "S",
      .help = "cuda, mpi: a collective that takes longer than S seconds\n"
              "aborts the job, naming rank, unit, collective (600)"},
@@ -206,11 +323,11 @@ static const Flag train_rows[] = {
              "fails the run naming both operations"},
     {.kind = FLAG_SECTION, .help = "FSDP"},
     {"--strategy", FLAG_SET, .set = set_strategy, .arg = "S",
-     .help = "ddp, zero1, zero2, zero3 (default), hsdp"},
+     .help = "ddp, zero1, zero2, zero3 (default), hsdp", .get = get_strategy},
     {"--replicas", FLAG_INT, ARG(fsdp.replicas), 1, CLI_MAX_RANKS, .arg = "R",
      .help = "hsdp: replica groups; must divide --ranks"},
     {"--wrap", FLAG_SET, .set = set_wrap, .arg = "W",
-     .help = "layer (default), block:K, size:N, none"},
+     .help = "layer (default), block:K, size:N, none", .get = get_wrap},
     {"--reshard-after-forward", FLAG_BOOL, ARG(fsdp.reshard_after_forward), .arg = "B",
      .help = "true|false (default: true for zero3/hsdp)"},
     {"--prefetch-forward", FLAG_INT, ARG(fsdp.prefetch_forward), 0, 16, .arg = "N",
@@ -225,7 +342,8 @@ static const Flag train_rows[] = {
      .help = "fp32 (default), bf16, fp16: gradient reduction"},
     {"--output-dtype", FLAG_SET, .set = set_output_dtype, .arg = "T",
      .help = "cast each unit's forward output to T (default:\n"
-             "as computed)"},
+             "as computed)",
+     .get = get_output_dtype},
     {"--cast-forward-inputs", FLAG_BOOL, ARG(fsdp.cast_forward_inputs), .arg = "B",
      .help = "cast each unit's inputs to --param-dtype\n"
              "(default true; FSDP2's MixedPrecisionPolicy)"},
@@ -234,14 +352,16 @@ static const Flag train_rows[] = {
              "fp32 rows, the master itself); deepspeed: in\n"
              "--param-dtype and --reduce-dtype, with an fp32\n"
              "master beside Adam's state, and zero2 keeping the\n"
-             "parameters whole (ZeRO's paper, K = 12)"},
+             "parameters whole (ZeRO's paper, K = 12)",
+     .get = get_layout},
     {"--offload", FLAG_SET, .set = set_offload, .arg = "T",
      .help = "none (default); optimizer: Adam's state and step on\n"
              "the host (ZeRO-Offload); cpu: shards, grads and\n"
              "Adam's state in host memory (FSDP2 CPUOffload);\n"
              "nvme: shards and Adam's state in a file per rank\n"
              "under --nvme-dir, grads in host memory\n"
-             "(ZeRO-Infinity), loaded unit by unit"},
+             "(ZeRO-Infinity), loaded unit by unit",
+     .get = get_offload},
     {"--nvme-dir", FLAG_STRING, ARG(fsdp.nvme_dir), .arg = "D",
      .help = "where --offload nvme's files go (removed at exit)"},
     {"--activation-checkpointing", FLAG_SWITCH, ARG(activation_checkpointing),
@@ -250,22 +370,24 @@ static const Flag train_rows[] = {
     {"--ac-every", FLAG_INT, ARG(fsdp.ac_every), 1, 1000000, .arg = "K",
      .help = "... only every K-th block (implies the above)"},
     {.kind = FLAG_SECTION, .help = "optimizer"},
-    {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)"},
+    {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)",
+     .get = get_optim},
     {"--lr", FLAG_FLOAT, ARG(fsdp.lr), 0.0, 1e3, .given = ARG(lr_given), .arg = "X",
      .help = "learning rate (toy 0.05, ViT 1e-3, transformer 3e-3)"},
     {"--lr-schedule", FLAG_SET, .set = set_lr_schedule, .arg = "S",
      .help = "constant (default), cosine or linear (from --lr to\n"
              "--min-lr after the warm-up), step (--step-size):\n"
-             "PyTorch's schedulers, rate for rate"},
+             "PyTorch's schedulers, rate for rate",
+     .get = get_lr_schedule},
     {"--warmup-steps", FLAG_LONG, ARG(fsdp.lr_schedule.warmup_steps), 0, TRAIN_MAX_STEPS,
      .arg = "N", .help = "the first N steps at lr x (step+1)/N (default 0)"},
     {"--min-lr", FLAG_FLOAT, ARG(fsdp.lr_schedule.min_lr), 0.0, 1e3, .given = ARG(min_lr_given),
-     .arg = "X", .help = "cosine, linear: where they end (default 0)"},
+     .arg = "X", .help = "cosine, linear: where they end (default 0)", .get = get_if_given},
     {"--step-size", FLAG_LONG, ARG(fsdp.lr_schedule.step_size), 1, TRAIN_MAX_STEPS,
      .given = ARG(step_size_given), .usage = "--step-size N --gamma G",
-     .help = "step: the rate times G every N steps (G 0.1)"},
+     .help = "step: the rate times G every N steps (G 0.1)", .get = get_if_given},
     {"--gamma", FLAG_POSITIVE, ARG(fsdp.lr_schedule.gamma), .hi = 1.0, .given = ARG(gamma_given),
-     .arg = "G"},
+     .arg = "G", .get = get_if_given},
     {"--weight-decay", FLAG_FLOAT, ARG(fsdp.weight_decay), 0.0, 1e3, .arg = "X",
      .help = "(default 0)"},
     {"--clip-grad-norm", FLAG_FLOAT, ARG(fsdp.clip_grad_norm), 0.0, 1e30, .arg = "X",
@@ -278,7 +400,8 @@ static const Flag train_rows[] = {
              "the last step's memory over time by category"},
     {"--memory-svg", FLAG_STRING, ARG(memory_svg), .arg = "FILE",
      .help = "that timeline as an SVG picture, with the DDP\n"
-             "level and each rank's peak marked"},
+             "level and each rank's peak marked",
+     .get = get_output_path},
     {"--memory-compare", FLAG_SWITCH, ARG(memory_compare),
      .help = "run the job (one step unless --steps) under the\n"
              "workshop's settings (default, CPU offload, reshard\n"
@@ -290,14 +413,26 @@ static const Flag train_rows[] = {
     {"--scenario", FLAG_SET, .set = set_scenario, .arg = "workshop",
      .help = "... on the live workshop's cluster: two nodes with\n"
              "one 24 GB L4 each, vit-workshop at hidden 3840 and\n"
-             "7680 (accounting only)"},
+             "7680 (accounting only)",
+     .get = get_scenario},
     {"--json", FLAG_SWITCH, ARG(json), .help = "one JSON object per step on stdout"},
     {"--print-every", FLAG_INT, ARG(print_every), 1, 1000000000L, .arg = "N",
      .help = "log every N steps (default: ten lines a run)"},
     {"--dump-params", FLAG_STRING, ARG(dump_params), .arg = "FILE",
      .help = "final parameters: `name index value` lines"},
     {"--trace-out", FLAG_STRING, ARG(trace_out), .arg = "FILE.json",
-     .help = "Chrome Trace Event JSON (open in Perfetto)"},
+     .help = "Chrome Trace Event JSON (open in Perfetto)", .get = get_output_path},
+    {"--run-dir", FLAG_STRING, ARG(run_dir), .arg = "DIR",
+     .help = "the run's files in DIR: config.json (every setting),\n"
+             "metrics.jsonl (a line per step and evaluation),\n"
+             "curves.svg, checkpoints/, model.safetensors, and\n"
+             "memory.svg, trace.json with --memory, --trace; a\n"
+             "DIR that holds a run needs --resume"},
+    {"--trace", FLAG_SWITCH, ARG(trace),
+     .help = "with --run-dir: the Chrome trace as DIR/trace.json"},
+    {"--config", FLAG_STRING, ARG(config), .arg = "FILE", .not_in_config = 1,
+     .help = "the settings of a run's config.json (flags given\n"
+             "too replace its values)"},
 };
 
 static const FlagTable train_table = FLAG_TABLE("train", train_rows, 33);
@@ -385,6 +520,14 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE, "--memory-compare runs on the simulator (--backend sim)");
     if (c->nvme_dir && c->offload != OFFLOAD_NVME)
         return err_set(err, ERR_USAGE, "--nvme-dir applies only to --offload nvme");
+    if (a->trace && !a->run_dir)
+        return err_set(err, ERR_USAGE,
+                       "--trace writes trace.json into --run-dir DIR; without one, give "
+                       "--trace-out FILE");
+    if (a->run_dir && (a->print_plan || a->memory_compare))
+        return err_set(err, ERR_USAGE,
+                       "--run-dir keeps a training run's files; --%s trains nothing",
+                       a->print_plan ? "print-plan" : "memory-compare");
     return 0;
 }
 
@@ -445,12 +588,114 @@ static void apply_model_defaults(TrainArgs *a) {
     if (!a->steps_given && !a->epochs) a->epochs = 1;
 }
 
-int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
+/* ---------------------------------------------------------------- --config and --run-dir */
+
+struct TrainArgsOwned {
+    void *config;               /* the config's JSON document, which string fields point into */
+    char *paths[RUN_DIR_PATHS]; /* what --run-dir chose, each a path of its own */
+};
+
+static int own(TrainArgs *a, Err *err) {
+    if (!a->owned && !(a->owned = calloc(1, sizeof *a->owned)))
+        return err_set(err, ERR_NOMEM, "out of memory reading the flags");
+    return 0;
+}
+
+void train_args_free(TrainArgs *a) {
+    if (!a->owned) return;
+    flags_json_free(a->owned->config);
+    for (int i = 0; i < RUN_DIR_PATHS; i++) free(a->owned->paths[i]);
+    free(a->owned);
+    a->owned = NULL;
+}
+
+int train_args_run_dir_path(const TrainArgs *a, const char *path) {
+    for (int i = 0; path && a->owned && i < RUN_DIR_PATHS; i++)
+        if (path == a->owned->paths[i]) return 1;
+    return 0;
+}
+
+/* A config is a page of settings, not a data set. */
+enum { CONFIG_MAX_BYTES = 1 << 20 };
+
+static int read_config(TrainArgs *a, const char *path, Err *err) {
+    FILE *f = fopen(path, "r");
+    char *text = malloc(CONFIG_MAX_BYTES + 1);
+    size_t n = f && text ? fread(text, 1, CONFIG_MAX_BYTES + 1, f) : 0;
+    int why = errno, bad = !f || !text || ferror(f);
+    if (f) fclose(f);
+    int rc = 0;
+    if (bad)
+        rc = err_set(err, text ? ERR_USAGE : ERR_NOMEM, "--config %s: cannot read it: %s", path,
+                     strerror(why));
+    else if (n > CONFIG_MAX_BYTES)
+        rc = err_set(err, ERR_USAGE, "--config %s: larger than %d bytes, not a config", path,
+                     CONFIG_MAX_BYTES);
+    else if (memchr(text, 0, n))
+        rc = err_set(err, ERR_USAGE, "--config %s: not a config (it holds NUL bytes)", path);
+    if (!rc) {
+        text[n] = 0;
+        rc = own(a, err);
+    }
+    if (!rc) rc = flags_read_json(&train_table, a, text, path, &a->owned->config, err);
+    free(text);
+    return rc;
+}
+
+/* The flags given; with --config FILE, over the file's settings. The flags are read twice:
+ * once to find --config (and any bad flag, or --help, before a file is read), then over the
+ * config. */
+static int parse_with_config(TrainArgs *a, int argc, char **argv, Err *err) {
+    TrainArgs defaults = *a;
     int rc = flags_parse(&train_table, a, argc, argv, err);
+    if (rc || !a->config) return rc;
+    const char *path = a->config;
+    *a = defaults;
+    if ((rc = read_config(a, path, err))) return rc;
+    /* --steps and --epochs are one setting: given either, the config's other one goes */
+    int epochs = a->epochs, steps_given = a->steps_given;
+    long steps = a->steps;
+    a->epochs = 0;
+    a->steps_given = 0;
+    rc = flags_parse(&train_table, a, argc, argv, err);
+    if (!rc && !a->epochs && !a->steps_given) {
+        a->epochs = epochs;
+        a->steps_given = steps_given;
+        a->steps = steps;
+    }
+    return rc;
+}
+
+/* DIR/name into *field, unless the flag was given (it wins). */
+static int place_in_run_dir(TrainArgs *a, const char **field, int slot, const char *name,
+                            Err *err) {
+    if (*field) return 0;
+    if (asprintf(&a->owned->paths[slot], "%s/%s", a->run_dir, name) < 0) {
+        a->owned->paths[slot] = NULL;
+        return err_set(err, ERR_NOMEM, "out of memory reading the flags");
+    }
+    *field = a->owned->paths[slot];
+    return 0;
+}
+
+static int apply_run_dir(TrainArgs *a, Err *err) {
+    if (!a->run_dir) return 0;
+    if (!a->run_dir[0]) return err_set(err, ERR_USAGE, "--run-dir needs a directory (got '')");
+    int rc = own(a, err);
+    if (!rc) rc = place_in_run_dir(a, &a->ckpt_dir, 0, RUN_DIR_CHECKPOINTS, err);
+    if (!rc) rc = place_in_run_dir(a, &a->save_full, 1, RUN_DIR_MODEL, err);
+    if (!rc && a->memory) rc = place_in_run_dir(a, &a->memory_svg, 2, RUN_DIR_MEMORY_SVG, err);
+    if (!rc && a->trace) rc = place_in_run_dir(a, &a->trace_out, 3, RUN_DIR_TRACE, err);
+    return rc;
+}
+
+int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
+    int rc = parse_with_config(a, argc, argv, err);
     if (rc) return rc;
     /* every block, unless --ac-every chose every K-th */
     if (a->activation_checkpointing && !a->fsdp.ac_every) a->fsdp.ac_every = 1;
-    rc = check_combination(a, err);
+    rc = apply_run_dir(a, err);
+    if (!rc) rc = check_combination(a, err);
     if (!rc) apply_model_defaults(a);
     /* the run's length is known here unless --epochs gives it (run_prepare checks again) */
     if (!rc) rc = train_args_check_lr_schedule(a, a->epochs ? 0 : a->steps, err);

@@ -1,7 +1,8 @@
 /* cli: the command line of `fsdp train`. Parses flags into a TrainArgs from train's flag
  * table, checking every value against what is allowed, and writes the help text from the same
- * table. A bad flag is one line naming the flag and what it accepts (the caller exits 2);
- * nothing is opened or written while parsing. */
+ * table; --config FILE reads a JSON config through the same table first (flags given win). A
+ * bad flag is one line naming the flag and what it accepts (the caller exits 2); nothing is
+ * written while parsing (a config is read). */
 #ifndef FSDP_CLI_H
 #define FSDP_CLI_H
 
@@ -15,6 +16,9 @@
 /* Where a run's ranks execute: the simulated cluster, this machine's GPU, or the GPU when
  * there is one. */
 typedef enum { BACKEND_SIM = 0, BACKEND_CUDA, BACKEND_MPI, BACKEND_AUTO } Backend;
+
+/* What --config and --run-dir allocated for a TrainArgs: train_args_free. */
+typedef struct TrainArgsOwned TrainArgsOwned;
 
 typedef struct TrainArgs {
     FsdpConfig fsdp;
@@ -54,6 +58,10 @@ typedef struct TrainArgs {
     int check_streams;      /* --check-streams: the simulator's stream checker */
     /* --min-lr, --step-size, --gamma given: each applies to some --lr-schedule only */
     int min_lr_given, step_size_given, gamma_given;
+    const char *run_dir;   /* --run-dir DIR: the run's files in one place (cmd/run_dir.h) */
+    int trace;             /* --trace: with --run-dir, the Chrome trace as DIR/trace.json */
+    const char *config;    /* --config FILE: the settings of a run's config.json */
+    TrainArgsOwned *owned; /* the config's text, the run directory's paths; NULL: none */
 } TrainArgs;
 
 /* --lr-schedule's flags against each other, the rate and the run's `steps` (0: not known yet,
@@ -70,8 +78,17 @@ int train_args_is_transformer(const TrainArgs *a);
 const FlagTable *train_flags(void);
 
 void train_args_defaults(TrainArgs *a);
-/* argv[0] is the first flag (after "train"). Returns 0, 1 for --help, or ERR_USAGE. */
+/* argv[0] is the first flag (after "train"). Returns 0, 1 for --help, or ERR_USAGE. With
+ * --config FILE the file's settings come first and the flags given replace them (--steps and
+ * --epochs, one setting, replace each other). With --run-dir DIR, the paths not given become
+ * DIR's: --checkpoint-dir DIR/checkpoints, --save-full DIR/model.safetensors, with --memory
+ * --memory-svg DIR/memory.svg, with --trace --trace-out DIR/trace.json. */
 int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err);
+/* Frees what parsing allocated (a config, the run directory's paths); the args' strings from
+ * them are gone. A copy of the args shares them: only one is freed. */
+void train_args_free(TrainArgs *a);
+/* 1 if the path is one that --run-dir chose (not given, so a config keeps it as null). */
+int train_args_run_dir_path(const TrainArgs *a, const char *path);
 void train_args_help(FILE *f);
 
 #endif

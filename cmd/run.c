@@ -150,6 +150,16 @@ static int resolve_resume(TrainRun *t, Err *err) {
     return checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, err);
 }
 
+/* A run directory's resumed run rewrites its config.json before the ranks load the checkpoint:
+ * one that will not load is refused first, the directory as it was. */
+static int check_resume_for_run_dir(const TrainRun *t, Err *err) {
+    if (!t->args.run_dir || !t->resume[0]) return 0;
+    CkptMeta meta;
+    int rc = ckpt_meta_read(&meta, t->resume, &t->model, err);
+    ckpt_meta_free(&meta);
+    return rc;
+}
+
 /* --offload nvme: the directory must take every rank's file; tried before anything runs (one
  * file of the whole size, removed at once) so a bad directory is one line and exit 2. */
 static int check_nvme_dir(const TrainRun *t, Err *err) {
@@ -295,12 +305,18 @@ int run_prepare(TrainRun *t, Err *err) {
         weights_close(w);
     }
     if ((rc = check_nvme_dir(t, err))) return rc;
+    if ((rc = run_dir_prepare(a, !t->quiet_rank, err))) return rc; /* the outputs' folder */
     if ((rc = check_outputs(a, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
+    if ((rc = check_resume_for_run_dir(t, err))) return rc;
     if (t->quiet_rank) return 0;
     if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;
     if ((rc = atomic_open(&t->svg, a->memory_svg, err))) return rc;
-    return atomic_open(&t->trace, a->trace_out, err);
+    if ((rc = atomic_open(&t->trace, a->trace_out, err))) return rc;
+    char title[160];
+    snprintf(title, sizeof title, "fsdp: %s, %s, %d ranks", a->model,
+             strategy_name(a->fsdp.strategy), a->ranks);
+    return run_dir_open(&t->run_dir, a, a->steps, title, err);
 }
 
 /* Flags that name files the run writes: a replay has no business with them. */
@@ -418,6 +434,7 @@ int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, Clu
 }
 
 void run_cleanup(TrainRun *t) {
+    run_dir_close(&t->run_dir);
     atomic_discard(&t->dump);
     atomic_discard(&t->svg);
     atomic_discard(&t->trace);
@@ -427,4 +444,5 @@ void run_cleanup(TrainRun *t) {
     dataset_free(&t->eval);
     free(t->memory);
     free(t->params);
+    train_args_free(&t->args);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "cmd/cli.h"
+#include "cmd/run_dir.h"
 #include "engine/train.h"
 #include "io/atomic_file.h"
 #include "sim/cluster.h"
@@ -29,6 +30,7 @@ typedef struct TrainRun {
     int rank_per_process; /* one of many processes, one rank each (join_processes) */
     int quiet_rank;       /* ... and not rank 0: prints nothing, opens no output file */
     TrainFaults faults;   /* --fail-at, --kill-in-save: the fault hooks' state, for every run */
+    RunDir run_dir;       /* --run-dir's own files (rank 0's) */
 } TrainRun;
 
 /* The model and plan of a run, as a trace's replay needs them: no data, no parameters. */

@@ -24,10 +24,12 @@ typedef struct Printer {
     long every;
     const char *clock; /* "modelled" or "measured" step times */
     StepPace pace;     /* of the steps seen, for images/s and the time left */
+    RunDir *run_dir;   /* --run-dir: each logged step and evaluation into its files too */
 } Printer;
 
 static void print_step(void *user, const StepReport *r) {
     Printer *p = user;
+    run_dir_step(p->run_dir, r);
     step_pace_add(&p->pace, r);
     if (p->json)
         report_step_json(stdout, r);
@@ -46,6 +48,7 @@ static void print_step(void *user, const StepReport *r) {
 
 static void print_eval(void *user, const EvalReport *r) {
     Printer *p = user;
+    run_dir_eval(p->run_dir, r);
     if (p->json)
         report_eval_json(stdout, r);
     else
@@ -130,12 +133,14 @@ static int train_execute(TrainRun *t, Err *err) {
                        .lr = lr_schedule_varies(&a->fsdp.lr_schedule),
                        .bar = vit && !a->json && !a->print_every && isatty(STDOUT_FILENO),
                        .vit = vit,
-                       .seq = tf ? a->seq : 0};
+                       .seq = tf ? a->seq : 0,
+                       .run_dir = &t->run_dir};
     printer.every = a->print_every ? a->print_every : (a->steps >= 10 ? a->steps / 10 : 1);
     /* The loss is all-reduced only on steps someone will see. Every rank must take part alike,
      * and a process of its own cannot know whether rank 0's stdout is a terminal (the bar): it
      * reduces the loss at every step (one float). */
     long log_every = a->json || printer.bar || t->rank_per_process ? 1 : printer.every;
+    if (a->run_dir && !a->print_every) log_every = 1; /* metrics.jsonl has every step */
     TrainJob job = run_job(t, JOB_WHOLE_RUN);
     job.log_every = (int)log_every;
     job.on_step = print_step;
@@ -151,6 +156,9 @@ static int train_execute(TrainRun *t, Err *err) {
     free(job.step_params);
     free(job.step_grads);
     if (!rc) rc = run_write_outputs(t, &res, err);
+    Err drawn = {0}; /* curves.svg, also of a run that failed: what it logged */
+    int drc = run_dir_finish(&t->run_dir, &drawn);
+    if (!rc && drc) rc = err_set(err, drc, "%s", drawn.msg);
     if (!rc && a->check_streams && res.checked)
         report_stream_check(stdout, res.stream_accesses, res.stream_hazards, a->json);
     if (!rc && a->json) report_memory_json(stdout, t->memory, a->ranks);
@@ -179,6 +187,7 @@ static int workshop_scenario(const TrainArgs *given, Err *err) {
         TrainRun t;
         memset(&t, 0, sizeof t);
         t.args = *given;
+        t.args.owned = NULL; /* given's: its caller frees them */
         snprintf(t.args.model, sizeof t.args.model, "vit-workshop");
         snprintf(t.args.profile, sizeof t.args.profile, "l4-pcie");
         t.args.hidden = hidden[i];
@@ -221,6 +230,7 @@ int cmd_train(int argc, char **argv) {
     if (cmd_help_asked(rc, train_args_help)) return 0;
     if (!rc && t.args.scenario_workshop) {
         rc = workshop_scenario(&t.args, &err);
+        train_args_free(&t.args);
         return rc ? cmd_fail(rc, err.msg) : 0;
     }
     if (!rc) rc = run_prepare(&t, &err);

@@ -326,6 +326,9 @@ int cmd_viz(int argc, char **argv) {
         rc = viz_replay(&t, &v, &page, &err);
     } else {
         if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* viz took --help */
+        if (!rc && t.args.run_dir)
+            rc = err_set(&err, ERR_USAGE,
+                         "--run-dir is train's: viz shows its steps and keeps no run directory");
         if (!rc && !t.args.steps_given) { /* one step unless asked for more */
             t.args.epochs = 0;
             t.args.steps = 1;

@@ -226,6 +226,7 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         rep.step_time = latest_stream_time(env->dev) - t0;
         rep.wall_time = clock_seconds() - w0;
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
+        rep.peak_bytes = env->dev->memory.on_gpu.peak;
         if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
         if ((rc = record_values(job, e, s + 1, err))) return rc;
         int epoch_end = (s + 1) % per_epoch == 0 || s + 1 == job->steps;

@@ -33,6 +33,7 @@ typedef struct StepReport {
     /* the rate this step's optimizer update used (FsdpConfig.lr_schedule's) */
     float lr;
     StepStats stats;
+    size_t peak_bytes; /* rank 0's GPU memory peak so far (accounted), as max_memory_allocated */
 } StepReport;
 
 typedef struct EvalReport {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/utf8.h"
+#include "sim/viz/svg.h"
 #include "sim/viz/text.h"
 
 /* ---- the model ---------------------------------------------------------------------------- */
@@ -303,56 +303,6 @@ enum {
     SVG_PANEL = SVG_PANEL_LABEL + SVG_PLOT_HEIGHT + SVG_PANEL_BELOW,
 };
 
-/* Text as XML character data: markup characters escaped, bytes that are not UTF-8 replaced by
- * U+FFFD and control characters (which XML 1.0 forbids) by spaces, so any title renders. */
-static void write_xml_text(FILE *f, const char *text) {
-    const unsigned char *s = (const unsigned char *)text;
-    while (*s) {
-        int len = utf8_sequence_length(s);
-        if (len == 0) {
-            fputs("&#xFFFD;", f);
-            s++;
-            continue;
-        }
-        switch (*s) {
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        case '\'':
-            fputs("&apos;", f);
-            break;
-        default:
-            if (*s < 0x20)
-                fputc(' ', f);
-            else
-                fwrite(s, 1, (size_t)len, f);
-        }
-        s += len;
-    }
-}
-
-/* Round numbers for axis ticks: 1, 2 or 5 times a power of ten, at least x. */
-static double nice_step(double x) {
-    if (!(x > 0)) return 1;
-    double p = pow(10, floor(log10(x)));
-    double m = x / p;
-    return (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10) * p;
-}
-
-static int decimals_for(double step) {
-    int d = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
-    return d > 6 ? 6 : d;
-}
-
 /* The byte axis every panel shares: ticks of `step` units (B, KiB, ...) up to `top`. */
 typedef struct ByteAxis {
     const char *unit;
@@ -365,7 +315,7 @@ static ByteAxis byte_axis(size_t most) {
     double v = most ? (double)most : 1024.0;
     for (int k = 1; k < 5 && v >= 1024 * a.unit_bytes; k++) a.unit = units[k], a.unit_bytes *= 1024;
     double in_units = v / a.unit_bytes;
-    a.step = nice_step(in_units / 4);
+    a.step = svg_nice_step(in_units / 4);
     if (a.unit_bytes == 1 && a.step < 1) a.step = 1;
     /* headroom above the highest value for the peak's label */
     a.top = ceil(in_units * 1.15 / a.step) * a.step;
@@ -437,7 +387,7 @@ static void category_area(FILE *f, const MemoryTimeline *mt, const MemoryRank *r
 }
 
 static void byte_ticks(FILE *f, const Panel *p, const ByteAxis *a) {
-    int decimals = decimals_for(a->step);
+    int decimals = svg_decimals_for(a->step);
     int n = (int)lround(a->top / a->step);
     for (int k = 0; k <= n; k++) {
         double v = k * a->step, y = px_y(p, v * a->unit_bytes);
@@ -451,8 +401,8 @@ static void byte_ticks(FILE *f, const Panel *p, const ByteAxis *a) {
 
 static void time_ticks(FILE *f, const Panel *p, TimeUnit u) {
     double span = p->span * u.per_second;
-    double step = nice_step(span / 6);
-    int decimals = decimals_for(step);
+    double step = svg_nice_step(span / 6);
+    int decimals = svg_decimals_for(step);
     double bottom = p->top + SVG_PLOT_HEIGHT;
     for (int k = 0; span > 0 && k * step <= span * (1 + 1e-9); k++) {
         double x = px_x(p, p->start + k * step / u.per_second);
@@ -572,7 +522,7 @@ int memory_svg_write(const MemoryTimeline *mt, const MemorySvgOptions *o, FILE *
             SVG_WIDTH, height, SVG_WIDTH, height, SVG_WIDTH, height);
     fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"17\" font-weight=\"bold\">", SVG_LEFT);
     if (o->title)
-        write_xml_text(f, o->title);
+        svg_text(f, o->title);
     else
         fprintf(f, "Memory over step %d", mt->step + 1);
     char span[32];

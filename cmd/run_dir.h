@@ -1,0 +1,58 @@
+/* run_dir: `train --run-dir DIR`, one place for a run's files as Ray's RunConfig(storage_path,
+ * name) keeps them: config.json, metrics.jsonl, curves.svg, checkpoints/, model.safetensors,
+ * and memory.svg and trace.json when asked. Rank 0 alone writes them. */
+#ifndef FSDP_CMD_RUN_DIR_H
+#define FSDP_CMD_RUN_DIR_H
+
+#include "cmd/cli.h"
+#include "engine/train.h"
+#include "io/metrics_log.h"
+
+/* config.json holds every setting, resolved (`train --config DIR/config.json` runs the same job
+ * again); metrics.jsonl a line per logged step and per evaluation (io/metrics_log.h); curves.svg
+ * is redrawn at each evaluation and at the end. The files of a run directory. The first four are
+ * the defaults --run-dir gives the flags that name them (cli.c, in this order); a flag given names
+ * its own file instead. */
+#define RUN_DIR_CHECKPOINTS "checkpoints"
+#define RUN_DIR_MODEL "model.safetensors"
+#define RUN_DIR_MEMORY_SVG "memory.svg"
+#define RUN_DIR_TRACE "trace.json"
+#define RUN_DIR_PATHS 4
+#define RUN_DIR_CONFIG "config.json"
+#define RUN_DIR_METRICS "metrics.jsonl"
+#define RUN_DIR_CURVES "curves.svg"
+
+typedef struct RunDir {
+    const char *dir; /* NULL: no run directory (every call below does nothing) */
+    char config[4096], metrics[4096], curves[4096];
+    char title[160];
+    long steps; /* the run's: the curves' step axis */
+    MetricsLog log;
+    /* The first failure of the callbacks, which cannot return one; run_dir_finish says it. */
+    int failed;
+    Err err;
+} RunDir;
+
+/* Before any file of the run is opened, on every rank: makes DIR (and its parents). On rank
+ * 0, a DIR that already holds a run (any of the files above; checkpoints/ not empty) is refused
+ * unless resume: one line, ERR_USAGE, nothing touched. Other ranks only make the folder: what
+ * they make never counts as a run, so whichever rank comes first, rank 0 decides alike. */
+int run_dir_prepare(const TrainArgs *a, int rank0, Err *err);
+
+/* Rank 0, once every check has passed and before training: writes config.json (atomically,
+ * from train's flag table) and opens metrics.jsonl, reading back what a resumed run's holds.
+ * title heads curves.svg. */
+int run_dir_open(RunDir *d, const TrainArgs *a, long steps, const char *title, Err *err);
+
+/* The step and evaluation callbacks' share: a line each in metrics.jsonl; an evaluation
+ * redraws curves.svg. */
+void run_dir_step(RunDir *d, const StepReport *r);
+void run_dir_eval(RunDir *d, const EvalReport *r);
+
+/* At the run's end (also one that failed): curves.svg drawn from every line, metrics.jsonl
+ * closed. Returns the first failure of the run directory's files, naming the file. */
+int run_dir_finish(RunDir *d, Err *err);
+
+void run_dir_close(RunDir *d);
+
+#endif
