@@ -11,6 +11,8 @@
  * epoch as an int, a step's place in the epoch times world, batch and micro-steps as a long)
  * holds well within it. */
 #define TRAIN_MAX_STEPS 1000000000L
+/* The most samples a run holds out for validation (--val-size, a checkpoint's held_out). */
+#define TRAIN_MAX_HELD_OUT 1000000000L
 
 typedef struct RankMemory {
     size_t rest[MEM_CATEGORY_COUNT];    /* after the last step */
