@@ -21,8 +21,8 @@ void ckpt_help(FILE *f) {
           "       ./fsdp ckpt consolidate D -o FILE\n"
           "\n"
           "Tools for the sharded checkpoints that train --checkpoint-dir writes. D is one\n"
-          "checkpoint (DIR/step-NNNNNNNN) or a --checkpoint-dir, meaning its newest complete\n"
-          "checkpoint.\n"
+          "checkpoint (DIR/step-NNNNNNNN, or DIR/best: the lowest validation loss of a run\n"
+          "with --val-size) or a --checkpoint-dir, meaning its newest complete checkpoint.\n"
           "\n"
           "  inspect D              the format version, model, strategy, world size and step;\n"
           "                         each tensor's shape, and which ranks hold which rows of its\n"
@@ -166,6 +166,12 @@ static void print_header(FILE *f, const CkptMeta *m) {
     fprintf(f, "world size  %d\n", m->world);
     fprintf(f, "step        %ld (Adam steps %ld, loss scale %g, good steps %d)\n", m->step,
             m->counters.steps, (double)m->counters.loss_scale, m->counters.good_steps);
+    if (m->validated)
+        fprintf(f, "validation  loss %.6f on the split's last %ld images, held out\n", m->val_loss,
+                m->held_out);
+    else if (m->held_out)
+        fprintf(f, "validation  none at this step (the split's last %ld images held out)\n",
+                m->held_out);
 }
 
 /* One line per tensor: name, shape, numel, then for each kind the ranks' rows and the bytes. */

@@ -266,7 +266,15 @@ static const Flag train_rows[] = {
     {"--epochs", FLAG_INT, ARG(epochs), 1, 100000, .arg = "E",
      .help = "ViT (default 1), transformer: epochs to train"},
     {"--eval", FLAG_BOOL, ARG(eval), .arg = "true|false",
-     .help = "ViT: evaluate after each epoch and at the end"},
+     .help = "ViT: evaluate after each epoch and at the end\n"
+             "(with --val-size: the test images once, at the end)"},
+    {"--val-size", FLAG_LONG, ARG(val_size), 1, TRAIN_MAX_HELD_OUT, .arg = "N",
+     .help = "ViT: hold out the split's last N images, never\n"
+             "trained on, and evaluate them after each epoch;\n"
+             "with --checkpoint-dir, keep the lowest loss's\n"
+             "state as D/best"},
+    {"--eval-every", FLAG_LONG, ARG(eval_every), 1, TRAIN_MAX_STEPS, .arg = "K",
+     .help = "... and every K steps"},
     {"--steps", FLAG_LONG, ARG(steps), 0, TRAIN_MAX_STEPS, .given = ARG(steps_given), .arg = "K",
      .help = "optimizer steps (toy default 100, transformer 600)", .get = get_steps},
     {"--batch-size", FLAG_INT, ARG(fsdp.batch_size), 1, 1 << 20, .given = ARG(batch_given),
@@ -474,6 +482,17 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "the toy saves only each layer's input, so there is nothing to drop");
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
+    if (!train_args_is_vit(a) && a->val_size)
+        return err_set(err, ERR_USAGE,
+                       "--val-size holds out images: it applies to the ViT models, not %s",
+                       !strcmp(a->model, "toy") ? "the toy" : a->model);
+    if (a->eval_every && !a->val_size)
+        return err_set(err, ERR_USAGE,
+                       "--eval-every needs --val-size N (the held-out images it evaluates)");
+    if (a->val_size && !a->eval)
+        return err_set(err, ERR_USAGE,
+                       "--val-size evaluates the images it holds out; it cannot go with --eval "
+                       "false");
     if (c->strategy == STRAT_HSDP && a->ranks % c->replicas != 0)
         return err_set(err, ERR_USAGE, "--replicas %d does not divide --ranks %d", c->replicas,
                        a->ranks);

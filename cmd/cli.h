@@ -39,7 +39,9 @@ typedef struct TrainArgs {
     int memory_compare;    /* --memory-compare: the job under the workshop's memory settings */
     int accounting_only;   /* --accounting-only: memory and modelled time, nothing computed */
     int scenario_workshop; /* --scenario workshop: the live workshop's cluster and models */
-    int eval; /* ViT: evaluate at each epoch's end and after the last step (default 1) */
+    int eval;        /* ViT: evaluate at each epoch's end and after the last step (default 1) */
+    long val_size;   /* --val-size N: the split's last N images held out (0: none) */
+    long eval_every; /* --eval-every K: ... evaluated every K steps too (0: epoch ends only) */
     int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
     const char *dump_params;                /* NULL: none */
     const char *init_from;                  /* safetensors to start from; NULL: seeded init */

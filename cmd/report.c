@@ -350,28 +350,63 @@ void report_progress_bar(FILE *f, const StepReport *r, const StepPace *p) {
     if (r->step % r->steps_per_epoch == 0 || r->step == r->steps) fputc('\n', f);
 }
 
+/* The line of an evaluation: each epoch's (no images held out) as it always was; validation
+ * after an epoch or at an --eval-every step, marked when its loss is the lowest so far; the
+ * test images once at the end, beside validation. The wall time ends the line. */
 void report_eval_text(FILE *f, const EvalReport *r) {
-    fprintf(f,
-            "evaluation after epoch %d (step %ld): accuracy %.2f%% (%ld/%ld), loss %.4f, %.1f s\n",
-            r->epoch, r->step, 100.0 * r->accuracy, r->correct, r->samples, r->loss, r->wall_time);
+    if (r->kind == EVAL_VALIDATION && r->epoch_end)
+        fprintf(f, "validation after epoch %d (step %ld)", r->epoch, r->step);
+    else if (r->kind == EVAL_VALIDATION)
+        fprintf(f, "validation at step %ld (epoch %d)", r->step, r->epoch);
+    else
+        fprintf(f, "%s after epoch %d (step %ld)", r->kind == EVAL_TEST ? "test" : "evaluation",
+                r->epoch, r->step);
+    fprintf(f, ": accuracy %.2f%% (%ld/%ld), loss %.4f%s, %.1f s\n", 100.0 * r->accuracy,
+            r->correct, r->samples, r->loss, r->best ? " (lowest so far)" : "", r->wall_time);
 }
 
 void report_eval_json(FILE *f, const EvalReport *r) {
+    if (r->kind == EVAL_VALIDATION) {
+        fprintf(f,
+                "{\"eval\":true,\"validation\":true,\"step\":%ld,\"epoch\":%d,"
+                "\"val_accuracy\":%.6f,\"val_loss\":%.9g,\"best\":%s,\"correct\":%ld,"
+                "\"samples\":%ld,\"wall_s\":%.6g}\n",
+                r->step, r->epoch, r->accuracy, r->loss, r->best ? "true" : "false", r->correct,
+                r->samples, r->wall_time);
+        return;
+    }
     fprintf(f,
             "{\"eval\":true,\"step\":%ld,\"epoch\":%d,\"test_accuracy\":%.6f,"
             "\"test_loss\":%.9g,\"correct\":%ld,\"samples\":%ld,\"wall_s\":%.6g}\n",
             r->step, r->epoch, r->accuracy, r->loss, r->correct, r->samples, r->wall_time);
 }
 
-void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
-                 const char *eval_name, long steps, int epochs, long global_batch) {
-    fprintf(f, "data: FashionMNIST %s split, %ld images; evaluated on %s (%ld images)\n", split,
-            train->n, eval_name, eval->n);
+void report_epoch_text(FILE *f, const EpochReport *r) {
+    fprintf(f, "epoch %d/%d: training loss %.4f, the mean of its %ld step%s\n", r->epoch, r->epochs,
+            r->loss, r->steps, r->steps == 1 ? "" : "s");
+}
+
+void report_epoch_json(FILE *f, const EpochReport *r) {
+    fprintf(f, "{\"epoch_end\":true,\"epoch\":%d,\"step\":%ld,\"steps\":%ld,\"train_loss\":%.9g}\n",
+            r->epoch, r->step, r->steps, r->loss);
+}
+
+void report_data(FILE *f, const Dataset *train, const char *split, long held_out,
+                 const Dataset *eval, const char *eval_name, long steps, int epochs,
+                 long global_batch) {
+    if (held_out)
+        fprintf(f,
+                "data: FashionMNIST %s split, %ld images: %ld trained on, the last %ld held out "
+                "for validation; tested on %s (%ld images) at the end\n",
+                split, train->n, train->n - held_out, held_out, eval_name, eval->n);
+    else
+        fprintf(f, "data: FashionMNIST %s split, %ld images; evaluated on %s (%ld images)\n", split,
+                train->n, eval_name, eval->n);
     if (epochs)
         fprintf(f, "run: %d epoch%s, %ld steps\n", epochs, epochs == 1 ? "" : "s", steps);
     else /* the epoch's length, which the step lines' epoch counts in */
         fprintf(f, "run: %ld steps (an epoch is %ld steps of %ld images)\n", steps,
-                train->n / global_batch, global_batch);
+                (train->n - held_out) / global_batch, global_batch);
 }
 
 void report_text(FILE *f, const char *path, const Dataset *text, long steps, int epochs,

@@ -15,10 +15,12 @@ void report_config(FILE *f, const FsdpConfig *c, const char *model, int ranks, c
 void report_plan(FILE *f, const Plan *p);
 void report_ownership(FILE *f, const Plan *p);
 void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory *mem);
-/* The data a ViT trains and is evaluated on, and how long the run is (global_batch: the
- * images of a step, for the epoch's length in steps, drop-last). */
-void report_data(FILE *f, const Dataset *train, const char *split, const Dataset *eval,
-                 const char *eval_name, long steps, int epochs, long global_batch);
+/* The data a ViT trains and is evaluated on (held_out: the split's last images, kept for
+ * validation), and how long the run is (global_batch: the images of a step, for the epoch's
+ * length in steps, drop-last). */
+void report_data(FILE *f, const Dataset *train, const char *split, long held_out,
+                 const Dataset *eval, const char *eval_name, long steps, int epochs,
+                 long global_batch);
 /* The run's learning rate (--lr-schedule, --warmup-steps) over its `steps`, as one line. */
 void report_lr_schedule(FILE *f, const FsdpConfig *c, long steps);
 /* clock: how the step time was had ("modelled", "measured"); lr: show the step's rate (a
@@ -61,6 +63,10 @@ void report_memory_compare(FILE *f, const CompareRow *rows, int n, size_t gpu_by
 void report_step_json(FILE *f, const StepReport *r);
 void report_eval_text(FILE *f, const EvalReport *r);
 void report_eval_json(FILE *f, const EvalReport *r);
+/* An epoch's mean training loss: "epoch 1/3: training loss 0.6123, the mean of its 234 steps",
+ * or as one JSON line. */
+void report_epoch_text(FILE *f, const EpochReport *r);
+void report_epoch_json(FILE *f, const EpochReport *r);
 void report_final_params(FILE *f, const ModelDesc *m, const float *params);
 /* The text a transformer learns (its path and its sequences) and how long the run is, as
  * report_data says it for images. */

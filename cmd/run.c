@@ -88,10 +88,14 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
                     .cfg = &a->fsdp,
                     .steps = a->steps,
                     .memory = t->memory,
-                    .init_from = a->init_from};
+                    .init_from = a->init_from,
+                    .held_out = a->val_size}; /* the sampler's, so every scope's */
     if (scope == JOB_STEPS_ONLY) return job;
     int vit = train_args_is_vit(a), big = vit || train_args_is_transformer(a);
     job.eval_data = vit && a->eval ? &t->eval : NULL;
+    job.eval_every = a->eval_every;
+    job.has_best = t->has_best;
+    job.best_val_loss = t->best_val_loss;
     job.save_full = a->save_full;
     job.ckpt_dir = a->ckpt_dir;
     job.ckpt_every = a->ckpt_every;
@@ -157,6 +161,63 @@ static int check_resume_for_run_dir(const TrainRun *t, Err *err) {
     CkptMeta meta;
     int rc = ckpt_meta_read(&meta, t->resume, &t->model, err);
     ckpt_meta_free(&meta);
+    return rc;
+}
+
+/* A resumed run holds out what the checkpoint's run held out: more would validate on images it
+ * trained on, fewer would train on images it validated on, and either changes every epoch's
+ * shuffle. Read here, before anything runs, so that a mismatch (or a damaged meta.json) is one
+ * line and exit 2. */
+static int check_resumed_held_out(const TrainRun *t, Err *err) {
+    const TrainArgs *a = &t->args;
+    if (!t->resume[0]) return 0;
+    CkptMeta m;
+    int rc = ckpt_meta_read(&m, t->resume, &t->model, err);
+    if (!rc && m.held_out != a->val_size && !m.held_out)
+        rc = err_set(err, ERR_USAGE,
+                     "%s was trained on every image of its split; --val-size %ld would validate on "
+                     "images it trained on (resume it without --val-size, or start afresh)",
+                     t->resume, a->val_size);
+    else if (!rc && m.held_out != a->val_size && a->val_size)
+        rc = err_set(err, ERR_USAGE,
+                     "%s was trained with the split's last %ld images held out: resume it with "
+                     "--val-size %ld, not %ld",
+                     t->resume, m.held_out, m.held_out, a->val_size);
+    else if (!rc && m.held_out != a->val_size)
+        rc = err_set(err, ERR_USAGE,
+                     "%s was trained with the split's last %ld images held out: resume it with "
+                     "--val-size %ld, or it would train on them",
+                     t->resume, m.held_out, m.held_out);
+    ckpt_meta_free(&m);
+    return rc;
+}
+
+/* --val-size with --checkpoint-dir D: D/best, where the run keeps the state of its lowest
+ * validation loss, must be fsdp's link or nothing (a save replaces it). A run that resumes
+ * (--resume, or a restart after a failure) goes on from the loss D/best holds, measured on as
+ * many held-out images; a run from the start makes its own best. */
+static int read_best(TrainRun *t, Err *err) {
+    const TrainArgs *a = &t->args;
+    t->has_best = 0;
+    if (!a->val_size || !a->ckpt_dir) return 0;
+    char best[4096];
+    int rc = checkpoint_best(a->ckpt_dir, best, sizeof best, err);
+    if (rc || !best[0] || !t->resume[0]) return rc;
+    CkptMeta m;
+    if ((rc = ckpt_meta_read(&m, best, &t->model, err))) return rc;
+    if (!m.validated)
+        rc = err_set(err, ERR_USAGE,
+                     "%s records no validation loss (.val_loss): it is no best "
+                     "checkpoint fsdp saved",
+                     best);
+    else if (m.held_out != a->val_size)
+        rc = err_set(err, ERR_USAGE,
+                     "%s was chosen on the split's last %ld images held out, this run holds out "
+                     "%ld: give --val-size %ld, or another --checkpoint-dir",
+                     best, m.held_out, a->val_size, m.held_out);
+    t->has_best = !rc;
+    t->best_val_loss = m.val_loss;
+    ckpt_meta_free(&m);
     return rc;
 }
 
@@ -284,17 +345,29 @@ int run_prepare(TrainRun *t, Err *err) {
     if (!rc) rc = fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
     if (rc) return rc;
     long global = (long)a->ranks * a->fsdp.batch_size * a->fsdp.grad_accum;
-    if (global > t->data.n)
+    if (a->val_size >= t->data.n)
+        return err_set(err, ERR_USAGE,
+                       "--val-size %ld holds out the whole %s split (%ld images); it must be "
+                       "below %ld",
+                       a->val_size, a->split, t->data.n, t->data.n);
+    long trained = t->data.n - a->val_size; /* the images the sampler draws from */
+    if (global > trained && a->val_size)
+        return err_set(err, ERR_USAGE,
+                       "--batch-size %d x --ranks %d x --grad-accum %d = %ld samples a step, "
+                       "more than the %ld images --val-size %ld leaves to train on",
+                       a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, trained,
+                       a->val_size);
+    if (global > trained)
         return err_set(err, ERR_USAGE,
                        "--batch-size %d x --ranks %d x --grad-accum %d = %ld samples a step, "
                        "more than the data set's %ld",
                        a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, t->data.n);
-    if (a->epochs) a->steps = (long)a->epochs * (t->data.n / global);
+    if (a->epochs) a->steps = (long)a->epochs * (trained / global);
     if (a->steps > TRAIN_MAX_STEPS) /* a checkpoint of a longer run could not be resumed */
         return err_set(err, ERR_USAGE,
                        "--epochs %d is %ld steps (%ld samples, %ld a step); a run takes at most "
                        "%ld steps",
-                       a->epochs, a->steps, t->data.n, global, TRAIN_MAX_STEPS);
+                       a->epochs, a->steps, trained, global, TRAIN_MAX_STEPS);
     if ((rc = train_args_check_lr_schedule(a, a->steps, err))) return rc; /* --epochs' steps */
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
@@ -309,6 +382,8 @@ int run_prepare(TrainRun *t, Err *err) {
     if ((rc = check_outputs(a, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = check_resume_for_run_dir(t, err))) return rc;
+    if ((rc = check_resumed_held_out(t, err))) return rc;
+    if ((rc = read_best(t, err))) return rc;
     if (t->quiet_rank) return 0;
     if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;
     if ((rc = atomic_open(&t->svg, a->memory_svg, err))) return rc;
@@ -426,6 +501,9 @@ int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, Clu
         fprintf(stderr, "fsdp: restart %d of %d from %s\n", restart, t->args.max_restarts,
                 t->resume[0] ? t->resume : "the beginning (no checkpoint yet)");
         job->resume_from = t->resume[0] ? t->resume : NULL;
+        if ((rc = read_best(t, err))) return rc; /* what the failed run kept as its best */
+        job->has_best = t->has_best;
+        job->best_val_loss = t->best_val_loss;
         memset(t->memory, 0, (size_t)t->args.ranks * sizeof *t->memory);
         *err = (Err){0};
         rc = run_ranks(t, opt, job, res, err);

@@ -31,6 +31,8 @@ typedef struct TrainRun {
     int quiet_rank;       /* ... and not rank 0: prints nothing, opens no output file */
     TrainFaults faults;   /* --fail-at, --kill-in-save: the fault hooks' state, for every run */
     RunDir run_dir;       /* --run-dir's own files (rank 0's) */
+    int has_best;         /* --val-size, resumed: the validation loss D/best holds */
+    double best_val_loss;
 } TrainRun;
 
 /* The model and plan of a run, as a trace's replay needs them: no data, no parameters. */

@@ -112,10 +112,10 @@ int run_dir_open(RunDir *d, const TrainArgs *a, long steps, const char *title, E
 
 /* ---- metrics.jsonl and curves.svg */
 
-/* The set an evaluation ran on, as metrics.jsonl's "split" names it. */
+/* The set an evaluation ran on, as metrics.jsonl's "split" names it: the images --val-size
+ * held out, or the test set. */
 static const char *eval_split(const EvalReport *r) {
-    (void)r; /* one kind of evaluation for now: the held-out test set (train.c's evaluate) */
-    return "test";
+    return r->kind == EVAL_VALIDATION ? "val" : "test";
 }
 
 static const char *split_colour(const char *split) {

@@ -46,6 +46,17 @@ static void print_step(void *user, const StepReport *r) {
     fflush(stdout);
 }
 
+/* The toy's epochs are ten steps of its 256 points: a person sees its loss in the step lines,
+ * and a line per epoch would drown them, so only JSON has them. */
+static void print_epoch(void *user, const EpochReport *r) {
+    Printer *p = user;
+    if (p->json)
+        report_epoch_json(stdout, r);
+    else if (p->vit || p->seq)
+        report_epoch_text(stdout, r);
+    fflush(stdout);
+}
+
 static void print_eval(void *user, const EvalReport *r) {
     Printer *p = user;
     run_dir_eval(p->run_dir, r);
@@ -145,6 +156,7 @@ static int train_execute(TrainRun *t, Err *err) {
     job.log_every = (int)log_every;
     job.on_step = print_step;
     job.on_eval = print_eval;
+    if (vit || tf || a->json) job.on_epoch = print_epoch;
     job.user = &printer;
     /* the memory timeline is drawn from the trace */
     ClusterOptions opt = run_cluster_options(t, a->trace_out || a->memory_svg || a->memory);
@@ -241,8 +253,8 @@ int cmd_train(int argc, char **argv) {
         report_config(stdout, &t.args.fsdp, t.args.model, t.args.ranks, ranks_are(&t));
         long global = (long)t.args.ranks * t.args.fsdp.batch_size * t.args.fsdp.grad_accum;
         if (train_args_is_vit(&t.args))
-            report_data(stdout, &t.data, t.args.split, &t.eval, t.eval_name, t.args.steps,
-                        t.args.epochs, global);
+            report_data(stdout, &t.data, t.args.split, t.args.val_size, &t.eval, t.eval_name,
+                        t.args.steps, t.args.epochs, global);
         if (train_args_is_transformer(&t.args))
             report_text(stdout, text_path(t.args.text), &t.data, t.args.steps, t.args.epochs,
                         global);

@@ -38,6 +38,18 @@ void dataset_free(Dataset *d) {
     d->owned = NULL;
 }
 
+Dataset dataset_tail(const Dataset *d, long n) {
+    Dataset v = *d;
+    size_t first = (size_t)(d->n - n);
+    v.n = n;
+    v.owned = NULL;
+    if (d->inputs) v.inputs = d->inputs + first * d->in_elems;
+    if (d->targets) v.targets = d->targets + first * d->target_elems;
+    if (d->pixels) v.pixels = d->pixels + first * d->in_elems;
+    if (d->labels) v.labels = d->labels + first;
+    return v;
+}
+
 static float init_draw(const ParamSpec *p, uint64_t seed, uint64_t stream, size_t index) {
     switch (p->init) {
     case INIT_ZERO:

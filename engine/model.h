@@ -115,6 +115,9 @@ int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, 
                      size_t config_size, Err *err);
 void model_desc_free(ModelDesc *m);
 void dataset_free(Dataset *d);
+/* A view of d's last n samples (n at most d->n), owning nothing: the held-out images of
+ * --val-size. */
+Dataset dataset_tail(const Dataset *d, long n);
 
 /* Initial value of element `index` (flat, row-major) of parameter p: a pure function of
  * (seed, parameter name, index), so every world size starts from the same bits. */

@@ -18,7 +18,7 @@
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
     long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;
-    return global > 0 ? job->data->n / global : 0;
+    return global > 0 ? (job->data->n - job->held_out) / global : 0;
 }
 
 /* Indices of this rank's samples for every micro-step of `step` (in-epoch position). */
@@ -84,12 +84,13 @@ static double latest_stream_time(Device *d) {
     return t;
 }
 
-/* Rank r evaluates rows [r*chunk, (r+1)*chunk) of the evaluation set in batches of the
- * training batch size; every rank runs the same number of batches (the last ones may be
- * short or empty) because each batch gathers parameters collectively. */
-static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, long step, int epoch,
-                    Err *err) {
-    const Dataset *ds = job->eval_data;
+/* Rank r evaluates rows [r*chunk, (r+1)*chunk) of ds in batches of the training batch size;
+ * every rank runs the same number of batches (the last ones may be short or empty) because
+ * each batch gathers parameters collectively. rep comes with its step, epoch, kind and
+ * epoch_end; every rank gets the totals (the caller decides on them alike), and rank 0 keeps the
+ * report as job->last_eval. */
+static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, const Dataset *ds, long *idx,
+                    EvalReport *rep, Err *err) {
     long B = job->cfg->batch_size, chunk = (ds->n + env->world - 1) / env->world;
     long first = chunk * env->rank, last = first + chunk < ds->n ? first + chunk : ds->n;
     double t0 = clock_seconds();
@@ -106,18 +107,17 @@ static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, long *idx, lon
     float totals[2] = {(float)sums[0], (float)sums[1]};
     int rc = comm_all_reduce(env->world_comm, totals, totals, 2, DTYPE_FP32, REDUCE_SUM, -1, err);
     if (rc) return rc;
-    EvalReport *rep = &job->last_eval;
-    if (env->rank == 0) {
-        *rep = (EvalReport){.step = step,
-                            .epoch = epoch,
-                            .samples = ds->n,
-                            .correct = (long)totals[0],
-                            .wall_time = clock_seconds() - t0};
-        rep->accuracy = ds->n ? (double)totals[0] / (double)ds->n : 0.0;
-        rep->loss = ds->n ? (double)totals[1] / (double)ds->n : 0.0;
-        if (job->on_eval) job->on_eval(job->user, rep);
-    }
+    rep->samples = ds->n;
+    rep->correct = (long)totals[0];
+    rep->wall_time = clock_seconds() - t0;
+    rep->accuracy = ds->n ? (double)totals[0] / (double)ds->n : 0.0;
+    rep->loss = ds->n ? (double)totals[1] / (double)ds->n : 0.0;
+    if (env->rank == 0) job->last_eval = *rep;
     return 0;
+}
+
+static void report_eval(const RankEnv *env, const TrainJob *job, const EvalReport *rep) {
+    if (env->rank == 0 && job->on_eval) job->on_eval(job->user, rep);
 }
 
 /* The values after `done` steps, when the job records them. */
@@ -151,25 +151,34 @@ static int diverged(const TrainJob *job, long step, const char *what, long saved
 }
 
 /* A checkpoint after step `done` when one is due: every ckpt_every steps and at epoch ends;
- * *saved becomes done once it is saved. A state that is not finite is not saved (a gradient
- * that overflowed while the loss stayed finite, with no --clip-grad-norm to see it): that
- * ends the run as a divergence. */
+ * *saved becomes done once it is saved. val: the validation of this step (NULL: none), whose
+ * loss it records; when that is the lowest so far (val->best) the state is also kept as
+ * ckpt_dir/best, and saved for that alone when no checkpoint is due. A state that is not finite
+ * is not saved (a gradient that overflowed while the loss stayed finite, with no
+ * --clip-grad-norm to see it): that ends the run as a divergence. */
 static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long done, int epoch_end,
-                            long *saved, Err *err) {
+                            const EvalReport *val, long *saved, Err *err) {
     if (!job->ckpt_dir) return 0;
-    if (!epoch_end && !(job->ckpt_every > 0 && done % job->ckpt_every == 0)) return 0;
+    int due = epoch_end || (job->ckpt_every > 0 && done % job->ckpt_every == 0);
+    int best = val && val->best;
+    if (!due && !best) return 0;
     CheckpointInfo info = {.model_name = job->model_name ? job->model_name : job->model->name,
                            .strategy = strategy_name(job->cfg->strategy),
                            .step = done,
                            .keep = job->ckpt_keep,
-                           .kill_midway = checkpoint_dies_midway(job, done)};
+                           .kill_midway = checkpoint_dies_midway(job, done),
+                           .held_out = job->held_out,
+                           .validated = val != NULL,
+                           .val_loss = val ? val->loss : 0.0,
+                           .best = best,
+                           .best_only = !due};
     int rc = checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
     if (rc == ERR_DIVERGED) {
         char what[sizeof err->msg + 40];
         snprintf(what, sizeof what, "%s, so its checkpoint was not saved", err->msg);
         return diverged(job, done, what, *saved, err);
     }
-    if (!rc) *saved = done;
+    if (!rc && due) *saved = done; /* best alone is no step --resume auto takes */
     return rc;
 }
 
@@ -193,20 +202,85 @@ static int step_diverged(const TrainJob *job, const StepStats *st, long step, lo
     return diverged(job, step, what, saved, err);
 }
 
+/* Each epoch's mean loss: every rank adds up its own step losses (a logged step's is already
+ * the global batch's mean, an unlogged one the rank's slice's: their average over ranks is the
+ * global batch's mean either way), and at the epoch's end one all-reduce averages the sums over
+ * the ranks. So no step pays a collective for it, and the mean is every step's, logged or not. */
+typedef struct EpochLoss {
+    double sum;
+    long steps;
+} EpochLoss;
+
+static int epoch_mean(const RankEnv *env, TrainJob *job, const EpochLoss *acc, int epoch, long done,
+                      Err *err) {
+    float sum = (float)acc->sum;
+    int rc = comm_all_reduce(env->world_comm, &sum, &sum, 1, DTYPE_FP32, REDUCE_AVG, -1, err);
+    if (rc) return rc;
+    long per_epoch = train_steps_per_epoch(job, env->world);
+    EpochReport rep = {.epoch = epoch + 1,
+                       .epochs = (int)((job->steps + per_epoch - 1) / per_epoch),
+                       .step = done,
+                       .steps = acc->steps,
+                       .loss = acc->steps ? (double)sum / (double)acc->steps : 0.0};
+    if (env->rank == 0) job->on_epoch(job->user, &rep);
+    return 0;
+}
+
+/* The lowest validation loss so far, each rank's own copy (the simulator's ranks share the job):
+ * every rank updates it alike, from the same all-reduced totals. */
+typedef struct BestLoss {
+    int known;
+    double loss;
+} BestLoss;
+
+/* After step `done`: the held-out images at an epoch's end and every eval_every steps, then
+ * eval_data after the last step; with none held out, eval_data at an epoch's end. *val becomes
+ * the validation's report (its kind EVAL_VALIDATION only when there was one), marked best when
+ * it beat *so_far, which it then becomes. */
+static int evaluate_step(const RankEnv *env, TrainJob *job, Engine *e, long *idx, long done,
+                         int epoch_end, BestLoss *so_far, EvalReport *val, Err *err) {
+    long per_epoch = train_steps_per_epoch(job, env->world);
+    EvalReport rep = {
+        .step = done, .epoch = (int)((done + per_epoch - 1) / per_epoch), .epoch_end = epoch_end};
+    if (job->held_out > 0 && (epoch_end || (job->eval_every > 0 && done % job->eval_every == 0))) {
+        Dataset held = dataset_tail(job->data, job->held_out);
+        rep.kind = EVAL_VALIDATION;
+        int rc = evaluate(env, job, e, &held, idx, &rep, err);
+        if (rc) return rc;
+        /* a nan loss is no better than any */
+        rep.best = isfinite(rep.loss) && (!so_far->known || rep.loss < so_far->loss);
+        if (rep.best) *so_far = (BestLoss){1, rep.loss};
+        report_eval(env, job, &rep);
+        *val = rep;
+    }
+    int test = job->held_out > 0 ? done == job->steps : epoch_end;
+    if (job->eval_data && test) {
+        rep.kind = job->held_out > 0 ? EVAL_TEST : EVAL_EACH_EPOCH;
+        rep.best = 0;
+        int rc = evaluate(env, job, e, job->eval_data, idx, &rep, err);
+        if (rc) return rc;
+        report_eval(env, job, &rep);
+    }
+    return 0;
+}
+
 static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, long *perm,
                      long *idx, Err *err) {
     long per_epoch = train_steps_per_epoch(job, env->world);
     long saved = job->resume_from ? first : -1; /* the newest checkpoint's step */
     long global_batch = (long)env->world * job->cfg->batch_size * job->cfg->grad_accum;
     int epoch = -1;
+    EpochLoss epoch_loss = {0};
+    BestLoss best_so_far = {job->has_best, job->best_val_loss};
     for (long s = first; s < job->steps; s++) {
         int rc = step_begins(env, job, s + 1, err);
         if (rc) return rc;
-        if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch */
+        if (s / per_epoch != epoch) { /* a fresh seeded shuffle each epoch, of what it trains on */
             epoch = (int)(s / per_epoch);
+            epoch_loss = (EpochLoss){0};
             if (perm)
                 rng_permutation(job->cfg->seed, 0x5eed0000ULL + (uint64_t)epoch, perm,
-                                job->data->n);
+                                job->data->n - job->held_out);
         }
         /* the first step too, so a log always shows where the loss started */
         int log =
@@ -228,12 +302,19 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
         rep.images_per_s = rep.wall_time > 0 ? (double)global_batch / rep.wall_time : 0.0;
         rep.peak_bytes = env->dev->memory.on_gpu.peak;
         if (log && env->rank == 0 && job->on_step) job->on_step(job->user, &rep);
+        epoch_loss.sum += rep.stats.loss;
+        epoch_loss.steps++;
         if ((rc = record_values(job, e, s + 1, err))) return rc;
         int epoch_end = (s + 1) % per_epoch == 0 || s + 1 == job->steps;
-        if (job->eval_data && epoch_end &&
-            (rc = evaluate(env, job, e, idx, s + 1, (int)((s + per_epoch) / per_epoch), err)))
+        if (epoch_end && job->on_epoch &&
+            (rc = epoch_mean(env, job, &epoch_loss, epoch, s + 1, err)))
             return rc;
-        if ((rc = maybe_checkpoint(env, job, e, s + 1, epoch_end, &saved, err))) return rc;
+        EvalReport val = {.kind = EVAL_EACH_EPOCH}; /* none, unless it becomes a validation's */
+        if ((rc = evaluate_step(env, job, e, idx, s + 1, epoch_end, &best_so_far, &val, err)))
+            return rc;
+        if ((rc = maybe_checkpoint(env, job, e, s + 1, epoch_end,
+                                   val.kind == EVAL_VALIDATION ? &val : NULL, &saved, err)))
+            return rc;
     }
     return 0;
 }
@@ -347,8 +428,9 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (train_steps_per_epoch(job, env->world) < 1 && job->steps > 0)
         return err_set(err, ERR_USAGE,
                        "a global batch of %d ranks x %d samples x %d micro-steps is larger than "
-                       "the %ld samples of the data set",
-                       env->world, job->cfg->batch_size, job->cfg->grad_accum, job->data->n);
+                       "the %ld samples trained on",
+                       env->world, job->cfg->batch_size, job->cfg->grad_accum,
+                       job->data->n - job->held_out);
     Engine *e = NULL;
     long *perm = job->no_sampler ? NULL : malloc((size_t)job->data->n * sizeof(long));
     long *idx = calloc((size_t)job->cfg->batch_size * job->cfg->grad_accum, sizeof(long));

@@ -11,6 +11,8 @@
  * epoch as an int, a step's place in the epoch times world, batch and micro-steps as a long)
  * holds well within it. */
 #define TRAIN_MAX_STEPS 1000000000L
+/* The most samples a run holds out for validation (--val-size, a checkpoint's held_out). */
+#define TRAIN_MAX_HELD_OUT 1000000000L
 
 typedef struct RankMemory {
     size_t rest[MEM_CATEGORY_COUNT];    /* after the last step */
@@ -36,17 +38,34 @@ typedef struct StepReport {
     size_t peak_bytes; /* rank 0's GPU memory peak so far (accounted), as max_memory_allocated */
 } StepReport;
 
+/* What an evaluation measured: eval_data at each epoch's end (no images held out), the
+ * held-out images (TrainJob.held_out), or eval_data once after the last step (with them). */
+typedef enum { EVAL_EACH_EPOCH, EVAL_VALIDATION, EVAL_TEST } EvalKind;
+
 typedef struct EvalReport {
     long step; /* steps done when it ran */
     int epoch; /* epochs completed, counting a partial one */
+    EvalKind kind;
+    int epoch_end; /* at an epoch's end or after the last step; else an eval_every step */
+    int best;      /* validation: the lowest loss of the run so far */
     long samples, correct;
     double accuracy; /* correct / samples */
     double loss;     /* mean over samples */
     double wall_time;
 } EvalReport;
 
+/* An epoch's end (or the run's, part-way through one): the mean of its steps' losses. */
+typedef struct EpochReport {
+    int epoch;   /* 1-based */
+    int epochs;  /* of the whole run, counting a partial one */
+    long step;   /* steps done */
+    long steps;  /* the epoch's steps this run took (fewer when it resumed or ends mid-epoch) */
+    double loss; /* the mean over them of each step's loss (each the global batch's mean) */
+} EpochReport;
+
 typedef void (*StepCallback)(void *user, const StepReport *r);
 typedef void (*EvalCallback)(void *user, const EvalReport *r);
+typedef void (*EpochCallback)(void *user, const EpochReport *r);
 
 /* What a caller runs at points of the loop, the loop not knowing why (train_fault_hooks, for
  * one). Every rank calls them, from its own thread in the simulator. Each may be NULL. */
@@ -84,6 +103,21 @@ typedef struct TrainJob {
     /* Evaluation on eval_data (NULL: none) at each epoch's end and after the last step. */
     const Dataset *eval_data;
     EvalCallback on_eval; /* called by rank 0; may be NULL */
+    /* Held-out validation (--val-size): the last held_out samples of data are never trained on
+     * (each epoch's permutation is of the first n - held_out) and are evaluated at each epoch's
+     * end and every eval_every steps (0: epoch ends only); eval_data is then evaluated once,
+     * after the last step. 0: nothing held out. */
+    long held_out;
+    long eval_every;
+    /* Each epoch's mean loss, to rank 0's on_epoch at its end (NULL: not measured, and no
+     * collective for it): each rank sums its own step losses and one all-reduce at the epoch's
+     * end averages the sums, so no step pays a collective for it. */
+    EpochCallback on_epoch;
+    /* With ckpt_dir and held_out, the state of the lowest validation loss is kept as
+     * ckpt_dir/best (checkpoint.h). A resumed run sets has_best and best_val_loss to what best
+     * holds already; a validation must do better to replace it. */
+    int has_best;
+    double best_val_loss;
     void *user;
     /* Starting parameters (model->total_numel floats in model order), NULL: the seeded
      * initialization. */
@@ -121,7 +155,8 @@ typedef struct TrainJob {
     EvalReport last_eval;
 } TrainJob;
 
-/* Steps per epoch with drop-last: data size / (ranks x batch x grad_accum). */
+/* Steps per epoch with drop-last: the samples trained on (those not held out) / (ranks x batch
+ * x grad_accum). */
 long train_steps_per_epoch(const TrainJob *job, int world);
 
 /* Loads a weights file (PyTorch's names, checked with weights_open) into the engine: each rank

@@ -219,6 +219,17 @@ static void write_config_json(FILE *f, const ModelDesc *m) {
             c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes);
 }
 
+/* --val-size: how many samples the run holds out and, when they were evaluated at this step, their
+ * mean loss, with every digit a double has (a resumed run compares its validations with the
+ * loss of dir/best). A loss that is not finite is left out: JSON has no nan, and it is no best. */
+static void write_validation_json(FILE *f, const CheckpointInfo *info) {
+    if (info->held_out <= 0) return;
+    fprintf(f, "\"held_out\":%ld", info->held_out);
+    if (info->validated && isfinite(info->val_loss))
+        fprintf(f, ",\"val_loss\":%.17g", info->val_loss);
+    fputs(",\n", f);
+}
+
 /* meta.json's last line is `"crc32":N}`: N is the CRC32 (zlib's) of every byte before that
  * line. A line of its own rather than a member computed over some canonical form of the rest,
  * so that a reader checks it on the bytes, before it parses or believes anything, and so can a
@@ -241,6 +252,7 @@ static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const c
             "\"world\":%d,\"step\":%ld,\"adam_steps\":%ld,\"loss_scale\":%.9g,\"good_steps\":%d,\n",
             CHECKPOINT_VERSION, info->model_name, info->strategy, env->world, info->step, c.steps,
             (double)c.loss_scale, c.good_steps);
+    write_validation_json(f, info);
     write_config_json(f, m);
     write_tensors_json(f, m);
     fputs("\"pieces\":[", f);
@@ -302,8 +314,128 @@ static void prune(const char *dir, int keep, long newest) {
     }
 }
 
+/* ---------------------------------------------------------------- the best checkpoint
+ *
+ * dir/best is a symbolic link to dir/.best-NNNNNNNN, a checkpoint directory like the others. A
+ * new best is made whole beside the old one and synced; then a link to it, made under a
+ * temporary name, is renamed over dir/best, which rename(2) does atomically; then the old
+ * directory goes. Killed at any point, dir/best is the old best or the new one, whole, and what
+ * is left over (a directory no link names) is removed by the next best's save. A link rather
+ * than a directory renamed into place: rename(2) replaces a link, never a directory that has
+ * files, and `ls -l` shows which step is the best. Its files are hard links to the step's own,
+ * which are never written again once renamed into place, so the best costs no space and
+ * outlives the step's directory when --keep prunes it; a file system without hard links gets a
+ * copy. */
+
+static const char BEST_LINK[] = "best", BEST_PREFIX[] = ".best-";
+
+static int copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = in ? fopen(to, "wb") : NULL;
+    int ok = in && out;
+    char buf[1 << 16];
+    for (size_t n; ok && (n = fread(buf, 1, sizeof buf, in)) > 0;) ok = fwrite(buf, 1, n, out) == n;
+    ok = ok && !ferror(in) && sync_file(out) == 0;
+    if (out && fclose(out)) ok = 0;
+    if (in) fclose(in);
+    return ok ? 0 : -1;
+}
+
+/* Every file of checkpoint directory `from` (its rank files and meta.json) into `to`. */
+static int link_checkpoint_files(const char *from, const char *to, Err *err) {
+    DIR *d = opendir(from);
+    if (!d) return err_set(err, ERR_IO, "cannot read %s: %s", from, strerror(errno));
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        if (strncmp(e->d_name, "rank-", 5) && strcmp(e->d_name, "meta.json")) continue;
+        char src[FILE_MAX], dst[FILE_MAX];
+        if (path_of(src, sizeof src, from, e->d_name) || path_of(dst, sizeof dst, to, e->d_name))
+            rc = err_set(err, ERR_IO, "checkpoint path too long: %.200s...", to);
+        else if (link(src, dst) != 0 && copy_file(src, dst) != 0)
+            rc =
+                err_set(err, ERR_IO, "cannot link or copy %s to %s: %s", src, dst, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+/* The name dir/best points to ("" when there is no link); 0, or -1 when dir/best is something
+ * other than a symbolic link. */
+static int best_target(const char *dir, char *target, size_t n) {
+    char link_path[FILE_MAX];
+    struct stat sb;
+    path_of(link_path, sizeof link_path, dir, BEST_LINK);
+    target[0] = 0;
+    if (lstat(link_path, &sb) != 0) return 0;
+    if (!S_ISLNK(sb.st_mode)) return -1;
+    ssize_t len = readlink(link_path, target, n - 1);
+    target[len > 0 ? len : 0] = 0;
+    return 0;
+}
+
+/* Removes what earlier bests left: every dir/.best-* but `keep`. */
+static void remove_old_bests(const char *dir, const char *keep) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char names[64][64];
+    int n = 0;
+    while ((e = readdir(d)) && n < 64) {
+        size_t len = strlen(e->d_name);
+        if (!strncmp(e->d_name, BEST_PREFIX, sizeof BEST_PREFIX - 1) && strcmp(e->d_name, keep) &&
+            len < sizeof names[0])
+            memcpy(names[n++], e->d_name, len + 1); /* ours are .best-NNNNNNNN[.1] */
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        char path[FILE_MAX];
+        path_of(path, sizeof path, dir, names[i]);
+        remove_checkpoint_dir(path);
+    }
+}
+
+/* Makes `from` dir/best: moved (best_only: the step's temporary directory) or linked file by file
+ * (a published step-NNNNNNNN) into dir/.best-NNNNNNNN, which dir/best then points to. The same
+ * step made best again (a restarted run's) goes to .best-NNNNNNNN.1, so that the directory the
+ * link still names is never the one being made. */
+static int publish_best(const char *dir, const char *from, int move, long step, Err *err) {
+    char current[256], name[64], path[FILE_MAX], link_tmp[FILE_MAX], link_path[FILE_MAX];
+    if (best_target(dir, current, sizeof current))
+        return err_set(err, ERR_USAGE, "%s/%s is not the link fsdp keeps to the best checkpoint",
+                       dir, BEST_LINK);
+    snprintf(name, sizeof name, "%s%08ld", BEST_PREFIX, step);
+    if (!strcmp(current, name)) snprintf(name, sizeof name, "%s%08ld.1", BEST_PREFIX, step);
+    path_of(path, sizeof path, dir, name);
+    remove_checkpoint_dir(path); /* what a killed save left behind */
+    if (move ? rename(from, path) != 0 : mkdir(path, 0777) != 0)
+        return err_set(err, ERR_IO, "cannot make %s: %s", path, strerror(errno));
+    int rc = move ? 0 : link_checkpoint_files(from, path, err);
+    if (rc) return rc;
+    sync_dir(path);
+    path_of(link_tmp, sizeof link_tmp, dir, ".best.link.tmp");
+    path_of(link_path, sizeof link_path, dir, BEST_LINK);
+    unlink(link_tmp);
+    if (symlink(name, link_tmp) != 0 || rename(link_tmp, link_path) != 0)
+        return err_set(err, ERR_IO, "cannot point %s at %s: %s", link_path, name, strerror(errno));
+    sync_dir(dir);
+    remove_old_bests(dir, name);
+    return 0;
+}
+
+int checkpoint_best(const char *dir, char *path, size_t n, Err *err) {
+    char target[256];
+    path[0] = 0;
+    if (best_target(dir, target, sizeof target))
+        return err_set(err, ERR_USAGE,
+                       "%s/%s is not the link fsdp keeps to the best checkpoint (a symbolic link "
+                       "to %s/.best-NNNNNNNN): move it away, or give another --checkpoint-dir",
+                       dir, BEST_LINK, dir);
+    if (target[0]) snprintf(path, n, "%s/%s", dir, BEST_LINK);
+    return 0;
+}
+
 /* Rank 0's part once every rank's files are on disk: the merged metadata, then the rename
- * that makes the checkpoint exist. */
+ * that makes the checkpoint exist (and, for the best, the link that names it). */
 static int publish(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
                    const char *tmp, const CheckpointInfo *info, Err *err) {
     int rc = write_meta(env, e, m, tmp, info, err);
@@ -314,6 +446,7 @@ static int publish(const RankEnv *env, Engine *e, const ModelDesc *m, const char
     }
     if (rc) return rc;
     sync_dir(tmp);
+    if (info->best_only) return publish_best(dir, tmp, 1, info->step, err);
     char final[4096];
     snprintf(final, sizeof final, "%s/step-%08ld", dir, info->step);
     remove_checkpoint_dir(final); /* the same step saved again replaces it */
@@ -321,7 +454,7 @@ static int publish(const RankEnv *env, Engine *e, const ModelDesc *m, const char
         return err_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     sync_dir(dir);
     prune(dir, info->keep, info->step);
-    return 0;
+    return info->best ? publish_best(dir, final, 0, info->step, err) : 0;
 }
 
 /* Rank 0 makes the directory and a fresh temporary one before anybody writes. */
@@ -513,6 +646,39 @@ static int read_counters(CkptMeta *c, const char *meta, const cJSON *root, Err *
     c->step = (long)step;
     c->counters =
         (EngineCounters){.steps = (long)adam, .loss_scale = (float)s, .good_steps = (int)good};
+    return 0;
+}
+
+/* held_out and val_loss, written by a run with --val-size: optional, but believed only in range,
+ * and a loss only with the samples it was measured on. */
+static int read_validation(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
+    const cJSON *held = cJSON_GetObjectItemCaseSensitive(root, "held_out");
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(root, "val_loss");
+    double n = 0;
+    int rc = held ? whole_field(meta, root, "", "held_out", 1, (double)TRAIN_MAX_HELD_OUT,
+                                " (the samples --val-size held out)", &n, err)
+                  : 0;
+    if (rc || !loss) {
+        c->held_out = (long)n;
+        return rc;
+    }
+    if (!held)
+        return err_set(err, ERR_USAGE,
+                       "%s: .val_loss is there but .held_out is missing: a validation loss needs "
+                       "the samples it was measured on",
+                       meta);
+    if (!cJSON_IsNumber(loss))
+        return err_set(err, ERR_USAGE,
+                       "%s: .val_loss is not a number; it must be a finite number "
+                       "from 0 (a mean loss)",
+                       meta);
+    if (!(isfinite(loss->valuedouble) && loss->valuedouble >= 0))
+        return err_set(err, ERR_USAGE,
+                       "%s: .val_loss is %.15g; it must be a finite number from 0 (a mean loss)",
+                       meta, loss->valuedouble);
+    c->held_out = (long)n;
+    c->validated = 1;
+    c->val_loss = loss->valuedouble;
     return 0;
 }
 
@@ -974,6 +1140,7 @@ static int read_root(CkptMeta *c, const cJSON *root, const char *meta, int seale
                      "fsdp read the first)",
                      meta, twice);
     if (!rc) rc = read_counters(c, meta, root, err);
+    if (!rc) rc = read_validation(c, meta, root, err);
     if (!rc) rc = read_names(c, meta, root, err);
     if (rc) return rc;
     c->version = CHECKPOINT_VERSION;

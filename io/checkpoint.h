@@ -7,7 +7,9 @@
  * when complete, so a killed save leaves the previous one intact. Loading reads, for each piece
  * a rank keeps now, the overlapping rows of whichever saved pieces hold them: that is
  * resharding. The reader below (CkptMeta) serves loading and the tools of `fsdp ckpt` alike: it
- * reads meta.json without a model, and reads or verifies one piece at a time. */
+ * reads meta.json without a model, and reads or verifies one piece at a time. D/best, the state
+ * of a run's lowest validation loss, is a symbolic link to a checkpoint directory of its own
+ * (checkpoint_save). */
 #ifndef FSDP_CHECKPOINT_H
 #define FSDP_CHECKPOINT_H
 
@@ -29,12 +31,24 @@ typedef struct CheckpointInfo {
     int keep;               /* complete checkpoints to keep in the directory (0: all) */
     int kill_midway;        /* fault injection: rank 0 SIGKILLs the whole process right after
                              * handing over its first piece: rank files begun, no meta.json */
+    long held_out;          /* samples the run holds out for validation (recorded; 0: none) */
+    int validated;          /* the held-out samples were evaluated at this step: */
+    double val_loss;        /* ... their mean loss (recorded when finite) */
+    int best;               /* keep it as D/best too (the lowest validation loss so far) */
+    int best_only;          /* ... and as nothing else: no D/step-NNNNNNNN */
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
  * env->world_comm calls it (barriers order the writing, the merge and the rename). A state that
  * holds a value that is not finite (nan, inf) on any rank is not saved: every rank returns
- * ERR_DIVERGED naming the first such tensor and kind, and nothing is left in dir. */
+ * ERR_DIVERGED naming the first such tensor and kind, and nothing is left in dir.
+ *
+ * With info->best it becomes dir/best as well: a symbolic link to dir/.best-NNNNNNNN (hard
+ * links to the step's files, which are never written again, or the files themselves with
+ * best_only), made whole and synced before the link is replaced by one rename(2), so a save
+ * killed at any point leaves dir/best the old best or the new one, whole. prune (keep) and
+ * checkpoint_latest look only at step-NNNNNNNN: --keep never removes the best, and --resume auto
+ * never picks it. */
 int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const char *dir,
                     const CheckpointInfo *info, Err *err);
 
@@ -47,6 +61,11 @@ int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step,
 
 /* The newest complete checkpoint in dir into path ("" when there is none). */
 int checkpoint_latest(const char *dir, char *path, size_t n, Err *err);
+
+/* dir/best into path, when there is one ("" when there is none); a dir/best that is not a
+ * symbolic link (so not the one checkpoint_save keeps) is refused (ERR_USAGE): a save would
+ * have to remove it. */
+int checkpoint_best(const char *dir, char *path, size_t n, Err *err);
 
 /* ---------------------------------------------------------------- reading, for any reader */
 
@@ -80,6 +99,9 @@ typedef struct CkptMeta {
     int world;
     long step;
     EngineCounters counters;
+    long held_out;   /* samples held out for validation (0: none recorded) */
+    int validated;   /* val_loss recorded: */
+    double val_loss; /* the held-out samples' mean loss at this step */
     CkptTensor *tensors;
     int ntensors;
     CkptPiece *pieces; /* in meta.json's order (rank by rank, in each rank's file order) */
@@ -104,7 +126,8 @@ typedef struct CkptMeta {
  * expect, the tensors must also be that model's, name for name and shape for shape (another
  * model's checkpoint says so, with both shapes). Failures (ERR_USAGE) are one line naming the
  * file and the field (by its jq path: .step, .tensors[3].shape). On failure *out is empty and
- * safe to ckpt_meta_free. */
+ * safe to ckpt_meta_free. The optional fields: held_out a whole number from 1 to
+ * TRAIN_MAX_HELD_OUT, val_loss a finite number at least 0, only beside held_out. */
 int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err *err);
 void ckpt_meta_free(CkptMeta *m);
 

@@ -146,15 +146,28 @@ Test(cli, print_plan_shows_the_workshop_table) {
 
 Test(cli, json_lines_show_the_loss_falling) {
     char *out = stdout_of("train --ranks 3 --steps 60 --batch-size 8 --json");
-    int lines = 0, memory = 0;
-    double first = 0, last = 0;
+    int lines = 0, memory = 0, epochs = 0;
+    double first = 0, last = 0, epoch_sum = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
-        long step;
+        long step, steps;
         double loss;
         unsigned long peak;
+        int epoch;
         if (sscanf(line, "{\"peak_bytes\":%lu,", &peak) == 1) { /* the last line */
             cr_expect_eq(peak, 312, "the toy's peak at 3 ranks: %s", line);
             memory++;
+            continue;
+        }
+        /* each epoch's end (10 steps of 24 of the 256 points): the mean of its step lines */
+        if (sscanf(line,
+                   "{\"epoch_end\":true,\"epoch\":%d,\"step\":%ld,\"steps\":%ld,"
+                   "\"train_loss\":%lf}",
+                   &epoch, &step, &steps, &loss) == 4) {
+            cr_expect_eq(epoch, ++epochs, "%s", line);
+            cr_expect_eq(step, lines, "%s", line);
+            cr_expect_eq(steps, 10, "%s", line);
+            cr_expect_float_eq(loss, epoch_sum / 10, 1e-5 * loss, "%s", line);
+            epoch_sum = 0;
             continue;
         }
         cr_expect_eq(memory, 0, "the memory line comes last");
@@ -163,9 +176,11 @@ Test(cli, json_lines_show_the_loss_falling) {
         cr_expect_eq(step, lines + 1);
         if (!lines) first = loss;
         last = loss;
+        epoch_sum += loss;
         lines++;
     }
     cr_expect_eq(lines, 60);
+    cr_expect_eq(epochs, 6);
     cr_expect_eq(memory, 1);
     cr_expect_lt(last, 0.2 * first, "loss %g -> %g", first, last);
     free(out);
@@ -215,11 +230,15 @@ Test(cli, vit_json_has_steps_and_an_evaluation) {
     /* a small ViT trained on the test split for 3 steps, evaluated on held-out train images */
     char *out = stdout_of("train --model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 "
                           "--split test --steps 3 --batch-size 16 --ranks 2 --json");
-    int steps = 0, evals = 0, memory = 0;
+    int steps = 0, evals = 0, memory = 0, epochs = 0;
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
         cJSON *o = cJSON_Parse(line);
         cr_assert(o, "not JSON: %s", line);
-        if (cJSON_GetObjectItem(o, "eval")) {
+        if (cJSON_GetObjectItem(o, "epoch_end")) { /* the run ends in its first epoch */
+            cr_expect_eq(cJSON_GetObjectItem(o, "steps")->valueint, 3, "%s", line);
+            cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(o, "train_loss")), "%s", line);
+            epochs++;
+        } else if (cJSON_GetObjectItem(o, "eval")) {
             const cJSON *acc = cJSON_GetObjectItem(o, "test_accuracy");
             cr_assert(cJSON_IsNumber(acc), "%s", line);
             cr_expect(acc->valuedouble >= 0.0 && acc->valuedouble <= 1.0, "%s", line);
@@ -242,6 +261,7 @@ Test(cli, vit_json_has_steps_and_an_evaluation) {
         cJSON_Delete(o);
     }
     cr_expect_eq(steps, 3);
+    cr_expect_eq(epochs, 1);
     cr_expect_eq(evals, 1);
     cr_expect_eq(memory, 1);
     free(out);

@@ -70,11 +70,12 @@ Test(progress, the_bar_fills_over_the_run_and_ends_a_line_each_epoch) {
     }
 }
 
-/* The first `n` progress lines ("epoch ...") of `out`, each up to its "loss", into lines. */
+/* The first `n` progress lines ("epoch ...  step ...", not an epoch's mean, "epoch 1/1:
+ * training loss ...") of `out`, each up to its "loss", into lines. */
 static int progress_lines(char *out, char lines[][32], int n) {
     int got = 0;
     for (char *line = strtok(out, "\n"); line && got < n; line = strtok(NULL, "\n")) {
-        if (strncmp(line, "epoch ", 6)) continue;
+        if (strncmp(line, "epoch ", 6) || !strstr(line, "  step ")) continue;
         char *loss = strstr(line, "  loss");
         cr_assert(loss, "%s", line);
         snprintf(lines[got++], 32, "%.*s", (int)(loss - line), line);

@@ -96,10 +96,20 @@ Test(run_dir, the_toy_run_dir_holds_its_files_and_a_line_per_step) {
     cr_expect(!exists("%s/checkpoints/step-00000004", r), "keep 3 (the default)");
     cr_expect(!exists("%s/memory.svg", r) && !exists("%s/trace.json", r), "not asked");
 
-    /* stdout's JSON: a line per step, then the memory line */
+    /* stdout's JSON: a line per step, then the memory line (and each epoch's end's, set aside:
+     * 10 steps an epoch, and the run's end part-way through the second) */
     cJSON *printed = cJSON_CreateArray();
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
-        cJSON_AddItemToArray(printed, cJSON_Parse(line));
+    int epoch_ends = 0;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *o = cJSON_Parse(line);
+        if (cJSON_GetObjectItem(o, "epoch_end")) {
+            epoch_ends++;
+            cJSON_Delete(o);
+        } else {
+            cJSON_AddItemToArray(printed, o);
+        }
+    }
+    cr_expect_eq(epoch_ends, 2);
     cr_assert_eq(cJSON_GetArraySize(printed), 13, "12 steps and the memory line");
     const cJSON *memory = cJSON_GetArrayItem(printed, 12);
     double peak0 = cJSON_GetArrayItem(field(memory, "rank_peaks"), 0)->valuedouble;

@@ -18,10 +18,16 @@
 /* A transformer as small: one block of width 16 over sequences of 16 bytes of the default text. */
 #define SMALL_TF "--model transformer --layers 1 --hidden 16 --heads 2 --mlp 16 --seq 16"
 
-typedef enum { TOY, VIT, TF } Saved;
+/* ... the small ViT holding out its split's last 200 images, validated at step 4 (--val-size) */
+#define HELD_OUT_VIT                                                                               \
+    "--model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 --split test --val-size 200 "      \
+    "--eval-every 4"
+
+typedef enum { TOY, VIT, TF, HELD } Saved;
 
 /* What each edit starts from: a step-4 checkpoint of the toy at 3 ranks, the small ViT or the
- * small transformer at 2, and the run that resumes it. */
+ * small transformer at 2 (HELD: the ViT with "held_out" and "val_loss"), and the run that
+ * resumes it. */
 static const struct {
     const char *train, *resume;
 } saved[] = {
@@ -30,6 +36,8 @@ static const struct {
              "train " SMALL_VIT " --ranks 2 --batch-size 8 --steps 6"},
     [TF] = {"train " SMALL_TF " --ranks 2 --batch-size 4 --steps 4",
             "train " SMALL_TF " --ranks 2 --batch-size 4 --steps 6"},
+    [HELD] = {"train " HELD_OUT_VIT " --ranks 2 --batch-size 8 --steps 4",
+              "train " HELD_OUT_VIT " --ranks 2 --batch-size 8 --steps 6"},
 };
 
 typedef struct MetaCase {
@@ -66,7 +74,7 @@ static void shell(const char *cmd) {
 
 /* dir/base-F/ck: the checkpoint of saved[from], trained once per test process. */
 static void save_once(Saved from) {
-    static int made[3];
+    static int made[4];
     if (made[from]) return;
     char cmd[256];
     snprintf(cmd, sizeof cmd, "mkdir -p %s/base-%d", dir, (int)from);
@@ -262,6 +270,32 @@ Test(checkpoint_meta, the_transformers_config_is_checked_as_the_vits, .timeout =
          "describes (layers 2, heads 2, hidden 16, mlp 16, seq 16, vocab 256) has 29"},
         {TF, "sed -i 's/\"model\":\"transformer\"/\"model\":\"vit-tiny\"/' meta.json", 1,
          "step-00000004/meta.json: .config.seq is no size of a ViT"},
+    };
+    run_cases(cases, sizeof cases / sizeof *cases);
+}
+
+/* --val-size's fields: how many images were held out, and their loss at the step. Optional, but
+ * believed only in range, and a loss only beside the count it was measured on. */
+Test(checkpoint_meta, the_held_out_count_and_the_validation_loss, .timeout = 120) {
+    const MetaCase cases[] = {
+        {HELD, "sed -i 's/\"held_out\":200,/\"held_out\":0,/' meta.json", 1,
+         "step-00000004/meta.json: .held_out is 0; it must be a whole number from 1 to "
+         "1000000000 (the samples --val-size held out)"},
+        {HELD, "sed -i 's/\"held_out\":200,/\"held_out\":2.5,/' meta.json", 1,
+         "step-00000004/meta.json: .held_out is 2.5; it must be a whole number from 1 to "
+         "1000000000"},
+        {HELD, "sed -i 's/\"held_out\":200,/\"held_out\":\"200\",/' meta.json", 1,
+         "step-00000004/meta.json: .held_out is not a number; it must be a whole number"},
+        {HELD, "sed -i 's/\"val_loss\":[^,]*,/\"val_loss\":-0.5,/' meta.json", 1,
+         "step-00000004/meta.json: .val_loss is -0.5; it must be a finite number from 0 (a mean "
+         "loss)"},
+        {HELD, "sed -i 's/\"val_loss\":[^,]*,/\"val_loss\":1e999,/' meta.json", 1,
+         "step-00000004/meta.json: .val_loss is inf; it must be a finite number from 0"},
+        {HELD, "sed -i 's/\"val_loss\":[^,]*,/\"val_loss\":\"low\",/' meta.json", 1,
+         "step-00000004/meta.json: .val_loss is not a number; it must be a finite number from 0"},
+        {HELD, "sed -i 's/\"held_out\":200,//' meta.json", 1,
+         "step-00000004/meta.json: .val_loss is there but .held_out is missing: a validation "
+         "loss needs the samples it was measured on"},
     };
     run_cases(cases, sizeof cases / sizeof *cases);
 }
