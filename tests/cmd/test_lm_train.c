@@ -32,7 +32,7 @@ static void first_last_loss(const char *out, double *first, double *last) {
 /* Invariant 1 through the whole command: the same text, 8 sequences a step, on 1 rank and on
  * 4 (zero3), end at parameters within 1e-5 of each other (--dump-params); the loss starts at
  * ln 256 = 5.545 (a fresh model spreads its bets evenly over the bytes) and falls. */
-Test(lm_train, one_rank_and_four_learn_the_same_parameters, .timeout = 120) {
+Test(lm_train, one_rank_and_four_learn_the_same_parameters) {
     char dir[256], text[300], one[300], four[300];
     fresh_test_dir(dir, sizeof dir, "lm_train", "ranks");
     write_text(dir, "text.txt", text, sizeof text);

@@ -25,7 +25,7 @@ static void train_alphabet(void) {
                  text, weights));
 }
 
-Test(sample, a_model_of_the_alphabet_continues_it, .timeout = 60) {
+Test(sample, a_model_of_the_alphabet_continues_it) {
     train_alphabet();
     char *out = fsdp_ok("sample --weights %s --prompt abc --tokens 40", weights);
     cr_expect_str_eq(out, "abcdefghijklmnopqrstuvwxyz\nabcdefghijklmnop\n");
@@ -51,7 +51,7 @@ Test(sample, a_model_of_the_alphabet_continues_it, .timeout = 60) {
     remove_test_dir(dir);
 }
 
-Test(sample, bad_input_is_one_line_and_exit_2, .timeout = 60) {
+Test(sample, bad_input_is_one_line_and_exit_2) {
     char vit[300], cmd[2][700];
     train_alphabet();
     snprintf(vit, sizeof vit, "%s/vit.safetensors", dir);

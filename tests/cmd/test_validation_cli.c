@@ -105,7 +105,7 @@ Test(validation_cli, bad_input_is_one_line_and_exit_2) {
  * step (40: neither the newest checkpoint nor one --keep kept), holds the very files an identical
  * run saved as step-00000040, records that loss, and ckpt reads it; --resume auto takes the newest
  * step, not best. */
-Test(validation_cli, best_is_the_lowest_validation_loss_and_outlives_keep, .timeout = 60) {
+Test(validation_cli, best_is_the_lowest_validation_loss_and_outlives_keep) {
     fresh_test_dir(dir, sizeof dir, "validation_cli", "best");
     char *json = fsdp_ok(HELD_OUT " --steps 60 --keep 1 --checkpoint-dir %s/ck --json", dir);
     Validations v = validations_of(json);
@@ -175,7 +175,7 @@ Test(validation_cli, best_is_the_lowest_validation_loss_and_outlives_keep, .time
 /* Stopped after 30 steps and resumed to 60, the run keeps the same best as one never stopped
  * (the resumed run measures itself against the loss best holds); killed while saving a new best,
  * the previous best is whole and --resume auto takes the newest step. */
-Test(validation_cli, best_survives_a_resume_and_a_kill_mid_save, .timeout = 60) {
+Test(validation_cli, best_survives_a_resume_and_a_kill_mid_save) {
     fresh_test_dir(dir, sizeof dir, "validation_cli", "resume");
     free(fsdp_ok(HELD_OUT " --steps 60 --checkpoint-dir %s/whole", dir));
     free(fsdp_ok(HELD_OUT " --steps 30 --checkpoint-dir %s/ck", dir));
@@ -224,7 +224,7 @@ Test(validation_cli, best_survives_a_resume_and_a_kill_mid_save, .timeout = 60) 
 /* Under --run-dir the validations are metrics.jsonl's "val" lines (curves.svg draws them) and
  * the best is checkpoints/best; config.json keeps --val-size and --eval-every, so --config
  * reruns the job to the same best, byte for byte. */
-Test(validation_cli, a_run_directory_logs_validation_and_keeps_the_best, .timeout = 60) {
+Test(validation_cli, a_run_directory_logs_validation_and_keeps_the_best) {
     fresh_test_dir(dir, sizeof dir, "validation_cli", "rundir");
     free(fsdp_ok(SMALL_VIT " --val-size 1000 --eval-every 10 --steps 60 --run-dir %s/run", dir));
     char path[256], other[256], target[64];
@@ -252,7 +252,7 @@ Test(validation_cli, a_run_directory_logs_validation_and_keeps_the_best, .timeou
 
 /* A resumed run holds out what its checkpoint's run held out, and a best of another --val-size
  * is not compared with: each is one line, exit 2. */
-Test(validation_cli, a_resume_must_hold_out_the_same_images, .timeout = 60) {
+Test(validation_cli, a_resume_must_hold_out_the_same_images) {
     fresh_test_dir(dir, sizeof dir, "validation_cli", "mismatch");
     free(fsdp_ok(HELD_OUT " --steps 20 --checkpoint-dir %s/ck", dir));
     free(fsdp_ok(SMALL_VIT " --steps 20 --eval false --checkpoint-dir %s/plain", dir));
@@ -292,7 +292,7 @@ Test(validation_cli, a_resume_must_hold_out_the_same_images, .timeout = 60) {
 
 /* Two epochs of 62 steps (1000 images trained on, 9000 held out): each epoch's line in --json is
  * the mean of its 62 step lines; validation follows each epoch's end, the test images once. */
-Test(validation_cli, an_epochs_mean_in_json_is_the_mean_of_its_step_lines, .timeout = 60) {
+Test(validation_cli, an_epochs_mean_in_json_is_the_mean_of_its_step_lines) {
     char *out = fsdp_ok(SMALL_VIT " --val-size 9000 --epochs 2 --json");
     double sum = 0;
     long steps = 0;

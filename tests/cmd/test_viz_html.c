@@ -515,7 +515,7 @@ static Visit drive(const char *name, const char *flags, const char *const *seq, 
 }
 
 /* The toy at 3 ranks (zero3) for two steps, so that f, b and o also go on to the next step. */
-Test(viz_html, toy_keys_in_chromium_show_the_plain_frames, .timeout = 120) {
+Test(viz_html, toy_keys_in_chromium_show_the_plain_frames) {
     static const char *const seq[] = {
         "n",    "n",    "space", "ArrowRight", "p", "ArrowLeft", "c",
         "c",    "c",    "C",     "k",          "k", "K",         "b", /* step 1's backward */
@@ -533,7 +533,7 @@ Test(viz_html, toy_keys_in_chromium_show_the_plain_frames, .timeout = 120) {
 }
 
 /* vit-tiny at 4 ranks: the page for the workshop's model, under 5 MB. */
-Test(viz_html, vit_tiny_keys_in_chromium_show_the_plain_frames, .timeout = 180) {
+Test(viz_html, vit_tiny_keys_in_chromium_show_the_plain_frames) {
     static const char *const seq[] = {
         "c",   "c", "C", "k", "k",    "K",     "n",          "p",
         "b",                  /* the backward's first event */

@@ -527,7 +527,7 @@ static size_t vit_tiny_viewer(int ranks, Trace *t, TraceMeta *m) {
 /* Every all-gather and reduce-scatter of every unit at 4 ranks, at 120x40 (5 of the 11 units
  * fit) and 80x24 (3 fit); then keys < and > move the window and the next event brings the
  * unit back. */
-Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .timeout = 120, .fini = stop) {
+Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .fini = stop) {
     Trace t;
     TraceMeta m;
     size_t collectives = vit_tiny_viewer(4, &t, &m);
@@ -559,7 +559,7 @@ Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .timeout = 1
  * and 2 a GPU after a blank one). At 80x24 it is hidden and a row says what it needs: the
  * full panels take 26 of the 22 rows (narration 3, flow 2, grid 9, memory 9, blank rows 3),
  * the timeline 3 + 2 a GPU more, so 9 more rows for GPU 0 and 23 for all 8. */
-Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .timeout = 120, .fini = stop) {
+Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .fini = stop) {
     Trace t;
     TraceMeta m;
     size_t collectives = vit_tiny_viewer(8, &t, &m);
