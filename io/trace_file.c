@@ -4,8 +4,8 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <float.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
