@@ -279,15 +279,20 @@ static void qkv_rows(Accesses *l, const float *qkv, size_t rows, size_t C, size_
         blocks(l, qkv + part * C, floats(used), rows, floats(3 * C), write);
 }
 
+/* An attention forward's accesses, causal or not (the mask changes none of them). */
+static void attention_forward_accesses(Accesses *l, float *out, float *probs, const float *qkv,
+                                       size_t B, size_t T, size_t C, size_t heads) {
+    if (B == 0 || T == 0 || C == 0 || heads == 0) return;
+    const size_t used = heads * (C / heads);
+    blocks(l, out, floats(used), B * T, floats(C), 1);
+    writes(l, probs, floats(B * heads * T * T));
+    qkv_rows(l, qkv, B * T, C, used, 0);
+}
+
 static void attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
                               size_t C, size_t heads) {
     Accesses l = {0};
-    if (B > 0 && T > 0 && C > 0 && heads > 0) {
-        const size_t used = heads * (C / heads);
-        blocks(&l, out, floats(used), B * T, floats(C), 1);
-        writes(&l, probs, floats(B * heads * T * T));
-        qkv_rows(&l, qkv, B * T, C, used, 0);
-    }
+    attention_forward_accesses(&l, out, probs, qkv, B, T, C, heads);
     report(__func__, &l)->attention_forward(out, probs, qkv, B, T, C, heads);
 }
 
@@ -389,12 +394,7 @@ static void add(float *out, const float *a, const float *b, size_t n) {
 static void causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
                                      size_t C, size_t heads) {
     Accesses l = {0};
-    if (B > 0 && T > 0 && C > 0 && heads > 0) {
-        const size_t used = heads * (C / heads);
-        blocks(&l, out, floats(used), B * T, floats(C), 1);
-        writes(&l, probs, floats(B * heads * T * T));
-        qkv_rows(&l, qkv, B * T, C, used, 0);
-    }
+    attention_forward_accesses(&l, out, probs, qkv, B, T, C, heads);
     report(__func__, &l)->causal_attention_forward(out, probs, qkv, B, T, C, heads);
 }
 
