@@ -340,6 +340,7 @@ static const TStackEnds vit_ends = {
     .name = "vit",
     .label = "ViT",
     .embed_params = EMBED_PARAMS,
+    .block_params = TBLOCK_PARAMS,
     .head_params = HEAD_PARAMS,
     .own_size = sizeof(VitActs),
     .describe_embed = add_embed,
