@@ -39,7 +39,8 @@ typedef struct FieldBound {
 static double sequence_bytes(const TransformerConfig *c) {
     double L = c->layers, H = c->hidden, F = c->mlp, T = c->seq, V = c->vocab;
     double scores = (double)c->heads * (c->attention == ATTENTION_FLASH ? T : T * T);
-    double block = T * (7 * H + 3 * F + 4) + scores; /* Llama's three MLP-wide tensors */
+    double mlp_wide = c->arch == TRANSFORMER_LLAMA ? 3 : 2; /* SwiGLU keeps gate, up, product */
+    double block = T * (7 * H + mlp_wide * F + 4) + scores;
     return 4 * (2 * T + (L + 1) * T * H + L * block + T * (3 * H + 2) + 2 * T * V);
 }
 

@@ -134,8 +134,9 @@ Test(lm_train, flags_of_another_model_are_refused) {
                                                "transformer"},
         {"train --model toy --layers 2",
          "apply to the ViT models and the transformer, not the toy"},
-        {"train --model gpt", "--model must be toy, vit-tiny, vit-workshop or transformer (got "
-                              "'gpt')"},
+        {"train --model gpt",
+         "--model must be toy, vit-tiny, vit-workshop, transformer or llama (got "
+         "'gpt')"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
