@@ -889,6 +889,7 @@ int cmd_plan(int argc, char **argv) {
     if (!rc) rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
     if (s.model.params) model_desc_free(&s.model);
     if (!rc) return 0;
+    fflush(stdout); /* the figures, then the line that says why it exits 2, in that order */
     fprintf(stderr, "fsdp: %s\n", err.msg);
     return err.code == ERR_USAGE ? 2 : 1;
 }
