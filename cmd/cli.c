@@ -257,8 +257,9 @@ static const Flag train_rows[] = {
      .help = "llama: K,V heads, dividing --heads (default half)"},
     {"--attention", FLAG_WORD, ARG(attention), .size = sizeof((TrainArgs *)0)->attention,
      .arg = "eager|flash",
-     .help = "transformer, llama: keep the probabilities (eager)\n"
-             "or only each row's log-sum-exp (flash, default)"},
+     .help = "keep attention's probabilities (eager: the ViT's\n"
+             "default) or only each row's log-sum-exp (flash:\n"
+             "the transformer's and llama's)"},
     {"--data", FLAG_STRING, ARG(data), .arg = "DIR",
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
              "/usr/share/datasets/fashion-mnist)",
@@ -467,11 +468,10 @@ static int check_model_flags(const TrainArgs *a, Err *err) {
     if (a->attention[0] && attention_from_name(a->attention) < 0)
         return err_set(err, ERR_USAGE, "--attention must be eager or flash (got '%s')",
                        a->attention);
-    if (a->attention[0] && !tf)
+    if (a->attention[0] && !tf && !vit)
         return err_set(err, ERR_USAGE,
-                       "--attention applies to the transformer and llama; %s's attention is "
-                       "eager",
-                       a->model);
+                       "--attention applies to the transformer, llama and the ViT; the toy has "
+                       "no attention");
     if (a->kv_heads && !train_args_is_llama(a))
         return err_set(err, ERR_USAGE,
                        "--kv-heads applies to --model llama; %s has one K,V head per head",

@@ -74,8 +74,9 @@ static const Flag plan_rows[] = {
      .help = "the transformer's sequence length and vocabulary\n(--seq also goes with --params)"},
     {"--vocab", FLAG_COUNT, ARG(vocab), 1, 1 << 24, .arg = "N"},
     {"--attention", FLAG_SET, .set = set_attention, .arg = "eager|flash",
-     .help = "the transformer's: keep the probabilities (eager)\n"
-             "or only each row's log-sum-exp (flash, default)"},
+     .help = "keep attention's probabilities (eager: the ViT's\n"
+             "default) or only each row's log-sum-exp (flash:\n"
+             "the transformers')"},
     {.kind = FLAG_SECTION, .help = "cluster"},
     {"--gpus", FLAG_COUNT, ARG(gpus), 1, CLI_MAX_RANKS, .arg = "N",
      .help = "GPUs, 1 to 1024 (default 3)"},
@@ -159,10 +160,10 @@ static int choose_model(PlanArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--kv-heads applies to Llama-shaped models; %s has one K,V head per head",
                        a->model);
-    if (a->attention[0] && a->kind != MODEL_TRANSFORMER)
+    if (a->attention[0] && a->kind == MODEL_TOY)
         return err_set(err, ERR_USAGE,
-                       "--attention applies to the transformers; %s's attention is eager",
-                       a->model);
+                       "--attention applies to the transformers and the ViT; the toy has no "
+                       "attention");
     if (a->params && (a->kind != MODEL_TRANSFORMER || a->llama))
         return err_set(err, ERR_USAGE, "--params sizes a generic transformer, not --model %s",
                        a->model);
@@ -314,6 +315,7 @@ static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     if (a->kind == MODEL_VIT) {
         VitConfig c;
         vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
+        c.flash = !strcmp(a->attention, "flash"); /* eager unless asked, as train's */
         return vit_model_create(&s->model, &c, err);
     }
     TransformerConfig c;

@@ -70,6 +70,7 @@ static int create_model_desc(TrainRun *t, Err *err) {
     if (!train_args_is_vit(a)) return toy_model_create(&t->model, err);
     VitConfig c;
     vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
+    c.flash = !strcmp(a->attention, "flash"); /* eager unless asked: torchvision's fixtures */
     return vit_model_create(&t->model, &c, err);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "models/transformer.h"
+#include "models/vit.h"
 #include "sim/planner.h"
 #include "tests/util.h"
 
@@ -67,6 +68,32 @@ Test(llama_plan, the_gpt_plan_with_flash_equals_a_real_run) {
     TransformerConfig c = lm_small_config();
     c.attention = ATTENTION_FLASH;
     expect_plan_equals_run(&c, "gpt flash");
+}
+
+/* The ViT's blocks take flash attention too (not causal): its plan equals a real run, and it
+ * trains as eager does. */
+Test(llama_plan, the_vit_with_flash_equals_its_plan_and_trains_as_eager) {
+    VitConfig c;
+    vit_preset_with("vit-tiny", 2, 0, 0, 0, &c);
+    ModelDesc eager, flash;
+    Err err = {0};
+    cr_assert_eq(vit_model_create(&eager, &c, &err), 0, "%s", err.msg);
+    c.flash = 1;
+    cr_assert_eq(vit_model_create(&flash, &c, &err), 0, "%s", err.msg);
+    FsdpConfig cfg = vit_config(STRAT_ZERO3, 4);
+    VitRun a, b;
+    vit_train(&a, &eager, cfg, 2, 3, 0);
+    vit_train(&b, &flash, cfg, 2, 3, 0);
+    double d = rel_l2(b.params, a.params, eager.total_numel);
+    cr_expect_leq(d, 1e-5, "flash is %.3g from eager", d);
+    PlannerResult planned;
+    plan_run(&flash, cfg, 2, &planned);
+    expect_same_memory(b.memory, planned.memory, 2, "vit flash");
+    planner_result_free(&planned);
+    vit_run_free(&a);
+    vit_run_free(&b);
+    model_desc_free(&eager);
+    model_desc_free(&flash);
 }
 
 /* ---- one layer's activations ---- */
@@ -178,14 +205,15 @@ Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
         {"plan --model transformer --attention garbage", "--attention must be eager or flash"},
         {"plan --model transformer --kv-heads 4", "--kv-heads applies to Llama-shaped models"},
         {"plan --model vit-tiny --kv-heads 4", "--kv-heads applies to Llama-shaped models"},
-        {"plan --model vit-tiny --attention flash", "--attention applies to the transformers"},
+        {"plan --model toy --attention flash",
+         "--attention applies to the transformers and the ViT"},
         {"plan --model llama3-1b", "--model must be"},
         {"plan --model llama --params 7e9", "--params sizes a generic transformer"},
         {"train --model llama --kv-heads 3", "--kv-heads must divide --heads (got 3 and 4)"},
         {"train --model llama --seq 0", "--seq"},
         {"train --model transformer --attention garbage", "--attention must be eager or flash"},
         {"train --model transformer --kv-heads 2", "--kv-heads applies to --model llama"},
-        {"train --model vit-tiny --attention flash", "--attention applies to the transformer"},
+        {"train --attention flash", "--attention applies to the transformer, llama and the ViT"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
