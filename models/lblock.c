@@ -126,9 +126,8 @@ static int take_temps(const TBlock *t, LTemps *m, Err *err) {
     m->dh = act_take(d, M * H), m->dh2 = act_take(d, M * H);
     m->dq = act_take(d, M * H), m->dk = act_take(d, M * KV), m->dv = act_take(d, M * KV);
     m->work = tblock_take_flash_work(t);
-    return act_check_taken(
-        (float *[]){m->df1, m->df2, m->dh, m->dh2, m->dq, m->dk, m->dv, t->flash ? m->work : m->dh},
-        8, M, err);
+    float *taken[] = {m->df1, m->df2, m->dh, m->dh2, m->dq, m->dk, m->dv, m->work};
+    return act_check_taken(taken, t->flash ? 8 : 7, M, err); /* the work tile: flash's only */
 }
 
 static void release_temps(const TBlock *t, LTemps *m) {

@@ -228,7 +228,7 @@ int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const
     size_t M = t->B * t->T, H = t->H, F = t->F;
     float *dmlp = act_take(d, M * F), *dh = act_take(d, M * H), *dqkv = act_take(d, M * 3 * H);
     float *work = tblock_take_flash_work(t); /* flash's probabilities, one pair at a time */
-    int rc = act_check_taken((float *[]){dmlp, dh, dqkv, t->flash ? work : dh}, 4, M, err);
+    int rc = act_check_taken((float *[]){dmlp, dh, dqkv, work}, t->flash ? 4 : 3, M, err);
     tblock_work(t, w, WORK_BACKWARD);
     if (!rc && M) {
         mlp_backward(t, a, p, g, dy, dmlp, dh);
