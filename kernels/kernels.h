@@ -209,8 +209,9 @@ typedef struct Kernels {
                                    const float *probs, const AttnShape *s);
     /* Flash attention: the same out, keeping only lse[B, heads, T], each row's log-sum-exp of
      * its scaled scores, in place of the probabilities. Backward recomputes each (sample, head)
-     * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns) and
-     * needs out for each row's sum of dout * out. */
+     * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns; the GPU's
+     * recomputes a row at a time on chip and leaves it alone) and needs out for each row's sum
+     * of dout * out. */
     void (*flash_attention_forward)(float *out, float *lse, const float *q, const float *k,
                                     const float *v, const AttnShape *s);
     void (*flash_attention_backward)(float *dq, float *dk, float *dv, const float *dout,
