@@ -36,6 +36,8 @@ typedef struct CheckpointInfo {
     double val_loss;        /* ... their mean loss (recorded when finite) */
     int best;               /* keep it as D/best too (the lowest validation loss so far) */
     int best_only;          /* ... and as nothing else: no D/step-NNNNNNNN */
+    const LrCurve *lr_curve; /* the run's learning-rate curve, recorded when it varies (NULL:
+                              * none): a resumed run is held to the same rates */
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
@@ -102,6 +104,8 @@ typedef struct CkptMeta {
     long held_out;   /* samples held out for validation (0: none recorded) */
     int validated;   /* val_loss recorded: */
     double val_loss; /* the held-out samples' mean loss at this step */
+    int has_lr_curve; /* lr_curve recorded (a run whose rate varies records it): */
+    LrCurve lr_curve; /* ... the schedule, base rate and length of the run that saved it */
     CkptTensor *tensors;
     int ntensors;
     CkptPiece *pieces; /* in meta.json's order (rank by rank, in each rank's file order) */
