@@ -701,11 +701,13 @@ static int rate_field(const char *meta, const cJSON *o, const char *key, double 
                       double *out, Err *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!cJSON_IsNumber(v))
-        return err_set(err, ERR_USAGE, "%s: .lr_schedule.%s is %s; it must be a number from %g to %g",
-                       meta, key, v ? "not a number" : "missing", lo, hi);
+        return err_set(err, ERR_USAGE,
+                       "%s: .lr_schedule.%s is %s; it must be a number from %g to %g", meta, key,
+                       v ? "not a number" : "missing", lo, hi);
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return err_set(err, ERR_USAGE, "%s: .lr_schedule.%s is %.15g; it must be a number from %g to %g",
-                       meta, key, v->valuedouble, lo, hi);
+        return err_set(err, ERR_USAGE,
+                       "%s: .lr_schedule.%s is %.15g; it must be a number from %g to %g", meta, key,
+                       v->valuedouble, lo, hi);
     *out = v->valuedouble;
     return 0;
 }
