@@ -49,7 +49,7 @@ MPI_RUNTIME_SRCS := runtime/comm_mpi.c runtime/mpi_run.c
 CUDA_RUNTIME_SRCS := $(filter-out runtime/backends.c $(MPI_RUNTIME_SRCS) $(HOST_RUNTIME_SRCS), \
 	$(wildcard runtime/*.c))
 
-# The GPU backend: kernels/cuda (nvcc, sm_80 and sm_90 plus PTX) and the CUDA side of
+# The GPU backend: kernels/cuda (nvcc, sm_80, sm_89 (the L4) and sm_90, plus PTX) and the CUDA side of
 # runtime/ (C against CUDA's headers), built when nvcc is found into $(BUILD)/libfsdp_cuda.so,
 # which fsdp opens only when a command asks for a GPU (runtime/backends.c, linked into fsdp
 # itself; the library resolves the engine's symbols against fsdp, hence -rdynamic). Sanitizer
@@ -78,8 +78,8 @@ endif
 ifeq ($(WITH_CUDA),1)
 NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
-	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-	-gencode arch=compute_90,code=compute_90
+	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
+	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 CFLAGS += -DFSDP_HAVE_CUDA=1
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -fPIC
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_RUNTIME_SRCS:%.c=$(BUILD)/%.o)

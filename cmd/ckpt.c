@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cmd/report.h"
 #include "io/safetensors.h"
 
 enum { PATH_MAX_LEN = 4096 };
@@ -131,7 +132,7 @@ static int in_group(const CkptMeta *m, const CkptPiece *s, size_t at, int tensor
 
 /* ---------------------------------------------------------------- inspect */
 
-static void format_bytes(char *buf, size_t n, unsigned long long b) {
+static void file_bytes(char *buf, size_t n, unsigned long long b) {
     if (b < 10 * 1024)
         snprintf(buf, n, "%llu B", b);
     else if (b < 10ull * 1024 * 1024)
@@ -172,6 +173,11 @@ static void print_header(FILE *f, const CkptMeta *m) {
     else if (m->held_out)
         fprintf(f, "validation  none at this step (the split's last %ld images held out)\n",
                 m->held_out);
+    if (m->has_lr_curve) {
+        char flags[256];
+        report_lr_curve_flags(flags, sizeof flags, &m->lr_curve);
+        fprintf(f, "lr schedule %s\n", flags);
+    }
 }
 
 /* One line per tensor: name, shape, numel, then for each kind the ranks' rows and the bytes. */
@@ -212,7 +218,7 @@ static void print_tensors(FILE *f, const CkptMeta *m, const CkptPiece *order) {
                 any = 1;
             }
             char b[32];
-            format_bytes(b, sizeof b, bytes);
+            file_bytes(b, sizeof b, bytes);
             fprintf(f, "%s (%s)", any ? "" : " none", b);
         }
         fputc('\n', f);
@@ -245,10 +251,10 @@ static void print_rank_files(FILE *f, const CkptMeta *m, const RankTotals *t) {
     unsigned long long total = 0;
     for (int r = 0; r < m->world; r++) {
         char b[32];
-        format_bytes(b, sizeof b, t[r].bytes);
+        file_bytes(b, sizeof b, t[r].bytes);
         fprintf(f, "  rank-%05d.bin  %zu pieces  %s (%llu bytes:", r, t[r].pieces, b, t[r].bytes);
         for (int k = 0; k < STATE_KIND_COUNT; k++) {
-            format_bytes(b, sizeof b, t[r].by_kind[k]);
+            file_bytes(b, sizeof b, t[r].by_kind[k]);
             fprintf(f, "%s %s %s", k ? "," : "", state_kind_name((StateKind)k), b);
         }
         fputs(")\n", f);
@@ -256,7 +262,7 @@ static void print_rank_files(FILE *f, const CkptMeta *m, const RankTotals *t) {
         total += t[r].bytes;
     }
     char b[32];
-    format_bytes(b, sizeof b, total);
+    file_bytes(b, sizeof b, total);
     fprintf(f, "  total           %zu pieces  %s (%llu bytes)\n", total_pieces, b, total);
 }
 
@@ -398,7 +404,7 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
         size_t numel = 0;
         for (int t = 0; t < m.ntensors; t++) numel += m.tensors[t].numel;
         char b[32];
-        format_bytes(b, sizeof b, (unsigned long long)numel * sizeof(float));
+        file_bytes(b, sizeof b, (unsigned long long)numel * sizeof(float));
         fprintf(f, "wrote %s: %d tensors, %zu parameters (%s of fp32) from %s (%s, step %ld)\n",
                 out, m.ntensors, numel, b, m.path, m.model[0] ? m.model : "model", m.step);
     }

@@ -499,3 +499,16 @@ void report_stream_check(FILE *f, size_t accesses, size_t hazards, int json) {
     stream_check_summary(accesses, hazards, line, sizeof line);
     fprintf(f, "%s\n", line);
 }
+
+void report_lr_curve_flags(char *buf, size_t n, const LrCurve *c) {
+    const LrSchedule *s = &c->schedule;
+    int at = snprintf(buf, n, "--lr-schedule %s --lr %g", lr_schedule_name(s->kind), (double)c->lr);
+    if (s->warmup_steps > 0 && at >= 0 && (size_t)at < n)
+        at += snprintf(buf + at, n - (size_t)at, " --warmup-steps %ld", s->warmup_steps);
+    if (at < 0 || (size_t)at >= n) return;
+    if (s->kind == LR_COSINE || s->kind == LR_LINEAR)
+        snprintf(buf + at, n - (size_t)at, " --min-lr %g over %ld steps", (double)s->min_lr,
+                 c->total_steps);
+    else if (s->kind == LR_STEP)
+        snprintf(buf + at, n - (size_t)at, " --step-size %ld --gamma %g", s->step_size, s->gamma);
+}

@@ -23,6 +23,9 @@ void report_data(FILE *f, const Dataset *train, const char *split, long held_out
                  long global_batch);
 /* The run's learning rate (--lr-schedule, --warmup-steps) over its `steps`, as one line. */
 void report_lr_schedule(FILE *f, const FsdpConfig *c, long steps);
+/* A learning-rate curve as the flags that give it, with the run's length where the kind reads
+ * it: "--lr-schedule cosine --lr 0.001 --warmup-steps 10 --min-lr 0 over 702 steps". */
+void report_lr_curve_flags(char *buf, size_t n, const LrCurve *c);
 /* clock: how the step time was had ("modelled", "measured"); lr: show the step's rate (a
  * schedule moves it). */
 void report_step_text(FILE *f, const StepReport *r, int fp16, int lr, const char *clock);

@@ -201,6 +201,32 @@ static int check_resumed_held_out(const TrainRun *t, Err *err) {
     return rc;
 }
 
+/* A resumed run follows the learning-rate curve of the run it resumes: the rate at every step
+ * depends on the schedule and, for cosine and linear, on the run's length, so other flags (or
+ * another --epochs) would jump to another curve mid-run. PyTorch's scheduler state_dict keeps
+ * the same; here a mismatch is one line and exit 2 rather than a silent choice of either. */
+static int check_resumed_lr_curve(const TrainRun *t, Err *err) {
+    const TrainArgs *a = &t->args;
+    if (!t->resume[0]) return 0;
+    CkptMeta m;
+    int rc = ckpt_meta_read(&m, t->resume, &t->model, err);
+    LrCurve run = {.schedule = a->fsdp.lr_schedule, .lr = a->fsdp.lr, .total_steps = a->steps};
+    LrCurve saved = m.has_lr_curve ? m.lr_curve : (LrCurve){.lr = run.lr};
+    if (!rc && (m.has_lr_curve || lr_schedule_varies(&run.schedule)) &&
+        !lr_curve_same(&saved, &run)) {
+        char was[256], asks[256];
+        report_lr_curve_flags(was, sizeof was, &saved);
+        report_lr_curve_flags(asks, sizeof asks, &run);
+        rc = err_set(err, ERR_USAGE,
+                     "%s was trained with %s%s; this run asks for %s: resume it with the same "
+                     "schedule and length, or start afresh",
+                     t->resume, m.has_lr_curve ? was : "a constant rate",
+                     m.has_lr_curve ? "" : " (no schedule recorded)", asks);
+    }
+    ckpt_meta_free(&m);
+    return rc;
+}
+
 /* --val-size with --checkpoint-dir D: D/best, where the run keeps the state of its lowest
  * validation loss, must be fsdp's link or nothing (a save replaces it). A run that resumes
  * (--resume, or a restart after a failure) goes on from the loss D/best holds, measured on as
@@ -392,6 +418,7 @@ int run_prepare(TrainRun *t, Err *err) {
     if ((rc = resolve_resume(t, err))) return rc;
     if ((rc = check_resume_for_run_dir(t, err))) return rc;
     if ((rc = check_resumed_held_out(t, err))) return rc;
+    if ((rc = check_resumed_lr_curve(t, err))) return rc;
     if ((rc = read_best(t, err))) return rc;
     if (t->quiet_rank) return 0;
     if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;

@@ -20,11 +20,13 @@
 #include "sim/viz/tui.h"
 
 typedef struct VizArgs {
-    const char *trace;  /* --trace FILE: replay it instead of running */
-    size_t first, last; /* 1-based; last 0: to the end */
-    int plain;          /* text frames even on a terminal */
-    const char *html;   /* --html FILE: write the page instead of showing frames */
-    char **rest;        /* train's flags */
+    const char *trace;   /* --trace FILE: replay it instead of running */
+    size_t first, last;  /* 1-based; last 0: to the end */
+    int plain;           /* text frames even on a terminal */
+    const char *html;    /* --html FILE: write the page instead of showing frames */
+    int times;           /* --times: where the last step's time went, instead of frames */
+    const char *against; /* --against FILE: another trace's times beside them */
+    char **rest;         /* train's flags */
     int nrest;
 } VizArgs;
 
@@ -57,6 +59,14 @@ static const Flag viz_rows[] = {
     {"--plain", FLAG_SWITCH, offsetof(VizArgs, plain),
      .help = "text frames even on a terminal (they are the default when stdout\n"
              "is not one)"},
+    {"--times", FLAG_SWITCH, offsetof(VizArgs, times),
+     .help = "where the last step's time went, per rank: the step's span and the\n"
+             "seconds of each kind of work (forward, backward, optimizer, each\n"
+             "collective, copies), instead of frames"},
+    {"--against", FLAG_STRING, offsetof(VizArgs, against), .arg = "FILE",
+     .missing = "--against needs a trace file",
+     .help = "with --times: rank 0's figures beside those of FILE, another trace\n"
+             "(a GPU run's measured times beside the simulator's modelled ones)"},
     {"--trace", FLAG_STRING, offsetof(VizArgs, trace), .arg = "FILE",
      .missing = "--trace needs a file",
      .help = "replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
@@ -68,6 +78,7 @@ static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
 static void viz_help(FILE *f) {
     fputs("usage: ./fsdp viz [--events A-B] [--plain] [--html FILE] [train flags]\n"
           "       ./fsdp viz --trace FILE [--events A-B] [--plain] [--html FILE]\n"
+          "       ./fsdp viz --trace FILE --times [--against OTHER]\n"
           "\n"
           "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
           "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
@@ -113,6 +124,15 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
     if (v->html && (v->first || v->plain))
         return err_set(err, ERR_USAGE, "--html writes every event; %s is for text frames",
                        v->first ? "--events" : "--plain");
+    if (v->against && !v->times)
+        return err_set(err, ERR_USAGE, "--against sets another trace beside --times; give --times");
+    if (v->times && (v->html || v->first || v->plain))
+        return err_set(err, ERR_USAGE,
+                       "--times prints the step's times instead of frames; %s is "
+                       "for frames",
+                       v->html    ? "--html"
+                       : v->first ? "--events"
+                                  : "--plain");
     return 0;
 }
 
@@ -167,6 +187,108 @@ static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Er
     }
     frame_free(&f);
     return rc;
+}
+
+/* ---- --times: where a step's time went */
+
+/* Seconds as "12.345 ms" (or us, s), right-aligned in 12 columns. */
+static void print_seconds(double s) {
+    char buf[32];
+    if (s < 1e-3)
+        snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
+    else if (s < 1)
+        snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+    else
+        snprintf(buf, sizeof buf, "%.3f s", s);
+    printf("%12s", buf);
+}
+
+/* The kinds of work a step's time is made of, in the order of a step (allocations and frees take
+ * no time and are left out). */
+static const EventKind timed_kinds[] = {
+    EV_FORWARD,        EV_RECOMPUTE,  EV_BACKWARD,  EV_OPTIMIZER, EV_ALL_GATHER,
+    EV_REDUCE_SCATTER, EV_ALL_REDUCE, EV_BROADCAST, EV_BARRIER,   EV_PACK,
+    EV_COPY_H2D,       EV_COPY_D2H,   EV_NVME_READ, EV_NVME_WRITE};
+enum { TIMED_KINDS = sizeof timed_kinds / sizeof *timed_kinds, TIMES_MAX_RANKS = 8 };
+
+/* Whether any of the n columns spent time on kind k (a row of zeros is left out). */
+static int kind_shown(const StepTimes *cols, int n, EventKind k) {
+    for (int c = 0; c < n; c++)
+        if (cols[c].busy[k] > 0) return 1;
+    return 0;
+}
+
+/* One row per kind of work any column did, then the span; with ratio, a last column of the
+ * second column over the first. */
+static void print_time_rows(const StepTimes *cols, int n, int ratio) {
+    for (int i = 0; i <= TIMED_KINDS; i++) {
+        EventKind k = i < TIMED_KINDS ? timed_kinds[i] : EV_KIND_COUNT;
+        if (k != EV_KIND_COUNT && !kind_shown(cols, n, k)) continue;
+        printf("  %-16s", k == EV_KIND_COUNT ? "step (span)" : event_kind_name(k));
+        for (int c = 0; c < n; c++)
+            print_seconds(k == EV_KIND_COUNT ? cols[c].span : cols[c].busy[k]);
+        if (ratio) {
+            double a = k == EV_KIND_COUNT ? cols[0].span : cols[0].busy[k];
+            double b = k == EV_KIND_COUNT ? cols[1].span : cols[1].busy[k];
+            if (a > 0 && b > 0)
+                printf("  %8.2f", b / a);
+            else
+                printf("  %8s", "-");
+        }
+        putchar('\n');
+    }
+}
+
+/* The last step of trace, rank by rank (the first TIMES_MAX_RANKS). */
+static int print_times(const Trace *trace, const char *what, Err *err) {
+    int step = trace_last_step(trace);
+    if (step < 0) return err_set(err, ERR_USAGE, "%s has no events", what);
+    int n = trace->nranks < TIMES_MAX_RANKS ? trace->nranks : TIMES_MAX_RANKS;
+    StepTimes cols[TIMES_MAX_RANKS];
+    for (int r = 0; r < n; r++) trace_step_times(trace, r, step, &cols[r]);
+    printf("step %d of %s, %s: seconds of each kind of work (summed; one stream runs one at a "
+           "time) and the step's span\n",
+           step + 1, what, trace_clock(trace));
+    printf("  %-16s", "");
+    for (int r = 0; r < n; r++) {
+        char head[16];
+        snprintf(head, sizeof head, "rank %d", r);
+        printf("%12s", head);
+    }
+    putchar('\n');
+    print_time_rows(cols, n, 0);
+    if (n < trace->nranks) printf("  (the first %d of %d ranks)\n", n, trace->nranks);
+    return 0;
+}
+
+/* Rank 0's last step of trace beside that of the trace in `other`, and their ratio. */
+static int print_times_against(const Trace *trace, const char *what, const char *other, Err *err) {
+    Trace peer;
+    TraceMeta meta;
+    int rc = trace_file_read(other, &peer, &meta, err);
+    if (rc) return rc;
+    int a = trace_last_step(trace), b = trace_last_step(&peer);
+    if (a < 0 || b < 0) {
+        rc = err_set(err, ERR_USAGE, "%s has no events", a < 0 ? what : other);
+    } else {
+        StepTimes cols[2];
+        trace_step_times(trace, 0, a, &cols[0]);
+        trace_step_times(&peer, 0, b, &cols[1]);
+        printf("rank 0, seconds of each kind of work (summed) and the step's span:\n"
+               "  step %d of %s (%s) beside step %d of %s (%s)\n",
+               a + 1, what, trace_clock(trace), b + 1, other, trace_clock(&peer));
+        printf("  %-16s%12s%12s  %8s\n", "", trace_clock(trace), trace_clock(&peer), "ratio");
+        print_time_rows(cols, 2, 1);
+    }
+    trace_free(&peer);
+    trace_meta_free(&meta);
+    return rc;
+}
+
+static int viz_times(const Trace *trace, const VizArgs *v, Err *err) {
+    const char *what = v->trace ? v->trace : "this run";
+    return v->against ? print_times_against(trace, what, v->against, err)
+                      : print_times(trace, what, err);
 }
 
 /* Runs the job's steps on the simulated cluster with the trace on. */
@@ -279,7 +401,9 @@ static int viz_replay(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err)
     TraceMeta meta;
     int rc = trace_file_read(v->trace, &trace, &meta, err);
     if (!rc) rc = replay_prepare(t, &trace, &meta, v->trace, err);
-    if (!rc && page->f)
+    if (!rc && v->times)
+        rc = viz_times(&trace, v, err);
+    else if (!rc && page->f)
         rc = viz_write_html(t, &trace, page, err);
     else if (!rc)
         rc = viz_wants_viewer(v) ? tui_run(&trace, &t->plan, NULL, err)
@@ -296,7 +420,9 @@ static int viz_execute(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err
     int viewer = viz_wants_viewer(v);
     DdpPeer peer = {.args = &t->args};
     TuiCompare ddp = {.load = ddp_peer_load, .user = &peer};
-    if (!rc && page->f)
+    if (!rc && v->times)
+        rc = viz_times(&res.trace, v, err);
+    else if (!rc && page->f)
         rc = viz_write_html(t, &res.trace, page, err);
     else if (!rc)
         rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, err) : viz_print(t, &res.trace, v, err);

@@ -30,6 +30,21 @@ int lr_schedule_varies(const LrSchedule *s) {
     return s->kind != LR_CONSTANT || s->warmup_steps > 0;
 }
 
+int lr_curve_same(const LrCurve *a, const LrCurve *b) {
+    const LrSchedule *s = &a->schedule, *t = &b->schedule;
+    if (s->kind != t->kind || a->lr != b->lr || s->warmup_steps != t->warmup_steps) return 0;
+    switch (s->kind) {
+    case LR_COSINE:
+    case LR_LINEAR:
+        return s->min_lr == t->min_lr && a->total_steps == b->total_steps;
+    case LR_STEP:
+        return s->step_size == t->step_size && s->gamma == t->gamma;
+    case LR_CONSTANT:
+    default:
+        return 1;
+    }
+}
+
 const char *lr_schedule_name(LrScheduleKind k) {
     return (unsigned)k < KIND_COUNT ? kind_names[k] : "?";
 }

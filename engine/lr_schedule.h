@@ -16,6 +16,19 @@ typedef struct LrSchedule {
     double gamma;      /* step: the factor of each decay (StepLR's gamma, default 0.1) */
 } LrSchedule;
 
+/* A run's whole curve: its schedule, its base rate and its length in steps. A checkpoint keeps
+ * the curve of the run that saved it, so that a resumed run can be held to the same rates. */
+typedef struct LrCurve {
+    LrSchedule schedule;
+    float lr;
+    long total_steps;
+} LrCurve;
+
+/* 1 when two curves give the same rate at every step: the same kind, base rate and warm-up, and
+ * what the kind reads of the rest (cosine and linear: min_lr and the run's length; step:
+ * step_size and gamma, but not the length, so a step schedule may be resumed for longer). */
+int lr_curve_same(const LrCurve *a, const LrCurve *b);
+
 /* The rate of step `step` (0-based: the step-th optimizer step of the run, counting the steps
  * before a resume) in a run of `total` steps whose base rate is `lr`. With N warm-up steps and
  * t = step - N, M = total - N after the warm-up (PyTorch: SequentialLR([LambdaLR(warm-up),

@@ -166,6 +166,26 @@ const char *trace_clock(const Trace *t) {
     return t->measured ? "measured" : "modelled";
 }
 
+void trace_step_times(const Trace *t, int rank, int step, StepTimes *out) {
+    *out = (StepTimes){0};
+    double first = 0, last = 0;
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->rank != rank || e->step != step) continue;
+        if (!out->events++ || e->start < first) first = e->start;
+        if (out->events == 1 || e->end > last) last = e->end;
+        if ((unsigned)e->kind < EV_KIND_COUNT) out->busy[e->kind] += e->end - e->start;
+    }
+    out->span = last - first;
+}
+
+int trace_last_step(const Trace *t) {
+    int last = -1;
+    for (size_t i = 0; i < t->n; i++)
+        if (t->ev[i].step > last) last = t->ev[i].step;
+    return last;
+}
+
 void trace_free(Trace *t) {
     free(t->ev);
     free(t->params);

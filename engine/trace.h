@@ -112,6 +112,20 @@ EventKind event_kind_of_work(WorkKind k);
  * ERR_USAGE for one read from a file). */
 int trace_memory_apply(size_t *row, const TraceEvent *e, size_t index, int code, Err *err);
 
+/* Where one rank's step went: its span, from its first event's start to its last event's end,
+ * and the seconds its events of each kind took, summed (a stream runs one at a time, so on one
+ * stream that is its busy time). For setting a measured step beside a modelled one. */
+typedef struct StepTimes {
+    double span;
+    double busy[EV_KIND_COUNT];
+    size_t events; /* 0: the rank has no event of that step */
+} StepTimes;
+
+/* Rank `rank`'s figures for step `step` of t. */
+void trace_step_times(const Trace *t, int rank, int step, StepTimes *out);
+/* The last step any event of t belongs to (-1 for an empty trace). */
+int trace_last_step(const Trace *t);
+
 /* Merges per-rank buffers into one list ordered by (start, seq, rank): at equal times the
  * ranks take turns, event by event. */
 int trace_merge(Trace *out, const TraceBuf *bufs, int nranks, Err *err);

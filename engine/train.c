@@ -162,6 +162,8 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
     int due = epoch_end || (job->ckpt_every > 0 && done % job->ckpt_every == 0);
     int best = val && val->best;
     if (!due && !best) return 0;
+    LrCurve curve = {
+        .schedule = job->cfg->lr_schedule, .lr = job->cfg->lr, .total_steps = job->steps};
     CheckpointInfo info = {.model_name = job->model_name ? job->model_name : job->model->name,
                            .strategy = strategy_name(job->cfg->strategy),
                            .step = done,
@@ -171,7 +173,8 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
                            .validated = val != NULL,
                            .val_loss = val ? val->loss : 0.0,
                            .best = best,
-                           .best_only = !due};
+                           .best_only = !due,
+                           .lr_curve = &curve};
     int rc = checkpoint_save(env, e, job->model, job->ckpt_dir, &info, err);
     if (rc == ERR_DIVERGED) {
         char what[sizeof err->msg + 40];

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run.sh STAGE DIR: the GPU checks from a copied bundle (make gpu-bundle), logs under DIR. Stage 1: CUDA
-# kernel and one-GPU training tests; 2: the NCCL suite; 3: compute-sanitizer and the FSDP2 benchmark.
+# kernel and one-GPU training tests; 2: the NCCL suite; 3: compute-sanitizer and the FSDP2 benchmark;
+# 4: GPU traces, their replay, and each phase's measured time beside the simulator's modelled one.
 set -u
 usage() {
     cat <<'USAGE'
@@ -10,6 +11,9 @@ usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per st
   2  the NCCL suite (test_gpu --filter 'nccl/*')
   3  compute-sanitizer memcheck and racecheck on a 2-layer vit-tiny, then the FSDP2 benchmark
      (torch_fsdp2_gpu.py)
+  4  --trace-out of vit-tiny (batch 512) and vit-workshop (batch 128) on the GPU and in the
+     simulator (h100-nvlink), the GPU trace replayed (fsdp viz --trace), and each phase's
+     measured seconds beside the modelled ones (fsdp viz --times --against)
 Each stage ends within 9 minutes. With no GPU it says so in one line, after checking that the
 bundle loads, and exits 0.
        run.sh libs    unpacks the bundle's libraries and prints their folder
@@ -19,7 +23,7 @@ stage=''
 dir=''
 for a in "$@"; do
     case $a in
-        1|2|3|libs) stage=$a ;;
+        1|2|3|4|libs) stage=$a ;;
         -h|--help) usage; exit 0 ;;
         *) dir=$a ;;
     esac
@@ -115,5 +119,17 @@ case $stage in
         # PyTorch with the machine's own libraries; our binary through fsdp-env.sh with the bundle's.
         step fsdp2_bench 270 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
             python3 torch_fsdp2_gpu.py --fsdp ./fsdp-env.sh --data "$FSDP_DATA" ;;
+    4)
+        # the same job on the GPU (measured) and in the simulator (modelled), a few steps so the
+        # last is warm; the simulator computes on the CPU, hence its fewer steps
+        for job in "vit-tiny 512" "vit-workshop 128"; do
+            set -- $job
+            run=(--model "$1" --batch-size "$2" --ranks 1)
+            step "trace_gpu_$1" 120 ./fsdp train --backend cuda "${run[@]}" --steps 6 --eval false \
+                --trace-out "$dir/gpu-$1.json"
+            step "trace_sim_$1" 240 ./fsdp viz "${run[@]}" --steps 2 --times --trace-out "$dir/sim-$1.json"
+            step "replay_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --events 1-30
+            step "times_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --times --against "$dir/sim-$1.json"
+        done ;;
 esac
 exit $failed

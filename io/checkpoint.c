@@ -232,6 +232,19 @@ static void write_validation_json(FILE *f, const CheckpointInfo *info) {
     fputs(",\n", f);
 }
 
+/* A run whose rate varies: its whole curve, every field, so that a resumed run can be held to it
+ * and a person reads what the rates were (`fsdp ckpt info`). A constant rate records nothing. */
+static void write_lr_curve_json(FILE *f, const CheckpointInfo *info) {
+    const LrCurve *c = info->lr_curve;
+    if (!c || !lr_schedule_varies(&c->schedule)) return;
+    const LrSchedule *s = &c->schedule;
+    fprintf(f,
+            "\"lr_schedule\":{\"kind\":\"%s\",\"lr\":%.9g,\"warmup_steps\":%ld,\"min_lr\":%.9g,"
+            "\"step_size\":%ld,\"gamma\":%.17g,\"total_steps\":%ld},\n",
+            lr_schedule_name(s->kind), (double)c->lr, s->warmup_steps, (double)s->min_lr,
+            s->step_size, s->gamma, c->total_steps);
+}
+
 /* meta.json's last line is `"crc32":N}`: N is the CRC32 (zlib's) of every byte before that
  * line. A line of its own rather than a member computed over some canonical form of the rest,
  * so that a reader checks it on the bytes, before it parses or believes anything, and so can a
@@ -255,6 +268,7 @@ static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const c
             CHECKPOINT_VERSION, info->model_name, info->strategy, env->world, info->step, c.steps,
             (double)c.loss_scale, c.good_steps);
     write_validation_json(f, info);
+    write_lr_curve_json(f, info);
     write_config_json(f, m);
     write_tensors_json(f, m);
     fputs("\"pieces\":[", f);
@@ -681,6 +695,56 @@ static int read_validation(CkptMeta *c, const char *meta, const cJSON *root, Err
     c->held_out = (long)n;
     c->validated = 1;
     c->val_loss = loss->valuedouble;
+    return 0;
+}
+
+/* o's member `key` as a finite number in [lo, hi] that a float holds ("a rate"). */
+static int rate_field(const char *meta, const cJSON *o, const char *key, double lo, double hi,
+                      double *out, Err *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v))
+        return err_set(err, ERR_USAGE,
+                       "%s: .lr_schedule.%s is %s; it must be a number from %g to %g", meta, key,
+                       v ? "not a number" : "missing", lo, hi);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return err_set(err, ERR_USAGE,
+                       "%s: .lr_schedule.%s is %.15g; it must be a number from %g to %g", meta, key,
+                       v->valuedouble, lo, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* lr_schedule, written by a run whose rate varies: optional, believed only whole and in the
+ * ranges `fsdp train` accepts for its flags. */
+static int read_lr_curve(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "lr_schedule");
+    if (!o) return 0;
+    if (!cJSON_IsObject(o))
+        return err_set(err, ERR_USAGE, "%s: .lr_schedule is not an object", meta);
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
+    LrCurve *curve = &c->lr_curve;
+    if (!cJSON_IsString(kind) || lr_schedule_parse(kind->valuestring, &curve->schedule.kind))
+        return err_set(err, ERR_USAGE,
+                       "%s: .lr_schedule.kind is %s; it must be constant, cosine, linear or step",
+                       meta, cJSON_IsString(kind) ? "not a schedule's name" : "missing");
+    double lr, warmup, min_lr, step_size, gamma, total;
+    double most = (double)TRAIN_MAX_STEPS;
+    int rc = rate_field(meta, o, "lr", 0, 1e3, &lr, err);
+    if (!rc) rc = whole_field(meta, o, ".lr_schedule", "warmup_steps", 0, most, "", &warmup, err);
+    if (!rc) rc = rate_field(meta, o, "min_lr", 0, lr, &min_lr, err);
+    if (!rc) rc = whole_field(meta, o, ".lr_schedule", "step_size", 0, most, "", &step_size, err);
+    if (!rc) rc = rate_field(meta, o, "gamma", FLT_TRUE_MIN, 1, &gamma, err);
+    if (!rc)
+        rc = whole_field(meta, o, ".lr_schedule", "total_steps", 1, most, " (the run's steps)",
+                         &total, err);
+    if (rc) return rc;
+    curve->lr = (float)lr;
+    curve->schedule.warmup_steps = (long)warmup;
+    curve->schedule.min_lr = (float)min_lr;
+    curve->schedule.step_size = (long)step_size;
+    curve->schedule.gamma = gamma;
+    curve->total_steps = (long)total;
+    c->has_lr_curve = 1;
     return 0;
 }
 
@@ -1150,6 +1214,7 @@ static int read_root(CkptMeta *c, const cJSON *root, const char *meta, int seale
                      meta, twice);
     if (!rc) rc = read_counters(c, meta, root, err);
     if (!rc) rc = read_validation(c, meta, root, err);
+    if (!rc) rc = read_lr_curve(c, meta, root, err);
     if (!rc) rc = read_names(c, meta, root, err);
     if (rc) return rc;
     c->version = CHECKPOINT_VERSION;

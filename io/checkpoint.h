@@ -25,17 +25,19 @@
 #define CHECKPOINT_MAX_WORLD 65536
 
 typedef struct CheckpointInfo {
-    const char *model_name; /* "toy", "vit-tiny", ... (recorded; loading checks the tensors) */
-    const char *strategy;   /* recorded for people: any strategy loads any other's */
-    long step;              /* steps done */
-    int keep;               /* complete checkpoints to keep in the directory (0: all) */
-    int kill_midway;        /* fault injection: rank 0 SIGKILLs the whole process right after
-                             * handing over its first piece: rank files begun, no meta.json */
-    long held_out;          /* samples the run holds out for validation (recorded; 0: none) */
-    int validated;          /* the held-out samples were evaluated at this step: */
-    double val_loss;        /* ... their mean loss (recorded when finite) */
-    int best;               /* keep it as D/best too (the lowest validation loss so far) */
-    int best_only;          /* ... and as nothing else: no D/step-NNNNNNNN */
+    const char *model_name;  /* "toy", "vit-tiny", ... (recorded; loading checks the tensors) */
+    const char *strategy;    /* recorded for people: any strategy loads any other's */
+    long step;               /* steps done */
+    int keep;                /* complete checkpoints to keep in the directory (0: all) */
+    int kill_midway;         /* fault injection: rank 0 SIGKILLs the whole process right after
+                              * handing over its first piece: rank files begun, no meta.json */
+    long held_out;           /* samples the run holds out for validation (recorded; 0: none) */
+    int validated;           /* the held-out samples were evaluated at this step: */
+    double val_loss;         /* ... their mean loss (recorded when finite) */
+    int best;                /* keep it as D/best too (the lowest validation loss so far) */
+    int best_only;           /* ... and as nothing else: no D/step-NNNNNNNN */
+    const LrCurve *lr_curve; /* the run's learning-rate curve, recorded when it varies (NULL:
+                              * none): a resumed run is held to the same rates */
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
@@ -99,9 +101,11 @@ typedef struct CkptMeta {
     int world;
     long step;
     EngineCounters counters;
-    long held_out;   /* samples held out for validation (0: none recorded) */
-    int validated;   /* val_loss recorded: */
-    double val_loss; /* the held-out samples' mean loss at this step */
+    long held_out;    /* samples held out for validation (0: none recorded) */
+    int validated;    /* val_loss recorded: */
+    double val_loss;  /* the held-out samples' mean loss at this step */
+    int has_lr_curve; /* lr_curve recorded (a run whose rate varies records it): */
+    LrCurve lr_curve; /* ... the schedule, base rate and length of the run that saved it */
     CkptTensor *tensors;
     int ntensors;
     CkptPiece *pieces; /* in meta.json's order (rank by rank, in each rank's file order) */

@@ -15,7 +15,8 @@
  *           "step_time_s" (modelled in the simulator, measured on a real backend),
  *           "peak_bytes" (rank 0's GPU memory peak so far, accounted), "images_per_s",
  *           "wall_s" (the step's wall-clock seconds)
- *   an evaluation: "split" (the set: "test", or "val" for --val-size's held-out images),
+ *   an evaluation: "split" (the set's role: "val" for --val-size's held-out images, "test"
+ *           for the evaluation set, the test split unless the run trains on it),
  *           "step" (steps done), "epoch" (epochs done, counting a partial one), "loss",
  *           "accuracy" (0 to 1), "correct", "samples", "wall_s"
  * A number that is not finite is written null (a run stops on a loss that is not). */

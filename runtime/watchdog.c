@@ -4,6 +4,7 @@
 #include "engine/clock.h"
 
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -60,6 +61,11 @@ static void fire(Watchdog *w, const Watched *hung, double waited, const char *wh
             "aborting the communicator\n",
             w->rank, name, w->timeout, waited, where);
     fflush(stderr);
+    /* That line is the rank's last word: the abort makes the hung call return an error, which
+     * the rank's own thread could print before _exit below ends the process, a second line on
+     * a cause already said. From here stderr goes nowhere. */
+    int null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, STDERR_FILENO);
     pthread_t t;
     if (pthread_create(&t, NULL, abort_comms, w) == 0) {
         double until = clock_seconds() + ABORT_GRACE_S;

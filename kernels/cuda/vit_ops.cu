@@ -94,9 +94,13 @@ __global__ void __launch_bounds__(LN_THREADS)
         const float *x = in + row * C, *g = dout + row * C;
         const float mu = mean[row], rs = rstd[row];
         float s1 = 0.0f, s2 = 0.0f;
+        // dout w rounded once, the same value in the sums and in each element's term: left to
+        // nvcc, g w - m1 becomes fmaf(g, w, -m1), the exact product less the rounded one, so a
+        // row of one column (m1 = g w, true gradient 0) got that rounding times rstd (1000 at
+        // eps 1e-6): the first GPU run's layernorm din (M 5, C 1), 3e-5 off the CPU's.
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
-            const float gw = g[j] * w[j];
+            const float gw = __fmul_rn(g[j], w[j]);
             s1 += gw;
             s2 += gw * (x[j] - mu);
         }
@@ -106,7 +110,7 @@ __global__ void __launch_bounds__(LN_THREADS)
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
             const float xh = (x[j] - mu) * rs;
-            dx[j] += rs * (g[j] * w[j] - m1 - xh * m2);
+            dx[j] += rs * (__fmul_rn(g[j], w[j]) - m1 - xh * m2);
         }
     }
 }

@@ -2,6 +2,7 @@
  * the replay of a recorded trace, and bad input. A golden file changes only when the picture is
  * meant to change: regenerate it with the command in its test and read the diff. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,53 @@ Test(viz, a_replayed_trace_draws_the_same_frames) {
     cr_expect_neq(strstr(out, "flags come from the file (got --ranks)"), NULL, "%s", out);
     free(out);
     remove(path);
+}
+
+/* --times: the last step's seconds per kind of work, rank by rank, as the trace holds them;
+ * --against: rank 0 beside another trace, with their ratio (1.00 against itself, and the
+ * a100 profile's slower compute above 1). */
+Test(viz, times_are_the_trace_spans_and_against_sets_two_beside) {
+    char h100[128], a100[128], args[512];
+    snprintf(h100, sizeof h100, "/tmp/fsdp_test_viz_h100_%ld.json", (long)getpid());
+    snprintf(a100, sizeof a100, "/tmp/fsdp_test_viz_a100_%ld.json", (long)getpid());
+    snprintf(args, sizeof args, "viz --model toy --ranks 3 --steps 2 --times --trace-out %s", h100);
+    char *out = fsdp_ok("%s", args);
+    /* the toy's step as the cost model gives it: every rank alike */
+    cr_expect_neq(strstr(out, "step 2 of this run, modelled: seconds of each kind of work"), NULL,
+                  "%s", out);
+    cr_expect_neq(strstr(out, "                        rank 0      rank 1      rank 2\n"), NULL,
+                  "%s", out);
+    cr_expect_neq(strstr(out, "  forward            16.000 us   16.000 us   16.000 us\n"), NULL,
+                  "%s", out);
+    cr_expect_neq(strstr(out, "  all_gather         36.000 us   36.000 us   36.000 us\n"), NULL,
+                  "%s", out);
+    cr_expect_neq(strstr(out, "  step (span)        74.000 us   74.000 us   74.000 us\n"), NULL,
+                  "%s", out);
+    cr_expect_eq(strstr(out, "all_reduce"), NULL, "no all-reduce under zero3: %s", out);
+    free(out);
+    free(fsdp_ok("viz --model toy --ranks 3 --steps 2 --times --profile a100-nvlink --trace-out %s",
+                 a100));
+    out = fsdp_ok("viz --trace %s --times --against %s", h100, h100);
+    int rows = 0;
+    for (const char *c = strstr(out, "ratio\n"); c && (c = strstr(c, "      1.00\n")); c++) rows++;
+    cr_expect_eq(rows, 6, "forward, backward, optimizer, two collectives and the span: %s", out);
+    free(out);
+    out = fsdp_ok("viz --trace %s --times --against %s", h100, a100);
+    const char *fwd = strstr(out, "  forward  ");
+    cr_assert_not_null(fwd, "%s", out);
+    double a, b, ratio;
+    cr_assert_eq(sscanf(fwd, "  forward %lf us %lf us %lf", &a, &b, &ratio), 3, "%s", out);
+    cr_expect(b > a && fabs(ratio - b / a) < 0.01, "the A100 computes slower: %s", out);
+    free(out);
+    const UsageCase bad[] = {
+        {"viz --against x.json", "--against sets another trace beside --times; give --times"},
+        {"viz --times --plain", "--times prints the step's times instead of frames; --plain"},
+        {"viz --times --events 3", "--events is for frames"},
+        {"viz --times --against /nonexistent.json", "/nonexistent.json"},
+    };
+    expect_usage_errors(bad, sizeof bad / sizeof *bad);
+    remove(h100);
+    remove(a100);
 }
 
 Test(viz, a_bad_trace_file_exits_2_with_one_line) {

@@ -301,6 +301,76 @@ Test(lr_schedule, a_run_resumed_in_its_warm_up_continues_the_same_rates) {
     remove_test_dir(dir);
 }
 
+/* The checkpoint carries the run's curve, and a resume that asks for another one (another
+ * warm-up, another length of a cosine run, no schedule, a schedule where none was) is refused with
+ * the flags of both, exit 2, the checkpoint left as it was. A step schedule reads no length, so
+ * it resumes for longer on the same rates. */
+Test(lr_schedule, a_resume_is_held_to_the_checkpoints_curve) {
+    char dir[128], ck[200];
+    fresh_test_dir(dir, sizeof dir, "lr", "curve");
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    free(fsdp_ok(WARMUP_RUN " --checkpoint-dir %s", ck));
+    char *info = fsdp_ok("ckpt inspect %s/step-00000010", ck);
+    cr_expect_neq(strstr(info, "lr schedule --lr-schedule cosine --lr 0.05 --warmup-steps 8 "
+                               "--min-lr 0.001 over 10 steps\n"),
+                  NULL, "%s", info);
+    free(info);
+    char meta[256];
+    snprintf(meta, sizeof meta, "%s/step-00000010/meta.json", ck);
+    char *before = read_text_file(meta, NULL);
+    const char *was = "was trained with --lr-schedule cosine --lr 0.05 --warmup-steps 8 --min-lr "
+                      "0.001 over 10 steps; this run asks for ";
+    const struct {
+        const char *flags, *asks;
+    } other[] = {
+        {"--steps 10 --lr-schedule cosine --warmup-steps 7 --min-lr 0.001",
+         "--lr-schedule cosine --lr 0.05 --warmup-steps 7 --min-lr 0.001 over 10 steps"},
+        {"--steps 12 --lr-schedule cosine --warmup-steps 8 --min-lr 0.001",
+         "--lr-schedule cosine --lr 0.05 --warmup-steps 8 --min-lr 0.001 over 12 steps"},
+        {"--steps 10 --lr-schedule cosine --warmup-steps 8 --min-lr 0.002",
+         "--lr-schedule cosine --lr 0.05 --warmup-steps 8 --min-lr 0.002 over 10 steps"},
+        {"--steps 10", "--lr-schedule constant --lr 0.05: resume it with the same"},
+    };
+    for (size_t i = 0; i < sizeof other / sizeof *other; i++) {
+        char args[512], want[512];
+        snprintf(args, sizeof args, "train %s --checkpoint-dir %s --resume auto", other[i].flags,
+                 ck);
+        snprintf(want, sizeof want, "%s%s", was, other[i].asks);
+        expect_usage_error(args, want);
+    }
+    char *after = read_text_file(meta, NULL);
+    cr_assert(before && after, "%s is gone", meta);
+    cr_expect_str_eq(after, before, "a refused resume changed %s", meta);
+    free(before);
+    free(after);
+    /* a constant run's checkpoint records no curve: a schedule added on resuming is refused */
+    snprintf(ck, sizeof ck, "%s/flat", dir);
+    free(fsdp_ok("train --steps 4 --checkpoint-dir %s", ck));
+    char args[512];
+    snprintf(args, sizeof args,
+             "train --steps 8 --lr-schedule step --step-size 2 --checkpoint-dir %s --resume auto",
+             ck);
+    expect_usage_error(args, "was trained with a constant rate (no schedule recorded); this run "
+                             "asks for --lr-schedule step --lr 0.05 --step-size 2 --gamma 0.1");
+    /* a step schedule resumed for longer: the first run's rates, then the schedule's */
+    snprintf(ck, sizeof ck, "%s/step", dir);
+#define STEP_RUN "train --lr-schedule step --step-size 3 --gamma 0.5 --json"
+    free(fsdp_ok(STEP_RUN " --steps 6 --checkpoint-dir %s", ck));
+    char *longer = fsdp_ok(STEP_RUN " --steps 9 --checkpoint-dir %s --resume auto", ck);
+    char *whole = fsdp_ok(STEP_RUN " --steps 9");
+    for (long step = 7; step <= 9; step++) {
+        char want[32], got[32];
+        json_lr(whole, step, want, sizeof want);
+        json_lr(longer, step, got, sizeof got);
+        cr_expect_str_eq(got, want, "step %ld: lr %s, uninterrupted %s", step, got, want);
+        cr_expect_eq(strtof(got, NULL), 0.05f * 0.25f, "step %ld: %s", step, got);
+    }
+#undef STEP_RUN
+    free(longer);
+    free(whole);
+    remove_test_dir(dir);
+}
+
 /* The text lines show the rate when a schedule moves it, and a line says the schedule with the
  * PyTorch schedulers that give it. */
 Test(lr_schedule, the_run_says_its_schedule) {

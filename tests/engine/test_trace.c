@@ -153,6 +153,41 @@ Test(trace, merge_orders_by_start_seq_rank) {
     for (int r = 0; r < 3; r++) tracebuf_free(&bufs[r]);
 }
 
+/* A step's figures: each kind's spans summed on the rank and step asked for only, the span from
+ * the first event's start to the last one's end, memory events taking no time. */
+Test(trace, step_times_sum_each_kind_of_one_rank_and_step) {
+    TraceEvent ev[] = {
+        span(EV_FORWARD, 1.0, 1.5, 0, STREAM_COMPUTE),   span(EV_ALL_GATHER, 0.75, 1.0, 0, 1),
+        span(EV_FORWARD, 1.5, 2.25, 1, STREAM_COMPUTE),  span(EV_BACKWARD, 2.25, 4.0, 1, 0),
+        span(EV_REDUCE_SCATTER, 3.0, 4.5, 1, 1),         memory_event(EV_ALLOC, 0.5, 8, 8),
+        span(EV_FORWARD, 10.0, 17.0, 0, STREAM_COMPUTE), /* step 1 */
+        span(EV_FORWARD, 1.0, 9.0, 0, STREAM_COMPUTE),   /* rank 1 */
+    };
+    enum { N = sizeof ev / sizeof *ev };
+    for (int i = 0; i < N; i++) ev[i].step = i == 6;
+    ev[7].rank = 1;
+    Trace t = {.ev = ev, .n = N, .nranks = 2};
+    StepTimes st;
+    trace_step_times(&t, 0, 0, &st);
+    cr_expect_eq(st.events, 6);
+    cr_expect_eq(st.span, 4.0, "from the alloc at 0.5 to the reduce-scatter's end at 4.5: %g",
+                 st.span);
+    cr_expect_eq(st.busy[EV_FORWARD], 1.25);
+    cr_expect_eq(st.busy[EV_BACKWARD], 1.75);
+    cr_expect_eq(st.busy[EV_ALL_GATHER], 0.25);
+    cr_expect_eq(st.busy[EV_REDUCE_SCATTER], 1.5);
+    cr_expect_eq(st.busy[EV_ALLOC], 0.0);
+    trace_step_times(&t, 0, 1, &st);
+    cr_expect(st.events == 1 && st.span == 7.0 && st.busy[EV_FORWARD] == 7.0);
+    trace_step_times(&t, 1, 0, &st);
+    cr_expect(st.events == 1 && st.span == 8.0 && st.busy[EV_FORWARD] == 8.0);
+    trace_step_times(&t, 1, 1, &st);
+    cr_expect(st.events == 0 && st.span == 0.0);
+    cr_expect_eq(trace_last_step(&t), 1);
+    t.n = 0;
+    cr_expect_eq(trace_last_step(&t), -1);
+}
+
 Test(trace, merge_of_empty_buffers) {
     TraceBuf bufs[2];
     tracebuf_init(&bufs[0], 0, 1);

@@ -23,11 +23,14 @@
     "--model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 --split test --val-size 200 "      \
     "--eval-every 4"
 
-typedef enum { TOY, VIT, TF, HELD } Saved;
+/* ... the toy on a cosine schedule, which its checkpoints record */
+#define SCHEDULE "--lr-schedule cosine --warmup-steps 2 --min-lr 0.01"
+
+typedef enum { TOY, VIT, TF, HELD, SCHED } Saved;
 
 /* What each edit starts from: a step-4 checkpoint of the toy at 3 ranks, the small ViT or the
- * small transformer at 2 (HELD: the ViT with "held_out" and "val_loss"), and the run that
- * resumes it. */
+ * small transformer at 2 (HELD: the ViT with "held_out" and "val_loss"; SCHED: the toy with
+ * "lr_schedule"), and the run that resumes it. */
 static const struct {
     const char *train, *resume;
 } saved[] = {
@@ -38,6 +41,7 @@ static const struct {
             "train " SMALL_TF " --ranks 2 --batch-size 4 --steps 6"},
     [HELD] = {"train " HELD_OUT_VIT " --ranks 2 --batch-size 8 --steps 4",
               "train " HELD_OUT_VIT " --ranks 2 --batch-size 8 --steps 6"},
+    [SCHED] = {"train --ranks 3 --steps 4 " SCHEDULE, "train --ranks 3 --steps 4 " SCHEDULE},
 };
 
 typedef struct MetaCase {
@@ -74,7 +78,7 @@ static void shell(const char *cmd) {
 
 /* dir/base-F/ck: the checkpoint of saved[from], trained once per test process. */
 static void save_once(Saved from) {
-    static int made[4];
+    static int made[SCHED + 1];
     if (made[from]) return;
     char cmd[256];
     snprintf(cmd, sizeof cmd, "mkdir -p %s/base-%d", dir, (int)from);
@@ -296,6 +300,22 @@ Test(checkpoint_meta, the_held_out_count_and_the_validation_loss, .timeout = 120
         {HELD, "sed -i 's/\"held_out\":200,//' meta.json", 1,
          "step-00000004/meta.json: .val_loss is there but .held_out is missing: a validation "
          "loss needs the samples it was measured on"},
+        {SCHED, "sed -i 's/\"kind\":\"cosine\"/\"kind\":\"cosinus\"/' meta.json", 1,
+         "step-00000004/meta.json: .lr_schedule.kind is not a schedule's name; it must be "
+         "constant, cosine, linear or step"},
+        {SCHED, "sed -i 's/\"warmup_steps\":2,/\"warmup_steps\":-2,/' meta.json", 1,
+         "step-00000004/meta.json: .lr_schedule.warmup_steps is -2; it must be a whole number "
+         "from 0 to 1000000000"},
+        {SCHED, "sed -i 's/\"min_lr\":[^,]*,/\"min_lr\":0.5,/' meta.json", 1,
+         "step-00000004/meta.json: .lr_schedule.min_lr is 0.5; it must be a number from 0 to "
+         "0.05"},
+        {SCHED, "sed -i 's/\"gamma\":[^,]*,/\"gamma\":\"x\",/' meta.json", 1,
+         "step-00000004/meta.json: .lr_schedule.gamma is not a number; it must be a number"},
+        {SCHED, "sed -i 's/\"total_steps\":4}/\"total_steps\":0}/' meta.json", 1,
+         "step-00000004/meta.json: .lr_schedule.total_steps is 0; it must be a whole number from "
+         "1 to 1000000000 (the run's steps)"},
+        {SCHED, "sed -i 's/\"lr_schedule\":{[^}]*}/\"lr_schedule\":[]/' meta.json", 1,
+         "step-00000004/meta.json: .lr_schedule is not an object"},
     };
     run_cases(cases, sizeof cases / sizeof *cases);
 }
