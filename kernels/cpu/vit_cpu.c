@@ -1,4 +1,5 @@
-/* vit_cpu: the transformer block's ops (causal attention included) and the Vision Transformer's on
+/* vit_cpu: the transformer block's ops (causal attention included; grouped-query and flash
+ * attention over strided operands, which share its attention loops) and the Vision Transformer's on
  * the CPU (semantics in ../kernels.h): GEMMs through OpenBLAS, the rest vectorised by GCC, split
  * over the bound pool with results that depend only on the inputs and the pool's size. */
 #include <cblas.h>
