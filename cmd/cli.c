@@ -15,6 +15,7 @@
 #include "engine/train.h"
 #include "io/mnist.h"
 #include "io/text.h"
+#include "models/transformer.h"
 
 void train_args_defaults(TrainArgs *a) {
     memset(a, 0, sizeof *a);
@@ -244,14 +245,21 @@ static FlagValue get_output_path(const Flag *row, const void *args, char *buf, s
 static const Flag train_rows[] = {
     {.kind = FLAG_SECTION, .help = "model and data"},
     {"--model", FLAG_WORD, ARG(model), .size = sizeof((TrainArgs *)0)->model, .arg = "M",
-     .help = "toy (default), vit-tiny, vit-workshop, transformer"},
+     .help = "toy (default), vit-tiny, vit-workshop, transformer,\nllama"},
     {"--layers", FLAG_INT, ARG(layers), 1, 1000, .usage = "--layers/--heads/--hidden/--mlp N",
      .help = "ViT: override the preset's sizes\n"
              "transformer: its shape (default 2 layers, 4 heads,\n"
-             "hidden 128, mlp 512)"},
+             "hidden 128, mlp 512; llama's mlp 384)"},
     {"--heads", FLAG_INT, ARG(heads), 1, 4096, .arg = "N"},
     {"--hidden", FLAG_INT, ARG(hidden), 1, 65536, .arg = "N"},
     {"--mlp", FLAG_INT, ARG(mlp), 1, 262144, .arg = "N"},
+    {"--kv-heads", FLAG_INT, ARG(kv_heads), 1, 4096, .arg = "N",
+     .help = "llama: K,V heads, dividing --heads (default half)"},
+    {"--attention", FLAG_WORD, ARG(attention), .size = sizeof((TrainArgs *)0)->attention,
+     .arg = "eager|flash",
+     .help = "keep attention's probabilities (eager: the ViT's\n"
+             "default) or only each row's log-sum-exp (flash:\n"
+             "the transformer's and llama's)"},
     {"--data", FLAG_STRING, ARG(data), .arg = "DIR",
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
              "/usr/share/datasets/fashion-mnist)",
@@ -454,7 +462,19 @@ static int check_model_flags(const TrainArgs *a, Err *err) {
     int vit = train_args_is_vit(a), tf = train_args_is_transformer(a);
     if (!vit && !tf && strcmp(a->model, "toy") != 0)
         return err_set(err, ERR_USAGE,
-                       "--model must be toy, vit-tiny, vit-workshop or transformer (got '%s')",
+                       "--model must be toy, vit-tiny, vit-workshop, transformer or llama (got "
+                       "'%s')",
+                       a->model);
+    if (a->attention[0] && attention_from_name(a->attention) < 0)
+        return err_set(err, ERR_USAGE, "--attention must be eager or flash (got '%s')",
+                       a->attention);
+    if (a->attention[0] && !tf && !vit)
+        return err_set(err, ERR_USAGE,
+                       "--attention applies to the transformer, llama and the ViT; the toy has "
+                       "no attention");
+    if (a->kv_heads && !train_args_is_llama(a))
+        return err_set(err, ERR_USAGE,
+                       "--kv-heads applies to --model llama; %s has one K,V head per head",
                        a->model);
     if (!vit && !tf && (a->layers || a->heads || a->hidden || a->mlp || a->epochs))
         return err_set(err, ERR_USAGE,
@@ -582,7 +602,11 @@ int train_args_is_vit(const TrainArgs *a) {
 }
 
 int train_args_is_transformer(const TrainArgs *a) {
-    return !strcmp(a->model, "transformer");
+    return !strcmp(a->model, "transformer") || train_args_is_llama(a);
+}
+
+int train_args_is_llama(const TrainArgs *a) {
+    return !strcmp(a->model, "llama");
 }
 
 /* What a flag left unset means depends on the model: the ViT trains one epoch at batch 64

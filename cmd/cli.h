@@ -29,6 +29,8 @@ typedef struct TrainArgs {
     const char *data;               /* --data DIR; NULL: $FSDP_DATA or Debian's path */
     const char *text;               /* transformer: --text FILE; NULL: io/text.h's default */
     int seq;                        /* transformer: --seq N tokens a sequence; 0: the default */
+    int kv_heads;                   /* llama: --kv-heads N; 0: the default */
+    char attention[8];              /* transformer, llama: eager|flash; "": flash */
     char split[8];                  /* training split: train or test */
     int ranks;
     long steps;
@@ -72,8 +74,11 @@ int train_args_check_lr_schedule(const TrainArgs *a, long steps, Err *err);
 
 /* 1 if the args name an image model (a ViT) rather than the toy. */
 int train_args_is_vit(const TrainArgs *a);
-/* 1 if they name the transformer, a language model of a text's bytes. */
+/* 1 if they name a transformer that models a text's bytes: GPT-2-shaped (transformer) or
+ * Llama-shaped (llama). */
 int train_args_is_transformer(const TrainArgs *a);
+/* 1 if they name the Llama-shaped one. */
+int train_args_is_llama(const TrainArgs *a);
 
 /* train's flags, one row each: what the parser and the help read (plan hands it its
  * training knobs, viz every flag that is not its own). */

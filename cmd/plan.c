@@ -1,6 +1,7 @@
-/* plan (command): `fsdp plan`. It reads the model (a preset, a generic transformer by shape or
- * by parameter count), the cluster (a profile with overrides) and train's knobs, runs the
- * planner (sim/planner.c), and prints memory per GPU, traffic, step time, the largest batch. */
+/* plan (command): `fsdp plan`. It reads the model (a preset, a Llama 3 shape, a generic GPT- or
+ * Llama-shaped transformer by shape, or a GPT-shaped one by parameter count), the cluster (a
+ * profile with overrides) and train's knobs, runs the planner (sim/planner.c), and prints memory
+ * per GPU, traffic, step time, the largest batch. */
 #include "cmd/commands.h"
 
 #include <stddef.h>
@@ -23,6 +24,9 @@ typedef struct PlanArgs {
     char model[32];
     double params;                              /* --params; 0: none */
     int layers, hidden, heads, mlp, seq, vocab; /* shape overrides; 0: not given */
+    int kv_heads;                               /* --kv-heads (Llama-shaped); 0: not given */
+    int llama;                                  /* a Llama-shaped transformer */
+    char attention[8];                          /* --attention; "": flash */
     int gpus, gpus_per_node;
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
     int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
@@ -40,6 +44,14 @@ static int set_model(void *args, const char *flag, const char *v, Err *err) {
     return 0;
 }
 
+static int set_attention(void *args, const char *flag, const char *v, Err *err) {
+    PlanArgs *a = args;
+    if (attention_from_name(v) < 0)
+        return err_set(err, ERR_USAGE, "%s must be eager or flash (got '%s')", flag, v);
+    snprintf(a->attention, sizeof a->attention, "%s", v);
+    return 0;
+}
+
 #define ARG(field) offsetof(PlanArgs, field)
 
 /* plan's flags in the order --help lists them. A training knob is train's own row: plan hands
@@ -47,7 +59,8 @@ static int set_model(void *args, const char *flag, const char *v, Err *err) {
 static const Flag plan_rows[] = {
     {.kind = FLAG_SECTION, .help = "model (default: the toy)"},
     {"--model", FLAG_SET, .set = set_model, .arg = "M",
-     .help = "toy, vit-tiny, vit-workshop, transformer"},
+     .help = "toy, vit-tiny, vit-workshop, transformer, llama,\n"
+             "llama3-8b, llama3-70b, llama3-405b"},
     {"--params", FLAG_POSITIVE, ARG(params), .hi = 1e13, .arg = "P",
      .help = "a generic transformer of about P parameters (7e9)"},
     {"--layers", FLAG_COUNT, ARG(layers), 1, 1 << 24, .usage = "--layers --hidden --heads --mlp",
@@ -55,9 +68,15 @@ static const Flag plan_rows[] = {
     {"--hidden", FLAG_COUNT, ARG(hidden), 1, 1 << 24, .arg = "N"},
     {"--heads", FLAG_COUNT, ARG(heads), 1, 1 << 24, .arg = "N"},
     {"--mlp", FLAG_COUNT, ARG(mlp), 1, 1 << 24, .arg = "N"},
+    {"--kv-heads", FLAG_COUNT, ARG(kv_heads), 1, 1 << 24, .arg = "N",
+     .help = "Llama-shaped: K,V heads, dividing --heads"},
     {"--seq", FLAG_COUNT, ARG(seq), 1, 1 << 24, .usage = "--seq --vocab",
      .help = "the transformer's sequence length and vocabulary\n(--seq also goes with --params)"},
     {"--vocab", FLAG_COUNT, ARG(vocab), 1, 1 << 24, .arg = "N"},
+    {"--attention", FLAG_SET, .set = set_attention, .arg = "eager|flash",
+     .help = "keep attention's probabilities (eager: the ViT's\n"
+             "default) or only each row's log-sum-exp (flash:\n"
+             "the transformers')"},
     {.kind = FLAG_SECTION, .help = "cluster"},
     {"--gpus", FLAG_COUNT, ARG(gpus), 1, CLI_MAX_RANKS, .arg = "N",
      .help = "GPUs, 1 to 1024 (default 3)"},
@@ -129,11 +148,23 @@ static int choose_model(PlanArgs *a, Err *err) {
         a->kind = MODEL_VIT;
     else if (!strcmp(a->model, "transformer"))
         a->kind = MODEL_TRANSFORMER;
+    else if (!strcmp(a->model, "llama") ||
+             !transformer_llama_preset(a->model, &(TransformerConfig){0}))
+        a->kind = MODEL_TRANSFORMER, a->llama = 1;
     else
         return err_set(err, ERR_USAGE,
-                       "--model must be toy, vit-tiny, vit-workshop or transformer (got '%s')",
+                       "--model must be toy, vit-tiny, vit-workshop, transformer, llama, %s (got "
+                       "'%s')",
+                       transformer_llama_preset_names(), a->model);
+    if (a->kv_heads && !a->llama)
+        return err_set(err, ERR_USAGE,
+                       "--kv-heads applies to Llama-shaped models; %s has one K,V head per head",
                        a->model);
-    if (a->params && a->kind != MODEL_TRANSFORMER)
+    if (a->attention[0] && a->kind == MODEL_TOY)
+        return err_set(err, ERR_USAGE,
+                       "--attention applies to the transformers and the ViT; the toy has no "
+                       "attention");
+    if (a->params && (a->kind != MODEL_TRANSFORMER || a->llama))
         return err_set(err, ERR_USAGE, "--params sizes a generic transformer, not --model %s",
                        a->model);
     /* --seq stays free: activations grow with it, and --params's shape is chosen around it */
@@ -254,25 +285,44 @@ static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
     return 0;
 }
 
+/* GPT-2-shaped: GPT-2 small's shape with the flags' overrides, or one for --params. */
+static int gpt_config(const PlanArgs *a, TransformerConfig *c, Err *err) {
+    *c = (TransformerConfig){.layers = a->layers ? a->layers : 12,
+                             .hidden = a->hidden ? a->hidden : 768,
+                             .heads = a->heads ? a->heads : 12,
+                             .seq = a->seq ? a->seq : 1024,
+                             .vocab = a->vocab ? a->vocab : 50257};
+    c->mlp = a->mlp ? a->mlp : 4 * c->hidden;
+    if (!a->params) return 0;
+    int rc = transformer_config_for_params(a->params, c, err);
+    if (!rc && a->seq) c->seq = a->seq; /* the position embedding's seq x hidden moves the */
+    return rc;                          /* count a hair (8M of 70B from 2048 to 1024) */
+}
+
+/* Llama-shaped: the preset's published shape (--model llama: llama3-8b's) with the flags'
+ * overrides. */
+static int llama_config(const PlanArgs *a, TransformerConfig *c) {
+    if (transformer_llama_preset(a->model, c)) transformer_llama_preset("llama3-8b", c);
+    int *fields[] = {&c->layers, &c->hidden, &c->heads, &c->kv_heads, &c->mlp, &c->seq, &c->vocab};
+    const int given[] = {a->layers, a->hidden, a->heads, a->kv_heads, a->mlp, a->seq, a->vocab};
+    for (int i = 0; i < 7; i++)
+        if (given[i]) *fields[i] = given[i];
+    return 0;
+}
+
 static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     if (a->kind == MODEL_TOY) return toy_model_create(&s->model, err);
     if (a->kind == MODEL_VIT) {
         VitConfig c;
         vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
+        c.flash = !strcmp(a->attention, "flash"); /* eager unless asked, as train's */
         return vit_model_create(&s->model, &c, err);
     }
-    TransformerConfig c = {.layers = a->layers ? a->layers : 12,
-                           .hidden = a->hidden ? a->hidden : 768,
-                           .heads = a->heads ? a->heads : 12,
-                           .seq = a->seq ? a->seq : 1024,
-                           .vocab = a->vocab ? a->vocab : 50257};
-    c.mlp = a->mlp ? a->mlp : 4 * c.hidden;
-    int rc = a->params ? transformer_config_for_params(a->params, &c, err)
-                       : transformer_config_check(&c, err);
-    if (!rc && a->params && a->seq) { /* the shape for --params, at this sequence length: the */
-        c.seq = a->seq;               /* position embedding's seq x hidden moves the count a */
-        rc = transformer_config_check(&c, err); /* hair (8M of 70B from 2048 to 1024) */
-    }
+    TransformerConfig c;
+    int rc = a->llama ? llama_config(a, &c) : gpt_config(a, &c, err);
+    c.attention =
+        a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;
+    if (!rc) rc = transformer_config_check(&c, err);
     return rc ? rc : transformer_model_create(&s->model, &c, err);
 }
 
@@ -377,9 +427,14 @@ static void print_shape(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     char v[32];
     if (a->kind == MODEL_TRANSFORMER) {
         const TransformerConfig *c = s->model.config;
-        fprintf(f, "shape: %d layers, hidden %d, %d heads, MLP %d, sequence %d, vocabulary %s%s\n",
-                c->layers, c->hidden, c->heads, c->mlp, c->seq,
-                with_commas((size_t)c->vocab, v, sizeof v),
+        char kv[32] = "";
+        if (c->arch == TRANSFORMER_LLAMA) snprintf(kv, sizeof kv, " and %d KV heads", c->kv_heads);
+        fprintf(f,
+                "shape: %d layers, hidden %d, %d heads%s, %sMLP %d, sequence %d, vocabulary %s, "
+                "%s attention%s\n",
+                c->layers, c->hidden, c->heads, kv, c->arch == TRANSFORMER_LLAMA ? "SwiGLU " : "",
+                c->mlp, c->seq, with_commas((size_t)c->vocab, v, sizeof v),
+                attention_name(c->attention),
                 a->params ? " (chosen for --params from published widths; --seq sets the sequence)"
                           : "");
     } else if (a->kind == MODEL_VIT) {
@@ -491,11 +546,16 @@ static void activations_because(const PlanArgs *a, const PlanSetup *s, int batch
     buf[0] = 0;
     if (a->kind == MODEL_TRANSFORMER) {
         const TransformerConfig *c = s->model.config;
+        char kept[96];
+        if (c->attention == ATTENTION_FLASH)
+            snprintf(kept, sizeof kept, "flash attention keeping %d heads' %d row statistics",
+                     c->heads, c->seq);
+        else
+            snprintf(kept, sizeof kept, "the attention keeping %d heads' %dx%d probabilities",
+                     c->heads, c->seq, c->seq);
         snprintf(buf, n,
-                 "%d sequence%s of %d tokens per GPU through %d layers of hidden %d, the "
-                 "attention keeping %d heads' %dx%d probabilities a layer",
-                 batch, batch == 1 ? "" : "s", c->seq, c->layers, c->hidden, c->heads, c->seq,
-                 c->seq);
+                 "%d sequence%s of %d tokens per GPU through %d layers of hidden %d, %s a layer",
+                 batch, batch == 1 ? "" : "s", c->seq, c->layers, c->hidden, kept);
     } else if (a->kind == MODEL_VIT) {
         const VitConfig *c = s->model.config;
         snprintf(buf, n, "%d image%s of %d tokens per GPU through %d layers of hidden %d", batch,
@@ -582,8 +642,10 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
     }
     if (big[FILL_ACTIVATIONS] && a->kind == MODEL_TRANSFORMER)
         out[n++] = (Lever){.flags = "a shorter --seq",
-                           .words = "activations grow with the sequence, the attention's "
-                                    "probabilities with its square"};
+                           .words = !strcmp(a->attention, "eager")
+                                        ? "activations grow with the sequence, the attention's "
+                                          "probabilities with its square"
+                                        : "activations grow with the sequence"};
     if (big[FILL_ACTIVATIONS] && !big[FILL_STATE])
         out[n++] = (Lever){.flags = "more --gpus",
                            .words = "no help: each GPU holds the activations of its own batch; "
@@ -829,6 +891,7 @@ int cmd_plan(int argc, char **argv) {
     if (!rc) rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
     if (s.model.params) model_desc_free(&s.model);
     if (!rc) return 0;
+    fflush(stdout); /* the figures, then the line that says why it exits 2, in that order */
     fprintf(stderr, "fsdp: %s\n", err.msg);
     return err.code == ERR_USAGE ? 2 : 1;
 }

@@ -41,14 +41,22 @@ static int load_images(TrainRun *t, Err *err) {
     return 0;
 }
 
-/* The transformer the flags describe: a byte-level language model (vocabulary 256). */
+/* The transformer the flags describe: a byte-level language model (vocabulary 256), GPT-2's
+ * shape or Llama's (K,V heads half the heads where they divide them, SwiGLU's MLP 3 x hidden),
+ * with flash attention unless --attention eager. */
 static TransformerConfig transformer_config(const TrainArgs *a) {
+    int llama = train_args_is_llama(a);
     TransformerConfig c = {.layers = a->layers ? a->layers : 2,
                            .hidden = a->hidden ? a->hidden : 128,
                            .heads = a->heads ? a->heads : 4,
                            .seq = a->seq,
-                           .vocab = TRANSFORMER_BYTE_VOCAB};
-    c.mlp = a->mlp ? a->mlp : 4 * c.hidden;
+                           .vocab = TRANSFORMER_BYTE_VOCAB,
+                           .arch = llama ? TRANSFORMER_LLAMA : TRANSFORMER_GPT,
+                           .kv_heads = a->kv_heads};
+    c.mlp = a->mlp ? a->mlp : (llama ? 3 : 4) * c.hidden;
+    if (llama && !c.kv_heads) c.kv_heads = c.heads % 2 == 0 ? c.heads / 2 : c.heads;
+    c.attention =
+        a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;
     return c;
 }
 
@@ -62,6 +70,7 @@ static int create_model_desc(TrainRun *t, Err *err) {
     if (!train_args_is_vit(a)) return toy_model_create(&t->model, err);
     VitConfig c;
     vit_preset_with(a->model, a->layers, a->heads, a->hidden, a->mlp, &c); /* a known preset */
+    c.flash = !strcmp(a->attention, "flash"); /* eager unless asked: torchvision's fixtures */
     return vit_model_create(&t->model, &c, err);
 }
 

@@ -103,7 +103,7 @@ static int sample_config(const char *path, TransformerConfig *c, Err *err) {
 }
 
 static int sample_run(const SampleArgs *a, Err *err) {
-    TransformerConfig c;
+    TransformerConfig c = {0}; /* GPT-shaped, eager: what the metadata does not say */
     ModelDesc m = {0};
     Plan plan = {0};
     uint8_t *out = malloc((size_t)a->tokens);

@@ -372,12 +372,13 @@ static void full_save_metadata(FullSave *s, long step) {
         int v[] = {c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes};
         memcpy(vals, v, sizeof v);
         keys = vit_keys, nvals = 7;
-    } else if (!strcmp(m->name, "transformer") && m->config) {
-        static const char *const tf_keys[] = {"layers", "heads", "hidden", "mlp", "seq", "vocab"};
+    } else if ((!strcmp(m->name, "transformer") || !strcmp(m->name, "llama")) && m->config) {
+        static const char *const tf_keys[] = {"layers", "heads", "hidden",  "mlp",
+                                              "seq",    "vocab", "kv_heads"};
         const TransformerConfig *c = m->config;
-        int v[] = {c->layers, c->heads, c->hidden, c->mlp, c->seq, c->vocab};
+        int v[] = {c->layers, c->heads, c->hidden, c->mlp, c->seq, c->vocab, c->kv_heads};
         memcpy(vals, v, sizeof v);
-        keys = tf_keys, nvals = 6;
+        keys = tf_keys, nvals = c->arch == TRANSFORMER_LLAMA ? 7 : 6; /* a Llama's K,V heads */
     }
     for (int i = 0; i < nvals; i++, s->nkv++) {
         snprintf(s->text[1 + i], sizeof s->text[1 + i], "%d", vals[i]);

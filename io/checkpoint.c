@@ -203,12 +203,14 @@ static void write_tensors_json(FILE *f, const ModelDesc *m) {
  * ViT's, under the names PyTorch's fixture uses; the transformer's, under its flags' names. The
  * toy has none. */
 static void write_config_json(FILE *f, const ModelDesc *m) {
-    if (!strcmp(m->name, "transformer") && m->config) {
+    if ((!strcmp(m->name, "transformer") || !strcmp(m->name, "llama")) && m->config) {
         const TransformerConfig *t = m->config;
         fprintf(f,
                 "\"config\":{\"layers\":%d,\"heads\":%d,\"hidden\":%d,\"mlp\":%d,\"seq\":%d,"
-                "\"vocab\":%d},\n",
+                "\"vocab\":%d",
                 t->layers, t->heads, t->hidden, t->mlp, t->seq, t->vocab);
+        if (t->arch == TRANSFORMER_LLAMA) fprintf(f, ",\"kv_heads\":%d", t->kv_heads);
+        fputs("},\n", f);
         return;
     }
     if (strcmp(m->name, "vit") != 0 || !m->config) return;
@@ -759,7 +761,8 @@ static const char *value_text(char *buf, size_t n, const cJSON *v) {
 
 /* "model" and "strategy": names this fsdp knows. */
 static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
-    static const char *const models[] = {"toy", "vit-tiny", "vit-workshop", "vit", "transformer"};
+    static const char *const models[] = {"toy", "vit-tiny",    "vit-workshop",
+                                         "vit", "transformer", "llama"};
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *strategy = cJSON_GetObjectItemCaseSensitive(root, "strategy");
     char text[80];
@@ -769,7 +772,7 @@ static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err
     if (!known)
         return err_set(err, ERR_USAGE,
                        "%s: .model is %s; it must be a model this fsdp builds: toy, vit-tiny, "
-                       "vit-workshop or transformer (or vit)",
+                       "vit-workshop, transformer or llama (or vit)",
                        meta, value_text(text, sizeof text, model));
     Strategy s;
     if (!cJSON_IsString(strategy) || strategy_parse(strategy->valuestring, &s))
@@ -828,29 +831,32 @@ static int vit_of_config(const char *meta, const cJSON *config, ModelDesc *out, 
     return vit_model_create(out, &c, err);
 }
 
-enum { TF_CONFIG_KEYS = 6 };
-static const char *const tf_config_keys[TF_CONFIG_KEYS] = {"layers", "heads", "hidden",
-                                                           "mlp",    "seq",   "vocab"};
+/* The GPT-shaped transformer's six keys; the Llama-shaped one's seventh, kv_heads. */
+enum { TF_CONFIG_KEYS = 6, LLAMA_CONFIG_KEYS = 7 };
+static const char *const tf_config_keys[LLAMA_CONFIG_KEYS] = {"layers", "heads", "hidden",  "mlp",
+                                                              "seq",    "vocab", "kv_heads"};
 
-/* The transformer of .config: exactly its six keys, whole numbers, and a shape that
- * transformer_config_check takes (a plan's bounds; what a computed run needs more, --seq within
- * attention's and a byte vocabulary, is the run's to refuse); described names it for messages. */
-static int transformer_of_config(const char *meta, const cJSON *config, ModelDesc *out,
+/* The transformer of .config: exactly its six keys (a Llama's seven), whole numbers, and a
+ * shape that transformer_config_check takes (a plan's bounds; what a computed run needs more,
+ * --seq within attention's and a byte vocabulary, is the run's to refuse); described names it
+ * for messages. The attention kind is no part of it: eager and flash keep the same parameters. */
+static int transformer_of_config(const char *meta, const cJSON *config, int llama, ModelDesc *out,
                                  char *described, size_t n, Err *err) {
+    const int keys = llama ? LLAMA_CONFIG_KEYS : TF_CONFIG_KEYS;
     if (!cJSON_IsObject(config))
         return err_set(err, ERR_USAGE,
                        "%s: .config is %s; a transformer's checkpoint records its layers, heads, "
-                       "hidden, mlp, seq and vocab",
-                       meta, config ? "not an object" : "missing");
+                       "hidden, mlp, seq and vocab%s",
+                       meta, config ? "not an object" : "missing", llama ? " and kv_heads" : "");
     for (const cJSON *kv = config->child; kv; kv = kv->next) {
         int known = 0;
-        for (int k = 0; k < TF_CONFIG_KEYS; k++) known |= !strcmp(kv->string, tf_config_keys[k]);
+        for (int k = 0; k < keys; k++) known |= !strcmp(kv->string, tf_config_keys[k]);
         if (!known)
             return err_set(err, ERR_USAGE, "%s: .config.%.64s is no size of a transformer", meta,
                            kv->string);
     }
-    double v[TF_CONFIG_KEYS];
-    for (int k = 0; k < TF_CONFIG_KEYS; k++) {
+    double v[LLAMA_CONFIG_KEYS] = {0};
+    for (int k = 0; k < keys; k++) {
         int rc =
             whole_field(meta, config, ".config", tf_config_keys[k], 1, 1 << 24, "", &v[k], err);
         if (rc) return rc;
@@ -860,7 +866,9 @@ static int transformer_of_config(const char *meta, const cJSON *config, ModelDes
                            .hidden = (int)v[2],
                            .mlp = (int)v[3],
                            .seq = (int)v[4],
-                           .vocab = (int)v[5]};
+                           .vocab = (int)v[5],
+                           .arch = llama ? TRANSFORMER_LLAMA : TRANSFORMER_GPT,
+                           .kv_heads = (int)v[6]};
     snprintf(described, n,
              "the transformer its .config describes (layers %d, heads %d, hidden %d, mlp %d, seq "
              "%d, vocab %d)",
@@ -875,8 +883,9 @@ static int transformer_of_config(const char *meta, const cJSON *config, ModelDes
 static int described_model(const CkptMeta *c, const char *meta, const cJSON *root, ModelDesc *out,
                            char *described, size_t n, Err *err) {
     const cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
-    if (!strcmp(c->model, "transformer"))
-        return transformer_of_config(meta, config, out, described, n, err);
+    if (!strcmp(c->model, "transformer") || !strcmp(c->model, "llama"))
+        return transformer_of_config(meta, config, !strcmp(c->model, "llama"), out, described, n,
+                                     err);
     if (!strcmp(c->model, "toy")) {
         if (config)
             return err_set(err, ERR_USAGE, "%s: .config is there, but the toy has no sizes to set",

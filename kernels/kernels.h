@@ -14,6 +14,16 @@ typedef struct AdamHyper {
     int decoupled; /* 1: AdamW (decay applied to the parameter), 0: Adam (L2 added to grad) */
 } AdamHyper;
 
+/* Where attention's operands are: q[B, T, heads * D] with rows q_stride floats apart, k and
+ * v [B, T, kv_heads * D] with rows kv_stride apart (heads % kv_heads == 0), out and dout
+ * [B, T, heads * D] dense. GPT's packed qkv[B, T, 3C] is q = qkv, k = qkv + C, v = qkv + 2C,
+ * strides 3C and kv_heads = heads. Causal: query t attends to keys s <= t only. */
+typedef struct AttnShape {
+    size_t B, T, heads, kv_heads, head_dim;
+    size_t q_stride, kv_stride;
+    int causal;
+} AttnShape;
+
 typedef struct Kernels {
     const char *name;
 
@@ -128,12 +138,13 @@ typedef struct Kernels {
     void (*causal_attention_forward)(float *out, float *probs, const float *qkv, size_t B, size_t T,
                                      size_t C, size_t heads);
     /* Token and position embeddings: x[b, t] = wte[tokens[b, t]] + wpe[t], x [B, T, C], wte
-     * [V, C], wpe [T, C] (at least T rows). A token outside [0, V) gives a row of NaN (a
-     * divergence the engine reports) rather than a read past wte. */
+     * [V, C], wpe [T, C] (at least T rows; NULL: no position table, as RoPE's models). A token
+     * outside [0, V) gives a row of NaN (a divergence the engine reports) rather than a read past
+     * wte. */
     void (*token_embed_forward)(float *x, const int32_t *tokens, const float *wte, const float *wpe,
                                 size_t B, size_t T, size_t C, size_t V);
     /* dwte[tokens[b, t]] += dx[b, t], token by token in (b, t) order; dwpe[t] += dx[b, t] over
-     * b in order. Tokens outside [0, V) add nothing. */
+     * b in order (dwpe NULL: none). Tokens outside [0, V) add nothing. */
     void (*token_embed_backward)(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
                                  size_t B, size_t T, size_t C, size_t V);
 
@@ -165,6 +176,48 @@ typedef struct Kernels {
     void (*residual_layernorm_forward)(float *sum, float *out, float *mean, float *rstd,
                                        const float *x, const float *y, const float *w,
                                        const float *b, size_t M, size_t C, float eps);
+
+    /* ---- the Llama-shaped model's ops, and attention over grouped, strided operands (GQA, and
+     * flash attention, which any of the transformer family may use) */
+
+    /* RMSNorm over the last dim C of M rows (no mean, no bias, as Llama's): rstd[M] =
+     * 1/sqrt(mean(in^2) + eps), out = in * rstd * w; rstd saved for backward. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *in, const float *w, size_t M,
+                            size_t C, float eps);
+    /* din[M, C] += ..., dw[C] += ... */
+    void (*rmsnorm_backward)(float *din, float *dw, const float *dout, const float *in,
+                             const float *rstd, const float *w, size_t M, size_t C);
+    /* SwiGLU's gate: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n);
+    /* dgate = dout * up * silu'(gate), dup = dout * silu(gate); dgate may be dout. */
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t n);
+    /* Rotary position embedding in place on x[B, T, heads * D] (D even), position t = row % T,
+     * pairs (i, i + D/2) of each head (Hugging Face's rotate_half) turned by the angle
+     * t * theta^(-2i/D). Backward turns a gradient back by the same angle. */
+    void (*rope_forward)(float *x, size_t B, size_t T, size_t heads, size_t D, float theta);
+    void (*rope_backward)(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta);
+
+    /* Attention as attention_forward computes it (softmax(q k^T / sqrt(D)) v, per head), with
+     * the operands where AttnShape says and query head h reading K,V head h / (heads /
+     * kv_heads). Eager keeps probs[B, heads, T, T]; its backward overwrites dq, dk, dv (strided
+     * as q, k, v; a K,V head's gradient is the sum over its group's query heads). */
+    void (*gqa_attention_forward)(float *out, float *probs, const float *q, const float *k,
+                                  const float *v, const AttnShape *s);
+    void (*gqa_attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v,
+                                   const float *probs, const AttnShape *s);
+    /* Flash attention: the same out, keeping only lse[B, heads, T], each row's log-sum-exp of
+     * its scaled scores, in place of the probabilities. Backward recomputes each (sample, head)
+     * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns; the GPU's
+     * recomputes a row at a time on chip and leaves it alone) and needs out for each row's sum
+     * of dout * out. */
+    void (*flash_attention_forward)(float *out, float *lse, const float *q, const float *k,
+                                    const float *v, const AttnShape *s);
+    void (*flash_attention_backward)(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *q, const float *k, const float *v,
+                                     const float *out, const float *lse, float *work,
+                                     const AttnShape *s);
 } Kernels;
 
 /* Every op of the table in its order, for building a table from functions named after the ops:
@@ -177,7 +230,10 @@ typedef struct Kernels {
     X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward) X(patchify)        \
     X(embed_forward) X(embed_backward) X(class_token_select) X(class_token_select_backward)        \
     X(cross_entropy) X(count_correct) X(add) X(causal_attention_forward) X(token_embed_forward)    \
-    X(token_embed_backward) X(bias_gelu_forward) X(bias_gelu_backward) X(residual_layernorm_forward)
+    X(token_embed_backward) X(bias_gelu_forward) X(bias_gelu_backward) X(residual_layernorm_forward)     \
+    X(rmsnorm_forward) X(rmsnorm_backward) X(swiglu_forward) X(swiglu_backward) X(rope_forward)    \
+    X(rope_backward) X(gqa_attention_forward) X(gqa_attention_backward)                            \
+    X(flash_attention_forward) X(flash_attention_backward)
 /* clang-format on */
 #define KERNEL_COUNT_ONE(op) +1
 /* A table is its name and one pointer per op: an op missing from KERNEL_OPS fails here. */

@@ -4,6 +4,8 @@
 
 #include <stdio.h>
 
+#include "models/lblock.h"
+
 /* ---------------------------------------------------------------- activations */
 
 float *act_take(Device *dev, size_t n) {
@@ -71,31 +73,64 @@ size_t tblock_param_count(size_t H, size_t F) {
     return 2 * H + 3 * H * H + 3 * H + H * H + H + 2 * H + F * H + F + H * F + H;
 }
 
+AttnShape tblock_attn_shape(const TBlock *t, size_t q_stride, size_t kv_stride) {
+    return (AttnShape){.B = t->B,
+                       .T = t->T,
+                       .heads = t->heads,
+                       .kv_heads = t->llama ? t->kv_heads : t->heads,
+                       .head_dim = t->H / t->heads,
+                       .q_stride = q_stride,
+                       .kv_stride = kv_stride,
+                       .causal = t->causal};
+}
+
 /* ---------------------------------------------------------------- work estimates */
 
+/* Eager attention writes and reads its probabilities; flash keeps them on chip but computes
+ * the scores once more in backward. */
 void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
+    if (t->llama) {
+        lblock_work(t, w, kind);
+        return;
+    }
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
     double T = (double)t->T, B = (double)t->B;
-    double flops = 2 * M * H * (3 * H + H + 2 * F) + 4 * B * T * T * H;
-    double bytes = 4 * (M * (12 * H + 3 * F) + 2 * B * (double)t->heads * T * T);
+    double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
+    double flops = 2 * M * H * (3 * H + H + 2 * F) + 2 * scores;
+    double bytes = 4 * (M * (12 * H + 3 * F) + (t->flash ? 0 : probs));
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
-    w->flops = flops * passes;
+    w->flops = flops * passes + (kind == WORK_BACKWARD && t->flash ? scores : 0);
     w->bytes = bytes * passes;
 }
 
 /* ---------------------------------------------------------------- forward */
+
+float **tblock_take_scores(const TBlock *t, BlockActs *a) {
+    size_t pairs = t->B * t->heads;
+    if (t->flash) {
+        a->lse = act_take(t->dev, pairs * t->T);
+        return &a->lse;
+    }
+    a->probs = act_take(t->dev, pairs * t->T * t->T);
+    return &a->probs;
+}
+
+float *tblock_take_flash_work(const TBlock *t) {
+    return t->flash ? act_take(t->dev, t->T * t->T) : NULL;
+}
 
 /* Every buffer the forward saves, and its output, in one order (the trace shows it). */
 static int take_acts(const TBlock *t, BlockActs *a, float **out, Err *err) {
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F;
     a->ln1 = act_take(d, M * H), a->ln1_mean = act_take(d, M), a->ln1_rstd = act_take(d, M);
-    a->qkv = act_take(d, M * 3 * H), a->probs = act_take(d, t->B * t->heads * t->T * t->T);
+    a->qkv = act_take(d, M * 3 * H);
+    float **scores = tblock_take_scores(t, a);
     a->attn = act_take(d, M * H), a->mid = act_take(d, M * H);
     a->ln2 = act_take(d, M * H), a->ln2_mean = act_take(d, M), a->ln2_rstd = act_take(d, M);
     a->fc1 = act_take(d, M * F), a->gelu = act_take(d, M * F), *out = act_take(d, M * H);
-    return act_check_taken((float *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->probs, a->attn,
+    return act_check_taken((float *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, *scores, a->attn,
                                        a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc1, a->gelu,
                                        *out},
                            13, M, err);
@@ -108,8 +143,13 @@ static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, cons
     k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[TBLOCK_LN1_W], p[TBLOCK_LN1_B], M,
                          H, t->ln_eps);
     k->linear_forward(a->qkv, a->ln1, p[TBLOCK_QKV_W], p[TBLOCK_QKV_B], M, H, 3 * H);
-    (t->causal ? k->causal_attention_forward : k->attention_forward)(a->attn, a->probs, a->qkv,
-                                                                     t->B, t->T, H, t->heads);
+    if (t->flash) {
+        AttnShape s = tblock_attn_shape(t, 3 * H, 3 * H);
+        k->flash_attention_forward(a->attn, a->lse, a->qkv, a->qkv + H, a->qkv + 2 * H, &s);
+    } else {
+        (t->causal ? k->causal_attention_forward : k->attention_forward)(a->attn, a->probs, a->qkv,
+                                                                         t->B, t->T, H, t->heads);
+    }
     k->linear_forward(a->mid, a->attn, p[TBLOCK_OUT_W], p[TBLOCK_OUT_B], M, H, H);
     /* the residual (mid = mid + x) and ln_2 on it, in one pass */
     k->residual_layernorm_forward(a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x,
@@ -127,6 +167,7 @@ static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, cons
 
 int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
                    Work *w, Err *err) {
+    if (t->llama) return lblock_forward(t, a, p, x, out, w, err);
     size_t M = t->B * t->T;
     int rc = take_acts(t, a, out, err);
     tblock_work(t, w, WORK_FORWARD);
@@ -158,12 +199,17 @@ static void mlp_backward(const TBlock *t, const BlockActs *a, float *const *p, f
 /* Attention branch: mid = x + out_proj(attention(in_proj(ln1(x)))); dy becomes dL/dx. */
 static void attention_branch_backward(const TBlock *t, const BlockActs *a, float *const *p,
                                       float *const *g, const float *x, float *dy, float *dh,
-                                      float *dqkv) {
+                                      float *dqkv, float *work) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H;
     k->linear_backward(dh, g[TBLOCK_OUT_W], g[TBLOCK_OUT_B], dy, a->attn, p[TBLOCK_OUT_W], M, H, H);
-    /* causal too: the masked probabilities are 0 and pass nothing back (kernels.h) */
-    k->attention_backward(dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
+    if (t->flash) {
+        AttnShape s = tblock_attn_shape(t, 3 * H, 3 * H);
+        k->flash_attention_backward(dqkv, dqkv + H, dqkv + 2 * H, dh, a->qkv, a->qkv + H,
+                                    a->qkv + 2 * H, a->attn, a->lse, work, &s);
+    } else { /* causal too: the masked probabilities are 0 and pass nothing back (kernels.h) */
+        k->attention_backward(dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
+    }
     /* The key bias's gradient is exactly zero: it adds q.b_k to every score of a query's
      * row, and softmax ignores a shift of the whole row. Summing dk would give rounding
      * noise that Adam turns into steps of +-lr, different at every world size; so only
@@ -177,26 +223,31 @@ static void attention_branch_backward(const TBlock *t, const BlockActs *a, float
 
 int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
                     float *dy, Work *w, Err *err) {
+    if (t->llama) return lblock_backward(t, a, p, g, input, dy, w, err);
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F;
     float *dmlp = act_take(d, M * F), *dh = act_take(d, M * H), *dqkv = act_take(d, M * 3 * H);
-    int rc = act_check_taken((float *[]){dmlp, dh, dqkv}, 3, M, err);
+    float *work = tblock_take_flash_work(t); /* flash's probabilities, one pair at a time */
+    int rc = act_check_taken((float *[]){dmlp, dh, dqkv, work}, t->flash ? 4 : 3, M, err);
     tblock_work(t, w, WORK_BACKWARD);
     if (!rc && M) {
         mlp_backward(t, a, p, g, dy, dmlp, dh);
-        attention_branch_backward(t, a, p, g, *input, dy, dh, dqkv);
+        attention_branch_backward(t, a, p, g, *input, dy, dh, dqkv, work);
     }
     act_release(d, &dmlp);
     act_release(d, &dh);
     act_release(d, &dqkv);
+    act_release(d, &work);
     tblock_release(t, a);
     act_release(d, input);
     return rc;
 }
 
 void tblock_release(const TBlock *t, BlockActs *a) {
-    float **all[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->probs, &a->attn,
-                     &a->mid, &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,   &a->gelu};
+    float **all[] = {&a->ln1,  &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->q,
+                     &a->k,    &a->v,        &a->probs,    &a->lse,      &a->attn,
+                     &a->mid,  &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,
+                     &a->gelu, &a->gate,     &a->up,       &a->swiglu};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
 }
 

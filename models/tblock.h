@@ -1,6 +1,9 @@
-/* tblock: the pre-LayerNorm transformer block the ViT and the GPT-2-style transformer share:
- * its parameters, saved activations, forward, backward, checkpointing and work estimate. It
- * touches only the device it is given (activations as MEM_ACTIVATIONS) and its kernels. */
+/* tblock: the transformer block the ViT, the GPT-2-style transformer and the Llama-shaped one
+ * share: its parameters, saved activations, forward, backward, checkpointing and work estimate.
+ * GPT's pre-LayerNorm block is here; Llama's (RMSNorm, grouped-query attention with RoPE,
+ * SwiGLU, no biases) is its sibling in lblock.c, behind the same entry points. Either keeps
+ * attention's probabilities (eager) or only their per-row log-sum-exp (flash). It touches only
+ * the device it is given (activations as MEM_ACTIVATIONS) and its kernels. */
 #ifndef FSDP_TBLOCK_H
 #define FSDP_TBLOCK_H
 
@@ -28,25 +31,39 @@ enum {
 typedef struct TBlock {
     Device *dev;
     const Kernels *k;
-    size_t B;     /* sequences (images) in the micro-batch */
-    size_t T;     /* tokens of each */
-    size_t H;     /* width of the residual stream */
-    size_t F;     /* width of the MLP's hidden layer */
-    size_t heads; /* attention heads; H % heads == 0 */
-    float ln_eps; /* both LayerNorms' eps */
-    int causal;   /* 1: each token attends to itself and those before it (a language model) */
+    size_t B;        /* sequences (images) in the micro-batch */
+    size_t T;        /* tokens of each */
+    size_t H;        /* width of the residual stream */
+    size_t F;        /* width of the MLP's hidden layer */
+    size_t heads;    /* attention heads; H % heads == 0 */
+    float ln_eps;    /* both LayerNorms' (RMSNorms') eps */
+    int causal;      /* 1: each token attends to itself and those before it (a language model) */
+    int flash;       /* 1: flash attention (keeps lse), 0: eager (keeps probs) */
+    int llama;       /* 1: Llama's block (lblock.c) */
+    size_t kv_heads; /* Llama: K,V heads, dividing heads */
 } TBlock;
 
-/* What a block's forward saves for its backward; NULL when not held. */
+/* Llama's RoPE base (Llama 3's rope_theta). */
+#define TBLOCK_ROPE_THETA 500000.0f
+
+/* A block's attention as the kernels take it: q, k, v rows q_stride and kv_stride apart. */
+AttnShape tblock_attn_shape(const TBlock *t, size_t q_stride, size_t kv_stride);
+
+/* What a block's forward saves for its backward; NULL when not held. Llama's block keeps
+ * ln1/ln2 (its RMSNorms' outputs) with their rstd, q, k, v, gate, up and swiglu in place of
+ * GPT's qkv, fc1 and gelu. */
 typedef struct BlockActs {
     float *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 output and statistics */
     float *qkv;                       /* in_proj output [B*T, 3H] */
-    float *probs;                     /* attention probabilities [B, heads, T, T] */
+    float *q, *k, *v;                 /* Llama: [B*T, H], [B*T, KV], [B*T, KV] after RoPE */
+    float *probs;                     /* eager: attention probabilities [B, heads, T, T] */
+    float *lse;                       /* flash: each row's log-sum-exp [B, heads, T] */
     float *attn;                      /* attention output before out_proj [B*T, H] */
     float *mid;                       /* residual stream after attention [B*T, H] */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fc1;  /* fc1's GEMM output without its bias [B*T, F] (GELU's input: fc1 + bias) */
     float *gelu; /* GELU output [B*T, F] */
+    float *gate, *up, *swiglu; /* Llama: the MLP's gate and up projections, silu(gate) * up */
 } BlockActs;
 
 /* ---- activations: how both models take and release their buffers (fp32, charged to the
@@ -58,6 +75,12 @@ float *act_take(Device *dev, size_t n);
 void act_release(Device *dev, float **p);
 /* Each pointer was just taken for `elems > 0` elements: any NULL is out of memory. */
 int act_check_taken(float *const *ptrs, int n, size_t elems, Err *err);
+
+/* Attention's saved statistics, as the block's kind keeps them: probs [B, heads, T, T] (eager)
+ * or lse [B, heads, T] (flash); returns the one taken. And flash backward's work tile [T, T]
+ * (NULL for eager), released by the backward that takes it. */
+float **tblock_take_scores(const TBlock *t, BlockActs *a);
+float *tblock_take_flash_work(const TBlock *t);
 
 /* ---- describing parameters (shared by the models built from these blocks) */
 

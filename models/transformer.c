@@ -9,14 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/lblock.h"
 #include "models/tstack.h"
 
 /* Parameters of the embedding and the head, in GPT-2's state-dict order (a block's are
- * tblock's TBLOCK_*, in the same order as GPT-2's). */
+ * tblock's TBLOCK_*, in the same order as GPT-2's). Llama's embedding has only the token
+ * table, and its head the final RMSNorm's weight and lm_head: LLAMA_*. */
 enum { E_WTE, E_WPE, EMBED_PARAMS };
 enum { H_LN_W, H_LN_B, H_LM_HEAD_W, HEAD_PARAMS };
+enum { LLAMA_EMBED_PARAMS = 1 };
+enum { LLAMA_H_NORM_W, LLAMA_H_LM_HEAD_W, LLAMA_HEAD_PARAMS };
 
-#define TF_LN_EPS 1e-5f /* GPT-2's LayerNorm eps */
+#define TF_LN_EPS 1e-5f /* GPT-2's LayerNorm eps, and Llama 3's RMSNorm eps */
 #define TF_MIN_VOCAB 1000
 #define TF_MAX_PARAMS 1e13 /* what --params accepts */
 
@@ -34,7 +38,9 @@ typedef struct FieldBound {
  * gradient, the token ids); in double, so no shape can wrap it. */
 static double sequence_bytes(const TransformerConfig *c) {
     double L = c->layers, H = c->hidden, F = c->mlp, T = c->seq, V = c->vocab;
-    double block = T * (7 * H + 2 * F + 4) + (double)c->heads * T * T;
+    double scores = (double)c->heads * (c->attention == ATTENTION_FLASH ? T : T * T);
+    double mlp_wide = c->arch == TRANSFORMER_LLAMA ? 3 : 2; /* SwiGLU keeps gate, up, product */
+    double block = T * (7 * H + mlp_wide * F + 4) + scores;
     return 4 * (2 * T + (L + 1) * T * H + L * block + T * (3 * H + 2) + 2 * T * V);
 }
 
@@ -51,12 +57,37 @@ static int check_fields(const TransformerConfig *c, Err *err) {
     return 0;
 }
 
+/* Llama's K,V heads divide its heads and RoPE turns pairs of a head's columns; GPT has no
+ * K,V heads of its own to set. */
+static int check_kv_heads(const TransformerConfig *c, Err *err) {
+    if (c->arch != TRANSFORMER_LLAMA) {
+        if (c->kv_heads)
+            return err_set(err, ERR_USAGE,
+                           "--kv-heads applies to Llama-shaped models; GPT's attention has one K,V "
+                           "head per head (got --kv-heads %d)",
+                           c->kv_heads);
+        return 0;
+    }
+    if (c->kv_heads < 1 || c->kv_heads > c->heads || c->heads % c->kv_heads != 0)
+        return err_set(err, ERR_USAGE, "--kv-heads must divide --heads (got %d and %d)",
+                       c->kv_heads, c->heads);
+    if ((c->hidden / c->heads) % 2 != 0)
+        return err_set(err, ERR_USAGE,
+                       "RoPE turns pairs of a head's columns: --hidden / --heads must be even (got "
+                       "%d / %d = %d)",
+                       c->hidden, c->heads, c->hidden / c->heads);
+    return 0;
+}
+
 int transformer_config_check(const TransformerConfig *c, Err *err) {
     int rc = check_fields(c, err);
     if (rc) return rc;
     if (c->hidden % c->heads != 0)
         return err_set(err, ERR_USAGE, "--hidden must be a multiple of --heads (got %d and %d)",
                        c->hidden, c->heads);
+    if ((rc = check_kv_heads(c, err))) return rc;
+    if (c->attention != ATTENTION_EAGER && c->attention != ATTENTION_FLASH)
+        return err_set(err, ERR_INTERNAL, "unknown attention kind %d", (int)c->attention);
     size_t params = transformer_param_count(c);
     if ((double)params > 0x1p50)
         return err_set(err, ERR_USAGE,
@@ -71,10 +102,62 @@ int transformer_config_check(const TransformerConfig *c, Err *err) {
     return 0;
 }
 
+/* Width of Llama's K and V projections. */
+static size_t kv_width(const TransformerConfig *c) {
+    return (size_t)c->kv_heads * (size_t)(c->hidden / c->heads);
+}
+
 size_t transformer_param_count(const TransformerConfig *c) {
-    size_t H = (size_t)c->hidden, V = (size_t)c->vocab, S = (size_t)c->seq;
+    size_t H = (size_t)c->hidden, V = (size_t)c->vocab, S = (size_t)c->seq, F = (size_t)c->mlp;
+    if (c->arch == TRANSFORMER_LLAMA) /* no position table; the head's norm has no bias */
+        return V * H + (size_t)c->layers * lblock_param_count(H, kv_width(c), F) + H + V * H;
     size_t embed = V * H + S * H, head = 2 * H + V * H; /* the LM head is not tied to wte */
-    return embed + (size_t)c->layers * tblock_param_count(H, (size_t)c->mlp) + head;
+    return embed + (size_t)c->layers * tblock_param_count(H, F) + head;
+}
+
+const char *attention_name(AttentionKind a) {
+    return a == ATTENTION_FLASH ? "flash" : "eager";
+}
+
+int attention_from_name(const char *name) {
+    if (!strcmp(name, "eager")) return ATTENTION_EAGER;
+    if (!strcmp(name, "flash")) return ATTENTION_FLASH;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- Llama 3's shapes */
+
+typedef struct LlamaPreset {
+    const char *name;
+    int layers, hidden, heads, kv_heads, mlp, vocab;
+} LlamaPreset;
+
+/* Meta's model cards and config.json (8.03B, 70.6B, 405.9B parameters). */
+static const LlamaPreset llama_presets[] = {
+    {"llama3-8b", 32, 4096, 32, 8, 14336, 128256},
+    {"llama3-70b", 80, 8192, 64, 8, 28672, 128256},
+    {"llama3-405b", 126, 16384, 128, 8, 53248, 128256},
+};
+
+int transformer_llama_preset(const char *name, TransformerConfig *out) {
+    for (size_t i = 0; i < sizeof llama_presets / sizeof *llama_presets; i++) {
+        const LlamaPreset *p = &llama_presets[i];
+        if (strcmp(name, p->name) != 0) continue;
+        *out = (TransformerConfig){.layers = p->layers,
+                                   .hidden = p->hidden,
+                                   .heads = p->heads,
+                                   .mlp = p->mlp,
+                                   .seq = 8192,
+                                   .vocab = p->vocab,
+                                   .arch = TRANSFORMER_LLAMA,
+                                   .kv_heads = p->kv_heads};
+        return 0;
+    }
+    return -1;
+}
+
+const char *transformer_llama_preset_names(void) {
+    return "llama3-8b, llama3-70b, llama3-405b";
 }
 
 /* ---------------------------------------------------------------- shapes by size */
@@ -202,6 +285,32 @@ static void add_head(ParamMaker *pm, const void *config) {
     param_maker_add(pm, "lm_head.weight", 2, (int64_t[]){V, H}, INIT_NORMAL, 0, GPT2_STD);
 }
 
+/* Llama's: every weight N(0, 0.02), the projections into the residual stream (o_proj,
+ * down_proj) scaled down with depth as GPT-2's, norms 1; Hugging Face's names. */
+static void add_llama_embed(ParamMaker *pm, const void *config) {
+    const TransformerConfig *c = config;
+    param_maker_begin(pm, "embed", 0);
+    param_maker_add(pm, "model.embed_tokens.weight", 2, (int64_t[]){c->vocab, c->hidden},
+                    INIT_NORMAL, 0, GPT2_STD);
+}
+
+static void add_llama_block(ParamMaker *pm, const void *config, int layer) {
+    const TransformerConfig *c = config;
+    char module[64], prefix[64];
+    snprintf(module, sizeof module, "layers.%d", layer);
+    snprintf(prefix, sizeof prefix, "model.layers.%d.", layer);
+    lblock_describe(pm, module, prefix, c->hidden, (int64_t)kv_width(c), c->mlp, GPT2_STD,
+                    GPT2_STD / sqrtf(2.0f * (float)c->layers));
+}
+
+static void add_llama_head(ParamMaker *pm, const void *config) {
+    const TransformerConfig *c = config;
+    param_maker_begin(pm, "head", 0);
+    param_maker_add(pm, "model.norm.weight", 1, (int64_t[]){c->hidden}, INIT_ONE, 0, 0);
+    param_maker_add(pm, "lm_head.weight", 2, (int64_t[]){c->vocab, c->hidden}, INIT_NORMAL, 0,
+                    GPT2_STD);
+}
+
 /* ---------------------------------------------------------------- per-rank state */
 
 /* A run computes on a real device (a byte-level model of a text: `fsdp train --model
@@ -321,28 +430,44 @@ static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
     r->x[1] = run_take(r, n);
     embed_work(r, w, WORK_FORWARD);
     int rc = act_check_taken((float *[]){r->x[1]}, 1, n, err);
+    const float *wpe = c->arch == TRANSFORMER_LLAMA ? NULL : p[E_WPE]; /* RoPE: no table */
     if (!rc && n)
-        r->k->token_embed_forward(r->x[1], a->tokens, p[E_WTE], p[E_WPE], r->B, r->T, r->H,
+        r->k->token_embed_forward(r->x[1], a->tokens, p[E_WTE], wpe, r->B, r->T, r->H,
                                   (size_t)c->vocab);
     return rc;
 }
 
-/* ln_f over every token, then the LM head (no bias, as GPT-2's): what backward needs of it is
- * kept. */
+static int is_llama(const ModelRun *r) {
+    return ((const TransformerConfig *)r->config)->arch == TRANSFORMER_LLAMA;
+}
+
+/* Where the head's lm_head weight is among its parameters. */
+static int lm_head_index(const ModelRun *r) {
+    return is_llama(r) ? LLAMA_H_LM_HEAD_W : H_LM_HEAD_W;
+}
+
+/* ln_f over every token (Llama's: an RMSNorm, no mean kept), then the LM head (no bias, as
+ * GPT-2's and Llama's): what backward needs of it is kept. */
 static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
     const Kernels *k = r->k;
     size_t M = r->B * r->T, H = r->H, V = (size_t)c->vocab;
-    a->ln_f = run_take(r, M * H), a->ln_f_mean = run_take(r, M), a->ln_f_rstd = run_take(r, M);
+    int llama = is_llama(r);
+    a->ln_f = run_take(r, M * H), a->ln_f_mean = llama ? NULL : run_take(r, M);
+    a->ln_f_rstd = run_take(r, M);
     r->logits = run_take(r, M * V);
     head_work(r, w, WORK_FORWARD);
-    int rc =
-        act_check_taken((float *[]){a->ln_f, a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
+    int rc = act_check_taken(
+        (float *[]){a->ln_f, llama ? a->ln_f : a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
     if (rc || !M) return rc;
-    k->layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, r->x[c->layers + 1], p[H_LN_W],
-                         p[H_LN_B], M, H, TF_LN_EPS);
-    k->linear_forward(r->logits, a->ln_f, p[H_LM_HEAD_W], NULL, M, H, V);
+    const float *x = r->x[c->layers + 1];
+    if (llama)
+        k->rmsnorm_forward(a->ln_f, a->ln_f_rstd, x, p[LLAMA_H_NORM_W], M, H, TF_LN_EPS);
+    else
+        k->layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p[H_LN_W], p[H_LN_B], M, H,
+                             TF_LN_EPS);
+    k->linear_forward(r->logits, a->ln_f, p[lm_head_index(r)], NULL, M, H, V);
     return 0;
 }
 
@@ -368,10 +493,16 @@ static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w,
     r->grad = run_take(r, M * H);
     int rc = act_check_taken((float *[]){dln, r->grad}, 2, M, err);
     if (!rc && M) {
-        k->linear_backward(dln, g[H_LM_HEAD_W], NULL, r->dlogits, a->ln_f, p[H_LM_HEAD_W], M, H, V);
+        int lm = lm_head_index(r);
+        const float *x = r->x[c->layers + 1];
+        k->linear_backward(dln, g[lm], NULL, r->dlogits, a->ln_f, p[lm], M, H, V);
         k->zero(r->grad, M * H);
-        k->layernorm_backward(r->grad, g[H_LN_W], g[H_LN_B], dln, r->x[c->layers + 1], a->ln_f_mean,
-                              a->ln_f_rstd, p[H_LN_W], M, H);
+        if (is_llama(r))
+            k->rmsnorm_backward(r->grad, g[LLAMA_H_NORM_W], dln, x, a->ln_f_rstd, p[LLAMA_H_NORM_W],
+                                M, H);
+        else
+            k->layernorm_backward(r->grad, g[H_LN_W], g[H_LN_B], dln, x, a->ln_f_mean, a->ln_f_rstd,
+                                  p[H_LN_W], M, H);
     }
     run_release(r, &dln);
     tstack_release_head(r);
@@ -386,8 +517,8 @@ static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
     if (r->B)
-        r->k->token_embed_backward(g[E_WTE], g[E_WPE], a->tokens, r->grad, r->B, r->T, r->H,
-                                   (size_t)c->vocab);
+        r->k->token_embed_backward(g[E_WTE], is_llama(r) ? NULL : g[E_WPE], a->tokens, r->grad,
+                                   r->B, r->T, r->H, (size_t)c->vocab);
     embed_work(r, w, WORK_BACKWARD);
     return 0;
 }
@@ -400,6 +531,7 @@ static const TStackEnds transformer_ends = {
     .name = "transformer",
     .label = "transformer",
     .embed_params = EMBED_PARAMS,
+    .block_params = TBLOCK_PARAMS,
     .head_params = HEAD_PARAMS,
     .own_size = sizeof(TfActs),
     .describe_embed = add_embed,
@@ -415,6 +547,32 @@ static const TStackEnds transformer_ends = {
     .release_input = release_input,
     .release_head = release_head,
 };
+
+/* The Llama-shaped one: its own description, the same ends (which ask the config). */
+static const TStackEnds llama_ends = {
+    .name = "llama",
+    .label = "Llama-shaped transformer",
+    .embed_params = LLAMA_EMBED_PARAMS,
+    .block_params = LBLOCK_PARAMS,
+    .head_params = LLAMA_HEAD_PARAMS,
+    .own_size = sizeof(TfActs),
+    .describe_embed = add_llama_embed,
+    .describe_block = add_llama_block,
+    .describe_head = add_llama_head,
+    .set_batch = tf_set_batch,
+    .embed_forward = embed_forward,
+    .head_forward = head_forward,
+    .loss = tf_loss,
+    .correct = NULL,
+    .head_backward = head_backward,
+    .embed_backward = embed_backward,
+    .release_input = release_input,
+    .release_head = release_head,
+};
+
+static const TStackEnds *ends_of(const TransformerConfig *c) {
+    return c->arch == TRANSFORMER_LLAMA ? &llama_ends : &transformer_ends;
+}
 
 static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
                          ModelRun **out, Err *err) {
@@ -438,8 +596,11 @@ static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size
                          .heads = (size_t)c->heads,
                          .ln_eps = TF_LN_EPS,
                          .causal = 1,
+                         .flash = c->attention == ATTENTION_FLASH,
+                         .llama = c->arch == TRANSFORMER_LLAMA,
+                         .kv_heads = (size_t)c->kv_heads,
                          .outputs = (size_t)c->seq * (size_t)c->vocab};
-    return tstack_run_create(&transformer_ends, &shape, c, dev, k, out, err);
+    return tstack_run_create(ends_of(c), &shape, c, dev, k, out, err);
 }
 
 static const ModelOps transformer_ops = TSTACK_MODEL_OPS(tf_run_create);
@@ -448,6 +609,5 @@ int transformer_model_create(ModelDesc *m, const TransformerConfig *c, Err *err)
     memset(m, 0, sizeof *m); /* a description a failure leaves is safe to free */
     int rc = transformer_config_check(c, err);
     return rc ? rc
-              : tstack_model_create(m, &transformer_ends, &transformer_ops, c, sizeof *c, c->layers,
-                                    err);
+              : tstack_model_create(m, ends_of(c), &transformer_ops, c, sizeof *c, c->layers, err);
 }

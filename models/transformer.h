@@ -1,7 +1,8 @@
-/* transformer: a decoder-only transformer in GPT-2's layout and names (modules: embed, blocks
- * h.N with causal attention, head with an untied lm_head). It trains as a language model over
- * the bytes of a text (vocabulary 256, next-token cross-entropy), and the planner sizes a 7B or
- * 70B model with it in accounting-only runs: the same buffers charged, nothing computed. */
+/* transformer: a decoder-only transformer, in GPT-2's layout and names (modules: embed, blocks
+ * h.N with causal attention, head with an untied lm_head) or in Llama's (RMSNorm, grouped-query
+ * attention with RoPE, SwiGLU, no biases; Hugging Face's names). It trains as a language model
+ * over the bytes of a text (vocabulary 256, next-token cross-entropy), and the planner sizes a
+ * 7B to 405B model with it in accounting-only runs: the same buffers charged, nothing computed. */
 #ifndef FSDP_TRANSFORMER_H
 #define FSDP_TRANSFORMER_H
 
@@ -10,6 +11,15 @@
 /* The vocabulary of a model that reads bytes: every byte is its own token. */
 #define TRANSFORMER_BYTE_VOCAB 256
 
+typedef enum {
+    TRANSFORMER_GPT = 0, /* GPT-2's: LayerNorm, GELU MLP, biases, learned positions */
+    TRANSFORMER_LLAMA    /* Llama's: RMSNorm, SwiGLU MLP, no biases, RoPE, K,V heads shared */
+} TransformerArch;
+
+/* How attention keeps what its backward needs: eager keeps the probabilities [B, heads, T, T],
+ * flash only each row's log-sum-exp [B, heads, T] and recomputes the rest in backward. */
+typedef enum { ATTENTION_EAGER = 0, ATTENTION_FLASH } AttentionKind;
+
 typedef struct TransformerConfig {
     int layers; /* blocks */
     int hidden; /* width of the residual stream */
@@ -17,7 +27,21 @@ typedef struct TransformerConfig {
     int mlp;    /* width of the MLP's hidden layer */
     int seq;    /* tokens of a sequence (and rows of the position embedding) */
     int vocab;  /* rows of the token embedding and of the LM head */
+    TransformerArch arch;
+    int kv_heads; /* Llama: K,V heads, dividing heads; GPT: 0 (each head has its own) */
+    AttentionKind attention;
 } TransformerConfig;
+
+/* "eager", "flash"; and back (-1: neither). */
+const char *attention_name(AttentionKind a);
+int attention_from_name(const char *name);
+
+/* A Llama 3 shape by its published name (llama3-8b, llama3-70b, llama3-405b: layers, hidden,
+ * heads, K,V heads, MLP and vocabulary as published, sequence 8192, eager attention). Returns
+ * 0, or -1 for another name. */
+int transformer_llama_preset(const char *name, TransformerConfig *out);
+/* The preset names, for messages: "llama3-8b, llama3-70b, llama3-405b". */
+const char *transformer_llama_preset_names(void);
 
 /* Every field positive and within bounds that keep every byte count in 64 bits; one line
  * naming the bad field (as its flag) and its value. */

@@ -8,7 +8,7 @@
 
 int tstack_model_create(ModelDesc *m, const TStackEnds *ends, const ModelOps *ops,
                         const void *config, size_t config_size, int layers, Err *err) {
-    int nparams = ends->embed_params + layers * TBLOCK_PARAMS + ends->head_params;
+    int nparams = ends->embed_params + layers * ends->block_params + ends->head_params;
     int rc = model_desc_alloc(m, ends->name, nparams, layers + 2, config, config_size, err);
     if (rc) return rc;
     ParamMaker pm = {.m = m};
@@ -48,7 +48,10 @@ static TBlock block_of(const ModelRun *r) {
                     .F = r->shape.mlp,
                     .heads = r->shape.heads,
                     .ln_eps = r->shape.ln_eps,
-                    .causal = r->shape.causal};
+                    .causal = r->shape.causal,
+                    .flash = r->shape.flash,
+                    .llama = r->shape.llama,
+                    .kv_heads = r->shape.kv_heads};
 }
 
 static void free_run(ModelRun *r) {

@@ -15,12 +15,15 @@ typedef struct TStackEnds TStackEnds;
 /* The sizes a model gives its stack. */
 typedef struct TStackShape {
     int layers;
-    size_t tokens;  /* T: tokens of a sequence (image) */
-    size_t hidden;  /* H: width of the residual stream */
-    size_t mlp;     /* F: width of the MLP's hidden layer */
-    size_t heads;   /* attention heads; hidden % heads == 0 */
-    float ln_eps;   /* the blocks' LayerNorms' eps */
-    int causal;     /* the blocks' attention is causal (TBlock.causal) */
+    size_t tokens; /* T: tokens of a sequence (image) */
+    size_t hidden; /* H: width of the residual stream */
+    size_t mlp;    /* F: width of the MLP's hidden layer */
+    size_t heads;  /* attention heads; hidden % heads == 0 */
+    float ln_eps;  /* the blocks' LayerNorms' eps */
+    int causal;    /* the blocks' attention is causal (TBlock.causal) */
+    int flash;     /* flash attention (TBlock.flash) */
+    int llama;     /* Llama's blocks (TBlock.llama), with kv_heads K,V heads */
+    size_t kv_heads;
     size_t outputs; /* logits of one sequence: classes, or tokens x vocabulary */
 } TStackShape;
 
@@ -44,7 +47,7 @@ struct ModelRun {
 struct TStackEnds {
     const char *name;  /* ModelDesc.name: "vit" */
     const char *label; /* for messages: "ViT" */
-    int embed_params, head_params;
+    int embed_params, block_params, head_params;
     size_t own_size;
     /* Each describes its module into pm (param_maker_begin, then its parameters). */
     void (*describe_embed)(ParamMaker *pm, const void *config);

@@ -340,6 +340,7 @@ static const TStackEnds vit_ends = {
     .name = "vit",
     .label = "ViT",
     .embed_params = EMBED_PARAMS,
+    .block_params = TBLOCK_PARAMS,
     .head_params = HEAD_PARAMS,
     .own_size = sizeof(VitActs),
     .describe_embed = add_embed,
@@ -367,6 +368,7 @@ static int vit_run_create(const ModelDesc *m, Device *dev, const Kernels *k, siz
                          .mlp = (size_t)c->mlp,
                          .heads = (size_t)c->heads,
                          .ln_eps = VIT_LN_EPS,
+                         .flash = c->flash,
                          .outputs = (size_t)c->classes};
     return tstack_run_create(&vit_ends, &shape, c, dev, k, out, err);
 }

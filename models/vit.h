@@ -16,6 +16,7 @@ typedef struct VitConfig {
     int hidden;  /* width of the residual stream */
     int mlp;     /* width of the MLP's hidden layer */
     int classes; /* outputs of the head */
+    int flash;   /* 1: flash attention (--attention flash); 0: eager, the default */
 } VitConfig;
 
 /* "vit-tiny" (10 layers, 2 heads, hidden 128, mlp 128) or "vit-workshop" (12 layers,

@@ -467,5 +467,145 @@ static void residual_layernorm_forward(float *sum, float *out, float *mean, floa
     report(__func__, &l)->residual_layernorm_forward(sum, out, mean, rstd, x, y, w, b, M, C, eps);
 }
 
+/* ---- the Llama-shaped block's ops and attention over strided operands ---- */
+
+static void rmsnorm_forward(float *out, float *rstd, const float *in, const float *w, size_t M,
+                            size_t C, float eps) {
+    Accesses l = {0};
+    if (M > 0 && C > 0) {
+        writes(&l, out, floats(M * C));
+        writes(&l, rstd, floats(M));
+        reads(&l, in, floats(M * C));
+        reads(&l, w, floats(C));
+    }
+    report(__func__, &l)->rmsnorm_forward(out, rstd, in, w, M, C, eps);
+}
+
+static void rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
+                             const float *rstd, const float *w, size_t M, size_t C) {
+    Accesses l = {0};
+    if (M > 0 && C > 0) {
+        updates(&l, din, floats(M * C));
+        updates(&l, dw, floats(C));
+        reads(&l, dout, floats(M * C));
+        reads(&l, in, floats(M * C));
+        reads(&l, rstd, floats(M));
+        reads(&l, w, floats(C));
+    }
+    report(__func__, &l)->rmsnorm_backward(din, dw, dout, in, rstd, w, M, C);
+}
+
+static void swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
+    Accesses l = {0};
+    writes(&l, out, floats(n));
+    reads(&l, gate, floats(n));
+    reads(&l, up, floats(n));
+    report(__func__, &l)->swiglu_forward(out, gate, up, n);
+}
+
+static void swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                            const float *up, size_t n) {
+    Accesses l = {0};
+    reads(&l, dout, floats(n));
+    writes(&l, dgate, floats(n));
+    writes(&l, dup, floats(n));
+    reads(&l, gate, floats(n));
+    reads(&l, up, floats(n));
+    report(__func__, &l)->swiglu_backward(dgate, dup, dout, gate, up, n);
+}
+
+static void rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D, float theta) {
+    Accesses l = {0};
+    if (D >= 2) updates(&l, x, floats(B * T * heads * D));
+    report(__func__, &l)->rope_forward(x, B, T, heads, D, theta);
+}
+
+static void rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta) {
+    Accesses l = {0};
+    if (D >= 2) updates(&l, dx, floats(B * T * heads * D));
+    report(__func__, &l)->rope_backward(dx, B, T, heads, D, theta);
+}
+
+static int attn_empty(const AttnShape *s) {
+    return s->B == 0 || s->T == 0 || s->heads == 0 || s->kv_heads == 0 || s->head_dim == 0;
+}
+
+/* q's rows (or dq's), and k's or v's: the heads' columns of each row, rows a stride apart.
+ * A K,V head shared by a group is added into by the op itself: reported as written. */
+static void q_rows(Accesses *l, const float *q, const AttnShape *s, int write) {
+    blocks(l, q, floats(s->heads * s->head_dim), s->B * s->T, floats(s->q_stride), write);
+}
+
+static void kv_rows(Accesses *l, const float *kv, const AttnShape *s, int write) {
+    blocks(l, kv, floats(s->kv_heads * s->head_dim), s->B * s->T, floats(s->kv_stride), write);
+}
+
+static void dense_rows(Accesses *l, const float *x, const AttnShape *s, int write) {
+    blocks(l, x, floats(s->B * s->T * s->heads * s->head_dim), 1, 0, write);
+}
+
+static void gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
+                                  const float *v, const AttnShape *s) {
+    Accesses l = {0};
+    if (!attn_empty(s)) {
+        dense_rows(&l, out, s, 1);
+        writes(&l, probs, floats(s->B * s->heads * s->T * s->T));
+        q_rows(&l, q, s, 0);
+        kv_rows(&l, k, s, 0);
+        kv_rows(&l, v, s, 0);
+    }
+    report(__func__, &l)->gqa_attention_forward(out, probs, q, k, v, s);
+}
+
+static void gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v,
+                                   const float *probs, const AttnShape *s) {
+    Accesses l = {0};
+    if (!attn_empty(s)) {
+        q_rows(&l, dq, s, 1);
+        kv_rows(&l, dk, s, 1);
+        kv_rows(&l, dv, s, 1);
+        dense_rows(&l, dout, s, 0);
+        q_rows(&l, q, s, 0);
+        kv_rows(&l, k, s, 0);
+        kv_rows(&l, v, s, 0);
+        reads(&l, probs, floats(s->B * s->heads * s->T * s->T));
+    }
+    report(__func__, &l)->gqa_attention_backward(dq, dk, dv, dout, q, k, v, probs, s);
+}
+
+static void flash_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                    const float *v, const AttnShape *s) {
+    Accesses l = {0};
+    if (!attn_empty(s)) {
+        dense_rows(&l, out, s, 1);
+        writes(&l, lse, floats(s->B * s->heads * s->T));
+        q_rows(&l, q, s, 0);
+        kv_rows(&l, k, s, 0);
+        kv_rows(&l, v, s, 0);
+    }
+    report(__func__, &l)->flash_attention_forward(out, lse, q, k, v, s);
+}
+
+static void flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                     const float *q, const float *k, const float *v,
+                                     const float *out, const float *lse, float *work,
+                                     const AttnShape *s) {
+    Accesses l = {0};
+    if (!attn_empty(s)) {
+        q_rows(&l, dq, s, 1);
+        kv_rows(&l, dk, s, 1);
+        kv_rows(&l, dv, s, 1);
+        dense_rows(&l, dout, s, 0);
+        q_rows(&l, q, s, 0);
+        kv_rows(&l, k, s, 0);
+        kv_rows(&l, v, s, 0);
+        dense_rows(&l, out, s, 0);
+        reads(&l, lse, floats(s->B * s->heads * s->T));
+        writes(&l, work, floats(s->T * s->T));
+    }
+    report(__func__, &l)->flash_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, work, s);
+}
+
 #define SAME_NAME(op) .op = op,
 const Kernels kernels_checked = {.name = "checked", KERNEL_OPS(SAME_NAME)};

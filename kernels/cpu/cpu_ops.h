@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/cpu/pool.h"
+#include "kernels/kernels.h"
 
 /* OpenBLAS threads for every later GEMM in this process (the simulator gives each rank thread
  * one BLAS thread); n < 1 is taken as 1. */
@@ -84,5 +85,25 @@ void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const flo
 void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
                                     const float *x, const float *y, const float *w, const float *b,
                                     size_t M, size_t C, float eps);
+
+void cpu_rmsnorm_forward(float *out, float *rstd, const float *in, const float *w, size_t M,
+                         size_t C, float eps);
+void cpu_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
+                          const float *rstd, const float *w, size_t M, size_t C);
+void cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                         const float *up, size_t n);
+void cpu_rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D, float theta);
+void cpu_rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta);
+void cpu_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
+                               const float *v, const AttnShape *s);
+void cpu_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                const float *k, const float *v, const float *probs,
+                                const AttnShape *s);
+void cpu_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                 const float *v, const AttnShape *s);
+void cpu_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                  const float *q, const float *k, const float *v, const float *out,
+                                  const float *lse, float *work, const AttnShape *s);
 
 #endif

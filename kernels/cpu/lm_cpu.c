@@ -14,13 +14,16 @@ void cpu_token_embed_forward(float *restrict x, const int32_t *restrict tokens,
         for (size_t t = 0; t < T; t++) {
             const int32_t id = tokens[b * T + t];
             float *row = x + (b * T + t) * C;
-            const float *pos = wpe + t * C;
+            const float *pos = wpe ? wpe + t * C : NULL;
             if (id < 0 || (size_t)id >= V) { /* NaN, not a read past the table */
                 for (size_t c = 0; c < C; c++) row[c] = NAN;
                 continue;
             }
             const float *tok = wte + (size_t)id * C;
-            for (size_t c = 0; c < C; c++) row[c] = tok[c] + pos[c];
+            if (pos)
+                for (size_t c = 0; c < C; c++) row[c] = tok[c] + pos[c];
+            else
+                memcpy(row, tok, C * sizeof *row);
         }
 }
 
@@ -33,8 +36,8 @@ void cpu_token_embed_backward(float *restrict dwte, float *restrict dwpe,
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < T; t++) {
             const float *g = dx + (b * T + t) * C;
-            float *pos = dwpe + t * C;
-            for (size_t c = 0; c < C; c++) pos[c] += g[c];
+            if (dwpe)
+                for (size_t c = 0; c < C; c++) dwpe[t * C + c] += g[c];
             const int32_t id = tokens[b * T + t];
             if (id < 0 || (size_t)id >= V) continue;
             float *tok = dwte + (size_t)id * C;

@@ -1,4 +1,5 @@
-/* vit_cpu: the transformer block's ops (causal attention included) and the Vision Transformer's on
+/* vit_cpu: the transformer block's ops (causal attention included; grouped-query and flash
+ * attention over strided operands, which share its attention loops) and the Vision Transformer's on
  * the CPU (semantics in ../kernels.h): GEMMs through OpenBLAS, the rest vectorised by GCC, split
  * over the bound pool with results that depend only on the inputs and the pool's size. */
 #include <cblas.h>
@@ -966,10 +967,11 @@ static void row_dots(float *restrict out, const float *restrict a, const float *
 }
 
 /* combine: y_i = sum_j c[i * ci + j * cj] x_j for i < ny, j < nx (ci, cj pick c or its
- * transpose); y_i is overwritten. Blocks of LANES columns are summed over j in registers. */
-static void combine(float *restrict y, size_t ystride, const float *restrict c, size_t ci,
-                    size_t cj, const float *restrict x, size_t xstride, size_t ny, size_t nx,
-                    size_t D) {
+ * transpose); y_i is overwritten, or with `add` added to (a K,V head's gradient summed over
+ * the query heads that share it). Blocks of LANES columns are summed over j in registers. */
+static void combine_into(float *restrict y, size_t ystride, const float *restrict c, size_t ci,
+                         size_t cj, const float *restrict x, size_t xstride, size_t ny, size_t nx,
+                         size_t D, int add) {
     enum { LANES = 32 };
     for (size_t i = 0; i < ny; i++) {
         float *yi = y + i * ystride;
@@ -983,7 +985,7 @@ static void combine(float *restrict y, size_t ystride, const float *restrict c, 
                 for (int k = 0; k < LANES; k++) acc[k] += cij * xj[k];
             }
             UNROLL
-            for (int k = 0; k < LANES; k++) yi[d + k] = acc[k];
+            for (int k = 0; k < LANES; k++) yi[d + k] = (add ? yi[d + k] : 0.0f) + acc[k];
         }
         for (; d + CHUNK <= D; d += CHUNK) {
             float acc[CHUNK] = {0};
@@ -993,18 +995,25 @@ static void combine(float *restrict y, size_t ystride, const float *restrict c, 
                 for (int k = 0; k < CHUNK; k++) acc[k] += cij * xj[k];
             }
             UNROLL
-            for (int k = 0; k < CHUNK; k++) yi[d + k] = acc[k];
+            for (int k = 0; k < CHUNK; k++) yi[d + k] = (add ? yi[d + k] : 0.0f) + acc[k];
         }
         for (; d < D; d++) {
             float acc = 0.0f;
             for (size_t j = 0; j < nx; j++) acc += crow[j * cj] * x[j * xstride + d];
-            yi[d] = acc;
+            yi[d] = (add ? yi[d] : 0.0f) + acc;
         }
     }
 }
 
-/* p[s] = softmax(scale * p)[s] in place, scale > 0 (max subtracted). */
-static void softmax_row(float *p, size_t n, float scale) {
+static void combine(float *restrict y, size_t ystride, const float *restrict c, size_t ci,
+                    size_t cj, const float *restrict x, size_t xstride, size_t ny, size_t nx,
+                    size_t D) {
+    combine_into(y, ystride, c, ci, cj, x, xstride, ny, nx, D, 0);
+}
+
+/* p[s] = softmax(scale * p)[s] in place, scale > 0 (max subtracted); returns the row's
+ * log-sum-exp of scale * p, all flash attention keeps of it. */
+static float softmax_row(float *p, size_t n, float scale) {
     float m[CHUNK], mx = p[0];
     size_t s = 0;
     if (n >= CHUNK) { /* branch-free running maxima, vectorised */
@@ -1039,6 +1048,7 @@ static void softmax_row(float *p, size_t n, float scale) {
         for (int k = 0; k < CHUNK; k++) p[s + k] *= inv;
     }
     for (; s < n; s++) p[s] *= inv;
+    return mx * scale + logf(sum);
 }
 
 typedef struct AttentionArgs {
@@ -1168,6 +1178,185 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                        .C = C,
                        .heads = heads};
     cpu_parallel(n, attention_backward_task, &a);
+}
+
+/* ---- attention over grouped, strided operands: gqa_attention_* (eager, the probabilities
+ * kept) and flash_attention_* (only each row's log-sum-exp kept) ----
+ *
+ * The same loops as above with q, k, v where an AttnShape says. Query head h of sample b is
+ * pair b * heads + h and reads K,V head h / group. Backward walks the pairs K,V head by K,V head
+ * (item b * kv_heads + g, its group's query heads in order): the first head's share of dk and dv
+ * overwrites, the others add, so a pool never has two tasks writing one K,V head. */
+
+typedef struct GqaArgs {
+    float *out, *probs, *lse, *dq, *dk, *dv, *work;
+    const float *q, *k, *v, *dout, *cout, *cprobs, *clse;
+    const AttnShape *s;
+} GqaArgs;
+
+/* One pair's probabilities P[T, T] from scratch: the scaled scores' softmax, and each row's
+ * log-sum-exp into lse (if not NULL); a causal row's masked keys get 0. */
+static void pair_probs(float *P, float *lse, const float *q, const float *k, const AttnShape *s) {
+    const size_t T = s->T, D = s->head_dim;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    for (size_t t = 0; t < T; t++) {
+        float *p = P + t * T;
+        const size_t keys = s->causal ? t + 1 : T;
+        row_dots(p, q + t * s->q_stride, k, s->kv_stride, keys, D);
+        const float l = softmax_row(p, keys, scale);
+        if (lse) lse[t] = l;
+        for (size_t j = keys; j < T; j++) p[j] = 0.0f;
+    }
+}
+
+/* Pairs [p0, p1): out = P v, P into probs (eager) or into `tile` (flash, which keeps lse). */
+static void gqa_forward_pairs(const GqaArgs *a, float *tile, size_t p0, size_t p1) {
+    const AttnShape *s = a->s;
+    const size_t T = s->T, D = s->head_dim, C = s->heads * D, group = s->heads / s->kv_heads;
+    for (size_t pair = p0; pair < p1; pair++) {
+        const size_t b = pair / s->heads, h = pair % s->heads, g = h / group;
+        const float *q = a->q + b * T * s->q_stride + h * D;
+        const float *k = a->k + b * T * s->kv_stride + g * D,
+                    *v = a->v + b * T * s->kv_stride + g * D;
+        float *P = a->probs ? a->probs + pair * T * T : tile;
+        pair_probs(P, a->lse ? a->lse + pair * T : NULL, q, k, s);
+        combine(a->out + b * T * C + h * D, C, P, T, 1, v, s->kv_stride, T, T, D);
+    }
+}
+
+static void gqa_forward_task(void *ctx, int t, int n) {
+    const GqaArgs *a = ctx;
+    size_t p0, p1;
+    cpu_split_range(a->s->B * a->s->heads, 1, t, n, &p0, &p1);
+    if (a->probs) {
+        gqa_forward_pairs(a, NULL, p0, p1);
+        return;
+    }
+    float tile[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS]; /* this task's, as backward's dS */
+    gqa_forward_pairs(a, tile, p0, p1);
+}
+
+static int attn_shape_empty(const AttnShape *s) {
+    return s->B == 0 || s->T == 0 || s->heads == 0 || s->kv_heads == 0 || s->head_dim == 0;
+}
+
+static void gqa_forward(GqaArgs *a) {
+    const AttnShape *s = a->s;
+    if (attn_shape_empty(s)) return;
+    const size_t macs = 2 * s->T * s->T * s->head_dim;
+    const int n = cpu_split_count(s->B * s->heads * macs, ATTENTION_MIN_MACS);
+    if (n == 1)
+        gqa_forward_task(a, 0, 1);
+    else
+        cpu_parallel(n, gqa_forward_task, a);
+}
+
+void cpu_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
+                               const float *v, const AttnShape *s) {
+    GqaArgs a = {.out = out, .probs = probs, .q = q, .k = k, .v = v, .s = s};
+    gqa_forward(&a);
+}
+
+void cpu_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                 const float *v, const AttnShape *s) {
+    GqaArgs a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .s = s};
+    gqa_forward(&a);
+}
+
+/* Flash's probabilities again, exactly as its forward made them: scores, then
+ * exp(scale * score - lse) (the max and the sum are in lse). */
+static void pair_probs_again(float *P, const float *lse, const float *q, const float *k,
+                             const AttnShape *s) {
+    const size_t T = s->T, D = s->head_dim;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    for (size_t t = 0; t < T; t++) {
+        float *p = P + t * T;
+        const size_t keys = s->causal ? t + 1 : T;
+        row_dots(p, q + t * s->q_stride, k, s->kv_stride, keys, D);
+        for (size_t j = 0; j < keys; j++) p[j] = exp_approx_nan(p[j] * scale - lse[t]);
+        for (size_t j = keys; j < T; j++) p[j] = 0.0f;
+    }
+}
+
+/* K,V heads [i0, i1) (item = b * kv_heads + g), each with its group's query heads: dP = dout
+ * v^T; dS = P * (dP - rowsum) / sqrt(D), rowsum = sum(dP * P), which is dout . out (flash
+ * uses that: it keeps out, not P); dv (+)= P^T dout; dq = dS k; dk (+)= dS^T q. */
+static void gqa_backward_items(const GqaArgs *a, float *dS, size_t i0, size_t i1) {
+    const AttnShape *s = a->s;
+    const size_t T = s->T, D = s->head_dim, C = s->heads * D, group = s->heads / s->kv_heads;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    for (size_t item = i0; item < i1; item++) {
+        const size_t b = item / s->kv_heads, g = item % s->kv_heads;
+        const size_t kv = b * T * s->kv_stride + g * D;
+        for (size_t j = 0; j < group; j++) {
+            const size_t h = g * group + j, pair = b * s->heads + h;
+            const float *q = a->q + b * T * s->q_stride + h * D;
+            const float *go = a->dout + b * T * C + h * D;
+            const float *P = a->cprobs ? a->cprobs + pair * T * T : a->work;
+            if (!a->cprobs) pair_probs_again(a->work, a->clse + pair * T, q, a->k + kv, s);
+            for (size_t t = 0; t < T; t++) {
+                float *ds = dS + t * T;
+                const float *p = P + t * T;
+                row_dots(ds, go + t * C, a->v + kv, s->kv_stride, T, D);
+                const float row = a->cprobs
+                                      ? dot(ds, p, T)
+                                      : dot(go + t * C, a->cout + b * T * C + h * D + t * C, D);
+                for (size_t u = 0; u < T; u++) ds[u] = p[u] * (ds[u] - row) * scale;
+            }
+            float *dq = a->dq + b * T * s->q_stride + h * D;
+            combine_into(a->dv + kv, s->kv_stride, P, 1, T, go, C, T, T, D, j > 0);
+            combine(dq, s->q_stride, dS, T, 1, a->k + kv, s->kv_stride, T, T, D);
+            combine_into(a->dk + kv, s->kv_stride, dS, 1, T, q, s->q_stride, T, T, D, j > 0);
+        }
+    }
+}
+
+static void gqa_backward_task(void *ctx, int t, int n) {
+    const GqaArgs *a = ctx;
+    size_t i0, i1;
+    cpu_split_range(a->s->B * a->s->kv_heads, 1, t, n, &i0, &i1);
+    float dS[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS];
+    gqa_backward_items(a, dS, i0, i1);
+}
+
+void cpu_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                const float *k, const float *v, const float *probs,
+                                const AttnShape *s) {
+    if (attn_shape_empty(s)) return;
+    GqaArgs a = {.dq = dq,
+                 .dk = dk,
+                 .dv = dv,
+                 .dout = dout,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .cprobs = probs,
+                 .s = s};
+    const size_t macs = 5 * s->T * s->T * s->head_dim;
+    const int n = cpu_split_count(s->B * s->heads * macs, ATTENTION_MIN_MACS);
+    if (n == 1)
+        gqa_backward_task(&a, 0, 1);
+    else
+        cpu_parallel(n, gqa_backward_task, &a);
+}
+
+/* Serial: the one work tile holds one pair's probabilities at a time. */
+void cpu_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                  const float *q, const float *k, const float *v, const float *out,
+                                  const float *lse, float *work, const AttnShape *s) {
+    if (attn_shape_empty(s)) return;
+    GqaArgs a = {.dq = dq,
+                 .dk = dk,
+                 .dv = dv,
+                 .work = work,
+                 .dout = dout,
+                 .q = q,
+                 .k = k,
+                 .v = v,
+                 .cout = out,
+                 .clse = lse,
+                 .s = s};
+    gqa_backward_task(&a, 0, 1);
 }
 
 /* ---- patches, tokens, class token ---- */

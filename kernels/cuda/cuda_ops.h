@@ -66,6 +66,26 @@ void cuda_residual_layernorm_forward(float *sum, float *out, float *mean, float 
                                      const float *x, const float *y, const float *w, const float *b,
                                      size_t M, size_t C, float eps);
 
+void cuda_rmsnorm_forward(float *out, float *rstd, const float *in, const float *w, size_t M,
+                          size_t C, float eps);
+void cuda_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
+                           const float *rstd, const float *w, size_t M, size_t C);
+void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
+                          const float *up, size_t n);
+void cuda_rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D, float theta);
+void cuda_rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta);
+void cuda_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
+                                const float *v, const AttnShape *s);
+void cuda_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+                                 const float *k, const float *v, const float *probs,
+                                 const AttnShape *s);
+void cuda_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
+                                  const float *v, const AttnShape *s);
+void cuda_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+                                   const float *q, const float *k, const float *v, const float *out,
+                                   const float *lse, float *work, const AttnShape *s);
+
 #ifdef __cplusplus
 }
 #endif

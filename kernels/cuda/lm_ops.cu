@@ -30,7 +30,8 @@ __global__ void token_embed_forward_kernel(float *__restrict__ x,
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t bt = i / C, c = i % C, t = bt % T;
         const int32_t id = tokens[bt];
-        x[i] = (id < 0 || (size_t)id >= V) ? NAN : wte[(size_t)id * C + c] + wpe[t * C + c];
+        const float pos = wpe ? wpe[t * C + c] : 0.0f; // no table: RoPE's models
+        x[i] = (id < 0 || (size_t)id >= V) ? NAN : wte[(size_t)id * C + c] + pos;
     }
 }
 
@@ -73,8 +74,9 @@ extern "C" void cuda_token_embed_backward(float *dwte, float *dwpe, const int32_
                                           const float *dx, size_t B, size_t T, size_t C, size_t V) {
     if (B == 0 || T == 0 || C == 0) return;
     cudaStream_t stream = cuda_ctx()->stream;
-    token_embed_dwpe_kernel<<<cuda_blocks(T * C, LM_THREADS), LM_THREADS, 0, stream>>>(dwpe, dx, B,
-                                                                                       T * C);
+    if (dwpe)
+        token_embed_dwpe_kernel<<<cuda_blocks(T * C, LM_THREADS), LM_THREADS, 0, stream>>>(
+            dwpe, dx, B, T * C);
     if (V > 0)
         token_embed_dwte_kernel<<<cuda_blocks(V * C, LM_THREADS), LM_THREADS, 0, stream>>>(
             dwte, tokens, dx, B * T, C, V);

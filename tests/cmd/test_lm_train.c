@@ -134,8 +134,58 @@ Test(lm_train, flags_of_another_model_are_refused) {
                                                "transformer"},
         {"train --model toy --layers 2",
          "apply to the ViT models and the transformer, not the toy"},
-        {"train --model gpt", "--model must be toy, vit-tiny, vit-workshop or transformer (got "
-                              "'gpt')"},
+        {"train --model gpt",
+         "--model must be toy, vit-tiny, vit-workshop, transformer or llama (got "
+         "'gpt')"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
+}
+
+/* `--model llama` through the whole command (flash attention, the default): 1 rank and 4 learn
+ * the same parameters (invariant 1), and a run checkpointed at 2 ranks and resumed at 3 ends
+ * where the uninterrupted one does (invariant 5). */
+Test(lm_train, llama_learns_alike_at_any_world_size_and_resumes_at_another) {
+    char dir[256], text[300], one[300], four[300], resumed[300], ck[300];
+    fresh_test_dir(dir, sizeof dir, "lm_train", "llama");
+    write_text(dir, "text.txt", text, sizeof text);
+    snprintf(one, sizeof one, "%s/one.txt", dir);
+    snprintf(four, sizeof four, "%s/four.txt", dir);
+    snprintf(resumed, sizeof resumed, "%s/resumed.txt", dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    const char *shape = "--model llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --mlp 48 "
+                        "--seq 32 --json";
+    int code;
+    char *a = fsdp_run(&code, "2>&1",
+                       "train %s --text %s --steps 12 --ranks 1 --batch-size 12 "
+                       "--dump-params %s",
+                       shape, text, one);
+    cr_assert_eq(code, 0, "%s", a);
+    char *b = fsdp_run(&code, "2>&1",
+                       "train %s --text %s --steps 12 --ranks 4 --batch-size 3 "
+                       "--dump-params %s",
+                       shape, text, four);
+    cr_assert_eq(code, 0, "%s", b);
+    double d = dump_rel_diff(four, one);
+    cr_expect_leq(d, 1e-5, "4 ranks against 1: relative L2 %.3g", d);
+    double first, last;
+    first_last_loss(a, &first, &last);
+    cr_expect(fabs(first - log(256.0)) < 0.05, "first loss %g, not ln 256", first);
+    cr_expect_lt(last, first - 1.0, "it learned: %g -> %g", first, last);
+    char *c = fsdp_run(&code, "2>&1",
+                       "train %s --text %s --steps 6 --ranks 4 --batch-size 3 "
+                       "--checkpoint-dir %s --checkpoint-every 6",
+                       shape, text, ck);
+    cr_assert_eq(code, 0, "%s", c);
+    char *r = fsdp_run(&code, "2>&1",
+                       "train %s --text %s --steps 12 --ranks 3 --batch-size 4 "
+                       "--checkpoint-dir %s --resume auto --dump-params %s",
+                       shape, text, ck, resumed);
+    cr_assert_eq(code, 0, "%s", r);
+    d = dump_rel_diff(resumed, one);
+    cr_expect_leq(d, 1e-5, "resumed at 3 ranks against 1 uninterrupted: relative L2 %.3g", d);
+    free(a);
+    free(b);
+    free(c);
+    free(r);
+    remove_test_dir(dir);
 }

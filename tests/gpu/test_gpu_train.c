@@ -181,6 +181,39 @@ Test(gpu_train, a_transformer_step_matches_the_simulator_and_learns, .timeout = 
     gpu_done();
 }
 
+/* Flash attention (GPT's block and Llama's, whose RMSNorm, RoPE, grouped-query attention and
+ * SwiGLU run on the GPU too): the first step on the GPU matches the simulator's. */
+Test(gpu_train, flash_and_llama_steps_match_the_simulator) {
+    gpu_or_skip();
+    for (int llama = 0; llama <= 1; llama++) {
+        TransformerConfig tc = lm_small_config();
+        tc.attention = ATTENTION_FLASH;
+        if (llama) tc.arch = TRANSFORMER_LLAMA, tc.kv_heads = 2, tc.mlp = 48;
+        ModelDesc m;
+        Err err = {0};
+        cr_assert_eq(transformer_model_create(&m, &tc, &err), 0, "%s", err.msg);
+        Dataset text;
+        text_test_data(&text, tc.seq);
+        FsdpConfig c;
+        fsdp_config_defaults(&c);
+        c.batch_size = 8;
+        c.lr = 3e-3f;
+        Losses gl, sl;
+        float *gg, *sg;
+        float *g = train(&m, &text, c, 1, 1, &gl, NULL, &gg);
+        float *s = train(&m, &text, c, 1, 0, &sl, NULL, &sg);
+        const char *what = llama ? "llama" : "gpt with flash";
+        gpu_expect_close(gg, sg, m.total_numel, 1e-5, fmt_text("%s: first step's gradients", what));
+        gpu_expect_params_close(g, s, m.total_numel, 1e-5, 2.0 * c.lr,
+                                fmt_text("%s: parameters after one step", what));
+        cr_expect(fabsf(gl.first - sl.first) <= 1e-5f * sl.first, "%s loss: gpu %.6f, sim %.6f",
+                  what, (double)gl.first, (double)sl.first);
+        free(gg), free(sg), free(g), free(s);
+        model_desc_free(&m);
+    }
+    gpu_done();
+}
+
 Test(gpu_train, fifty_steps_learn, .timeout = 300) {
     gpu_or_skip();
     ModelDesc m;

@@ -154,7 +154,7 @@ Test(checkpoint_meta, the_reported_edits_are_refused_by_every_reader) {
          "conv_proj.bias there"},
         {VIT, "sed -i 's/\"model\":\"vit-tiny\"/\"model\":\"gpt9\"/' meta.json", 1,
          "step-00000004/meta.json: .model is \"gpt9\"; it must be a model this fsdp builds: toy, "
-         "vit-tiny, vit-workshop or transformer"},
+         "vit-tiny, vit-workshop, transformer or llama"},
         {VIT, "sed -i 's/\"strategy\":\"zero3\"/\"strategy\":\"zeroX\"/' meta.json", 1,
          "step-00000004/meta.json: .strategy is \"zeroX\"; it must be one of ddp, zero1, zero2, "
          "zero3, hsdp"},

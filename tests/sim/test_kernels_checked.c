@@ -18,7 +18,7 @@
  * whole tensor it takes rows from, for the strided ones), with GUARD bytes either side. The
  * shapes are small and their dimensions distinct, so a swapped or missing dimension changes a
  * size. Expected accesses are written out here, independently of kernels_checked.c. */
-enum { GUARD = 64, MAX_BUFS = 8, MAX_WANT = 16 };
+enum { GUARD = 64, MAX_BUFS = 10, MAX_WANT = 16 };
 
 /* count blocks of `bytes` starting `off` bytes into buffer `buf`, `stride` bytes apart (count 1,
  * stride 0: one range) */
@@ -68,6 +68,10 @@ enum { CB = 3, CT = 5, CC = 7 };         /* class token: batch, tokens, width */
 enum { XB = 5, XK = 7 };                 /* cross_entropy: rows, classes */
 enum { BM = 5, BN = 11 };                /* bias + GELU: rows, columns */
 enum { TB = 2, TT = 3, TC = 5, TV = 7 }; /* token embedding: batch, tokens, width, vocabulary */
+enum { QB = 2, QT = 3, QH = 4, QKV = 2, QD = 2 }; /* GQA: batch, tokens, heads, K,V heads, D */
+enum { Q_X = QB * QT * QH * QD, Q_KV = QB * QT * QKV * QD, Q_P = QB * QH * QT * QT };
+enum { Q_LSE = QB * QH * QT, Q_WORK = QT * QT };
+enum { RB = 2, RT = 3, RH = 2, RD_ = 4, R_X = RB * RT * RH * RD_ }; /* RoPE */
 
 /* the sizes of their tensors, in elements */
 enum { L_OUT = LM * LN, L_IN = LM * LK, L_W = LN * LK };
@@ -344,6 +348,48 @@ static double call_residual_layernorm_forward_sum_is_x(const Kernels *k, void *c
     k->residual_layernorm_forward(p[0], p[1], p[2], p[3], p[0], p[4], p[5], p[6], NM, NC, 1e-5f);
     return 0;
 }
+static double call_rmsnorm_forward(const Kernels *k, void *const *p) {
+    k->rmsnorm_forward(p[0], p[1], p[2], p[3], NM, NC, 1e-5f);
+    return 0;
+}
+static double call_rmsnorm_backward(const Kernels *k, void *const *p) {
+    k->rmsnorm_backward(p[0], p[1], p[2], p[3], p[4], p[5], NM, NC);
+    return 0;
+}
+static double call_swiglu_forward(const Kernels *k, void *const *p) {
+    k->swiglu_forward(p[0], p[1], p[2], NE);
+    return 0;
+}
+static double call_swiglu_backward(const Kernels *k, void *const *p) {
+    k->swiglu_backward(p[0], p[1], p[2], p[3], p[4], NE);
+    return 0;
+}
+static double call_rope_forward(const Kernels *k, void *const *p) {
+    k->rope_forward(p[0], RB, RT, RH, RD_, 10000.0f);
+    return 0;
+}
+static double call_rope_backward(const Kernels *k, void *const *p) {
+    k->rope_backward(p[0], RB, RT, RH, RD_, 10000.0f);
+    return 0;
+}
+static const AttnShape gqa_shape = {QB, QT, QH, QKV, QD, QH *QD, QKV *QD, 1};
+static double call_gqa_attention_forward(const Kernels *k, void *const *p) {
+    k->gqa_attention_forward(p[0], p[1], p[2], p[3], p[4], &gqa_shape);
+    return 0;
+}
+static double call_gqa_attention_backward(const Kernels *k, void *const *p) {
+    k->gqa_attention_backward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], &gqa_shape);
+    return 0;
+}
+static double call_flash_attention_forward(const Kernels *k, void *const *p) {
+    k->flash_attention_forward(p[0], p[1], p[2], p[3], p[4], &gqa_shape);
+    return 0;
+}
+static double call_flash_attention_backward(const Kernels *k, void *const *p) {
+    k->flash_attention_backward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+                                &gqa_shape);
+    return 0;
+}
 
 /* ---- values an op needs ---- */
 
@@ -533,6 +579,34 @@ static const Case cases[] = {
      WANTS(WR(0, F(N_X)), WR(1, F(N_X)), WR(2, F(NM)), WR(3, F(NM)), RD(0, F(N_X)), RD(4, F(N_X)),
            RD(5, F(NC)), RD(6, F(NC))),
      call_residual_layernorm_forward_sum_is_x},
+    {"rmsnorm_forward", "", SIZES(F(N_X), F(NM), F(N_X), F(NC)),
+     WANTS(WR(0, F(N_X)), WR(1, F(NM)), RD(2, F(N_X)), RD(3, F(NC))), call_rmsnorm_forward},
+    {"rmsnorm_backward", "", SIZES(F(N_X), F(NC), F(N_X), F(N_X), F(NM), F(NC)),
+     WANTS(RW(0, F(N_X)), RW(1, F(NC)), RD(2, F(N_X)), RD(3, F(N_X)), RD(4, F(NM)), RD(5, F(NC))),
+     call_rmsnorm_backward},
+    {"swiglu_forward", "", SIZES(F(NE), F(NE), F(NE)),
+     WANTS(WR(0, F(NE)), RD(1, F(NE)), RD(2, F(NE))), call_swiglu_forward},
+    {"swiglu_backward", "", SIZES(F(NE), F(NE), F(NE), F(NE), F(NE)),
+     WANTS(RD(2, F(NE)), WR(0, F(NE)), WR(1, F(NE)), RD(3, F(NE)), RD(4, F(NE))),
+     call_swiglu_backward},
+    {"rope_forward", "", SIZES(F(R_X)), WANTS(RW(0, F(R_X))), call_rope_forward},
+    {"rope_backward", "", SIZES(F(R_X)), WANTS(RW(0, F(R_X))), call_rope_backward},
+    {"gqa_attention_forward", "", SIZES(F(Q_X), F(Q_P), F(Q_X), F(Q_KV), F(Q_KV)),
+     WANTS(WR(0, F(Q_X)), WR(1, F(Q_P)), RD(2, F(Q_X)), RD(3, F(Q_KV)), RD(4, F(Q_KV))),
+     call_gqa_attention_forward},
+    {"gqa_attention_backward", "",
+     SIZES(F(Q_X), F(Q_KV), F(Q_KV), F(Q_X), F(Q_X), F(Q_KV), F(Q_KV), F(Q_P)),
+     WANTS(WR(0, F(Q_X)), WR(1, F(Q_KV)), WR(2, F(Q_KV)), RD(3, F(Q_X)), RD(4, F(Q_X)),
+           RD(5, F(Q_KV)), RD(6, F(Q_KV)), RD(7, F(Q_P))),
+     call_gqa_attention_backward},
+    {"flash_attention_forward", "", SIZES(F(Q_X), F(Q_LSE), F(Q_X), F(Q_KV), F(Q_KV)),
+     WANTS(WR(0, F(Q_X)), WR(1, F(Q_LSE)), RD(2, F(Q_X)), RD(3, F(Q_KV)), RD(4, F(Q_KV))),
+     call_flash_attention_forward},
+    {"flash_attention_backward", "",
+     SIZES(F(Q_X), F(Q_KV), F(Q_KV), F(Q_X), F(Q_X), F(Q_KV), F(Q_KV), F(Q_X), F(Q_LSE), F(Q_WORK)),
+     WANTS(WR(0, F(Q_X)), WR(1, F(Q_KV)), WR(2, F(Q_KV)), RD(3, F(Q_X)), RD(4, F(Q_X)),
+           RD(5, F(Q_KV)), RD(6, F(Q_KV)), RD(7, F(Q_X)), RD(8, F(Q_LSE)), WR(9, F(Q_WORK))),
+     call_flash_attention_backward},
 };
 
 enum { NCASES = sizeof cases / sizeof cases[0] };
@@ -759,10 +833,10 @@ Test(kernels_checked, every_op_reports_exactly_what_it_touches) {
 
 /* ---- names ---- */
 
-_Static_assert(sizeof(Kernels) == sizeof(const char *) + 35 * sizeof(void (*)(void)),
+_Static_assert(sizeof(Kernels) == sizeof(const char *) + 45 * sizeof(void (*)(void)),
                "kernels.h changed: list the new op below and give it cases");
 
-static const char *const op_names[35] = {
+static const char *const op_names[45] = {
     "cast",
     "zero",
     "copy_bytes",
@@ -798,13 +872,23 @@ static const char *const op_names[35] = {
     "bias_gelu_forward",
     "bias_gelu_backward",
     "residual_layernorm_forward",
+    "rmsnorm_forward",
+    "rmsnorm_backward",
+    "swiglu_forward",
+    "swiglu_backward",
+    "rope_forward",
+    "rope_backward",
+    "gqa_attention_forward",
+    "gqa_attention_backward",
+    "flash_attention_forward",
+    "flash_attention_backward",
 };
 
 /* Every entry has cases, and every case's call reported the entry's own name (so no wrapper is
  * wired to another entry, which would report that entry's name). */
 Test(kernels_checked, every_entry_is_covered_and_reports_its_name) {
     cr_expect_str_eq(kernels_checked.name, "checked");
-    for (int k = 0; k < 35; k++) {
+    for (int k = 0; k < 45; k++) {
         int found = 0;
         for (int i = 0; i < NCASES; i++) found += strcmp(cases[i].op, op_names[k]) == 0;
         cr_expect(found > 0, "no case calls %s", op_names[k]);

@@ -374,7 +374,7 @@ Test(plan_cli, shows_the_shape_it_assumed) {
         char *out = fsdp_ok("%s", runs[i]);
         const char *line = strstr(out, "\nshape: ");
         cr_assert(line, "%s", out);
-        TransformerConfig c;
+        TransformerConfig c = {0};
         char vocab[32];
         cr_assert_eq(sscanf(line,
                             "\nshape: %d layers, hidden %d, %d heads, MLP %d, sequence %d, "
@@ -394,8 +394,8 @@ Test(plan_cli, shows_the_shape_it_assumed) {
     }
     char *out = fsdp_ok("%s", runs[0]);
     cr_expect(strstr(out, "\nshape: 86 layers, hidden 8192, 64 heads, MLP 32768, sequence 2048, "
-                          "vocabulary 43,805 (chosen for --params from published widths; --seq "
-                          "sets the sequence)\n"),
+                          "vocabulary 43,805, flash attention (chosen for --params from published "
+                          "widths; --seq sets the sequence)\n"),
               "%s", out);
     free(out);
     cr_expect_eq(counts[0] - counts[1], (size_t)1024 * 8192);
@@ -428,14 +428,14 @@ static char *gpu_peak_text(const char *args) {
  * 8 GPUs the resting state is big too: each lever alone stays over, and all of them together
  * fit, again the figure of that plan. Where something fits, nothing is explained. */
 Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_it) {
-    char *out = fsdp_ok("plan --params 70e9 --gpus 1024 --compare");
+    char *out = fsdp_ok("plan --params 70e9 --gpus 1024 --compare --attention eager");
     cr_expect(strstr(out, "\nnothing fits at batch 1 per GPU: the closest, zero3, peaks at "
                           "203.01 GB, of which\n"
                           "  activations       183.14 GB  1 sequence of 2048 tokens per GPU "
                           "through 86 layers of hidden 8192, the attention keeping 64 heads' "
                           "2048x2048 probabilities a layer\n"),
               "%s", out);
-    const char *ac = "plan --params 70e9 --gpus 1024 --activation-checkpointing";
+    const char *ac = "plan --params 70e9 --gpus 1024 --activation-checkpointing --attention eager";
     cr_expect(strstr(out, fmt_text("\n  --activation-checkpointing   zero3 would peak at %s: "
                                    "fits in 80.00 GB\n",
                                    gpu_peak_text(ac))),
@@ -446,7 +446,7 @@ Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_i
     free(out);
 
     int code;
-    out = fsdp_run(&code, "2>/dev/null", "plan --params 70e9 --gpus 8");
+    out = fsdp_run(&code, "2>/dev/null", "plan --params 70e9 --gpus 8 --attention eager");
     cr_expect_eq(code, 2, "%s", out);
     cr_expect(
         strstr(out, "\nnothing fits at batch 1 per GPU: zero3 peaks at 342.71 GB, of which\n"),
@@ -455,14 +455,17 @@ Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_i
                           "state kept between steps"),
               "%s", out);
     const char *levers[][2] = {
-        {"--activation-checkpointing  ", "plan --params 70e9 --gpus 8 --activation-checkpointing"},
-        {"--gpus 16                   ", "plan --params 70e9 --gpus 16"},
-        {"--offload cpu               ", "plan --params 70e9 --gpus 8 --offload cpu"}};
+        {"--activation-checkpointing  ",
+         "plan --params 70e9 --gpus 8 --activation-checkpointing --attention eager"},
+        {"--gpus 16                   ", "plan --params 70e9 --gpus 16 --attention eager"},
+        {"--offload cpu               ",
+         "plan --params 70e9 --gpus 8 --offload cpu --attention eager"}};
     for (int i = 0; i < 3; i++)
         cr_expect(strstr(out, fmt_text("\n  %s zero3 would peak at %s: still over 80.00 GB\n",
                                        levers[i][0], gpu_peak_text(levers[i][1]))),
                   "%s: %s", levers[i][0], out);
-    const char *all = "plan --params 70e9 --gpus 16 --activation-checkpointing --offload cpu";
+    const char *all =
+        "plan --params 70e9 --gpus 16 --activation-checkpointing --offload cpu --attention eager";
     cr_expect(strstr(out, fmt_text("\n  --activation-checkpointing --gpus 16 --offload cpu zero3 "
                                    "would peak at %s: fits in 80.00 GB\n",
                                    gpu_peak_text(all))),
@@ -482,7 +485,7 @@ Test(plan_cli, bad_input_is_one_line_and_exit_2) {
         {"plan --params -1", "--params must be a number above 0"},
         {"plan --params 1e30", "--params must be a number above 0 and at most 1e+13"},
         {"plan --strategy hsdp --replicas 3 --gpus 8", "--replicas 3 does not divide"},
-        {"plan --model gpt", "--model must be toy, vit-tiny, vit-workshop or transformer"},
+        {"plan --model gpt", "--model must be toy, vit-tiny, vit-workshop, transformer, llama"},
         {"plan --params 7e9 --layers 3", "give --params or the shape"},
         {"plan --params 7e9 --vocab 3000", "give --params or the shape"},
         {"plan --checkpoint-dir x", "plan does not take --checkpoint-dir"},

@@ -1,0 +1,190 @@
+/* lblock: the Llama-shaped block (models/lblock.h): its parameters, the activations it keeps,
+ * forward and backward. Activation checkpointing and releasing are tblock's, which handle
+ * every field of BlockActs. */
+#include "models/lblock.h"
+
+#include <stdio.h>
+
+/* ---------------------------------------------------------------- the description */
+
+void lblock_describe(ParamMaker *pm, const char *module, const char *prefix, int64_t H, int64_t KV,
+                     int64_t F, float std, float proj_std) {
+    static const char *const suffix[LBLOCK_PARAMS] = {
+        "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight"};
+    const int64_t shapes[LBLOCK_PARAMS][2] = {{H}, {H, H}, {KV, H}, {KV, H}, {H, H},
+                                              {H}, {F, H}, {F, H},  {H, F}};
+    char name[96];
+    param_maker_begin(pm, module, 1);
+    for (int i = 0; i < LBLOCK_PARAMS; i++) {
+        int norm = i == LBLOCK_ATTN_NORM_W || i == LBLOCK_MLP_NORM_W;
+        int proj = i == LBLOCK_O_W || i == LBLOCK_DOWN_W;
+        snprintf(name, sizeof name, "%s%s", prefix, suffix[i]);
+        param_maker_add(pm, name, norm ? 1 : 2, shapes[i], norm ? INIT_ONE : INIT_NORMAL, 0,
+                        norm   ? 0
+                        : proj ? proj_std
+                               : std);
+    }
+}
+
+size_t lblock_param_count(size_t H, size_t KV, size_t F) {
+    return 2 * H + 2 * H * H + 2 * KV * H + 3 * F * H;
+}
+
+/* ---------------------------------------------------------------- work estimates */
+
+static size_t kv_width(const TBlock *t) {
+    return t->kv_heads * (t->H / t->heads);
+}
+
+void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
+    double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
+    double KV = (double)kv_width(t), T = (double)t->T, B = (double)t->B;
+    double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
+    double flops = 2 * M * H * (2 * H + 2 * KV + 3 * F) + 2 * scores;
+    double bytes = 4 * (M * (10 * H + 2 * KV + 4 * F) + (t->flash ? 0 : probs));
+    double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
+    w->kind = kind;
+    w->flops = flops * passes + (kind == WORK_BACKWARD && t->flash ? scores : 0);
+    w->bytes = bytes * passes;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+/* What the forward keeps, and its output, in the order the computation makes them. */
+static int take_acts(const TBlock *t, BlockActs *a, float **out, Err *err) {
+    Device *d = t->dev;
+    size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t);
+    a->ln1 = act_take(d, M * H), a->ln1_rstd = act_take(d, M);
+    a->q = act_take(d, M * H), a->k = act_take(d, M * KV), a->v = act_take(d, M * KV);
+    float **scores = tblock_take_scores(t, a);
+    a->attn = act_take(d, M * H), a->mid = act_take(d, M * H);
+    a->ln2 = act_take(d, M * H), a->ln2_rstd = act_take(d, M);
+    a->gate = act_take(d, M * F), a->up = act_take(d, M * F), a->swiglu = act_take(d, M * F);
+    *out = act_take(d, M * H);
+    return act_check_taken((float *[]){a->ln1, a->ln1_rstd, a->q, a->k, a->v, *scores, a->attn,
+                                       a->mid, a->ln2, a->ln2_rstd, a->gate, a->up, a->swiglu,
+                                       *out},
+                           14, M, err);
+}
+
+static void attention_forward(const TBlock *t, BlockActs *a) {
+    const Kernels *k = t->k;
+    size_t H = t->H, KV = kv_width(t), D = H / t->heads;
+    k->rope_forward(a->q, t->B, t->T, t->heads, D, TBLOCK_ROPE_THETA);
+    k->rope_forward(a->k, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
+    AttnShape s = tblock_attn_shape(t, H, KV);
+    if (t->flash)
+        k->flash_attention_forward(a->attn, a->lse, a->q, a->k, a->v, &s);
+    else
+        k->gqa_attention_forward(a->attn, a->probs, a->q, a->k, a->v, &s);
+}
+
+static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x,
+                            float *out) {
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t);
+    k->rmsnorm_forward(a->ln1, a->ln1_rstd, x, p[LBLOCK_ATTN_NORM_W], M, H, t->ln_eps);
+    k->linear_forward(a->q, a->ln1, p[LBLOCK_Q_W], NULL, M, H, H);
+    k->linear_forward(a->k, a->ln1, p[LBLOCK_K_W], NULL, M, H, KV);
+    k->linear_forward(a->v, a->ln1, p[LBLOCK_V_W], NULL, M, H, KV);
+    attention_forward(t, a);
+    k->linear_forward(a->mid, a->attn, p[LBLOCK_O_W], NULL, M, H, H);
+    k->add(a->mid, a->mid, x, M * H);
+    k->rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, p[LBLOCK_MLP_NORM_W], M, H, t->ln_eps);
+    k->linear_forward(a->gate, a->ln2, p[LBLOCK_GATE_W], NULL, M, H, F);
+    k->linear_forward(a->up, a->ln2, p[LBLOCK_UP_W], NULL, M, H, F);
+    k->swiglu_forward(a->swiglu, a->gate, a->up, M * F);
+    k->linear_forward(out, a->swiglu, p[LBLOCK_DOWN_W], NULL, M, F, H);
+    k->add(out, out, a->mid, M * H); /* a plain add, as GPT's block ends (tblock.c says why) */
+}
+
+int lblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                   Work *w, Err *err) {
+    int rc = take_acts(t, a, out, err);
+    lblock_work(t, w, WORK_FORWARD);
+    if (rc || t->B * t->T == 0) return rc;
+    compute_forward(t, a, p, x, *out);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+/* The temporaries of a backward, taken together and released together. */
+typedef struct LTemps {
+    float *df1, *df2; /* [M, F]: d(swiglu) then d(gate); d(up) */
+    float *dh, *dh2;  /* [M, H]: gradients of a norm's output, summed from several GEMMs */
+    float *dq, *dk, *dv;
+    float *work; /* flash: one pair's probabilities */
+} LTemps;
+
+static int take_temps(const TBlock *t, LTemps *m, Err *err) {
+    Device *d = t->dev;
+    size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t);
+    m->df1 = act_take(d, M * F), m->df2 = act_take(d, M * F);
+    m->dh = act_take(d, M * H), m->dh2 = act_take(d, M * H);
+    m->dq = act_take(d, M * H), m->dk = act_take(d, M * KV), m->dv = act_take(d, M * KV);
+    m->work = tblock_take_flash_work(t);
+    float *taken[] = {m->df1, m->df2, m->dh, m->dh2, m->dq, m->dk, m->dv, m->work};
+    return act_check_taken(taken, t->flash ? 8 : 7, M, err); /* the work tile: flash's only */
+}
+
+static void release_temps(const TBlock *t, LTemps *m) {
+    float **all[] = {&m->df1, &m->df2, &m->dh, &m->dh2, &m->dq, &m->dk, &m->dv, &m->work};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
+}
+
+/* MLP branch: out = mid + down(silu(gate(n2)) * up(n2)), n2 = RMSNorm(mid); dy becomes
+ * dL/d(mid). */
+static void mlp_backward(const TBlock *t, const BlockActs *a, float *const *p, float *const *g,
+                         float *dy, LTemps *m) {
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, F = t->F;
+    k->linear_backward(m->df1, g[LBLOCK_DOWN_W], NULL, dy, a->swiglu, p[LBLOCK_DOWN_W], M, F, H);
+    k->swiglu_backward(m->df1, m->df2, m->df1, a->gate, a->up, M * F);
+    k->linear_backward(m->dh, g[LBLOCK_GATE_W], NULL, m->df1, a->ln2, p[LBLOCK_GATE_W], M, H, F);
+    k->linear_backward(m->dh2, g[LBLOCK_UP_W], NULL, m->df2, a->ln2, p[LBLOCK_UP_W], M, H, F);
+    k->add(m->dh, m->dh, m->dh2, M * H);
+    k->rmsnorm_backward(dy, g[LBLOCK_MLP_NORM_W], m->dh, a->mid, a->ln2_rstd, p[LBLOCK_MLP_NORM_W],
+                        M, H);
+}
+
+/* Attention branch: mid = x + o_proj(attention(rope(q), rope(k), v)) over n1 = RMSNorm(x);
+ * dy becomes dL/dx. RoPE's backward turns dq and dk back. */
+static void attention_branch_backward(const TBlock *t, const BlockActs *a, float *const *p,
+                                      float *const *g, const float *x, float *dy, LTemps *m) {
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, KV = kv_width(t), D = H / t->heads;
+    k->linear_backward(m->dh, g[LBLOCK_O_W], NULL, dy, a->attn, p[LBLOCK_O_W], M, H, H);
+    AttnShape s = tblock_attn_shape(t, H, KV);
+    if (t->flash)
+        k->flash_attention_backward(m->dq, m->dk, m->dv, m->dh, a->q, a->k, a->v, a->attn, a->lse,
+                                    m->work, &s);
+    else
+        k->gqa_attention_backward(m->dq, m->dk, m->dv, m->dh, a->q, a->k, a->v, a->probs, &s);
+    k->rope_backward(m->dq, t->B, t->T, t->heads, D, TBLOCK_ROPE_THETA);
+    k->rope_backward(m->dk, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
+    k->linear_backward(m->dh, g[LBLOCK_Q_W], NULL, m->dq, a->ln1, p[LBLOCK_Q_W], M, H, H);
+    k->linear_backward(m->dh2, g[LBLOCK_K_W], NULL, m->dk, a->ln1, p[LBLOCK_K_W], M, H, KV);
+    k->add(m->dh, m->dh, m->dh2, M * H);
+    k->linear_backward(m->dh2, g[LBLOCK_V_W], NULL, m->dv, a->ln1, p[LBLOCK_V_W], M, H, KV);
+    k->add(m->dh, m->dh, m->dh2, M * H);
+    k->rmsnorm_backward(dy, g[LBLOCK_ATTN_NORM_W], m->dh, x, a->ln1_rstd, p[LBLOCK_ATTN_NORM_W], M,
+                        H);
+}
+
+int lblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
+                    float *dy, Work *w, Err *err) {
+    LTemps m = {0};
+    int rc = take_temps(t, &m, err);
+    lblock_work(t, w, WORK_BACKWARD);
+    if (!rc && t->B * t->T > 0) {
+        mlp_backward(t, a, p, g, dy, &m);
+        attention_branch_backward(t, a, p, g, *input, dy, &m);
+    }
+    release_temps(t, &m);
+    tblock_release(t, a);
+    act_release(t->dev, input);
+    return rc;
+}

@@ -1,0 +1,163 @@
+/* The Llama-shaped block's ops and attention over grouped, strided operands on the GPU against
+ * kernels_cpu on the same inputs (invariant 6, fp32 within 1e-5): RMSNorm, SwiGLU, RoPE, eager
+ * grouped-query attention, flash attention (Llama's separate q, k, v and GPT's packed qkv), and
+ * the token embedding without a position table. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/kernels_cuda.h"
+#include "kernels/kernels.h"
+#include "tests/gpu/gpu_util.h"
+
+#define REL 1e-5
+
+static const Kernels *CPU = &kernels_cpu;
+static const Kernels *GPU = &kernels_cuda;
+
+TestSuite(cuda_llama_ops, .init = gpu_or_skip, .fini = gpu_done);
+
+/* Rows of the transformer's default width, one row, and an odd width. */
+Test(cuda_llama_ops, rmsnorm) {
+    const size_t shapes[][2] = {{1024, 128}, {1, 7}, {33, 1000}};
+    for (size_t i = 0; i < 3; i++) {
+        const size_t M = shapes[i][0], C = shapes[i][1], n = M * C;
+        float *in = host_random(n, -2, 2, 10), *w = host_random(C, 0.5f, 1.5f, 11);
+        float *dout = host_random(n, -1, 1, 12), *din0 = host_random(n, -1, 1, 13);
+        float *dw0 = host_random(C, -1, 1, 14);
+        float *out = host_floats(n), *rstd = host_floats(M);
+        float *din = host_copy(din0, n), *dw = host_copy(dw0, C);
+        CPU->rmsnorm_forward(out, rstd, in, w, M, C, 1e-5f);
+        CPU->rmsnorm_backward(din, dw, dout, in, rstd, w, M, C);
+        float *d_in = gpu_floats(in, n), *d_w = gpu_floats(w, C), *d_dout = gpu_floats(dout, n);
+        float *d_out = gpu_poisoned_floats(n), *d_rstd = gpu_poisoned_floats(M);
+        float *d_din = gpu_floats(din0, n), *d_dw = gpu_floats(dw0, C);
+        GPU->rmsnorm_forward(d_out, d_rstd, d_in, d_w, M, C, 1e-5f);
+        GPU->rmsnorm_backward(d_din, d_dw, d_dout, d_in, d_rstd, d_w, M, C);
+        gpu_check();
+        gpu_expect_close_dev(d_out, out, n, REL, fmt_text("rmsnorm out (%zu x %zu)", M, C));
+        gpu_expect_close_dev(d_rstd, rstd, M, REL, "rmsnorm rstd");
+        gpu_expect_close_dev(d_din, din, n, REL, "rmsnorm din");
+        gpu_expect_close_dev(d_dw, dw, C, REL, "rmsnorm dw");
+        float *dev[] = {d_in, d_w, d_dout, d_out, d_rstd, d_din, d_dw};
+        for (size_t k = 0; k < 7; k++) gpu_free(dev[k]);
+        free_floats((float *[]){in, w, dout, din0, dw0, out, rstd, din, dw}, 9);
+    }
+}
+
+Test(cuda_llama_ops, swiglu_and_rope) {
+    const size_t n = 16 * 64 * 384;
+    float *gate = host_random(n, -4, 4, 20), *up = host_random(n, -2, 2, 21);
+    float *dout = host_random(n, -1, 1, 22);
+    float *out = host_floats(n), *dgate = host_floats(n), *dup = host_floats(n);
+    CPU->swiglu_forward(out, gate, up, n);
+    CPU->swiglu_backward(dgate, dup, dout, gate, up, n);
+    float *d_gate = gpu_floats(gate, n), *d_up = gpu_floats(up, n), *d_dout = gpu_floats(dout, n);
+    float *d_out = gpu_poisoned_floats(n), *d_dup = gpu_poisoned_floats(n);
+    GPU->swiglu_forward(d_out, d_gate, d_up, n);
+    GPU->swiglu_backward(d_dout, d_dup, d_dout, d_gate, d_up, n); /* dgate written over dout */
+    gpu_check();
+    gpu_expect_close_dev(d_out, out, n, REL, "swiglu out");
+    gpu_expect_close_dev(d_dout, dgate, n, REL, "swiglu dgate");
+    gpu_expect_close_dev(d_dup, dup, n, REL, "swiglu dup");
+    /* RoPE over q of 4 heads of 32 and k of 2, at theta 500000 */
+    const size_t B = 3, T = 64, heads = 4, D = 32, m = B * T * heads * D;
+    float *x = host_random(m, -1, 1, 23), *fwd = host_copy(x, m), *bwd = host_copy(x, m);
+    CPU->rope_forward(fwd, B, T, heads, D, 500000.0f);
+    CPU->rope_backward(bwd, B, T, heads, D, 500000.0f);
+    float *d_f = gpu_floats(x, m), *d_b = gpu_floats(x, m);
+    GPU->rope_forward(d_f, B, T, heads, D, 500000.0f);
+    GPU->rope_backward(d_b, B, T, heads, D, 500000.0f);
+    gpu_check();
+    gpu_expect_close_dev(d_f, fwd, m, REL, "rope forward");
+    gpu_expect_close_dev(d_b, bwd, m, REL, "rope backward");
+    float *dev[] = {d_gate, d_up, d_dout, d_out, d_dup, d_f, d_b};
+    for (size_t k = 0; k < 7; k++) gpu_free(dev[k]);
+    free_floats((float *[]){gate, up, dout, out, dgate, dup, x, fwd, bwd}, 9);
+}
+
+/* One attention shape, eager and flash, on both backends; q, k, v are `qkv`'s columns at the
+ * shape's strides (separate buffers' or GPT's packed one's). */
+static void check_attention(const AttnShape *s, size_t k_off, size_t v_off, size_t n_qkv,
+                            unsigned seed) {
+    const size_t n_out = s->B * s->T * s->heads * s->head_dim;
+    const size_t n_probs = s->B * s->heads * s->T * s->T, n_lse = s->B * s->heads * s->T;
+    float *qkv = host_random(n_qkv, -2, 2, seed), *dout = host_random(n_out, -1, 1, seed + 1);
+    float *out = host_floats(n_out), *probs = host_floats(n_probs), *lse = host_floats(n_lse);
+    float *dqkv = host_zeros(n_qkv), *fqkv = host_zeros(n_qkv), *work = host_floats(s->T * s->T);
+    CPU->gqa_attention_forward(out, probs, qkv, qkv + k_off, qkv + v_off, s);
+    CPU->gqa_attention_backward(dqkv, dqkv + k_off, dqkv + v_off, dout, qkv, qkv + k_off,
+                                qkv + v_off, probs, s);
+    CPU->flash_attention_forward(out, lse, qkv, qkv + k_off, qkv + v_off, s);
+    CPU->flash_attention_backward(fqkv, fqkv + k_off, fqkv + v_off, dout, qkv, qkv + k_off,
+                                  qkv + v_off, out, lse, work, s);
+    float *d_qkv = gpu_floats(qkv, n_qkv), *d_dout = gpu_floats(dout, n_out);
+    float *d_out = gpu_poisoned_floats(n_out), *d_probs = gpu_poisoned_floats(n_probs);
+    float *d_fout = gpu_poisoned_floats(n_out), *d_lse = gpu_poisoned_floats(n_lse);
+    float *d_dqkv = gpu_floats(dqkv, n_qkv), *d_fqkv = gpu_floats(fqkv, n_qkv); /* gaps: 0 */
+    float *d_work = gpu_poisoned_floats(s->T * s->T);
+    GPU->gqa_attention_forward(d_out, d_probs, d_qkv, d_qkv + k_off, d_qkv + v_off, s);
+    GPU->gqa_attention_backward(d_dqkv, d_dqkv + k_off, d_dqkv + v_off, d_dout, d_qkv,
+                                d_qkv + k_off, d_qkv + v_off, d_probs, s);
+    GPU->flash_attention_forward(d_fout, d_lse, d_qkv, d_qkv + k_off, d_qkv + v_off, s);
+    GPU->flash_attention_backward(d_fqkv, d_fqkv + k_off, d_fqkv + v_off, d_dout, d_qkv,
+                                  d_qkv + k_off, d_qkv + v_off, d_fout, d_lse, d_work, s);
+    gpu_check();
+    const char *shape = fmt_text("B %zu T %zu heads %zu/%zu D %zu causal %d", s->B, s->T, s->heads,
+                                 s->kv_heads, s->head_dim, s->causal);
+    gpu_expect_close_dev(d_out, out, n_out, REL, fmt_text("eager out (%s)", shape));
+    gpu_expect_close_dev(d_probs, probs, n_probs, REL, fmt_text("probs (%s)", shape));
+    gpu_expect_close_dev(d_dqkv, dqkv, n_qkv, REL, fmt_text("eager grads (%s)", shape));
+    gpu_expect_close_dev(d_fout, out, n_out, REL, fmt_text("flash out (%s)", shape));
+    gpu_expect_close_dev(d_lse, lse, n_lse, REL, fmt_text("lse (%s)", shape));
+    gpu_expect_close_dev(d_fqkv, fqkv, n_qkv, REL, fmt_text("flash grads (%s)", shape));
+    float *dev[] = {d_qkv, d_dout, d_out, d_probs, d_fout, d_lse, d_dqkv, d_fqkv, d_work};
+    for (size_t k = 0; k < 9; k++) gpu_free(dev[k]);
+    free_floats((float *[]){qkv, dout, out, probs, lse, dqkv, fqkv, work}, 8);
+}
+
+/* Llama's separate q [rows, heads D] and k, v [rows, kv_heads D] laid end to end. */
+static void check_separate(size_t B, size_t T, size_t heads, size_t kv, size_t D, int causal,
+                           unsigned seed) {
+    AttnShape s = {B, T, heads, kv, D, heads * D, kv * D, causal};
+    const size_t rows = B * T, nq = rows * heads * D, nkv = rows * kv * D;
+    check_attention(&s, nq, nq + nkv, nq + 2 * nkv, seed);
+}
+
+Test(cuda_llama_ops, grouped_query_and_flash_attention) {
+    check_separate(16, 64, 4, 2, 32, 1, 100); /* train --model llama's default */
+    check_separate(2, 1, 8, 1, 16, 1, 110);   /* one token */
+    check_separate(3, 33, 6, 3, 10, 0, 120);  /* not causal, odd T */
+    check_separate(1, KERNELS_MAX_TOKENS, 8, 8, 64, 1, 130);
+    /* GPT's packed qkv: q, k, v a row's thirds */
+    const size_t B = 4, T = 40, C = 96, heads = 3;
+    AttnShape s = {B, T, heads, heads, C / heads, 3 * C, 3 * C, 1};
+    check_attention(&s, C, 2 * C, B * T * 3 * C, 140);
+}
+
+Test(cuda_llama_ops, token_embedding_without_positions) {
+    const size_t B = 4, T = 9, C = 33, V = 256, n = B * T;
+    int32_t *ids = malloc(n * sizeof *ids);
+    for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 37) % V);
+    float *wte = host_random(V * C, -1, 1, 200), *dx = host_random(n * C, -1, 1, 201);
+    float *x = host_floats(n * C), *dwte = host_zeros(V * C);
+    CPU->token_embed_forward(x, ids, wte, NULL, B, T, C, V);
+    CPU->token_embed_backward(dwte, NULL, ids, dx, B, T, C, V);
+    int32_t *d_ids = gpu_alloc(n * sizeof *ids);
+    gpu_put(d_ids, ids, n * sizeof *ids);
+    float *d_wte = gpu_floats(wte, V * C), *d_dx = gpu_floats(dx, n * C);
+    float *zeros = host_zeros(V * C);
+    float *d_x = gpu_poisoned_floats(n * C), *d_dwte = gpu_floats(zeros, V * C);
+    GPU->token_embed_forward(d_x, d_ids, d_wte, NULL, B, T, C, V);
+    GPU->token_embed_backward(d_dwte, NULL, d_ids, d_dx, B, T, C, V);
+    gpu_check();
+    gpu_expect_same_dev(d_x, x, n * C, "x = wte[ids]");
+    gpu_expect_same_dev(d_dwte, dwte, V * C, "dwte");
+    float *dev[] = {d_wte, d_dx, d_x, d_dwte};
+    for (size_t k = 0; k < 4; k++) gpu_free(dev[k]);
+    gpu_free(d_ids);
+    free(ids);
+    free_floats((float *[]){wte, dx, x, dwte, zeros}, 5);
+}

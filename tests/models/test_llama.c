@@ -1,0 +1,134 @@
+/* The Llama-shaped transformer: Llama 3's published parameter counts from their shapes, one
+ * rank against four on the global batch (invariant 1), flash attention training as eager does,
+ * and bad shapes refused in one line. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "models/transformer.h"
+#include "tests/util.h"
+
+Test(llama, llama3_presets_have_their_published_parameter_counts) {
+    static const struct {
+        const char *name;
+        size_t params;
+        const char *published; /* billions, as the model cards round them */
+        int decimals;
+    } want[] = {{"llama3-8b", 8030261248ull, "8.03", 2},
+                {"llama3-70b", 70553706496ull, "70.6", 1},
+                {"llama3-405b", 405853388800ull, "405.9", 1}};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        TransformerConfig c;
+        cr_assert_eq(transformer_llama_preset(want[i].name, &c), 0, "%s", want[i].name);
+        cr_expect_eq(c.arch, TRANSFORMER_LLAMA);
+        cr_expect_eq(c.kv_heads, 8);
+        cr_expect_eq(c.seq, 8192);
+        size_t n = transformer_param_count(&c);
+        cr_expect_eq(n, want[i].params, "%s: %zu parameters", want[i].name, n);
+        char rounded[16];
+        snprintf(rounded, sizeof rounded, "%.*f", want[i].decimals, (double)n / 1e9);
+        cr_expect_str_eq(rounded, want[i].published, "%s", want[i].name);
+        ModelDesc m;
+        Err err = {0};
+        c.layers = 1; /* the description's count agrees with the formula (one layer: quick) */
+        cr_assert_eq(transformer_model_create(&m, &c, &err), 0, "%s", err.msg);
+        cr_expect_eq(m.total_numel, transformer_param_count(&c));
+        model_desc_free(&m);
+    }
+    TransformerConfig c;
+    cr_expect_eq(transformer_llama_preset("llama3-1b", &c), -1);
+}
+
+/* 2 layers of width 32, 4 heads sharing 2 K,V heads, SwiGLU 48, sequences of 16 bytes. */
+static TransformerConfig llama_small(AttentionKind attention) {
+    TransformerConfig c = lm_small_config();
+    c.arch = TRANSFORMER_LLAMA;
+    c.kv_heads = 2;
+    c.mlp = 48;
+    c.attention = attention;
+    return c;
+}
+
+static void create(ModelDesc *m, const TransformerConfig *c) {
+    Err err = {0};
+    cr_assert_eq(transformer_model_create(m, c, &err), 0, "%s", err.msg);
+}
+
+enum { STEPS = 20, GLOBAL = 8 };
+
+static void train_global(VitRun *run, const ModelDesc *m, const Dataset *text, Strategy s,
+                         int ranks) {
+    FsdpConfig cfg;
+    fsdp_config_defaults(&cfg);
+    cfg.lr = 3e-3f;
+    cfg.strategy = s;
+    cfg.batch_size = GLOBAL / ranks;
+    model_train(run, m, text, cfg, ranks, STEPS, 0);
+}
+
+Test(llama, four_ranks_equal_one_rank_on_the_global_batch) {
+    TransformerConfig c = llama_small(ATTENTION_FLASH);
+    ModelDesc m;
+    create(&m, &c);
+    Dataset text;
+    text_test_data(&text, c.seq);
+    VitRun one, four;
+    train_global(&one, &m, &text, STRAT_ZERO3, 1);
+    cr_expect(fabsf(one.first_loss - logf(256.0f)) < 0.05f, "first loss %g", one.first_loss);
+    cr_expect_lt(one.last_loss, one.first_loss - 1.0f, "it learned: %g -> %g", one.first_loss,
+                 one.last_loss);
+    train_global(&four, &m, &text, STRAT_ZERO3, 4);
+    double d = rel_l2(four.params, one.params, m.total_numel);
+    cr_expect_leq(d, 1e-5, "zero3 at 4 ranks: relative L2 %.3g from one rank", d);
+    cr_expect_gt(d, 0.0, "rounded differently, as a sum over ranks does");
+    vit_run_free(&one);
+    vit_run_free(&four);
+    model_desc_free(&m);
+}
+
+/* Flash recomputes the probabilities eager keeps: after 20 steps the parameters agree to fp32
+ * rounding, for GPT's block and Llama's. */
+Test(llama, flash_trains_as_eager_does) {
+    for (int llama = 0; llama <= 1; llama++) {
+        TransformerConfig eager = llama ? llama_small(ATTENTION_EAGER) : lm_small_config();
+        TransformerConfig flash = eager;
+        flash.attention = ATTENTION_FLASH;
+        ModelDesc me, mf;
+        create(&me, &eager);
+        create(&mf, &flash);
+        Dataset text;
+        text_test_data(&text, eager.seq);
+        VitRun a, b;
+        train_global(&a, &me, &text, STRAT_ZERO3, 2);
+        train_global(&b, &mf, &text, STRAT_ZERO3, 2);
+        double d = rel_l2(b.params, a.params, me.total_numel);
+        cr_expect_leq(d, 1e-5, "%s: flash is %.3g from eager", llama ? "llama" : "gpt", d);
+        cr_expect_lt(b.last_loss, b.first_loss - 1.0f, "flash learned");
+        vit_run_free(&a);
+        vit_run_free(&b);
+        model_desc_free(&me);
+        model_desc_free(&mf);
+    }
+}
+
+Test(llama, bad_shapes_are_one_line) {
+    static const struct {
+        int heads, kv_heads, hidden;
+        TransformerArch arch;
+        const char *mention;
+    } cases[] = {{4, 3, 32, TRANSFORMER_LLAMA, "--kv-heads must divide --heads (got 3 and 4)"},
+                 {4, 0, 32, TRANSFORMER_LLAMA, "--kv-heads must divide --heads (got 0 and 4)"},
+                 {4, 8, 32, TRANSFORMER_LLAMA, "--kv-heads must divide --heads (got 8 and 4)"},
+                 {4, 2, 12, TRANSFORMER_LLAMA, "--hidden / --heads must be even"},
+                 {4, 2, 32, TRANSFORMER_GPT, "--kv-heads applies to Llama-shaped models"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        TransformerConfig c = llama_small(ATTENTION_FLASH);
+        c.heads = cases[i].heads, c.kv_heads = cases[i].kv_heads, c.hidden = cases[i].hidden;
+        c.arch = cases[i].arch;
+        Err err = {0};
+        ModelDesc m;
+        cr_expect_eq(transformer_model_create(&m, &c, &err), ERR_USAGE, "case %zu", i);
+        cr_expect(strstr(err.msg, cases[i].mention) && !strchr(err.msg, '\n'), "got: %s", err.msg);
+    }
+}

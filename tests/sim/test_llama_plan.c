@@ -1,0 +1,219 @@
+/* fsdp plan for the transformer family at today's frontier: the Llama-shaped model's and flash
+ * attention's plans equal real runs byte for byte, one layer's activations are the formula of
+ * docs/plan.md (Korthikanti et al. 2022's count for what our layers keep), and the command's
+ * Llama presets and flags. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/transformer.h"
+#include "models/vit.h"
+#include "sim/planner.h"
+#include "tests/util.h"
+
+static void plan_run(const ModelDesc *m, FsdpConfig cfg, int ranks, PlannerResult *out) {
+    Plan p;
+    Err err = {0};
+    cr_assert_eq(fsdp_plan_create(&p, m, &cfg, ranks, &err), 0, "%s", err.msg);
+    PlannerJob job = {.model = m, .plan = &p, .cfg = cfg, .profile = profile_default(), .steps = 2};
+    cr_assert_eq(planner_run(&job, out, &err), 0, "%s", err.msg);
+    plan_free(&p);
+}
+
+static void create(ModelDesc *m, const TransformerConfig *c) {
+    Err err = {0};
+    cr_assert_eq(transformer_model_create(m, c, &err), 0, "%s", err.msg);
+}
+
+/* A real run of the model on a text against its plan, per rank and category. */
+static void expect_plan_equals_run(const TransformerConfig *c, const char *what) {
+    ModelDesc m;
+    create(&m, c);
+    Dataset text;
+    text_test_data(&text, c->seq);
+    ConfigCase cases[] = {{"zero3", vit_config(STRAT_ZERO3, 2), 4},
+                          {"zero2", vit_config(STRAT_ZERO2, 2), 3},
+                          {"ddp", vit_config(STRAT_DDP, 2), 2},
+                          {"zero3 ac bf16", vit_config(STRAT_ZERO3, 2), 3},
+                          {"hsdp offload", vit_config(STRAT_HSDP, 2), 4}};
+    cases[3].cfg.ac_every = 1;
+    cases[3].cfg.param_dtype = DTYPE_BF16;
+    cases[4].cfg.replicas = 2;
+    cases[4].cfg.offload = OFFLOAD_CPU;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        VitRun real;
+        model_train(&real, &m, &text, cases[i].cfg, cases[i].ranks, 2, 0);
+        cr_expect(real.last_loss > 0, "%s %s computed a loss", what, cases[i].name);
+        PlannerResult planned;
+        plan_run(&m, cases[i].cfg, cases[i].ranks, &planned);
+        expect_same_memory(real.memory, planned.memory, cases[i].ranks,
+                           fmt_text("%s %s", what, cases[i].name));
+        planner_result_free(&planned);
+        vit_run_free(&real);
+    }
+    model_desc_free(&m);
+}
+
+Test(llama_plan, the_llama_plan_equals_a_real_run_eager_and_flash) {
+    TransformerConfig c = lm_small_config();
+    c.arch = TRANSFORMER_LLAMA, c.kv_heads = 2, c.mlp = 48;
+    c.attention = ATTENTION_FLASH;
+    expect_plan_equals_run(&c, "llama flash");
+    c.attention = ATTENTION_EAGER;
+    expect_plan_equals_run(&c, "llama eager");
+}
+
+Test(llama_plan, the_gpt_plan_with_flash_equals_a_real_run) {
+    TransformerConfig c = lm_small_config();
+    c.attention = ATTENTION_FLASH;
+    expect_plan_equals_run(&c, "gpt flash");
+}
+
+/* The ViT's blocks take flash attention too (not causal): its plan equals a real run, and it
+ * trains as eager does. */
+Test(llama_plan, the_vit_with_flash_equals_its_plan_and_trains_as_eager) {
+    VitConfig c;
+    vit_preset_with("vit-tiny", 2, 0, 0, 0, &c);
+    ModelDesc eager, flash;
+    Err err = {0};
+    cr_assert_eq(vit_model_create(&eager, &c, &err), 0, "%s", err.msg);
+    c.flash = 1;
+    cr_assert_eq(vit_model_create(&flash, &c, &err), 0, "%s", err.msg);
+    FsdpConfig cfg = vit_config(STRAT_ZERO3, 4);
+    VitRun a, b;
+    vit_train(&a, &eager, cfg, 2, 3, 0);
+    vit_train(&b, &flash, cfg, 2, 3, 0);
+    double d = rel_l2(b.params, a.params, eager.total_numel);
+    cr_expect_leq(d, 1e-5, "flash is %.3g from eager", d);
+    PlannerResult planned;
+    plan_run(&flash, cfg, 2, &planned);
+    expect_same_memory(b.memory, planned.memory, 2, "vit flash");
+    planner_result_free(&planned);
+    vit_run_free(&a);
+    vit_run_free(&b);
+    model_desc_free(&eager);
+    model_desc_free(&flash);
+}
+
+/* ---- one layer's activations ---- */
+
+/* Activation bytes at the GPU's peak of a one-GPU plan (batch b). The shapes below are ones
+ * whose peak comes in backward, with every layer's activations held (activations outweigh
+ * parameters there), so the peak's activations grow by exactly one layer's with a layer. */
+static double peak_activations(const TransformerConfig *c, int batch, DType dtype) {
+    ModelDesc m;
+    create(&m, c);
+    FsdpConfig cfg = vit_config(STRAT_ZERO3, batch);
+    cfg.param_dtype = dtype;
+    PlannerResult r;
+    plan_run(&m, cfg, 1, &r);
+    double bytes = (double)r.memory[r.top].on_gpu.at_peak[MEM_ACTIVATIONS];
+    planner_result_free(&r);
+    model_desc_free(&m);
+    return bytes;
+}
+
+/* One layer's bytes: a plan of L + 1 layers less one of L. */
+static double layer_activations(TransformerConfig c, int batch, DType dtype) {
+    double less = peak_activations(&c, batch, dtype);
+    c.layers++;
+    return peak_activations(&c, batch, dtype) - less;
+}
+
+/* docs/plan.md's formulas, at 4 bytes an element (activations are fp32 at any --param-dtype):
+ * s b tokens, h hidden, a heads, F the MLP's width, k the K,V projections' width. */
+static double formula(const TransformerConfig *c, int batch) {
+    double sb = (double)c->seq * batch, h = c->hidden, a = c->heads, s = c->seq, F = c->mlp;
+    double scores = c->attention == ATTENTION_FLASH ? a : a * s; /* per token */
+    if (c->arch == TRANSFORMER_GPT) return 4 * sb * (8 * h + 2 * F + 4 + scores);
+    double k = (double)c->kv_heads * (c->hidden / c->heads);
+    return 4 * sb * (6 * h + 2 * k + 3 * F + 2 + scores);
+}
+
+Test(llama_plan, one_layers_activations_are_the_formula) {
+    TransformerConfig shapes[] = {
+        {.layers = 2, .hidden = 64, .heads = 4, .mlp = 256, .seq = 128, .vocab = 1000},
+        {.layers = 3, .hidden = 96, .heads = 6, .mlp = 384, .seq = 40, .vocab = 500},
+        {.layers = 2,
+         .hidden = 64,
+         .heads = 8,
+         .mlp = 160,
+         .seq = 96,
+         .vocab = 300,
+         .arch = TRANSFORMER_LLAMA,
+         .kv_heads = 2},
+        {.layers = 2,
+         .hidden = 64,
+         .heads = 8,
+         .mlp = 192,
+         .seq = 96,
+         .vocab = 300,
+         .arch = TRANSFORMER_LLAMA,
+         .kv_heads = 1},
+    };
+    const DType dtypes[] = {DTYPE_FP32, DTYPE_BF16};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int att = 0; att < 2; att++)
+            for (int d = 0; d < 2; d++)
+                for (int batch = 1; batch <= 2; batch++) {
+                    TransformerConfig c = shapes[i];
+                    c.attention = (AttentionKind)att;
+                    double got = layer_activations(c, batch, dtypes[d]), want = formula(&c, batch);
+                    cr_expect_eq(
+                        got, want, "shape %zu %s %s batch %d: %.0f bytes a layer, not %.0f", i,
+                        attention_name(c.attention), dtype_name(dtypes[d]), batch, got, want);
+                }
+}
+
+/* The done-when figure: llama3-70b at sequence 8192, flash, 4 * 8192 * (6 * 8192 + 2 * 1024 +
+ * 3 * 28672 + 2 + 64) = 4,498,456,576 bytes a layer; eager adds 64 heads' 8192 x 8192. */
+Test(llama_plan, llama3_70b_layers_are_the_formula) {
+    TransformerConfig c;
+    transformer_llama_preset("llama3-70b", &c);
+    c.layers = 1;
+    c.attention = ATTENTION_FLASH;
+    cr_expect_eq(layer_activations(c, 1, DTYPE_BF16), 4498456576.0);
+    cr_expect_eq(formula(&c, 1), 4498456576.0);
+    c.attention = ATTENTION_EAGER;
+    cr_expect_eq(layer_activations(c, 1, DTYPE_BF16),
+                 4498456576.0 + 4.0 * 64 * 8192.0 * 8192 - 4.0 * 64 * 8192);
+}
+
+/* ---- the command ---- */
+
+Test(llama_plan, the_header_shows_the_llama_shape) {
+    char *out = fsdp_ok("plan --model llama3-70b --gpus 64 --seq 8192 --param-dtype bf16 "
+                        "--activation-checkpointing");
+    cr_expect(strstr(out, "fsdp plan: llama3-70b, 70,553,706,496 parameters"), "%s", out);
+    cr_expect(strstr(out, "shape: 80 layers, hidden 8192, 64 heads and 8 KV heads, SwiGLU MLP "
+                          "28672, sequence 8192, vocabulary 128,256, flash attention"),
+              "%s", out);
+    free(out);
+    out = fsdp_ok("plan --model llama --layers 2 --hidden 256 --heads 8 --kv-heads 2 --mlp 512 "
+                  "--seq 128 --vocab 1000 --attention eager");
+    cr_expect(strstr(out, "shape: 2 layers, hidden 256, 8 heads and 2 KV heads, SwiGLU MLP 512, "
+                          "sequence 128, vocabulary 1,000, eager attention"),
+              "%s", out);
+    free(out);
+}
+
+Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
+    static const UsageCase cases[] = {
+        {"plan --model llama3-8b --kv-heads 5", "--kv-heads must divide --heads (got 5 and 32)"},
+        {"plan --model llama3-8b --seq 0", "--seq"},
+        {"plan --model transformer --attention garbage", "--attention must be eager or flash"},
+        {"plan --model transformer --kv-heads 4", "--kv-heads applies to Llama-shaped models"},
+        {"plan --model vit-tiny --kv-heads 4", "--kv-heads applies to Llama-shaped models"},
+        {"plan --model toy --attention flash",
+         "--attention applies to the transformers and the ViT"},
+        {"plan --model llama3-1b", "--model must be"},
+        {"plan --model llama --params 7e9", "--params sizes a generic transformer"},
+        {"train --model llama --kv-heads 3", "--kv-heads must divide --heads (got 3 and 4)"},
+        {"train --model llama --seq 0", "--seq"},
+        {"train --model transformer --attention garbage", "--attention must be eager or flash"},
+        {"train --model transformer --kv-heads 2", "--kv-heads applies to --model llama"},
+        {"train --attention flash", "--attention applies to the transformer, llama and the ViT"},
+    };
+    expect_usage_errors(cases, sizeof cases / sizeof *cases);
+}
