@@ -41,7 +41,9 @@ typedef struct Slot {
     DType dtype;
     ReduceOp op;
     int root;
-    double *ready_time; /* [size] when each rank's comm stream reached the collective */
+    double latest; /* when the last rank's comm stream reached the collective */
+    /* per member: allocated at the slot's first use by a run that moves data (an
+     * accounting-only group of 131,072 ranks would otherwise hold 4 KiB per rank in them) */
     void **staged;      /* [size] copies of each rank's input */
     size_t *staged_cap; /* [size] bytes allocated in staged[r] */
     const void **input; /* [size] where each rank's input is: staged[r] or its send buffer */
@@ -95,19 +97,11 @@ SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
     w->members = calloc((size_t)size, sizeof *w->members);
     for (int i = 0; w->world_ranks && i < size; i++)
         w->world_ranks[i] = world_ranks ? world_ranks[i] : i;
-    for (int i = 0; i < SLOTS; i++) {
-        Slot *s = &w->slots[i];
-        s->seq = -1;
-        s->ready_time = calloc((size_t)size, sizeof *s->ready_time);
-        s->staged = calloc((size_t)size, sizeof *s->staged);
-        s->staged_cap = calloc((size_t)size, sizeof *s->staged_cap);
-        s->input = calloc((size_t)size, sizeof *s->input);
-        if (!s->ready_time || !s->staged || !s->staged_cap || !s->input || !w->world_ranks ||
-            !w->members) {
-            sim_world_destroy(w);
-            err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
-            return NULL;
-        }
+    for (int i = 0; i < SLOTS; i++) w->slots[i].seq = -1;
+    if (!w->world_ranks || !w->members) {
+        sim_world_destroy(w);
+        err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
+        return NULL;
     }
     return w;
 }
@@ -120,7 +114,6 @@ void sim_world_destroy(SimWorld *w) {
         free(s->staged);
         free(s->staged_cap);
         free(s->input);
-        free(s->ready_time);
     }
     free(w->world_ranks);
     free(w->members);
@@ -165,6 +158,18 @@ static int wait_for(SimWorld *w, const int *counter, int target, Err *err) {
     return check_aborted(w, err);
 }
 
+/* Called with the lock held: the slot's per-member buffers, at its first use by a run that
+ * moves data. */
+static int slot_buffers(SimWorld *w, Slot *s, Err *err) {
+    s->staged = calloc((size_t)w->size, sizeof *s->staged);
+    s->staged_cap = calloc((size_t)w->size, sizeof *s->staged_cap);
+    s->input = calloc((size_t)w->size, sizeof *s->input);
+    if (s->staged && s->staged_cap && s->input) return 0;
+    free(s->staged), free(s->staged_cap), free(s->input);
+    s->staged = NULL, s->staged_cap = NULL, s->input = NULL;
+    return err_set(err, ERR_NOMEM, "out of memory for a collective of %d ranks", w->size);
+}
+
 static int same_program(const Comm *c, const Slot *s, const CommRequest *r, Err *err) {
     if (s->kind == r->kind && s->count == r->count && s->dtype == r->dtype && s->op == r->op &&
         s->root == r->root)
@@ -187,8 +192,9 @@ static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
     size_t es = dtype_size(r->dtype);
     size_t bytes = comm_input_count(c, r) * es;
     int in_place = overlaps(r->send, bytes, r->recv, comm_output_count(c, r) * es);
+    if (sim_comm(c)->w->accounting_only) return 0; /* nothing is read */
     s->input[c->rank] = r->send;
-    if ((s->large && !in_place) || sim_comm(c)->w->accounting_only) return 0;
+    if (s->large && !in_place) return 0;
     if (bytes > s->staged_cap[c->rank]) {
         void *p = realloc(s->staged[c->rank], bytes);
         if (!p)
@@ -204,7 +210,7 @@ static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
 
 /* Called with the lock held by the last rank to leave: big staging copies are not kept. */
 static void retire_slot(SimWorld *w, Slot *s) {
-    for (int q = 0; q < w->size; q++)
+    for (int q = 0; s->staged && q < w->size; q++)
         if (s->staged_cap[q] > STAGE_BYTES) {
             free(s->staged[q]);
             s->staged[q] = NULL;
@@ -248,13 +254,13 @@ static int sim_start(Comm *c, CommRequest *r, Err *err) {
                         .op = r->op,
                         .root = r->root,
                         .large = comm_input_count(c, r) * dtype_size(r->dtype) > STAGE_BYTES,
-                        .ready_time = s->ready_time,
                         .staged = s->staged,
                         .staged_cap = s->staged_cap,
                         .input = s->input};
         }
         rc = same_program(c, s, r, err);
     }
+    if (!rc && !w->accounting_only && !s->input) rc = slot_buffers(w, s, err);
     pthread_mutex_unlock(&w->lock);
     /* staging needs no lock: each rank writes only its own entry, read after `ready` */
     if (!rc) rc = place_input(c, s, r, err);
@@ -327,9 +333,7 @@ static void compute_output(const Comm *c, const Slot *s, void *recv) {
 static void model_time(const Comm *c, const Slot *s, const CommRequest *r, double *start,
                        double *end) {
     SimWorld *w = sim_comm((Comm *)c)->w;
-    double t = 0.0;
-    for (int q = 0; q < c->size; q++)
-        if (s->ready_time[q] > t) t = s->ready_time[q];
+    double t = s->latest;
     *start = t;
     *end = t + cost_collective(w->profile, r->kind, comm_wire_bytes(c, r), c->size, w->nnodes);
 }
@@ -356,7 +360,7 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
     double ready =
         r->start_time > sc->clock->comm_last_end ? r->start_time : sc->clock->comm_last_end;
     pthread_mutex_lock(&w->lock);
-    s->ready_time[c->rank] = ready;
+    if (ready > s->latest) s->latest = ready;
     /* a rank is ready only after its start staged the input, so all ready means all staged;
      * only the last arrival wakes anyone: waking on every change would cost a context switch
      * per rank per change */
