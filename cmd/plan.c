@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cmd/cli.h"
+#include "cmd/plan_search.h"
 #include "cmd/report.h"
 #include "models/toy.h"
 #include "models/transformer.h"
@@ -28,6 +29,7 @@ typedef struct PlanArgs {
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
     int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
     int compare, json;
+    int search, top, global_batch; /* --search, its --top N and --global-batch G */
 } PlanArgs;
 
 /* ---------------------------------------------------------------- flags */
@@ -98,6 +100,11 @@ static const Flag plan_rows[] = {
     {"--compare", FLAG_SWITCH, ARG(compare),
      .help = "one table across ddp, zero1, zero2, zero3 and hsdp"},
     {"--json", FLAG_SWITCH, ARG(json), .help = "one JSON object"},
+    {"--search", FLAG_SWITCH, ARG(search),
+     .help = "the configurations that fit, fastest first, each\nwith the flags that run it"},
+    {"--top", FLAG_COUNT, ARG(top), 1, 1000, .arg = "N", .help = "--search: how many (default 5)"},
+    {"--global-batch", FLAG_COUNT, ARG(global_batch), 1, 1 << 30, .arg = "G",
+     .help = "--search: G samples a step over all GPUs\n(default: each configuration's largest)"},
 };
 
 static const FlagTable plan_table = FLAG_TABLE("plan", plan_rows, 28);
@@ -264,6 +271,19 @@ static int check_cluster(const PlanArgs *a, const PlanSetup *s, Err *err) {
     return 0;
 }
 
+/* --search's flags go with it alone; it chooses the batch unless --batch-size fixes it. */
+static int check_search(const PlanArgs *a, Err *err) {
+    if (!a->search && (a->top || a->global_batch))
+        return err_set(err, ERR_USAGE, "--top and --global-batch go with --search");
+    if (a->search && a->compare)
+        return err_set(err, ERR_USAGE, "give --search or --compare, not both");
+    if (a->search && a->global_batch && a->train.batch_given)
+        return err_set(err, ERR_USAGE,
+                       "give --global-batch or --batch-size, not both (the search splits a global "
+                       "batch into micro-batches itself)");
+    return 0;
+}
+
 static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     if (a->kind == MODEL_TOY) return toy_model_create(&s->model, err);
     if (a->kind == MODEL_VIT) {
@@ -419,6 +439,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     wrap_format(&c->wrap, wrap, sizeof wrap);
     fprintf(f, "cluster: %d GPUs, %s (%d per node, %s each)\n", a->gpus, s->profile.name,
             s->profile.gpus_per_node, si_bytes(s->profile.mem_bytes, mem, sizeof mem));
+    if (a->search) return; /* the job is what the search chooses */
     fprintf(f,
             "job: batch %d per GPU x %d micro-step%s, wrap %s, params %s, reduce %s, layout %s, "
             "offload %s",
@@ -827,6 +848,49 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
     return rc;
 }
 
+/* The model as ./fsdp train's flags, where train builds the very same one on these GPUs (the
+ * toy and the ViTs; its transformer reads a text's bytes, a vocabulary of 256): NULL else. */
+static const char *train_model_flags(const PlanArgs *a, char *buf, size_t n) {
+    int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps || a->gpus_per_node;
+    if (a->kind == MODEL_TRANSFORMER || a->gpus > CLI_MAX_RANKS || custom) return NULL;
+    int at = snprintf(buf, n, "--model %s", a->model);
+    const int shape[] = {a->layers, a->hidden, a->heads, a->mlp};
+    const char *const names[] = {"--layers", "--hidden", "--heads", "--mlp"};
+    for (int i = 0; i < 4; i++)
+        if (shape[i]) at += snprintf(buf + at, n - (size_t)at, " %s %d", names[i], shape[i]);
+    return buf;
+}
+
+/* --search: sim/plan_search.c finds them, cmd/plan_search.c prints them under the header. */
+static int run_search(const PlanArgs *a, const PlanSetup *s, int argc, char **argv, Err *err) {
+    char model[128];
+    PlanSearchCommand c = {
+        .job = {.model = &s->model,
+                .profile = &s->profile,
+                .gpus = a->gpus,
+                .base = a->train.fsdp,
+                .tokens_per_sample = 1,
+                .top = a->top,
+                .batch = a->train.batch_given ? a->train.fsdp.batch_size : 0,
+                .global_batch = a->global_batch,
+                .with_nvme = a->train.fsdp.offload == OFFLOAD_NVME,
+                .fixed = plan_search_fixed(argc, argv)},
+        .train_model = train_model_flags(a, model, sizeof model),
+        .profile = strcmp(a->train.profile, profile_default()->name) ? a->train.profile : NULL,
+        .argc = argc,
+        .argv = argv,
+        .json = a->json};
+    if (a->kind == MODEL_TRANSFORMER)
+        c.job.tokens_per_sample = ((const TransformerConfig *)s->model.config)->seq;
+    PlanSearchResult r;
+    int rc = plan_search_run(&c.job, &r, err);
+    if (rc) return rc;
+    if (!a->json) print_header(stdout, a, s);
+    rc = plan_search_print(stdout, &c, &r, err);
+    plan_search_result_free(&r);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
     PlanArgs a;
     Err err = {0};
@@ -836,8 +900,12 @@ int cmd_plan(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     if (!rc) rc = make_profile(&a, &s, &err);
     if (!rc) rc = check_cluster(&a, &s, &err);
+    if (!rc) rc = check_search(&a, &err);
     if (!rc) rc = make_model(&a, &s, &err);
-    if (!rc) rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
+    if (!rc && a.search)
+        rc = run_search(&a, &s, argc, argv, &err);
+    else if (!rc)
+        rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
     if (s.model.params) model_desc_free(&s.model);
     if (!rc) return 0;
     fprintf(stderr, "fsdp: %s\n", err.msg);

@@ -208,9 +208,14 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
         return err_set(err, ERR_NOMEM, "out of memory planning %d GPUs", n);
     }
     int rc = 0;
-    int count = planner_representatives(p, rep, err);
+    int count = job->memory_only ? 1 : planner_representatives(p, rep, err);
     if (count < 0) rc = err->code;
-    if (!rc) index_representatives(rep, n, out->memory_of, runs);
+    if (!rc && job->memory_only) {
+        runs[0] = 1;
+        memset(out->memory_of, 0, (size_t)n * sizeof *out->memory_of);
+    } else if (!rc) {
+        index_representatives(rep, n, out->memory_of, runs);
+    }
     out->representatives = count;
     out->memory = rc ? NULL : calloc((size_t)count, sizeof *out->memory);
     if (!rc && !out->memory) rc = err_set(err, ERR_NOMEM, "out of memory planning %d GPUs", n);
@@ -220,7 +225,7 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     ClusterOptions opt = {.ranks = n,
                           .replicas = p->strategy == STRAT_HSDP ? p->replicas : 1,
                           .profile = job->profile,
-                          .trace = 1,
+                          .trace = !job->memory_only,
                           .accounting_only = 1,
                           .run_rank = runs};
     TrainJob tj = {.model = job->model,
@@ -234,7 +239,7 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
                    .memory_slot = out->memory_of};
     ClusterResult res = {0};
     if (!rc) rc = cluster_run(&opt, train_rank, &tj, &res, err);
-    if (!rc) {
+    if (!rc && !job->memory_only) {
         out->top = top_rank(out);
         read_step(&res.trace, rep[out->top], (int)steps - 1, out);
     }

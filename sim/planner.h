@@ -15,6 +15,11 @@ typedef struct PlannerJob {
     FsdpConfig cfg;   /* strategy, wrap, dtypes, offload, batch, grad_accum, checkpointing */
     const Profile *profile;
     long steps; /* training steps to run (0: 2); the last is the one timed */
+    /* Memory only: rank 0 alone, untraced, and no times. Its peak is the fullest GPU's: shard
+     * rank 0 keeps whole chunks of every parameter, so no rank keeps more, and everything else
+     * a rank allocates is the same on every rank. One thread and no rendezvous: what the
+     * search for the largest batch runs. */
+    int memory_only;
 } PlannerJob;
 
 /* What every GPU's collectives of one kind do in one step. */
@@ -31,7 +36,7 @@ typedef struct PlannerResult {
     /* [representatives]: the figures of each rank that ran, in rank order; a rank's are
      * memory[memory_of[rank]] (planner_memory): nothing bigger than an int is kept per GPU */
     RankMemory *memory;
-    int *memory_of; /* [gpus] */
+    int *memory_of; /* [gpus]; NULL under memory_only, where every rank's are memory[0] */
     int top;        /* the rank with the highest GPU peak (the lowest such rank) */
     /* the top rank's last step, in modelled seconds: its span; the compute stream's busy
      * time and the rest of the span, when compute waited (on collectives, or on host copies
