@@ -121,7 +121,8 @@ static void plan_help(FILE *f) {
     fputs("\n"
           "example: ./fsdp plan --params 7e9 --gpus 8 --param-dtype bf16\n"
           "ZeRO's figure: ./fsdp plan --params 7.5e9 --gpus 64 --param-dtype fp16\n"
-          "               --reduce-dtype fp16 --layout deepspeed --compare\n",
+          "               --reduce-dtype fp16 --layout deepspeed --compare\n"
+          "the fastest that fit: ./fsdp plan --params 70e9 --gpus 1024 --search\n",
           f);
 }
 
@@ -555,7 +556,7 @@ enum { MAX_LEVERS = 8 };
  * zero3, more GPUs, offload for the resting shards; bf16 for gathered units (and for resting
  * ones in DeepSpeed's layout, where parameters rest in --param-dtype). */
 static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replicas, int compare,
-                      Lever *out) {
+                      int per_node, Lever *out) {
     int n = 0;
     const FsdpConfig *c = &a->train.fsdp;
     const Lever base = {.args = *a, .strategy = st, .replicas = replicas};
@@ -573,9 +574,12 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
         out[n++].strategy = STRAT_ZERO3;
     }
     int shards = st == STRAT_ZERO3 || st == STRAT_ZERO2 || st == STRAT_ZERO1;
-    if (big[FILL_STATE] && shards && a->gpus * 2 <= PLANNER_MAX_GPUS) {
-        LEVER("--gpus %d", 2 * a->gpus);
-        out[n++].args.gpus = 2 * a->gpus;
+    /* twice the GPUs, in whole nodes once past one */
+    int more =
+        2 * a->gpus > per_node ? (2 * a->gpus + per_node - 1) / per_node * per_node : 2 * a->gpus;
+    if (big[FILL_STATE] && shards && more <= PLANNER_MAX_GPUS) {
+        LEVER("--gpus %d", more);
+        out[n++].args.gpus = more;
     }
     if (big[FILL_STATE] && c->offload == OFFLOAD_NONE) {
         int cpu = c->layout == LAYOUT_FSDP && st != STRAT_DDP && st != STRAT_ZERO1;
@@ -651,7 +655,7 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
                 k == FILL_ACTIVATIONS ? why : fill_meaning[k]);
     }
     Lever levers[MAX_LEVERS];
-    int n = levers_for(big, a, st, replicas, compare, levers);
+    int n = levers_for(big, a, st, replicas, compare, s->profile.gpus_per_node, levers);
     if (n) fprintf(f, "what would change it:\n");
     int one_fits = 0;
     for (int i = 0; i < n; i++) {
