@@ -142,12 +142,14 @@ static const char *rate_unit(const PlanSearchCommand *c) {
 
 static void print_table(FILE *f, const PlanSearchCommand *c, const PlanSearchResult *r) {
     char mem[32];
+    const char *at = c->job.global_batch ? "with the global batch"
+                     : c->job.batch      ? "at the batch given"
+                                         : "at batch 1";
     fprintf(f,
-            "\nsearched %d configurations: %d fit at batch %s, %d timed (the rest are slower than "
-            "a cheaper one\nof theirs that fits as large a batch), %ld memory-only plans finding "
-            "batches\n",
-            r->configs, r->fitting, c->job.batch || c->job.global_batch ? "as given" : "1",
-            r->timed, r->probes);
+            "\nsearched %d configurations, %d of which fit %s; %ld memory-only plans found\n"
+            "their batches; %d timed (the others fit no larger a batch than a cheaper one of "
+            "theirs)\n",
+            r->configs, r->fitting, at, r->probes, r->timed);
     if (!r->nbest) {
         fprintf(f, "none fits in %s\n", si_bytes(c->job.profile->mem_bytes, mem, sizeof mem));
         return;
