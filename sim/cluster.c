@@ -76,21 +76,17 @@ static void *rank_thread(void *p) {
     return NULL;
 }
 
-/* A group of `size` ranks, members[i] = first + i * stride, or NULL with *rc = 0 when none of
- * them runs. */
-static SimWorld *make_group(Cluster *c, int first, int stride, int size, int *members,
-                            const Profile *prof, int *rc, Err *err) {
-    int any = 0;
-    for (int i = 0; i < size; i++) {
-        members[i] = first + i * stride;
-        any |= runs(c, members[i]);
-    }
-    if (!any) return NULL;
+/* A group of `size` ranks, members[i] = first + i * stride. */
+static SimWorld *make_group(int first, int stride, int size, int *members, const Profile *prof,
+                            int *rc, Err *err) {
+    for (int i = 0; i < size; i++) members[i] = first + i * stride;
     SimWorld *w = sim_world_create(size, members, prof->gpus_per_node, prof, err);
     if (!w) *rc = err->code ? err->code : ERR_NOMEM;
     return w;
 }
 
+/* The world, and hsdp's shard and replica groups of the ranks that run (the others stay NULL:
+ * a plan of 131,072 GPUs in 16,384 groups of 8 runs ranks of one or two of them). */
 static int create_groups(Cluster *c, const Profile *prof, Err *err) {
     c->world = sim_world_create(c->n, NULL, prof->gpus_per_node, prof, err);
     if (!c->world) return err->code ? err->code : ERR_NOMEM;
@@ -98,16 +94,18 @@ static int create_groups(Cluster *c, const Profile *prof, Err *err) {
     int S = c->n / c->replicas;
     c->shard_groups = calloc((size_t)c->replicas, sizeof(SimWorld *));
     c->replica_groups = calloc((size_t)S, sizeof(SimWorld *));
-    int *members = calloc((size_t)c->n, sizeof(int));
+    int *members = calloc((size_t)(S > c->replicas ? S : c->replicas), sizeof(int));
     if (!c->shard_groups || !c->replica_groups || !members) {
         free(members);
         return err_set(err, ERR_NOMEM, "out of memory creating rank groups");
     }
     int rc = 0;
-    for (int g = 0; !rc && g < c->replicas; g++)
-        c->shard_groups[g] = make_group(c, g * S, 1, S, members, prof, &rc, err);
-    for (int g = 0; !rc && g < S; g++)
-        c->replica_groups[g] = make_group(c, g, S, c->replicas, members, prof, &rc, err);
+    for (int r = 0; !rc && r < c->n; r++) {
+        if (!runs(c, r)) continue;
+        SimWorld **shard = &c->shard_groups[r / S], **replica = &c->replica_groups[r % S];
+        if (!*shard) *shard = make_group(r / S * S, 1, S, members, prof, &rc, err);
+        if (!rc && !*replica) *replica = make_group(r % S, S, c->replicas, members, prof, &rc, err);
+    }
     free(members);
     return rc;
 }

@@ -59,13 +59,14 @@ struct SimWorld {
     char why[256];
     int accounting_only; /* collectives are timed and traced but move no data */
     int present;         /* members that run (all but in a planner's run of representatives) */
-    int *world_ranks;    /* [size] */
+    int *world_ranks;    /* [size]; NULL: the world, whose rank i is world rank i */
     SimComm *members;    /* [size] each rank's view, handed out by comm_sim_init */
     Slot slots[SLOTS];
 };
 
 static int count_nodes(int size, const int *world_ranks, int ranks_per_node) {
     if (ranks_per_node <= 0) return 1;
+    if (!world_ranks) return (size + ranks_per_node - 1) / ranks_per_node; /* the world */
     int nodes = 0, last = -1;
     /* group members are listed in increasing world rank, so nodes appear in order */
     for (int i = 0; i < size; i++) {
@@ -93,12 +94,13 @@ SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
     w->profile = profile;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->changed, NULL);
-    w->world_ranks = calloc((size_t)size, sizeof *w->world_ranks);
+    /* the world's ranks are their own world ranks: no table (a million GPUs' would be written
+     * and read on every plan) */
+    w->world_ranks = world_ranks ? malloc((size_t)size * sizeof *w->world_ranks) : NULL;
     w->members = calloc((size_t)size, sizeof *w->members);
-    for (int i = 0; w->world_ranks && i < size; i++)
-        w->world_ranks[i] = world_ranks ? world_ranks[i] : i;
+    if (w->world_ranks) memcpy(w->world_ranks, world_ranks, (size_t)size * sizeof *world_ranks);
     for (int i = 0; i < SLOTS; i++) w->slots[i].seq = -1;
-    if (!w->world_ranks || !w->members) {
+    if ((world_ranks && !w->world_ranks) || !w->members) {
         sim_world_destroy(w);
         err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
         return NULL;
@@ -398,7 +400,7 @@ void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *tr
     *c = (Comm){.ops = &sim_comm_ops,
                 .rank = rank,
                 .size = w->size,
-                .world_rank = w->world_ranks[rank],
+                .world_rank = w->world_ranks ? w->world_ranks[rank] : rank,
                 .impl = sc};
 }
 
@@ -412,5 +414,6 @@ void sim_world_accounting_only(SimWorld *w) {
 
 void sim_world_set_present(SimWorld *w, const unsigned char *runs) {
     w->present = 0;
-    for (int i = 0; i < w->size; i++) w->present += runs[w->world_ranks[i]] != 0;
+    for (int i = 0; i < w->size; i++)
+        w->present += runs[w->world_ranks ? w->world_ranks[i] : i] != 0;
 }

@@ -201,8 +201,8 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     out->gpus = n;
     int *rep = malloc((size_t)n * sizeof *rep);
     unsigned char *runs = calloc((size_t)n, 1);
-    out->memory_of = malloc((size_t)n * sizeof *out->memory_of);
-    if (!rep || !runs || !out->memory_of) {
+    out->memory_of = job->memory_only ? NULL : malloc((size_t)n * sizeof *out->memory_of);
+    if (!rep || !runs || (!job->memory_only && !out->memory_of)) {
         free(rep), free(runs), free(out->memory_of);
         out->memory_of = NULL;
         return err_set(err, ERR_NOMEM, "out of memory planning %d GPUs", n);
@@ -211,8 +211,7 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     int count = job->memory_only ? 1 : planner_representatives(p, rep, err);
     if (count < 0) rc = err->code;
     if (!rc && job->memory_only) {
-        runs[0] = 1;
-        memset(out->memory_of, 0, (size_t)n * sizeof *out->memory_of);
+        runs[0] = 1; /* which records into memory[0], its own rank's place */
     } else if (!rc) {
         index_representatives(rep, n, out->memory_of, runs);
     }
@@ -259,7 +258,7 @@ void planner_result_free(PlannerResult *r) {
 }
 
 const RankMemory *planner_memory(const PlannerResult *res, int r) {
-    return &res->memory[res->memory_of[r]];
+    return &res->memory[res->memory_of ? res->memory_of[r] : 0];
 }
 
 const RankMemory *planner_top_memory(const PlannerResult *res) {
