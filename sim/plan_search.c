@@ -77,7 +77,9 @@ static int ac_choices(const PlanSearchJob *job, int *every) {
         every[0] = job->base.ac_every;
         return 1;
     }
-    int blocks = model_blocks(job->model), n = 0;
+    /* a model without a checkpointed forward (the toy) keeps its inputs anyway */
+    int blocks = job->model->ops && job->model->ops->checkpoint ? model_blocks(job->model) : 0;
+    int n = 0;
     every[n++] = 0;
     if (blocks >= 4) every[n++] = 2;
     if (blocks) every[n++] = 1;

@@ -235,6 +235,21 @@ Test(plan_cli, given_knobs_are_kept) {
     cJSON_Delete(doc);
 }
 
+/* The toy checkpoints nothing (its layers keep only their inputs anyway), and it fits any batch
+ * train takes: the search stops at train's bound, 2^20 a GPU. */
+Test(plan_cli, the_toy_is_searched_without_checkpointing_up_to_trains_batch_bound) {
+    cJSON *doc = search_json("plan --model toy --gpus 3 --search --top 100");
+    const cJSON *best =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"), "best");
+    cr_assert_gt(cJSON_GetArraySize(best), 0);
+    const cJSON *row;
+    cJSON_ArrayForEach(row, best) {
+        cr_expect_eq(number(row, "ac_every"), 0);
+        cr_expect_eq(number(row, "batch"), 1 << 20);
+    }
+    cJSON_Delete(doc);
+}
+
 Test(plan_cli, search_bad_input_is_one_line_and_exit_2) {
     static const UsageCase cases[] = {
         {"plan --top 3", "--top and --global-batch go with --search"},
