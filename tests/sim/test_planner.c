@@ -646,3 +646,28 @@ Test(plan_cli, a_billion_sample_batch_plans_in_little_memory) {
     cr_expect_lt(ru.ru_maxrss, 1L << 20, "the plan's resident size peaked at %ld KiB",
                  ru.ru_maxrss);
 }
+
+/* A million GPUs plan in little memory: what a plan keeps per GPU is an int (its
+ * representative), so 1,048,576 GPUs cost 4 MiB of it. Before, a rank-by-rank table of row
+ * counts, a memory record and a simulated slot per GPU, and a collective's arrays per member,
+ * came to gigabytes. */
+Test(plan_cli, a_million_gpus_plan_in_little_memory) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "%s plan --params 405e9 --seq 8192 --gpus 1048576 --param-dtype bf16 "
+             "--activation-checkpointing --compare 2>&1",
+             fsdp_bin());
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char out[8192] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, out);
+    cr_expect(strstr(out, "cluster: 1048576 GPUs, h100-nvlink (8 per node"), "%s", out);
+    cr_expect(strstr(out, "\nhsdp x131072 "), "one replica a node: %s", out);
+    struct rusage ru;
+    cr_assert_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
+    cr_expect_lt(ru.ru_maxrss, 1L << 20, "the plan's resident size peaked at %ld KiB",
+                 ru.ru_maxrss);
+}
