@@ -856,7 +856,8 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
  * toy and the ViTs; its transformer reads a text's bytes, a vocabulary of 256): NULL else. */
 static const char *train_model_flags(const PlanArgs *a, char *buf, size_t n) {
     int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps || a->gpus_per_node;
-    if (a->kind == MODEL_TRANSFORMER || a->gpus > CLI_MAX_RANKS || custom) return NULL;
+    if ((a->kind != MODEL_TOY && a->kind != MODEL_VIT) || a->gpus > CLI_MAX_RANKS || custom)
+        return NULL;
     int at = snprintf(buf, n, "--model %s", a->model);
     const int shape[] = {a->layers, a->hidden, a->heads, a->mlp};
     const char *const names[] = {"--layers", "--hidden", "--heads", "--mlp"};
