@@ -84,14 +84,14 @@ int planner_representatives(const Plan *p, int *rep, Err *err) {
     size_t len = 3 * (size_t)p->nunits;
     int cap = 1 + 2 * p->model->nparams, S = p->shard_size;
     int *points = malloc((size_t)cap * sizeof *points);
-    int *class = malloc((size_t)cap * sizeof *class);
-    int *first = malloc((size_t)cap * sizeof *first);
-    size_t *sigs = malloc((size_t)cap * len * sizeof *sigs + 1);
+    int npoints = points ? change_points(p, points) : 0;
+    int *class = malloc((size_t)npoints * sizeof *class + 1);
+    int *first = malloc((size_t)npoints * sizeof *first + 1);
+    size_t *sigs = malloc((size_t)npoints * len * sizeof *sigs + 1); /* a class an interval */
     if (!points || !class || !first || !sigs) {
         free(points), free(class), free(first), free(sigs);
         return err_set(err, ERR_NOMEM, "out of memory planning %d GPUs", p->world);
     }
-    int npoints = change_points(p, points);
     int classes = classify(p, points, npoints, class, first, sigs);
     for (int g = 0; g < p->world / S; g++)
         for (int i = 0; i < npoints; i++) {
