@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cmd/cli.h"
+#include "cmd/plan_search.h"
 #include "cmd/report.h"
 #include "models/toy.h"
 #include "models/transformer.h"
@@ -28,9 +29,11 @@ typedef struct PlanArgs {
     int llama;                                  /* a Llama-shaped transformer */
     char attention[8];                          /* --attention; "": flash */
     int gpus, gpus_per_node;
+    int replicas;                                     /* --replicas (hsdp); 0: not given */
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
     int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
     int compare, json;
+    int search, top, global_batch; /* --search, its --top N and --global-batch G */
 } PlanArgs;
 
 /* ---------------------------------------------------------------- flags */
@@ -78,9 +81,9 @@ static const Flag plan_rows[] = {
              "default) or only each row's log-sum-exp (flash:\n"
              "the transformers')"},
     {.kind = FLAG_SECTION, .help = "cluster"},
-    {"--gpus", FLAG_COUNT, ARG(gpus), 1, CLI_MAX_RANKS, .arg = "N",
-     .help = "GPUs, 1 to 1024 (default 3)"},
-    {"--gpus-per-node", FLAG_COUNT, ARG(gpus_per_node), 1, CLI_MAX_RANKS, .arg = "G",
+    {"--gpus", FLAG_COUNT, ARG(gpus), 1, PLANNER_MAX_GPUS, .arg = "N",
+     .help = "GPUs, 1 to 1,048,576 (default 3); above one node,\na whole number of nodes"},
+    {"--gpus-per-node", FLAG_COUNT, ARG(gpus_per_node), 1, PLANNER_MAX_GPUS, .arg = "G",
      .help = "default: the profile's"},
     {"--profile", FLAG_FORWARD, .arg = "P", .help = "h100-nvlink (default), a100-nvlink, l4-pcie"},
     {"--gpu-mem", FLAG_POSITIVE, ARG(gpu_mem_gb), .hi = 1e6,
@@ -91,7 +94,8 @@ static const Flag plan_rows[] = {
     {"--inter-node-bw", FLAG_POSITIVE, ARG(inter_gbps), .hi = 1e6, .arg = "GBPS"},
     {.kind = FLAG_NAMES, .help = "training (as ./fsdp train)"},
     {.name = "--strategy", .kind = FLAG_FORWARD},
-    {.name = "--replicas", .kind = FLAG_FORWARD},
+    /* plan's own: train's bound is the threads a simulated run can take */
+    {"--replicas", FLAG_COUNT, ARG(replicas), 1, PLANNER_MAX_GPUS, .arg = "R"},
     {.name = "--wrap", .kind = FLAG_FORWARD},
     {.name = "--reshard-after-forward", .kind = FLAG_FORWARD},
     {.name = "--prefetch-forward", .kind = FLAG_FORWARD},
@@ -115,6 +119,11 @@ static const Flag plan_rows[] = {
     {"--compare", FLAG_SWITCH, ARG(compare),
      .help = "one table across ddp, zero1, zero2, zero3 and hsdp"},
     {"--json", FLAG_SWITCH, ARG(json), .help = "one JSON object"},
+    {"--search", FLAG_SWITCH, ARG(search),
+     .help = "the configurations that fit, fastest first, each\nwith the flags that run it"},
+    {"--top", FLAG_COUNT, ARG(top), 1, 1000, .arg = "N", .help = "--search: how many (default 5)"},
+    {"--global-batch", FLAG_COUNT, ARG(global_batch), 1, 1 << 30, .arg = "G",
+     .help = "--search: G samples a step over all GPUs\n(default: each configuration's largest)"},
 };
 
 static const FlagTable plan_table = FLAG_TABLE("plan", plan_rows, 28);
@@ -131,7 +140,8 @@ static void plan_help(FILE *f) {
     fputs("\n"
           "example: ./fsdp plan --params 7e9 --gpus 8 --param-dtype bf16\n"
           "ZeRO's figure: ./fsdp plan --params 7.5e9 --gpus 64 --param-dtype fp16\n"
-          "               --reduce-dtype fp16 --layout deepspeed --compare\n",
+          "               --reduce-dtype fp16 --layout deepspeed --compare\n"
+          "the fastest that fit: ./fsdp plan --params 70e9 --gpus 1024 --search\n",
           f);
 }
 
@@ -186,15 +196,6 @@ static int choose_model(PlanArgs *a, Err *err) {
     return 0;
 }
 
-/* train's parser names the GPU count --ranks; plan's flag is --gpus. */
-static void say_gpus(Err *err) {
-    char *at = strstr(err->msg, "--ranks");
-    if (!at) return;
-    char rest[sizeof err->msg];
-    snprintf(rest, sizeof rest, "%s", at + strlen("--ranks"));
-    snprintf(at, sizeof err->msg - (size_t)(at - err->msg), "--gpus%s", rest);
-}
-
 static int asks_nvme(char **fwd, int n) {
     for (int i = 0; i + 1 < n; i += 2)
         if (!strcmp(fwd[i], "--offload") && !strcmp(fwd[i + 1], "nvme")) return 1;
@@ -235,22 +236,21 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     /* every block, unless --ac-every chose every K-th */
     if (a->activation_checkpointing && !a->train.fsdp.ac_every) a->train.fsdp.ac_every = 1;
     if (!rc) rc = choose_model(a, err);
-    char gpus[16];
-    snprintf(gpus, sizeof gpus, "%d", a->gpus);
+    /* --gpus and --replicas stay plan's: train's --ranks is bounded by the threads a simulated
+     * run can take, a plan's GPUs by a cluster's size */
     int nvme = asks_nvme(fwd, n);
-    fwd[n++] = "--ranks";
-    fwd[n++] = gpus;
     if (nvme) { /* training needs a directory for the tier's files; a plan opens none */
         fwd[n++] = "--nvme-dir";
         fwd[n++] = "(none)";
     }
     int ac_every = a->train.fsdp.ac_every;
     a->train.fsdp.ac_every = 0; /* train's parser takes the model for the toy and refuses it */
-    if (!rc && (rc = train_args_parse(&a->train, n, fwd, err)) < 0) say_gpus(err);
+    if (!rc) rc = train_args_parse(&a->train, n, fwd, err);
     a->train.fsdp.ac_every = ac_every;
     free(fwd);
     if (rc == WANTS_HELP || rc == 1) return 1; /* 1: train's parser saw --help */
     if (rc) return rc;
+    if (a->replicas) a->train.fsdp.replicas = a->replicas;
     if (!a->train.batch_given)
         a->train.fsdp.batch_size = a->kind == MODEL_VIT ? 64 : a->kind == MODEL_TOY ? 8 : 1;
     return 0;
@@ -307,6 +307,37 @@ static int llama_config(const PlanArgs *a, TransformerConfig *c) {
     const int given[] = {a->layers, a->hidden, a->heads, a->kv_heads, a->mlp, a->seq, a->vocab};
     for (int i = 0; i < 7; i++)
         if (given[i]) *fields[i] = given[i];
+    return 0;
+}
+
+/* The cluster the flags describe must be one: whole nodes once there are several, hsdp's
+ * replicas dividing the GPUs. */
+static int check_cluster(const PlanArgs *a, const PlanSetup *s, Err *err) {
+    int per_node = s->profile.gpus_per_node;
+    const FsdpConfig *c = &a->train.fsdp;
+    if (a->gpus > per_node && a->gpus % per_node != 0)
+        return err_set(err, ERR_USAGE,
+                       "--gpus %d is not a whole number of nodes of %d GPUs (--gpus-per-node %d)",
+                       a->gpus, per_node, per_node);
+    if (a->replicas && c->strategy != STRAT_HSDP)
+        return err_set(err, ERR_USAGE, "--replicas applies only to --strategy hsdp (got %d)",
+                       a->replicas);
+    if (c->strategy == STRAT_HSDP && a->gpus % c->replicas != 0)
+        return err_set(err, ERR_USAGE, "--replicas %d does not divide --gpus %d", c->replicas,
+                       a->gpus);
+    return 0;
+}
+
+/* --search's flags go with it alone; it chooses the batch unless --batch-size fixes it. */
+static int check_search(const PlanArgs *a, Err *err) {
+    if (!a->search && (a->top || a->global_batch))
+        return err_set(err, ERR_USAGE, "--top and --global-batch go with --search");
+    if (a->search && a->compare)
+        return err_set(err, ERR_USAGE, "give --search or --compare, not both");
+    if (a->search && a->global_batch && a->train.batch_given)
+        return err_set(err, ERR_USAGE,
+                       "give --global-batch or --batch-size, not both (the search splits a global "
+                       "batch into micro-batches itself)");
     return 0;
 }
 
@@ -375,11 +406,11 @@ static size_t off_gpu_bytes(const size_t *by_category) {
 
 /* The fullest GPU's own peak. */
 static size_t gpu_peak(const PlannerResult *r) {
-    return r->memory[r->top].on_gpu.peak;
+    return planner_top_memory(r)->on_gpu.peak;
 }
 
 static int fits(const PlanSetup *s, const PlannerResult *r) {
-    return (double)r->memory[r->top].on_gpu.peak <= s->profile.mem_bytes;
+    return (double)planner_top_memory(r)->on_gpu.peak <= s->profile.mem_bytes;
 }
 
 /* Plans batch b: its peak GPU bytes at *peak, and whether they fit the GPU. */
@@ -389,7 +420,7 @@ static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replica
     int rc = plan_once(a, s, st, replicas, b, &r, err);
     if (rc) return rc;
     *fit = fits(s, &r);
-    *peak = r.memory[r.top].on_gpu.peak;
+    *peak = planner_top_memory(&r)->on_gpu.peak;
     planner_result_free(&r);
     return 0;
 }
@@ -464,6 +495,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     wrap_format(&c->wrap, wrap, sizeof wrap);
     fprintf(f, "cluster: %d GPUs, %s (%d per node, %s each)\n", a->gpus, s->profile.name,
             s->profile.gpus_per_node, si_bytes(s->profile.mem_bytes, mem, sizeof mem));
+    if (a->search) return; /* the job is what the search chooses */
     fprintf(f,
             "job: batch %d per GPU x %d micro-step%s, wrap %s, params %s, reduce %s, layout %s, "
             "offload %s",
@@ -475,7 +507,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
 }
 
 static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
-    const RankMemory *m = &r->memory[r->top];
+    const RankMemory *m = planner_top_memory(r);
     const size_t *gpu = m->on_gpu.at_peak; /* the breakdown at the GPU's own peak */
     char a[32], b[32];
     fprintf(f, "\nmemory per GPU (rank %d, the fullest)    at rest      at peak\n", r->top);
@@ -584,7 +616,7 @@ enum { MAX_LEVERS = 8 };
  * zero3, more GPUs, offload for the resting shards; bf16 for gathered units (and for resting
  * ones in DeepSpeed's layout, where parameters rest in --param-dtype). */
 static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replicas, int compare,
-                      Lever *out) {
+                      int per_node, Lever *out) {
     int n = 0;
     const FsdpConfig *c = &a->train.fsdp;
     const Lever base = {.args = *a, .strategy = st, .replicas = replicas};
@@ -602,9 +634,12 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
         out[n++].strategy = STRAT_ZERO3;
     }
     int shards = st == STRAT_ZERO3 || st == STRAT_ZERO2 || st == STRAT_ZERO1;
-    if (big[FILL_STATE] && shards && a->gpus * 2 <= CLI_MAX_RANKS) {
-        LEVER("--gpus %d", 2 * a->gpus);
-        out[n++].args.gpus = 2 * a->gpus;
+    /* twice the GPUs, in whole nodes once past one */
+    int more =
+        2 * a->gpus > per_node ? (2 * a->gpus + per_node - 1) / per_node * per_node : 2 * a->gpus;
+    if (big[FILL_STATE] && shards && more <= PLANNER_MAX_GPUS) {
+        LEVER("--gpus %d", more);
+        out[n++].args.gpus = more;
     }
     if (big[FILL_STATE] && c->offload == OFFLOAD_NONE) {
         int cpu = c->layout == LAYOUT_FSDP && st != STRAT_DDP && st != STRAT_ZERO1;
@@ -659,7 +694,7 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
  * each planned: "--activation-checkpointing  zero3 would peak at 28.25 GB: fits in 80.00 GB". */
 static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const char *name,
                          Strategy st, int replicas, const PlannerResult *r, int compare, Err *err) {
-    const RankMemory *m = &r->memory[r->top];
+    const RankMemory *m = planner_top_memory(r);
     double by[FILL_COUNT];
     fill_bytes(m->on_gpu.at_peak, by);
     int order[FILL_COUNT] = {0, 1, 2}, big[FILL_COUNT];
@@ -682,7 +717,7 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
                 k == FILL_ACTIVATIONS ? why : fill_meaning[k]);
     }
     Lever levers[MAX_LEVERS];
-    int n = levers_for(big, a, st, replicas, compare, levers);
+    int n = levers_for(big, a, st, replicas, compare, s->profile.gpus_per_node, levers);
     if (n) fprintf(f, "what would change it:\n");
     int one_fits = 0;
     for (int i = 0; i < n; i++) {
@@ -700,7 +735,7 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
         snprintf(who, sizeof who, "%s", l->strategy == st ? name : strategy_name(l->strategy));
         one_fits |= fits(s, &with);
         fprintf(f, "  %-28s %s would peak at %s: %s %s\n", l->flags, who,
-                si_bytes((double)with.memory[with.top].on_gpu.peak, peak, sizeof peak),
+                si_bytes((double)planner_top_memory(&with)->on_gpu.peak, peak, sizeof peak),
                 fits(s, &with) ? "fits in" : "still over",
                 si_bytes(s->profile.mem_bytes, cap, sizeof cap));
         planner_result_free(&with);
@@ -722,7 +757,7 @@ static void json_categories(FILE *f, const char *key, const size_t *by) {
 
 static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy st,
                         const PlannerResult *r, int best_batch) {
-    const RankMemory *m = &r->memory[r->top];
+    const RankMemory *m = planner_top_memory(r);
     fprintf(f,
             "{\"model\":\"%s\",\"parameters\":%zu,\"gpus\":%d,\"profile\":\"%s\","
             "\"strategy\":\"%s\",\"layout\":\"%s\",\"batch\":%d,\"grad_accum\":%d,"
@@ -777,7 +812,7 @@ static void compare_row_name(const CompareRowPlan *row, char *name, size_t n) {
 
 static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
     const PlannerResult *r = &row->result;
-    const size_t *at = r->memory[r->top].on_gpu.at_peak;
+    const size_t *at = planner_top_memory(r)->on_gpu.at_peak;
     char name[32], b[6][32], rest[32], t1[32], t2[32];
     compare_row_name(row, name, sizeof name);
     double cols[6] = {(double)(at[MEM_PARAM_SHARD] + at[MEM_PARAM_UNSHARDED]),
@@ -787,7 +822,7 @@ static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
                       (double)at[MEM_COMM_BUFFER],
                       (double)gpu_bytes(at)};
     for (int c = 0; c < 6; c++) si_bytes(cols[c], b[c], sizeof b[c]);
-    si_bytes((double)gpu_bytes(r->memory[r->top].rest), rest, sizeof rest);
+    si_bytes((double)gpu_bytes(planner_top_memory(r)->rest), rest, sizeof rest);
     printf("%-12s %10s %10s %10s %11s %10s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
            b[4], b[5], rest, fits(s, r) ? "yes" : "no", seconds(r->step_time, t1, sizeof t1),
            seconds(r->waiting, t2, sizeof t2));
@@ -879,6 +914,50 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
     return rc;
 }
 
+/* The model as ./fsdp train's flags, where train builds the very same one on these GPUs (the
+ * toy and the ViTs; its transformer reads a text's bytes, a vocabulary of 256): NULL else. */
+static const char *train_model_flags(const PlanArgs *a, char *buf, size_t n) {
+    int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps || a->gpus_per_node;
+    if ((a->kind != MODEL_TOY && a->kind != MODEL_VIT) || a->gpus > CLI_MAX_RANKS || custom)
+        return NULL;
+    int at = snprintf(buf, n, "--model %s", a->model);
+    const int shape[] = {a->layers, a->hidden, a->heads, a->mlp};
+    const char *const names[] = {"--layers", "--hidden", "--heads", "--mlp"};
+    for (int i = 0; i < 4; i++)
+        if (shape[i]) at += snprintf(buf + at, n - (size_t)at, " %s %d", names[i], shape[i]);
+    return buf;
+}
+
+/* --search: sim/plan_search.c finds them, cmd/plan_search.c prints them under the header. */
+static int run_search(const PlanArgs *a, const PlanSetup *s, int argc, char **argv, Err *err) {
+    char model[128];
+    PlanSearchCommand c = {
+        .job = {.model = &s->model,
+                .profile = &s->profile,
+                .gpus = a->gpus,
+                .base = a->train.fsdp,
+                .tokens_per_sample = 1,
+                .top = a->top,
+                .batch = a->train.batch_given ? a->train.fsdp.batch_size : 0,
+                .global_batch = a->global_batch,
+                .with_nvme = a->train.fsdp.offload == OFFLOAD_NVME,
+                .fixed = plan_search_fixed(argc, argv)},
+        .train_model = train_model_flags(a, model, sizeof model),
+        .profile = strcmp(a->train.profile, profile_default()->name) ? a->train.profile : NULL,
+        .argc = argc,
+        .argv = argv,
+        .json = a->json};
+    if (a->kind == MODEL_TRANSFORMER)
+        c.job.tokens_per_sample = ((const TransformerConfig *)s->model.config)->seq;
+    PlanSearchResult r;
+    int rc = plan_search_run(&c.job, &r, err);
+    if (rc) return rc;
+    if (!a->json) print_header(stdout, a, s);
+    rc = plan_search_print(stdout, &c, &r, err);
+    plan_search_result_free(&r);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
     PlanArgs a;
     Err err = {0};
@@ -887,8 +966,13 @@ int cmd_plan(int argc, char **argv) {
     PlanSetup s;
     memset(&s, 0, sizeof s);
     if (!rc) rc = make_profile(&a, &s, &err);
+    if (!rc) rc = check_cluster(&a, &s, &err);
+    if (!rc) rc = check_search(&a, &err);
     if (!rc) rc = make_model(&a, &s, &err);
-    if (!rc) rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
+    if (!rc && a.search)
+        rc = run_search(&a, &s, argc, argv, &err);
+    else if (!rc)
+        rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);
     if (s.model.params) model_desc_free(&s.model);
     if (!rc) return 0;
     fflush(stdout); /* the figures, then the line that says why it exits 2, in that order */

@@ -450,7 +450,9 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc && env->rank == 0) job->resumed_step = first;
     if (!rc) rc = record_values(job, e, 0, err);
     if (!rc) rc = run_steps(env, job, e, first, perm, idx, err);
-    if (!rc && job->memory) record_memory(env, &job->memory[env->rank]);
+    if (!rc && job->memory)
+        record_memory(env,
+                      &job->memory[job->memory_slot ? job->memory_slot[env->rank] : env->rank]);
     if (!rc && job->memory && job->rank_per_process && env->world > 1)
         rc = share_memory_records(env, job, err);
     if (!rc && job->step_params && job->rank_per_process && env->world > 1)

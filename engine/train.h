@@ -150,7 +150,10 @@ typedef struct TrainJob {
      * kept and every index is sample 0 (a planned global batch may be a billion samples). */
     int no_sampler;
     /* filled by the ranks */
-    RankMemory *memory;  /* [world] */
+    RankMemory *memory; /* [world], or as memory_slot says */
+    /* [world]: the entry of memory rank r writes (the planner keeps one per rank it runs);
+     * NULL: memory[r] */
+    const int *memory_slot;
     float *final_params; /* [model->total_numel], written by rank 0; may be NULL */
     EvalReport last_eval;
 } TrainJob;

@@ -37,15 +37,29 @@ typedef struct Cluster {
     SimWorld *world;
     SimWorld **shard_groups;   /* replicas groups of n/replicas consecutive ranks */
     SimWorld **replica_groups; /* n/replicas groups of the ranks with one shard rank */
-    RankSlot *slots;
+    RankSlot *slots;           /* [running]: one for each rank that runs, in rank order */
+    int running;
 } Cluster;
 
+static int runs(const Cluster *c, int r) {
+    return !c->opt->run_rank || c->opt->run_rank[r];
+}
+
+/* The groups ranks talk in: the world, then hsdp's shard groups and replica groups; NULL for a
+ * group none of whose members runs (a plan of 131,072 GPUs makes a handful, not thousands). */
+static int group_count(const Cluster *c) {
+    return c->replicas > 1 ? 1 + c->replicas + c->n / c->replicas : 1;
+}
+
+static SimWorld *group_at(const Cluster *c, int i) {
+    if (i == 0) return c->world;
+    if (i <= c->replicas) return c->shard_groups ? c->shard_groups[i - 1] : NULL;
+    return c->replica_groups ? c->replica_groups[i - 1 - c->replicas] : NULL;
+}
+
 static void abort_all(Cluster *c, const char *why) {
-    sim_world_abort(c->world, why);
-    for (int g = 0; c->shard_groups && g < c->replicas; g++)
-        sim_world_abort(c->shard_groups[g], why);
-    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
-        sim_world_abort(c->replica_groups[g], why);
+    for (int i = 0; i < group_count(c); i++)
+        if (group_at(c, i)) sim_world_abort(group_at(c, i), why);
 }
 
 static void *rank_thread(void *p) {
@@ -62,60 +76,53 @@ static void *rank_thread(void *p) {
     return NULL;
 }
 
+/* A group of `size` ranks, members[i] = first + i * stride. */
+static SimWorld *make_group(int first, int stride, int size, int *members, const Profile *prof,
+                            int *rc, Err *err) {
+    for (int i = 0; i < size; i++) members[i] = first + i * stride;
+    SimWorld *w = sim_world_create(size, members, prof->gpus_per_node, prof, err);
+    if (!w) *rc = err->code ? err->code : ERR_NOMEM;
+    return w;
+}
+
+/* The world, and hsdp's shard and replica groups of the ranks that run (the others stay NULL:
+ * a plan of 131,072 GPUs in 16,384 groups of 8 runs ranks of one or two of them). */
 static int create_groups(Cluster *c, const Profile *prof, Err *err) {
-    int per_node = prof->gpus_per_node;
-    c->world = sim_world_create(c->n, NULL, per_node, prof, err);
+    c->world = sim_world_create(c->n, NULL, prof->gpus_per_node, prof, err);
     if (!c->world) return err->code ? err->code : ERR_NOMEM;
     if (c->replicas <= 1) return 0;
     int S = c->n / c->replicas;
     c->shard_groups = calloc((size_t)c->replicas, sizeof(SimWorld *));
     c->replica_groups = calloc((size_t)S, sizeof(SimWorld *));
-    int *members = calloc((size_t)c->n, sizeof(int));
+    int *members = calloc((size_t)(S > c->replicas ? S : c->replicas), sizeof(int));
     if (!c->shard_groups || !c->replica_groups || !members) {
         free(members);
         return err_set(err, ERR_NOMEM, "out of memory creating rank groups");
     }
     int rc = 0;
-    for (int g = 0; !rc && g < c->replicas; g++) {
-        for (int i = 0; i < S; i++) members[i] = g * S + i;
-        if (!(c->shard_groups[g] = sim_world_create(S, members, per_node, prof, err)))
-            rc = ERR_NOMEM;
-    }
-    for (int g = 0; !rc && g < S; g++) {
-        for (int i = 0; i < c->replicas; i++) members[i] = i * S + g;
-        if (!(c->replica_groups[g] = sim_world_create(c->replicas, members, per_node, prof, err)))
-            rc = ERR_NOMEM;
+    for (int r = 0; !rc && r < c->n; r++) {
+        if (!runs(c, r)) continue;
+        SimWorld **shard = &c->shard_groups[r / S], **replica = &c->replica_groups[r % S];
+        if (!*shard) *shard = make_group(r / S * S, 1, S, members, prof, &rc, err);
+        if (!rc && !*replica) *replica = make_group(r % S, S, c->replicas, members, prof, &rc, err);
     }
     free(members);
     return rc;
 }
 
 static void destroy_groups(Cluster *c) {
-    if (c->world) sim_world_destroy(c->world);
-    for (int g = 0; c->shard_groups && g < c->replicas; g++)
-        if (c->shard_groups[g]) sim_world_destroy(c->shard_groups[g]);
-    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
-        if (c->replica_groups[g]) sim_world_destroy(c->replica_groups[g]);
+    for (int i = 0; i < group_count(c); i++)
+        if (group_at(c, i)) sim_world_destroy(group_at(c, i));
     free(c->shard_groups);
     free(c->replica_groups);
 }
 
 static void mark_accounting_only(Cluster *c, const unsigned char *runs) {
-    sim_world_accounting_only(c->world);
-    for (int g = 0; c->shard_groups && g < c->replicas; g++)
-        sim_world_accounting_only(c->shard_groups[g]);
-    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
-        sim_world_accounting_only(c->replica_groups[g]);
-    if (!runs) return;
-    sim_world_set_present(c->world, runs);
-    for (int g = 0; c->shard_groups && g < c->replicas; g++)
-        sim_world_set_present(c->shard_groups[g], runs);
-    for (int g = 0; c->replica_groups && g < c->n / c->replicas; g++)
-        sim_world_set_present(c->replica_groups[g], runs);
-}
-
-static int runs(const Cluster *c, int r) {
-    return !c->opt->run_rank || c->opt->run_rank[r];
+    for (int i = 0; i < group_count(c); i++) {
+        SimWorld *w = group_at(c, i);
+        if (w) sim_world_accounting_only(w);
+        if (w && runs) sim_world_set_present(w, runs);
+    }
 }
 
 static const char *plan_unit_name(void *plan, int u) {
@@ -135,9 +142,8 @@ static void check_slot(Cluster *c, RankSlot *s) {
     s->env.k = &kernels_checked;
 }
 
-static void init_slot(Cluster *c, int r, RankMain fn, void *arg) {
+static void init_slot(Cluster *c, RankSlot *s, int r, RankMain fn, void *arg) {
     const ClusterOptions *opt = c->opt;
-    RankSlot *s = &c->slots[r];
     s->cluster = c;
     s->fn = fn;
     s->arg = arg;
@@ -195,38 +201,41 @@ static int cluster_create(Cluster *c, const ClusterOptions *opt, RankMain fn, vo
                  ? err_set(err, ERR_INTERNAL, "running some ranks only needs accounting_only")
                  : create_groups(c, opt->profile, err);
     if (!rc && opt->accounting_only) mark_accounting_only(c, opt->run_rank);
-    c->slots = rc ? NULL : calloc((size_t)c->n, sizeof *c->slots);
+    for (int r = 0; !rc && r < c->n; r++) c->running += runs(c, r);
+    /* a slot (device, clock, trace: kilobytes) only for the ranks that run: a plan of 131,072
+     * GPUs runs a handful */
+    c->slots = rc ? NULL : calloc((size_t)c->running, sizeof *c->slots);
     if (!rc && !c->slots) rc = err_set(err, ERR_NOMEM, "out of memory creating %d ranks", c->n);
-    for (int r = 0; !rc && r < c->n; r++)
-        if (runs(c, r)) init_slot(c, r, fn, arg);
+    for (int r = 0, i = 0; !rc && r < c->n; r++)
+        if (runs(c, r)) init_slot(c, &c->slots[i++], r, fn, arg);
     return rc;
 }
 
 /* A thread for each rank that runs. If one cannot start, the ranks already running are told to
  * stop, so that joining them does not wait forever. */
 static int cluster_start(Cluster *c, Err *err) {
-    for (int r = 0; r < c->n; r++) {
-        if (!runs(c, r)) continue;
-        if (pthread_create(&c->slots[r].thread, NULL, rank_thread, &c->slots[r])) {
+    for (int i = 0; i < c->running; i++) {
+        if (pthread_create(&c->slots[i].thread, NULL, rank_thread, &c->slots[i])) {
             abort_all(c, "a rank thread could not start");
-            return err_set(err, ERR_INTERNAL, "could not start the thread of rank %d", r);
+            return err_set(err, ERR_INTERNAL, "could not start the thread of rank %d",
+                           c->slots[i].env.rank);
         }
-        c->slots[r].started = 1;
+        c->slots[i].started = 1;
     }
     return 0;
 }
 
 static void cluster_join(Cluster *c) {
-    for (int r = 0; c->slots && r < c->n; r++)
-        if (c->slots[r].started) pthread_join(c->slots[r].thread, NULL);
+    for (int i = 0; c->slots && i < c->running; i++)
+        if (c->slots[i].started) pthread_join(c->slots[i].thread, NULL);
 }
 
 /* The first failing rank's error: the root cause, a rank that failed other than by being
  * aborted, before those that were aborted because of it. */
 static int rank_failure(const Cluster *c, Err *err) {
     for (int pass = 0; pass < 2; pass++)
-        for (int r = 0; r < c->n; r++) {
-            const RankSlot *s = &c->slots[r];
+        for (int i = 0; i < c->running; i++) {
+            const RankSlot *s = &c->slots[i];
             if (s->rc && (pass || strncmp(s->err.msg, "aborted", 7) != 0)) {
                 *err = s->err;
                 return s->rc;
@@ -239,8 +248,8 @@ static int rank_failure(const Cluster *c, Err *err) {
 static int stream_check_outcome(const Cluster *c, ClusterResult *out, Err *err) {
     out->checked = c->checking;
     const char *first = NULL;
-    for (int r = 0; c->checking && r < c->n; r++) {
-        const StreamCheck *sc = &c->slots[r].dev.check;
+    for (int i = 0; c->checking && i < c->running; i++) {
+        const StreamCheck *sc = &c->slots[i].dev.check;
         out->stream_accesses += sc->across;
         out->stream_hazards += sc->hazards;
         if (sc->hazards && !first) first = sc->first;
@@ -255,21 +264,18 @@ static int cluster_collect(Cluster *c, ClusterResult *out, Err *err) {
     int rc = rank_failure(c, err);
     if (!rc) rc = stream_check_outcome(c, out, err);
     if (rc || !c->opt->trace) return rc;
-    TraceBuf *bufs = calloc((size_t)c->n, sizeof *bufs);
+    TraceBuf *bufs = calloc((size_t)c->running, sizeof *bufs);
     if (!bufs) return err_set(err, ERR_NOMEM, "out of memory merging the trace");
-    int nrun = 0;
-    for (int r = 0; r < c->n; r++)
-        if (runs(c, r)) bufs[nrun++] = c->slots[r].trace;
-    rc = trace_merge(&out->trace, bufs, nrun, err);
+    for (int i = 0; i < c->running; i++) bufs[i] = c->slots[i].trace;
+    rc = trace_merge(&out->trace, bufs, c->running, err);
     free(bufs);
     return rc;
 }
 
 static void cluster_destroy(Cluster *c) {
-    for (int r = 0; c->slots && r < c->n; r++) {
-        if (!runs(c, r)) continue;
-        tracebuf_free(&c->slots[r].trace);
-        device_sim_release(&c->slots[r].dev);
+    for (int i = 0; c->slots && i < c->running; i++) {
+        tracebuf_free(&c->slots[i].trace);
+        device_sim_release(&c->slots[i].dev);
     }
     free(c->slots);
     destroy_groups(c);

@@ -41,7 +41,9 @@ typedef struct Slot {
     DType dtype;
     ReduceOp op;
     int root;
-    double *ready_time; /* [size] when each rank's comm stream reached the collective */
+    double latest; /* when the last rank's comm stream reached the collective */
+    /* per member: allocated at the slot's first use by a run that moves data (an
+     * accounting-only group of 131,072 ranks would otherwise hold 4 KiB per rank in them) */
     void **staged;      /* [size] copies of each rank's input */
     size_t *staged_cap; /* [size] bytes allocated in staged[r] */
     const void **input; /* [size] where each rank's input is: staged[r] or its send buffer */
@@ -57,13 +59,14 @@ struct SimWorld {
     char why[256];
     int accounting_only; /* collectives are timed and traced but move no data */
     int present;         /* members that run (all but in a planner's run of representatives) */
-    int *world_ranks;    /* [size] */
+    int *world_ranks;    /* [size]; NULL: the world, whose rank i is world rank i */
     SimComm *members;    /* [size] each rank's view, handed out by comm_sim_init */
     Slot slots[SLOTS];
 };
 
 static int count_nodes(int size, const int *world_ranks, int ranks_per_node) {
     if (ranks_per_node <= 0) return 1;
+    if (!world_ranks) return (size + ranks_per_node - 1) / ranks_per_node; /* the world */
     int nodes = 0, last = -1;
     /* group members are listed in increasing world rank, so nodes appear in order */
     for (int i = 0; i < size; i++) {
@@ -91,23 +94,16 @@ SimWorld *sim_world_create(int size, const int *world_ranks, int ranks_per_node,
     w->profile = profile;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->changed, NULL);
-    w->world_ranks = calloc((size_t)size, sizeof *w->world_ranks);
+    /* the world's ranks are their own world ranks: no table (a million GPUs' would be written
+     * and read on every plan) */
+    w->world_ranks = world_ranks ? malloc((size_t)size * sizeof *w->world_ranks) : NULL;
     w->members = calloc((size_t)size, sizeof *w->members);
-    for (int i = 0; w->world_ranks && i < size; i++)
-        w->world_ranks[i] = world_ranks ? world_ranks[i] : i;
-    for (int i = 0; i < SLOTS; i++) {
-        Slot *s = &w->slots[i];
-        s->seq = -1;
-        s->ready_time = calloc((size_t)size, sizeof *s->ready_time);
-        s->staged = calloc((size_t)size, sizeof *s->staged);
-        s->staged_cap = calloc((size_t)size, sizeof *s->staged_cap);
-        s->input = calloc((size_t)size, sizeof *s->input);
-        if (!s->ready_time || !s->staged || !s->staged_cap || !s->input || !w->world_ranks ||
-            !w->members) {
-            sim_world_destroy(w);
-            err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
-            return NULL;
-        }
+    if (w->world_ranks) memcpy(w->world_ranks, world_ranks, (size_t)size * sizeof *world_ranks);
+    for (int i = 0; i < SLOTS; i++) w->slots[i].seq = -1;
+    if ((world_ranks && !w->world_ranks) || !w->members) {
+        sim_world_destroy(w);
+        err_set(err, ERR_NOMEM, "out of memory creating a group of %d ranks", size);
+        return NULL;
     }
     return w;
 }
@@ -120,7 +116,6 @@ void sim_world_destroy(SimWorld *w) {
         free(s->staged);
         free(s->staged_cap);
         free(s->input);
-        free(s->ready_time);
     }
     free(w->world_ranks);
     free(w->members);
@@ -165,6 +160,18 @@ static int wait_for(SimWorld *w, const int *counter, int target, Err *err) {
     return check_aborted(w, err);
 }
 
+/* Called with the lock held: the slot's per-member buffers, at its first use by a run that
+ * moves data. */
+static int slot_buffers(SimWorld *w, Slot *s, Err *err) {
+    s->staged = calloc((size_t)w->size, sizeof *s->staged);
+    s->staged_cap = calloc((size_t)w->size, sizeof *s->staged_cap);
+    s->input = calloc((size_t)w->size, sizeof *s->input);
+    if (s->staged && s->staged_cap && s->input) return 0;
+    free(s->staged), free(s->staged_cap), free(s->input);
+    s->staged = NULL, s->staged_cap = NULL, s->input = NULL;
+    return err_set(err, ERR_NOMEM, "out of memory for a collective of %d ranks", w->size);
+}
+
 static int same_program(const Comm *c, const Slot *s, const CommRequest *r, Err *err) {
     if (s->kind == r->kind && s->count == r->count && s->dtype == r->dtype && s->op == r->op &&
         s->root == r->root)
@@ -187,8 +194,9 @@ static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
     size_t es = dtype_size(r->dtype);
     size_t bytes = comm_input_count(c, r) * es;
     int in_place = overlaps(r->send, bytes, r->recv, comm_output_count(c, r) * es);
+    if (sim_comm(c)->w->accounting_only) return 0; /* nothing is read */
     s->input[c->rank] = r->send;
-    if ((s->large && !in_place) || sim_comm(c)->w->accounting_only) return 0;
+    if (s->large && !in_place) return 0;
     if (bytes > s->staged_cap[c->rank]) {
         void *p = realloc(s->staged[c->rank], bytes);
         if (!p)
@@ -204,7 +212,7 @@ static int place_input(Comm *c, Slot *s, const CommRequest *r, Err *err) {
 
 /* Called with the lock held by the last rank to leave: big staging copies are not kept. */
 static void retire_slot(SimWorld *w, Slot *s) {
-    for (int q = 0; q < w->size; q++)
+    for (int q = 0; s->staged && q < w->size; q++)
         if (s->staged_cap[q] > STAGE_BYTES) {
             free(s->staged[q]);
             s->staged[q] = NULL;
@@ -248,13 +256,13 @@ static int sim_start(Comm *c, CommRequest *r, Err *err) {
                         .op = r->op,
                         .root = r->root,
                         .large = comm_input_count(c, r) * dtype_size(r->dtype) > STAGE_BYTES,
-                        .ready_time = s->ready_time,
                         .staged = s->staged,
                         .staged_cap = s->staged_cap,
                         .input = s->input};
         }
         rc = same_program(c, s, r, err);
     }
+    if (!rc && !w->accounting_only && !s->input) rc = slot_buffers(w, s, err);
     pthread_mutex_unlock(&w->lock);
     /* staging needs no lock: each rank writes only its own entry, read after `ready` */
     if (!rc) rc = place_input(c, s, r, err);
@@ -327,9 +335,7 @@ static void compute_output(const Comm *c, const Slot *s, void *recv) {
 static void model_time(const Comm *c, const Slot *s, const CommRequest *r, double *start,
                        double *end) {
     SimWorld *w = sim_comm((Comm *)c)->w;
-    double t = 0.0;
-    for (int q = 0; q < c->size; q++)
-        if (s->ready_time[q] > t) t = s->ready_time[q];
+    double t = s->latest;
     *start = t;
     *end = t + cost_collective(w->profile, r->kind, comm_wire_bytes(c, r), c->size, w->nnodes);
 }
@@ -356,7 +362,7 @@ static int sim_wait(Comm *c, CommRequest *r, Err *err) {
     double ready =
         r->start_time > sc->clock->comm_last_end ? r->start_time : sc->clock->comm_last_end;
     pthread_mutex_lock(&w->lock);
-    s->ready_time[c->rank] = ready;
+    if (ready > s->latest) s->latest = ready;
     /* a rank is ready only after its start staged the input, so all ready means all staged;
      * only the last arrival wakes anyone: waking on every change would cost a context switch
      * per rank per change */
@@ -394,7 +400,7 @@ void comm_sim_init(Comm *c, SimWorld *w, int rank, SimClock *clock, TraceBuf *tr
     *c = (Comm){.ops = &sim_comm_ops,
                 .rank = rank,
                 .size = w->size,
-                .world_rank = w->world_ranks[rank],
+                .world_rank = w->world_ranks ? w->world_ranks[rank] : rank,
                 .impl = sc};
 }
 
@@ -408,5 +414,6 @@ void sim_world_accounting_only(SimWorld *w) {
 
 void sim_world_set_present(SimWorld *w, const unsigned char *runs) {
     w->present = 0;
-    for (int i = 0; i < w->size; i++) w->present += runs[w->world_ranks[i]] != 0;
+    for (int i = 0; i < w->size; i++)
+        w->present += runs[w->world_ranks ? w->world_ranks[i] : i] != 0;
 }

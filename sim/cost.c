@@ -122,12 +122,22 @@ double cost_sent_bytes(CollKind k, double bytes, int nranks) {
     }
 }
 
+/* A ring's latency: NCCL's own tuning model (src/graph/tuning.cc). A ring of N ranks over M
+ * nodes takes N-1 steps a pass; M-1 of them cross from one node to the next and pay the
+ * network's latency, the other N-M stay inside a node and pay NVLink's (PCIe's). */
+static double ring_latency(const Profile *p, int nranks, int nnodes) {
+    int inter_hops = nnodes > 1 ? nnodes - 1 : 0;
+    int intra_hops = nranks - 1 - inter_hops;
+    return (double)intra_hops * p->intra_lat + (double)inter_hops * p->inter_lat;
+}
+
 double cost_collective(const Profile *p, CollKind k, double bytes, int nranks, int nnodes) {
     if (nranks <= 1) return 0.0; /* one rank talks to nobody */
+    /* every link of a ring carries the same bytes at once, so the slowest one sets the pace:
+     * a ring that leaves its node runs at the network's per-GPU bandwidth */
     double bw = nnodes > 1 ? p->inter_bw : p->intra_bw;
-    double lat = nnodes > 1 ? p->inter_lat : p->intra_lat;
-    double hops = (double)(nranks - 1);
-    double ring = hops / nranks * bytes / bw + hops * lat; /* one pass around the ring */
+    double lat = ring_latency(p, nranks, nnodes);
+    double ring = (double)(nranks - 1) / nranks * bytes / bw + lat; /* one pass around */
     switch (k) {
     case COLL_ALL_GATHER:
     case COLL_REDUCE_SCATTER:
@@ -135,9 +145,9 @@ double cost_collective(const Profile *p, CollKind k, double bytes, int nranks, i
     case COLL_ALL_REDUCE:
         return 2.0 * ring; /* reduce-scatter, then all-gather */
     case COLL_BROADCAST:
-        return bytes / bw + hops * lat; /* pipelined along the ring */
+        return bytes / bw + lat; /* pipelined along the ring */
     case COLL_BARRIER:
-        return 2.0 * hops * lat;
+        return 2.0 * lat;
     case COLL_KIND_COUNT:
         break;
     }

@@ -1,7 +1,9 @@
 /* cost: the simulator's clock. Named hardware profiles (GPU FLOP/s per dtype, memory
  * bandwidth and size, NVLink/PCIe/network links) and the formulas that turn a piece of work
  * or a collective into modelled seconds. Ring all-gather and reduce-scatter move
- * (N-1)/N of the bytes over the slowest link the group spans, plus (N-1) latency hops. */
+ * (N-1)/N of the bytes over the slowest link the group spans (the network's per-GPU bandwidth
+ * once it spans nodes), plus N-1 latency steps: M-1 between the M nodes it spans at the
+ * network's latency, the rest inside nodes at NVLink's (NCCL's ring model). */
 #ifndef FSDP_COST_H
 #define FSDP_COST_H
 

@@ -15,6 +15,11 @@ typedef struct PlannerJob {
     FsdpConfig cfg;   /* strategy, wrap, dtypes, offload, batch, grad_accum, checkpointing */
     const Profile *profile;
     long steps; /* training steps to run (0: 2); the last is the one timed */
+    /* Memory only: rank 0 alone, untraced, and no times. Its peak is the fullest GPU's: shard
+     * rank 0 keeps whole chunks of every parameter, so no rank keeps more, and everything else
+     * a rank allocates is the same on every rank. One thread and no rendezvous: what the
+     * search for the largest batch runs. */
+    int memory_only;
 } PlannerJob;
 
 /* What every GPU's collectives of one kind do in one step. */
@@ -28,14 +33,22 @@ typedef struct PlannerTraffic {
 typedef struct PlannerResult {
     int gpus;
     int representatives; /* ranks actually run */
-    RankMemory *memory;  /* [gpus]: each rank's, as its representative measured */
-    int top;             /* the rank with the highest GPU peak (the lowest such rank) */
+    /* [representatives]: the figures of each rank that ran, in rank order; a rank's are
+     * memory[memory_of[rank]] (planner_memory): nothing bigger than an int is kept per GPU */
+    RankMemory *memory;
+    int *memory_of; /* [gpus]; NULL under memory_only, where every rank's are memory[0] */
+    int top;        /* the rank with the highest GPU peak (the lowest such rank) */
     /* the top rank's last step, in modelled seconds: its span; the compute stream's busy
      * time and the rest of the span, when compute waited (on collectives, or on host copies
      * and NVMe under offload); the comm and copy streams' busy times */
     double step_time, compute_time, waiting, comm_time, copy_time;
     PlannerTraffic traffic[COLL_KIND_COUNT];
 } PlannerResult;
+
+/* The most GPUs a plan takes: 2^20, eight times the largest clusters built (2024: 16,384 to
+ * 131,072 GPUs). What a plan keeps per GPU is an int (its representative), so 2^20 GPUs cost
+ * 4 MiB; everything else is per representative. */
+#define PLANNER_MAX_GPUS (1 << 20)
 
 /* The most samples one GPU's step may name (--batch-size x --grad-accum): a step keeps their
  * indices (8 bytes each), so 2^24 of them are 128 MiB a planned GPU; no batch near it fits a
@@ -50,6 +63,11 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err);
  * none of it (the lessons' checks use it too). Free with dataset_free. */
 int planner_blank_dataset(Dataset *d, const ModelDesc *m, long n, Err *err);
 void planner_result_free(PlannerResult *r);
+
+/* Rank r's memory figures (its representative's). */
+const RankMemory *planner_memory(const PlannerResult *res, int r);
+/* The fullest GPU's: planner_memory(res, res->top). */
+const RankMemory *planner_top_memory(const PlannerResult *res);
 
 /* The ranks that must run: rank 0, and the first rank of every distinct set of per-unit
  * parameter, gradient and optimizer row counts. rep[r] is the rank whose figures r shares;

@@ -84,7 +84,7 @@ Test(flags, a_bad_flag_is_one_exact_line) {
 
 Test(flags, plan_and_viz_say_their_own_lines) {
     expect_line("plan --gpus 1.5",
-                "fsdp: --gpus must be a whole number from 1 to 1024 (got '1.5')\n");
+                "fsdp: --gpus must be a whole number from 1 to 1048576 (got '1.5')\n");
     expect_line("plan --params 0",
                 "fsdp: --params must be a number above 0 and at most 1e+13 (got '0')\n");
     expect_line("plan --model aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",

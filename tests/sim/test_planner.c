@@ -25,6 +25,22 @@ static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long ste
     cr_assert_eq(planner_run(&job, out, &err), 0, "%s", err.msg);
 }
 
+/* Every rank's figures as the planner gives them (its representative's), one after another. */
+static RankMemory *every_rank(const PlannerResult *r) {
+    RankMemory *all = calloc((size_t)r->gpus, sizeof *all);
+    cr_assert_not_null(all);
+    for (int q = 0; q < r->gpus; q++) all[q] = *planner_memory(r, q);
+    return all;
+}
+
+static void expect_planned_memory(const RankMemory *real, const PlannerResult *planned, int ranks,
+                                  const char *what) {
+    cr_assert_eq(planned->gpus, ranks);
+    RankMemory *all = every_rank(planned);
+    expect_same_memory(real, all, ranks, what);
+    free(all);
+}
+
 Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
     static const WorldCase cases[] = {{STRAT_DDP, 3, 1},   {STRAT_ZERO1, 3, 1}, {STRAT_ZERO2, 3, 1},
                                       {STRAT_ZERO3, 3, 1}, {STRAT_ZERO3, 4, 1}, {STRAT_HSDP, 4, 2}};
@@ -35,8 +51,8 @@ Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
         toy_train(&real, &cfg, cases[i].ranks, 2, 0);
         PlannerResult planned;
         plan_run(&real.model, &real.plan, cfg, 2, &planned);
-        expect_same_memory(real.memory, planned.memory, cases[i].ranks,
-                           strategy_name(cases[i].strategy));
+        expect_planned_memory(real.memory, &planned, cases[i].ranks,
+                              strategy_name(cases[i].strategy));
         planner_result_free(&planned);
         toy_run_free(&real);
     }
@@ -75,7 +91,7 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
                      err.msg);
         PlannerResult planned;
         plan_run(&m, &p, cases[i].cfg, 2, &planned);
-        expect_same_memory(real.memory, planned.memory, cases[i].ranks, cases[i].name);
+        expect_planned_memory(real.memory, &planned, cases[i].ranks, cases[i].name);
         planner_result_free(&planned);
         plan_free(&p);
         vit_run_free(&real);
@@ -120,7 +136,7 @@ Test(planner, the_transformer_plan_equals_a_real_run_for_every_strategy_and_leve
                      err.msg);
         PlannerResult planned;
         plan_run(&m, &p, cases[i].cfg, 2, &planned);
-        expect_same_memory(real.memory, planned.memory, cases[i].ranks, cases[i].name);
+        expect_planned_memory(real.memory, &planned, cases[i].ranks, cases[i].name);
         planner_result_free(&planned);
         plan_free(&p);
         vit_run_free(&real);
@@ -147,7 +163,7 @@ Test(planner, the_whole_vit_tiny_plan_equals_a_real_run) {
     vit_train(&real, &m, cfg, 4, 2, 0);
     PlannerResult planned;
     plan_run(&m, &p, cfg, 2, &planned);
-    expect_same_memory(real.memory, planned.memory, 4, "vit-tiny");
+    expect_planned_memory(real.memory, &planned, 4, "vit-tiny");
     planner_result_free(&planned);
     plan_free(&p);
     vit_run_free(&real);
@@ -186,7 +202,7 @@ Test(planner, representatives_stand_in_for_every_rank_of_vit_workshop) {
     ClusterResult res;
     Err err = {0};
     cr_assert_eq(cluster_run(&opt, train_rank, &job, &res, &err), 0, "%s", err.msg);
-    expect_same_memory(all, planned.memory, 6, "vit-workshop");
+    expect_planned_memory(all, &planned, 6, "vit-workshop");
     cluster_result_free(&res);
     free(pix);
     planner_result_free(&planned);
@@ -213,6 +229,105 @@ Test(planner, a_handful_of_ranks_stand_for_1024) {
     free(rep);
     plan_free(&p);
     model_desc_free(&m);
+}
+
+/* The representatives by their definition, rank by rank: rank 0 alone, and every other rank
+ * the first rank other than 0 that keeps the same elements of every unit. */
+static int representatives_by_definition(const Plan *p, int *rep) {
+    int running = 1;
+    rep[0] = 0;
+    for (int r = 1; r < p->world; r++) {
+        rep[r] = r;
+        for (int q = 1; q < r && rep[r] == r; q++) {
+            int same = rep[q] == q;
+            for (int u = 0; same && u < p->nunits; u++)
+                same = plan_param_numel(p, u, q) == plan_param_numel(p, u, r) &&
+                       plan_grad_numel(p, u, q) == plan_grad_numel(p, u, r) &&
+                       plan_optim_numel(p, u, q) == plan_optim_numel(p, u, r);
+            if (same) rep[r] = q;
+        }
+        running += rep[r] == r;
+    }
+    return running;
+}
+
+/* The planner finds the representatives from where parameters' rows change, not rank by rank:
+ * the same ones as the definition for every strategy, at world sizes that split rows evenly
+ * and unevenly, and where rank 0's class has no other member in its shard group. */
+Test(planner, representatives_are_those_of_the_definition) {
+    ModelDesc m;
+    vit_preset_create(&m, "vit-workshop");
+    static const WorldCase cases[] = {
+        {STRAT_ZERO3, 1000, 1}, {STRAT_ZERO3, 1024, 1}, {STRAT_ZERO3, 7, 1}, {STRAT_ZERO1, 96, 1},
+        {STRAT_ZERO2, 40, 1},   {STRAT_DDP, 16, 1},     {STRAT_HSDP, 64, 8}, {STRAT_HSDP, 24, 12},
+        {STRAT_ZERO3, 1, 1},    {STRAT_HSDP, 6, 6}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const WorldCase *c = &cases[i];
+        Plan p;
+        Err err = {0};
+        cr_assert_eq(plan_create(&p, &m, (WrapPolicy){.kind = WRAP_LAYER}, c->strategy, c->ranks,
+                                 c->replicas, &err),
+                     0, "%s", err.msg);
+        int *got = malloc((size_t)c->ranks * sizeof *got);
+        int *want = malloc((size_t)c->ranks * sizeof *want);
+        int n = planner_representatives(&p, got, &err);
+        cr_expect_eq(n, representatives_by_definition(&p, want), "%s at %d",
+                     strategy_name(c->strategy), c->ranks);
+        for (int r = 0; r < c->ranks; r++)
+            cr_expect_eq(got[r], want[r], "%s at %d: rank %d stands for %d, not %d",
+                         strategy_name(c->strategy), c->ranks, r, got[r], want[r]);
+        free(got);
+        free(want);
+        plan_free(&p);
+    }
+    model_desc_free(&m);
+}
+
+/* 131,072 GPUs (16,384 nodes of 8) plan with a handful of ranks run and an int kept per GPU:
+ * every rank's resting bytes are still its own formula's, under zero3 and under hsdp with a
+ * replica a node. */
+Test(planner, a_plan_of_131072_gpus_runs_a_handful_of_ranks) {
+    ModelDesc m;
+    vit_preset_create(&m, "vit-workshop");
+    static const WorldCase cases[] = {{STRAT_ZERO3, 131072, 1}, {STRAT_HSDP, 131072, 16384}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FsdpConfig cfg = vit_config(cases[i].strategy, 1);
+        cfg.replicas = cases[i].replicas;
+        Plan p;
+        Err err = {0};
+        cr_assert_eq(fsdp_plan_create(&p, &m, &cfg, cases[i].ranks, &err), 0, "%s", err.msg);
+        PlannerResult r;
+        plan_run(&m, &p, cfg, 2, &r);
+        cr_expect_lt(r.representatives, 8, "%d ranks run", r.representatives);
+        for (int q = 0; q < r.gpus; q += 4093) { /* a prime stride: every shard position */
+            RestBytes want = plan_rest_bytes(&p, q, OFFLOAD_NONE);
+            const RankMemory *got = planner_memory(&r, q);
+            cr_expect_eq(got->rest[MEM_PARAM_SHARD], want.param, "rank %d", q);
+            cr_expect_eq(got->rest[MEM_OPTIM_STATE], want.optim, "rank %d", q);
+        }
+        const RankMemory *last = planner_memory(&r, r.gpus - 1);
+        cr_expect_eq(last->rest[MEM_PARAM_SHARD], plan_rest_bytes(&p, r.gpus - 1, 0).param);
+        cr_expect_gt(r.step_time, 0);
+        planner_result_free(&r);
+        plan_free(&p);
+    }
+    model_desc_free(&m);
+}
+
+/* A ring that leaves its node runs at the network's per-GPU bandwidth, and of its N-1 steps the
+ * M-1 that cross between M nodes pay the network's latency, the rest NVLink's. */
+Test(planner, a_ring_across_nodes_runs_at_the_networks_pace) {
+    const Profile *h = profile_find("h100-nvlink");
+    double bytes = 1e9;
+    double one_node = cost_collective(h, COLL_ALL_GATHER, bytes, 8, 1);
+    cr_expect_float_eq(one_node, 7.0 / 8 * bytes / h->intra_bw + 7 * h->intra_lat, 1e-12);
+    double nodes = cost_collective(h, COLL_ALL_GATHER, bytes, 16384, 2048);
+    cr_expect_float_eq(nodes,
+                       16383.0 / 16384 * bytes / h->inter_bw + 2047 * h->inter_lat +
+                           (16383 - 2047) * h->intra_lat,
+                       1e-12);
+    cr_expect_float_eq(cost_collective(h, COLL_ALL_REDUCE, bytes, 16384, 2048), 2 * nodes, 1e-12);
+    cr_expect_gt(nodes, 8 * one_node, "the network is 9x slower than NVLink per GPU");
 }
 
 /* Traffic as the engine issues it: under zero3 every unit's gradient is reduce-scattered once
@@ -480,8 +595,18 @@ Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_i
 
 Test(plan_cli, bad_input_is_one_line_and_exit_2) {
     static const UsageCase cases[] = {
-        {"plan --gpus 0", "--gpus must be a whole number from 1 to 1024 (got '0')"},
-        {"plan --gpus -3", "--gpus must be a whole number from 1 to 1024 (got '-3')"},
+        {"plan --gpus 0", "--gpus must be a whole number from 1 to 1048576 (got '0')"},
+        {"plan --gpus -3", "--gpus must be a whole number from 1 to 1048576 (got '-3')"},
+        {"plan --gpus 2e6", "--gpus must be a whole number from 1 to 1048576 (got '2e6')"},
+        {"plan --gpus 12",
+         "--gpus 12 is not a whole number of nodes of 8 GPUs (--gpus-per-node 8)"},
+        {"plan --gpus 131076 --gpus-per-node 8", "--gpus 131076 is not a whole number of nodes"},
+        {"plan --gpus 24 --gpus-per-node 16", "--gpus 24 is not a whole number of nodes of 16"},
+        {"plan --gpus 131072 --strategy hsdp --replicas 3", "--replicas 3 does not divide --gpus "
+                                                            "131072"},
+        {"plan --gpus 16 --replicas 2", "--replicas applies only to --strategy hsdp (got 2)"},
+        {"plan --gpus 16 --strategy hsdp --replicas 0", "--replicas must be a whole number from 1 "
+                                                        "to 1048576"},
         {"plan --params -1", "--params must be a number above 0"},
         {"plan --params 1e30", "--params must be a number above 0 and at most 1e+13"},
         {"plan --strategy hsdp --replicas 3 --gpus 8", "--replicas 3 does not divide"},
@@ -519,6 +644,31 @@ Test(plan_cli, a_billion_sample_batch_plans_in_little_memory) {
     int status = pclose(p);
     cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, out);
     cr_expect(strstr(out, "largest batch per GPU that fits:"), "%s", out);
+    struct rusage ru;
+    cr_assert_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
+    cr_expect_lt(ru.ru_maxrss, 1L << 20, "the plan's resident size peaked at %ld KiB",
+                 ru.ru_maxrss);
+}
+
+/* A million GPUs plan in little memory: what a plan keeps per GPU is an int (its
+ * representative), so 1,048,576 GPUs cost 4 MiB of it. Before, a rank-by-rank table of row
+ * counts, a memory record and a simulated slot per GPU, and a collective's arrays per member,
+ * came to gigabytes. */
+Test(plan_cli, a_million_gpus_plan_in_little_memory) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "%s plan --params 405e9 --seq 8192 --gpus 1048576 --param-dtype bf16 "
+             "--activation-checkpointing --compare 2>&1",
+             fsdp_bin());
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    char out[8192] = "";
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int status = pclose(p);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, out);
+    cr_expect(strstr(out, "cluster: 1048576 GPUs, h100-nvlink (8 per node"), "%s", out);
+    cr_expect(strstr(out, "\nhsdp x131072 "), "one replica a node: %s", out);
     struct rusage ru;
     cr_assert_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
     cr_expect_lt(ru.ru_maxrss, 1L << 20, "the plan's resident size peaked at %ld KiB",
