@@ -194,6 +194,16 @@ void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks
     }
 }
 
+void expect_planned_memory(const RankMemory *want, const PlannerResult *planned, int ranks,
+                           const char *what) {
+    cr_assert_eq(planned->gpus, ranks, "%s: %d GPUs planned, %d run", what, planned->gpus, ranks);
+    RankMemory *all = calloc((size_t)ranks, sizeof *all);
+    cr_assert_not_null(all);
+    for (int q = 0; q < ranks; q++) all[q] = *planner_memory(planned, q);
+    expect_same_memory(want, all, ranks, what);
+    free(all);
+}
+
 void vit_small_create(ModelDesc *m, int layers) {
     VitConfig c;
     vit_preset("vit-tiny", &c);

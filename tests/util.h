@@ -10,6 +10,7 @@
 #include "models/transformer.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
+#include "sim/planner.h"
 
 typedef struct ToyRun {
     float params[64]; /* final full parameters */
@@ -80,6 +81,9 @@ typedef struct WorldCase {
 /* Every rank's bytes by category at rest and at peak, and its peak, are the same in got as in
  * want; `what` names the case in a failure. */
 void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks, const char *what);
+/* The same for a plan of `ranks` GPUs, each read as the planner gives it (its representative's). */
+void expect_planned_memory(const RankMemory *want, const PlannerResult *planned, int ranks,
+                           const char *what);
 
 /* ||a - b|| / ||b|| over the values of two --dump-params files (`name index value` lines);
  * asserts both hold the same number of values, at least one. */

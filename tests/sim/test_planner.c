@@ -25,22 +25,6 @@ static void plan_run(const ModelDesc *m, const Plan *p, FsdpConfig cfg, long ste
     cr_assert_eq(planner_run(&job, out, &err), 0, "%s", err.msg);
 }
 
-/* Every rank's figures as the planner gives them (its representative's), one after another. */
-static RankMemory *every_rank(const PlannerResult *r) {
-    RankMemory *all = calloc((size_t)r->gpus, sizeof *all);
-    cr_assert_not_null(all);
-    for (int q = 0; q < r->gpus; q++) all[q] = *planner_memory(r, q);
-    return all;
-}
-
-static void expect_planned_memory(const RankMemory *real, const PlannerResult *planned, int ranks,
-                                  const char *what) {
-    cr_assert_eq(planned->gpus, ranks);
-    RankMemory *all = every_rank(planned);
-    expect_same_memory(real, all, ranks, what);
-    free(all);
-}
-
 Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
     static const WorldCase cases[] = {{STRAT_DDP, 3, 1},   {STRAT_ZERO1, 3, 1}, {STRAT_ZERO2, 3, 1},
                                       {STRAT_ZERO3, 3, 1}, {STRAT_ZERO3, 4, 1}, {STRAT_HSDP, 4, 2}};
