@@ -376,23 +376,6 @@ static int plan_once(const PlanArgs *a, const PlanSetup *setup, Strategy s, int 
 
 /* ---------------------------------------------------------------- figures */
 
-/* Decimal units, as GPU memory and the workshop's arithmetic are quoted (28 GB = 28e9 B). */
-static const char *si_bytes(double b, char *buf, size_t n) {
-    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-    int u = 0;
-    while (b >= 1000.0 && u < 5) b /= 1000.0, u++;
-    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-    return buf;
-}
-
-static const char *seconds(double t, char *buf, size_t n) {
-    if (t >= 1.0)
-        snprintf(buf, n, "%.3f s", t);
-    else
-        snprintf(buf, n, "%.3f ms", t * 1e3);
-    return buf;
-}
-
 static size_t gpu_bytes(const size_t *by_category) {
     size_t b = 0;
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
@@ -485,7 +468,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     const FsdpConfig *c = &a->train.fsdp;
     fprintf(f, "fsdp plan: %s, %s parameters (%s in fp32)\n", a->model,
             with_commas(s->model.total_numel, n, sizeof n),
-            si_bytes(4.0 * (double)s->model.total_numel, mem, sizeof mem));
+            report_si_bytes(4.0 * (double)s->model.total_numel, mem, sizeof mem));
     VitConfig workshop;
     vit_preset("vit-workshop", &workshop);
     if (a->kind == MODEL_VIT && !memcmp(s->model.config, &workshop, sizeof workshop))
@@ -494,7 +477,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     char wrap[32];
     wrap_format(&c->wrap, wrap, sizeof wrap);
     fprintf(f, "cluster: %d GPUs, %s (%d per node, %s each)\n", a->gpus, s->profile.name,
-            s->profile.gpus_per_node, si_bytes(s->profile.mem_bytes, mem, sizeof mem));
+            s->profile.gpus_per_node, report_si_bytes(s->profile.mem_bytes, mem, sizeof mem));
     if (a->search) return; /* the job is what the search chooses */
     fprintf(f,
             "job: batch %d per GPU x %d micro-step%s, wrap %s, params %s, reduce %s, layout %s, "
@@ -514,18 +497,19 @@ static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
         if (!mem_category_on_gpu((MemCategory)c) || (!m->rest[c] && !gpu[c])) continue;
         fprintf(f, "  %-34s %11s  %11s\n", mem_category_label((MemCategory)c),
-                si_bytes((double)m->rest[c], a, sizeof a), si_bytes((double)gpu[c], b, sizeof b));
+                report_si_bytes((double)m->rest[c], a, sizeof a),
+                report_si_bytes((double)gpu[c], b, sizeof b));
     }
     size_t peak = m->on_gpu.peak;
     char cap[32];
     fprintf(f, "  %-34s %11s  %11s  %s %s\n", "GPU total",
-            si_bytes((double)gpu_bytes(m->rest), a, sizeof a), si_bytes((double)peak, b, sizeof b),
-            fits(s, r) ? "fits in" : "does NOT fit in",
-            si_bytes(s->profile.mem_bytes, cap, sizeof cap));
+            report_si_bytes((double)gpu_bytes(m->rest), a, sizeof a),
+            report_si_bytes((double)peak, b, sizeof b), fits(s, r) ? "fits in" : "does NOT fit in",
+            report_si_bytes(s->profile.mem_bytes, cap, sizeof cap));
     if (off_gpu_bytes(m->rest) || m->off_gpu.peak)
         fprintf(f, "  %-34s %11s  %11s\n", "off the GPU (host memory, NVMe)",
-                si_bytes((double)off_gpu_bytes(m->rest), a, sizeof a),
-                si_bytes((double)m->off_gpu.peak, b, sizeof b));
+                report_si_bytes((double)off_gpu_bytes(m->rest), a, sizeof a),
+                report_si_bytes((double)m->off_gpu.peak, b, sizeof b));
 }
 
 static void print_traffic(FILE *f, const PlannerResult *r) {
@@ -535,21 +519,22 @@ static void print_traffic(FILE *f, const PlannerResult *r) {
         const PlannerTraffic *t = &r->traffic[k];
         if (!t->calls || k == COLL_BARRIER) continue;
         fprintf(f, "  %-20s %10.0f %13s %11s %16s\n", coll_kind_name((CollKind)k), t->calls,
-                si_bytes(t->buffer_bytes, a, sizeof a), si_bytes(t->sent_bytes, b, sizeof b),
-                si_bytes(t->total_sent, c, sizeof c));
+                report_si_bytes(t->buffer_bytes, a, sizeof a),
+                report_si_bytes(t->sent_bytes, b, sizeof b),
+                report_si_bytes(t->total_sent, c, sizeof c));
     }
 }
 
 static void print_time(FILE *f, const PlannerResult *r) {
     char a[32], b[32], c[32], d[32];
     fprintf(f, "\nstep time (modelled): %s = compute %s + waiting %s\n",
-            seconds(r->step_time, a, sizeof a), seconds(r->compute_time, b, sizeof b),
-            seconds(r->waiting, c, sizeof c));
+            report_seconds(r->step_time, a, sizeof a), report_seconds(r->compute_time, b, sizeof b),
+            report_seconds(r->waiting, c, sizeof c));
     double moving = r->comm_time + r->copy_time;
     double hidden = moving > 0 ? 1.0 - r->waiting / moving : 1.0;
-    fprintf(f, "  (communication busy %s", seconds(r->comm_time, d, sizeof d));
+    fprintf(f, "  (communication busy %s", report_seconds(r->comm_time, d, sizeof d));
     if (r->copy_time > 0)
-        fprintf(f, ", host copies and NVMe %s", seconds(r->copy_time, d, sizeof d));
+        fprintf(f, ", host copies and NVMe %s", report_seconds(r->copy_time, d, sizeof d));
     fprintf(f, "; %.0f%% of it hidden behind compute)\n", 100.0 * (hidden > 0 ? hidden : 0));
 }
 
@@ -706,14 +691,14 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
     char peak[32], part[32], why[256];
     fprintf(f, "\nnothing fits at batch %d per GPU: %s%s%s peaks at %s, of which\n",
             a->train.fsdp.batch_size, compare ? "the closest, " : "", name, compare ? "," : "",
-            si_bytes((double)m->on_gpu.peak, peak, sizeof peak));
+            report_si_bytes((double)m->on_gpu.peak, peak, sizeof peak));
     for (int i = 0; i < FILL_COUNT; i++) {
         int k = order[i];
         big[k] = by[k] >= 0.2 * (double)m->on_gpu.peak;
         if (!by[k]) continue;
         if (k == FILL_ACTIVATIONS)
             activations_because(a, s, a->train.fsdp.batch_size, why, sizeof why);
-        fprintf(f, "  %-16s %10s  %s\n", fill_names[k], si_bytes(by[k], part, sizeof part),
+        fprintf(f, "  %-16s %10s  %s\n", fill_names[k], report_si_bytes(by[k], part, sizeof part),
                 k == FILL_ACTIVATIONS ? why : fill_meaning[k]);
     }
     Lever levers[MAX_LEVERS];
@@ -735,9 +720,9 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
         snprintf(who, sizeof who, "%s", l->strategy == st ? name : strategy_name(l->strategy));
         one_fits |= fits(s, &with);
         fprintf(f, "  %-28s %s would peak at %s: %s %s\n", l->flags, who,
-                si_bytes((double)planner_top_memory(&with)->on_gpu.peak, peak, sizeof peak),
+                report_si_bytes((double)planner_top_memory(&with)->on_gpu.peak, peak, sizeof peak),
                 fits(s, &with) ? "fits in" : "still over",
-                si_bytes(s->profile.mem_bytes, cap, sizeof cap));
+                report_si_bytes(s->profile.mem_bytes, cap, sizeof cap));
         planner_result_free(&with);
     }
     return 0;
@@ -821,11 +806,11 @@ static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
                       (double)(at[MEM_ACTIVATIONS] + at[MEM_AC_INPUT]),
                       (double)at[MEM_COMM_BUFFER],
                       (double)gpu_bytes(at)};
-    for (int c = 0; c < 6; c++) si_bytes(cols[c], b[c], sizeof b[c]);
-    si_bytes((double)gpu_bytes(planner_top_memory(r)->rest), rest, sizeof rest);
+    for (int c = 0; c < 6; c++) report_si_bytes(cols[c], b[c], sizeof b[c]);
+    report_si_bytes((double)gpu_bytes(planner_top_memory(r)->rest), rest, sizeof rest);
     printf("%-12s %10s %10s %10s %11s %10s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
-           b[4], b[5], rest, fits(s, r) ? "yes" : "no", seconds(r->step_time, t1, sizeof t1),
-           seconds(r->waiting, t2, sizeof t2));
+           b[4], b[5], rest, fits(s, r) ? "yes" : "no", report_seconds(r->step_time, t1, sizeof t1),
+           report_seconds(r->waiting, t2, sizeof t2));
 }
 
 /* Every strategy planned first, then printed: a failure prints nothing but its line. */
@@ -908,8 +893,8 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
         rc = err_set(err, ERR_USAGE,
                      "%s does not fit on %d GPU%s of %s even at batch 1 per GPU (peak %s)",
                      a->model, a->gpus, a->gpus == 1 ? "" : "s",
-                     si_bytes(s->profile.mem_bytes, have, sizeof have),
-                     si_bytes((double)peak1, need, sizeof need));
+                     report_si_bytes(s->profile.mem_bytes, have, sizeof have),
+                     report_si_bytes((double)peak1, need, sizeof need));
     }
     return rc;
 }

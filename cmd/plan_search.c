@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "cmd/report.h"
+
 /* ---------------------------------------------------------------- which knobs were given */
 
 /* A knob flag of train's that the search sets, and the SEARCH_FIX_* bit it fixes when given;
@@ -52,22 +54,6 @@ unsigned plan_search_fixed(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------- a row */
-
-static const char *si_bytes(double b, char *buf, size_t n) {
-    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
-    int u = 0;
-    while (b >= 1000.0 && u < 5) b /= 1000.0, u++;
-    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", b, units[u]);
-    return buf;
-}
-
-static const char *seconds(double t, char *buf, size_t n) {
-    if (t >= 1.0)
-        snprintf(buf, n, "%.3f s", t);
-    else
-        snprintf(buf, n, "%.3f ms", t * 1e3);
-    return buf;
-}
 
 static void strategy_label(const FsdpConfig *c, char *buf, size_t n) {
     if (c->strategy == STRAT_HSDP)
@@ -151,7 +137,8 @@ static void print_table(FILE *f, const PlanSearchCommand *c, const PlanSearchRes
             "theirs)\n",
             r->configs, r->fitting, at, r->probes, r->timed);
     if (!r->nbest) {
-        fprintf(f, "none fits in %s\n", si_bytes(c->job.profile->mem_bytes, mem, sizeof mem));
+        fprintf(f, "none fits in %s\n",
+                report_si_bytes(c->job.profile->mem_bytes, mem, sizeof mem));
         return;
     }
     fprintf(f, "\n%-3s %-11s %-8s %-7s %-8s %-9s %-6s %9s %10s %11s %14s\n", "#", "strategy",
@@ -169,8 +156,8 @@ static void print_table(FILE *f, const PlanSearchCommand *c, const PlanSearchRes
             snprintf(batch, sizeof batch, "%d", cfg->batch_size);
         fprintf(f, "%-3d %-11s %-8s %-7s %-8s %-9s %-6s %9s %10s %11s %14.1f\n", i + 1, st, wrap,
                 reshard_label(cfg), ac, offload_name(cfg->offload), dtype_name(cfg->param_dtype),
-                batch, si_bytes((double)e->peak, peak, sizeof peak),
-                seconds(e->step_time, step, sizeof step), e->throughput);
+                batch, report_si_bytes((double)e->peak, peak, sizeof peak),
+                report_seconds(e->step_time, step, sizeof step), e->throughput);
     }
     fprintf(f, "\n%s:\n",
             c->train_model
@@ -230,5 +217,5 @@ int plan_search_print(FILE *f, const PlanSearchCommand *c, const PlanSearchResul
     if (r->nbest) return 0;
     char mem[32];
     return err_set(err, ERR_USAGE, "no configuration searched fits on %d GPUs of %s", c->job.gpus,
-                   si_bytes(c->job.profile->mem_bytes, mem, sizeof mem));
+                   report_si_bytes(c->job.profile->mem_bytes, mem, sizeof mem));
 }

@@ -512,3 +512,19 @@ void report_lr_curve_flags(char *buf, size_t n, const LrCurve *c) {
     else if (s->kind == LR_STEP)
         snprintf(buf + at, n - (size_t)at, " --step-size %ld --gamma %g", s->step_size, s->gamma);
 }
+
+const char *report_si_bytes(double b, char *buf, size_t n) {
+    static const char *const units[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+    int u = 0;
+    while (b >= 1000.0 && u < 5) b /= 1000.0, u++;
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+    return buf;
+}
+
+const char *report_seconds(double t, char *buf, size_t n) {
+    if (t >= 1.0)
+        snprintf(buf, n, "%.3f s", t);
+    else
+        snprintf(buf, n, "%.3f ms", t * 1e3);
+    return buf;
+}

@@ -23,6 +23,11 @@ void report_data(FILE *f, const Dataset *train, const char *split, long held_out
                  long global_batch);
 /* The run's learning rate (--lr-schedule, --warmup-steps) over its `steps`, as one line. */
 void report_lr_schedule(FILE *f, const FsdpConfig *c, long steps);
+/* Decimal units, as GPU memory and the workshop's arithmetic are quoted (28 GB = 28e9 B):
+ * "512 B", "1.36 GB". */
+const char *report_si_bytes(double b, char *buf, size_t n);
+/* A modelled step's seconds: "12.212 s", or "0.292 ms" below one. */
+const char *report_seconds(double t, char *buf, size_t n);
 /* A learning-rate curve as the flags that give it, with the run's length where the kind reads
  * it: "--lr-schedule cosine --lr 0.001 --warmup-steps 10 --min-lr 0 over 702 steps". */
 void report_lr_curve_flags(char *buf, size_t n, const LrCurve *c);
