@@ -544,15 +544,21 @@ static void dense_rows(Accesses *l, const float *x, const AttnShape *s, int writ
     blocks(l, x, floats(s->B * s->T * s->heads * s->head_dim), 1, 0, write);
 }
 
+/* What every attention op reads: q's rows, and k's and v's of the KV heads. */
+static void qkv_reads(Accesses *l, const float *q, const float *k, const float *v,
+                      const AttnShape *s) {
+    q_rows(l, q, s, 0);
+    kv_rows(l, k, s, 0);
+    kv_rows(l, v, s, 0);
+}
+
 static void gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
                                   const float *v, const AttnShape *s) {
     Accesses l = {0};
     if (!attn_empty(s)) {
         dense_rows(&l, out, s, 1);
         writes(&l, probs, floats(s->B * s->heads * s->T * s->T));
-        q_rows(&l, q, s, 0);
-        kv_rows(&l, k, s, 0);
-        kv_rows(&l, v, s, 0);
+        qkv_reads(&l, q, k, v, s);
     }
     report(__func__, &l)->gqa_attention_forward(out, probs, q, k, v, s);
 }
@@ -566,9 +572,7 @@ static void gqa_attention_backward(float *dq, float *dk, float *dv, const float 
         kv_rows(&l, dk, s, 1);
         kv_rows(&l, dv, s, 1);
         dense_rows(&l, dout, s, 0);
-        q_rows(&l, q, s, 0);
-        kv_rows(&l, k, s, 0);
-        kv_rows(&l, v, s, 0);
+        qkv_reads(&l, q, k, v, s);
         reads(&l, probs, floats(s->B * s->heads * s->T * s->T));
     }
     report(__func__, &l)->gqa_attention_backward(dq, dk, dv, dout, q, k, v, probs, s);
@@ -580,9 +584,7 @@ static void flash_attention_forward(float *out, float *lse, const float *q, cons
     if (!attn_empty(s)) {
         dense_rows(&l, out, s, 1);
         writes(&l, lse, floats(s->B * s->heads * s->T));
-        q_rows(&l, q, s, 0);
-        kv_rows(&l, k, s, 0);
-        kv_rows(&l, v, s, 0);
+        qkv_reads(&l, q, k, v, s);
     }
     report(__func__, &l)->flash_attention_forward(out, lse, q, k, v, s);
 }
@@ -597,9 +599,7 @@ static void flash_attention_backward(float *dq, float *dk, float *dv, const floa
         kv_rows(&l, dk, s, 1);
         kv_rows(&l, dv, s, 1);
         dense_rows(&l, dout, s, 0);
-        q_rows(&l, q, s, 0);
-        kv_rows(&l, k, s, 0);
-        kv_rows(&l, v, s, 0);
+        qkv_reads(&l, q, k, v, s);
         dense_rows(&l, out, s, 0);
         reads(&l, lse, floats(s->B * s->heads * s->T));
         writes(&l, work, floats(s->T * s->T));
