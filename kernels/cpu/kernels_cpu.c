@@ -60,6 +60,7 @@ typedef struct AdamArgs {
 } AdamArgs;
 
 /* Elements [i0, i1): each one's update depends only on its own values. */
+VECTOR_CLONES
 static void adam_elems(const AdamArgs *a, size_t i0, size_t i1) {
     float *param = a->param, *m = a->m, *v = a->v;
     const float *grad = a->grad;

@@ -182,6 +182,7 @@ static inline float row_sq_dev(const float *x, float mu, size_t n) {
 
 /* dst[j] += sum over `rows` rows (src + i * stride) of src[j], j < cols: each column is summed
  * over the rows first (strips of STRIP columns held in registers) and added to dst once. */
+VECTOR_CLONES
 static void colsum_add(float *restrict dst, const float *restrict src, size_t rows, size_t cols,
                        size_t stride) {
     enum { STRIP = 32 };
@@ -343,6 +344,7 @@ typedef struct ReduceArgs {
     int parts;
 } ReduceArgs;
 
+VECTOR_CLONES
 static void linear_reduce_task(void *ctx, int t, int n) {
     const ReduceArgs *r = ctx;
     const size_t total = r->NK + (r->db ? r->N : 0), stride = r->NK + r->N;
@@ -388,6 +390,7 @@ typedef struct LayerNormArgs {
     float eps;
 } LayerNormArgs;
 
+VECTOR_CLONES
 static void layernorm_forward_rows(float *restrict out, float *restrict mean, float *restrict rstd,
                                    const float *restrict in, const float *restrict w,
                                    const float *restrict b, size_t m0, size_t m1, size_t C,
@@ -439,6 +442,7 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 
 /* dxhat = dout * w; din += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
  * dw += dout * xhat; db += dout. The serial form: one pass per row for all three. */
+VECTOR_CLONES
 static void layernorm_backward_serial(float *restrict din, float *restrict dw, float *restrict db,
                                       const float *restrict dout, const float *restrict in,
                                       const float *restrict mean, const float *restrict rstd,
@@ -470,6 +474,7 @@ static void layernorm_backward_serial(float *restrict din, float *restrict dw, f
 }
 
 /* din's rows [m0, m1) alone: the serial loop without dw and db. */
+VECTOR_CLONES
 static void layernorm_backward_din_rows(float *restrict din, const float *restrict dout,
                                         const float *restrict in, const float *restrict mean,
                                         const float *restrict rstd, const float *restrict w,
@@ -499,6 +504,7 @@ static void layernorm_backward_din_rows(float *restrict din, const float *restri
 /* dw and db's columns [c0, c1) over all M rows, each column summed over the rows in order
  * starting from its current value: the serial loop's order, so the same sums. Strips of STRIP
  * columns are held in registers across the rows. */
+VECTOR_CLONES
 static void layernorm_backward_dw_cols(float *restrict dw, float *restrict db,
                                        const float *restrict dout, const float *restrict in,
                                        const float *restrict mean, const float *restrict rstd,
@@ -735,6 +741,7 @@ static inline float gelu_value(float x) {
 }
 
 /* Every element of a chunk is read before any is written, so out may be in. */
+VECTOR_CLONES
 static void gelu_forward_serial(float *out, const float *in, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
@@ -755,6 +762,7 @@ static inline float gelu_grad(float x) {
 }
 
 /* din may be dout (chunks are read before they are written). */
+VECTOR_CLONES
 static void gelu_backward_serial(float *din, const float *in, const float *dout, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
@@ -795,6 +803,7 @@ typedef struct FusedArgs {
 
 /* elements [i0, i1) of pre[., N]: out = GELU(pre + b) (b[j] for column j); a run of columns
  * at a time, so any cut works */
+VECTOR_CLONES
 static void bias_gelu_forward_range(float *restrict out, const float *restrict pre,
                                     const float *restrict b, size_t i0, size_t i1, size_t N) {
     for (size_t i = i0; i < i1;) {
@@ -837,6 +846,7 @@ void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t 
  * read before it is written. */
 enum { BG_COLS = 512 };
 
+VECTOR_CLONES
 static void bias_gelu_backward_block(float *dpre, float *restrict db, const float *dout,
                                      const float *restrict pre, const float *restrict b, size_t m0,
                                      size_t m1, size_t N, size_t c0, size_t c1) {
@@ -912,6 +922,7 @@ void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const flo
 }
 
 /* rows [m0, m1): sum = x + y, then LayerNorm of the row just written (still in L1) */
+VECTOR_CLONES
 static void residual_layernorm_rows(float *sum, float *restrict out, float *restrict mean,
                                     float *restrict rstd, const float *x, const float *y,
                                     const float *restrict w, const float *restrict b, size_t m0,
@@ -960,6 +971,7 @@ void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *
  *
  * row_dots: out[j] = a . b_j for j < n. (One row at a time: GCC keeps a dot's partial sums in
  * two vector registers; blocking four b rows made it gather across rows instead.) */
+VECTOR_CLONES
 static void row_dots(float *restrict out, const float *restrict a, const float *restrict b,
                      size_t bstride, size_t n, size_t D) {
     for (size_t j = 0; j < n; j++) out[j] = dot(a, b + j * bstride, D);
@@ -967,6 +979,7 @@ static void row_dots(float *restrict out, const float *restrict a, const float *
 
 /* combine: y_i = sum_j c[i * ci + j * cj] x_j for i < ny, j < nx (ci, cj pick c or its
  * transpose); y_i is overwritten. Blocks of LANES columns are summed over j in registers. */
+VECTOR_CLONES
 static void combine(float *restrict y, size_t ystride, const float *restrict c, size_t ci,
                     size_t cj, const float *restrict x, size_t xstride, size_t ny, size_t nx,
                     size_t D) {
@@ -1004,6 +1017,7 @@ static void combine(float *restrict y, size_t ystride, const float *restrict c, 
 }
 
 /* p[s] = softmax(scale * p)[s] in place, scale > 0 (max subtracted). */
+VECTOR_CLONES
 static void softmax_row(float *p, size_t n, float scale) {
     float m[CHUNK], mx = p[0];
     size_t s = 0;
@@ -1053,6 +1067,7 @@ typedef struct AttentionArgs {
  * are register-blocked loops, not GEMM calls per head. Causal: row t scores and normalises only
  * keys 0..t and the rest of the row is 0, which P v then skips at no cost in correctness. Here
  * for the (sample, head) pairs [p0, p1), pair = b * heads + h; a pool splits the pairs. */
+VECTOR_CLONES
 static void attention_forward_pairs(float *restrict out, float *restrict probs,
                                     const float *restrict qkv, size_t T, size_t C, size_t heads,
                                     int causal, size_t p0, size_t p1) {
@@ -1117,6 +1132,7 @@ void cpu_causal_attention_forward(float *out, float *probs, const float *qkv, si
 /* For each sample and head, with a T x T tile on the stack (each task its own):
  * dP = dout v^T; dS = P * (dP - rowsum(dP * P)) / sqrt(D) (the tile, in place);
  * dv = P^T dout; dq = dS k; dk = dS^T q. Every column of dqkv is written exactly once. */
+VECTOR_CLONES
 static void attention_backward_pairs(float *restrict dqkv, const float *restrict dout,
                                      const float *restrict qkv, const float *restrict probs,
                                      size_t T, size_t C, size_t heads, size_t p0, size_t p1) {
@@ -1191,6 +1207,7 @@ void cpu_patchify(float *restrict patches, const float *restrict images, size_t 
 
 /* out[i] = a[i] + b[i]; every element of a chunk is read before any is written, so out may be
  * a or b. */
+VECTOR_CLONES
 static void add_serial(float *out, const float *a, const float *b, size_t n) {
     size_t i = 0;
     for (; i + CHUNK <= n; i += CHUNK) {
