@@ -969,12 +969,49 @@ void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *
 /* The two small matrix products attention is made of, over rows of D floats that sit `stride`
  * floats apart (q, k, v rows of one head inside qkv; dout rows).
  *
- * row_dots: out[j] = a . b_j for j < n. (One row at a time: GCC keeps a dot's partial sums in
- * two vector registers; blocking four b rows made it gather across rows instead.) */
+ * row_dots: out[j] = a . b_j for j < n. Four b rows at a time share each load of a, each row with
+ * its own CHUNK partial sums (a GCC vector of CHUNK floats: written as arrays, GCC vectorised
+ * across the four rows instead, with a gather per load), added as dot() adds them: the same sums,
+ * bit for bit, as one dot() per row. At vit-tiny's shapes (T = 17, D = 64, batch 64) attention
+ * forward took 8% and backward 11% less CPU time on the development VM than with one dot() per
+ * row. (Blocking combine's rows the same way, two at a time, made backward slower: left as is.) */
+typedef float ChunkVec __attribute__((vector_size(CHUNK * sizeof(float))));
+
+/* Vectors travel through memory, not as arguments or results: a 32-byte vector passed by value
+ * is passed differently with and without AVX (GCC's -Wpsabi), and the baseline clone has none. */
+static inline float chunk_vec_total(const ChunkVec *v) {
+    float acc[CHUNK];
+    memcpy(acc, v, sizeof acc);
+    return chunk_total(acc);
+}
+
 VECTOR_CLONES
 static void row_dots(float *restrict out, const float *restrict a, const float *restrict b,
                      size_t bstride, size_t n, size_t D) {
-    for (size_t j = 0; j < n; j++) out[j] = dot(a, b + j * bstride, D);
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *b0 = b + j * bstride, *b1 = b0 + bstride, *b2 = b1 + bstride;
+        const float *b3 = b2 + bstride;
+        ChunkVec acc0 = {0}, acc1 = {0}, acc2 = {0}, acc3 = {0};
+        size_t i = 0;
+        for (; i + CHUNK <= D; i += CHUNK) {
+            ChunkVec x, y0, y1, y2, y3;
+            memcpy(&x, a + i, sizeof x);
+            memcpy(&y0, b0 + i, sizeof y0), memcpy(&y1, b1 + i, sizeof y1);
+            memcpy(&y2, b2 + i, sizeof y2), memcpy(&y3, b3 + i, sizeof y3);
+            acc0 += x * y0, acc1 += x * y1, acc2 += x * y2, acc3 += x * y3;
+        }
+        float s0 = chunk_vec_total(&acc0), s1 = chunk_vec_total(&acc1);
+        float s2 = chunk_vec_total(&acc2), s3 = chunk_vec_total(&acc3);
+        for (; i < D; i++) {
+            s0 += a[i] * b0[i];
+            s1 += a[i] * b1[i];
+            s2 += a[i] * b2[i];
+            s3 += a[i] * b3[i];
+        }
+        out[j] = s0, out[j + 1] = s1, out[j + 2] = s2, out[j + 3] = s3;
+    }
+    for (; j < n; j++) out[j] = dot(a, b + j * bstride, D);
 }
 
 /* combine: y_i = sum_j c[i * ci + j * cj] x_j for i < ny, j < nx (ci, cj pick c or its
