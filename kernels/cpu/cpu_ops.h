@@ -14,8 +14,9 @@
  * one vector) and for the baseline (SSE2: two), the loader picking the one this CPU runs (an
  * ifunc). Both give the same bits: -std=c11 keeps GCC from contracting a * b + c into an FMA, and
  * a vectoriser may not reorder a float sum, so wider vectors only do the same operations at once.
- * Measured on the development VM: vit-tiny at 1 rank 3% faster (A/B, medians). Left out under the
- * sanitizers, whose run-time starts after ifunc resolvers run. */
+ * Measured on the development VM: vit-tiny at 1 rank took 5% less CPU time and ran 1.06x the
+ * images/s (bench/RESULTS.md, issue 28). Left out under the sanitizers, whose run-time starts
+ * after ifunc resolvers run. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) &&                             \
     !defined(__SANITIZE_ADDRESS__)
 #define VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
