@@ -294,8 +294,35 @@ static void store(void *p, DType t, size_t i, float x) {
     }
 }
 
+/* reduce_range for fp32 sums and averages, the gradients' case: rank 0's values, each later
+ * rank's added in rank order, then the division, element by element the same operations as the
+ * general loop below, but without its per-element type and op switches, in passes the compiler
+ * keeps in vector registers (vit-tiny at 1 rank spent 1.4% of its time in the general loop). */
+static void reduce_range_fp32(const Slot *s, int size, size_t first, size_t n, float *out) {
+    enum { CHUNK = 8 };
+    const size_t whole = n / CHUNK * CHUNK;
+    memcpy(out, (const float *)s->input[0] + first, n * sizeof(float));
+    for (int q = 1; q < size; q++) {
+        const float *in = (const float *)s->input[q] + first;
+        size_t i = 0;
+        for (; i < whole; i += CHUNK)
+            for (int k = 0; k < CHUNK; k++) out[i + k] += in[i + k];
+        for (; i < n; i++) out[i] += in[i];
+    }
+    if (s->op != REDUCE_AVG || size == 1) return; /* x / 1 is x */
+    const float divisor = (float)size;
+    size_t i = 0;
+    for (; i < whole; i += CHUNK)
+        for (int k = 0; k < CHUNK; k++) out[i + k] /= divisor;
+    for (; i < n; i++) out[i] /= divisor;
+}
+
 /* out[i] = op over ranks (in rank order) of staged[q][first + i], rounded once. */
 static void reduce_range(const Slot *s, int size, size_t first, size_t n, void *out) {
+    if (s->dtype == DTYPE_FP32 && s->op != REDUCE_MAX && n) {
+        reduce_range_fp32(s, size, first, n, out);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         float acc = load(s->input[0], s->dtype, first + i);
         for (int q = 1; q < size; q++) {

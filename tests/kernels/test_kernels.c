@@ -306,6 +306,43 @@ Test(kernels, adam_and_adamw_match_double_reference) {
     }
 }
 
+/* The kernel updates eight elements at a time as vectors and the rest one by one: every element,
+ * in the vector body or the tail, must get exactly the float arithmetic of this scalar form of
+ * PyTorch's update (the kernel's per-call constants computed the same way). */
+static void adam_scalar(float *p, float g, float *m, float *v, const AdamHyper *h, long step) {
+    const float step_size = (float)((double)h->lr / (1.0 - pow((double)h->beta1, (double)step)));
+    const float bc2_sqrt = (float)sqrt(1.0 - pow((double)h->beta2, (double)step));
+    const float decay = (float)(1.0 - (double)h->lr * (double)h->weight_decay);
+    float x = *p;
+    if (!h->decoupled && h->weight_decay != 0.0f) g += h->weight_decay * x;
+    if (h->decoupled && h->weight_decay != 0.0f) x *= decay;
+    *m = h->beta1 * *m + (1.0f - h->beta1) * g;
+    *v = h->beta2 * *v + (1.0f - h->beta2) * g * g;
+    *p = x - step_size * *m / (sqrtf(*v) / bc2_sqrt + h->eps);
+}
+
+Test(kernels, adam_vector_body_and_tail_match_the_scalar_update_bit_for_bit) {
+    enum { N = 37 }; /* four vectors of eight and a tail of five */
+    for (int variant = 0; variant < 3; variant++) {
+        AdamHyper h = {.lr = 0.05f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .eps = 1e-8f,
+                       .weight_decay = variant ? 0.1f : 0.0f,
+                       .decoupled = variant == 2};
+        float p[N], m[N] = {0}, v[N] = {0}, g[N], sp[N], sm[N] = {0}, sv[N] = {0};
+        for (int i = 0; i < N; i++) sp[i] = p[i] = adam_p0[i % NADAM] * (1.0f + 0.01f * (float)i);
+        for (long step = 1; step <= 3; step++) {
+            for (int i = 0; i < N; i++) g[i] = adam_grad(i % 11, step);
+            kernels_cpu.adam_step(p, g, m, v, N, &h, step);
+            for (int i = 0; i < N; i++) adam_scalar(&sp[i], g[i], &sm[i], &sv[i], &h, step);
+        }
+        cr_expect_eq(memcmp(p, sp, sizeof p), 0, "variant %d: parameters differ", variant);
+        cr_expect_eq(memcmp(m, sm, sizeof m), 0, "variant %d: first moments differ", variant);
+        cr_expect_eq(memcmp(v, sv, sizeof v), 0, "variant %d: second moments differ", variant);
+    }
+}
+
 static const float toy_w[3] = {1.3f, 0.8f, -0.2f};
 #define NTOY 6
 static const float toy_x[NTOY] = {-1.5f, -0.4f, 0.0f, 0.3f, 1.1f, 2.0f};
