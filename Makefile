@@ -253,11 +253,9 @@ bench-ckpt: deps $(BUILD)/bench_ckpt
 bench-nvme: deps $(BUILD)/bench_nvme
 	$(BUILD)/bench_nvme --bytes 1G --chunk 64M --dir /var/tmp/fsdp_bench_nvme
 
-# fsdp plan's own speed: 70B parameters on 1,024 GPUs (the issue's target: under a second)
-# 70B on 1,024 GPUs; 405B on 16,384 (GPT-shaped by --params, and by Llama 3's shape) and on
-# 131,072, planned (target: under 1 s) and searched (target: under 10 s); the 192 GB GPU is one
-# on which some configurations of 405B fit at sequence 8192.
-PLAN_405B_SHAPE := --layers 126 --hidden 16384 --heads 128 --mlp 53248 --vocab 128256 --seq 8192
+# fsdp plan's own speed: 70B on 1,024 GPUs; 405B on 16,384 (GPT-shaped by --params, and Llama
+# 3's preset) and on 131,072, planned (target: under 1 s) and searched (target: under 10 s); the
+# 192 GB GPU is one on which some configurations of llama3-405b fit at sequence 8192.
 bench-plan: deps $(BIN)
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --param-dtype bf16 \
@@ -266,13 +264,13 @@ bench-plan: deps $(BIN)
 		--activation-checkpointing --compare
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 405e9 --seq 8192 --gpus 16384 \
 		--param-dtype bf16 --activation-checkpointing
-	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 $(PLAN_405B_SHAPE) --gpus 16384 --param-dtype bf16 \
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --model llama3-405b --gpus 16384 --param-dtype bf16 \
 		--activation-checkpointing
-	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 $(PLAN_405B_SHAPE) --gpus 131072 --param-dtype bf16 \
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --model llama3-405b --gpus 131072 --param-dtype bf16 \
 		--activation-checkpointing --compare
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 405e9 --seq 8192 --gpus 16384 --search
-	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 $(PLAN_405B_SHAPE) --gpus 16384 --search
-	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 $(PLAN_405B_SHAPE) --gpus 16384 --gpu-mem 192 --search
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --model llama3-405b --gpus 16384 --search
+	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --model llama3-405b --gpus 16384 --gpu-mem 192 --search
 	FSDP_BIN=./$(BIN) bench/bench_plan.sh 5 --params 70e9 --gpus 1024 --search
 
 # Activation checkpointing's memory saving and step-time cost, with and without, interleaved:

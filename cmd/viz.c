@@ -251,7 +251,7 @@ static int print_times(const Trace *trace, const char *what, Err *err) {
            step + 1, what, trace_clock(trace));
     printf("  %-16s", "");
     for (int r = 0; r < n; r++) {
-        char head[16];
+        char head[24];
         snprintf(head, sizeof head, "rank %d", r);
         printf("%12s", head);
     }
