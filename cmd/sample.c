@@ -27,7 +27,8 @@ static void sample_help(FILE *f) {
           "Prints TEXT and the N bytes (default 200) a trained transformer adds to it, one at a\n"
           "time from the last 'seq' bytes: the likeliest each time, or at --temperature T > 0\n"
           "drawn from softmax(logits / T) with --seed S (default 1234). The shape comes from\n"
-          "the file's __metadata__ (train --model transformer --save-full, ckpt consolidate).\n",
+          "the file's __metadata__ (train --model transformer or llama --save-full, ckpt\n"
+          "consolidate).\n",
           f);
 }
 
@@ -66,14 +67,16 @@ static int sample_config(const char *path, TransformerConfig *c, Err *err) {
     int rc = st_open(&st, path, err);
     if (rc) return rc == ERR_IO ? ERR_USAGE : rc;
     const char *model = st_metadata(&st, "fsdp_model");
-    if (!model || strcmp(model, "transformer") != 0)
+    int llama = model && !strcmp(model, "llama");
+    if (!model || (strcmp(model, "transformer") != 0 && !llama))
         rc = err_set(err, ERR_USAGE,
                      "%s is not a transformer's (__metadata__ fsdp_model: %s); sample continues "
-                     "text with weights of train --model transformer",
+                     "text with weights of train --model transformer or llama",
                      path, model ? model : "none");
-    const char *keys[] = {"layers", "heads", "hidden", "mlp", "seq", "vocab"};
-    int *fields[] = {&c->layers, &c->heads, &c->hidden, &c->mlp, &c->seq, &c->vocab};
-    for (int i = 0; !rc && i < 6; i++) {
+    c->arch = llama ? TRANSFORMER_LLAMA : TRANSFORMER_GPT;
+    const char *keys[] = {"layers", "heads", "hidden", "mlp", "seq", "vocab", "kv_heads"};
+    int *fields[] = {&c->layers, &c->heads, &c->hidden, &c->mlp, &c->seq, &c->vocab, &c->kv_heads};
+    for (int i = 0; !rc && i < (llama ? 7 : 6); i++) {
         const char *v = st_metadata(&st, keys[i]);
         char *end;
         long x = v ? strtol(v, &end, 10) : 0;
@@ -103,7 +106,8 @@ static int sample_config(const char *path, TransformerConfig *c, Err *err) {
 }
 
 static int sample_run(const SampleArgs *a, Err *err) {
-    TransformerConfig c = {0}; /* GPT-shaped, eager: what the metadata does not say */
+    TransformerConfig c = {0}; /* eager attention: the metadata does not say, and generating
+                                * needs no backward, so either gives the same tokens */
     ModelDesc m = {0};
     Plan plan = {0};
     uint8_t *out = malloc((size_t)a->tokens);

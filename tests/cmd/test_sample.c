@@ -1,5 +1,6 @@
-/* `fsdp sample`: a transformer trained on the alphabet continues "abc" with the alphabet, a seed
- * repeats its draws, and bad input (missing flags, another model's file) is one line, exit 2. */
+/* `fsdp sample`: a transformer (GPT's layout, and Llama's) trained on the alphabet continues "abc"
+ * with the alphabet, a seed repeats its draws, and bad input (missing flags, another model's file)
+ * is one line, exit 2. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ static char dir[256], text[300], weights[300];
 /* The alphabet and a newline, 200 times (5,400 bytes), learned for 100 steps: the greedy
  * continuation is then the alphabet (loss about 0.1: every next byte is certain but the first
  * of a sequence). */
-static void train_alphabet(void) {
+static void train_alphabet_as(const char *model) {
     fresh_test_dir(dir, sizeof dir, "sample", "alphabet");
     snprintf(text, sizeof text, "%s/abc.txt", dir);
     snprintf(weights, sizeof weights, "%s/abc.safetensors", dir);
@@ -20,9 +21,13 @@ static void train_alphabet(void) {
     cr_assert(f);
     for (int i = 0; i < 200; i++) fputs("abcdefghijklmnopqrstuvwxyz\n", f);
     fclose(f);
-    free(fsdp_ok("train --model transformer --text %s --layers 1 --hidden 32 --heads 2 --mlp 64 "
+    free(fsdp_ok("train --model %s --text %s --layers 1 --hidden 32 --heads 2 --mlp 64 "
                  "--seq 32 --ranks 2 --batch-size 8 --steps 100 --save-full %s",
-                 text, weights));
+                 model, text, weights));
+}
+
+static void train_alphabet(void) {
+    train_alphabet_as("transformer");
 }
 
 Test(sample, a_model_of_the_alphabet_continues_it) {
@@ -48,6 +53,16 @@ Test(sample, a_model_of_the_alphabet_continues_it) {
     free(a);
     free(b);
     free(c);
+    remove_test_dir(dir);
+}
+
+/* The Llama-shaped one (RMSNorm, RoPE, one K,V head for the two, SwiGLU) from its file's
+ * __metadata__ (fsdp_model llama, kv_heads) learns the alphabet as well. */
+Test(sample, a_llama_of_the_alphabet_continues_it) {
+    train_alphabet_as("llama");
+    char *out = fsdp_ok("sample --weights %s --prompt abc --tokens 40", weights);
+    cr_expect_str_eq(out, "abcdefghijklmnopqrstuvwxyz\nabcdefghijklmnop\n");
+    free(out);
     remove_test_dir(dir);
 }
 
