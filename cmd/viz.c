@@ -230,8 +230,8 @@ static void print_time_rows(const StepTimes *cols, int n, int ratio) {
         if (ratio) {
             double a = k == EV_KIND_COUNT ? cols[0].span : cols[0].busy[k];
             double b = k == EV_KIND_COUNT ? cols[1].span : cols[1].busy[k];
-            if (a > 0 && b > 0)
-                printf("  %8.2f", b / a);
+            if (a > 0 && b > 0) /* two decimals, or three digits where those would show 0.00 */
+                printf(b / a >= 0.1 && b / a < 1e5 ? "  %8.2f" : "  %8.2e", b / a);
             else
                 printf("  %8s", "-");
         }
