@@ -497,3 +497,26 @@ void unbind_pool(CpuPool *p) {
     kernels_cpu_use_pool(NULL);
     cpu_pool_destroy(p);
 }
+
+void expect_finite_differences(const char *what, double (*loss)(void *ctx), void *ctx, float *x,
+                               const float *grad, size_t n, FdTolerance tol) {
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float saved = x[i], xp = saved + tol.step, xm = saved - tol.step;
+        x[i] = xp;
+        const double lp = loss(ctx);
+        x[i] = xm;
+        const double lm = loss(ctx);
+        x[i] = saved;
+        const double fd = (lp - lm) / ((double)xp - (double)xm), g = grad[i];
+        if (!(fabs(fd - g) <= tol.rtol * fabs(g) + tol.atol) && bad++ < 5)
+            cr_log_error("%s[%zu]: analytic %.7g, finite difference %.7g", what, i, g, fd);
+    }
+    cr_expect_eq(bad, 0, "%s: %d of %zu gradients differ from finite differences", what, bad, n);
+}
+
+double dot_out_r(const float *out, const float *r, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)out[i] * (double)r[i];
+    return s;
+}

@@ -85,6 +85,19 @@ void expect_same_memory(const RankMemory *want, const RankMemory *got, int ranks
 void expect_planned_memory(const RankMemory *want, const PlannerResult *planned, int ranks,
                            const char *what);
 
+/* Finite differences for a kernel's backward: loss(ctx) is L = sum(out * R) for a fixed random R
+ * after a forward on x; every x[i] is moved by +-step (the float values actually stored, so the
+ * quotient is exact up to the loss's rounding) and the central difference must be within
+ * rtol * |grad[i]| + atol of the analytic grad[i]. The first five misses are logged. */
+typedef struct FdTolerance {
+    float step;
+    double rtol, atol;
+} FdTolerance;
+void expect_finite_differences(const char *what, double (*loss)(void *ctx), void *ctx, float *x,
+                               const float *grad, size_t n, FdTolerance tol);
+/* sum(out * r) in double: the loss the finite differences take. */
+double dot_out_r(const float *out, const float *r, size_t n);
+
 /* ||a - b|| / ||b|| over the values of two --dump-params files (`name index value` lines);
  * asserts both hold the same number of values, at least one. */
 double dump_rel_diff(const char *a, const char *b);

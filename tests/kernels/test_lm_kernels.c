@@ -23,25 +23,8 @@ typedef double (*LossFn)(void *ctx);
 
 static void check_fd(const char *what, LossFn loss, void *ctx, float *x, const float *grad,
                      size_t n) {
-    int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        const float saved = x[i], xp = saved + FD_STEP, xm = saved - FD_STEP;
-        x[i] = xp;
-        const double lp = loss(ctx);
-        x[i] = xm;
-        const double lm = loss(ctx);
-        x[i] = saved;
-        const double fd = (lp - lm) / ((double)xp - (double)xm), g = grad[i];
-        if (!(fabs(fd - g) <= FD_RTOL * fabs(g) + FD_ATOL) && bad++ < 5)
-            cr_log_error("%s[%zu]: analytic %.7g, finite difference %.7g", what, i, g, fd);
-    }
-    cr_expect_eq(bad, 0, "%s: %d of %zu gradients differ from finite differences", what, bad, n);
-}
-
-static double dot_out_r(const float *out, const float *r, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)out[i] * (double)r[i];
-    return s;
+    expect_finite_differences(what, loss, ctx, x, grad, n,
+                              (FdTolerance){FD_STEP, FD_RTOL, FD_ATOL});
 }
 
 /* ---------------- causal attention ---------------- */
