@@ -29,6 +29,31 @@ static void first_last_loss(const char *out, double *first, double *last) {
     }
 }
 
+/* `train FLAGS --text text` at 1 rank with `global` sequences a step and at 4 ranks with a
+ * quarter each, their parameters dumped into one and four: within 1e-5 of each other (invariant
+ * 1), the first loss ln 256 = 5.545 (a fresh model spreads its bets evenly over the bytes) and
+ * the last at least `drop` below it. */
+static void expect_one_and_four_learn_alike(const char *flags, const char *text, int global,
+                                            const char *one, const char *four, double drop) {
+    int code;
+    char *a =
+        fsdp_run(&code, "2>&1", "train %s --text %s --ranks 1 --batch-size %d --dump-params %s",
+                 flags, text, global, one);
+    cr_assert_eq(code, 0, "%s", a);
+    char *b =
+        fsdp_run(&code, "2>&1", "train %s --text %s --ranks 4 --batch-size %d --dump-params %s",
+                 flags, text, global / 4, four);
+    cr_assert_eq(code, 0, "%s", b);
+    double d = dump_rel_diff(four, one);
+    cr_expect_leq(d, 1e-5, "4 ranks against 1: relative L2 %.3g", d);
+    double first, last;
+    first_last_loss(a, &first, &last);
+    cr_expect(fabs(first - log(256.0)) < 0.05, "first loss %g, not ln 256", first);
+    cr_expect_lt(last, first - drop, "it learned: %g -> %g", first, last);
+    free(a);
+    free(b);
+}
+
 /* Invariant 1 through the whole command: the same text, 8 sequences a step, on 1 rank and on
  * 4 (zero3), end at parameters within 1e-5 of each other (--dump-params); the loss starts at
  * ln 256 = 5.545 (a fresh model spreads its bets evenly over the bytes) and falls. */
@@ -38,26 +63,9 @@ Test(lm_train, one_rank_and_four_learn_the_same_parameters) {
     write_text(dir, "text.txt", text, sizeof text);
     snprintf(one, sizeof one, "%s/one.txt", dir);
     snprintf(four, sizeof four, "%s/four.txt", dir);
-    const char *shape = "--layers 2 --hidden 32 --heads 4 --mlp 64 --seq 32 --steps 30 --json";
-    int code;
-    char *a = fsdp_run(&code, "2>&1",
-                       "train --model transformer --text %s %s --ranks 1 "
-                       "--batch-size 8 --dump-params %s",
-                       text, shape, one);
-    cr_assert_eq(code, 0, "%s", a);
-    char *b = fsdp_run(&code, "2>&1",
-                       "train --model transformer --text %s %s --ranks 4 "
-                       "--batch-size 2 --dump-params %s",
-                       text, shape, four);
-    cr_assert_eq(code, 0, "%s", b);
-    double d = dump_rel_diff(four, one);
-    cr_expect_leq(d, 1e-5, "4 ranks against 1: relative L2 %.3g", d);
-    double first, last;
-    first_last_loss(a, &first, &last);
-    cr_expect(fabs(first - log(256.0)) < 0.05, "first loss %g, not ln 256", first);
-    cr_expect_lt(last, first - 2.0, "it learned: %g -> %g", first, last);
-    free(a);
-    free(b);
+    expect_one_and_four_learn_alike("--model transformer --layers 2 --hidden 32 --heads 4 --mlp 64 "
+                                    "--seq 32 --steps 30 --json",
+                                    text, 8, one, four, 2.0);
     remove_test_dir(dir);
 }
 
@@ -154,23 +162,10 @@ Test(lm_train, llama_learns_alike_at_any_world_size_and_resumes_at_another) {
     snprintf(ck, sizeof ck, "%s/ck", dir);
     const char *shape = "--model llama --layers 2 --hidden 32 --heads 4 --kv-heads 2 --mlp 48 "
                         "--seq 32 --json";
+    char twelve[256];
+    snprintf(twelve, sizeof twelve, "%s --steps 12", shape);
+    expect_one_and_four_learn_alike(twelve, text, 12, one, four, 1.0);
     int code;
-    char *a = fsdp_run(&code, "2>&1",
-                       "train %s --text %s --steps 12 --ranks 1 --batch-size 12 "
-                       "--dump-params %s",
-                       shape, text, one);
-    cr_assert_eq(code, 0, "%s", a);
-    char *b = fsdp_run(&code, "2>&1",
-                       "train %s --text %s --steps 12 --ranks 4 --batch-size 3 "
-                       "--dump-params %s",
-                       shape, text, four);
-    cr_assert_eq(code, 0, "%s", b);
-    double d = dump_rel_diff(four, one);
-    cr_expect_leq(d, 1e-5, "4 ranks against 1: relative L2 %.3g", d);
-    double first, last;
-    first_last_loss(a, &first, &last);
-    cr_expect(fabs(first - log(256.0)) < 0.05, "first loss %g, not ln 256", first);
-    cr_expect_lt(last, first - 1.0, "it learned: %g -> %g", first, last);
     char *c = fsdp_run(&code, "2>&1",
                        "train %s --text %s --steps 6 --ranks 4 --batch-size 3 "
                        "--checkpoint-dir %s --checkpoint-every 6",
@@ -181,10 +176,8 @@ Test(lm_train, llama_learns_alike_at_any_world_size_and_resumes_at_another) {
                        "--checkpoint-dir %s --resume auto --dump-params %s",
                        shape, text, ck, resumed);
     cr_assert_eq(code, 0, "%s", r);
-    d = dump_rel_diff(resumed, one);
+    double d = dump_rel_diff(resumed, one);
     cr_expect_leq(d, 1e-5, "resumed at 3 ranks against 1 uninterrupted: relative L2 %.3g", d);
-    free(a);
-    free(b);
     free(c);
     free(r);
     remove_test_dir(dir);
