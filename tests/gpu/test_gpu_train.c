@@ -149,9 +149,28 @@ Test(gpu_train, the_toy_matches_the_simulator_and_records_a_trace) {
     gpu_done();
 }
 
+/* A language model's first step on the GPU against the simulator's, on a text, at batch 8 and
+ * Adam 3e-3 (set in *c): gradients, parameters after the step and the loss, held as the ViT's
+ * step is. */
+static void expect_lm_step_matches(const ModelDesc *m, const Dataset *text, FsdpConfig *c,
+                                   const char *what) {
+    fsdp_config_defaults(c);
+    c->batch_size = 8;
+    c->lr = 3e-3f;
+    Losses gl, sl;
+    float *gg, *sg;
+    float *g = train(m, text, *c, 1, 1, &gl, NULL, &gg);
+    float *s = train(m, text, *c, 1, 0, &sl, NULL, &sg);
+    gpu_expect_close(gg, sg, m->total_numel, 1e-5, fmt_text("%s: first step's gradients", what));
+    gpu_expect_params_close(g, s, m->total_numel, 1e-5, 2.0 * c->lr,
+                            fmt_text("%s: parameters after one step", what));
+    cr_expect(fabsf(gl.first - sl.first) <= 1e-5f * sl.first, "%s loss: gpu %.6f, sim %.6f", what,
+              (double)gl.first, (double)sl.first);
+    free(gg), free(sg), free(g), free(s);
+}
+
 /* The transformer on a text: its first step on the GPU matches the simulator's (the causal
- * attention, the embedding's scatter-add, the LM head and its loss; held as the ViT's step is),
- * and twenty steps learn. */
+ * attention, the embedding's scatter-add, the LM head and its loss), and twenty steps learn. */
 Test(gpu_train, a_transformer_step_matches_the_simulator_and_learns, .timeout = 120) {
     gpu_or_skip();
     TransformerConfig tc = lm_small_config();
@@ -161,22 +180,12 @@ Test(gpu_train, a_transformer_step_matches_the_simulator_and_learns, .timeout = 
     Dataset text;
     text_test_data(&text, tc.seq);
     FsdpConfig c;
-    fsdp_config_defaults(&c);
-    c.batch_size = 8;
-    c.lr = 3e-3f;
-    Losses gl, sl;
-    float *gg, *sg;
-    float *g = train(&m, &text, c, 1, 1, &gl, NULL, &gg);
-    float *s = train(&m, &text, c, 1, 0, &sl, NULL, &sg);
-    gpu_expect_close(gg, sg, m.total_numel, 1e-5, "gradients of the first step");
-    gpu_expect_params_close(g, s, m.total_numel, 1e-5, 2.0 * c.lr, "parameters after one step");
-    cr_expect(fabsf(gl.first - sl.first) <= 1e-5f * sl.first, "loss: gpu %.6f, sim %.6f",
-              (double)gl.first, (double)sl.first);
-    free(g);
-    g = train(&m, &text, c, 20, 1, &gl, NULL, NULL);
+    expect_lm_step_matches(&m, &text, &c, "transformer");
+    Losses gl;
+    float *g = train(&m, &text, c, 20, 1, &gl, NULL, NULL);
     cr_expect_lt(gl.last, gl.first - 1.0f, "loss %.4f -> %.4f in 20 steps", (double)gl.first,
                  (double)gl.last);
-    free(gg), free(sg), free(g), free(s);
+    free(g);
     model_desc_free(&m);
     gpu_done();
 }
@@ -195,20 +204,7 @@ Test(gpu_train, flash_and_llama_steps_match_the_simulator) {
         Dataset text;
         text_test_data(&text, tc.seq);
         FsdpConfig c;
-        fsdp_config_defaults(&c);
-        c.batch_size = 8;
-        c.lr = 3e-3f;
-        Losses gl, sl;
-        float *gg, *sg;
-        float *g = train(&m, &text, c, 1, 1, &gl, NULL, &gg);
-        float *s = train(&m, &text, c, 1, 0, &sl, NULL, &sg);
-        const char *what = llama ? "llama" : "gpt with flash";
-        gpu_expect_close(gg, sg, m.total_numel, 1e-5, fmt_text("%s: first step's gradients", what));
-        gpu_expect_params_close(g, s, m.total_numel, 1e-5, 2.0 * c.lr,
-                                fmt_text("%s: parameters after one step", what));
-        cr_expect(fabsf(gl.first - sl.first) <= 1e-5f * sl.first, "%s loss: gpu %.6f, sim %.6f",
-                  what, (double)gl.first, (double)sl.first);
-        free(gg), free(sg), free(g), free(s);
+        expect_lm_step_matches(&m, &text, &c, llama ? "llama" : "gpt with flash");
         model_desc_free(&m);
     }
     gpu_done();
