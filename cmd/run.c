@@ -163,66 +163,58 @@ static int resolve_resume(TrainRun *t, Err *err) {
     return checkpoint_latest(t->args.ckpt_dir, t->resume, sizeof t->resume, err);
 }
 
-/* A run directory's resumed run rewrites its config.json before the ranks load the checkpoint:
- * one that will not load is refused first, the directory as it was. */
-static int check_resume_for_run_dir(const TrainRun *t, Err *err) {
-    if (!t->args.run_dir || !t->resume[0]) return 0;
-    CkptMeta meta;
-    int rc = ckpt_meta_read(&meta, t->resume, &t->model, err);
-    ckpt_meta_free(&meta);
-    return rc;
-}
-
 /* A resumed run holds out what the checkpoint's run held out: more would validate on images it
  * trained on, fewer would train on images it validated on, and either changes every epoch's
- * shuffle. Read here, before anything runs, so that a mismatch (or a damaged meta.json) is one
- * line and exit 2. */
-static int check_resumed_held_out(const TrainRun *t, Err *err) {
+ * shuffle. */
+static int held_out_matches(const TrainRun *t, const CkptMeta *m, Err *err) {
     const TrainArgs *a = &t->args;
-    if (!t->resume[0]) return 0;
-    CkptMeta m;
-    int rc = ckpt_meta_read(&m, t->resume, &t->model, err);
-    if (!rc && m.held_out != a->val_size && !m.held_out)
-        rc = err_set(err, ERR_USAGE,
-                     "%s was trained on every image of its split; --val-size %ld would validate on "
-                     "images it trained on (resume it without --val-size, or start afresh)",
-                     t->resume, a->val_size);
-    else if (!rc && m.held_out != a->val_size && a->val_size)
-        rc = err_set(err, ERR_USAGE,
-                     "%s was trained with the split's last %ld images held out: resume it with "
-                     "--val-size %ld, not %ld",
-                     t->resume, m.held_out, m.held_out, a->val_size);
-    else if (!rc && m.held_out != a->val_size)
-        rc = err_set(err, ERR_USAGE,
-                     "%s was trained with the split's last %ld images held out: resume it with "
-                     "--val-size %ld, or it would train on them",
-                     t->resume, m.held_out, m.held_out);
-    ckpt_meta_free(&m);
-    return rc;
+    if (m->held_out == a->val_size) return 0;
+    if (!m->held_out)
+        return err_set(err, ERR_USAGE,
+                       "%s was trained on every image of its split; --val-size %ld would validate "
+                       "on images it trained on (resume it without --val-size, or start afresh)",
+                       t->resume, a->val_size);
+    if (a->val_size)
+        return err_set(err, ERR_USAGE,
+                       "%s was trained with the split's last %ld images held out: resume it with "
+                       "--val-size %ld, not %ld",
+                       t->resume, m->held_out, m->held_out, a->val_size);
+    return err_set(err, ERR_USAGE,
+                   "%s was trained with the split's last %ld images held out: resume it with "
+                   "--val-size %ld, or it would train on them",
+                   t->resume, m->held_out, m->held_out);
 }
 
 /* A resumed run follows the learning-rate curve of the run it resumes: the rate at every step
  * depends on the schedule and, for cosine and linear, on the run's length, so other flags (or
  * another --epochs) would jump to another curve mid-run. PyTorch's scheduler state_dict keeps
  * the same; here a mismatch is one line and exit 2 rather than a silent choice of either. */
-static int check_resumed_lr_curve(const TrainRun *t, Err *err) {
+static int lr_curve_matches(const TrainRun *t, const CkptMeta *m, Err *err) {
     const TrainArgs *a = &t->args;
+    LrCurve run = {.schedule = a->fsdp.lr_schedule, .lr = a->fsdp.lr, .total_steps = a->steps};
+    LrCurve saved = m->has_lr_curve ? m->lr_curve : (LrCurve){.lr = run.lr};
+    if ((!m->has_lr_curve && !lr_schedule_varies(&run.schedule)) || lr_curve_same(&saved, &run))
+        return 0;
+    char was[256], asks[256];
+    report_lr_curve_flags(was, sizeof was, &saved);
+    report_lr_curve_flags(asks, sizeof asks, &run);
+    return err_set(err, ERR_USAGE,
+                   "%s was trained with %s%s; this run asks for %s: resume it with the same "
+                   "schedule and length, or start afresh",
+                   t->resume, m->has_lr_curve ? was : "a constant rate",
+                   m->has_lr_curve ? "" : " (no schedule recorded)", asks);
+}
+
+/* The checkpoint a run resumes, read once before anything runs or is written (a run directory's
+ * config.json is rewritten before the ranks load it): a damaged meta.json, or one whose held-out
+ * samples or learning-rate curve are not this run's, is one line and exit 2, the directory as it
+ * was. */
+static int check_resumed_checkpoint(const TrainRun *t, Err *err) {
     if (!t->resume[0]) return 0;
     CkptMeta m;
     int rc = ckpt_meta_read(&m, t->resume, &t->model, err);
-    LrCurve run = {.schedule = a->fsdp.lr_schedule, .lr = a->fsdp.lr, .total_steps = a->steps};
-    LrCurve saved = m.has_lr_curve ? m.lr_curve : (LrCurve){.lr = run.lr};
-    if (!rc && (m.has_lr_curve || lr_schedule_varies(&run.schedule)) &&
-        !lr_curve_same(&saved, &run)) {
-        char was[256], asks[256];
-        report_lr_curve_flags(was, sizeof was, &saved);
-        report_lr_curve_flags(asks, sizeof asks, &run);
-        rc = err_set(err, ERR_USAGE,
-                     "%s was trained with %s%s; this run asks for %s: resume it with the same "
-                     "schedule and length, or start afresh",
-                     t->resume, m.has_lr_curve ? was : "a constant rate",
-                     m.has_lr_curve ? "" : " (no schedule recorded)", asks);
-    }
+    if (!rc) rc = held_out_matches(t, &m, err);
+    if (!rc) rc = lr_curve_matches(t, &m, err);
     ckpt_meta_free(&m);
     return rc;
 }
@@ -416,9 +408,7 @@ int run_prepare(TrainRun *t, Err *err) {
     if ((rc = run_dir_prepare(a, !t->quiet_rank, err))) return rc; /* the outputs' folder */
     if ((rc = check_outputs(a, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
-    if ((rc = check_resume_for_run_dir(t, err))) return rc;
-    if ((rc = check_resumed_held_out(t, err))) return rc;
-    if ((rc = check_resumed_lr_curve(t, err))) return rc;
+    if ((rc = check_resumed_checkpoint(t, err))) return rc;
     if ((rc = read_best(t, err))) return rc;
     if (t->quiet_rank) return 0;
     if ((rc = atomic_open(&t->dump, a->dump_params, err))) return rc;
