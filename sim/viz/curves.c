@@ -197,12 +197,7 @@ int curves_svg_write(const CurvesSvg *c, FILE *f, Err *err) {
     int panels = c->naccuracy > 0 ? 2 : 1;
     int height = CURVES_PANELS_TOP + panels * CURVES_PANEL + 8;
     long last_step = axis_end(c);
-    fprintf(f,
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-            "<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
-            CURVES_WIDTH, height, CURVES_WIDTH, height, CURVES_WIDTH, height);
+    svg_begin(f, CURVES_WIDTH, height);
     fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"17\" font-weight=\"bold\">", CURVES_LEFT);
     svg_text(f, c->title ? c->title : "training curves");
     fprintf(f,

@@ -514,12 +514,7 @@ int memory_svg_write(const MemoryTimeline *mt, const MemorySvgOptions *o, FILE *
     int more = mt->nranks - shown;
     int height = (int)panels_top + shown * SVG_PANEL + (more > 0 ? 24 : 0) + 8;
 
-    fprintf(f,
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
-            "<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
-            SVG_WIDTH, height, SVG_WIDTH, height, SVG_WIDTH, height);
+    svg_begin(f, SVG_WIDTH, height);
     fprintf(f, "<text x=\"%d\" y=\"26\" font-size=\"17\" font-weight=\"bold\">", SVG_LEFT);
     if (o->title)
         svg_text(f, o->title);

@@ -51,3 +51,12 @@ int svg_decimals_for(double step) {
     int d = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
     return d > 6 ? 6 : d;
 }
+
+void svg_begin(FILE *f, int width, int height) {
+    fprintf(f,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+            "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
+            "<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>\n",
+            width, height, width, height, width, height);
+}

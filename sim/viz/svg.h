@@ -9,6 +9,10 @@
  * U+FFFD and control characters (which XML 1.0 forbids) by spaces, so any title renders. */
 void svg_text(FILE *f, const char *text);
 
+/* A picture's start: the XML declaration, the <svg> element of width x height (its viewBox the
+ * same, sans-serif text) and a white background. The caller closes it with "</svg>". */
+void svg_begin(FILE *f, int width, int height);
+
 /* Round numbers for axis ticks: 1, 2 or 5 times a power of ten, at least x (1 for x <= 0). */
 double svg_nice_step(double x);
 
