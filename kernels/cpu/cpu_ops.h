@@ -53,6 +53,11 @@ int cpu_split_count(size_t work, size_t min_work);
 void cpu_split_range(size_t count, size_t align, int t, int n, size_t *begin, size_t *end);
 void cpu_parallel(int n, CpuPoolFn fn, void *ctx);
 
+/* memcpy of `bytes` (0: nothing), split over the bound pool when large (kernels_cpu.c): the op
+ * table's copies, like-typed casts and zeroing go through it, and so do the simulator's
+ * collectives, which run on the rank's thread. */
+void cpu_copy(void *dst, const void *src, size_t bytes);
+
 void cpu_linear_forward(float *out, const float *in, const float *w, const float *b, size_t M,
                         size_t K, size_t N);
 void cpu_bias_grad(float *db, const float *dout, size_t rows, size_t cols, size_t stride);

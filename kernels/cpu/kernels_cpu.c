@@ -7,11 +7,58 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Copies and zeroing of at least COPY_MIN_BYTES a task are split over the bound pool in byte
+ * ranges cut at cache lines. The engine packs and unpacks a unit's parameters and gradients
+ * around every collective with these ops, and at 1 rank run serially they were 9% of vit-tiny's
+ * step outside any pool run (the pool's second thread idle, often asleep by the next op); split,
+ * they take half the wall time and the step 2-3% less (bench/RESULTS.md, issue 28). */
+#define COPY_MIN_BYTES ((size_t)1 << 16)
+enum { CACHE_LINE = 64 };
+
+typedef struct CopyArgs {
+    char *dst;
+    const char *src; /* NULL: zero dst */
+    size_t bytes;
+} CopyArgs;
+
+static void copy_task(void *ctx, int t, int n) {
+    const CopyArgs *a = ctx;
+    size_t b0, b1;
+    cpu_split_range(a->bytes, CACHE_LINE, t, n, &b0, &b1);
+    if (b1 <= b0) return;
+    if (a->src)
+        memcpy(a->dst + b0, a->src + b0, b1 - b0);
+    else
+        memset(a->dst + b0, 0, b1 - b0);
+}
+
+void cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0) return; /* memcpy with NULL is undefined even for 0 bytes */
+    const int n = cpu_split_count(bytes, COPY_MIN_BYTES);
+    if (n == 1) {
+        memcpy(dst, src, bytes);
+        return;
+    }
+    CopyArgs a = {.dst = dst, .src = src, .bytes = bytes};
+    cpu_parallel(n, copy_task, &a);
+}
+
+static void zero_split(void *dst, size_t bytes) {
+    if (bytes == 0) return;
+    const int n = cpu_split_count(bytes, COPY_MIN_BYTES);
+    if (n == 1) {
+        memset(dst, 0, bytes);
+        return;
+    }
+    CopyArgs a = {.dst = dst, .bytes = bytes};
+    cpu_parallel(n, copy_task, &a);
+}
+
 static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
-    if (n == 0) return; /* memcpy with NULL is undefined even for 0 bytes */
+    if (n == 0) return;
     /* Same type is a copy; this also keeps bf16/fp16 NaN payloads bit-exact. */
     if (dst_type == src_type) {
-        memcpy(dst, src, n * dtype_size(dst_type));
+        cpu_copy(dst, src, n * dtype_size(dst_type));
         return;
     }
     /* every pair goes through fp32: widening to fp32 is exact, so the result is rounded once */
@@ -19,15 +66,15 @@ static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type,
 }
 
 static void cpu_zero(float *x, size_t n) {
-    if (n) memset(x, 0, n * sizeof *x);
+    zero_split(x, n * sizeof *x);
 }
 
 static void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
-    if (bytes) memcpy(dst, src, bytes);
+    cpu_copy(dst, src, bytes);
 }
 
 static void cpu_zero_bytes(void *dst, size_t bytes) {
-    if (bytes) memset(dst, 0, bytes);
+    zero_split(dst, bytes);
 }
 
 static void cpu_scale(float *x, float s, size_t n) {

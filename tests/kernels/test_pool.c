@@ -444,6 +444,47 @@ static void check_elementwise(int threads) {
 
 POOL_TESTS(elementwise)
 
+/* Copies, zeroing and like-typed casts of the op table (and cpu_copy, which the simulator's
+ * collectives use), split over the pool: every byte as memcpy and memset leave it, at ragged
+ * lengths and offsets that cut no range at a cache line, with the bytes around untouched. */
+static void check_copies(int threads) {
+    const size_t sizes[] = {(1u << 20) + 3, 3 * (1u << 16) + 17};
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        const size_t n = sizes[s], pad = 64;
+        unsigned char *src = malloc(n + pad), *want = malloc(n + 2 * pad);
+        unsigned char *got[4];
+        for (size_t i = 0; i < n + pad; i++) src[i] = (unsigned char)(i * 131u + 7u);
+        for (int k = 0; k < 4; k++) {
+            got[k] = malloc(n + 2 * pad);
+            memset(got[k], 0xa5, n + 2 * pad);
+        }
+        CpuPool *p = bind_pool(threads);
+        unsigned long before = cpu_pool_runs(p);
+        K->copy_bytes(got[0] + 5, src + 3, n);
+        cpu_copy(got[1] + 1, src + 9, n);
+        K->zero_bytes(got[2] + 7, n);
+        K->cast(got[3] + 2, DTYPE_BF16, src + 1, DTYPE_BF16, n / 2);
+        end_side(p, before, 4, "copies");
+        memset(want, 0xa5, n + 2 * pad);
+        memcpy(want + 5, src + 3, n);
+        cr_assert(!memcmp(got[0], want, n + 2 * pad), "copy_bytes, pool of %d", threads);
+        memset(want, 0xa5, n + 2 * pad);
+        memcpy(want + 1, src + 9, n);
+        cr_assert(!memcmp(got[1], want, n + 2 * pad), "cpu_copy, pool of %d", threads);
+        memset(want, 0xa5, n + 2 * pad);
+        memset(want + 7, 0, n);
+        cr_assert(!memcmp(got[2], want, n + 2 * pad), "zero_bytes, pool of %d", threads);
+        memset(want, 0xa5, n + 2 * pad);
+        memcpy(want + 2, src + 1, n / 2 * 2);
+        cr_assert(!memcmp(got[3], want, n + 2 * pad), "cast bf16 to bf16, pool of %d", threads);
+        for (int k = 0; k < 4; k++) free(got[k]);
+        free(src);
+        free(want);
+    }
+}
+
+POOL_TESTS(copies)
+
 static void check_attention(int threads) {
     /* B, T, C, heads: vit-tiny's, then odd pair counts and a longer sequence */
     const size_t shapes[][4] = {{64, 17, 128, 2}, {13, 17, 96, 3}, {5, 50, 64, 1}};
@@ -511,6 +552,8 @@ Test(pool_ops, small_ops_are_not_split) {
     K->add(y, y, x, 64);
     K->linear_forward(y, x, w, NULL, 8, 8, 8);
     K->linear_backward(y, dw, NULL, d, x, w, 8, 8, 8);
+    K->copy_bytes(y, x, sizeof x);
+    K->zero(dw, 64 * 8);
     cr_assert_eq(cpu_pool_runs(p), 0);
     unbind_pool(p);
 }
