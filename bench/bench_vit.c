@@ -16,7 +16,8 @@
 
 /* Runs one rank at the global batch and `ranks` ranks at global batch / ranks each, the same math
  * split differently, so their ratio is the engine's cost of sharding. Each repeat runs both and
- * then times the model's GEMMs alone, so a machine whose speed drifts moves all three together.
+ * then times the model's GEMMs alone (on one thread, on the pool of one rank, and on the pool
+ * with each Linear on its own buffers), so a machine whose speed drifts moves them together.
  * Prints one JSON line per configuration and one for the GEMMs, so `make bench-vs-torch` can set
  * them beside PyTorch's.
  *
@@ -130,39 +131,49 @@ static void gemm_buffers_free(GemmBuffers *g) {
 
 /* Seconds for one step's GEMMs through the CPU op table's linear_forward and linear_backward
  * (no biases), on the calling thread's bound pool (none: one sgemm call per GEMM, OpenBLAS on
- * one thread). The forward's output stands in for the backward's dout. */
+ * one thread); Linear i works on buffers g[i]. The forward's output stands in for the
+ * backward's dout. */
 static double time_step_gemms(const LinearShape *lin, int n, GemmBuffers *g) {
     const Kernels *k = &kernels_cpu;
     const double start = clock_seconds();
     for (int i = 0; i < n; i++)
-        k->linear_forward(g->out, g->in, g->w, NULL, lin[i].M, lin[i].K, lin[i].N);
+        k->linear_forward(g[i].out, g[i].in, g[i].w, NULL, lin[i].M, lin[i].K, lin[i].N);
     for (int i = n - 1; i >= 0; i--)
-        k->linear_backward(lin[i].has_din ? g->din : NULL, g->dw, NULL, g->out, g->in, g->w,
-                           lin[i].M, lin[i].K, lin[i].N);
+        k->linear_backward(lin[i].has_din ? g[i].din : NULL, g[i].dw, NULL, g[i].out, g[i].in,
+                           g[i].w, lin[i].M, lin[i].K, lin[i].N);
     return clock_seconds() - start;
 }
 
 /* GFLOP/s of the model's GEMMs at batch B (`steps` steps' worth, after one untimed), with the
- * op table's work split over a pool of `threads` threads (1: OpenBLAS alone, one thread). */
-static double gemm_gflops(const VitConfig *c, size_t B, int threads, int steps) {
+ * op table's work split over a pool of `threads` threads (1: OpenBLAS alone, one thread).
+ * Shared buffers: every Linear reuses one set, so its operands are in cache whenever it runs,
+ * the GEMMs' best case. Otherwise (`own_buffers`) each Linear has its own inputs, weights,
+ * outputs and gradients, as a training step holds them, about 70 MB at batch 64, so that by the
+ * time a Linear runs again its operands have left the caches: the case of the model's backward,
+ * which reads what forward stored long before. */
+static double gemm_gflops(const VitConfig *c, size_t B, int threads, int steps, int own_buffers) {
     static LinearShape lin[MAX_LINEARS];
-    const int n = vit_linears(c, B, lin);
+    static GemmBuffers bufs[MAX_LINEARS];
+    const int n = vit_linears(c, B, lin), sets = own_buffers ? n : 1;
     double flops = 0.0;
     for (int i = 0; i < n; i++) flops += linear_step_flops(&lin[i]);
-    GemmBuffers g;
     CpuPool *pool = threads > 1 ? cpu_pool_create(threads) : NULL;
-    if (gemm_buffers_alloc(&g, lin, n) || (threads > 1 && !pool)) {
+    int rc = threads > 1 && !pool;
+    for (int i = 0; i < sets; i++)
+        rc = rc || gemm_buffers_alloc(&bufs[i], own_buffers ? &lin[i] : lin, own_buffers ? 1 : n);
+    if (rc) {
         fprintf(stderr, "bench_vit: out of memory for the GEMM timing\n");
         exit(1);
     }
+    for (int i = sets; i < n; i++) bufs[i] = bufs[0];
     kernels_cpu_set_threads(1);
     kernels_cpu_use_pool(pool);
-    time_step_gemms(lin, n, &g);
+    time_step_gemms(lin, n, bufs);
     double seconds = 0.0;
-    for (int s = 0; s < steps; s++) seconds += time_step_gemms(lin, n, &g);
+    for (int s = 0; s < steps; s++) seconds += time_step_gemms(lin, n, bufs);
     kernels_cpu_use_pool(NULL);
     cpu_pool_destroy(pool);
-    gemm_buffers_free(&g);
+    for (int i = 0; i < sets; i++) gemm_buffers_free(&bufs[i]);
     return flops * steps / seconds / 1e9;
 }
 
@@ -206,14 +217,16 @@ int main(int argc, char **argv) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int pool = cores > 1 ? (int)cores : 1; /* the pool one rank runs its kernels on */
     const double step_flops = vit_step_flops(&c, (size_t)global);
-    static double rates[2][99], gemm1[99], gemm_pool[99];
+    static double rates[2][99], gemm1[99], gemm_pool[99], gemm_own[99];
     for (int i = 0; i < repeats; i++) {
         for (int k = 0; k < ncases; k++)
             rates[k][i] = images_per_s(&m, &d, cases[k], global / cases[k], steps, warmup);
-        gemm1[i] = gemm_gflops(&c, (size_t)global, 1, 10);
-        gemm_pool[i] = pool > 1 ? gemm_gflops(&c, (size_t)global, pool, 10) : gemm1[i];
+        gemm1[i] = gemm_gflops(&c, (size_t)global, 1, 10, 0);
+        gemm_pool[i] = pool > 1 ? gemm_gflops(&c, (size_t)global, pool, 10, 0) : gemm1[i];
+        gemm_own[i] = gemm_gflops(&c, (size_t)global, pool, 10, 1);
     }
     const double g1 = median_of(gemm1, repeats), gp = median_of(gemm_pool, repeats);
+    const double gown = median_of(gemm_own, repeats);
     const double gemm_best = gp > g1 ? gp : g1;
     for (int k = 0; k < ncases; k++) {
         double *r = rates[k];
@@ -227,8 +240,8 @@ int main(int argc, char **argv) {
     }
     printf("{\"impl\":\"openblas_sgemm\",\"model\":\"vit-tiny\",\"batch\":%d,"
            "\"gflop_per_step\":%.3f,\"gflops_1_thread\":%.1f,\"gflops_pool\":%.1f,"
-           "\"pool_threads\":%d,\"openblas\":\"%s\"}\n",
-           global, step_flops / 1e9, g1, gp, pool, openblas_get_corename());
+           "\"gflops_pool_own_buffers\":%.1f,\"pool_threads\":%d,\"openblas\":\"%s\"}\n",
+           global, step_flops / 1e9, g1, gp, gown, pool, openblas_get_corename());
     fflush(stdout);
     dataset_free(&d);
     model_desc_free(&m);

@@ -6,7 +6,7 @@ model's GEMMs alone through OpenBLAS) and then bench/torch_vit_cpu.py once (torc
 model at each thread count), so a machine whose speed drifts moves both sides alike. Prints
 every round's figures, then the medians, the ratios taken round by round (fsdp 1 rank against
 PyTorch's best thread count, N ranks against 1 rank) and the model's FLOP rate beside OpenBLAS's
-at the model's own shapes.
+at the model's own shapes (operands in cache, and each Linear on its own buffers).
 
     /usr/bin/python3 bench/bench_vs_torch.py --bench build/bench_vit --rounds 5
 """
@@ -58,6 +58,7 @@ def summarize(rounds, ranks):
     torch = {t: [r["torch"][t]["images_per_s_median"] for r in rounds] for t in torch_threads}
     gemm1 = [r["gemm"]["gflops_1_thread"] for r in rounds]
     gemmp = [r["gemm"]["gflops_pool"] for r in rounds]
+    gemmo = [r["gemm"]["gflops_pool_own_buffers"] for r in rounds]
     mflop = rounds[0]["fsdp"][1]["mflop_per_image"]
     fmt = lambda xs: ", ".join(f"{x:.0f}" for x in xs)  # noqa: E731
     print(f"\nmedians of {len(rounds)} interleaved rounds (images/s; each round's figures after "
@@ -87,6 +88,9 @@ def summarize(rounds, ranks):
           f"{median(gemm1):.1f} GFLOP/s on 1 thread, {median(gemmp):.1f} on the pool of "
           f"{rounds[0]['gemm']['pool_threads']} ({rounds[0]['gemm']['openblas']} kernels): "
           f"{100 * median(model) / ref:.0f}% of the better")
+    print(f"  the same GEMMs on the pool with every Linear on its own buffers, as a step holds "
+          f"them (its operands out of cache when it runs again): {median(gemmo):.1f} GFLOP/s; "
+          f"the model at {100 * median(model) / median(gemmo):.0f}% of that")
 
 
 def main():
@@ -106,6 +110,7 @@ def main():
         rounds.append(r)
         line = " ".join(f"fsdp{n}={j['images_per_s_median']:.0f}" for n, j in r["fsdp"].items())
         line += f" gemm1={r['gemm']['gflops_1_thread']:.0f} gemm_pool={r['gemm']['gflops_pool']:.0f}"
+        line += f" gemm_own={r['gemm']['gflops_pool_own_buffers']:.0f}"
         line += "".join(f" torch{t}={j['images_per_s_median']:.0f}" for t, j in r["torch"].items())
         print(f"round {i + 1}: {line}", flush=True)
     summarize(rounds, args.ranks)
