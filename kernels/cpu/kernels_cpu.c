@@ -32,26 +32,15 @@ static void copy_task(void *ctx, int t, int n) {
         memset(a->dst + b0, 0, b1 - b0);
 }
 
-void cpu_copy(void *dst, const void *src, size_t bytes) {
+/* dst's bytes from src, or zeroed where src is NULL. */
+static void split_bytes(void *dst, const void *src, size_t bytes) {
     if (bytes == 0) return; /* memcpy with NULL is undefined even for 0 bytes */
-    const int n = cpu_split_count(bytes, COPY_MIN_BYTES);
-    if (n == 1) {
-        memcpy(dst, src, bytes);
-        return;
-    }
     CopyArgs a = {.dst = dst, .src = src, .bytes = bytes};
-    cpu_parallel(n, copy_task, &a);
+    cpu_parallel(cpu_split_count(bytes, COPY_MIN_BYTES), copy_task, &a);
 }
 
-static void zero_split(void *dst, size_t bytes) {
-    if (bytes == 0) return;
-    const int n = cpu_split_count(bytes, COPY_MIN_BYTES);
-    if (n == 1) {
-        memset(dst, 0, bytes);
-        return;
-    }
-    CopyArgs a = {.dst = dst, .bytes = bytes};
-    cpu_parallel(n, copy_task, &a);
+void cpu_copy(void *dst, const void *src, size_t bytes) {
+    split_bytes(dst, src, bytes);
 }
 
 static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
@@ -66,7 +55,7 @@ static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type,
 }
 
 static void cpu_zero(float *x, size_t n) {
-    zero_split(x, n * sizeof *x);
+    split_bytes(x, NULL, n * sizeof *x);
 }
 
 static void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
@@ -74,7 +63,7 @@ static void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
 }
 
 static void cpu_zero_bytes(void *dst, size_t bytes) {
-    zero_split(dst, bytes);
+    split_bytes(dst, NULL, bytes);
 }
 
 static void cpu_scale(float *x, float s, size_t n) {
