@@ -210,6 +210,14 @@ static int threads_per_rank(void) {
     return cores > local ? (int)(cores / local) : 1;
 }
 
+/* Whether a rank that ends with error `rc` prints it: all do, but for a usage error or a
+ * divergence, which every rank meets alike and rank 0 alone prints (cmd/train.c). Only a rank
+ * that prints may tell the others to keep quiet: a silent rank that did could end a diverged
+ * job with no line at all, rank 0 stopped by mpirun (and keeping quiet) before it printed. */
+static int says_why(int rank, int rc) {
+    return rank == 0 || (rc != ERR_USAGE && rc != ERR_DIVERGED);
+}
+
 static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg, Err *err) {
     (void)self;
     kernels_cpu_set_threads(1);
@@ -217,7 +225,7 @@ static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg,
     CpuPool *pool = threads > 1 ? cpu_pool_create(threads) : NULL;
     kernels_cpu_use_pool(pool);
     int rc = fn(env, arg, err);
-    if (rc) tell_peers_this_rank_says_why();
+    if (rc && says_why(env->rank, rc)) tell_peers_this_rank_says_why();
     kernels_cpu_use_pool(NULL);
     cpu_pool_destroy(pool);
     return rc;
