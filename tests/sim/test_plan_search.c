@@ -157,6 +157,12 @@ static cJSON *search_json(const char *args) {
     return doc;
 }
 
+/* The ranked rows of a search's JSON ("search": {"best": [...]}). */
+static const cJSON *search_rows(const cJSON *doc) {
+    return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"),
+                                            "best");
+}
+
 static double number(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     cr_assert(cJSON_IsNumber(v), "no %s", key);
@@ -173,8 +179,7 @@ static const char *text(const cJSON *o, const char *key) {
  * step time, fits, and says its largest batch is the row's. */
 Test(plan_cli, each_searched_row_plans_alone_with_its_printed_flags) {
     cJSON *doc = search_json("plan --model vit-tiny --gpus 4 --gpu-mem 0.05 --search --top 6");
-    const cJSON *best =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"), "best");
+    const cJSON *best = search_rows(doc);
     cr_assert_eq(cJSON_GetArraySize(best), 6);
     double first = 0;
     const cJSON *row;
@@ -201,8 +206,7 @@ Test(plan_cli, each_searched_row_plans_alone_with_its_printed_flags) {
 /* For a model ./fsdp train builds, the rows are train's command lines: each trains a step. */
 Test(plan_cli, searched_train_flags_run) {
     cJSON *doc = search_json("plan --model vit-tiny --gpus 4 --search --global-batch 64 --top 2");
-    const cJSON *best =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"), "best");
+    const cJSON *best = search_rows(doc);
     cr_assert_eq(cJSON_GetArraySize(best), 2);
     const cJSON *row;
     cJSON_ArrayForEach(row, best) {
@@ -220,8 +224,7 @@ Test(plan_cli, searched_train_flags_run) {
 Test(plan_cli, given_knobs_are_kept) {
     cJSON *doc = search_json("plan --model vit-tiny --gpus 8 --gpu-mem 0.05 --search --top 50 "
                              "--strategy hsdp --offload none --param-dtype bf16");
-    const cJSON *best =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"), "best");
+    const cJSON *best = search_rows(doc);
     cr_assert_gt(cJSON_GetArraySize(best), 2);
     const cJSON *row;
     int replicas_seen = 0;
@@ -239,8 +242,7 @@ Test(plan_cli, given_knobs_are_kept) {
  * train takes: the search stops at train's bound, 2^20 a GPU. */
 Test(plan_cli, the_toy_is_searched_without_checkpointing_up_to_trains_batch_bound) {
     cJSON *doc = search_json("plan --model toy --gpus 3 --search --top 100");
-    const cJSON *best =
-        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"), "best");
+    const cJSON *best = search_rows(doc);
     cr_assert_gt(cJSON_GetArraySize(best), 0);
     const cJSON *row;
     cJSON_ArrayForEach(row, best) {
