@@ -218,6 +218,19 @@ static int says_why(int rank, int rc) {
     return rank == 0 || (rc != ERR_USAGE && rc != ERR_DIVERGED);
 }
 
+/* A quiet rank (a usage error or a divergence: rank 0 prints it) ends only after rank 0 has.
+ * mpirun stops the job as soon as one rank exits with an error: a quiet rank that exited first
+ * had rank 0 stopped before its line, and the job ended on "rank N has ended" instead (seen under
+ * load). So it waits: for mpirun's SIGTERM, sent once rank 0 has exited (rank 0's SIGUSR1 has
+ * told this one to keep quiet then), for rank 0's process to be gone where it shares this node,
+ * or at most QUIET_RANK_WAIT_S where neither can come (a launcher that lets the others run). */
+enum { QUIET_RANK_WAIT_S = 30 };
+
+static void wait_for_rank_0_to_say_why(void) {
+    struct timespec tick = {0, 20000000};
+    for (int i = 0; i < QUIET_RANK_WAIT_S * 50 && !peer_gone(0); i++) nanosleep(&tick, NULL);
+}
+
 static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg, Err *err) {
     (void)self;
     kernels_cpu_set_threads(1);
@@ -226,6 +239,7 @@ static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg,
     kernels_cpu_use_pool(pool);
     int rc = fn(env, arg, err);
     if (rc && says_why(env->rank, rc)) tell_peers_this_rank_says_why();
+    if (rc && !says_why(env->rank, rc)) wait_for_rank_0_to_say_why();
     kernels_cpu_use_pool(NULL);
     cpu_pool_destroy(pool);
     return rc;
