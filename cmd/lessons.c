@@ -400,6 +400,9 @@ static int cmd_watch(int argc, char **argv) {
 }
 
 int cmd_lessons(int argc, char **argv) {
+    if (!lessons_root())
+        return usage_error("no lessons/ in the folder of this fsdp or above it: the lessons are "
+                           "run by the fsdp built in the checkout that has them");
     if (argc == 0 || !strcmp(argv[0], "list")) {
         if (argc > 1) return usage_error("lessons list takes no arguments");
         return cmd_list();

@@ -4,6 +4,8 @@
 # A check is lessons/NN-topic/check.c (Criterion) compiled with the learner's exercise.c and
 # linked against $(BUILD)/libfsdp.a, with the same compiler, flags (sanitizers included under
 # SANITIZE=1) and libraries as the project: the runner gets them from a header this file writes.
+# No path of this checkout is written there: the runner finds its checkout from where the binary
+# is (lesson_index.c), so a copied or moved checkout checks its own lessons.
 
 # These rules come before the Makefile's `all`: keep `all` the default goal.
 LESSONS_SAVED_GOAL := $(.DEFAULT_GOAL)
@@ -28,11 +30,10 @@ $(LESSONS_ARCHIVE): $(LIB_OBJS) $(LESSONS_LIB_OBJS)
 $(LESSONS_BAKED_H): FORCE
 	@mkdir -p $(dir $@)
 	@{ echo '/* written by lessons/lessons.mk: how this build compiles and links a check */'; \
-	   echo '#define LESSONS_ROOT "$(CURDIR)"'; \
 	   echo '#define LESSONS_CC "$(CC)"'; \
 	   echo '#define LESSONS_CFLAGS "$(filter-out -MMD -MP,$(CFLAGS))"'; \
 	   echo '#define LESSONS_LDFLAGS "$(LDFLAGS)"'; \
-	   echo '#define LESSONS_ARCHIVE "$(abspath $(LESSONS_ARCHIVE))"'; \
+	   echo '#define LESSONS_ARCHIVE_IN_CHECKOUT "$(LESSONS_ARCHIVE)"'; \
 	   echo '#define LESSONS_LDLIBS "-Wl,--as-needed $(LDLIBS) -lcriterion"'; \
 	} > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@

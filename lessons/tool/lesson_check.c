@@ -320,7 +320,8 @@ static void compile_args(ArgList *a, const Lesson *l, const char *src, const cha
     snprintf(lesson_dir, sizeof lesson_dir, "-I%s/%s", lessons_dir(), l->folder);
     args_add_words(a, LESSONS_CC);
     args_add_words(a, LESSONS_CFLAGS);
-    args_add(a, "-I" LESSONS_ROOT);
+    args_add(a, "-I");
+    args_add(a, lessons_root());
     args_add(a, lesson_dir);
     args_add(a, "-c");
     args_add(a, src);
@@ -383,7 +384,7 @@ static int compile_check(const Lesson *l, const Workdir *w, CheckResult *r, Err 
         rc = err_set(err, ERR_INTERNAL,
                      "lesson %02d's own check does not build (is %s older than the sources? run "
                      "make): %s",
-                     l->number, lessons_shown_path(LESSONS_ARCHIVE), first);
+                     l->number, lessons_shown_path(lessons_archive()), first);
     }
     proc_result_free(&p);
     return rc;
@@ -400,7 +401,7 @@ static int link_check(const Workdir *w, CheckResult *r, Err *err) {
     args_add(&a, w->check_bin);
     args_add(&a, w->exercise_o);
     args_add(&a, w->check_o);
-    args_add(&a, LESSONS_ARCHIVE);
+    args_add(&a, lessons_archive());
     args_add_words(&a, LESSONS_LDLIBS);
     int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
     if (rc) return rc;
@@ -431,9 +432,9 @@ static int run_check(const Workdir *w, const char *file, CheckResult *r, Err *er
 int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *err) {
     memset(out, 0, sizeof *out);
     struct stat st;
-    if (stat(LESSONS_ARCHIVE, &st) != 0)
+    if (stat(lessons_archive(), &st) != 0)
         return err_set(err, ERR_USAGE, "%s is missing: build it with make (or make lessons)",
-                       lessons_shown_path(LESSONS_ARCHIVE));
+                       lessons_shown_path(lessons_archive()));
     if (access(file, R_OK) != 0)
         return err_set(err, ERR_USAGE, "cannot read %s: %s", lessons_shown_path(file),
                        strerror(errno));

@@ -1,10 +1,12 @@
 /* lesson_index: the lessons in order (number, folder, title, the crc32 of the shipped exercise.c)
- * and where their folders are. */
+ * and where their folders are: in the checkout the running binary belongs to. */
 #include "lessons/tool/lesson_index.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lessons_baked.h"
 
@@ -42,18 +44,56 @@ const Lesson *lesson_find(const char *name) {
     return NULL;
 }
 
+/* Whether dir is a checkout: it has the lessons' own index. */
+static int is_checkout(const char *dir) {
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/lessons/tool/lesson_index.h", dir);
+    return access(probe, R_OK) == 0;
+}
+
+/* The nearest folder at or above the running executable's (links resolved) that is a
+ * checkout, into root; 0 if none is. */
+static int find_checkout(char *root, size_t n) {
+    char exe[PATH_MAX];
+    if (!realpath("/proc/self/exe", exe)) return 0;
+    for (char *slash; (slash = strrchr(exe, '/')) && slash != exe;) {
+        *slash = 0; /* the folder above */
+        if (is_checkout(exe)) return snprintf(root, n, "%s", exe) < (int)n;
+    }
+    return 0;
+}
+
+/* Looked up once: where the executable is does not change while it runs. */
+static struct {
+    int looked, found;
+    char root[PATH_MAX], archive[PATH_MAX + 64], dir[PATH_MAX + 16];
+} home;
+
 const char *lessons_root(void) {
-    return LESSONS_ROOT;
+    if (!home.looked) {
+        home.looked = 1;
+        home.found = find_checkout(home.root, sizeof home.root);
+        snprintf(home.archive, sizeof home.archive, "%s/%s", home.root,
+                 LESSONS_ARCHIVE_IN_CHECKOUT);
+        snprintf(home.dir, sizeof home.dir, "%s/lessons", home.root);
+    }
+    return home.found ? home.root : NULL;
+}
+
+const char *lessons_archive(void) {
+    return lessons_root() ? home.archive : NULL;
 }
 
 const char *lessons_dir(void) {
     const char *env = getenv("FSDP_LESSONS_DIR");
-    return env && *env ? env : LESSONS_ROOT "/lessons";
+    if (env && *env) return env;
+    return lessons_root() ? home.dir : NULL;
 }
 
 const char *lessons_shown_path(const char *path) {
-    size_t n = strlen(LESSONS_ROOT);
-    if (!strncmp(path, LESSONS_ROOT, n) && path[n] == '/') return path + n + 1;
+    const char *root = lessons_root();
+    size_t n = root ? strlen(root) : 0;
+    if (root && !strncmp(path, root, n) && path[n] == '/') return path + n + 1;
     return path;
 }
 

@@ -21,11 +21,15 @@ const Lesson *lesson_at(int i); /* 0 <= i < lesson_count() */
 /* "2", "02" or "02-shard-ranges"; NULL for anything else. */
 const Lesson *lesson_find(const char *name);
 
-/* The checkout the runner was built in (baked in by lessons/lessons.mk): checks include
- * its headers. */
+/* The checkout this binary belongs to: the nearest folder at or above the executable's own
+ * (./fsdp, build/asan/fsdp, build/test_fsdp) that has lessons/; NULL if there is none (a binary
+ * copied out of its checkout). Checks include its headers and link its archive. */
 const char *lessons_root(void);
+/* That checkout's libfsdp.a, of the build this binary is (build/ or build/asan/); NULL with no
+ * checkout. */
+const char *lessons_archive(void);
 /* Where the lesson folders are: $FSDP_LESSONS_DIR (a copy, for the tests), else
- * lessons_root()/lessons. */
+ * lessons_root()/lessons; NULL with neither. */
 const char *lessons_dir(void);
 /* A path as the learner would type it: relative to lessons_root() when inside it. */
 const char *lessons_shown_path(const char *path);

@@ -2,6 +2,7 @@
  * fails it on an expectation (not a crash), and the runner's commands behave. */
 #include <criterion/criterion.h>
 #include <glob.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -429,4 +430,52 @@ Test(lessons, bad_input_exits_2_with_one_line) {
     expect_lessons_usage_error("hint 0", "no lesson '0'");
     expect_lessons_usage_error("frobnicate", "unknown lessons command 'frobnicate'");
     expect_lessons_usage_error("watch 99", "no lesson '99'");
+}
+
+/* `cksum` of path, or "none" where it does not exist: what the test must leave as it was. */
+static void fingerprint(const char *path, char *out, size_t n) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "test -e %s && cksum < %s || echo none", path, path);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    out[0] = 0;
+    cr_assert(fgets(out, (int)n, p));
+    pclose(p);
+}
+
+/* A built checkout copied elsewhere (as `cp -r` would, less git's folder and the objects) checks
+ * its own lessons, nothing set in the environment: its fsdp builds the copy's exercise.c (here
+ * the solution, where the original's is as shipped and fails) and records the pass in the copy's
+ * lessons/.progress; the original's progress is as it was. */
+Test(lessons, a_copied_checkout_checks_its_own_lessons, .timeout = 180) {
+    char here[PATH_MAX], bin[PATH_MAX], cmd[3 * PATH_MAX], before[128], after[128];
+    cr_assert(getcwd(here, sizeof here) && realpath(fsdp_bin(), bin));
+    size_t n = strlen(here);
+    if (strncmp(bin, here, n) || bin[n] != '/')
+        cr_skip_test("the fsdp under test (%s) is not in this checkout (%s)", bin, here);
+    fingerprint("lessons/.progress", before, sizeof before);
+    snprintf(
+        cmd, sizeof cmd,
+        "mkdir %s/copy && tar -c --exclude=./.git --exclude='*.o' --exclude='*.d' . | "
+        "tar -x -C %s/copy && "
+        "cp lessons/solutions/01-memory-at-rest.c %s/copy/lessons/01-memory-at-rest/exercise.c "
+        "&& rm -f %s/copy/lessons/.progress",
+        tmp.dir, tmp.dir, tmp.dir, tmp.dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cmd, sizeof cmd,
+             "cd %s/copy && env -u FSDP_LESSONS_DIR -u FSDP_LESSONS_STATE timeout 120 ./%s lessons "
+             "check 01 > %s/said 2>&1",
+             tmp.dir, bin + n + 1, tmp.dir);
+    int status = system(cmd);
+    snprintf(cmd, sizeof cmd, "%s/said", tmp.dir);
+    char *said = read_text_file(cmd, NULL);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s", said);
+    cr_expect(strstr(said, "lesson 01 passed: "), "%s", said);
+    free(said);
+    snprintf(cmd, sizeof cmd, "%s/copy/lessons/.progress", tmp.dir);
+    char *progress = read_text_file(cmd, NULL);
+    cr_expect(strstr(progress, "\n01 passed=0x") != NULL, "the copy's progress: %s", progress);
+    free(progress);
+    fingerprint("lessons/.progress", after, sizeof after);
+    cr_expect_str_eq(after, before, "the original checkout's lessons/.progress was changed");
 }
