@@ -447,7 +447,7 @@ static void fingerprint(const char *path, char *out, size_t n) {
  * its own lessons, nothing set in the environment: its fsdp builds the copy's exercise.c (here
  * the solution, where the original's is as shipped and fails) and records the pass in the copy's
  * lessons/.progress; the original's progress is as it was. */
-Test(lessons, a_copied_checkout_checks_its_own_lessons, .timeout = 180) {
+Test(lessons, a_copied_checkout_checks_its_own_lessons) {
     char here[PATH_MAX], bin[PATH_MAX], cmd[3 * PATH_MAX], before[128], after[128];
     cr_assert(getcwd(here, sizeof here) && realpath(fsdp_bin(), bin));
     size_t n = strlen(here);
