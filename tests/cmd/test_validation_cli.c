@@ -16,8 +16,8 @@
 
 /* One block, hidden 16, on FashionMNIST's test split (its last 1000 images held out), 16 images
  * a step. At lr 0.003 the held-out loss falls at each of the validations at 10, 20, 30 and 40 by
- * 3% or more, a margin no GEMM kernel's rounding closes; resumed at lr 0.3 (far too high) it
- * jumps by a third. That is how a case gets its lowest loss before its end on every machine: at
+ * 3% or more, a margin no GEMM kernel's rounding closes; resumed at lr 0.1 (far too high) it
+ * goes up by a fifth. That is how a case gets its lowest loss before its end on every machine: at
  * lr 0.03 the curve went up and down, and which step was lowest hung on the CPU's rounding. */
 #define SMALL_VIT_AT(lr)                                                                           \
     "train --model vit-tiny --layers 1 --hidden 16 --heads 2 --mlp 16 --split test --ranks 2 "     \
@@ -25,7 +25,7 @@
 #define SMALL_VIT SMALL_VIT_AT("0.003")
 #define VALIDATED " --val-size 1000 --eval-every 10 --checkpoint-every 20"
 #define HELD_OUT SMALL_VIT VALIDATED
-#define STORMY SMALL_VIT_AT("0.3") VALIDATED
+#define STORMY SMALL_VIT_AT("0.1") VALIDATED
 
 static char dir[128];
 
