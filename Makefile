@@ -34,8 +34,8 @@ CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
 
 # The layers, lowest first (DESIGN.md, "Layout"). libfsdp.a (what a lesson's check links) is
 # everything below cmd/; fsdp and the tests add cmd/, the lessons' runner and the backend loader.
-LIB_SRCS := $(wildcard kernels/*.c kernels/cpu/*.c engine/*.c models/*.c io/*.c sim/*.c \
-	sim/viz/*.c)
+LIB_SRCS := $(wildcard base/*.c kernels/*.c kernels/cpu/*.c engine/*.c models/*.c io/*.c \
+	jobs/*.c sim/*.c sim/viz/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 
 # runtime/ on the host side, in fsdp and the tests in every build (no CUDA or MPI header): where
@@ -90,8 +90,8 @@ endif
 CMD_SRCS := $(wildcard cmd/*.c)
 CMD_OBJS := $(CMD_SRCS:%.c=$(BUILD)/%.o) $(BUILD)/runtime/backends.o
 MAIN_OBJ := $(BUILD)/main.o $(CMD_OBJS) $(HOST_RUNTIME_OBJS)
-TEST_SRCS := $(wildcard tests/*.c tests/engine/*.c tests/models/*.c tests/io/*.c tests/cmd/*.c \
-	tests/kernels/*.c tests/sim/*.c tests/runtime/*.c tests/lessons/*.c tests/docs/*.c)
+TEST_SRCS := $(wildcard tests/*.c tests/engine/*.c tests/models/*.c tests/io/*.c tests/jobs/*.c \
+	tests/cmd/*.c tests/kernels/*.c tests/sim/*.c tests/runtime/*.c tests/lessons/*.c tests/docs/*.c)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)

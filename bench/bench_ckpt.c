@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/checkpoint.h"
 #include "models/vit.h"
 #include "sim/cluster.h"

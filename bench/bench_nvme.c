@@ -66,7 +66,7 @@ static int tier_run(const Setup *s, NvmeIoMode mode, double *write_bps, double *
     if (rc) return rc;
     *opened = nvme_tier_stats(t);
     size_t n = s->bytes / s->chunk;
-    NvmeRequest req[2] = {{0}};
+    TierRequest req[2] = {{0}};
     double t0 = clock_seconds();
     for (size_t i = 0; !rc && i < n; i++) {
         if (i >= 2) rc = nvme_tier_wait(t, &req[i % 2], err);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "models/toy.h"
 #include "sim/cluster.h"
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "engine/fsdp.h"
 
 /* For qsort of doubles, ascending. */

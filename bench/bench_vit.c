@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/mnist.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "models/vit.h"

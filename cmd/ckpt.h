@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "io/checkpoint.h"
 
 typedef enum { CKPT_INSPECT = 1, CKPT_CONSOLIDATE } CkptTool;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cmd/run_dir.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/mnist.h"
 #include "io/text.h"
 #include "models/transformer.h"

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 int cmd_train(int argc, char **argv);   /* cmd/train.c */
 int cmd_viz(int argc, char **argv);     /* cmd/viz.c */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 typedef enum {
     FLAG_SECTION, /* not a flag: a heading of the help ("cluster") */

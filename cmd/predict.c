@@ -7,7 +7,7 @@
 
 #include "cmd/commands.h"
 #include "cmd/flags.h"
-#include "engine/predict.h"
+#include "jobs/predict.h"
 #include "io/mnist.h"
 #include "io/safetensors.h"
 #include "io/weights.h"

@@ -7,7 +7,7 @@
 #include <stdio.h>
 
 #include "engine/fsdp.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "sim/viz/text.h"
 
 /* where: what the ranks are, after their count ("simulated ranks (h100-nvlink)"). */

@@ -7,7 +7,7 @@
 
 #include "cmd/cli.h"
 #include "cmd/run_dir.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/atomic_file.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"

@@ -5,7 +5,7 @@
 #define FSDP_CMD_RUN_DIR_H
 
 #include "cmd/cli.h"
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/metrics_log.h"
 
 /* config.json holds every setting, resolved (`train --config DIR/config.json` runs the same job

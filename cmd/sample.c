@@ -7,7 +7,7 @@
 
 #include "cmd/commands.h"
 #include "cmd/flags.h"
-#include "engine/sample.h"
+#include "jobs/sample.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "models/transformer.h"

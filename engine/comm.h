@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
+#include "base/err.h"
 #include "engine/device.h"
-#include "engine/err.h"
 #include "engine/trace.h"
 #include "kernels/dtype.h"
 

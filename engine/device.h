@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 /* What an allocation is for: the memory panel and the plan account by these. */
 typedef enum {

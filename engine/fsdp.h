@@ -13,6 +13,7 @@
 #include "engine/lr_schedule.h"
 #include "engine/model.h"
 #include "engine/plan.h"
+#include "engine/tier.h"
 #include "engine/trace.h"
 #include "kernels/kernels.h"
 
@@ -62,7 +63,8 @@ typedef struct RankEnv {
     Device *dev;
     const Kernels *k;
     Comm *world_comm, *shard_comm, *replica_comm;
-    TraceBuf *trace; /* may be NULL */
+    TraceBuf *trace;     /* may be NULL */
+    const TierOps *tier; /* --offload nvme's storage (io's nvme_tier_ops); NULL: none */
 } RankEnv;
 
 typedef struct Engine Engine;

@@ -6,7 +6,7 @@
 #define FSDP_FSDP_INTERNAL_H
 
 #include "engine/fsdp.h"
-#include "io/nvme_tier.h"
+#include "engine/tier.h"
 
 /* Requests in flight, in issue order; a rank waits on them first-in first-out, the way
  * one NCCL stream completes them. */
@@ -47,7 +47,7 @@ typedef struct UnitState {
      * memory only while a unit needs them; nvme_bytes is charged to MEM_NVME */
     void *nvme_bytes;
     size_t nvme_at[3];
-    NvmeRequest nvme_req[3];
+    TierRequest nvme_req[3];
     int nvme_reading, nvme_writing; /* which of param (1), m and v (2) are in flight */
 } UnitState;
 
@@ -78,7 +78,7 @@ struct Engine {
     long steps;
     float loss_scale;
     int good_steps;
-    NvmeTier *nvme; /* --offload nvme: this rank's file */
+    void *tier; /* --offload nvme: this rank's file (env.tier's) */
 };
 
 /* ---------------------------------------------------------------- memory helpers */

@@ -32,8 +32,8 @@ int nvme_start_read(Engine *e, int u, int what, Err *err) {
         size_t n = nvme_numel(us, s) * sizeof(float);
         if (*buf || !n) continue;
         if ((rc = dev_alloc(e, (void **)buf, n, MEM_HOST_OFFLOAD, u, err))) break;
-        if (e->nvme) { /* an accounting-only run has no file and no data to read */
-            rc = nvme_tier_read(e->nvme, us->nvme_at[s], *buf, n, &us->nvme_req[s], err);
+        if (e->tier) { /* an accounting-only run has no file and no data to read */
+            rc = e->env.tier->read(e->tier, us->nvme_at[s], *buf, n, &us->nvme_req[s], err);
             us->nvme_reading |= 1 << s;
         }
         bytes += (double)n;
@@ -49,7 +49,7 @@ int nvme_load(Engine *e, int u, int what, Err *err) {
     int rc = nvme_start_read(e, u, what, err);
     for (int s = 0; s < 3 && !rc; s++)
         if (us->nvme_reading & (1 << s)) {
-            rc = nvme_tier_wait(e->nvme, &us->nvme_req[s], err);
+            rc = e->env.tier->wait(e->tier, &us->nvme_req[s], err);
             us->nvme_reading &= ~(1 << s);
         }
     return rc;
@@ -62,7 +62,7 @@ int nvme_drop(Engine *e, int u, Err *err) {
     for (int s = 0; s < 3; s++) {
         int bit = 1 << s;
         if ((us->nvme_reading | us->nvme_writing) & bit) {
-            int w = nvme_tier_wait(e->nvme, &us->nvme_req[s], err);
+            int w = e->env.tier->wait(e->tier, &us->nvme_req[s], err);
             if (!rc) rc = w;
         }
         us->nvme_reading &= ~bit;
@@ -84,8 +84,8 @@ int nvme_start_write(Engine *e, int u, int what, Err *err) {
         float *buf = *nvme_buffer(us, s);
         size_t n = nvme_numel(us, s) * sizeof(float);
         if (!buf || !n) continue;
-        if (e->nvme) {
-            rc = nvme_tier_write(e->nvme, us->nvme_at[s], buf, n, &us->nvme_req[s], err);
+        if (e->tier) {
+            rc = e->env.tier->write(e->tier, us->nvme_at[s], buf, n, &us->nvme_req[s], err);
             us->nvme_writing |= 1 << s;
         }
         bytes += (double)n;
@@ -116,11 +116,13 @@ int nvme_open(Engine *e, Err *err) {
         for (int s = 0; s < 3; s++) {
             e->units[u].nvme_at[s] = at;
             size_t n = nvme_numel(&e->units[u], s) * sizeof(float);
-            at += (n + NVME_TIER_ALIGN - 1) / NVME_TIER_ALIGN * NVME_TIER_ALIGN;
+            at += (n + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN;
         }
-    int rc = e->dev->accounting_only
-                 ? 0
-                 : nvme_tier_open(&e->nvme, e->cfg.nvme_dir, e->env.rank, at ? at : 1, err);
+    int rc = 0;
+    if (!e->dev->accounting_only && !e->env.tier)
+        rc = err_set(err, ERR_INTERNAL, "--offload nvme: this rank was given no storage tier");
+    else if (!e->dev->accounting_only)
+        rc = e->env.tier->open(&e->tier, e->cfg.nvme_dir, e->env.rank, at ? at : 1, err);
     for (int u = 0; !rc && u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         rc = dev_alloc(e, &us->nvme_bytes, (us->param_n + 2 * us->optim_n) * sizeof(float),

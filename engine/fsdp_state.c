@@ -464,7 +464,7 @@ void engine_destroy(Engine *e) {
     for (int u = 0; e->units && u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         reshard(e, u);
-        if (e->nvme) {
+        if (e->tier) {
             Err ignored = {0}; /* teardown: the file goes whatever its last writes did */
             nvme_drop(e, u, &ignored);
         }
@@ -494,6 +494,6 @@ void engine_destroy(Engine *e) {
     free(e->checkpointed);
     free(e->unit_entry);
     free(e->unit_exit);
-    nvme_tier_close(e->nvme); /* removes the file */
+    if (e->tier) e->env.tier->close(e->tier); /* removes the file */
     free(e);
 }

@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/err.h"
 #include "engine/device.h"
-#include "engine/err.h"
 #include "kernels/kernels.h"
 
 #define MODEL_MAX_NDIM 4

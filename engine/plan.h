@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 #include "kernels/dtype.h"
 

@@ -6,8 +6,8 @@
 #ifndef FSDP_TRACE_H
 #define FSDP_TRACE_H
 
+#include "base/err.h"
 #include "engine/device.h"
-#include "engine/err.h"
 #include <stddef.h>
 
 typedef enum {

@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 /* An output file is written beside its final name and renamed into place only when
  * complete, so an error never leaves a partial file or clobbers an old one. */

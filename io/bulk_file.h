@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 typedef struct BulkFile BulkFile;
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/bulk_file.h"
 #include "models/toy.h"
 #include "models/transformer.h"

@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "engine/err.h"
-#include "engine/train.h"
+#include "base/err.h"
+#include "jobs/train.h"
 
 /* The fields, in the order each line has them (all of them on every line of its kind):
  *   a step: "split":"train", "step" (1-based), "epoch" (0-based, the epoch the step is in),

@@ -1,7 +1,7 @@
 /* nvme_tier: the file under `--offload nvme`: one rank's resting state in one file reserved whole
  * at open, moved by byte range through one I/O thread so loads overlap compute. */
 #include "io/nvme_tier.h"
-#include "engine/clock.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,7 +31,7 @@ struct NvmeTier {
     pthread_mutex_t lock;
     pthread_cond_t work; /* a request was queued, or the tier is closing */
     pthread_cond_t done; /* a request finished */
-    NvmeRequest *head, *tail;
+    TierRequest *head, *tail;
     int closing;
     NvmeStats stats;
 };
@@ -78,7 +78,7 @@ static int transfer(int fd, int write, unsigned char *buf, size_t bytes, size_t 
 /* A request whose buffer, offset or length is not aligned, on an O_DIRECT file: moved through
  * the bounce buffer in aligned pieces. A write whose piece starts or ends inside a block first
  * reads that block, so the bytes around the request keep their values. */
-static int transfer_bounced(NvmeTier *t, NvmeRequest *r) {
+static int transfer_bounced(NvmeTier *t, TierRequest *r) {
     unsigned char *user = r->buf;
     const size_t end = r->offset + r->bytes;
     r->done = 0;
@@ -121,7 +121,7 @@ static int transfer_bounced(NvmeTier *t, NvmeRequest *r) {
 }
 
 /* One request, on the I/O thread, without the lock. */
-static void run_request(NvmeTier *t, NvmeRequest *r) {
+static void run_request(NvmeTier *t, TierRequest *r) {
     double t0 = clock_seconds();
     int direct = r->write ? t->direct_write : t->direct_read;
     int aligned = is_aligned((uintptr_t)r->buf) && is_aligned(r->offset) && is_aligned(r->bytes);
@@ -149,7 +149,7 @@ static void *io_thread(void *arg) {
     for (;;) {
         while (!t->head && !t->closing) pthread_cond_wait(&t->work, &t->lock);
         if (!t->head) break; /* closing, and everything queued is done */
-        NvmeRequest *r = t->head;
+        TierRequest *r = t->head;
         pthread_mutex_unlock(&t->lock);
         run_request(t, r);
         pthread_mutex_lock(&t->lock);
@@ -306,7 +306,7 @@ void nvme_tier_close(NvmeTier *t) {
 
 /* ---------------------------------------------------------------- requests */
 
-static int start(NvmeTier *t, int write, size_t offset, void *buf, size_t bytes, NvmeRequest *req,
+static int start(NvmeTier *t, int write, size_t offset, void *buf, size_t bytes, TierRequest *req,
                  Err *err) {
     if (offset > t->size || bytes > t->size - offset)
         return err_set(err, ERR_INTERNAL, "NVMe tier: bytes [%zu, %zu) are outside %s's %zu bytes",
@@ -316,7 +316,7 @@ static int start(NvmeTier *t, int write, size_t offset, void *buf, size_t bytes,
         pthread_mutex_unlock(&t->lock);
         return err_set(err, ERR_INTERNAL, "NVMe tier: a request was started while in flight");
     }
-    *req = (NvmeRequest){
+    *req = (TierRequest){
         .buf = buf, .offset = offset, .bytes = bytes, .write = write, .state = REQ_QUEUED};
     if (t->tail)
         t->tail->next = req;
@@ -328,18 +328,18 @@ static int start(NvmeTier *t, int write, size_t offset, void *buf, size_t bytes,
     return 0;
 }
 
-int nvme_tier_write(NvmeTier *t, size_t offset, const void *src, size_t bytes, NvmeRequest *req,
+int nvme_tier_write(NvmeTier *t, size_t offset, const void *src, size_t bytes, TierRequest *req,
                     Err *err) {
     /* the I/O thread only reads src; the request's buf is shared by both directions */
     return start(t, 1, offset, (void *)(uintptr_t)src, bytes, req, err);
 }
 
-int nvme_tier_read(NvmeTier *t, size_t offset, void *dst, size_t bytes, NvmeRequest *req,
+int nvme_tier_read(NvmeTier *t, size_t offset, void *dst, size_t bytes, TierRequest *req,
                    Err *err) {
     return start(t, 0, offset, dst, bytes, req, err);
 }
 
-int nvme_tier_wait(NvmeTier *t, NvmeRequest *req, Err *err) {
+int nvme_tier_wait(NvmeTier *t, TierRequest *req, Err *err) {
     pthread_mutex_lock(&t->lock);
     int state = req->state;
     while (req->state == REQ_QUEUED) pthread_cond_wait(&t->done, &t->lock);
@@ -371,3 +371,32 @@ NvmeStats nvme_tier_stats(const NvmeTier *t) {
 const char *nvme_tier_path(const NvmeTier *t) {
     return t->path;
 }
+
+/* ---------------------------------------------------------------- as the engine's TierOps */
+
+static int ops_open(void **tier, const char *dir, int rank, size_t bytes, Err *err) {
+    NvmeTier *t = NULL;
+    int rc = nvme_tier_open(&t, dir, rank, bytes, err);
+    *tier = t;
+    return rc;
+}
+
+static int ops_write(void *tier, size_t offset, const void *src, size_t bytes, TierRequest *req,
+                     Err *err) {
+    return nvme_tier_write(tier, offset, src, bytes, req, err);
+}
+
+static int ops_read(void *tier, size_t offset, void *dst, size_t bytes, TierRequest *req,
+                    Err *err) {
+    return nvme_tier_read(tier, offset, dst, bytes, req, err);
+}
+
+static int ops_wait(void *tier, TierRequest *req, Err *err) {
+    return nvme_tier_wait(tier, req, err);
+}
+
+static void ops_close(void *tier) {
+    nvme_tier_close(tier);
+}
+
+const TierOps nvme_tier_ops = {ops_open, ops_write, ops_read, ops_wait, ops_close};

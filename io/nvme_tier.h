@@ -2,36 +2,24 @@
  * in one file under --nvme-dir, reserved whole when the tier opens, and moves by byte range
  * through one I/O thread so the next unit loads while this one computes. Touches only that
  * file (created new, and its name removed as soon as it is open, so it goes with the process
- * however that ends), its own thread and its own buffers. */
+ * however that ends), its own thread and its own buffers. The engine's TierOps (engine/tier.h),
+ * as nvme_tier_ops. */
 #ifndef FSDP_NVME_TIER_H
 #define FSDP_NVME_TIER_H
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
+#include "engine/tier.h"
 
 /* An O_DIRECT request (by default, every write) whose buffer address, offset and length are
  * all multiples of this goes straight between the caller's memory and the disk; any other is
  * copied through the tier's own aligned buffer, which costs a copy and, for a write with a
  * ragged edge, a read of the edge's 4 KiB block. Give each unit an aligned offset and an
  * aligned buffer. */
-#define NVME_TIER_ALIGN 4096
+#define NVME_TIER_ALIGN TIER_ALIGN
 
 typedef struct NvmeTier NvmeTier;
-
-/* One asynchronous read or write. The caller owns it: zero-initialise it ({0}) before its
- * first use, keep it (and its buffer) alive and untouched from nvme_tier_read/write until
- * nvme_tier_wait returns, then it may be used again. The fields are the tier's. */
-typedef struct NvmeRequest {
-    struct NvmeRequest *next; /* the tier's queue */
-    void *buf;
-    size_t offset, bytes;
-    size_t done;    /* bytes moved before it finished or failed */
-    int write;      /* 1: buf -> file; 0: file -> buf */
-    int state;      /* idle, queued (in flight) or finished (not yet waited) */
-    int error;      /* errno of a failed transfer; 0 with done < bytes: the file ended */
-    double seconds; /* time the I/O thread spent on it */
-} NvmeRequest;
 
 /* Which way the bytes go. DIRECT: O_DIRECT both ways, so offloaded bytes take no page cache.
  * BUFFERED: through the page cache both ways, each write synced (fdatasync) and the pages of
@@ -59,13 +47,13 @@ int nvme_tier_open_mode(NvmeTier **out, const char *dir, int rank, size_t bytes,
  * started after a write to the same bytes sees that write. The range must lie inside the
  * size given to open, and req must not be in flight; either mistake fails here (ERR_INTERNAL)
  * and starts nothing. */
-int nvme_tier_write(NvmeTier *t, size_t offset, const void *src, size_t bytes, NvmeRequest *req,
+int nvme_tier_write(NvmeTier *t, size_t offset, const void *src, size_t bytes, TierRequest *req,
                     Err *err);
-int nvme_tier_read(NvmeTier *t, size_t offset, void *dst, size_t bytes, NvmeRequest *req, Err *err);
+int nvme_tier_read(NvmeTier *t, size_t offset, void *dst, size_t bytes, TierRequest *req, Err *err);
 
 /* Blocks until req is done. An I/O error or a short transfer is ERR_IO with one line naming
  * the file, the offset and the reason. Waiting on a request never started is ERR_INTERNAL. */
-int nvme_tier_wait(NvmeTier *t, NvmeRequest *req, Err *err);
+int nvme_tier_wait(NvmeTier *t, TierRequest *req, Err *err);
 
 /* Finishes every request in flight, stops the thread, closes and removes the file, and frees
  * the tier. Requests not yet waited on must not be waited on afterwards. Safe on NULL. */
@@ -79,6 +67,9 @@ typedef struct NvmeStats {
     int direct_writes, direct_reads; /* 1 where that direction uses O_DIRECT */
 } NvmeStats;
 NvmeStats nvme_tier_stats(const NvmeTier *t);
+
+/* The tier as the engine's TierOps (RankEnv.tier), over nvme_tier_open and the calls above. */
+extern const TierOps nvme_tier_ops;
 
 /* The path the file was created at (its name is gone once it is open), for messages. */
 const char *nvme_tier_path(const NvmeTier *t);

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 #define ST_MAX_DIMS 8
 #define ST_MAX_NAME 128

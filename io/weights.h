@@ -5,7 +5,7 @@
 #ifndef FSDP_WEIGHTS_H
 #define FSDP_WEIGHTS_H
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "engine/model.h"
 
 /* Reads path into full (model->total_numel floats, parameters in model order). F32, BF16 and

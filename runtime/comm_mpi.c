@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 
 /* What a started collective keeps until wait: MPI's request, and for a reduction that cannot
  * land in recv as it is (16-bit, an average, an output inside the input) the fp32 buffer MPI

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 
 /* Each block carries its size and category so free can uncharge it; 64 bytes keeps the payload
  * aligned for vector loads. */

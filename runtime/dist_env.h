@@ -4,7 +4,7 @@
 #ifndef FSDP_DIST_ENV_H
 #define FSDP_DIST_ENV_H
 
-#include "engine/err.h"
+#include "base/err.h"
 
 /* Which launcher's variables were read. `fsdp launch` sets torchrun's. */
 typedef enum { LAUNCHER_NONE = 0, LAUNCHER_TORCHRUN, LAUNCHER_OPENMPI, LAUNCHER_SLURM } Launcher;

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 #define LAUNCH_MAX_NPROC 1024
 

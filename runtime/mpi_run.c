@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/comm_mpi.h"
 #include "runtime/rank_process.h"

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/nvme_tier.h"
+
 void rank_hsdp_colors(int rank, int world, int replicas, int *shard_color, int *replica_color) {
     int S = world / replicas;
     *shard_color = rank / S;
@@ -87,7 +89,8 @@ int rank_process_run(const RankBackend *b, const ClusterOptions *opt, RankMain f
                    .k = p.k,
                    .world_comm = p.world,
                    .shard_comm = p.world,
-                   .trace = &trace};
+                   .trace = &trace,
+                   .tier = &nvme_tier_ops};
     if (!rc) rc = split_groups(b, opt, &env, err);
     if (!rc) rc = b->run(b->self, &env, fn, arg, err);
     trace.enabled = 0; /* gathering is not the job's: its own allocations are not recorded */

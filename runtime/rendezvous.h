@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "runtime/dist_env.h"
 
 /* Rank 0 sends blob[n] to every other rank, whose blob[n] it fills; every rank returns only

@@ -1,7 +1,7 @@
 /* tcp: the socket calls the rendezvous needs, non-blocking and each bounded by a deadline, so a
  * peer that died or never came cannot hang a process. */
 #include "runtime/tcp.h"
-#include "engine/clock.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "engine/clock.h" /* deadlines are clock_seconds() + a timeout */
+#include "base/clock.h" /* deadlines are clock_seconds() + a timeout */
 
 /* What a transfer came to. */
 enum { TCP_OK = 0, TCP_TIMEOUT, TCP_CLOSED, TCP_FAILED };

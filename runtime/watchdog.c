@@ -1,7 +1,7 @@
 /* watchdog: never hang on a collective: a thread watches the oldest unfinished NCCL collective and
  * the host call in progress and, past the timeout, aborts the communicators, says which, exits. */
 #include "runtime/watchdog.h"
-#include "engine/clock.h"
+#include "base/clock.h"
 
 #include <cuda_runtime_api.h>
 #include <fcntl.h>

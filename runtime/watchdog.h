@@ -11,7 +11,7 @@
 #include <nccl.h>
 
 #include "engine/comm.h"
-#include "engine/err.h"
+#include "base/err.h"
 
 typedef struct Watchdog Watchdog;
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/nvme_tier.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "sim/comm_sim.h"
@@ -158,7 +159,8 @@ static void init_slot(Cluster *c, RankSlot *s, int r, RankMain fn, void *arg) {
                        .k = opt->accounting_only ? &kernels_none : &kernels_cpu,
                        .world_comm = &s->world,
                        .shard_comm = &s->world,
-                       .trace = &s->trace};
+                       .trace = &s->trace,
+                       .tier = &nvme_tier_ops};
     if (c->replicas > 1) {
         int S = c->n / c->replicas;
         comm_sim_init(&s->shard, c->shard_groups[r / S], r % S, &s->clock, &s->trace);

@@ -6,7 +6,7 @@
 #ifndef FSDP_PLANNER_H
 #define FSDP_PLANNER_H
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "sim/cost.h"
 
 typedef struct PlannerJob {

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "kernels/cpu/pool.h"
 #include "models/transformer.h"
 #include "models/vit.h"

@@ -12,7 +12,7 @@
 extern "C" { /* core's headers are C: their functions keep C names in the .cu files too */
 #endif
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "kernels/kernels.h"
 
 extern const Kernels kernels_cuda;

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "exercise.h"
 #include "kernels/dtype.h"
 #include "lessons/tool/check.h"

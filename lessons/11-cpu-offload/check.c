@@ -2,7 +2,7 @@
  * accounting-only training steps of a 2-layer vit-tiny. */
 #include <stdlib.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "exercise.h"
 #include "lessons/tool/check.h"
 #include "models/vit.h"

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "exercise.h"
 #include "io/checkpoint.h"
 #include "lessons/tool/check.h"

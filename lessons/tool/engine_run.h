@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "lessons/tool/check.h"
 #include "models/toy.h"
 #include "models/vit.h"

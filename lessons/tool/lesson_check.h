@@ -4,7 +4,7 @@
 #ifndef FSDP_LESSON_CHECK_H
 #define FSDP_LESSON_CHECK_H
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "lessons/tool/lesson_index.h"
 
 typedef enum {

@@ -3,7 +3,7 @@
 #ifndef FSDP_LESSON_HINTS_H
 #define FSDP_LESSON_HINTS_H
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "lessons/tool/lesson_index.h"
 
 #define HINTS_MAX 16

@@ -2,7 +2,7 @@
  * process group so a time-out or Ctrl-C can kill it together with the processes it forked
  * (Criterion runs each test in a child of its own). */
 #include "lessons/tool/lesson_proc.h"
-#include "engine/clock.h"
+#include "base/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 typedef struct ProcResult {
     char *output; /* NUL-terminated, at most PROC_OUTPUT_MAX bytes kept; free() it */

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 #include "lessons/tool/lesson_index.h"
 
 #define LESSONS_MAX 99

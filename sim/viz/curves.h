@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "engine/err.h"
+#include "base/err.h"
 
 /* One line of a panel: a value after each of some steps, in the order of the steps. */
 typedef struct CurveSeries {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "models/toy.h"
 #include "models/transformer.h"
 #include "models/vit.h"

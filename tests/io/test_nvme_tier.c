@@ -61,7 +61,7 @@ static void fill(unsigned char *buf, size_t n, uint64_t seed) {
     }
 }
 
-static void wait_ok(NvmeTier *t, NvmeRequest *r) {
+static void wait_ok(NvmeTier *t, TierRequest *r) {
     Err err = {0};
     cr_assert_eq(nvme_tier_wait(t, r, &err), 0, "%s", err.msg);
 }
@@ -90,7 +90,7 @@ Test(nvme_tier, round_trip_with_many_requests_in_flight) {
         fill(src[i], len[i], (uint64_t)i + 1);
     }
     for (int i = 0; i < 5; i++) back[i] = aligned_alloc_bytes(2 * MiB);
-    NvmeRequest w[4] = {0}, r[5] = {0};
+    TierRequest w[4] = {0}, r[5] = {0};
     /* write A, write B, read A back while B is still queued, write C, read B, overwrite A
      * with D, read C, read the overwritten range: eight requests in flight at once */
     cr_assert_eq(nvme_tier_write(t, off[0], src[0], len[0], &w[0], &err), 0, "%s", err.msg);
@@ -139,7 +139,7 @@ static void random_requests(NvmeIoMode mode) {
     unsigned char *buf[8], *expect[8];
     size_t off[8], len[8], shift[8];
     int is_write[8];
-    NvmeRequest req[8] = {{0}};
+    TierRequest req[8] = {{0}};
     for (size_t i = 0; i < depth; i++) {
         buf[i] = aligned_alloc_bytes((6u << 20) + 2 * NVME_TIER_ALIGN);
         expect[i] = malloc(6u << 20);
@@ -250,7 +250,7 @@ Test(nvme_tier, the_file_is_nameless_while_open_and_gone_after_close) {
     /* a write left in flight is finished by close, not lost in the middle */
     unsigned char *data = aligned_alloc_bytes(1 << 20);
     fill(data, 1 << 20, 9);
-    NvmeRequest w = {0};
+    TierRequest w = {0};
     cr_assert_eq(nvme_tier_write(t, 0, data, 1 << 20, &w, &err), 0, "%s", err.msg);
     nvme_tier_close(t);
     cr_assert_eq(stat(path, &st), -1, "%s should not be there after close", path);
@@ -386,7 +386,7 @@ static void unwritten_reads_zero(NvmeIoMode mode) {
     cr_assert_eq(nvme_tier_open_mode(&t, dir, 1, 4u << 20, mode, &err), 0, "%s", err.msg);
     unsigned char *data = aligned_alloc_bytes(8192), *back = aligned_alloc_bytes(2u << 20);
     fill(data, 8192, 4);
-    NvmeRequest w = {0}, r1 = {0}, r2 = {0};
+    TierRequest w = {0}, r1 = {0}, r2 = {0};
     cr_assert_eq(nvme_tier_write(t, 0, data, 8192, &w, &err), 0, "%s", err.msg);
     memset(back, 0xAA, 2u << 20);
     cr_assert_eq(nvme_tier_read(t, 1u << 20, back, 1u << 20, &r1, &err), 0, "%s", err.msg);
@@ -419,7 +419,7 @@ Test(nvme_tier, bad_requests_start_nothing) {
     Err err = {0};
     cr_assert_eq(nvme_tier_open(&t, dir, 0, 1u << 20, &err), 0, "%s", err.msg);
     unsigned char *buf = aligned_alloc_bytes(1u << 20);
-    NvmeRequest r = {0};
+    TierRequest r = {0};
     cr_assert_eq(nvme_tier_write(t, (1u << 20) - 4096, buf, 8192, &r, &err), ERR_INTERNAL);
     char want[512];
     snprintf(want, sizeof want,
@@ -447,7 +447,7 @@ static void short_read(NvmeIoMode mode, size_t offset, size_t bytes, size_t got)
     char fd_path[64];
     cr_assert_eq(truncate(open_file_of(t, fd_path, sizeof fd_path), 8192), 0);
     unsigned char *buf = aligned_alloc_bytes(1u << 20);
-    NvmeRequest r = {0};
+    TierRequest r = {0};
     cr_assert_eq(nvme_tier_read(t, offset, buf + 1, bytes, &r, &err), 0, "%s", err.msg);
     cr_assert_eq(nvme_tier_wait(t, &r, &err), ERR_IO);
     char want[512];

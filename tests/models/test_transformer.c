@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "models/transformer.h"
 #include "sim/cluster.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine/train.h"
+#include "jobs/train.h"
 #include "io/mnist.h"
 #include "io/safetensors.h"
 #include "io/weights.h"

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "io/safetensors.h"
 #include "tests/util.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "tests/util.h"
 
 #define TOY "--model toy --steps 6"

@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "engine/clock.h"
+#include "base/clock.h"
 #include "io/trace_file.h"
 #include "tests/util.h"
 

@@ -5,7 +5,7 @@
 #ifndef FSDP_SAMPLE_H
 #define FSDP_SAMPLE_H
 
-#include "engine/train.h"
+#include "jobs/train.h"
 
 typedef struct SampleJob {
     const ModelDesc *model; /* a transformer over bytes (vocabulary 256) */

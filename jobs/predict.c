@@ -1,6 +1,6 @@
 /* predict: inference with trained weights on simulated ranks: the class the model gives one test
  * image, or its accuracy over a whole data set. */
-#include "engine/predict.h"
+#include "jobs/predict.h"
 
 #include <stdlib.h>
 

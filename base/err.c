@@ -1,6 +1,6 @@
 /* err: err_set, the one way a failing function words what went wrong: a code and one line in the
  * caller's Err, which only main prints. */
-#include "engine/err.h"
+#include "base/err.h"
 
 #include <stdarg.h>
 #include <stdio.h>

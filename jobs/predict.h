@@ -5,7 +5,7 @@
 #ifndef FSDP_PREDICT_H
 #define FSDP_PREDICT_H
 
-#include "engine/train.h"
+#include "jobs/train.h"
 
 typedef struct PredictJob {
     const ModelDesc *model; /* a ViT */

@@ -1,7 +1,7 @@
 /* train: the training loop every rank runs (train_rank): sampling, engine steps, evaluation,
  * checkpoints and the final gathers; plus the fault-injection hooks tests and demos set. */
-#include "engine/train.h"
-#include "engine/clock.h"
+#include "jobs/train.h"
+#include "base/clock.h"
 
 #include <math.h>
 #include <stdio.h>

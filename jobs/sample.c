@@ -1,6 +1,6 @@
 /* sample: a transformer's continuation of a prompt on simulated ranks: one forward of the context
  * per byte added, the byte picked from the logits of its last position. */
-#include "engine/sample.h"
+#include "jobs/sample.h"
 
 #include <math.h>
 #include <stdlib.h>
