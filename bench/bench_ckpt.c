@@ -8,8 +8,9 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "jobs/train.h"
 #include "io/checkpoint.h"
+#include "jobs/train.h"
+#include "models/kinds.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 
@@ -57,7 +58,11 @@ static int rank_main(const RankEnv *env, void *arg, Err *err) {
     Job *j = arg;
     Engine *e = NULL;
     int rc = engine_create(&e, &j->cfg, j->plan, j->model, *env, err);
-    CheckpointInfo info = {.model_name = j->model_name, .strategy = "zero3", .step = 1, .keep = 1};
+    CheckpointInfo info = {.kinds = &model_kinds,
+                           .model_name = j->model_name,
+                           .strategy = "zero3",
+                           .step = 1,
+                           .keep = 1};
     double t0 = 0;
     if (!rc) rc = comm_barrier(env->world_comm, err);
     t0 = clock_seconds();
@@ -69,7 +74,7 @@ static int rank_main(const RankEnv *env, void *arg, Err *err) {
     if (!rc && env->rank == 0) evict_checkpoint(j->dir, env->world);
     if (!rc) rc = comm_barrier(env->world_comm, err);
     t0 = clock_seconds();
-    if (!rc) rc = checkpoint_load(e, j->model, path, &step, err);
+    if (!rc) rc = checkpoint_load(e, j->model, &model_kinds, path, &step, err);
     if (!rc) rc = comm_barrier(env->world_comm, err);
     if (!rc && env->rank == 0) j->load_s = clock_seconds() - t0;
     engine_destroy(e);

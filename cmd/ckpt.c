@@ -12,6 +12,7 @@
 
 #include "cmd/report.h"
 #include "io/safetensors.h"
+#include "models/kinds.h"
 
 enum { PATH_MAX_LEN = 4096 };
 
@@ -115,7 +116,7 @@ int ckpt_resolve(const char *path, char *out, size_t n, Err *err) {
 static int ckpt_open(CkptMeta *m, const char *path, Err *err) {
     char dir[PATH_MAX_LEN];
     int rc = ckpt_resolve(path, dir, sizeof dir, err);
-    return rc ? rc : ckpt_meta_read(m, dir, NULL, err);
+    return rc ? rc : ckpt_meta_read(m, dir, &model_kinds, NULL, err);
 }
 
 /* The first position at or after `at` of a piece of (tensor, kind) or later. */

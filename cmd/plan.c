@@ -17,11 +17,11 @@
 #include "models/vit.h"
 #include "sim/planner.h"
 
-typedef enum { MODEL_TOY = 0, MODEL_VIT, MODEL_TRANSFORMER } ModelKind;
+typedef enum { MODEL_TOY = 0, MODEL_VIT, MODEL_TRANSFORMER } PlanModel;
 
 typedef struct PlanArgs {
     TrainArgs train; /* the knobs of `fsdp train` (strategy, wrap, dtypes, offload, batch...) */
-    ModelKind kind;
+    PlanModel kind;
     char model[32];
     double params;                              /* --params; 0: none */
     int layers, hidden, heads, mlp, seq, vocab; /* shape overrides; 0: not given */

@@ -16,6 +16,7 @@
 #include "io/text.h"
 #include "io/trace_file.h"
 #include "io/weights.h"
+#include "models/kinds.h"
 #include "models/toy.h"
 #include "models/transformer.h"
 #include "models/vit.h"
@@ -212,7 +213,7 @@ static int lr_curve_matches(const TrainRun *t, const CkptMeta *m, Err *err) {
 static int check_resumed_checkpoint(const TrainRun *t, Err *err) {
     if (!t->resume[0]) return 0;
     CkptMeta m;
-    int rc = ckpt_meta_read(&m, t->resume, &t->model, err);
+    int rc = ckpt_meta_read(&m, t->resume, &model_kinds, &t->model, err);
     if (!rc) rc = held_out_matches(t, &m, err);
     if (!rc) rc = lr_curve_matches(t, &m, err);
     ckpt_meta_free(&m);
@@ -231,7 +232,7 @@ static int read_best(TrainRun *t, Err *err) {
     int rc = checkpoint_best(a->ckpt_dir, best, sizeof best, err);
     if (rc || !best[0] || !t->resume[0]) return rc;
     CkptMeta m;
-    if ((rc = ckpt_meta_read(&m, best, &t->model, err))) return rc;
+    if ((rc = ckpt_meta_read(&m, best, &model_kinds, &t->model, err))) return rc;
     if (!m.validated)
         rc = err_set(err, ERR_USAGE,
                      "%s records no validation loss (.val_loss): it is no best "

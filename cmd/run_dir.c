@@ -209,12 +209,28 @@ static int draw_curves(const RunDir *d, Err *err) {
 
 void run_dir_step(RunDir *d, const StepReport *r) {
     if (!d->dir || d->failed) return;
-    d->failed = metrics_log_step(&d->log, r, &d->err) != 0;
+    MetricsStep line = {.step = r->step,
+                        .epoch = r->epoch,
+                        .loss = r->stats.loss,
+                        .lr = r->lr,
+                        .grad_norm = r->stats.grad_norm,
+                        .step_time = r->step_time,
+                        .peak_bytes = r->peak_bytes,
+                        .images_per_s = r->images_per_s,
+                        .wall_time = r->wall_time};
+    d->failed = metrics_log_step(&d->log, &line, &d->err) != 0;
 }
 
 void run_dir_eval(RunDir *d, const EvalReport *r) {
     if (!d->dir || d->failed) return;
-    d->failed = metrics_log_eval(&d->log, r, eval_split(r), &d->err) != 0;
+    MetricsEval line = {.step = r->step,
+                        .epoch = r->epoch,
+                        .loss = r->loss,
+                        .accuracy = r->accuracy,
+                        .correct = r->correct,
+                        .samples = r->samples,
+                        .wall_time = r->wall_time};
+    d->failed = metrics_log_eval(&d->log, &line, eval_split(r), &d->err) != 0;
     if (!d->failed) d->failed = draw_curves(d, &d->err) != 0;
 }
 

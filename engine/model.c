@@ -81,3 +81,10 @@ void param_init_fill(const ParamSpec *p, uint64_t seed, size_t first, size_t n, 
     uint64_t stream = rng_hash_string(p->name); /* once, not per element */
     for (size_t j = 0; j < n; j++) out[j] = init_draw(p, seed, stream, first + j);
 }
+
+const ModelKind *model_kind_named(const ModelKinds *kinds, const char *name) {
+    for (const ModelKind *const *k = kinds->kinds; *k; k++)
+        for (const char *const *n = (*k)->names; *n; n++)
+            if (!strcmp(*n, name)) return *k;
+    return NULL;
+}

@@ -109,6 +109,34 @@ struct ModelDesc {
     void *config; /* the model's own description (a VitConfig, ...); model_desc_free frees it */
 };
 
+/* A kind of model as a saved file records it: the names its "model" may have and the sizes its
+ * "config" holds. io/ reads and writes checkpoints through a list of these and so knows no
+ * model; models/kinds.c has one per model. */
+enum { MODEL_MAX_SIZES = 8 };
+typedef struct ModelKind {
+    const char *const *names; /* NULL-terminated: the names "model" may have; the first is
+                               * ModelDesc.name */
+    const char *what;         /* the model in words, for messages: "a ViT", "the toy" */
+    const char *const *sizes; /* .config's keys in the order it has them (NULL: no sizes) */
+    int nsizes;
+    const char *sizes_text; /* them in words: "layers, heads, ... and vocab" */
+    long max_size;          /* the largest any of them may be */
+    /* The model of these sizes (nsizes whole numbers from 1 to max_size), or one line naming
+     * `where` (the file) and what is wrong (ERR_USAGE); described: the model in words. */
+    int (*build)(const char *where, const long *sizes, ModelDesc *out, char *described, size_t n,
+                 Err *err);
+    /* m's sizes, in the order of `sizes` */
+    void (*sizes_of)(const ModelDesc *m, long *out);
+} ModelKind;
+
+typedef struct ModelKinds {
+    const ModelKind *const *kinds; /* NULL-terminated */
+    const char *names_text;        /* every name in words, for messages */
+} ModelKinds;
+
+/* The kind `name` is one of the names of; NULL: none. */
+const ModelKind *model_kind_named(const ModelKinds *kinds, const char *name);
+
 /* An empty description named `name` with room for nparams parameters and nmodules modules,
  * and its own copy of the model's config (config_size bytes). */
 int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, const void *config,

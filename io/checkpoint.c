@@ -16,11 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "jobs/train.h"
 #include "io/bulk_file.h"
-#include "models/toy.h"
-#include "models/transformer.h"
-#include "models/vit.h"
 
 /* A file inside a checkpoint directory whose own path fits 4 KiB. */
 enum { FILE_MAX = 4096 + 64 };
@@ -199,26 +195,17 @@ static void write_tensors_json(FILE *f, const ModelDesc *m) {
     fputs("],\n", f);
 }
 
-/* The model's configuration, for tools that write the model out (fsdp ckpt consolidate): the
- * ViT's, under the names PyTorch's fixture uses; the transformer's, under its flags' names. The
- * toy has none. */
-static void write_config_json(FILE *f, const ModelDesc *m) {
-    if ((!strcmp(m->name, "transformer") || !strcmp(m->name, "llama")) && m->config) {
-        const TransformerConfig *t = m->config;
-        fprintf(f,
-                "\"config\":{\"layers\":%d,\"heads\":%d,\"hidden\":%d,\"mlp\":%d,\"seq\":%d,"
-                "\"vocab\":%d",
-                t->layers, t->heads, t->hidden, t->mlp, t->seq, t->vocab);
-        if (t->arch == TRANSFORMER_LLAMA) fprintf(f, ",\"kv_heads\":%d", t->kv_heads);
-        fputs("},\n", f);
-        return;
-    }
-    if (strcmp(m->name, "vit") != 0 || !m->config) return;
-    const VitConfig *c = m->config;
-    fprintf(f,
-            "\"config\":{\"image\":%d,\"patch\":%d,\"layers\":%d,\"heads\":%d,\"hidden\":%d,"
-            "\"mlp\":%d,\"classes\":%d,\"channels\":1},\n",
-            c->image, c->patch, c->layers, c->heads, c->hidden, c->mlp, c->classes);
+/* The model's sizes, for tools that write the model out (fsdp ckpt consolidate) and for readers
+ * to build it back: its kind's (the ViT's under the names PyTorch's fixture uses, the
+ * transformer's under its flags' names). A model of none (the toy) writes no "config". */
+static void write_config_json(FILE *f, const ModelDesc *m, const ModelKinds *kinds) {
+    const ModelKind *kind = kinds ? model_kind_named(kinds, m->name) : NULL;
+    if (!kind || !kind->nsizes || !m->config) return;
+    long sizes[MODEL_MAX_SIZES];
+    kind->sizes_of(m, sizes);
+    for (int i = 0; i < kind->nsizes; i++)
+        fprintf(f, "%s\"%s\":%ld", i ? "," : "\"config\":{", kind->sizes[i], sizes[i]);
+    fputs("},\n", f);
 }
 
 /* --val-size: how many samples the run holds out and, when they were evaluated at this step, their
@@ -269,7 +256,7 @@ static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const c
             (double)c.loss_scale, c.good_steps);
     write_validation_json(f, info);
     write_lr_curve_json(f, info);
-    write_config_json(f, m);
+    write_config_json(f, m, info->kinds);
     write_tensors_json(f, m);
     fputs("\"pieces\":[", f);
     int rc = 0, any = 0;
@@ -636,7 +623,7 @@ static int read_counters(CkptMeta *c, const char *meta, const cJSON *root, Err *
     double world, step, adam, good;
     int rc = whole_field(meta, root, "", "world", 1, CHECKPOINT_MAX_WORLD, "", &world, err);
     if (!rc)
-        rc = whole_field(meta, root, "", "step", 0, (double)TRAIN_MAX_STEPS,
+        rc = whole_field(meta, root, "", "step", 0, (double)CHECKPOINT_MAX_STEP,
                          " (the most steps a run takes)", &step, err);
     if (!rc)
         rc = whole_field(meta, root, "", "adam_steps", 0, step,
@@ -671,7 +658,7 @@ static int read_validation(CkptMeta *c, const char *meta, const cJSON *root, Err
     const cJSON *held = cJSON_GetObjectItemCaseSensitive(root, "held_out");
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(root, "val_loss");
     double n = 0;
-    int rc = held ? whole_field(meta, root, "", "held_out", 1, (double)TRAIN_MAX_HELD_OUT,
+    int rc = held ? whole_field(meta, root, "", "held_out", 1, (double)CHECKPOINT_MAX_HELD_OUT,
                                 " (the samples --val-size held out)", &n, err)
                   : 0;
     if (rc || !loss) {
@@ -728,7 +715,7 @@ static int read_lr_curve(CkptMeta *c, const char *meta, const cJSON *root, Err *
                        "%s: .lr_schedule.kind is %s; it must be constant, cosine, linear or step",
                        meta, cJSON_IsString(kind) ? "not a schedule's name" : "missing");
     double lr, warmup, min_lr, step_size, gamma, total;
-    double most = (double)TRAIN_MAX_STEPS;
+    double most = (double)CHECKPOINT_MAX_STEP;
     int rc = rate_field(meta, o, "lr", 0, 1e3, &lr, err);
     if (!rc) rc = whole_field(meta, o, ".lr_schedule", "warmup_steps", 0, most, "", &warmup, err);
     if (!rc) rc = rate_field(meta, o, "min_lr", 0, lr, &min_lr, err);
@@ -760,20 +747,14 @@ static const char *value_text(char *buf, size_t n, const cJSON *v) {
 }
 
 /* "model" and "strategy": names this fsdp knows. */
-static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err) {
-    static const char *const models[] = {"toy", "vit-tiny",    "vit-workshop",
-                                         "vit", "transformer", "llama"};
+static int read_names(CkptMeta *c, const char *meta, const cJSON *root, const ModelKinds *kinds,
+                      Err *err) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *strategy = cJSON_GetObjectItemCaseSensitive(root, "strategy");
     char text[80];
-    int known = 0;
-    for (size_t i = 0; cJSON_IsString(model) && i < sizeof models / sizeof *models; i++)
-        known |= !strcmp(model->valuestring, models[i]);
-    if (!known)
-        return err_set(err, ERR_USAGE,
-                       "%s: .model is %s; it must be a model this fsdp builds: toy, vit-tiny, "
-                       "vit-workshop, transformer or llama (or vit)",
-                       meta, value_text(text, sizeof text, model));
+    if (!cJSON_IsString(model) || !model_kind_named(kinds, model->valuestring))
+        return err_set(err, ERR_USAGE, "%s: .model is %s; it must be a model this fsdp builds: %s",
+                       meta, value_text(text, sizeof text, model), kinds->names_text);
     Strategy s;
     if (!cJSON_IsString(strategy) || strategy_parse(strategy->valuestring, &s))
         return err_set(err, ERR_USAGE, "%s: .strategy is %s; it must be one of %s", meta,
@@ -785,115 +766,35 @@ static int read_names(CkptMeta *c, const char *meta, const cJSON *root, Err *err
 
 /* ---- the model meta.json describes */
 
-enum { VIT_CONFIG_KEYS = 8, VIT_CONFIG_MAX = 1 << 20 };
-static const char *const vit_config_keys[VIT_CONFIG_KEYS] = {
-    "image", "patch", "layers", "heads", "hidden", "mlp", "classes", "channels"};
-
-/* The ViT of .config: exactly its eight keys, whole numbers, one channel, and dimensions that fit
- * together as train's own checks require; described names it for messages. */
-static int vit_of_config(const char *meta, const cJSON *config, ModelDesc *out, char *described,
-                         size_t n, Err *err) {
-    if (!cJSON_IsObject(config))
-        return err_set(err, ERR_USAGE,
-                       "%s: .config is %s; a ViT's checkpoint records its image, patch, layers, "
-                       "heads, hidden, mlp, classes and channels",
-                       meta, config ? "not an object" : "missing");
-    for (const cJSON *kv = config->child; kv; kv = kv->next) {
-        int known = 0;
-        for (int k = 0; k < VIT_CONFIG_KEYS; k++) known |= !strcmp(kv->string, vit_config_keys[k]);
-        if (!known)
-            return err_set(err, ERR_USAGE, "%s: .config.%.64s is no size of a ViT", meta,
-                           kv->string);
-    }
-    double v[VIT_CONFIG_KEYS];
-    for (int k = 0; k < VIT_CONFIG_KEYS; k++) {
-        int rc = whole_field(meta, config, ".config", vit_config_keys[k], 1, VIT_CONFIG_MAX, "",
-                             &v[k], err);
-        if (rc) return rc;
-    }
-    if (v[7] != 1)
-        return err_set(err, ERR_USAGE, "%s: .config.channels is %.15g; this fsdp's ViT takes 1",
-                       meta, v[7]);
-    VitConfig c = {.image = (int)v[0],
-                   .patch = (int)v[1],
-                   .layers = (int)v[2],
-                   .heads = (int)v[3],
-                   .hidden = (int)v[4],
-                   .mlp = (int)v[5],
-                   .classes = (int)v[6]};
-    snprintf(described, n,
-             "the ViT its .config describes (image %d, patch %d, layers %d, heads %d, hidden %d, "
-             "mlp %d, classes %d)",
-             c.image, c.patch, c.layers, c.heads, c.hidden, c.mlp, c.classes);
-    Err why = {0};
-    if (vit_config_check(&c, &why))
-        return err_set(err, ERR_USAGE, "%s: .config is no ViT this fsdp builds: %s", meta, why.msg);
-    return vit_model_create(out, &c, err);
-}
-
-/* The GPT-shaped transformer's six keys; the Llama-shaped one's seventh, kv_heads. */
-enum { TF_CONFIG_KEYS = 6, LLAMA_CONFIG_KEYS = 7 };
-static const char *const tf_config_keys[LLAMA_CONFIG_KEYS] = {"layers", "heads", "hidden",  "mlp",
-                                                              "seq",    "vocab", "kv_heads"};
-
-/* The transformer of .config: exactly its six keys (a Llama's seven), whole numbers, and a
- * shape that transformer_config_check takes (a plan's bounds; what a computed run needs more,
- * --seq within attention's and a byte vocabulary, is the run's to refuse); described names it
- * for messages. The attention kind is no part of it: eager and flash keep the same parameters. */
-static int transformer_of_config(const char *meta, const cJSON *config, int llama, ModelDesc *out,
-                                 char *described, size_t n, Err *err) {
-    const int keys = llama ? LLAMA_CONFIG_KEYS : TF_CONFIG_KEYS;
-    if (!cJSON_IsObject(config))
-        return err_set(err, ERR_USAGE,
-                       "%s: .config is %s; a transformer's checkpoint records its layers, heads, "
-                       "hidden, mlp, seq and vocab%s",
-                       meta, config ? "not an object" : "missing", llama ? " and kv_heads" : "");
-    for (const cJSON *kv = config->child; kv; kv = kv->next) {
-        int known = 0;
-        for (int k = 0; k < keys; k++) known |= !strcmp(kv->string, tf_config_keys[k]);
-        if (!known)
-            return err_set(err, ERR_USAGE, "%s: .config.%.64s is no size of a transformer", meta,
-                           kv->string);
-    }
-    double v[LLAMA_CONFIG_KEYS] = {0};
-    for (int k = 0; k < keys; k++) {
-        int rc =
-            whole_field(meta, config, ".config", tf_config_keys[k], 1, 1 << 24, "", &v[k], err);
-        if (rc) return rc;
-    }
-    TransformerConfig c = {.layers = (int)v[0],
-                           .heads = (int)v[1],
-                           .hidden = (int)v[2],
-                           .mlp = (int)v[3],
-                           .seq = (int)v[4],
-                           .vocab = (int)v[5],
-                           .arch = llama ? TRANSFORMER_LLAMA : TRANSFORMER_GPT,
-                           .kv_heads = (int)v[6]};
-    snprintf(described, n,
-             "the transformer its .config describes (layers %d, heads %d, hidden %d, mlp %d, seq "
-             "%d, vocab %d)",
-             c.layers, c.heads, c.hidden, c.mlp, c.seq, c.vocab);
-    Err why = {0};
-    if (transformer_config_check(&c, &why))
-        return err_set(err, ERR_USAGE, "%s: .config is no transformer this fsdp builds: %s", meta,
-                       why.msg);
-    return transformer_model_create(out, &c, err);
-}
-
-static int described_model(const CkptMeta *c, const char *meta, const cJSON *root, ModelDesc *out,
-                           char *described, size_t n, Err *err) {
+/* The model of .model and .config: exactly its kind's sizes, each a whole number in range, built
+ * with the checks training makes; described names it for messages. */
+static int described_model(const CkptMeta *c, const char *meta, const cJSON *root,
+                           const ModelKinds *kinds, ModelDesc *out, char *described, size_t n,
+                           Err *err) {
+    const ModelKind *kind = model_kind_named(kinds, c->model);
     const cJSON *config = cJSON_GetObjectItemCaseSensitive(root, "config");
-    if (!strcmp(c->model, "transformer") || !strcmp(c->model, "llama"))
-        return transformer_of_config(meta, config, !strcmp(c->model, "llama"), out, described, n,
-                                     err);
-    if (!strcmp(c->model, "toy")) {
-        if (config)
-            return err_set(err, ERR_USAGE, "%s: .config is there, but the toy has no sizes to set",
-                           meta);
-        snprintf(described, n, "the toy");
-        return toy_model_create(out, err);
+    long sizes[MODEL_MAX_SIZES] = {0};
+    if (!kind->nsizes && config)
+        return err_set(err, ERR_USAGE, "%s: .config is there, but %s has no sizes to set", meta,
+                       kind->what);
+    if (kind->nsizes && !cJSON_IsObject(config))
+        return err_set(err, ERR_USAGE, "%s: .config is %s; %s's checkpoint records its %s", meta,
+                       config ? "not an object" : "missing", kind->what, kind->sizes_text);
+    for (const cJSON *kv = kind->nsizes ? config->child : NULL; kv; kv = kv->next) {
+        int known = 0;
+        for (int k = 0; k < kind->nsizes; k++) known |= !strcmp(kv->string, kind->sizes[k]);
+        if (!known)
+            return err_set(err, ERR_USAGE, "%s: .config.%.64s is no size of %s", meta, kv->string,
+                           kind->what);
     }
-    return vit_of_config(meta, config, out, described, n, err);
+    for (int k = 0; k < kind->nsizes; k++) {
+        double v;
+        int rc = whole_field(meta, config, ".config", kind->sizes[k], 1, (double)kind->max_size, "",
+                             &v, err);
+        if (rc) return rc;
+        sizes[k] = (long)v;
+    }
+    return kind->build(meta, sizes, out, described, n, err);
 }
 
 static void shape_text(char *buf, size_t n, const int64_t *shape, int ndim) {
@@ -1202,7 +1103,7 @@ static int read_pieces(CkptMeta *c, const char *meta, const cJSON *list, Err *er
 }
 
 static int read_root(CkptMeta *c, const cJSON *root, const char *meta, int sealed,
-                     const ModelDesc *expect, Err *err) {
+                     const ModelKinds *kinds, const ModelDesc *expect, Err *err) {
     int rc = check_version(meta, root, sealed, err);
     const char *twice = NULL;
     if (!rc && repeated_key(root, &twice))
@@ -1215,12 +1116,12 @@ static int read_root(CkptMeta *c, const cJSON *root, const char *meta, int seale
     if (!rc) rc = read_counters(c, meta, root, err);
     if (!rc) rc = read_validation(c, meta, root, err);
     if (!rc) rc = read_lr_curve(c, meta, root, err);
-    if (!rc) rc = read_names(c, meta, root, err);
+    if (!rc) rc = read_names(c, meta, root, kinds, err);
     if (rc) return rc;
     c->version = CHECKPOINT_VERSION;
     ModelDesc saved = {0};
     char described[256];
-    rc = described_model(c, meta, root, &saved, described, sizeof described, err);
+    rc = described_model(c, meta, root, kinds, &saved, described, sizeof described, err);
     const cJSON *tensors = cJSON_GetObjectItemCaseSensitive(root, "tensors");
     if (!rc) rc = check_tensor_list(meta, tensors, &saved, described, err);
     if (!rc && expect) rc = check_expected(c->path, &saved, expect, err);
@@ -1244,7 +1145,8 @@ void ckpt_meta_free(CkptMeta *m) {
     memset(m, 0, sizeof *m);
 }
 
-int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err *err) {
+int ckpt_meta_read(CkptMeta *out, const char *path, const ModelKinds *kinds,
+                   const ModelDesc *expect, Err *err) {
     memset(out, 0, sizeof *out);
     if (strlen(path) + 64 > sizeof out->path)
         return err_set(err, ERR_USAGE, "checkpoint path is too long: %.200s...", path);
@@ -1266,7 +1168,7 @@ int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err
     }
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
-    int rc = read_root(out, root, meta, sealed, expect, err);
+    int rc = read_root(out, root, meta, sealed, kinds, expect, err);
     cJSON_Delete(root);
     if (!rc && !(out->readers = calloc((size_t)out->world, sizeof *out->readers)))
         rc = err_set(err, ERR_NOMEM, "out of memory reading %s", meta);
@@ -1367,9 +1269,10 @@ static int fill_piece(void *user, const StatePiece *want, Err *err) {
     return 0;
 }
 
-int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step, Err *err) {
+int checkpoint_load(Engine *e, const ModelDesc *m, const ModelKinds *kinds, const char *path,
+                    long *step, Err *err) {
     CkptMeta c;
-    int rc = ckpt_meta_read(&c, path, m, err);
+    int rc = ckpt_meta_read(&c, path, kinds, m, err);
     if (!rc) rc = engine_load_state(e, fill_piece, &c, err);
     if (!rc) {
         engine_set_counters(e, c.counters);

@@ -23,6 +23,11 @@
 #define CHECKPOINT_VERSION 2
 /* The most ranks a checkpoint may have been saved by. */
 #define CHECKPOINT_MAX_WORLD 65536
+/* The largest step a checkpoint may record, and the most samples it may say were held out: the
+ * training loop's own limits (jobs/train.h's TRAIN_MAX_STEPS and TRAIN_MAX_HELD_OUT, which it
+ * checks equal these). */
+#define CHECKPOINT_MAX_STEP 1000000000L
+#define CHECKPOINT_MAX_HELD_OUT 1000000000L
 
 typedef struct CheckpointInfo {
     const char *model_name;  /* "toy", "vit-tiny", ... (recorded; loading checks the tensors) */
@@ -38,6 +43,7 @@ typedef struct CheckpointInfo {
     int best_only;           /* ... and as nothing else: no D/step-NNNNNNNN */
     const LrCurve *lr_curve; /* the run's learning-rate curve, recorded when it varies (NULL:
                               * none): a resumed run is held to the same rates */
+    const ModelKinds *kinds; /* how the model's sizes are recorded (models/kinds.h) */
 } CheckpointInfo;
 
 /* Saves this rank's state into dir's checkpoint of info->step. Collective: every rank of
@@ -59,7 +65,8 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
  * communication. A checkpoint of another model or version, a missing, cut or corrupt rank file
  * or rows no piece holds fail with one line naming the file and tensor; so does a value that is
  * not finite (nan, inf), with its flat index in the tensor. */
-int checkpoint_load(Engine *e, const ModelDesc *m, const char *path, long *step, Err *err);
+int checkpoint_load(Engine *e, const ModelDesc *m, const ModelKinds *kinds, const char *path,
+                    long *step, Err *err);
 
 /* The newest complete checkpoint in dir into path ("" when there is none). */
 int checkpoint_latest(const char *dir, char *path, size_t n, Err *err);
@@ -123,16 +130,17 @@ typedef struct CkptMeta {
 
 /* Reads path/meta.json and checks it before believing any of it: its CRC32 first, then its
  * format version, each field's range (world 1 to CHECKPOINT_MAX_WORLD, step 0 to
- * TRAIN_MAX_STEPS, Adam's steps at most the step, the loss scale a finite positive float), the
- * model and strategy known, the tensors exactly those of the model that "model" and "config"
- * describe (names, order, shapes), each tensor's rows held by exactly one piece of each kind,
- * each rank's pieces back to back in its file, and each rank file of exactly their size. With
- * expect, the tensors must also be that model's, name for name and shape for shape (another
- * model's checkpoint says so, with both shapes). Failures (ERR_USAGE) are one line naming the
- * file and the field (by its jq path: .step, .tensors[3].shape). On failure *out is empty and
- * safe to ckpt_meta_free. The optional fields: held_out a whole number from 1 to
- * TRAIN_MAX_HELD_OUT, val_loss a finite number at least 0, only beside held_out. */
-int ckpt_meta_read(CkptMeta *out, const char *path, const ModelDesc *expect, Err *err);
+ * CHECKPOINT_MAX_STEP, Adam's steps at most the step, the loss scale a finite positive float), the
+ * model and strategy known (one of kinds' names), the tensors exactly those of the model that
+ * "model" and "config" describe (kinds builds it: names, order, shapes), each tensor's rows held by
+ * exactly one piece of each kind, each rank's pieces back to back in its file, and each rank file
+ * of exactly their size. With expect, the tensors must also be that model's, name for name and
+ * shape for shape (another model's checkpoint says so, with both shapes). Failures (ERR_USAGE) are
+ * one line naming the file and the field (by its jq path: .step, .tensors[3].shape). On failure
+ * *out is empty and safe to ckpt_meta_free. The optional fields: held_out a whole number from 1 to
+ * CHECKPOINT_MAX_HELD_OUT, val_loss a finite number at least 0, only beside held_out. */
+int ckpt_meta_read(CkptMeta *out, const char *path, const ModelKinds *kinds,
+                   const ModelDesc *expect, Err *err);
 void ckpt_meta_free(CkptMeta *m);
 
 /* The path of rank's file, path/rank-RRRRR.bin. */

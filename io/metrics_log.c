@@ -153,7 +153,7 @@ static size_t first_at(const MetricsLog *m, long step) {
     return lo;
 }
 
-int metrics_log_step(MetricsLog *m, const StepReport *r, Err *err) {
+int metrics_log_step(MetricsLog *m, const MetricsStep *r, Err *err) {
     /* a line at or past this step is from a run before that went further */
     int rc = cut_from(m, first_at(m, r->step), err);
     if (rc) return rc;
@@ -162,17 +162,17 @@ int metrics_log_step(MetricsLog *m, const StepReport *r, Err *err) {
              "{\"split\":\"" METRICS_SPLIT_TRAIN "\",\"step\":%ld,\"epoch\":%d,\"loss\":%s,"
              "\"lr\":%s,\"grad_norm\":%s,\"step_time_s\":%s,\"peak_bytes\":%zu,"
              "\"images_per_s\":%s,\"wall_s\":%s}\n",
-             r->step, r->epoch, json_float(r->stats.loss, loss, sizeof loss),
-             json_float(r->lr, lr, sizeof lr), json_float(r->stats.grad_norm, norm, sizeof norm),
+             r->step, r->epoch, json_float(r->loss, loss, sizeof loss),
+             json_float(r->lr, lr, sizeof lr), json_float(r->grad_norm, norm, sizeof norm),
              json_number(r->step_time, t, sizeof t), r->peak_bytes,
              json_number(r->images_per_s, ips, sizeof ips),
              json_number(r->wall_time, wall, sizeof wall));
     MetricsLine kept = {
-        .split = METRICS_SPLIT_TRAIN, .step = r->step, .loss = r->stats.loss, .accuracy = NAN};
+        .split = METRICS_SPLIT_TRAIN, .step = r->step, .loss = r->loss, .accuracy = NAN};
     return append(m, line, &kept, err);
 }
 
-int metrics_log_eval(MetricsLog *m, const EvalReport *r, const char *split, Err *err) {
+int metrics_log_eval(MetricsLog *m, const MetricsEval *r, const char *split, Err *err) {
     size_t from = first_at(m, r->step); /* past this step, or this set's evaluation at it */
     while (from < m->n && m->lines[from].step == r->step && strcmp(m->lines[from].split, split))
         from++;

@@ -6,8 +6,9 @@
 
 #include <stdio.h>
 
+#include <stddef.h>
+
 #include "base/err.h"
-#include "jobs/train.h"
 
 /* The fields, in the order each line has them (all of them on every line of its kind):
  *   a step: "split":"train", "step" (1-based), "epoch" (0-based, the epoch the step is in),
@@ -21,6 +22,25 @@
  *           "accuracy" (0 to 1), "correct", "samples", "wall_s"
  * A number that is not finite is written null (a run stops on a loss that is not). */
 #define METRICS_SPLIT_TRAIN "train"
+
+/* A training step as its line has it (the loop's StepReport, as the run directory hands it). */
+typedef struct MetricsStep {
+    long step;
+    int epoch;
+    float loss, lr, grad_norm;
+    double step_time;
+    size_t peak_bytes;
+    double images_per_s, wall_time;
+} MetricsStep;
+
+/* An evaluation as its line has it (the loop's EvalReport). */
+typedef struct MetricsEval {
+    long step;
+    int epoch;
+    double loss, accuracy;
+    long correct, samples;
+    double wall_time;
+} MetricsEval;
 
 /* Reopened (a resumed or restarted run), the log reads the lines back; when the run goes back
  * to an earlier step, the lines from that step on are cut, so the steps in the file only
@@ -48,11 +68,11 @@ int metrics_log_open(MetricsLog *m, const char *path, Err *err);
 
 /* Appends a step's line (the lines from its step on cut first, if any). ERR_IO when the
  * file cannot take it. */
-int metrics_log_step(MetricsLog *m, const StepReport *r, Err *err);
+int metrics_log_step(MetricsLog *m, const MetricsStep *r, Err *err);
 
 /* Appends an evaluation's line of set `split` (the lines after its step, and any of the same
  * set at its step, cut first). */
-int metrics_log_eval(MetricsLog *m, const EvalReport *r, const char *split, Err *err);
+int metrics_log_eval(MetricsLog *m, const MetricsEval *r, const char *split, Err *err);
 
 void metrics_log_close(MetricsLog *m);
 

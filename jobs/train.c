@@ -13,8 +13,13 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "models/kinds.h"
 #include "models/transformer.h"
 #include "models/vit.h"
+
+_Static_assert(TRAIN_MAX_STEPS == CHECKPOINT_MAX_STEP &&
+                   TRAIN_MAX_HELD_OUT == CHECKPOINT_MAX_HELD_OUT,
+               "a run's limits are those its checkpoints may record");
 
 long train_steps_per_epoch(const TrainJob *job, int world) {
     long global = (long)world * job->cfg->batch_size * job->cfg->grad_accum;
@@ -164,7 +169,8 @@ static int maybe_checkpoint(const RankEnv *env, TrainJob *job, Engine *e, long d
     if (!due && !best) return 0;
     LrCurve curve = {
         .schedule = job->cfg->lr_schedule, .lr = job->cfg->lr, .total_steps = job->steps};
-    CheckpointInfo info = {.model_name = job->model_name ? job->model_name : job->model->name,
+    CheckpointInfo info = {.kinds = &model_kinds,
+                           .model_name = job->model_name ? job->model_name : job->model->name,
                            .strategy = strategy_name(job->cfg->strategy),
                            .step = done,
                            .keep = job->ckpt_keep,
@@ -446,7 +452,8 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc && job->init_from) rc = train_load_weights(e, job->model, job->init_from, err);
     long first = 0;
     if (job->step_params && job->rank_per_process) values_unknown(job);
-    if (!rc && job->resume_from) rc = checkpoint_load(e, job->model, job->resume_from, &first, err);
+    if (!rc && job->resume_from)
+        rc = checkpoint_load(e, job->model, &model_kinds, job->resume_from, &first, err);
     if (!rc && env->rank == 0) job->resumed_step = first;
     if (!rc) rc = record_values(job, e, 0, err);
     if (!rc) rc = run_steps(env, job, e, first, perm, idx, err);

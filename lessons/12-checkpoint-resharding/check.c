@@ -5,10 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "jobs/train.h"
 #include "exercise.h"
 #include "io/checkpoint.h"
+#include "jobs/train.h"
 #include "lessons/tool/check.h"
+#include "models/kinds.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 
@@ -111,7 +112,7 @@ static int load_rank(const RankEnv *env, void *arg, Err *err) {
     Engine *e = NULL;
     long step = 0;
     int rc = engine_create(&e, &job->cfg, &job->plan, &job->model, *env, err);
-    if (!rc) rc = checkpoint_load(e, &job->model, job->path, &step, err);
+    if (!rc) rc = checkpoint_load(e, &job->model, &model_kinds, job->path, &step, err);
     if (!rc) rc = engine_save_state(e, keep_piece, &job->ranks[env->rank], err);
     engine_destroy(e);
     return rc;
@@ -322,7 +323,7 @@ static void expect_reshard(int saved_world, int load_world) {
                  err.msg);
     run_cluster(load_world, load_rank, &job);
     CkptMeta meta;
-    cr_assert_eq(ckpt_meta_read(&meta, job.path, &job.model, &err), 0, "%s", err.msg);
+    cr_assert_eq(ckpt_meta_read(&meta, job.path, &model_kinds, &job.model, &err), 0, "%s", err.msg);
     RankFiles files;
     read_rank_files(&meta, &files);
     nftw(dir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);

@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "io/checkpoint.h"
+#include "models/kinds.h"
 #include "models/toy.h"
 
 static void write_file(const char *path, const uint8_t *data, size_t size, int sealed) {
@@ -48,10 +49,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int sealed = 0; sealed < 2; sealed++) {
         write_file(path, data, size, sealed);
         CkptMeta m;
-        ckpt_meta_read(&m, dir, NULL, &err);
+        ckpt_meta_read(&m, dir, &model_kinds, NULL, &err);
         ckpt_meta_free(&m);
         if (made) {
-            ckpt_meta_read(&m, dir, &toy, &err);
+            ckpt_meta_read(&m, dir, &model_kinds, &toy, &err);
             ckpt_meta_free(&m);
         }
     }

@@ -13,27 +13,26 @@
 #include "io/metrics_log.h"
 #include "tests/util.h"
 
-static StepReport step_report(long step, float loss) {
-    return (StepReport){.step = step,
-                        .steps = 100,
-                        .epoch = (int)(step / 10),
-                        .steps_per_epoch = 10,
-                        .step_time = 8.6e-5,
-                        .wall_time = 0.01,
-                        .images_per_s = 2400,
-                        .lr = 0.05f,
-                        .stats = {.loss = loss, .grad_norm = 1.5f},
-                        .peak_bytes = 312};
+static MetricsStep step_report(long step, float loss) {
+    return (MetricsStep){.step = step,
+                         .epoch = (int)(step / 10),
+                         .step_time = 8.6e-5,
+                         .wall_time = 0.01,
+                         .images_per_s = 2400,
+                         .lr = 0.05f,
+                         .loss = loss,
+                         .grad_norm = 1.5f,
+                         .peak_bytes = 312};
 }
 
-static EvalReport eval_report(long step, long correct) {
-    return (EvalReport){.step = step,
-                        .epoch = (int)(step / 10),
-                        .samples = 1000,
-                        .correct = correct,
-                        .accuracy = correct / 1000.0,
-                        .loss = 0.75,
-                        .wall_time = 0.5};
+static MetricsEval eval_report(long step, long correct) {
+    return (MetricsEval){.step = step,
+                         .epoch = (int)(step / 10),
+                         .samples = 1000,
+                         .correct = correct,
+                         .accuracy = correct / 1000.0,
+                         .loss = 0.75,
+                         .wall_time = 0.5};
 }
 
 static void temp_path(char *path, size_t n, const char *tag) {
@@ -61,9 +60,9 @@ Test(metrics_log, lines_hold_every_field_with_its_value) {
     MetricsLog m;
     Err err = {0};
     cr_assert_eq(metrics_log_open(&m, path, &err), 0, "%s", err.msg);
-    StepReport r = step_report(3, 2.25f);
+    MetricsStep r = step_report(3, 2.25f);
     cr_assert_eq(metrics_log_step(&m, &r, &err), 0, "%s", err.msg);
-    EvalReport e = eval_report(3, 821);
+    MetricsEval e = eval_report(3, 821);
     cr_assert_eq(metrics_log_eval(&m, &e, "test", &err), 0, "%s", err.msg);
     metrics_log_close(&m);
     char *text = read_text_file(path, NULL);
@@ -83,7 +82,7 @@ Test(metrics_log, a_loss_that_is_not_finite_is_null) {
     MetricsLog m;
     Err err = {0};
     cr_assert_eq(metrics_log_open(&m, path, &err), 0, "%s", err.msg);
-    StepReport r = step_report(1, NAN);
+    MetricsStep r = step_report(1, NAN);
     cr_assert_eq(metrics_log_step(&m, &r, &err), 0, "%s", err.msg);
     metrics_log_close(&m);
     char *text = read_text_file(path, NULL);
@@ -104,10 +103,10 @@ Test(metrics_log, a_run_that_goes_back_cuts_the_lines_after_its_step) {
     Err err = {0};
     cr_assert_eq(metrics_log_open(&m, path, &err), 0, "%s", err.msg);
     for (long s = 1; s <= 8; s++) {
-        StepReport r = step_report(s, 3.0f - 0.1f * (float)s);
+        MetricsStep r = step_report(s, 3.0f - 0.1f * (float)s);
         cr_assert_eq(metrics_log_step(&m, &r, &err), 0, "%s", err.msg);
         if (s == 4) {
-            EvalReport e = eval_report(4, 500);
+            MetricsEval e = eval_report(4, 500);
             cr_assert_eq(metrics_log_eval(&m, &e, "test", &err), 0, "%s", err.msg);
         }
     }
@@ -119,7 +118,7 @@ Test(metrics_log, a_run_that_goes_back_cuts_the_lines_after_its_step) {
     cr_expect_float_eq(m.lines[4].accuracy, 0.5, 1e-12);
     cr_expect_float_eq(m.lines[8].loss, 3.0f - 0.8f, 1e-6);
     for (long s = 5; s <= 6; s++) {
-        StepReport r = step_report(s, 1.0f);
+        MetricsStep r = step_report(s, 1.0f);
         cr_assert_eq(metrics_log_step(&m, &r, &err), 0, "%s", err.msg);
     }
     metrics_log_close(&m);
@@ -130,7 +129,7 @@ Test(metrics_log, a_run_that_goes_back_cuts_the_lines_after_its_step) {
     for (int i = 0; i < n; i++) cr_expect_eq(steps[i], want[i], "line %d", i + 1);
     /* the same evaluation again replaces its line, and what came after it */
     cr_assert_eq(metrics_log_open(&m, path, &err), 0, "%s", err.msg);
-    EvalReport e = eval_report(4, 600);
+    MetricsEval e = eval_report(4, 600);
     cr_assert_eq(metrics_log_eval(&m, &e, "test", &err), 0, "%s", err.msg);
     metrics_log_close(&m);
     n = steps_in_file(path, steps, 32);
@@ -148,7 +147,7 @@ Test(metrics_log, a_line_cut_short_is_dropped) {
     MetricsLog m;
     Err err = {0};
     cr_assert_eq(metrics_log_open(&m, path, &err), 0, "%s", err.msg);
-    StepReport r = step_report(1, 2.0f);
+    MetricsStep r = step_report(1, 2.0f);
     cr_assert_eq(metrics_log_step(&m, &r, &err), 0, "%s", err.msg);
     metrics_log_close(&m);
     struct stat whole;
