@@ -38,7 +38,7 @@ static size_t kv_width(const TBlock *t) {
     return t->kv_heads * (t->H / t->heads);
 }
 
-void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
+static void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
     double KV = (double)kv_width(t), T = (double)t->T, B = (double)t->B;
     double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
@@ -100,8 +100,8 @@ static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, cons
     k->add(out, out, a->mid, M * H); /* a plain add, as GPT's block ends (tblock.c says why) */
 }
 
-int lblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
-                   Work *w, Err *err) {
+static int lblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x,
+                          float **out, Work *w, Err *err) {
     int rc = take_acts(t, a, out, err);
     lblock_work(t, w, WORK_FORWARD);
     if (rc || t->B * t->T == 0) return rc;
@@ -174,8 +174,8 @@ static void attention_branch_backward(const TBlock *t, const BlockActs *a, float
                         H);
 }
 
-int lblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
-                    float *dy, Work *w, Err *err) {
+static int lblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g,
+                           float **input, float *dy, Work *w, Err *err) {
     LTemps m = {0};
     int rc = take_temps(t, &m, err);
     lblock_work(t, w, WORK_BACKWARD);
@@ -188,3 +188,6 @@ int lblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const
     act_release(t->dev, input);
     return rc;
 }
+
+const BlockKind llama_block = {
+    .work = lblock_work, .forward = lblock_forward, .backward = lblock_backward, .grouped_kv = 1};

@@ -1,6 +1,6 @@
-/* lblock: the Llama-shaped block, tblock's sibling (tblock.h's entry points call it when
- * TBlock.llama): x -> x + o_proj(attention(rope(q), rope(k), v)) over RMSNorm(x), then + down
- * (silu(gate) * up) over RMSNorm of that; grouped-query attention, no biases. */
+/* lblock: the Llama-shaped block, tblock's sibling (llama_block, a BlockKind tblock.h's entry
+ * points call through): x -> x + o_proj(attention(rope(q), rope(k), v)) over RMSNorm(x), then +
+ * down (silu(gate) * up) over RMSNorm of that; grouped-query attention, no biases. */
 #ifndef FSDP_LBLOCK_H
 #define FSDP_LBLOCK_H
 
@@ -26,10 +26,7 @@ void lblock_describe(ParamMaker *pm, const char *module, const char *prefix, int
                      int64_t F, float std, float proj_std);
 size_t lblock_param_count(size_t H, size_t KV, size_t F);
 
-void lblock_work(const TBlock *t, Work *w, WorkKind kind);
-int lblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
-                   Work *w, Err *err);
-int lblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
-                    float *dy, Work *w, Err *err);
+/* Llama's block: grouped-query attention. */
+extern const BlockKind llama_block;
 
 #endif

@@ -4,8 +4,6 @@
 
 #include <stdio.h>
 
-#include "models/lblock.h"
-
 /* ---------------------------------------------------------------- activations */
 
 float *act_take(Device *dev, size_t n) {
@@ -77,7 +75,7 @@ AttnShape tblock_attn_shape(const TBlock *t, size_t q_stride, size_t kv_stride) 
     return (AttnShape){.B = t->B,
                        .T = t->T,
                        .heads = t->heads,
-                       .kv_heads = t->llama ? t->kv_heads : t->heads,
+                       .kv_heads = t->kind->grouped_kv ? t->kv_heads : t->heads,
                        .head_dim = t->H / t->heads,
                        .q_stride = q_stride,
                        .kv_stride = kv_stride,
@@ -88,11 +86,7 @@ AttnShape tblock_attn_shape(const TBlock *t, size_t q_stride, size_t kv_stride) 
 
 /* Eager attention writes and reads its probabilities; flash keeps them on chip but computes
  * the scores once more in backward. */
-void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
-    if (t->llama) {
-        lblock_work(t, w, kind);
-        return;
-    }
+static void gpt_work(const TBlock *t, Work *w, WorkKind kind) {
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
     double T = (double)t->T, B = (double)t->B;
     double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
@@ -165,12 +159,11 @@ static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, cons
     k->add(out, out, a->mid, M * H);
 }
 
-int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
-                   Work *w, Err *err) {
-    if (t->llama) return lblock_forward(t, a, p, x, out, w, err);
+static int gpt_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                       Work *w, Err *err) {
     size_t M = t->B * t->T;
     int rc = take_acts(t, a, out, err);
-    tblock_work(t, w, WORK_FORWARD);
+    gpt_work(t, w, WORK_FORWARD);
     if (rc || !M) return rc;
     compute_forward(t, a, p, x, *out);
     return 0;
@@ -221,15 +214,14 @@ static void attention_branch_backward(const TBlock *t, const BlockActs *a, float
                           p[TBLOCK_LN1_W], M, H);
 }
 
-int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
-                    float *dy, Work *w, Err *err) {
-    if (t->llama) return lblock_backward(t, a, p, g, input, dy, w, err);
+static int gpt_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g,
+                        float **input, float *dy, Work *w, Err *err) {
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F;
     float *dmlp = act_take(d, M * F), *dh = act_take(d, M * H), *dqkv = act_take(d, M * 3 * H);
     float *work = tblock_take_flash_work(t); /* flash's probabilities, one pair at a time */
     int rc = act_check_taken((float *[]){dmlp, dh, dqkv, work}, t->flash ? 4 : 3, M, err);
-    tblock_work(t, w, WORK_BACKWARD);
+    gpt_work(t, w, WORK_BACKWARD);
     if (!rc && M) {
         mlp_backward(t, a, p, g, dy, dmlp, dh);
         attention_branch_backward(t, a, p, g, *input, dy, dh, dqkv, work);
@@ -241,6 +233,23 @@ int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const
     tblock_release(t, a);
     act_release(d, input);
     return rc;
+}
+
+const BlockKind gpt_block = {
+    .work = gpt_work, .forward = gpt_forward, .backward = gpt_backward, .grouped_kv = 0};
+
+void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
+    t->kind->work(t, w, kind);
+}
+
+int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                   Work *w, Err *err) {
+    return t->kind->forward(t, a, p, x, out, w, err);
+}
+
+int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
+                    float *dy, Work *w, Err *err) {
+    return t->kind->backward(t, a, p, g, input, dy, w, err);
 }
 
 void tblock_release(const TBlock *t, BlockActs *a) {

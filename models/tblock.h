@@ -1,7 +1,8 @@
 /* tblock: the transformer block the ViT, the GPT-2-style transformer and the Llama-shaped one
  * share: its parameters, saved activations, forward, backward, checkpointing and work estimate.
  * GPT's pre-LayerNorm block is here; Llama's (RMSNorm, grouped-query attention with RoPE,
- * SwiGLU, no biases) is its sibling in lblock.c, behind the same entry points. Either keeps
+ * SwiGLU, no biases) is its sibling in lblock.c: each is a BlockKind the same entry points call
+ * through. Either keeps
  * attention's probabilities (eager) or only their per-row log-sum-exp (flash). It touches only
  * the device it is given (activations as MEM_ACTIVATIONS) and its kernels. */
 #ifndef FSDP_TBLOCK_H
@@ -27,20 +28,22 @@ enum {
     TBLOCK_PARAMS
 };
 
+typedef struct BlockKind BlockKind;
+
 /* What one block's computation needs: where it runs and the current batch's shape. */
 typedef struct TBlock {
     Device *dev;
     const Kernels *k;
-    size_t B;        /* sequences (images) in the micro-batch */
-    size_t T;        /* tokens of each */
-    size_t H;        /* width of the residual stream */
-    size_t F;        /* width of the MLP's hidden layer */
-    size_t heads;    /* attention heads; H % heads == 0 */
-    float ln_eps;    /* both LayerNorms' (RMSNorms') eps */
-    int causal;      /* 1: each token attends to itself and those before it (a language model) */
-    int flash;       /* 1: flash attention (keeps lse), 0: eager (keeps probs) */
-    int llama;       /* 1: Llama's block (lblock.c) */
-    size_t kv_heads; /* Llama: K,V heads, dividing heads */
+    size_t B;     /* sequences (images) in the micro-batch */
+    size_t T;     /* tokens of each */
+    size_t H;     /* width of the residual stream */
+    size_t F;     /* width of the MLP's hidden layer */
+    size_t heads; /* attention heads; H % heads == 0 */
+    float ln_eps; /* both LayerNorms' (RMSNorms') eps */
+    int causal;   /* 1: each token attends to itself and those before it (a language model) */
+    int flash;    /* 1: flash attention (keeps lse), 0: eager (keeps probs) */
+    const BlockKind *kind; /* gpt_block (here) or llama_block (lblock.c) */
+    size_t kv_heads;       /* Llama: K,V heads, dividing heads */
 } TBlock;
 
 /* Llama's RoPE base (Llama 3's rope_theta). */
@@ -106,6 +109,20 @@ void tblock_describe(ParamMaker *pm, const char *module, const char *prefix,
 size_t tblock_param_count(size_t H, size_t F);
 
 /* ---- computation */
+
+/* A kind of block: its work estimate, forward and backward, as tblock_work, tblock_forward and
+ * tblock_backward below describe them (they call through t->kind). */
+struct BlockKind {
+    void (*work)(const TBlock *t, Work *w, WorkKind kind);
+    int (*forward)(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+                   Work *w, Err *err);
+    int (*backward)(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
+                    float *dy, Work *w, Err *err);
+    int grouped_kv; /* 1: attention has kv_heads K,V heads (grouped-query); 0: one per head */
+};
+
+/* GPT's (and the ViT's) pre-LayerNorm block. */
+extern const BlockKind gpt_block;
 
 /* Roughly what the cost model charges for one block's forward or backward: GEMM flops and
  * activation traffic, 4 bytes a float. */

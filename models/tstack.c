@@ -4,6 +4,8 @@
 
 #include <stdlib.h>
 
+#include "models/lblock.h"
+
 /* ---------------------------------------------------------------- the description */
 
 int tstack_model_create(ModelDesc *m, const TStackEnds *ends, const ModelOps *ops,
@@ -50,7 +52,7 @@ static TBlock block_of(const ModelRun *r) {
                     .ln_eps = r->shape.ln_eps,
                     .causal = r->shape.causal,
                     .flash = r->shape.flash,
-                    .llama = r->shape.llama,
+                    .kind = r->shape.llama ? &llama_block : &gpt_block,
                     .kv_heads = r->shape.kv_heads};
 }
 

@@ -22,7 +22,7 @@ typedef struct TStackShape {
     float ln_eps;  /* the blocks' LayerNorms' eps */
     int causal;    /* the blocks' attention is causal (TBlock.causal) */
     int flash;     /* flash attention (TBlock.flash) */
-    int llama;     /* Llama's blocks (TBlock.llama), with kv_heads K,V heads */
+    int llama;     /* Llama's blocks (llama_block), with kv_heads K,V heads */
     size_t kv_heads;
     size_t outputs; /* logits of one sequence: classes, or tokens x vocabulary */
 } TStackShape;
