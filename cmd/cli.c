@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmd/run_dir.h"
 #include "jobs/train.h"
 #include "io/mnist.h"
 #include "io/text.h"

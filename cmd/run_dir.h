@@ -4,23 +4,9 @@
 #ifndef FSDP_CMD_RUN_DIR_H
 #define FSDP_CMD_RUN_DIR_H
 
-#include "cmd/cli.h"
+#include "cmd/cli.h" /* TrainArgs and the files of a run directory, RUN_DIR_* */
 #include "jobs/train.h"
 #include "io/metrics_log.h"
-
-/* config.json holds every setting, resolved (`train --config DIR/config.json` runs the same job
- * again); metrics.jsonl a line per logged step and per evaluation (io/metrics_log.h); curves.svg
- * is redrawn at each evaluation and at the end. The files of a run directory. The first four are
- * the defaults --run-dir gives the flags that name them (cli.c, in this order); a flag given names
- * its own file instead. */
-#define RUN_DIR_CHECKPOINTS "checkpoints"
-#define RUN_DIR_MODEL "model.safetensors"
-#define RUN_DIR_MEMORY_SVG "memory.svg"
-#define RUN_DIR_TRACE "trace.json"
-#define RUN_DIR_PATHS 4
-#define RUN_DIR_CONFIG "config.json"
-#define RUN_DIR_METRICS "metrics.jsonl"
-#define RUN_DIR_CURVES "curves.svg"
 
 typedef struct RunDir {
     const char *dir; /* NULL: no run directory (every call below does nothing) */
