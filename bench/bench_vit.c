@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "jobs/train.h"
 #include "io/mnist.h"
+#include "jobs/train.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "models/vit.h"
 #include "sim/cluster.h"

@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobs/train.h"
 #include "io/mnist.h"
 #include "io/text.h"
+#include "jobs/train.h"
 #include "models/transformer.h"
 
 void train_args_defaults(TrainArgs *a) {

@@ -7,10 +7,10 @@
 
 #include "cmd/commands.h"
 #include "cmd/flags.h"
-#include "jobs/predict.h"
 #include "io/mnist.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "jobs/predict.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"

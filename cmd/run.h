@@ -7,8 +7,8 @@
 
 #include "cmd/cli.h"
 #include "cmd/run_dir.h"
-#include "jobs/train.h"
 #include "io/atomic_file.h"
+#include "jobs/train.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
 

@@ -5,8 +5,8 @@
 #define FSDP_CMD_RUN_DIR_H
 
 #include "cmd/cli.h" /* TrainArgs and the files of a run directory, RUN_DIR_* */
-#include "jobs/train.h"
 #include "io/metrics_log.h"
+#include "jobs/train.h"
 
 typedef struct RunDir {
     const char *dir; /* NULL: no run directory (every call below does nothing) */

@@ -7,9 +7,9 @@
 
 #include "cmd/commands.h"
 #include "cmd/flags.h"
-#include "jobs/sample.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "jobs/sample.h"
 #include "models/transformer.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"

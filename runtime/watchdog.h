@@ -10,8 +10,8 @@
 
 #include <nccl.h>
 
-#include "engine/comm.h"
 #include "base/err.h"
+#include "engine/comm.h"
 
 typedef struct Watchdog Watchdog;
 

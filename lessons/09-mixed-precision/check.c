@@ -3,8 +3,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "jobs/train.h"
 #include "exercise.h"
+#include "jobs/train.h"
 #include "kernels/dtype.h"
 #include "lessons/tool/check.h"
 #include "models/vit.h"

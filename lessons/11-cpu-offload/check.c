@@ -2,8 +2,8 @@
  * accounting-only training steps of a 2-layer vit-tiny. */
 #include <stdlib.h>
 
-#include "jobs/train.h"
 #include "exercise.h"
+#include "jobs/train.h"
 #include "lessons/tool/check.h"
 #include "models/vit.h"
 #include "sim/cluster.h"

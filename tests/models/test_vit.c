@@ -7,10 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "jobs/train.h"
 #include "io/mnist.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "jobs/train.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
 #include "sim/device_sim.h"
