@@ -453,9 +453,10 @@ static void check_page(const char *path) {
 
 /* The pages; every .md file in docs/ must be one of them, and linked from README.md. */
 static const char *const pages[] = {
-    "README.md",           "docs/training.md", "docs/visualizer.md",
-    "docs/checkpoints.md", "docs/memory.md",   "docs/plan.md",
-    "docs/gpus.md",        "docs/lessons.md",  "docs/mpi.md",
+    "README.md",           "docs/design.md",          "docs/training.md",
+    "docs/run-dir.md",     "docs/language-models.md", "docs/visualizer.md",
+    "docs/checkpoints.md", "docs/memory.md",          "docs/plan.md",
+    "docs/gpus.md",        "docs/lessons.md",         "docs/mpi.md",
 };
 enum { NPAGES = sizeof pages / sizeof pages[0] };
 
@@ -579,7 +580,10 @@ Test(docs, losses_and_accuracies_within_tolerance) {
         check_page(path);                                                                          \
     }
 PAGE_TEST(readme, "README.md")
+PAGE_TEST(design, "docs/design.md")
 PAGE_TEST(training, "docs/training.md")
+PAGE_TEST(run_dir, "docs/run-dir.md")
+PAGE_TEST(language_models, "docs/language-models.md")
 PAGE_TEST(visualizer, "docs/visualizer.md")
 PAGE_TEST(checkpoints, "docs/checkpoints.md")
 PAGE_TEST(memory, "docs/memory.md")
