@@ -235,6 +235,10 @@ typedef struct Kernels {
     X(rope_backward) X(gqa_attention_forward) X(gqa_attention_backward)                            \
     X(flash_attention_forward) X(flash_attention_backward)
 /* clang-format on */
+/* The type of op `op`'s function: `KERNEL_OP_TYPE(add) cpu_add;` declares cpu_add exactly as the
+ * table holds it, so an implementation's header declares every op from the one list above
+ * (cpu/cpu_ops.h, cuda/cuda_ops.h). */
+#define KERNEL_OP_TYPE(op) __typeof__(*((Kernels *)0)->op)
 #define KERNEL_COUNT_ONE(op) +1
 /* A table is its name and one pointer per op: an op missing from KERNEL_OPS fails here. */
 #ifdef __cplusplus

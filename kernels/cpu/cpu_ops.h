@@ -60,71 +60,10 @@ void cpu_parallel(int n, CpuPoolFn fn, void *ctx);
  * collectives, which run on the rank's thread. */
 void cpu_copy(void *dst, const void *src, size_t bytes);
 
-void cpu_linear_forward(float *out, const float *in, const float *w, const float *b, size_t M,
-                        size_t K, size_t N);
-void cpu_bias_grad(float *db, const float *dout, size_t rows, size_t cols, size_t stride);
-void cpu_linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                         const float *w, size_t M, size_t K, size_t N);
-
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
-                           const float *b, size_t M, size_t C, float eps);
-void cpu_layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                            const float *mean, const float *rstd, const float *w, size_t M,
-                            size_t C);
-
-void cpu_gelu_forward(float *out, const float *in, size_t n);
-void cpu_gelu_backward(float *din, const float *in, const float *dout, size_t n);
-
-void cpu_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
-                           size_t heads);
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
-                            size_t B, size_t T, size_t C, size_t heads);
-
-void cpu_patchify(float *patches, const float *images, size_t B, size_t S, size_t P);
-void cpu_embed_forward(float *x, const float *patch_out, const float *cls, const float *pos,
-                       size_t B, size_t T, size_t C);
-void cpu_embed_backward(float *dcls, float *dpos, float *dpatch_out, const float *dx, size_t B,
-                        size_t T, size_t C);
-void cpu_class_token_select(float *out, const float *x, size_t B, size_t T, size_t C);
-void cpu_class_token_select_backward(float *dx, const float *dout, size_t B, size_t T, size_t C);
-
-float cpu_cross_entropy(float *dlogits, const float *logits, const int32_t *labels, size_t B,
-                        size_t classes, float grad_scale);
-size_t cpu_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes);
-void cpu_add(float *out, const float *a, const float *b, size_t n);
-
-void cpu_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
-                                  size_t C, size_t heads);
-void cpu_token_embed_forward(float *x, const int32_t *tokens, const float *wte, const float *wpe,
-                             size_t B, size_t T, size_t C, size_t V);
-void cpu_token_embed_backward(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
-                              size_t B, size_t T, size_t C, size_t V);
-
-void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N);
-void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
-                            const float *b, size_t M, size_t N);
-void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
-                                    const float *x, const float *y, const float *w, const float *b,
-                                    size_t M, size_t C, float eps);
-
-void cpu_rmsnorm_forward(float *out, float *rstd, const float *in, const float *w, size_t M,
-                         size_t C, float eps);
-void cpu_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
-                          const float *rstd, const float *w, size_t M, size_t C);
-void cpu_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
-void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                         const float *up, size_t n);
-void cpu_rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D, float theta);
-void cpu_rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta);
-void cpu_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
-                               const float *v, const AttnShape *s);
-void cpu_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
-                                const float *k, const float *v, const float *probs,
-                                const AttnShape *s);
-void cpu_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
-                                 const float *v, const AttnShape *s);
-void cpu_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
-                                  const float *q, const float *k, const float *v, const float *out,
-                                  const float *lse, float *work, const AttnShape *s);
+/* cpu_<op> for every op of the table, with the op's own type (semantics in ../kernels.h):
+ * defined in kernels_cpu.c, vit_cpu.c, attention_cpu.c, lm_cpu.c and llama_cpu.c. */
+#define CPU_DECLARE(op) KERNEL_OP_TYPE(op) cpu_##op;
+KERNEL_OPS(CPU_DECLARE)
+#undef CPU_DECLARE
 
 #endif

@@ -43,7 +43,7 @@ void cpu_copy(void *dst, const void *src, size_t bytes) {
     split_bytes(dst, src, bytes);
 }
 
-static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
+void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
     if (n == 0) return;
     /* Same type is a copy; this also keeps bf16/fp16 NaN payloads bit-exact. */
     if (dst_type == src_type) {
@@ -54,33 +54,33 @@ static void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type,
     for (size_t i = 0; i < n; i++) dtype_store(dst, dst_type, i, dtype_load(src, src_type, i));
 }
 
-static void cpu_zero(float *x, size_t n) {
+void cpu_zero(float *x, size_t n) {
     split_bytes(x, NULL, n * sizeof *x);
 }
 
-static void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
+void cpu_copy_bytes(void *dst, const void *src, size_t bytes) {
     cpu_copy(dst, src, bytes);
 }
 
-static void cpu_zero_bytes(void *dst, size_t bytes) {
+void cpu_zero_bytes(void *dst, size_t bytes) {
     split_bytes(dst, NULL, bytes);
 }
 
-static void cpu_scale(float *x, float s, size_t n) {
+void cpu_scale(float *x, float s, size_t n) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static void cpu_accumulate(float *y, const float *x, size_t n) {
+void cpu_accumulate(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
 }
 
-static double cpu_sum_squares(const float *x, size_t n) {
+double cpu_sum_squares(const float *x, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
     return s;
 }
 
-static int cpu_all_finite(const float *x, size_t n) {
+int cpu_all_finite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return 0;
     return 1;
@@ -159,8 +159,8 @@ static void adam_task(void *ctx, int t, int nt) {
 /* Follows torch.optim.Adam/AdamW (single-tensor path): bias corrections in double once per
  * call, then float per element, dividing by sqrt(bc2) after the sqrt as PyTorch does. With a
  * pool bound (kernels_cpu_use_pool) the elements are split over it: the same results. */
-static void cpu_adam_step(float *param, const float *grad, float *m, float *v, size_t n,
-                          const AdamHyper *h, long step) {
+void cpu_adam_step(float *param, const float *grad, float *m, float *v, size_t n,
+                   const AdamHyper *h, long step) {
     if (step < 1) step = 1; /* step 0 would divide by a zero bias correction */
     const float b1 = h->beta1, b2 = h->beta2, wd = h->weight_decay;
     const double bc1 = 1.0 - pow((double)b1, (double)step);
@@ -189,15 +189,15 @@ static void cpu_adam_step(float *param, const float *grad, float *m, float *v, s
 }
 
 /* Reads x[i] before writing y[i], so x == y (in place) is allowed. */
-static void cpu_toy_forward(const float w[3], const float *x, float *y, size_t n) {
+void cpu_toy_forward(const float w[3], const float *x, float *y, size_t n) {
     const float w0 = w[0], w1 = w[1], w2 = w[2];
     for (size_t i = 0; i < n; i++) y[i] = w0 * tanhf(w1 * x[i] + w2);
 }
 
 /* Batch sums in double, in index order, so dw does not depend on how a caller splits work.
  * dx may alias x or dy: each element is read before it is written. */
-static void cpu_toy_backward(const float w[3], const float *x, const float *dy, float *dx,
-                             float dw[3], size_t n) {
+void cpu_toy_backward(const float w[3], const float *x, const float *dy, float *dx, float dw[3],
+                      size_t n) {
     const float w0 = w[0], w1 = w[1], w2 = w[2];
     double s0 = 0.0, s1 = 0.0, s2 = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -214,7 +214,7 @@ static void cpu_toy_backward(const float w[3], const float *x, const float *dy, 
 }
 
 /* dy may be NULL when only the loss is wanted (evaluation). */
-static float cpu_mse_loss(const float *y, const float *target, float *dy, size_t n) {
+float cpu_mse_loss(const float *y, const float *target, float *dy, size_t n) {
     if (n == 0) return 0.0f;
     const double scale = 2.0 / (double)n;
     double sum = 0.0;
