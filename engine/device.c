@@ -95,3 +95,9 @@ void device_follow(Device *d, StreamId waiter, StreamId source) {
     d->ops->event_record(d, source, &ev);
     d->ops->stream_wait(d, waiter, &ev);
 }
+
+Device device_on_host(const DeviceOps *ops, int rank, void *impl) {
+    Device d = {.ops = ops, .rank = rank, .impl = impl, .host_addressable = 1};
+    d.memory.compute_copies_apart = 1;
+    return d;
+}

@@ -150,6 +150,15 @@ size_t device_bytes_in_use(Device *d, MemCategory c);
 size_t device_peak_bytes(Device *d);
 size_t device_peak_bytes_by_category(Device *d, MemCategory c);
 void device_reset_peak(Device *d);
+/* The four in a DeviceOps table: every backend that charges Device.memory answers them alike. */
+#define DEVICE_MEMORY_QUERIES                                                                      \
+    .bytes_in_use = device_bytes_in_use, .peak_bytes = device_peak_bytes,                          \
+    .peak_bytes_by_category = device_peak_bytes_by_category, .reset_peak = device_reset_peak
+
+/* A device whose memory is the host's (the simulator's, a CPU process's): its pointers may be
+ * read and written in place, and it accounts the fp32 copies the CPU kernels compute in apart
+ * from what a GPU computing in bf16 would hold (MemAccount.compute_copies_apart). */
+Device device_on_host(const DeviceOps *ops, int rank, void *impl);
 /* Stream `waiter` does not run ahead of what `source` has queued so far (an event recorded on
  * source, waited for on waiter). */
 void device_follow(Device *d, StreamId waiter, StreamId source);

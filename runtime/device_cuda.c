@@ -413,6 +413,7 @@ static double cuda_now(Device *base, StreamId s) {
     note(d, cudaEventSynchronize(e));
     return seconds_at(d, e);
 }
+
 static const DeviceOps cuda_ops = {
     .alloc = cuda_alloc,
     .free = cuda_free,
@@ -421,10 +422,7 @@ static const DeviceOps cuda_ops = {
     .event_record = cuda_event_record,
     .stream_wait = cuda_stream_wait,
     .now = cuda_now,
-    .bytes_in_use = device_bytes_in_use,
-    .peak_bytes = device_peak_bytes,
-    .peak_bytes_by_category = device_peak_bytes_by_category,
-    .reset_peak = device_reset_peak,
+    DEVICE_MEMORY_QUERIES,
 };
 
 /* ---------------------------------------------------------------- lifetime */

@@ -125,22 +125,15 @@ static const DeviceOps host_device_ops = {
     .event_record = host_event_record,
     .stream_wait = host_stream_wait,
     .now = host_now,
-    .bytes_in_use = device_bytes_in_use,
-    .peak_bytes = device_peak_bytes,
-    .peak_bytes_by_category = device_peak_bytes_by_category,
-    .reset_peak = device_reset_peak,
+    DEVICE_MEMORY_QUERIES,
     .resident_peak = host_resident_peak,
 };
 
 void device_host_init(HostDevice *d, int rank, TraceBuf *trace) {
     memset(d, 0, sizeof *d);
-    d->base.ops = &host_device_ops;
-    d->base.rank = rank;
-    d->base.impl = d;
-    d->base.host_addressable = 1;
-    /* as the simulator accounts: the fp32 copies the CPU kernels compute in are not what a
-     * GPU computing in bf16 would hold (the measured resident peak includes them) */
-    d->base.memory.compute_copies_apart = 1;
+    /* accounted as the simulator accounts (the measured resident peak includes the fp32 copies
+     * the CPU kernels compute in) */
+    d->base = device_on_host(&host_device_ops, rank, d);
     d->trace = trace;
     d->t0 = clock_seconds();
     /* A training step frees and asks again for the same sizes: keep freed memory in the heap

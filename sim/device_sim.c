@@ -174,10 +174,7 @@ static const DeviceOps sim_device_ops = {
     .event_record = sim_event_record,
     .stream_wait = sim_stream_wait,
     .now = sim_now,
-    .bytes_in_use = device_bytes_in_use,
-    .peak_bytes = device_peak_bytes,
-    .peak_bytes_by_category = device_peak_bytes_by_category,
-    .reset_peak = device_reset_peak,
+    DEVICE_MEMORY_QUERIES,
 };
 
 void device_sim_release(SimDevice *d) {
@@ -203,11 +200,7 @@ void device_sim_check(SimDevice *d, const char *(*unit_name)(void *user, int uni
 void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
                      const Profile *profile) {
     memset(d, 0, sizeof *d);
-    d->base.ops = &sim_device_ops;
-    d->base.rank = rank;
-    d->base.impl = d;
-    d->base.host_addressable = 1;
-    d->base.memory.compute_copies_apart = 1;
+    d->base = device_on_host(&sim_device_ops, rank, d);
     d->clock = clock;
     d->trace = trace;
     d->profile = profile;
