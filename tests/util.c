@@ -13,6 +13,7 @@
 #include <zlib.h>
 
 #include "io/mnist.h"
+#include "io/safetensors.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "models/toy.h"
 #include "models/transformer.h"
@@ -519,4 +520,30 @@ double dot_out_r(const float *out, const float *r, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)out[i] * (double)r[i];
     return s;
+}
+
+void write_overflowing_toy(const char *path) {
+    const float a[3] = {1, 1, 0}, b[3] = {3e38f, 1, 0}, c[3] = {1000, 1e-37f, 0};
+    const int64_t shape[1] = {3};
+    StTensorOut t[3] = {{"La.weight", "F32", 1, shape, a},
+                        {"Lb.weight", "F32", 1, shape, b},
+                        {"Lc.weight", "F32", 1, shape, c}};
+    Err err = {0};
+    cr_assert_eq(st_write(path, t, 3, NULL, 0, &err), 0, "%s", err.msg);
+}
+
+int trace_event_is_collective(const TraceEvent *e) {
+    return e->kind == EV_ALL_GATHER || e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE ||
+           e->kind == EV_BROADCAST || e->kind == EV_BARRIER;
+}
+
+int trace_event_is_compute(const TraceEvent *e) {
+    return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE ||
+           e->kind == EV_OPTIMIZER;
+}
+
+size_t trace_seek(const Trace *t, size_t from, int dir, int (*is)(const TraceEvent *)) {
+    for (long i = (long)from + dir; i >= 0 && i < (long)t->n; i += dir)
+        if (is(&t->ev[i])) return (size_t)i;
+    return from;
 }

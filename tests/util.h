@@ -187,4 +187,15 @@ typedef struct UsageCase {
 void expect_usage_errors(const UsageCase *cases, size_t n);
 char *expect_usage_error_text(const char *args, const char *mention);
 
+/* The viewer's keys read literally from a trace, for the tests of its terminal and HTML views:
+ * whether an event is a collective (c, C) or a computation (k, K), and the nearest event after
+ * (dir 1) or before (dir -1) `from` that `is` accepts, `from` itself when there is none. */
+int trace_event_is_collective(const TraceEvent *e);
+int trace_event_is_compute(const TraceEvent *e);
+size_t trace_seek(const Trace *t, size_t from, int dir, int (*is)(const TraceEvent *));
+
+/* Writes the toy's weights to path so that its gradient overflows while the loss stays finite:
+ * Lb's output near 3e38 makes Lc's second weight's gradient inf. Asserts. */
+void write_overflowing_toy(const char *path);
+
 #endif

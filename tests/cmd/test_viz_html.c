@@ -349,23 +349,6 @@ static char **plain_frames(const char *trace, int nranks, size_t *count) {
     return frames;
 }
 
-/* The event a key leads to from event `at` of t, as the issue words the keys. */
-static int is_collective(const TraceEvent *e) {
-    return e->kind == EV_ALL_GATHER || e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE ||
-           e->kind == EV_BROADCAST || e->kind == EV_BARRIER;
-}
-
-static int is_compute(const TraceEvent *e) {
-    return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE ||
-           e->kind == EV_OPTIMIZER;
-}
-
-static size_t seek(const Trace *t, size_t at, int dir, int (*accept)(const TraceEvent *)) {
-    for (size_t j = at + (size_t)dir; j < t->n; j += (size_t)dir) /* wraps below 0 to SIZE_MAX */
-        if (accept(&t->ev[j])) return j;
-    return at;
-}
-
 /* The first event of phase ph in the current event's step, unless the step has none or the
  * current event is past its last one: then the first of phase ph in a later step; else stay. */
 static size_t phase_start(const Trace *t, size_t at, int ph) {
@@ -381,14 +364,15 @@ static size_t phase_start(const Trace *t, size_t at, int ph) {
     return at;
 }
 
+/* The event a key leads to from event `at` of t, as the issue words the keys. */
 static size_t expected_after(const Trace *t, size_t at, const char *key) {
     if (!strcmp(key, "n") || !strcmp(key, "space") || !strcmp(key, "ArrowRight"))
         return at + 1 < t->n ? at + 1 : at;
     if (!strcmp(key, "p") || !strcmp(key, "ArrowLeft")) return at ? at - 1 : 0;
-    if (!strcmp(key, "c")) return seek(t, at, 1, is_collective);
-    if (!strcmp(key, "C")) return seek(t, at, -1, is_collective);
-    if (!strcmp(key, "k")) return seek(t, at, 1, is_compute);
-    if (!strcmp(key, "K")) return seek(t, at, -1, is_compute);
+    if (!strcmp(key, "c")) return trace_seek(t, at, 1, trace_event_is_collective);
+    if (!strcmp(key, "C")) return trace_seek(t, at, -1, trace_event_is_collective);
+    if (!strcmp(key, "k")) return trace_seek(t, at, 1, trace_event_is_compute);
+    if (!strcmp(key, "K")) return trace_seek(t, at, -1, trace_event_is_compute);
     if (!strcmp(key, "f")) return phase_start(t, at, PHASE_FORWARD);
     if (!strcmp(key, "b")) return phase_start(t, at, PHASE_BACKWARD);
     if (!strcmp(key, "o")) return phase_start(t, at, PHASE_OPTIMIZER);

@@ -355,13 +355,7 @@ Test(nonfinite, a_gradient_that_overflows_stops_the_run) {
     fresh_test_dir(dir, sizeof dir, "nonfinite", "grad");
     char weights[256], args[1024];
     snprintf(weights, sizeof weights, "%s/toy.safetensors", dir);
-    const float a[3] = {1, 1, 0}, b[3] = {3e38f, 1, 0}, c[3] = {1000, 1e-37f, 0};
-    const int64_t shape[1] = {3};
-    StTensorOut t[3] = {{"La.weight", "F32", 1, shape, a},
-                        {"Lb.weight", "F32", 1, shape, b},
-                        {"Lc.weight", "F32", 1, shape, c}};
-    Err err = {0};
-    cr_assert_eq(st_write(weights, t, 3, NULL, 0, &err), 0, "%s", err.msg);
+    write_overflowing_toy(weights);
     const char *setups[] = {"--ranks 1", "--ranks 3", "--ranks 3 --strategy ddp"};
     for (size_t i = 0; i < sizeof setups / sizeof *setups; i++) {
         snprintf(args, sizeof args, "train --steps 3 %s --init-from %s --clip-grad-norm 1",

@@ -255,13 +255,7 @@ Test(mpi_faults, a_run_that_diverges_is_one_line_and_exit_1) {
     cr_expect_eq(system(listing), 0, "%s", listing);
     /* Lb's output near 3e38 makes Lc's gradient inf while the loss stays finite */
     snprintf(weights, sizeof weights, "%s/toy.safetensors", dir);
-    const float a[3] = {1, 1, 0}, b[3] = {3e38f, 1, 0}, c[3] = {1000, 1e-37f, 0};
-    const int64_t shape[1] = {3};
-    StTensorOut t[3] = {{"La.weight", "F32", 1, shape, a},
-                        {"Lb.weight", "F32", 1, shape, b},
-                        {"Lc.weight", "F32", 1, shape, c}};
-    Err err = {0};
-    cr_assert_eq(st_write(weights, t, 3, NULL, 0, &err), 0, "%s", err.msg);
+    write_overflowing_toy(weights);
     said = mpi_fsdp_run(&code, 3,
                         "train --model toy --backend mpi --ranks 3 --steps 3 --init-from %s "
                         "--clip-grad-norm 1",

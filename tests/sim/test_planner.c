@@ -42,25 +42,35 @@ Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
     }
 }
 
+/* Every strategy and each memory lever at batch `batch`: ddp, zero1, zero2 and zero3 (at
+ * zero3_ranks ranks, the others at 3), hsdp (2 replicas of 2), bf16, CPU offload and activation
+ * checkpointing; returns how many it wrote (room for 8). */
+static int lever_cases(ConfigCase *c, int batch, int zero3_ranks) {
+    const ConfigCase each[] = {{"ddp", vit_config(STRAT_DDP, batch), 3},
+                               {"zero1", vit_config(STRAT_ZERO1, batch), 3},
+                               {"zero2", vit_config(STRAT_ZERO2, batch), 3},
+                               {"zero3", vit_config(STRAT_ZERO3, batch), zero3_ranks},
+                               {"hsdp", vit_config(STRAT_HSDP, batch), 4},
+                               {"bf16", vit_config(STRAT_ZERO3, batch), 3},
+                               {"offload", vit_config(STRAT_ZERO3, batch), 3},
+                               {"ac", vit_config(STRAT_ZERO3, batch), 3}};
+    memcpy(c, each, sizeof each);
+    c[4].cfg.replicas = 2;
+    c[5].cfg.param_dtype = DTYPE_BF16;
+    c[6].cfg.offload = OFFLOAD_CPU;
+    c[7].cfg.ac_every = 1;
+    return 8;
+}
+
 Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
     ModelDesc m;
     vit_small_create(&m, 2);
-    ConfigCase cases[] = {{"ddp", vit_config(STRAT_DDP, 4), 3},
-                          {"zero1", vit_config(STRAT_ZERO1, 4), 3},
-                          {"zero2", vit_config(STRAT_ZERO2, 4), 3},
-                          {"zero3", vit_config(STRAT_ZERO3, 4), 3},
-                          {"hsdp", vit_config(STRAT_HSDP, 4), 4},
-                          {"bf16", vit_config(STRAT_ZERO3, 4), 3},
-                          {"offload", vit_config(STRAT_ZERO3, 4), 3},
-                          {"ac", vit_config(STRAT_ZERO3, 4), 3},
-                          {"deepspeed ddp", vit_config(STRAT_DDP, 4), 3},
-                          {"deepspeed zero1", vit_config(STRAT_ZERO1, 4), 3},
-                          {"deepspeed zero2", vit_config(STRAT_ZERO2, 4), 3},
-                          {"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 4), 3}};
-    cases[4].cfg.replicas = 2;
-    cases[5].cfg.param_dtype = DTYPE_BF16;
-    cases[6].cfg.offload = OFFLOAD_CPU;
-    cases[7].cfg.ac_every = 1;
+    ConfigCase cases[12];
+    lever_cases(cases, 4, 3);
+    cases[8] = (ConfigCase){"deepspeed ddp", vit_config(STRAT_DDP, 4), 3};
+    cases[9] = (ConfigCase){"deepspeed zero1", vit_config(STRAT_ZERO1, 4), 3};
+    cases[10] = (ConfigCase){"deepspeed zero2", vit_config(STRAT_ZERO2, 4), 3};
+    cases[11] = (ConfigCase){"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 4), 3};
     for (int i = 8; i < 12; i++) {
         cases[i].cfg.layout = LAYOUT_DEEPSPEED;
         cases[i].cfg.param_dtype = cases[i].cfg.reduce_dtype = DTYPE_BF16;
@@ -93,20 +103,10 @@ Test(planner, the_transformer_plan_equals_a_real_run_for_every_strategy_and_leve
     cr_assert_eq(transformer_model_create(&m, &c, &err), 0, "%s", err.msg);
     Dataset text;
     text_test_data(&text, c.seq);
-    ConfigCase cases[] = {{"ddp", vit_config(STRAT_DDP, 2), 3},
-                          {"zero1", vit_config(STRAT_ZERO1, 2), 3},
-                          {"zero2", vit_config(STRAT_ZERO2, 2), 3},
-                          {"zero3", vit_config(STRAT_ZERO3, 2), 4},
-                          {"hsdp", vit_config(STRAT_HSDP, 2), 4},
-                          {"bf16", vit_config(STRAT_ZERO3, 2), 3},
-                          {"offload", vit_config(STRAT_ZERO3, 2), 3},
-                          {"ac", vit_config(STRAT_ZERO3, 2), 3},
-                          {"grad accum", vit_config(STRAT_ZERO3, 2), 2},
-                          {"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 2), 3}};
-    cases[4].cfg.replicas = 2;
-    cases[5].cfg.param_dtype = DTYPE_BF16;
-    cases[6].cfg.offload = OFFLOAD_CPU;
-    cases[7].cfg.ac_every = 1;
+    ConfigCase cases[10];
+    lever_cases(cases, 2, 4);
+    cases[8] = (ConfigCase){"grad accum", vit_config(STRAT_ZERO3, 2), 2};
+    cases[9] = (ConfigCase){"deepspeed zero3 offload", vit_config(STRAT_ZERO3, 2), 3};
     cases[8].cfg.grad_accum = 2;
     cases[9].cfg.layout = LAYOUT_DEEPSPEED;
     cases[9].cfg.param_dtype = cases[9].cfg.reduce_dtype = DTYPE_BF16;

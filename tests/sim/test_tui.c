@@ -350,25 +350,9 @@ static const char *at_event(size_t n, size_t total) {
     return NULL;
 }
 
-/* The key map read literally from the trace, one event at a time (the help screen's words). */
-static int is_collective(const TraceEvent *e) {
-    return e->kind == EV_ALL_GATHER || e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE ||
-           e->kind == EV_BROADCAST || e->kind == EV_BARRIER;
-}
-
-static int is_compute(const TraceEvent *e) {
-    return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE ||
-           e->kind == EV_OPTIMIZER;
-}
-
-static size_t seek(const Trace *t, size_t from, int dir, int (*is)(const TraceEvent *)) {
-    for (long i = (long)from + dir; i >= 0 && i < (long)t->n; i += dir)
-        if (is(&t->ev[i])) return (size_t)i;
-    return from;
-}
-
-/* f/b/o: the first event of `phase` in the current step; from past the step's last phased
- * event, the next step's. */
+/* The key map read literally from the trace, one event at a time (the help screen's words; c, C,
+ * k, K: tests/util.h's trace_seek). f/b/o: the first event of `phase` in the current step; from
+ * past the step's last phased event, the next step's. */
 static size_t phase_start(const Trace *t, size_t from, Phase phase) {
     int step = t->ev[from].step, over = 1;
     for (size_t i = from; i < t->n; i++)
@@ -401,15 +385,15 @@ Test(tui, every_key_lands_where_the_trace_says, .timeout = 90, .fini = stop) {
     start("keymap", 100, 30, args);
     cr_assert(at_event(1, t.n));
     size_t at = 0;
-    at = press(&t, at, "c", seek(&t, at, 1, is_collective));
+    at = press(&t, at, "c", trace_seek(&t, at, 1, trace_event_is_collective));
     cr_expect_eq(t.ev[at].kind, EV_ALL_GATHER, "the first collective gathers");
-    at = press(&t, at, "c", seek(&t, at, 1, is_collective));
-    at = press(&t, at, "c", seek(&t, at, 1, is_collective));
-    at = press(&t, at, "C", seek(&t, at, -1, is_collective));
-    at = press(&t, at, "k", seek(&t, at, 1, is_compute));
-    at = press(&t, at, "k", seek(&t, at, 1, is_compute));
-    at = press(&t, at, "K", seek(&t, at, -1, is_compute));
-    cr_expect(is_compute(&t.ev[at]));
+    at = press(&t, at, "c", trace_seek(&t, at, 1, trace_event_is_collective));
+    at = press(&t, at, "c", trace_seek(&t, at, 1, trace_event_is_collective));
+    at = press(&t, at, "C", trace_seek(&t, at, -1, trace_event_is_collective));
+    at = press(&t, at, "k", trace_seek(&t, at, 1, trace_event_is_compute));
+    at = press(&t, at, "k", trace_seek(&t, at, 1, trace_event_is_compute));
+    at = press(&t, at, "K", trace_seek(&t, at, -1, trace_event_is_compute));
+    cr_expect(trace_event_is_compute(&t.ev[at]));
     at = press(&t, at, "b", phase_start(&t, at, PHASE_BACKWARD));
     cr_expect_eq(t.ev[at].step, 0);
     at = press(&t, at, "o", phase_start(&t, at, PHASE_OPTIMIZER));
@@ -476,7 +460,7 @@ static size_t every_collective_in_view(const Trace *t, const TraceMeta *m, const
     size_t checked = 0;
     for (size_t i = 0; i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
-        if (!is_collective(e)) continue;
+        if (!trace_event_is_collective(e)) continue;
         key("c");
         const char *s = at_event(i + 1, t->n);
         cr_assert(s, "%s: c should land on event %zu", size, i + 1);
