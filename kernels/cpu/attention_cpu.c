@@ -229,10 +229,8 @@ static void attention_forward_pairs(float *restrict out, float *restrict probs,
     }
 }
 
-static void attention_forward_task(void *ctx, int t, int n) {
+static void attention_forward_task(const void *ctx, size_t p0, size_t p1) {
     const AttentionArgs *a = ctx;
-    size_t p0, p1;
-    cpu_split_range(a->B * a->heads, 1, t, n, &p0, &p1);
     attention_forward_pairs(a->out, a->probs, a->qkv, a->T, a->C, a->heads, a->causal, p0, p1);
 }
 
@@ -244,11 +242,6 @@ static size_t attention_pair_macs(size_t T, size_t C, size_t heads) {
 static void attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
                               size_t C, size_t heads, int causal) {
     if (heads == 0 || C == 0 || T == 0) return;
-    const int n = cpu_split_count(B * heads * attention_pair_macs(T, C, heads), ATTENTION_MIN_MACS);
-    if (n == 1) {
-        attention_forward_pairs(out, probs, qkv, T, C, heads, causal, 0, B * heads);
-        return;
-    }
     AttentionArgs a = {.out = out,
                        .probs = probs,
                        .qkv = qkv,
@@ -257,7 +250,8 @@ static void attention_forward(float *out, float *probs, const float *qkv, size_t
                        .C = C,
                        .heads = heads,
                        .causal = causal};
-    cpu_parallel(n, attention_forward_task, &a);
+    cpu_parallel_range(B * heads, 1, B * heads * attention_pair_macs(T, C, heads),
+                       ATTENTION_MIN_MACS, attention_forward_task, &a);
 }
 
 void cpu_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
@@ -299,23 +293,14 @@ static void attention_backward_pairs(float *restrict dqkv, const float *restrict
     }
 }
 
-static void attention_backward_task(void *ctx, int t, int n) {
+static void attention_backward_task(const void *ctx, size_t p0, size_t p1) {
     const AttentionArgs *a = ctx;
-    size_t p0, p1;
-    cpu_split_range(a->B * a->heads, 1, t, n, &p0, &p1);
     attention_backward_pairs(a->dqkv, a->dout, a->qkv, a->cprobs, a->T, a->C, a->heads, p0, p1);
 }
 
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                             size_t B, size_t T, size_t C, size_t heads) {
     if (heads == 0 || C == 0 || T == 0) return;
-    /* five products per pair where forward has two */
-    const int n =
-        cpu_split_count(B * heads * attention_pair_macs(T, C, heads) * 5 / 2, ATTENTION_MIN_MACS);
-    if (n == 1) {
-        attention_backward_pairs(dqkv, dout, qkv, probs, T, C, heads, 0, B * heads);
-        return;
-    }
     AttentionArgs a = {.dqkv = dqkv,
                        .dout = dout,
                        .qkv = qkv,
@@ -324,7 +309,9 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                        .T = T,
                        .C = C,
                        .heads = heads};
-    cpu_parallel(n, attention_backward_task, &a);
+    /* five products per pair where forward has two */
+    cpu_parallel_range(B * heads, 1, B * heads * attention_pair_macs(T, C, heads) * 5 / 2,
+                       ATTENTION_MIN_MACS, attention_backward_task, &a);
 }
 
 /* ---- attention over grouped, strided operands: gqa_attention_* (eager, the probabilities
@@ -371,10 +358,8 @@ static void gqa_forward_pairs(const GqaArgs *a, float *tile, size_t p0, size_t p
     }
 }
 
-static void gqa_forward_task(void *ctx, int t, int n) {
+static void gqa_forward_task(const void *ctx, size_t p0, size_t p1) {
     const GqaArgs *a = ctx;
-    size_t p0, p1;
-    cpu_split_range(a->s->B * a->s->heads, 1, t, n, &p0, &p1);
     if (a->probs) {
         gqa_forward_pairs(a, NULL, p0, p1);
         return;
@@ -391,11 +376,8 @@ static void gqa_forward(GqaArgs *a) {
     const AttnShape *s = a->s;
     if (attn_shape_empty(s)) return;
     const size_t macs = 2 * s->T * s->T * s->head_dim;
-    const int n = cpu_split_count(s->B * s->heads * macs, ATTENTION_MIN_MACS);
-    if (n == 1)
-        gqa_forward_task(a, 0, 1);
-    else
-        cpu_parallel(n, gqa_forward_task, a);
+    cpu_parallel_range(s->B * s->heads, 1, s->B * s->heads * macs, ATTENTION_MIN_MACS,
+                       gqa_forward_task, a);
 }
 
 void cpu_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
@@ -458,10 +440,8 @@ static void gqa_backward_items(const GqaArgs *a, float *dS, size_t i0, size_t i1
     }
 }
 
-static void gqa_backward_task(void *ctx, int t, int n) {
+static void gqa_backward_task(const void *ctx, size_t i0, size_t i1) {
     const GqaArgs *a = ctx;
-    size_t i0, i1;
-    cpu_split_range(a->s->B * a->s->kv_heads, 1, t, n, &i0, &i1);
     float dS[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS];
     gqa_backward_items(a, dS, i0, i1);
 }
@@ -480,11 +460,8 @@ void cpu_gqa_attention_backward(float *dq, float *dk, float *dv, const float *do
                  .cprobs = probs,
                  .s = s};
     const size_t macs = 5 * s->T * s->T * s->head_dim;
-    const int n = cpu_split_count(s->B * s->heads * macs, ATTENTION_MIN_MACS);
-    if (n == 1)
-        gqa_backward_task(&a, 0, 1);
-    else
-        cpu_parallel(n, gqa_backward_task, &a);
+    cpu_parallel_range(s->B * s->kv_heads, 1, s->B * s->heads * macs, ATTENTION_MIN_MACS,
+                       gqa_backward_task, &a);
 }
 
 /* Serial: the one work tile holds one pair's probabilities at a time. */
@@ -503,5 +480,5 @@ void cpu_flash_attention_backward(float *dq, float *dk, float *dv, const float *
                  .cout = out,
                  .clse = lse,
                  .s = s};
-    gqa_backward_task(&a, 0, 1);
+    gqa_backward_task(&a, 0, s->B * s->kv_heads); /* every (sample, K,V head) in one task */
 }

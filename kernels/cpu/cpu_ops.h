@@ -54,6 +54,12 @@ CpuPool *kernels_cpu_pool(void);
 int cpu_split_count(size_t work, size_t min_work);
 void cpu_split_range(size_t count, size_t align, int t, int n, size_t *begin, size_t *end);
 void cpu_parallel(int n, CpuPoolFn fn, void *ctx);
+/* fn(ctx, begin, end) over count items: called once with [0, count) when cpu_split_count(work,
+ * min_work) gives one task, else once per task with its cpu_split_range share cut at multiples of
+ * align. What every op that splits rows or elements does. */
+typedef void (*CpuRangeFn)(const void *ctx, size_t begin, size_t end);
+void cpu_parallel_range(size_t count, size_t align, size_t work, size_t min_work, CpuRangeFn fn,
+                        const void *ctx);
 
 /* memcpy of `bytes` (0: nothing), split over the bound pool when large (kernels_cpu.c): the op
  * table's copies, like-typed casts and zeroing go through it, and so do the simulator's

@@ -115,6 +115,30 @@ void cpu_parallel(int n, CpuPoolFn fn, void *ctx) {
         cpu_pool_run(bound_pool, n, fn, ctx);
 }
 
+typedef struct RangeTask {
+    CpuRangeFn fn;
+    const void *ctx;
+    size_t count, align;
+} RangeTask;
+
+static void range_task(void *ctx, int t, int n) {
+    const RangeTask *r = ctx;
+    size_t begin, end;
+    cpu_split_range(r->count, r->align, t, n, &begin, &end);
+    r->fn(r->ctx, begin, end);
+}
+
+void cpu_parallel_range(size_t count, size_t align, size_t work, size_t min_work, CpuRangeFn fn,
+                        const void *ctx) {
+    const int n = cpu_split_count(work, min_work);
+    if (n == 1) {
+        fn(ctx, 0, count);
+        return;
+    }
+    RangeTask r = {.fn = fn, .ctx = ctx, .count = count, .align = align};
+    cpu_parallel(n, range_task, &r);
+}
+
 /* dst[j] += sum over `rows` rows (src + i * stride) of src[j], j < cols: each column is summed
  * over the rows first (strips of STRIP columns held in registers) and added to dst once. */
 VECTOR_CLONES
@@ -361,21 +385,14 @@ static void layernorm_forward_rows(float *restrict out, float *restrict mean, fl
     }
 }
 
-static void layernorm_forward_task(void *ctx, int t, int n) {
+static void layernorm_forward_task(const void *ctx, size_t m0, size_t m1) {
     const LayerNormArgs *a = ctx;
-    size_t m0, m1;
-    cpu_split_range(a->M, 1, t, n, &m0, &m1);
     layernorm_forward_rows(a->out, a->mean, a->rstd, a->in, a->w, a->b, m0, m1, a->C, a->eps);
 }
 
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
                            const float *b, size_t M, size_t C, float eps) {
     if (C == 0) return;
-    const int n = cpu_split_count(M * C, LAYERNORM_MIN_ELEMS);
-    if (n == 1) {
-        layernorm_forward_rows(out, mean, rstd, in, w, b, 0, M, C, eps);
-        return;
-    }
     LayerNormArgs a = {.out = out,
                        .mean = mean,
                        .rstd = rstd,
@@ -385,7 +402,7 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
                        .M = M,
                        .C = C,
                        .eps = eps};
-    cpu_parallel(n, layernorm_forward_task, &a);
+    cpu_parallel_range(M, 1, M * C, LAYERNORM_MIN_ELEMS, layernorm_forward_task, &a);
 }
 
 /* dxhat = dout * w; din += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
@@ -564,55 +581,34 @@ static void gelu_forward_serial(float *out, const float *in, size_t n);
 static void gelu_backward_serial(float *din, const float *in, const float *dout, size_t n);
 static void add_serial(float *out, const float *a, const float *b, size_t n);
 
-static void gelu_forward_task(void *ctx, int t, int nt) {
+static void gelu_forward_elems(const void *ctx, size_t i0, size_t i1) {
     const ElemArgs *e = ctx;
-    size_t i0, i1;
-    cpu_split_range(e->n, CHUNK, t, nt, &i0, &i1);
     gelu_forward_serial(e->out + i0, e->a + i0, i1 - i0);
 }
 
-static void gelu_backward_task(void *ctx, int t, int nt) {
+static void gelu_backward_elems(const void *ctx, size_t i0, size_t i1) {
     const ElemArgs *e = ctx;
-    size_t i0, i1;
-    cpu_split_range(e->n, CHUNK, t, nt, &i0, &i1);
     gelu_backward_serial(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
 }
 
-static void add_task(void *ctx, int t, int nt) {
+static void add_elems(const void *ctx, size_t i0, size_t i1) {
     const ElemArgs *e = ctx;
-    size_t i0, i1;
-    cpu_split_range(e->n, CHUNK, t, nt, &i0, &i1);
     add_serial(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
 }
 
 void cpu_gelu_forward(float *out, const float *in, size_t n) {
-    const int nt = cpu_split_count(n, GELU_MIN_ELEMS);
-    if (nt == 1) {
-        gelu_forward_serial(out, in, n);
-        return;
-    }
     ElemArgs e = {.out = out, .a = in, .n = n};
-    cpu_parallel(nt, gelu_forward_task, &e);
+    cpu_parallel_range(n, CHUNK, n, GELU_MIN_ELEMS, gelu_forward_elems, &e);
 }
 
 void cpu_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
-    const int nt = cpu_split_count(n, GELU_MIN_ELEMS);
-    if (nt == 1) {
-        gelu_backward_serial(din, in, dout, n);
-        return;
-    }
     ElemArgs e = {.out = din, .a = in, .b = dout, .n = n};
-    cpu_parallel(nt, gelu_backward_task, &e);
+    cpu_parallel_range(n, CHUNK, n, GELU_MIN_ELEMS, gelu_backward_elems, &e);
 }
 
 void cpu_add(float *out, const float *a, const float *b, size_t n) {
-    const int nt = cpu_split_count(n, ADD_MIN_ELEMS);
-    if (nt == 1) {
-        add_serial(out, a, b, n);
-        return;
-    }
     ElemArgs e = {.out = out, .a = a, .b = b, .n = n};
-    cpu_parallel(nt, add_task, &e);
+    cpu_parallel_range(n, CHUNK, n, ADD_MIN_ELEMS, add_elems, &e);
 }
 
 /* GELU(x) = x Phi(x) */
@@ -701,22 +697,15 @@ static void bias_gelu_forward_range(float *restrict out, const float *restrict p
 }
 
 /* Task t: its share of the elements, cut at CHUNK multiples as gelu_forward's. */
-static void bias_gelu_forward_task(void *ctx, int t, int n) {
+static void bias_gelu_forward_task(const void *ctx, size_t i0, size_t i1) {
     const FusedArgs *a = ctx;
-    size_t i0, i1;
-    cpu_split_range(a->M * a->N, CHUNK, t, n, &i0, &i1);
     bias_gelu_forward_range(a->out, a->cpre, a->b, i0, i1, a->N);
 }
 
 void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N) {
     if (M == 0 || N == 0) return;
-    const int n = cpu_split_count(M * N, GELU_MIN_ELEMS);
-    if (n == 1) {
-        bias_gelu_forward_range(out, pre, b, 0, M * N, N);
-        return;
-    }
     FusedArgs a = {.out = out, .cpre = pre, .b = b, .M = M, .N = N};
-    cpu_parallel(n, bias_gelu_forward_task, &a);
+    cpu_parallel_range(M * N, CHUNK, M * N, GELU_MIN_ELEMS, bias_gelu_forward_task, &a);
 }
 
 /* Rows [m0, m1), columns [c0, c1) of dpre = dout * GELU'(pre + b), and db[j] += those rows' sum of
@@ -813,10 +802,8 @@ static void residual_layernorm_rows(float *sum, float *restrict out, float *rest
     }
 }
 
-static void residual_layernorm_task(void *ctx, int t, int n) {
+static void residual_layernorm_task(const void *ctx, size_t m0, size_t m1) {
     const FusedArgs *a = ctx;
-    size_t m0, m1;
-    cpu_split_range(a->M, 1, t, n, &m0, &m1);
     residual_layernorm_rows(a->sum, a->out, a->mean, a->rstd, a->x, a->y, a->w, a->b, m0, m1, a->N,
                             a->eps);
 }
@@ -825,11 +812,6 @@ void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *
                                     const float *x, const float *y, const float *w, const float *b,
                                     size_t M, size_t C, float eps) {
     if (C == 0) return;
-    const int n = cpu_split_count(M * C, LAYERNORM_MIN_ELEMS);
-    if (n == 1) {
-        residual_layernorm_rows(sum, out, mean, rstd, x, y, w, b, 0, M, C, eps);
-        return;
-    }
     FusedArgs a = {.sum = sum,
                    .out = out,
                    .mean = mean,
@@ -841,7 +823,7 @@ void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *
                    .M = M,
                    .N = C,
                    .eps = eps};
-    cpu_parallel(n, residual_layernorm_task, &a);
+    cpu_parallel_range(M, 1, M * C, LAYERNORM_MIN_ELEMS, residual_layernorm_task, &a);
 }
 
 /* ---- patches, tokens, class token ---- */

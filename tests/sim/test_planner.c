@@ -42,6 +42,30 @@ Test(planner, the_toy_plan_equals_a_real_run_for_every_strategy) {
     }
 }
 
+/* Each case trained 2 steps (on data; NULL: the ViT's images) against its plan run by the
+ * planner: every rank's memory the same. */
+static void expect_plans_equal_runs(const ModelDesc *m, const Dataset *data,
+                                    const ConfigCase *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        VitRun real;
+        if (data)
+            model_train(&real, m, data, cases[i].cfg, cases[i].ranks, 2, 0);
+        else
+            vit_train(&real, m, cases[i].cfg, cases[i].ranks, 2, 0);
+        cr_expect(real.last_loss > 0, "%s computed a loss", cases[i].name);
+        Plan p;
+        Err err = {0};
+        cr_assert_eq(fsdp_plan_create(&p, m, &cases[i].cfg, cases[i].ranks, &err), 0, "%s",
+                     err.msg);
+        PlannerResult planned;
+        plan_run(m, &p, cases[i].cfg, 2, &planned);
+        expect_planned_memory(real.memory, &planned, cases[i].ranks, cases[i].name);
+        planner_result_free(&planned);
+        plan_free(&p);
+        vit_run_free(&real);
+    }
+}
+
 /* Every strategy and each memory lever at batch `batch`: ddp, zero1, zero2 and zero3 (at
  * zero3_ranks ranks, the others at 3), hsdp (2 replicas of 2), bf16, CPU offload and activation
  * checkpointing; returns how many it wrote (room for 8). */
@@ -76,20 +100,7 @@ Test(planner, the_vit_plan_equals_a_real_run_for_every_strategy_and_lever) {
         cases[i].cfg.param_dtype = cases[i].cfg.reduce_dtype = DTYPE_BF16;
     }
     cases[11].cfg.offload = OFFLOAD_OPTIMIZER;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        VitRun real;
-        vit_train(&real, &m, cases[i].cfg, cases[i].ranks, 2, 0);
-        Plan p;
-        Err err = {0};
-        cr_assert_eq(fsdp_plan_create(&p, &m, &cases[i].cfg, cases[i].ranks, &err), 0, "%s",
-                     err.msg);
-        PlannerResult planned;
-        plan_run(&m, &p, cases[i].cfg, 2, &planned);
-        expect_planned_memory(real.memory, &planned, cases[i].ranks, cases[i].name);
-        planner_result_free(&planned);
-        plan_free(&p);
-        vit_run_free(&real);
-    }
+    expect_plans_equal_runs(&m, NULL, cases, sizeof cases / sizeof *cases);
     model_desc_free(&m);
 }
 
@@ -111,20 +122,7 @@ Test(planner, the_transformer_plan_equals_a_real_run_for_every_strategy_and_leve
     cases[9].cfg.layout = LAYOUT_DEEPSPEED;
     cases[9].cfg.param_dtype = cases[9].cfg.reduce_dtype = DTYPE_BF16;
     cases[9].cfg.offload = OFFLOAD_OPTIMIZER;
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        VitRun real;
-        model_train(&real, &m, &text, cases[i].cfg, cases[i].ranks, 2, 0);
-        cr_expect(real.last_loss > 0, "%s computed a loss", cases[i].name);
-        Plan p;
-        cr_assert_eq(fsdp_plan_create(&p, &m, &cases[i].cfg, cases[i].ranks, &err), 0, "%s",
-                     err.msg);
-        PlannerResult planned;
-        plan_run(&m, &p, cases[i].cfg, 2, &planned);
-        expect_planned_memory(real.memory, &planned, cases[i].ranks, cases[i].name);
-        planner_result_free(&planned);
-        plan_free(&p);
-        vit_run_free(&real);
-    }
+    expect_plans_equal_runs(&m, &text, cases, sizeof cases / sizeof *cases);
     model_desc_free(&m);
 }
 
