@@ -414,13 +414,10 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
     return rc;
 }
 
-int cmd_ckpt(int argc, char **argv) {
-    CkptArgs a;
-    Err err = {0};
-    int rc = ckpt_args_parse(&a, argc, argv, &err);
-    if (cmd_help_asked(rc, ckpt_help)) return 0;
-    if (!rc)
-        rc = a.tool == CKPT_INSPECT ? ckpt_inspect(stdout, a.path, &err)
-                                    : ckpt_consolidate(stdout, a.path, a.out, &err);
-    return cmd_exit(rc, &err);
+/* inspect or consolidate, as the command line says */
+static int ckpt_run(const CkptArgs *a, Err *err) {
+    return a->tool == CKPT_INSPECT ? ckpt_inspect(stdout, a->path, err)
+                                   : ckpt_consolidate(stdout, a->path, a->out, err);
 }
+
+CMD_PARSE_AND_RUN(cmd_ckpt, CkptArgs, ckpt_args_parse, ckpt_help, ckpt_run)

@@ -26,4 +26,17 @@ int cmd_exit(int rc, const Err *err);
 /* An error's one line, "fsdp: MSG" on stderr, and its exit status: 2 for ERR_USAGE, else 1. */
 int cmd_fail(int code, const char *msg);
 
+/* The entry point of a command that parses its flags into an Args, writes its help when asked and
+ * else runs: CMD_PARSE_AND_RUN(cmd_sample, SampleArgs, sample_args_parse, sample_help,
+ * sample_run) defines int cmd_sample(int argc, char **argv). */
+#define CMD_PARSE_AND_RUN(name, Args, parse, help, run)                                            \
+    int name(int argc, char **argv) {                                                              \
+        Args a;                                                                                    \
+        Err err = {0};                                                                             \
+        int rc = parse(&a, argc, argv, &err);                                                      \
+        if (cmd_help_asked(rc, help)) return 0;                                                    \
+        if (!rc) rc = run(&a, &err);                                                               \
+        return cmd_exit(rc, &err);                                                                 \
+    }
+
 #endif

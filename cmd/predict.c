@@ -162,11 +162,4 @@ static int predict_run(const PredictArgs *a, Err *err) {
     return rc;
 }
 
-int cmd_predict(int argc, char **argv) {
-    PredictArgs a;
-    Err err = {0};
-    int rc = predict_args_parse(&a, argc, argv, &err);
-    if (cmd_help_asked(rc, predict_help)) return 0;
-    if (!rc) rc = predict_run(&a, &err);
-    return cmd_exit(rc, &err);
-}
+CMD_PARSE_AND_RUN(cmd_predict, PredictArgs, predict_args_parse, predict_help, predict_run)

@@ -143,11 +143,4 @@ static int sample_run(const SampleArgs *a, Err *err) {
     return rc;
 }
 
-int cmd_sample(int argc, char **argv) {
-    SampleArgs a;
-    Err err = {0};
-    int rc = sample_args_parse(&a, argc, argv, &err);
-    if (cmd_help_asked(rc, sample_help)) return 0;
-    if (!rc) rc = sample_run(&a, &err);
-    return cmd_exit(rc, &err);
-}
+CMD_PARSE_AND_RUN(cmd_sample, SampleArgs, sample_args_parse, sample_help, sample_run)
