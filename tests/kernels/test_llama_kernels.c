@@ -15,17 +15,7 @@
 
 static const Kernels *K = &kernels_cpu;
 
-#define FD_STEP 1e-2f
-#define FD_RTOL 2e-3
-#define FD_ATOL 2e-4
-
-typedef double (*LossFn)(void *ctx);
-
-static void check_fd(const char *what, LossFn loss, void *ctx, float *x, const float *grad,
-                     size_t n) {
-    expect_finite_differences(what, loss, ctx, x, grad, n,
-                              (FdTolerance){FD_STEP, FD_RTOL, FD_ATOL});
-}
+static const FdTolerance fd = {1e-2f, 2e-3, 2e-4};
 
 /* ---------------- RMSNorm ---------------- */
 
@@ -57,8 +47,8 @@ Test(llama_kernels, rmsnorm_backward_matches_finite_differences) {
     float *din = host_zeros(24), *dw = host_zeros(8);
     rms_loss(&c);
     K->rmsnorm_backward(din, dw, c.r, c.in, c.rstd, c.w, c.M, c.C);
-    check_fd("din", rms_loss, &c, c.in, din, 24);
-    check_fd("dw", rms_loss, &c, c.w, dw, 8);
+    expect_finite_differences("din", rms_loss, &c, c.in, din, 24, fd);
+    expect_finite_differences("dw", rms_loss, &c, c.w, dw, 8, fd);
     free_floats((float *[]){c.in, c.w, c.r, c.out, c.rstd, din, dw}, 7);
 }
 
@@ -90,8 +80,8 @@ Test(llama_kernels, swiglu_backward_matches_finite_differences_in_place_too) {
     c.r = host_uniform(40, -1, 1, 23), c.out = host_floats(40);
     float *dgate = host_floats(40), *dup = host_floats(40), *inplace = host_copy(c.r, 40);
     K->swiglu_backward(dgate, dup, c.r, c.gate, c.up, 40);
-    check_fd("dgate", swi_loss, &c, c.gate, dgate, 40);
-    check_fd("dup", swi_loss, &c, c.up, dup, 40);
+    expect_finite_differences("dgate", swi_loss, &c, c.gate, dgate, 40, fd);
+    expect_finite_differences("dup", swi_loss, &c, c.up, dup, 40, fd);
     float *dup2 = host_floats(40);
     K->swiglu_backward(inplace, dup2, inplace, c.gate, c.up, 40); /* dgate may be dout */
     assert_same_floats(inplace, dgate, 40, "dgate written over dout");
@@ -132,7 +122,7 @@ Test(llama_kernels, rope_backward_matches_finite_differences_and_undoes_the_forw
     c.r = host_uniform(c.n, -1, 1, 32);
     float *dx = host_copy(c.r, c.n);
     K->rope_backward(dx, 2, 5, 3, 6, 500000.0f);
-    check_fd("dx", rope_loss, &c, c.x, dx, c.n);
+    expect_finite_differences("dx", rope_loss, &c, c.x, dx, c.n, fd);
     float *y = host_copy(c.x, c.n);
     K->rope_forward(y, 2, 5, 3, 6, 500000.0f);
     K->rope_backward(y, 2, 5, 3, 6, 500000.0f);
@@ -205,9 +195,9 @@ Test(llama_kernels, gqa_backward_matches_finite_differences) {
         gqa_loss(&c);
         float *dq = host_nans(c.nq), *dk = host_nans(c.nkv), *dv = host_nans(c.nkv);
         K->gqa_attention_backward(dq, dk, dv, c.r, c.q, c.k, c.v, c.probs, &c.s);
-        check_fd("dq", gqa_loss, &c, c.q, dq, c.nq);
-        check_fd("dk", gqa_loss, &c, c.k, dk, c.nkv);
-        check_fd("dv", gqa_loss, &c, c.v, dv, c.nkv);
+        expect_finite_differences("dq", gqa_loss, &c, c.q, dq, c.nq, fd);
+        expect_finite_differences("dk", gqa_loss, &c, c.k, dk, c.nkv, fd);
+        expect_finite_differences("dv", gqa_loss, &c, c.v, dv, c.nkv, fd);
         free_floats((float *[]){dq, dk, dv}, 3);
         gqa_free(&c);
     }

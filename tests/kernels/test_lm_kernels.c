@@ -15,17 +15,7 @@ static const Kernels *K = &kernels_cpu;
 
 /* Central differences of loss() against grad, as tests/kernels/test_vit_kernels.c checks the
  * ViT's backwards: L = sum(out * R) for a fixed random R, steps of 1e-2 as stored. */
-#define FD_STEP 1e-2f
-#define FD_RTOL 1e-3
-#define FD_ATOL 1e-4
-
-typedef double (*LossFn)(void *ctx);
-
-static void check_fd(const char *what, LossFn loss, void *ctx, float *x, const float *grad,
-                     size_t n) {
-    expect_finite_differences(what, loss, ctx, x, grad, n,
-                              (FdTolerance){FD_STEP, FD_RTOL, FD_ATOL});
-}
+static const FdTolerance fd = {1e-2f, 1e-3, 1e-4};
 
 /* ---------------- causal attention ---------------- */
 
@@ -138,8 +128,8 @@ Test(lm_kernels, causal_attention_backward_finite_differences) {
         causal_loss(&c);            /* the causal probabilities */
         float *dqkv = host_nans(n); /* overwritten entirely */
         K->attention_backward(dqkv, c.r, c.qkv, c.probs, c.B, c.T, c.C, c.H);
-        check_fd(i ? "causal dqkv (D 45, T 9)" : "causal dqkv (D 12, T 5)", causal_loss, &c, c.qkv,
-                 dqkv, n);
+        expect_finite_differences(i ? "causal dqkv (D 45, T 9)" : "causal dqkv (D 12, T 5)",
+                                  causal_loss, &c, c.qkv, dqkv, n, fd);
         free(dqkv);
         attn_free(&c);
     }
@@ -225,8 +215,8 @@ Test(lm_kernels, token_embed_backward_scatters_and_adds) {
     memset(dwte, 0, EV * EC * sizeof(float));
     memset(dwpe, 0, ET * EC * sizeof(float));
     K->token_embed_backward(dwte, dwpe, ids, e.r, EB, ET, EC, EV);
-    check_fd("dwte", embed_loss, &e, e.wte, dwte, EV * EC);
-    check_fd("dwpe", embed_loss, &e, e.wpe, dwpe, ET * EC);
+    expect_finite_differences("dwte", embed_loss, &e, e.wte, dwte, EV * EC, fd);
+    expect_finite_differences("dwpe", embed_loss, &e, e.wpe, dwpe, ET * EC, fd);
     /* out of range: dwpe still takes the position's gradient, dwte nothing */
     const int32_t bad[EB * ET] = {EV, 0, 4, 2, 4, 1};
     memset(dwte, 0, EV * EC * sizeof(float));

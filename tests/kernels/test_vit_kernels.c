@@ -22,17 +22,7 @@ static void fill_const(float *x, size_t n, float v) {
     for (size_t i = 0; i < n; i++) x[i] = v;
 }
 
-typedef double (*LossFn)(void *ctx);
-
-#define FD_STEP 1e-2f
-#define FD_RTOL 1e-3
-#define FD_ATOL 1e-4
-
-static void check_fd(const char *what, LossFn loss, void *ctx, float *x, const float *grad,
-                     size_t n) {
-    expect_finite_differences(what, loss, ctx, x, grad, n,
-                              (FdTolerance){FD_STEP, FD_RTOL, FD_ATOL});
-}
+static const FdTolerance fd = {1e-2f, 1e-3, 1e-4};
 
 /* grad = after - before, for "+=" outputs */
 static void diff(float *grad, const float *after, const float *before, size_t n) {
@@ -118,9 +108,9 @@ Test(vit_kernels, linear_backward_finite_differences) {
     float gw[LN * LK], gb[LN];
     diff(gw, dw, dw0, LN * LK);
     diff(gb, db, db0, LN);
-    check_fd("linear din", linear_loss, &c, c.in, din, LM * LK);
-    check_fd("linear dw", linear_loss, &c, c.w, gw, LN * LK);
-    check_fd("linear db", linear_loss, &c, c.b, gb, LN);
+    expect_finite_differences("linear din", linear_loss, &c, c.in, din, LM * LK, fd);
+    expect_finite_differences("linear dw", linear_loss, &c, c.w, gw, LN * LK, fd);
+    expect_finite_differences("linear db", linear_loss, &c, c.b, gb, LN, fd);
 
     /* the nullable outputs: same dw without din and db */
     float dw2[LN * LK];
@@ -212,9 +202,9 @@ Test(vit_kernels, layernorm_backward_finite_differences) {
     diff(gin, din, din0, NM * NC);
     diff(gw, dw, dw0, NC);
     diff(gb, db, db0, NC);
-    check_fd("layernorm din", layernorm_loss, &c, c.in, gin, NM * NC);
-    check_fd("layernorm dw", layernorm_loss, &c, c.w, gw, NC);
-    check_fd("layernorm db", layernorm_loss, &c, c.b, gb, NC);
+    expect_finite_differences("layernorm din", layernorm_loss, &c, c.in, gin, NM * NC, fd);
+    expect_finite_differences("layernorm dw", layernorm_loss, &c, c.w, gw, NC, fd);
+    expect_finite_differences("layernorm db", layernorm_loss, &c, c.b, gb, NC, fd);
 }
 
 /* ---------------- GELU ---------------- */
@@ -249,7 +239,7 @@ Test(vit_kernels, gelu_backward_finite_differences) {
     fill_uniform(c.r, GN, -1, 1, 42);
     float din[GN];
     K->gelu_backward(din, c.in, c.r, GN);
-    check_fd("gelu din", gelu_loss, &c, c.in, din, GN);
+    expect_finite_differences("gelu din", gelu_loss, &c, c.in, din, GN, fd);
     /* din may be dout */
     float d2[GN];
     memcpy(d2, c.r, sizeof d2);
@@ -424,8 +414,8 @@ Test(vit_kernels, attention_backward_finite_differences) {
         cr_assert(dqkv);
         fill_const(dqkv, n, 1e6f); /* overwritten entirely */
         K->attention_backward(dqkv, c.r, c.qkv, c.probs, c.B, c.T, c.C, c.H);
-        check_fd(i ? "attention dqkv (D 45, T 9)" : "attention dqkv (D 12, T 5)", attention_loss,
-                 &c, c.qkv, dqkv, n);
+        expect_finite_differences(i ? "attention dqkv (D 45, T 9)" : "attention dqkv (D 12, T 5)",
+                                  attention_loss, &c, c.qkv, dqkv, n, fd);
         free(dqkv);
         attn_free(&c);
     }
@@ -595,7 +585,8 @@ Test(vit_kernels, cross_entropy_gradient_finite_differences) {
     float d[XB * XK];
     const float loss = K->cross_entropy(d, c.logits, c.labels, XB, XK, 2.5f);
     EXPECT_NEAR(loss, cross_entropy_loss(&c) / 2.5, 1e-6, "loss %g", loss);
-    check_fd("cross_entropy dlogits", cross_entropy_loss, &c, c.logits, d, XB * XK);
+    expect_finite_differences("cross_entropy dlogits", cross_entropy_loss, &c, c.logits, d, XB * XK,
+                              fd);
 }
 
 Test(vit_kernels, count_correct_first_maximum_wins) {
