@@ -239,8 +239,7 @@ const char *fsdp_bin(void) {
     return b ? b : "./fsdp";
 }
 
-/* What the shell command printed (caller frees); *status is pclose's status. */
-static char *shell_output(const char *cmd, int *status) {
+char *shell_output(const char *cmd, int *status) {
     FILE *p = popen(cmd, "r");
     cr_assert(p, "cannot run %s", cmd);
     size_t cap = 1 << 16, n = 0;

@@ -194,6 +194,10 @@ int trace_event_is_collective(const TraceEvent *e);
 int trace_event_is_compute(const TraceEvent *e);
 size_t trace_seek(const Trace *t, size_t from, int dir, int (*is)(const TraceEvent *));
 
+/* What the shell command printed, stdout only unless it redirects (caller frees); *status is
+ * pclose's status. */
+char *shell_output(const char *cmd, int *status);
+
 /* Writes the toy's weights to path so that its gradient overflows while the loss stays finite:
  * Lb's output near 3e38 makes Lc's second weight's gradient inf. Asserts. */
 void write_overflowing_toy(const char *path);

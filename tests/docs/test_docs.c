@@ -335,17 +335,8 @@ static char *run_shown(const char *dir, const char *cmd) {
     cr_assert(line = malloc(n));
     snprintf(line, n, "cd '%s' && %stimeout 300 sh -c %s 2>&1 </dev/null", dir,
              strncmp(cmd, "mpirun ", 7) ? "" : "ASAN_OPTIONS=detect_leaks=0 ", quoted);
-    FILE *p = popen(line, "r");
-    cr_assert(p, "cannot run %s", cmd);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    cr_assert(buf);
-    for (size_t got; (got = fread(buf + len, 1, cap - 1 - len, p)) > 0;) {
-        len += got;
-        if (len + 1 == cap) cr_assert(buf = realloc(buf, cap *= 2));
-    }
-    buf[len] = 0;
-    pclose(p);
+    int status;
+    char *buf = shell_output(line, &status);
     free(quoted);
     free(line);
     return buf;
