@@ -17,24 +17,19 @@
 
 /* ---- Chrome Trace Event JSON -------------------------------------------------------------- */
 
+/* A quote or a backslash escaped, a control character as JSON writes it (backslash, u, 00XX). */
+static const char *json_escape(unsigned char c, char room[8]) {
+    if (c == '"') return "\\\"";
+    if (c == '\\') return "\\\\";
+    if (c >= 0x20) return NULL;
+    snprintf(room, 8, "\\u%04x", c);
+    return room;
+}
+
 /* Writes s as the inside of a JSON string: quotes, backslashes and control characters
  * escaped, invalid UTF-8 replaced by U+FFFD. */
 static void write_json_escaped(FILE *f, const char *str) {
-    const unsigned char *s = (const unsigned char *)str;
-    while (*s) {
-        int len = utf8_sequence_length(s);
-        if (len == 0) {
-            fputs("\\ufffd", f);
-            s++;
-        } else if (*s == '"' || *s == '\\') {
-            fprintf(f, "\\%c", *s++);
-        } else if (*s < 0x20) {
-            fprintf(f, "\\u%04x", *s++);
-        } else {
-            fwrite(s, 1, (size_t)len, f);
-            s += len;
-        }
-    }
+    utf8_write_escaped(f, str, json_escape, "\\ufffd");
 }
 
 static const char *stream_name(int stream) {

@@ -21,3 +21,17 @@ int utf8_sequence_length(const unsigned char *s) {
     if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     return len;
 }
+
+void utf8_write_escaped(FILE *f, const char *text, Utf8Escape escape, const char *invalid) {
+    const unsigned char *s = (const unsigned char *)text;
+    while (*s) {
+        int len = utf8_sequence_length(s);
+        char room[8];
+        const char *as = len == 0 ? invalid : len == 1 ? escape(*s, room) : NULL;
+        if (as)
+            fputs(as, f);
+        else
+            fwrite(s, 1, (size_t)len, f);
+        s += len ? len : 1;
+    }
+}

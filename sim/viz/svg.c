@@ -5,39 +5,27 @@
 
 #include "io/utf8.h"
 
-void svg_text(FILE *f, const char *text) {
-    const unsigned char *s = (const unsigned char *)text;
-    while (*s) {
-        int len = utf8_sequence_length(s);
-        if (len == 0) {
-            fputs("&#xFFFD;", f);
-            s++;
-            continue;
-        }
-        switch (*s) {
-        case '&':
-            fputs("&amp;", f);
-            break;
-        case '<':
-            fputs("&lt;", f);
-            break;
-        case '>':
-            fputs("&gt;", f);
-            break;
-        case '"':
-            fputs("&quot;", f);
-            break;
-        case '\'':
-            fputs("&apos;", f);
-            break;
-        default:
-            if (*s < 0x20)
-                fputc(' ', f);
-            else
-                fwrite(s, 1, (size_t)len, f);
-        }
-        s += len;
+/* XML's five entities; a control character (none is allowed in XML 1.0 text) as a space. */
+static const char *xml_escape(unsigned char c, char room[8]) {
+    (void)room;
+    switch (c) {
+    case '&':
+        return "&amp;";
+    case '<':
+        return "&lt;";
+    case '>':
+        return "&gt;";
+    case '"':
+        return "&quot;";
+    case '\'':
+        return "&apos;";
+    default:
+        return c < 0x20 ? " " : NULL;
     }
+}
+
+void svg_text(FILE *f, const char *text) {
+    utf8_write_escaped(f, text, xml_escape, "&#xFFFD;");
 }
 
 double svg_nice_step(double x) {
