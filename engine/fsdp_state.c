@@ -468,32 +468,21 @@ void engine_destroy(Engine *e) {
             Err ignored = {0}; /* teardown: the file goes whatever its last writes did */
             nvme_drop(e, u, &ignored);
         }
-        dev_free(e, us->nvme_bytes, u);
-        if (us->ugrad_owned) dev_free(e, us->ugrad, u);
-        dev_free(e, us->gather_send, u);
-        dev_free(e, us->gather_recv, u);
-        dev_free(e, us->reduce_send, u);
-        dev_free(e, us->reduce_buf, u);
-        dev_free(e, us->param, u);
-        dev_free(e, us->grad, u);
-        dev_free(e, us->m, u);
-        dev_free(e, us->v, u);
-        dev_free(e, us->master, u);
-        dev_free(e, us->grad32, u);
-        free(us->param_local);
-        free(us->grad_local);
-        free(us->optim_local);
-        free(us->param_ptrs);
-        free(us->grad_ptrs);
+        void *on_device[] = {us->nvme_bytes,  us->ugrad_owned ? us->ugrad : NULL,
+                             us->gather_send, us->gather_recv,
+                             us->reduce_send, us->reduce_buf,
+                             us->param,       us->grad,
+                             us->m,           us->v,
+                             us->master,      us->grad32};
+        for (size_t i = 0; i < sizeof on_device / sizeof *on_device; i++) /* in this order */
+            dev_free(e, on_device[i], u);
+        void *on_host[] = {us->param_local, us->grad_local, us->optim_local, us->param_ptrs,
+                           us->grad_ptrs};
+        for (size_t i = 0; i < sizeof on_host / sizeof *on_host; i++) free(on_host[i]);
     }
-    free(e->units);
-    free(e->fwd_seq);
-    free(e->bwd_seq);
-    free(e->module_first_up);
-    free(e->param_flat);
-    free(e->checkpointed);
-    free(e->unit_entry);
-    free(e->unit_exit);
+    void *tables[] = {e->units,      e->fwd_seq,      e->bwd_seq,    e->module_first_up,
+                      e->param_flat, e->checkpointed, e->unit_entry, e->unit_exit};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) free(tables[i]);
     if (e->tier) e->env.tier->close(e->tier); /* removes the file */
     free(e);
 }
