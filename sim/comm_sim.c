@@ -272,30 +272,6 @@ static int sim_start(Comm *c, CommRequest *r, Err *err) {
     return rc;
 }
 
-static float load(const void *p, DType t, size_t i) {
-    switch (t) {
-    case DTYPE_BF16:
-        return bf16_to_fp32(((const uint16_t *)p)[i]);
-    case DTYPE_FP16:
-        return fp16_to_fp32(((const uint16_t *)p)[i]);
-    default:
-        return ((const float *)p)[i];
-    }
-}
-
-static void store(void *p, DType t, size_t i, float x) {
-    switch (t) {
-    case DTYPE_BF16:
-        ((uint16_t *)p)[i] = fp32_to_bf16(x);
-        break;
-    case DTYPE_FP16:
-        ((uint16_t *)p)[i] = fp32_to_fp16(x);
-        break;
-    default:
-        ((float *)p)[i] = x;
-    }
-}
-
 /* reduce_range for fp32 sums and averages, the gradients' case: rank 0's values, each later
  * rank's added in rank order, then the division, element by element the same operations as the
  * general loop below, but without its per-element type and op switches, in passes the compiler
@@ -350,13 +326,13 @@ static void reduce_range(const Slot *s, int size, size_t first, size_t n, void *
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        float acc = load(s->input[0], s->dtype, first + i);
+        float acc = dtype_load(s->input[0], s->dtype, first + i);
         for (int q = 1; q < size; q++) {
-            float x = load(s->input[q], s->dtype, first + i);
+            float x = dtype_load(s->input[q], s->dtype, first + i);
             acc = s->op == REDUCE_MAX ? (x > acc ? x : acc) : acc + x;
         }
         if (s->op == REDUCE_AVG) acc /= (float)size;
-        store(out, s->dtype, i, acc);
+        dtype_store(out, s->dtype, i, acc);
     }
 }
 
