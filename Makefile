@@ -175,9 +175,12 @@ viz: deps $(BIN)
 run: deps $(BIN)
 	./$(BIN) train --model vit-tiny --ranks 4 --epochs 1
 
-# Tests run the binary for the CLI cases, so they get its path.
+# Tests run the binary for the CLI cases, so they get its path. Under SANITIZE=1 the test runner's
+# own leak is suppressed (tests/lsan.supp says which and why).
+TEST_LSAN := $(if $(filter 1,$(SANITIZE)),LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp)
 test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) $(NO_BACKENDS_BIN) mpi-note
-	FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) FSDP_MPI_CHECK=$(if $(MPI_CHECK),./$(MPI_CHECK)) \
+	$(TEST_LSAN) FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) \
+		FSDP_MPI_CHECK=$(if $(MPI_CHECK),./$(MPI_CHECK)) \
 		FSDP_NO_BACKENDS_BIN=./$(NO_BACKENDS_BIN) ./$(TEST_BIN) --jobs 2
 
 test-asan:
