@@ -405,40 +405,8 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
     cpu_parallel_range(M, 1, M * C, LAYERNORM_MIN_ELEMS, layernorm_forward_task, &a);
 }
 
-/* dxhat = dout * w; din += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
- * dw += dout * xhat; db += dout. The serial form: one pass per row for all three. */
-VECTOR_CLONES
-static void layernorm_backward_serial(float *restrict din, float *restrict dw, float *restrict db,
-                                      const float *restrict dout, const float *restrict in,
-                                      const float *restrict mean, const float *restrict rstd,
-                                      const float *restrict w, size_t M, size_t C) {
-    const float inv_c = 1.0f / (float)C;
-    for (size_t i = 0; i < M; i++) {
-        const float *x = in + i * C, *g = dout + i * C;
-        float *dx = din + i * C;
-        const float mu = mean[i], rs = rstd[i];
-        /* the row's two sums first, each its own loop of loads so GCC keeps the partial sums
-         * in registers; then one elementwise pass for din, dw and db */
-        const float s1 = dot(g, w, C), s2 = dot_centered(g, w, x, mu, C) * rs;
-        const float m1 = s1 * inv_c, m2 = s2 * inv_c;
-        size_t j = 0;
-        for (; j + CHUNK <= C; j += CHUNK)
-            for (int k = 0; k < CHUNK; k++) {
-                const float xh = (x[j + k] - mu) * rs;
-                dx[j + k] += rs * (g[j + k] * w[j + k] - m1 - xh * m2);
-                dw[j + k] += g[j + k] * xh;
-                db[j + k] += g[j + k];
-            }
-        for (; j < C; j++) {
-            const float xh = (x[j] - mu) * rs;
-            dx[j] += rs * (g[j] * w[j] - m1 - xh * m2);
-            dw[j] += g[j] * xh;
-            db[j] += g[j];
-        }
-    }
-}
-
-/* din's rows [m0, m1) alone: the serial loop without dw and db. */
+/* din's rows [m0, m1) alone: the row's two sums first, each its own loop of loads so GCC keeps
+ * the partial sums in registers; then one elementwise pass. */
 VECTOR_CLONES
 static void layernorm_backward_din_rows(float *restrict din, const float *restrict dout,
                                         const float *restrict in, const float *restrict mean,
@@ -505,6 +473,16 @@ static void layernorm_backward_dw_cols(float *restrict dw, float *restrict db,
             }
         }
     }
+}
+
+/* dxhat = dout * w; din += rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat));
+ * dw += dout * xhat; db += dout. The serial form: din row by row, then dw and db column by
+ * column over all rows in order (each sum as a loop over the rows would make it). */
+static void layernorm_backward_serial(float *din, float *dw, float *db, const float *dout,
+                                      const float *in, const float *mean, const float *rstd,
+                                      const float *w, size_t M, size_t C) {
+    layernorm_backward_din_rows(din, dout, in, mean, rstd, w, 0, M, C);
+    layernorm_backward_dw_cols(dw, db, dout, in, mean, rstd, M, C, 0, C);
 }
 
 /* Task t: din's rows share t and dw/db's columns share t (columns in multiples of CHUNK). */

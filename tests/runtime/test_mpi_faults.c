@@ -114,15 +114,22 @@ static int job_signalled_while_training(const char *signal, const char *flags, c
     return status;
 }
 
+/* The same, asserting the job failed within `within` seconds of the signal; returns what it
+ * printed (a buffer of this file's, valid until the next call). */
+static const char *job_ended_by_signal(const char *signal, const char *flags, double within) {
+    skip_without_mpi();
+    static char said[16384];
+    double took;
+    int status = job_signalled_while_training(signal, flags, said, sizeof said, &took);
+    cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
+    cr_expect_lt(took, within, "the job took %.1f s to end after the %s", took, signal);
+    return said;
+}
+
 /* One rank stopped (SIGSTOP) mid-run: the others' next collective times out, naming the rank,
  * the unit and the collective, and the job ends. */
 Test(mpi_faults, a_rank_that_stops_taking_part_is_ended_by_the_timeout) {
-    skip_without_mpi();
-    char said[16384];
-    double took;
-    int status = job_signalled_while_training("STOP", "--timeout 2", said, sizeof said, &took);
-    cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
-    cr_expect_lt(took, 13.0, "the job took %.1f s to end after the stop", took);
+    const char *said = job_ended_by_signal("STOP", "--timeout 2", 13.0);
     cr_expect(strstr(said, "did not complete in 2 s (--timeout)") && strstr(said, "fsdp: rank "),
               "no rank named the collective that hung:\n%s", said);
 }
@@ -131,12 +138,7 @@ Test(mpi_faults, a_rank_that_stops_taking_part_is_ended_by_the_timeout) {
  * and the job ends within 10 s. (--kill-in-save above is a SIGKILL too, at the worst moment
  * for the checkpoint, and is resumed from.) */
 Test(mpi_faults, a_rank_sigkilled_from_outside_is_named_and_ends_the_job) {
-    skip_without_mpi();
-    char said[16384];
-    double took;
-    int status = job_signalled_while_training("KILL", "", said, sizeof said, &took);
-    cr_expect_neq(status, 0, "the job should have failed:\n%s", said);
-    cr_expect_lt(took, 10.0, "the job took %.1f s to end after the kill", took);
+    const char *said = job_ended_by_signal("KILL", "", 10.0);
     const char *killed = strstr(said, "signalled ");
     cr_assert(killed, "the kill did not happen:\n%s", said);
     int pid = atoi(killed + strlen("signalled "));
