@@ -1,6 +1,6 @@
 /* kernels: the math behind one op table. kernels/cpu implements it in C (GEMM through
  * OpenBLAS), kernels/cuda on the GPU with the same signatures and semantics, so the engine
- * in engine/ never knows where its numbers are computed. Ops never allocate. */
+ * in engine/ never knows where its numbers are computed. Ops never allocate device memory. */
 #ifndef FSDP_KERNELS_H
 #define FSDP_KERNELS_H
 
@@ -24,8 +24,18 @@ typedef struct AttnShape {
     int causal;
 } AttnShape;
 
+/* The compute dtype. A job computes in one dtype, FSDP2's param_dtype: an op that takes
+ * `DType t` first reads and writes its `void *` tensors (parameters, activations and their
+ * gradients) as arrays of t, and its `float *` ones (parameter gradients, LayerNorm's and
+ * RMSNorm's statistics, flash attention's lse, scratch) in fp32 whatever t is. Inside, every op
+ * computes in fp32: products accumulate in fp32, norms, softmax and losses widen their inputs,
+ * and each output is rounded to t once, where the op stores it. So a bf16 op and its fp32 form
+ * differ only by the rounding of what they read and write; kernels/cpu and kernels/cuda round at
+ * the same points (DESIGN's invariant 6). */
 typedef struct Kernels {
     const char *name;
+    /* Bit t set: the ops take compute dtype t (kernels_computes_in). */
+    unsigned dtypes;
 
     /* Element-type conversion with round-to-nearest-even; src and dst may not overlap. */
     void (*cast)(void *dst, DType dst_type, const void *src, DType src_type, size_t n);
@@ -51,14 +61,14 @@ typedef struct Kernels {
 
     /* Toy layer: y = w0 * tanh(w1 * x + w2), elementwise over a batch of n scalars; y may be
      * x (in place). */
-    void (*toy_forward)(const float w[3], const float *x, float *y, size_t n);
+    void (*toy_forward)(DType t, const void *w, const void *x, void *y, size_t n);
     /* Given dL/dy, writes dL/dx (if dx; it may alias x or dy) and adds dL/dw into dw[3],
      * summing the batch in double and rounding once. */
-    void (*toy_backward)(const float w[3], const float *x, const float *dy, float *dx, float dw[3],
-                         size_t n);
+    void (*toy_backward)(DType t, const void *w, const void *x, const void *dy, void *dx,
+                         float dw[3], size_t n);
     /* Mean squared error over n: returns loss; dy[i] = 2 (y[i]-t[i]) / n (dy may be NULL:
      * loss only). n == 0 gives 0 and touches nothing. */
-    float (*mse_loss)(const float *y, const float *target, float *dy, size_t n);
+    float (*mse_loss)(DType t, const void *y, const float *target, void *dy, size_t n);
 
     /* ---- the Vision Transformer's ops. Tensors are row-major; [B, T, C] means B*T rows of
      * C. Weights use PyTorch's layouts (Linear: [out, in]). "+=" marks an output that is
@@ -66,68 +76,71 @@ typedef struct Kernels {
      * every other output is overwritten. Pointers documented as nullable may be NULL. */
 
     /* Linear: out[M, N] = in[M, K] . w[N, K]^T + b[N] (b nullable). */
-    void (*linear_forward)(float *out, const float *in, const float *w, const float *b, size_t M,
-                           size_t K, size_t N);
+    void (*linear_forward)(DType t, void *out, const void *in, const void *w, const void *b,
+                           size_t M, size_t K, size_t N);
     /* din[M, K] = dout . w (din nullable: not needed for the first layer);
      * dw[N, K] += dout^T . in; db[N] += column sums of dout (db nullable). */
-    void (*linear_backward)(float *din, float *dw, float *db, const float *dout, const float *in,
-                            const float *w, size_t M, size_t K, size_t N);
+    void (*linear_backward)(DType t, void *din, float *dw, float *db, const void *dout,
+                            const void *in, const void *w, size_t M, size_t K, size_t N);
 
     /* db[j] += sum over `rows` rows of dout[i * stride + j], j < cols: a bias gradient taken
      * over some of a wider output's columns. */
-    void (*bias_grad)(float *db, const float *dout, size_t rows, size_t cols, size_t stride);
+    void (*bias_grad)(DType t, float *db, const void *dout, size_t rows, size_t cols,
+                      size_t stride);
 
     /* LayerNorm over the last dim C of M rows, biased variance, eps inside the sqrt (PyTorch).
      * Saves mean[M] and rstd[M] = 1/sqrt(var + eps) for backward. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *in, const float *w,
-                              const float *b, size_t M, size_t C, float eps);
+    void (*layernorm_forward)(DType t, void *out, float *mean, float *rstd, const void *in,
+                              const void *w, const void *b, size_t M, size_t C, float eps);
     /* din[M, C] += ..., dw[C] += ..., db[C] += ... */
-    void (*layernorm_backward)(float *din, float *dw, float *db, const float *dout, const float *in,
-                               const float *mean, const float *rstd, const float *w, size_t M,
-                               size_t C);
+    void (*layernorm_backward)(DType t, void *din, float *dw, float *db, const void *dout,
+                               const void *in, const float *mean, const float *rstd, const void *w,
+                               size_t M, size_t C);
 
     /* Exact GELU, 0.5 x (1 + erf(x / sqrt 2)), elementwise; out may be in. */
-    void (*gelu_forward)(float *out, const float *in, size_t n);
+    void (*gelu_forward)(DType t, void *out, const void *in, size_t n);
     /* din = dout * GELU'(in); din may be dout. */
-    void (*gelu_backward)(float *din, const float *in, const float *dout, size_t n);
+    void (*gelu_backward)(DType t, void *din, const void *in, const void *dout, size_t n);
 
     /* Multi-head self-attention core, PyTorch's nn.MultiheadAttention after in_proj:
      * qkv[B, T, 3C] packs q, k, v (columns [0,C), [C,2C), [2C,3C)); head h uses columns
      * [h*D, (h+1)*D) of each, D = C/heads. probs[B, heads, T, T] = softmax(q k^T / sqrt(D))
      * over the last dim (saved for backward); out[B, T, C] = probs . v, heads concatenated.
      * T <= KERNELS_MAX_TOKENS. */
-    void (*attention_forward)(float *out, float *probs, const float *qkv, size_t B, size_t T,
+    void (*attention_forward)(DType t, void *out, void *probs, const void *qkv, size_t B, size_t T,
                               size_t C, size_t heads);
     /* dqkv[B, T, 3C] = gradient wrt qkv, from dout[B, T, C]. */
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *probs,
-                               size_t B, size_t T, size_t C, size_t heads);
+    void (*attention_backward)(DType t, void *dqkv, const void *dout, const void *qkv,
+                               const void *probs, size_t B, size_t T, size_t C, size_t heads);
 
     /* Patch embedding's input as a GEMM operand: images[B, S, S] (one channel, already
      * normalised) -> patches[B, (S/P)^2, P*P]; patch p = py*(S/P) + px, element ky*P + kx,
      * so patches . conv_weight[C, P*P]^T is Conv2d(1, C, P, stride P) flattened the way
      * torchvision's VisionTransformer flattens it. S % P == 0. */
-    void (*patchify)(float *patches, const float *images, size_t B, size_t S, size_t P);
+    void (*patchify)(DType t, void *patches, const void *images, size_t B, size_t S, size_t P);
     /* Tokens x[B, T, C] with T = 1 + patches: x[b, 0] = cls[C] + pos[0];
      * x[b, 1 + p] = patch_out[b, p] + pos[1 + p] (pos is [T, C]). */
-    void (*embed_forward)(float *x, const float *patch_out, const float *cls, const float *pos,
+    void (*embed_forward)(DType t, void *x, const void *patch_out, const void *cls, const void *pos,
                           size_t B, size_t T, size_t C);
     /* dcls[C] += ..., dpos[T, C] += ..., dpatch_out[B, T-1, C] = ... */
-    void (*embed_backward)(float *dcls, float *dpos, float *dpatch_out, const float *dx, size_t B,
-                           size_t T, size_t C);
+    void (*embed_backward)(DType t, float *dcls, float *dpos, void *dpatch_out, const void *dx,
+                           size_t B, size_t T, size_t C);
     /* out[B, C] = x[b, 0, :] (the class token's row of each sample). */
-    void (*class_token_select)(float *out, const float *x, size_t B, size_t T, size_t C);
+    void (*class_token_select)(DType t, void *out, const void *x, size_t B, size_t T, size_t C);
     /* dx[B, T, C] += dout[b] on row 0 of each sample (other rows untouched). */
-    void (*class_token_select_backward)(float *dx, const float *dout, size_t B, size_t T, size_t C);
+    void (*class_token_select_backward)(DType t, void *dx, const void *dout, size_t B, size_t T,
+                                        size_t C);
 
     /* Softmax cross-entropy with mean reduction over B rows of `classes` logits: returns the
      * mean loss (accumulated in double); dlogits = (softmax - onehot(label)) / B * grad_scale
      * (dlogits nullable: loss only). */
-    float (*cross_entropy)(float *dlogits, const float *logits, const int32_t *labels, size_t B,
-                           size_t classes, float grad_scale);
+    float (*cross_entropy)(DType t, void *dlogits, const void *logits, const int32_t *labels,
+                           size_t B, size_t classes, float grad_scale);
     /* Rows whose largest logit (first on ties) is the label. */
-    size_t (*count_correct)(const float *logits, const int32_t *labels, size_t B, size_t classes);
+    size_t (*count_correct)(DType t, const void *logits, const int32_t *labels, size_t B,
+                            size_t classes);
     /* out[i] = a[i] + b[i]; out may be a or b (residual connections). */
-    void (*add)(float *out, const float *a, const float *b, size_t n);
+    void (*add)(DType t, void *out, const void *a, const void *b, size_t n);
 
     /* ---- the language model's ops (the transformer over bytes). Token ids are int32. */
 
@@ -135,18 +148,18 @@ typedef struct Kernels {
      * probs[b, h, t, s] = 0 for s > t. Its backward is attention_backward: a zero probability
      * passes no gradient to its score, to k or to v, and a row's softmax gradient sums over
      * its nonzero terms, so the same formula is exact. */
-    void (*causal_attention_forward)(float *out, float *probs, const float *qkv, size_t B, size_t T,
-                                     size_t C, size_t heads);
+    void (*causal_attention_forward)(DType t, void *out, void *probs, const void *qkv, size_t B,
+                                     size_t T, size_t C, size_t heads);
     /* Token and position embeddings: x[b, t] = wte[tokens[b, t]] + wpe[t], x [B, T, C], wte
      * [V, C], wpe [T, C] (at least T rows; NULL: no position table, as RoPE's models). A token
      * outside [0, V) gives a row of NaN (a divergence the engine reports) rather than a read past
      * wte. */
-    void (*token_embed_forward)(float *x, const int32_t *tokens, const float *wte, const float *wpe,
-                                size_t B, size_t T, size_t C, size_t V);
+    void (*token_embed_forward)(DType t, void *x, const int32_t *tokens, const void *wte,
+                                const void *wpe, size_t B, size_t T, size_t C, size_t V);
     /* dwte[tokens[b, t]] += dx[b, t], token by token in (b, t) order; dwpe[t] += dx[b, t] over
      * b in order (dwpe NULL: none). Tokens outside [0, V) add nothing. */
-    void (*token_embed_backward)(float *dwte, float *dwpe, const int32_t *tokens, const float *dx,
-                                 size_t B, size_t T, size_t C, size_t V);
+    void (*token_embed_backward)(DType t, float *dwte, float *dwpe, const int32_t *tokens,
+                                 const void *dx, size_t B, size_t T, size_t C, size_t V);
 
     /* ---- fused ops: one pass where the unfused ops take two, each computing what the ops it
      * replaces compute (fp32: within 1e-5 relative; kernels_cpu serially: bit for bit, except
@@ -160,64 +173,65 @@ typedef struct Kernels {
      * bias as the GEMM's C (beta = 1), the same float add when the GEMM takes K in one block
      * (OpenBLAS 0.3's Haswell sgemm: bit for bit up to K = 300, the last bit of some elements
      * beyond). */
-    void (*bias_gelu_forward)(float *out, const float *pre, const float *b, size_t M, size_t N);
+    void (*bias_gelu_forward)(DType t, void *out, const void *pre, const void *b, size_t M,
+                              size_t N);
     /* dpre[M, N] = dout * GELU'(pre + b) (gelu_backward at the pre-activation; dpre may be
      * dout) and db[N] += the column sums of dpre (bias_grad of dpre): the bias's gradient, so
      * the GEMM's linear_backward that follows takes db = NULL. pre and b are bias_gelu_forward's
      * (b is read, not written). */
-    void (*bias_gelu_backward)(float *dpre, float *db, const float *dout, const float *pre,
-                               const float *b, size_t M, size_t N);
+    void (*bias_gelu_backward)(DType t, void *dpre, float *db, const void *dout, const void *pre,
+                               const void *b, size_t M, size_t N);
 
     /* A residual add and the LayerNorm that reads it: sum[M, C] = x + y (sum may be x or y),
      * then LayerNorm of sum exactly as layernorm_forward: out, mean[M], rstd[M] (out may not
      * alias sum, x or y). Backward needs no fused op: the add passes the residual stream's
      * gradient through unchanged, and layernorm_backward's din is "+=", so it adds LayerNorm's
      * share straight into that gradient. */
-    void (*residual_layernorm_forward)(float *sum, float *out, float *mean, float *rstd,
-                                       const float *x, const float *y, const float *w,
-                                       const float *b, size_t M, size_t C, float eps);
+    void (*residual_layernorm_forward)(DType t, void *sum, void *out, float *mean, float *rstd,
+                                       const void *x, const void *y, const void *w, const void *b,
+                                       size_t M, size_t C, float eps);
 
     /* ---- the Llama-shaped model's ops, and attention over grouped, strided operands (GQA, and
      * flash attention, which any of the transformer family may use) */
 
     /* RMSNorm over the last dim C of M rows (no mean, no bias, as Llama's): rstd[M] =
      * 1/sqrt(mean(in^2) + eps), out = in * rstd * w; rstd saved for backward. */
-    void (*rmsnorm_forward)(float *out, float *rstd, const float *in, const float *w, size_t M,
-                            size_t C, float eps);
+    void (*rmsnorm_forward)(DType t, void *out, float *rstd, const void *in, const void *w,
+                            size_t M, size_t C, float eps);
     /* din[M, C] += ..., dw[C] += ... */
-    void (*rmsnorm_backward)(float *din, float *dw, const float *dout, const float *in,
-                             const float *rstd, const float *w, size_t M, size_t C);
+    void (*rmsnorm_backward)(DType t, void *din, float *dw, const void *dout, const void *in,
+                             const float *rstd, const void *w, size_t M, size_t C);
     /* SwiGLU's gate: out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). */
-    void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n);
+    void (*swiglu_forward)(DType t, void *out, const void *gate, const void *up, size_t n);
     /* dgate = dout * up * silu'(gate), dup = dout * silu(gate); dgate may be dout. */
-    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate,
-                            const float *up, size_t n);
+    void (*swiglu_backward)(DType t, void *dgate, void *dup, const void *dout, const void *gate,
+                            const void *up, size_t n);
     /* Rotary position embedding in place on x[B, T, heads * D] (D even), position t = row % T,
      * pairs (i, i + D/2) of each head (Hugging Face's rotate_half) turned by the angle
      * t * theta^(-2i/D). Backward turns a gradient back by the same angle. */
-    void (*rope_forward)(float *x, size_t B, size_t T, size_t heads, size_t D, float theta);
-    void (*rope_backward)(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta);
+    void (*rope_forward)(DType t, void *x, size_t B, size_t T, size_t heads, size_t D, float theta);
+    void (*rope_backward)(DType t, void *dx, size_t B, size_t T, size_t heads, size_t D,
+                          float theta);
 
     /* Attention as attention_forward computes it (softmax(q k^T / sqrt(D)) v, per head), with
      * the operands where AttnShape says and query head h reading K,V head h / (heads /
      * kv_heads). Eager keeps probs[B, heads, T, T]; its backward overwrites dq, dk, dv (strided
      * as q, k, v; a K,V head's gradient is the sum over its group's query heads). */
-    void (*gqa_attention_forward)(float *out, float *probs, const float *q, const float *k,
-                                  const float *v, const AttnShape *s);
-    void (*gqa_attention_backward)(float *dq, float *dk, float *dv, const float *dout,
-                                   const float *q, const float *k, const float *v,
-                                   const float *probs, const AttnShape *s);
+    void (*gqa_attention_forward)(DType t, void *out, void *probs, const void *q, const void *k,
+                                  const void *v, const AttnShape *s);
+    void (*gqa_attention_backward)(DType t, void *dq, void *dk, void *dv, const void *dout,
+                                   const void *q, const void *k, const void *v, const void *probs,
+                                   const AttnShape *s);
     /* Flash attention: the same out, keeping only lse[B, heads, T], each row's log-sum-exp of
      * its scaled scores, in place of the probabilities. Backward recomputes each (sample, head)
      * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns; the GPU's
      * recomputes a row at a time on chip and leaves it alone) and needs out for each row's sum
      * of dout * out. */
-    void (*flash_attention_forward)(float *out, float *lse, const float *q, const float *k,
-                                    const float *v, const AttnShape *s);
-    void (*flash_attention_backward)(float *dq, float *dk, float *dv, const float *dout,
-                                     const float *q, const float *k, const float *v,
-                                     const float *out, const float *lse, float *work,
-                                     const AttnShape *s);
+    void (*flash_attention_forward)(DType t, void *out, float *lse, const void *q, const void *k,
+                                    const void *v, const AttnShape *s);
+    void (*flash_attention_backward)(DType t, void *dq, void *dk, void *dv, const void *dout,
+                                     const void *q, const void *k, const void *v, const void *out,
+                                     const float *lse, float *work, const AttnShape *s);
 } Kernels;
 
 /* Every op of the table in its order, for building a table from functions named after the ops:
@@ -240,15 +254,24 @@ typedef struct Kernels {
  * (cpu/cpu_ops.h, cuda/cuda_ops.h). */
 #define KERNEL_OP_TYPE(op) __typeof__(*((Kernels *)0)->op)
 #define KERNEL_COUNT_ONE(op) +1
-/* A table is its name and one pointer per op: an op missing from KERNEL_OPS fails here. */
+/* A table is its name, its dtypes and one pointer per op: an op missing from KERNEL_OPS fails
+ * here. */
 #ifdef __cplusplus
 static_assert
 #else
 _Static_assert
 #endif
-    (sizeof(Kernels) ==
-         sizeof(const char *) + (0 KERNEL_OPS(KERNEL_COUNT_ONE)) * sizeof(void (*)(void)),
+    (sizeof(Kernels) - offsetof(Kernels, cast) ==
+         (0 KERNEL_OPS(KERNEL_COUNT_ONE)) * sizeof(void (*)(void)),
      "KERNEL_OPS must list every op of Kernels");
+
+/* The bit of Kernels.dtypes for t, and whether table k computes in t. */
+#define KERNEL_DTYPE_BIT(t) (1u << (unsigned)(t))
+#define KERNEL_ALL_DTYPES                                                                          \
+    (KERNEL_DTYPE_BIT(DTYPE_FP32) | KERNEL_DTYPE_BIT(DTYPE_BF16) | KERNEL_DTYPE_BIT(DTYPE_FP16))
+static inline int kernels_computes_in(const Kernels *k, DType t) {
+    return (k->dtypes & KERNEL_DTYPE_BIT(t)) != 0;
+}
 
 /* The longest sequence attention accepts (its CPU backward keeps a T x T tile on the stack). */
 #define KERNELS_MAX_TOKENS 256
