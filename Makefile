@@ -4,7 +4,7 @@
 
 CC      ?= gcc
 CFLAGS  ?= -O2 -g
-CFLAGS  += -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Werror -pthread -MMD -MP
+CFLAGS  += -std=c11 -D_GNU_SOURCE -I. -Wall -Wextra -Wpointer-arith -Werror -pthread -MMD -MP
 LDLIBS  += -lopenblas -lz -lcjson -lncursesw -lm -pthread
 
 # The Debian packages come first, before anything below asks which tools are here: on a fresh

@@ -178,22 +178,24 @@ static int unit_all_gather_start(Engine *e, int u, int prefetched, Err *err) {
     return pending_push(e, PENDING_GATHER, u, err);
 }
 
-/* Points the kernels at fp32 params: the gathered buffer itself, or a cast copy of it. */
-static int make_compute_view(Engine *e, int u, const void *src, Err *err) {
+/* Points the kernels at the unit's params in the compute dtype: src itself when it is in that
+ * dtype already (src_t), or a cast copy of it. */
+static int make_compute_view(Engine *e, int u, const void *src, DType src_t, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
-    if (e->cfg.param_dtype == DTYPE_FP32) {
-        us->compute = (float *)src;
+    const DType ct = e->compute_dtype;
+    if (src_t == ct) {
+        us->compute = (void *)src;
         us->compute_owned = 0;
     } else {
-        int rc = dev_alloc(e, (void **)&us->compute, unit->numel * sizeof(float), MEM_COMPUTE_COPY,
-                           u, err);
+        int rc = dev_alloc(e, &us->compute, unit->numel * dtype_size(ct), MEM_COMPUTE_COPY, u, err);
         if (rc) return rc;
-        e->k->cast(us->compute, DTYPE_FP32, src, e->cfg.param_dtype, unit->numel);
+        e->k->cast(us->compute, ct, src, src_t, unit->numel);
         us->compute_owned = 1;
     }
     for (int i = 0; i < unit->nparams; i++)
-        us->param_ptrs[i] = us->compute ? us->compute + unit->params[i].offset : NULL;
+        us->param_ptrs[i] =
+            us->compute ? (char *)us->compute + unit->params[i].offset * dtype_size(ct) : NULL;
     return 0;
 }
 
@@ -211,7 +213,7 @@ static int complete_gather(Engine *e, int u, Err *err) {
     dev_free(e, us->gather_recv, u);
     us->gather_send = us->gather_recv = NULL;
     us->ready = us->gather.done;
-    return make_compute_view(e, u, us->unsharded, err);
+    return make_compute_view(e, u, us->unsharded, t, err);
 }
 
 /* Replicated params need no collective, only a low-precision copy when asked for one. */
@@ -220,12 +222,13 @@ static int replicated_params_ready(Engine *e, int u, Err *err) {
     const Unit *unit = &e->plan->units[u];
     e->dev->ops->event_record(e->dev, STREAM_COMPUTE, &us->ready);
     /* resting in param_dtype already (fp32, or DeepSpeed's layout): no copy to make */
-    if (e->plan->param_store == e->cfg.param_dtype) return make_compute_view(e, u, us->param, err);
+    if (e->plan->param_store == e->cfg.param_dtype)
+        return make_compute_view(e, u, us->param, e->plan->param_store, err);
     int rc = dev_alloc(e, &us->unsharded, unit->numel * dtype_size(e->cfg.param_dtype),
                        MEM_PARAM_UNSHARDED, u, err);
     if (rc) return rc;
     e->k->cast(us->unsharded, e->cfg.param_dtype, us->param, DTYPE_FP32, unit->numel);
-    return make_compute_view(e, u, us->unsharded, err);
+    return make_compute_view(e, u, us->unsharded, e->cfg.param_dtype, err);
 }
 
 static int unit_present(const Engine *e, int u) {
@@ -436,23 +439,24 @@ static int casts_outputs(const Engine *e) {
     return e->cfg.output_dtype >= 0 && e->cfg.output_dtype != DTYPE_FP32;
 }
 
-/* Rounds the model's buffer at a boundary of module m to dtype t in place, as a cast to t
- * and back would. */
+/* Rounds the model's buffer at a boundary of module m (in the compute dtype) to dtype t in
+ * place, as a cast to t and back would; nothing where t is the compute dtype or wider. */
 static int round_boundary(Engine *e, int m, BoundaryKind which, DType t, Err *err) {
+    const DType ct = e->compute_dtype;
     size_t n = 0;
-    float *x = e->model->ops->boundary ? e->model->ops->boundary(e->run, m, which, &n) : NULL;
-    if (!x || !n || t == DTYPE_FP32) return 0;
+    void *x = e->model->ops->boundary ? e->model->ops->boundary(e->run, m, which, &n) : NULL;
+    if (!x || !n || t == ct || t == DTYPE_FP32) return 0;
     void *low;
     int rc = dev_alloc(e, &low, n * dtype_size(t), MEM_ACTIVATIONS, -1, err);
     if (rc) return rc;
-    e->k->cast(low, t, x, DTYPE_FP32, n);
-    e->k->cast(x, DTYPE_FP32, low, t, n);
+    e->k->cast(low, t, x, ct, n);
+    e->k->cast(x, ct, low, t, n);
     dev_free(e, low, -1);
     int backward = which == BOUNDARY_OUTPUT_GRAD || which == BOUNDARY_INPUT_GRAD;
     run_work(e, STREAM_COMPUTE,
              (Work){.kind = backward ? WORK_BACKWARD : WORK_FORWARD,
                     .unit = e->plan->module_unit[m],
-                    .bytes = 2.0 * (double)n * (double)(sizeof(float) + dtype_size(t))});
+                    .bytes = 2.0 * (double)n * (double)(dtype_size(ct) + dtype_size(t))});
     return 0;
 }
 
@@ -860,6 +864,21 @@ int engine_step(Engine *e, const Dataset *ds, const long *indices, int global_lo
     return rc;
 }
 
+/* n elements of the compute dtype at y on the device, widened to fp32 into host memory out. */
+static int copy_out_fp32(Engine *e, float *out, const void *y, size_t n, Err *err) {
+    if (e->compute_dtype == DTYPE_FP32) {
+        e->dev->ops->copy(e->dev, out, y, n * sizeof(float));
+        return 0;
+    }
+    void *wide;
+    int rc = dev_alloc(e, &wide, n * sizeof(float), MEM_ACTIVATIONS, -1, err);
+    if (rc) return rc;
+    e->k->cast(wide, DTYPE_FP32, y, e->compute_dtype, n);
+    e->dev->ops->copy(e->dev, out, wide, n * sizeof(float));
+    dev_free(e, wide, -1);
+    return 0;
+}
+
 /* engine_evaluate, and with `out` the last module's forward output copied to host memory. */
 static int evaluate_batch(Engine *e, const Dataset *ds, const long *indices, size_t n,
                           EvalStats *st, float *out, size_t cap, Err *err) {
@@ -875,12 +894,12 @@ static int evaluate_batch(Engine *e, const Dataset *ds, const long *indices, siz
     }
     if (!rc && out) {
         size_t len = 0;
-        const float *y = ops->boundary(e->run, e->model->nmodules - 1, BOUNDARY_OUTPUT, &len);
+        const void *y = ops->boundary(e->run, e->model->nmodules - 1, BOUNDARY_OUTPUT, &len);
         if (!y || len > cap)
             rc = err_set(err, ERR_INTERNAL, "the model's output (%zu floats) does not fit %zu", len,
                          cap);
         else
-            e->dev->ops->copy(e->dev, out, y, len * sizeof(float));
+            rc = copy_out_fp32(e, out, y, len, err);
     }
     ops->discard(e->run);
     /* the root unit (and every unit without reshard_after_forward) is still gathered:

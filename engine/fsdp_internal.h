@@ -31,13 +31,13 @@ typedef struct UnitState {
     size_t *grad_local;
     size_t *optim_local;
     void *unsharded;   /* gathered params in param_dtype; NULL when resharded */
-    float *compute;    /* fp32 params the kernels read */
+    void *compute;     /* the params the kernels read, in the compute dtype */
     int compute_owned; /* compute is a cast copy we allocated */
     DevEvent ready;    /* compute may read `compute` from this point of its stream */
     float *ugrad;      /* unsharded grads (sharded grads), or `grad` itself */
     int ugrad_owned;
-    float **param_ptrs; /* per unit param: into compute */
-    float **grad_ptrs;  /* per unit param: into ugrad */
+    void **param_ptrs; /* per unit param: into compute */
+    float **grad_ptrs; /* per unit param: into ugrad */
     CommRequest gather, reduce;
     void *gather_send, *gather_recv, *reduce_buf, *reduce_send;
     int gather_in_flight, reduce_in_flight;
@@ -58,6 +58,9 @@ struct Engine {
     RankEnv env;
     Device *dev;
     const Kernels *k;
+    /* What the model computes in: param_dtype where the kernels compute in it (FSDP2's
+     * MixedPrecisionPolicy), fp32 where they do not (a cast copy of each gathered unit) */
+    DType compute_dtype;
     UnitState *units;
     ModelRun *run;
     /* The units in the order forward (backward) enters them, one entry per entry: a unit

@@ -336,7 +336,7 @@ static int create_unit_state(Engine *e, int u, Err *err) {
     us->param_local = calloc(np, sizeof(size_t));
     us->grad_local = calloc(np, sizeof(size_t));
     us->optim_local = calloc(np, sizeof(size_t));
-    us->param_ptrs = calloc(np, sizeof(float *));
+    us->param_ptrs = calloc(np, sizeof(void *));
     us->grad_ptrs = calloc(np, sizeof(float *));
     if (!us->param_local || !us->grad_local || !us->optim_local || !us->param_ptrs ||
         !us->grad_ptrs)
@@ -432,6 +432,7 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
     e->env = env;
     e->dev = env.dev;
     e->k = env.k;
+    e->compute_dtype = kernels_computes_in(env.k, cfg->param_dtype) ? cfg->param_dtype : DTYPE_FP32;
     e->reshard = fsdp_reshard_after_forward(cfg);
     e->shard_rank = plan_shard_rank(plan, env.rank);
     e->optim_rank = plan_optim_rank(plan, env.rank);
@@ -442,6 +443,12 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
          (plan->param_store != cfg->param_dtype || plan->grad_store != cfg->reduce_dtype)))
         return err_set(err, ERR_INTERNAL,
                        "the plan's layout is not the config's (make it with fsdp_plan_create)");
+    if (e->compute_dtype != DTYPE_FP32 && !cfg->cast_forward_inputs)
+        return err_set(err, ERR_USAGE,
+                       "--cast-forward-inputs false: every unit computes in %s, and takes its "
+                       "inputs in it (FSDP2's %s unit fails on fp32 inputs); it needs "
+                       "--param-dtype fp32",
+                       dtype_name(e->compute_dtype), dtype_name(e->compute_dtype));
     if (cfg->ac_every > 0 && !model->ops->checkpoint)
         return err_set(err, ERR_USAGE,
                        "--activation-checkpointing: the %s model has no blocks to checkpoint "
@@ -454,7 +461,8 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
     }
     for (int u = 0; !rc && u < plan->nunits; u++) rc = create_unit_state(e, u, err);
     if (!rc)
-        rc = model->ops->run_create(model, env.dev, env.k, (size_t)cfg->batch_size, &e->run, err);
+        rc = model->ops->run_create(model, env.dev, env.k, e->compute_dtype,
+                                    (size_t)cfg->batch_size, &e->run, err);
     return rc;
 }
 

@@ -68,19 +68,21 @@ typedef enum {
 } BoundaryKind;
 
 typedef struct ModelOps {
-    int (*run_create)(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
-                      ModelRun **out, Err *err);
+    /* The run computes in dtype `compute` (FSDP2's param_dtype; k computes in it): its
+     * parameters, activations and activation gradients are arrays of it. */
+    int (*run_create)(const ModelDesc *m, Device *dev, const Kernels *k, DType compute,
+                      size_t max_batch, ModelRun **out, Err *err);
     void (*run_destroy)(ModelRun *run);
     /* Loads samples `indices` of ds as the current micro-batch. */
     int (*set_batch)(ModelRun *run, const Dataset *ds, const long *indices, size_t n, Err *err);
-    /* Module forward on full fp32 parameters (params[i] is the module's i-th parameter);
-     * fills w with the work done so the clock can charge it. */
-    int (*forward)(ModelRun *run, int module, float *const *params, Work *w, Err *err);
+    /* Module forward on full parameters in the compute dtype (params[i] is the module's i-th
+     * parameter); fills w with the work done so the clock can charge it. */
+    int (*forward)(ModelRun *run, int module, void *const *params, Work *w, Err *err);
     /* Loss of the current batch after the last module; seeds the output gradient with
      * dL/dy * grad_scale (the loss scale under fp16). */
     float (*loss)(ModelRun *run, float grad_scale, Work *w);
-    /* Module backward: ADDS this micro-batch's gradients into grads[i]. */
-    int (*backward)(ModelRun *run, int module, float *const *params, float *const *grads, Work *w,
+    /* Module backward: ADDS this micro-batch's gradients into grads[i] (fp32). */
+    int (*backward)(ModelRun *run, int module, void *const *params, float *const *grads, Work *w,
                     Err *err);
     /* Samples of the current batch the model classified right (after forward). NULL for a
      * model that does not classify. */
@@ -93,10 +95,10 @@ typedef struct ModelOps {
      * the block's backward: runs its forward again from that input on the same parameters, so
      * backward finds exactly the values it would have found. */
     int (*checkpoint)(ModelRun *run, int module, Err *err);
-    int (*recompute)(ModelRun *run, int module, float *const *params, Work *w, Err *err);
-    /* The current micro-batch's buffer at a boundary of module m and its length in floats;
-     * NULL when there is none (the gradient of the images). */
-    float *(*boundary)(ModelRun *run, int module, BoundaryKind which, size_t *n);
+    int (*recompute)(ModelRun *run, int module, void *const *params, Work *w, Err *err);
+    /* The current micro-batch's buffer at a boundary of module m and its length in elements of
+     * the compute dtype; NULL when there is none (the gradient of the images). */
+    void *(*boundary)(ModelRun *run, int module, BoundaryKind which, size_t *n);
 } ModelOps;
 
 struct ModelDesc {

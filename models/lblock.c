@@ -43,7 +43,8 @@ static void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
     double KV = (double)kv_width(t), T = (double)t->T, B = (double)t->B;
     double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
     double flops = 2 * M * H * (2 * H + 2 * KV + 3 * F) + 2 * scores;
-    double bytes = 4 * (M * (10 * H + 2 * KV + 4 * F) + (t->flash ? 0 : probs));
+    double bytes =
+        (double)dtype_size(t->dtype) * (M * (10 * H + 2 * KV + 4 * F) + (t->flash ? 0 : probs));
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
     w->flops = flops * passes + (kind == WORK_BACKWARD && t->flash ? scores : 0);
@@ -53,55 +54,58 @@ static void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
 /* ---------------------------------------------------------------- forward */
 
 /* What the forward keeps, and its output, in the order the computation makes them. */
-static int take_acts(const TBlock *t, BlockActs *a, float **out, Err *err) {
+static int take_acts(const TBlock *t, BlockActs *a, void **out, Err *err) {
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t);
-    a->ln1 = act_take(d, M * H), a->ln1_rstd = act_take(d, M);
-    a->q = act_take(d, M * H), a->k = act_take(d, M * KV), a->v = act_take(d, M * KV);
-    float **scores = tblock_take_scores(t, a);
-    a->attn = act_take(d, M * H), a->mid = act_take(d, M * H);
-    a->ln2 = act_take(d, M * H), a->ln2_rstd = act_take(d, M);
-    a->gate = act_take(d, M * F), a->up = act_take(d, M * F), a->swiglu = act_take(d, M * F);
-    *out = act_take(d, M * H);
-    return act_check_taken((float *[]){a->ln1, a->ln1_rstd, a->q, a->k, a->v, *scores, a->attn,
-                                       a->mid, a->ln2, a->ln2_rstd, a->gate, a->up, a->swiglu,
-                                       *out},
+    a->ln1 = act_take(d, t->dtype, M * H), a->ln1_rstd = act_take(d, DTYPE_FP32, M);
+    a->q = act_take(d, t->dtype, M * H), a->k = act_take(d, t->dtype, M * KV),
+    a->v = act_take(d, t->dtype, M * KV);
+    void **scores = tblock_take_scores(t, a);
+    a->attn = act_take(d, t->dtype, M * H), a->mid = act_take(d, t->dtype, M * H);
+    a->ln2 = act_take(d, t->dtype, M * H), a->ln2_rstd = act_take(d, DTYPE_FP32, M);
+    a->gate = act_take(d, t->dtype, M * F), a->up = act_take(d, t->dtype, M * F),
+    a->swiglu = act_take(d, t->dtype, M * F);
+    *out = act_take(d, t->dtype, M * H);
+    return act_check_taken((void *[]){a->ln1, a->ln1_rstd, a->q, a->k, a->v, *scores, a->attn,
+                                      a->mid, a->ln2, a->ln2_rstd, a->gate, a->up, a->swiglu, *out},
                            14, M, err);
 }
 
 static void attention_forward(const TBlock *t, BlockActs *a) {
     const Kernels *k = t->k;
     size_t H = t->H, KV = kv_width(t), D = H / t->heads;
-    k->rope_forward(a->q, t->B, t->T, t->heads, D, TBLOCK_ROPE_THETA);
-    k->rope_forward(a->k, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
+    k->rope_forward(t->dtype, a->q, t->B, t->T, t->heads, D, TBLOCK_ROPE_THETA);
+    k->rope_forward(t->dtype, a->k, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
     AttnShape s = tblock_attn_shape(t, H, KV);
     if (t->flash)
-        k->flash_attention_forward(a->attn, a->lse, a->q, a->k, a->v, &s);
+        k->flash_attention_forward(t->dtype, a->attn, a->lse, a->q, a->k, a->v, &s);
     else
-        k->gqa_attention_forward(a->attn, a->probs, a->q, a->k, a->v, &s);
+        k->gqa_attention_forward(t->dtype, a->attn, a->probs, a->q, a->k, a->v, &s);
 }
 
-static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x,
-                            float *out) {
+static void compute_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x,
+                            void *out) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t);
-    k->rmsnorm_forward(a->ln1, a->ln1_rstd, x, p[LBLOCK_ATTN_NORM_W], M, H, t->ln_eps);
-    k->linear_forward(a->q, a->ln1, p[LBLOCK_Q_W], NULL, M, H, H);
-    k->linear_forward(a->k, a->ln1, p[LBLOCK_K_W], NULL, M, H, KV);
-    k->linear_forward(a->v, a->ln1, p[LBLOCK_V_W], NULL, M, H, KV);
+    k->rmsnorm_forward(t->dtype, a->ln1, a->ln1_rstd, x, p[LBLOCK_ATTN_NORM_W], M, H, t->ln_eps);
+    k->linear_forward(t->dtype, a->q, a->ln1, p[LBLOCK_Q_W], NULL, M, H, H);
+    k->linear_forward(t->dtype, a->k, a->ln1, p[LBLOCK_K_W], NULL, M, H, KV);
+    k->linear_forward(t->dtype, a->v, a->ln1, p[LBLOCK_V_W], NULL, M, H, KV);
     attention_forward(t, a);
-    k->linear_forward(a->mid, a->attn, p[LBLOCK_O_W], NULL, M, H, H);
-    k->add(a->mid, a->mid, x, M * H);
-    k->rmsnorm_forward(a->ln2, a->ln2_rstd, a->mid, p[LBLOCK_MLP_NORM_W], M, H, t->ln_eps);
-    k->linear_forward(a->gate, a->ln2, p[LBLOCK_GATE_W], NULL, M, H, F);
-    k->linear_forward(a->up, a->ln2, p[LBLOCK_UP_W], NULL, M, H, F);
-    k->swiglu_forward(a->swiglu, a->gate, a->up, M * F);
-    k->linear_forward(out, a->swiglu, p[LBLOCK_DOWN_W], NULL, M, F, H);
-    k->add(out, out, a->mid, M * H); /* a plain add, as GPT's block ends (tblock.c says why) */
+    k->linear_forward(t->dtype, a->mid, a->attn, p[LBLOCK_O_W], NULL, M, H, H);
+    k->add(t->dtype, a->mid, a->mid, x, M * H);
+    k->rmsnorm_forward(t->dtype, a->ln2, a->ln2_rstd, a->mid, p[LBLOCK_MLP_NORM_W], M, H,
+                       t->ln_eps);
+    k->linear_forward(t->dtype, a->gate, a->ln2, p[LBLOCK_GATE_W], NULL, M, H, F);
+    k->linear_forward(t->dtype, a->up, a->ln2, p[LBLOCK_UP_W], NULL, M, H, F);
+    k->swiglu_forward(t->dtype, a->swiglu, a->gate, a->up, M * F);
+    k->linear_forward(t->dtype, out, a->swiglu, p[LBLOCK_DOWN_W], NULL, M, F, H);
+    k->add(t->dtype, out, out, a->mid,
+           M * H); /* a plain add, as GPT's block ends (tblock.c says why) */
 }
 
-static int lblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x,
-                          float **out, Work *w, Err *err) {
+static int lblock_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
+                          Work *w, Err *err) {
     int rc = take_acts(t, a, out, err);
     lblock_work(t, w, WORK_FORWARD);
     if (rc || t->B * t->T == 0) return rc;
@@ -113,69 +117,76 @@ static int lblock_forward(const TBlock *t, BlockActs *a, float *const *p, const 
 
 /* The temporaries of a backward, taken together and released together. */
 typedef struct LTemps {
-    float *df1, *df2; /* [M, F]: d(swiglu) then d(gate); d(up) */
-    float *dh, *dh2;  /* [M, H]: gradients of a norm's output, summed from several GEMMs */
-    float *dq, *dk, *dv;
-    float *work; /* flash: one pair's probabilities */
+    void *df1, *df2; /* [M, F]: d(swiglu) then d(gate); d(up) */
+    void *dh, *dh2;  /* [M, H]: gradients of a norm's output, summed from several GEMMs */
+    void *dq, *dk, *dv;
+    void *work; /* flash: one pair's probabilities (fp32) */
 } LTemps;
 
 static int take_temps(const TBlock *t, LTemps *m, Err *err) {
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t);
-    m->df1 = act_take(d, M * F), m->df2 = act_take(d, M * F);
-    m->dh = act_take(d, M * H), m->dh2 = act_take(d, M * H);
-    m->dq = act_take(d, M * H), m->dk = act_take(d, M * KV), m->dv = act_take(d, M * KV);
+    m->df1 = act_take(d, t->dtype, M * F), m->df2 = act_take(d, t->dtype, M * F);
+    m->dh = act_take(d, t->dtype, M * H), m->dh2 = act_take(d, t->dtype, M * H);
+    m->dq = act_take(d, t->dtype, M * H), m->dk = act_take(d, t->dtype, M * KV),
+    m->dv = act_take(d, t->dtype, M * KV);
     m->work = tblock_take_flash_work(t);
-    float *taken[] = {m->df1, m->df2, m->dh, m->dh2, m->dq, m->dk, m->dv, m->work};
+    void *taken[] = {m->df1, m->df2, m->dh, m->dh2, m->dq, m->dk, m->dv, m->work};
     return act_check_taken(taken, t->flash ? 8 : 7, M, err); /* the work tile: flash's only */
 }
 
 static void release_temps(const TBlock *t, LTemps *m) {
-    float **all[] = {&m->df1, &m->df2, &m->dh, &m->dh2, &m->dq, &m->dk, &m->dv, &m->work};
+    void **all[] = {&m->df1, &m->df2, &m->dh, &m->dh2, &m->dq, &m->dk, &m->dv, &m->work};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
 }
 
 /* MLP branch: out = mid + down(silu(gate(n2)) * up(n2)), n2 = RMSNorm(mid); dy becomes
  * dL/d(mid). */
-static void mlp_backward(const TBlock *t, const BlockActs *a, float *const *p, float *const *g,
-                         float *dy, LTemps *m) {
+static void mlp_backward(const TBlock *t, const BlockActs *a, void *const *p, float *const *g,
+                         void *dy, LTemps *m) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H, F = t->F;
-    k->linear_backward(m->df1, g[LBLOCK_DOWN_W], NULL, dy, a->swiglu, p[LBLOCK_DOWN_W], M, F, H);
-    k->swiglu_backward(m->df1, m->df2, m->df1, a->gate, a->up, M * F);
-    k->linear_backward(m->dh, g[LBLOCK_GATE_W], NULL, m->df1, a->ln2, p[LBLOCK_GATE_W], M, H, F);
-    k->linear_backward(m->dh2, g[LBLOCK_UP_W], NULL, m->df2, a->ln2, p[LBLOCK_UP_W], M, H, F);
-    k->add(m->dh, m->dh, m->dh2, M * H);
-    k->rmsnorm_backward(dy, g[LBLOCK_MLP_NORM_W], m->dh, a->mid, a->ln2_rstd, p[LBLOCK_MLP_NORM_W],
-                        M, H);
+    k->linear_backward(t->dtype, m->df1, g[LBLOCK_DOWN_W], NULL, dy, a->swiglu, p[LBLOCK_DOWN_W], M,
+                       F, H);
+    k->swiglu_backward(t->dtype, m->df1, m->df2, m->df1, a->gate, a->up, M * F);
+    k->linear_backward(t->dtype, m->dh, g[LBLOCK_GATE_W], NULL, m->df1, a->ln2, p[LBLOCK_GATE_W], M,
+                       H, F);
+    k->linear_backward(t->dtype, m->dh2, g[LBLOCK_UP_W], NULL, m->df2, a->ln2, p[LBLOCK_UP_W], M, H,
+                       F);
+    k->add(t->dtype, m->dh, m->dh, m->dh2, M * H);
+    k->rmsnorm_backward(t->dtype, dy, g[LBLOCK_MLP_NORM_W], m->dh, a->mid, a->ln2_rstd,
+                        p[LBLOCK_MLP_NORM_W], M, H);
 }
 
 /* Attention branch: mid = x + o_proj(attention(rope(q), rope(k), v)) over n1 = RMSNorm(x);
  * dy becomes dL/dx. RoPE's backward turns dq and dk back. */
-static void attention_branch_backward(const TBlock *t, const BlockActs *a, float *const *p,
-                                      float *const *g, const float *x, float *dy, LTemps *m) {
+static void attention_branch_backward(const TBlock *t, const BlockActs *a, void *const *p,
+                                      float *const *g, const void *x, void *dy, LTemps *m) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H, KV = kv_width(t), D = H / t->heads;
-    k->linear_backward(m->dh, g[LBLOCK_O_W], NULL, dy, a->attn, p[LBLOCK_O_W], M, H, H);
+    k->linear_backward(t->dtype, m->dh, g[LBLOCK_O_W], NULL, dy, a->attn, p[LBLOCK_O_W], M, H, H);
     AttnShape s = tblock_attn_shape(t, H, KV);
     if (t->flash)
-        k->flash_attention_backward(m->dq, m->dk, m->dv, m->dh, a->q, a->k, a->v, a->attn, a->lse,
-                                    m->work, &s);
+        k->flash_attention_backward(t->dtype, m->dq, m->dk, m->dv, m->dh, a->q, a->k, a->v, a->attn,
+                                    a->lse, m->work, &s);
     else
-        k->gqa_attention_backward(m->dq, m->dk, m->dv, m->dh, a->q, a->k, a->v, a->probs, &s);
-    k->rope_backward(m->dq, t->B, t->T, t->heads, D, TBLOCK_ROPE_THETA);
-    k->rope_backward(m->dk, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
-    k->linear_backward(m->dh, g[LBLOCK_Q_W], NULL, m->dq, a->ln1, p[LBLOCK_Q_W], M, H, H);
-    k->linear_backward(m->dh2, g[LBLOCK_K_W], NULL, m->dk, a->ln1, p[LBLOCK_K_W], M, H, KV);
-    k->add(m->dh, m->dh, m->dh2, M * H);
-    k->linear_backward(m->dh2, g[LBLOCK_V_W], NULL, m->dv, a->ln1, p[LBLOCK_V_W], M, H, KV);
-    k->add(m->dh, m->dh, m->dh2, M * H);
-    k->rmsnorm_backward(dy, g[LBLOCK_ATTN_NORM_W], m->dh, x, a->ln1_rstd, p[LBLOCK_ATTN_NORM_W], M,
-                        H);
+        k->gqa_attention_backward(t->dtype, m->dq, m->dk, m->dv, m->dh, a->q, a->k, a->v, a->probs,
+                                  &s);
+    k->rope_backward(t->dtype, m->dq, t->B, t->T, t->heads, D, TBLOCK_ROPE_THETA);
+    k->rope_backward(t->dtype, m->dk, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
+    k->linear_backward(t->dtype, m->dh, g[LBLOCK_Q_W], NULL, m->dq, a->ln1, p[LBLOCK_Q_W], M, H, H);
+    k->linear_backward(t->dtype, m->dh2, g[LBLOCK_K_W], NULL, m->dk, a->ln1, p[LBLOCK_K_W], M, H,
+                       KV);
+    k->add(t->dtype, m->dh, m->dh, m->dh2, M * H);
+    k->linear_backward(t->dtype, m->dh2, g[LBLOCK_V_W], NULL, m->dv, a->ln1, p[LBLOCK_V_W], M, H,
+                       KV);
+    k->add(t->dtype, m->dh, m->dh, m->dh2, M * H);
+    k->rmsnorm_backward(t->dtype, dy, g[LBLOCK_ATTN_NORM_W], m->dh, x, a->ln1_rstd,
+                        p[LBLOCK_ATTN_NORM_W], M, H);
 }
 
-static int lblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g,
-                           float **input, float *dy, Work *w, Err *err) {
+static int lblock_backward(const TBlock *t, BlockActs *a, void *const *p, float *const *g,
+                           void **input, void *dy, Work *w, Err *err) {
     LTemps m = {0};
     int rc = take_temps(t, &m, err);
     lblock_work(t, w, WORK_BACKWARD);

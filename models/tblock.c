@@ -6,20 +6,20 @@
 
 /* ---------------------------------------------------------------- activations */
 
-float *act_take(Device *dev, size_t n) {
-    return n ? dev->ops->alloc(dev, n * sizeof(float), MEM_ACTIVATIONS, -1) : NULL;
+void *act_take(Device *dev, DType t, size_t n) {
+    return n ? dev->ops->alloc(dev, n * dtype_size(t), MEM_ACTIVATIONS, -1) : NULL;
 }
 
-void act_release(Device *dev, float **p) {
+void act_release(Device *dev, void **p) {
     if (*p) dev->ops->free(dev, *p, -1);
     *p = NULL;
 }
 
-int act_check_taken(float *const *ptrs, int n, size_t elems, Err *err) {
+int act_check_taken(void *const *ptrs, int n, size_t elems, Err *err) {
     if (!elems) return 0;
     for (int i = 0; i < n; i++)
         if (!ptrs[i])
-            return err_set(err, ERR_NOMEM, "out of memory for activations (%zu floats)", elems);
+            return err_set(err, ERR_NOMEM, "out of memory for activations (%zu elements)", elems);
     return 0;
 }
 
@@ -91,7 +91,7 @@ static void gpt_work(const TBlock *t, Work *w, WorkKind kind) {
     double T = (double)t->T, B = (double)t->B;
     double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
     double flops = 2 * M * H * (3 * H + H + 2 * F) + 2 * scores;
-    double bytes = 4 * (M * (12 * H + 3 * F) + (t->flash ? 0 : probs));
+    double bytes = (double)dtype_size(t->dtype) * (M * (12 * H + 3 * F) + (t->flash ? 0 : probs));
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
     w->flops = flops * passes + (kind == WORK_BACKWARD && t->flash ? scores : 0);
@@ -100,66 +100,70 @@ static void gpt_work(const TBlock *t, Work *w, WorkKind kind) {
 
 /* ---------------------------------------------------------------- forward */
 
-float **tblock_take_scores(const TBlock *t, BlockActs *a) {
+void **tblock_take_scores(const TBlock *t, BlockActs *a) {
     size_t pairs = t->B * t->heads;
     if (t->flash) {
-        a->lse = act_take(t->dev, pairs * t->T);
+        a->lse = act_take(t->dev, DTYPE_FP32, pairs * t->T);
         return &a->lse;
     }
-    a->probs = act_take(t->dev, pairs * t->T * t->T);
+    a->probs = act_take(t->dev, t->dtype, pairs * t->T * t->T);
     return &a->probs;
 }
 
-float *tblock_take_flash_work(const TBlock *t) {
-    return t->flash ? act_take(t->dev, t->T * t->T) : NULL;
+void *tblock_take_flash_work(const TBlock *t) {
+    return t->flash ? act_take(t->dev, DTYPE_FP32, t->T * t->T) : NULL;
 }
 
 /* Every buffer the forward saves, and its output, in one order (the trace shows it). */
-static int take_acts(const TBlock *t, BlockActs *a, float **out, Err *err) {
+static int take_acts(const TBlock *t, BlockActs *a, void **out, Err *err) {
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F;
-    a->ln1 = act_take(d, M * H), a->ln1_mean = act_take(d, M), a->ln1_rstd = act_take(d, M);
-    a->qkv = act_take(d, M * 3 * H);
-    float **scores = tblock_take_scores(t, a);
-    a->attn = act_take(d, M * H), a->mid = act_take(d, M * H);
-    a->ln2 = act_take(d, M * H), a->ln2_mean = act_take(d, M), a->ln2_rstd = act_take(d, M);
-    a->fc1 = act_take(d, M * F), a->gelu = act_take(d, M * F), *out = act_take(d, M * H);
-    return act_check_taken((float *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, *scores, a->attn,
-                                       a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc1, a->gelu,
-                                       *out},
+    a->ln1 = act_take(d, t->dtype, M * H), a->ln1_mean = act_take(d, DTYPE_FP32, M),
+    a->ln1_rstd = act_take(d, DTYPE_FP32, M);
+    a->qkv = act_take(d, t->dtype, M * 3 * H);
+    void **scores = tblock_take_scores(t, a);
+    a->attn = act_take(d, t->dtype, M * H), a->mid = act_take(d, t->dtype, M * H);
+    a->ln2 = act_take(d, t->dtype, M * H), a->ln2_mean = act_take(d, DTYPE_FP32, M),
+    a->ln2_rstd = act_take(d, DTYPE_FP32, M);
+    a->fc1 = act_take(d, t->dtype, M * F), a->gelu = act_take(d, t->dtype, M * F),
+    *out = act_take(d, t->dtype, M * H);
+    return act_check_taken((void *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, *scores, a->attn,
+                                      a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->fc1, a->gelu,
+                                      *out},
                            13, M, err);
 }
 
-static void compute_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x,
-                            float *out) {
+static void compute_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x,
+                            void *out) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H, F = t->F;
-    k->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p[TBLOCK_LN1_W], p[TBLOCK_LN1_B], M,
-                         H, t->ln_eps);
-    k->linear_forward(a->qkv, a->ln1, p[TBLOCK_QKV_W], p[TBLOCK_QKV_B], M, H, 3 * H);
+    k->layernorm_forward(t->dtype, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[TBLOCK_LN1_W],
+                         p[TBLOCK_LN1_B], M, H, t->ln_eps);
+    k->linear_forward(t->dtype, a->qkv, a->ln1, p[TBLOCK_QKV_W], p[TBLOCK_QKV_B], M, H, 3 * H);
     if (t->flash) {
         AttnShape s = tblock_attn_shape(t, 3 * H, 3 * H);
-        k->flash_attention_forward(a->attn, a->lse, a->qkv, a->qkv + H, a->qkv + 2 * H, &s);
+        k->flash_attention_forward(t->dtype, a->attn, a->lse, a->qkv, act_at(t->dtype, a->qkv, H),
+                                   act_at(t->dtype, a->qkv, 2 * H), &s);
     } else {
-        (t->causal ? k->causal_attention_forward : k->attention_forward)(a->attn, a->probs, a->qkv,
-                                                                         t->B, t->T, H, t->heads);
+        (t->causal ? k->causal_attention_forward : k->attention_forward)(
+            t->dtype, a->attn, a->probs, a->qkv, t->B, t->T, H, t->heads);
     }
-    k->linear_forward(a->mid, a->attn, p[TBLOCK_OUT_W], p[TBLOCK_OUT_B], M, H, H);
+    k->linear_forward(t->dtype, a->mid, a->attn, p[TBLOCK_OUT_W], p[TBLOCK_OUT_B], M, H, H);
     /* the residual (mid = mid + x) and ln_2 on it, in one pass */
-    k->residual_layernorm_forward(a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x,
+    k->residual_layernorm_forward(t->dtype, a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x,
                                   p[TBLOCK_LN2_W], p[TBLOCK_LN2_B], M, H, t->ln_eps);
     /* fc1 without its bias, then bias + GELU in one pass (backward redoes fc1 + bias) */
-    k->linear_forward(a->fc1, a->ln2, p[TBLOCK_FC1_W], NULL, M, H, F);
-    k->bias_gelu_forward(a->gelu, a->fc1, p[TBLOCK_FC1_B], M, F);
-    k->linear_forward(out, a->gelu, p[TBLOCK_FC2_W], p[TBLOCK_FC2_B], M, F, H);
+    k->linear_forward(t->dtype, a->fc1, a->ln2, p[TBLOCK_FC1_W], NULL, M, H, F);
+    k->bias_gelu_forward(t->dtype, a->gelu, a->fc1, p[TBLOCK_FC1_B], M, F);
+    k->linear_forward(t->dtype, out, a->gelu, p[TBLOCK_FC2_W], p[TBLOCK_FC2_B], M, F, H);
     /* The second residual stays a plain add: the LayerNorm that reads it (the next block's
      * ln_1, or the model's final one) belongs to the next module, which FSDP gathers as its
      * own unit (and activation checkpointing recomputes from its input, this sum). Fusing
      * across the boundary would make this block's forward need the next module's parameters. */
-    k->add(out, out, a->mid, M * H);
+    k->add(t->dtype, out, out, a->mid, M * H);
 }
 
-static int gpt_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+static int gpt_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
                        Work *w, Err *err) {
     size_t M = t->B * t->T;
     int rc = take_acts(t, a, out, err);
@@ -175,52 +179,57 @@ static int gpt_forward(const TBlock *t, BlockActs *a, float *const *p, const flo
  * only adds its own contribution into it. */
 
 /* MLP branch: out = mid + fc2(gelu(fc1(ln2(mid)))); dy becomes dL/d(mid). */
-static void mlp_backward(const TBlock *t, const BlockActs *a, float *const *p, float *const *g,
-                         float *dy, float *dmlp, float *dh) {
+static void mlp_backward(const TBlock *t, const BlockActs *a, void *const *p, float *const *g,
+                         void *dy, void *dmlp, void *dh) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H, F = t->F;
-    k->linear_backward(dmlp, g[TBLOCK_FC2_W], g[TBLOCK_FC2_B], dy, a->gelu, p[TBLOCK_FC2_W], M, F,
-                       H);
-    k->bias_gelu_backward(dmlp, g[TBLOCK_FC1_B], dmlp, a->fc1, p[TBLOCK_FC1_B], M,
+    k->linear_backward(t->dtype, dmlp, g[TBLOCK_FC2_W], g[TBLOCK_FC2_B], dy, a->gelu,
+                       p[TBLOCK_FC2_W], M, F, H);
+    k->bias_gelu_backward(t->dtype, dmlp, g[TBLOCK_FC1_B], dmlp, a->fc1, p[TBLOCK_FC1_B], M,
                           F); /* + fc1's db */
-    k->linear_backward(dh, g[TBLOCK_FC1_W], NULL, dmlp, a->ln2, p[TBLOCK_FC1_W], M, H, F);
+    k->linear_backward(t->dtype, dh, g[TBLOCK_FC1_W], NULL, dmlp, a->ln2, p[TBLOCK_FC1_W], M, H, F);
     /* the residual add passes dy through to both of its inputs; ln_2's share is added in */
-    k->layernorm_backward(dy, g[TBLOCK_LN2_W], g[TBLOCK_LN2_B], dh, a->mid, a->ln2_mean,
+    k->layernorm_backward(t->dtype, dy, g[TBLOCK_LN2_W], g[TBLOCK_LN2_B], dh, a->mid, a->ln2_mean,
                           a->ln2_rstd, p[TBLOCK_LN2_W], M, H);
 }
 
 /* Attention branch: mid = x + out_proj(attention(in_proj(ln1(x)))); dy becomes dL/dx. */
-static void attention_branch_backward(const TBlock *t, const BlockActs *a, float *const *p,
-                                      float *const *g, const float *x, float *dy, float *dh,
-                                      float *dqkv, float *work) {
+static void attention_branch_backward(const TBlock *t, const BlockActs *a, void *const *p,
+                                      float *const *g, const void *x, void *dy, void *dh,
+                                      void *dqkv, void *work) {
     const Kernels *k = t->k;
     size_t M = t->B * t->T, H = t->H;
-    k->linear_backward(dh, g[TBLOCK_OUT_W], g[TBLOCK_OUT_B], dy, a->attn, p[TBLOCK_OUT_W], M, H, H);
+    k->linear_backward(t->dtype, dh, g[TBLOCK_OUT_W], g[TBLOCK_OUT_B], dy, a->attn, p[TBLOCK_OUT_W],
+                       M, H, H);
     if (t->flash) {
         AttnShape s = tblock_attn_shape(t, 3 * H, 3 * H);
-        k->flash_attention_backward(dqkv, dqkv + H, dqkv + 2 * H, dh, a->qkv, a->qkv + H,
-                                    a->qkv + 2 * H, a->attn, a->lse, work, &s);
+        k->flash_attention_backward(t->dtype, dqkv, act_at(t->dtype, dqkv, H),
+                                    act_at(t->dtype, dqkv, 2 * H), dh, a->qkv,
+                                    act_at(t->dtype, a->qkv, H), act_at(t->dtype, a->qkv, 2 * H),
+                                    a->attn, a->lse, work, &s);
     } else { /* causal too: the masked probabilities are 0 and pass nothing back (kernels.h) */
-        k->attention_backward(dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
+        k->attention_backward(t->dtype, dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
     }
     /* The key bias's gradient is exactly zero: it adds q.b_k to every score of a query's
      * row, and softmax ignores a shift of the whole row. Summing dk would give rounding
      * noise that Adam turns into steps of +-lr, different at every world size; so only
      * the query and value biases get the column sums. */
-    k->linear_backward(dh, g[TBLOCK_QKV_W], NULL, dqkv, a->ln1, p[TBLOCK_QKV_W], M, H, 3 * H);
-    k->bias_grad(g[TBLOCK_QKV_B], dqkv, M, H, 3 * H);
-    k->bias_grad(g[TBLOCK_QKV_B] + 2 * H, dqkv + 2 * H, M, H, 3 * H);
-    k->layernorm_backward(dy, g[TBLOCK_LN1_W], g[TBLOCK_LN1_B], dh, x, a->ln1_mean, a->ln1_rstd,
-                          p[TBLOCK_LN1_W], M, H);
+    k->linear_backward(t->dtype, dh, g[TBLOCK_QKV_W], NULL, dqkv, a->ln1, p[TBLOCK_QKV_W], M, H,
+                       3 * H);
+    k->bias_grad(t->dtype, g[TBLOCK_QKV_B], dqkv, M, H, 3 * H);
+    k->bias_grad(t->dtype, g[TBLOCK_QKV_B] + 2 * H, act_at(t->dtype, dqkv, 2 * H), M, H, 3 * H);
+    k->layernorm_backward(t->dtype, dy, g[TBLOCK_LN1_W], g[TBLOCK_LN1_B], dh, x, a->ln1_mean,
+                          a->ln1_rstd, p[TBLOCK_LN1_W], M, H);
 }
 
-static int gpt_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g,
-                        float **input, float *dy, Work *w, Err *err) {
+static int gpt_backward(const TBlock *t, BlockActs *a, void *const *p, float *const *g,
+                        void **input, void *dy, Work *w, Err *err) {
     Device *d = t->dev;
     size_t M = t->B * t->T, H = t->H, F = t->F;
-    float *dmlp = act_take(d, M * F), *dh = act_take(d, M * H), *dqkv = act_take(d, M * 3 * H);
-    float *work = tblock_take_flash_work(t); /* flash's probabilities, one pair at a time */
-    int rc = act_check_taken((float *[]){dmlp, dh, dqkv, work}, t->flash ? 4 : 3, M, err);
+    void *dmlp = act_take(d, t->dtype, M * F), *dh = act_take(d, t->dtype, M * H),
+         *dqkv = act_take(d, t->dtype, M * 3 * H);
+    void *work = tblock_take_flash_work(t); /* flash's probabilities, one pair at a time */
+    int rc = act_check_taken((void *[]){dmlp, dh, dqkv, work}, t->flash ? 4 : 3, M, err);
     gpt_work(t, w, WORK_BACKWARD);
     if (!rc && M) {
         mlp_backward(t, a, p, g, dy, dmlp, dh);
@@ -242,21 +251,21 @@ void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
     t->kind->work(t, w, kind);
 }
 
-int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+int tblock_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
                    Work *w, Err *err) {
     return t->kind->forward(t, a, p, x, out, w, err);
 }
 
-int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
-                    float *dy, Work *w, Err *err) {
+int tblock_backward(const TBlock *t, BlockActs *a, void *const *p, float *const *g, void **input,
+                    void *dy, Work *w, Err *err) {
     return t->kind->backward(t, a, p, g, input, dy, w, err);
 }
 
 void tblock_release(const TBlock *t, BlockActs *a) {
-    float **all[] = {&a->ln1,  &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->q,
-                     &a->k,    &a->v,        &a->probs,    &a->lse,      &a->attn,
-                     &a->mid,  &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,
-                     &a->gelu, &a->gate,     &a->up,       &a->swiglu};
+    void **all[] = {&a->ln1,  &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->q,
+                    &a->k,    &a->v,        &a->probs,    &a->lse,      &a->attn,
+                    &a->mid,  &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,
+                    &a->gelu, &a->gate,     &a->up,       &a->swiglu};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
 }
 
@@ -264,19 +273,19 @@ void tblock_release(const TBlock *t, BlockActs *a) {
 
 /* The kept input moves to its own category so the memory panel shows what checkpointing
  * keeps apart from what it frees. */
-int tblock_checkpoint(const TBlock *t, BlockActs *a, float **input, Err *err) {
+int tblock_checkpoint(const TBlock *t, BlockActs *a, void **input, Err *err) {
     tblock_release(t, a);
     size_t n = t->B * t->T * t->H;
     if (!*input || !n) return 0;
-    float *kept = t->dev->ops->alloc(t->dev, n * sizeof(float), MEM_AC_INPUT, -1);
+    void *kept = t->dev->ops->alloc(t->dev, n * dtype_size(t->dtype), MEM_AC_INPUT, -1);
     if (!kept) return err_set(err, ERR_NOMEM, "out of memory for a checkpointed input");
-    t->k->copy_bytes(kept, *input, n * sizeof(float));
+    t->k->copy_bytes(kept, *input, n * dtype_size(t->dtype));
     act_release(t->dev, input);
     *input = kept;
     return 0;
 }
 
-int tblock_recompute(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+int tblock_recompute(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
                      Work *w, Err *err) {
     int rc = tblock_forward(t, a, p, x, out, w, err);
     act_release(t->dev, out);

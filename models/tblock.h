@@ -43,6 +43,7 @@ typedef struct TBlock {
     int causal;   /* 1: each token attends to itself and those before it (a language model) */
     int flash;    /* 1: flash attention (keeps lse), 0: eager (keeps probs) */
     const BlockKind *kind; /* gpt_block (here) or llama_block (lblock.c) */
+    DType dtype;           /* the compute dtype: parameters, activations and their gradients */
     size_t kv_heads;       /* Llama: K,V heads, dividing heads */
 } TBlock;
 
@@ -54,36 +55,42 @@ AttnShape tblock_attn_shape(const TBlock *t, size_t q_stride, size_t kv_stride);
 
 /* What a block's forward saves for its backward; NULL when not held. Llama's block keeps
  * ln1/ln2 (its RMSNorms' outputs) with their rstd, q, k, v, gate, up and swiglu in place of
- * GPT's qkv, fc1 and gelu. */
+ * GPT's qkv, fc1 and gelu. Tensors are in the compute dtype (TBlock.dtype); the norms'
+ * statistics and flash's lse in fp32, as the kernels take them. */
 typedef struct BlockActs {
-    float *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 output and statistics */
-    float *qkv;                       /* in_proj output [B*T, 3H] */
-    float *q, *k, *v;                 /* Llama: [B*T, H], [B*T, KV], [B*T, KV] after RoPE */
-    float *probs;                     /* eager: attention probabilities [B, heads, T, T] */
-    float *lse;                       /* flash: each row's log-sum-exp [B, heads, T] */
-    float *attn;                      /* attention output before out_proj [B*T, H] */
-    float *mid;                       /* residual stream after attention [B*T, H] */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fc1;  /* fc1's GEMM output without its bias [B*T, F] (GELU's input: fc1 + bias) */
-    float *gelu; /* GELU output [B*T, F] */
-    float *gate, *up, *swiglu; /* Llama: the MLP's gate and up projections, silu(gate) * up */
+    void *ln1, *ln1_mean, *ln1_rstd; /* LayerNorm 1 output and statistics */
+    void *qkv;                       /* in_proj output [B*T, 3H] */
+    void *q, *k, *v;                 /* Llama: [B*T, H], [B*T, KV], [B*T, KV] after RoPE */
+    void *probs;                     /* eager: attention probabilities [B, heads, T, T] */
+    void *lse;                       /* flash: each row's log-sum-exp [B, heads, T] */
+    void *attn;                      /* attention output before out_proj [B*T, H] */
+    void *mid;                       /* residual stream after attention [B*T, H] */
+    void *ln2, *ln2_mean, *ln2_rstd;
+    void *fc1;  /* fc1's GEMM output without its bias [B*T, F] (GELU's input: fc1 + bias) */
+    void *gelu; /* GELU output [B*T, F] */
+    void *gate, *up, *swiglu; /* Llama: the MLP's gate and up projections, silu(gate) * up */
 } BlockActs;
 
-/* ---- activations: how both models take and release their buffers (fp32, charged to the
- * device as MEM_ACTIVATIONS), so a block's buffers and a model's own are accounted alike */
+/* ---- activations: how both models take and release their buffers (charged to the device as
+ * MEM_ACTIVATIONS in the dtype they hold), so a block's buffers and a model's own are accounted
+ * alike */
 
-/* n floats, or NULL for n == 0 (and when out of memory). */
-float *act_take(Device *dev, size_t n);
+/* n elements of t, or NULL for n == 0 (and when out of memory). */
+void *act_take(Device *dev, DType t, size_t n);
 /* Frees *p if held and forgets it. */
-void act_release(Device *dev, float **p);
+void act_release(Device *dev, void **p);
 /* Each pointer was just taken for `elems > 0` elements: any NULL is out of memory. */
-int act_check_taken(float *const *ptrs, int n, size_t elems, Err *err);
+int act_check_taken(void *const *ptrs, int n, size_t elems, Err *err);
+/* Element i of an array of t: where a tensor's columns or rows start inside another. */
+static inline void *act_at(DType t, const void *p, size_t i) {
+    return (char *)p + i * dtype_size(t);
+}
 
 /* Attention's saved statistics, as the block's kind keeps them: probs [B, heads, T, T] (eager)
  * or lse [B, heads, T] (flash); returns the one taken. And flash backward's work tile [T, T]
  * (NULL for eager), released by the backward that takes it. */
-float **tblock_take_scores(const TBlock *t, BlockActs *a);
-float *tblock_take_flash_work(const TBlock *t);
+void **tblock_take_scores(const TBlock *t, BlockActs *a);
+void *tblock_take_flash_work(const TBlock *t);
 
 /* ---- describing parameters (shared by the models built from these blocks) */
 
@@ -114,10 +121,10 @@ size_t tblock_param_count(size_t H, size_t F);
  * tblock_backward below describe them (they call through t->kind). */
 struct BlockKind {
     void (*work)(const TBlock *t, Work *w, WorkKind kind);
-    int (*forward)(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+    int (*forward)(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
                    Work *w, Err *err);
-    int (*backward)(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
-                    float *dy, Work *w, Err *err);
+    int (*backward)(const TBlock *t, BlockActs *a, void *const *p, float *const *g, void **input,
+                    void *dy, Work *w, Err *err);
     int grouped_kv; /* 1: attention has kv_heads K,V heads (grouped-query); 0: one per head */
 };
 
@@ -125,24 +132,24 @@ struct BlockKind {
 extern const BlockKind gpt_block;
 
 /* Roughly what the cost model charges for one block's forward or backward: GEMM flops and
- * activation traffic, 4 bytes a float. */
+ * activation traffic in the compute dtype. */
 void tblock_work(const TBlock *t, Work *w, WorkKind kind);
 /* Forward on full parameters p from input x[B*T, H]: takes the activations into a and the
  * output into *out (the next module's input); fills w. */
-int tblock_forward(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+int tblock_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
                    Work *w, Err *err);
 /* Backward: dy arrives as dL/d(output) and leaves, updated in place, as dL/d(input); ADDS the
  * parameters' gradients into g. Releases a and the block's input *input afterwards. */
-int tblock_backward(const TBlock *t, BlockActs *a, float *const *p, float *const *g, float **input,
-                    float *dy, Work *w, Err *err);
+int tblock_backward(const TBlock *t, BlockActs *a, void *const *p, float *const *g, void **input,
+                    void *dy, Work *w, Err *err);
 /* Releases whatever a holds. */
 void tblock_release(const TBlock *t, BlockActs *a);
 /* Activation checkpointing, right after the forward: releases a and moves the input *input
  * to MEM_AC_INPUT, all the block keeps. */
-int tblock_checkpoint(const TBlock *t, BlockActs *a, float **input, Err *err);
+int tblock_checkpoint(const TBlock *t, BlockActs *a, void **input, Err *err);
 /* Right before the backward: the forward again from x, whose output *out (the next block's
  * input, already done with and freed) is released at once. w is charged as WORK_RECOMPUTE. */
-int tblock_recompute(const TBlock *t, BlockActs *a, float *const *p, const float *x, float **out,
+int tblock_recompute(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
                      Work *w, Err *err);
 
 #endif

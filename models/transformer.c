@@ -321,10 +321,10 @@ static void add_llama_head(ParamMaker *pm, const void *config) {
  * ViT's. */
 
 /* What the embedding and the head hold for the current batch (ModelRun.own); the logits
- * [B, T, vocab] are fp32, the stack's. */
+ * [B, T, vocab] are the stack's, in the compute dtype. */
 typedef struct TfActs {
-    int32_t *tokens, *targets;           /* [B, T]: the input ids and the next ids to predict */
-    float *ln_f, *ln_f_mean, *ln_f_rstd; /* the final LayerNorm: [B, T, H], [B, T], [B, T] */
+    int32_t *tokens, *targets;          /* [B, T]: the input ids and the next ids to predict */
+    void *ln_f, *ln_f_mean, *ln_f_rstd; /* the final LayerNorm: [B, T, H], [B, T], [B, T] */
 } TfActs;
 
 static void release_input(ModelRun *r) {
@@ -335,7 +335,7 @@ static void release_input(ModelRun *r) {
 
 static void release_head(ModelRun *r) {
     TfActs *a = r->own;
-    float **done[] = {&a->ln_f, &a->ln_f_mean, &a->ln_f_rstd};
+    void **done[] = {&a->ln_f, &a->ln_f_mean, &a->ln_f_rstd};
     for (size_t i = 0; i < sizeof done / sizeof *done; i++) run_release(r, done[i]);
 }
 
@@ -395,20 +395,20 @@ static int tf_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t 
 
 /* ---------------------------------------------------------------- work estimates */
 
-/* What the embedding and the head charge the clock: flops, and `floats` read and written at
- * 4 bytes each; backward counts twice (as the ViT's small_work). The blocks charge
+/* What the embedding and the head charge the clock: flops, and `elems` read and written in the
+ * compute dtype; backward counts twice (as the ViT's small_work). The blocks charge
  * tblock_work, the loss the stack's. */
-static void small_work(Work *w, WorkKind kind, double flops, double floats) {
+static void small_work(const ModelRun *r, Work *w, WorkKind kind, double flops, double elems) {
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
     w->flops = flops * passes;
-    w->bytes = 4.0 * floats * passes;
+    w->bytes = (double)dtype_size(r->dtype) * elems * passes;
 }
 
 /* x = wte[tokens] + wpe: one add an element; a row of each table read, x written. */
 static void embed_work(const ModelRun *r, Work *w, WorkKind kind) {
     double n = (double)(r->B * r->T * r->H);
-    small_work(w, kind, n, 3 * n);
+    small_work(r, w, kind, n, 3 * n);
 }
 
 /* logits = ln_f(x) . lm_head^T: the GEMM's flops; x, ln_f's output, the logits and the
@@ -416,23 +416,23 @@ static void embed_work(const ModelRun *r, Work *w, WorkKind kind) {
 static void head_work(const ModelRun *r, Work *w, WorkKind kind) {
     const TransformerConfig *c = r->config;
     double M = (double)(r->B * r->T), H = (double)r->H, V = (double)c->vocab;
-    small_work(w, kind, 2.0 * M * H * V, M * (2 * H + V) + V * H);
+    small_work(r, w, kind, 2.0 * M * H * V, M * (2 * H + V) + V * H);
 }
 
 /* ---------------------------------------------------------------- forward */
 
 /* x[1] = wte[tokens] + wpe; the ids stay for the embedding's backward (wte's gradient is a
  * scatter-add over them). */
-static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+static int embed_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
     size_t n = r->B * r->T * r->H;
     r->x[1] = run_take(r, n);
     embed_work(r, w, WORK_FORWARD);
-    int rc = act_check_taken((float *[]){r->x[1]}, 1, n, err);
-    const float *wpe = c->arch == TRANSFORMER_LLAMA ? NULL : p[E_WPE]; /* RoPE: no table */
+    int rc = act_check_taken((void *[]){r->x[1]}, 1, n, err);
+    const void *wpe = c->arch == TRANSFORMER_LLAMA ? NULL : p[E_WPE]; /* RoPE: no table */
     if (!rc && n)
-        r->k->token_embed_forward(r->x[1], a->tokens, p[E_WTE], wpe, r->B, r->T, r->H,
+        r->k->token_embed_forward(r->dtype, r->x[1], a->tokens, p[E_WTE], wpe, r->B, r->T, r->H,
                                   (size_t)c->vocab);
     return rc;
 }
@@ -448,26 +448,26 @@ static int lm_head_index(const ModelRun *r) {
 
 /* ln_f over every token (Llama's: an RMSNorm, no mean kept), then the LM head (no bias, as
  * GPT-2's and Llama's): what backward needs of it is kept. */
-static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+static int head_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
     const Kernels *k = r->k;
     size_t M = r->B * r->T, H = r->H, V = (size_t)c->vocab;
     int llama = is_llama(r);
-    a->ln_f = run_take(r, M * H), a->ln_f_mean = llama ? NULL : run_take(r, M);
-    a->ln_f_rstd = run_take(r, M);
+    a->ln_f = run_take(r, M * H), a->ln_f_mean = llama ? NULL : run_take_fp32(r, M);
+    a->ln_f_rstd = run_take_fp32(r, M);
     r->logits = run_take(r, M * V);
     head_work(r, w, WORK_FORWARD);
     int rc = act_check_taken(
-        (float *[]){a->ln_f, llama ? a->ln_f : a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
+        (void *[]){a->ln_f, llama ? a->ln_f : a->ln_f_mean, a->ln_f_rstd, r->logits}, 4, M, err);
     if (rc || !M) return rc;
-    const float *x = r->x[c->layers + 1];
+    const void *x = r->x[c->layers + 1];
     if (llama)
-        k->rmsnorm_forward(a->ln_f, a->ln_f_rstd, x, p[LLAMA_H_NORM_W], M, H, TF_LN_EPS);
+        k->rmsnorm_forward(r->dtype, a->ln_f, a->ln_f_rstd, x, p[LLAMA_H_NORM_W], M, H, TF_LN_EPS);
     else
-        k->layernorm_forward(a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p[H_LN_W], p[H_LN_B], M, H,
-                             TF_LN_EPS);
-    k->linear_forward(r->logits, a->ln_f, p[lm_head_index(r)], NULL, M, H, V);
+        k->layernorm_forward(r->dtype, a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p[H_LN_W], p[H_LN_B],
+                             M, H, TF_LN_EPS);
+    k->linear_forward(r->dtype, r->logits, a->ln_f, p[lm_head_index(r)], NULL, M, H, V);
     return 0;
 }
 
@@ -476,33 +476,33 @@ static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
 static float tf_loss(ModelRun *r, float grad_scale) {
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
-    return r->k->cross_entropy(r->dlogits, r->logits, a->targets, r->B * r->T, (size_t)c->vocab,
-                               grad_scale);
+    return r->k->cross_entropy(r->dtype, r->dlogits, r->logits, a->targets, r->B * r->T,
+                               (size_t)c->vocab, grad_scale);
 }
 
 /* ---------------------------------------------------------------- backward */
 
 /* The LM head's backward gives dL/d(ln_f's output), dln; ln_f's backward adds its share into
  * the residual stream's gradient, which starts here. */
-static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+static int head_backward(ModelRun *r, void *const *p, float *const *g, Work *w, Err *err) {
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
     const Kernels *k = r->k;
     size_t M = r->B * r->T, H = r->H, V = (size_t)c->vocab;
-    float *dln = run_take(r, M * H);
+    void *dln = run_take(r, M * H);
     r->grad = run_take(r, M * H);
-    int rc = act_check_taken((float *[]){dln, r->grad}, 2, M, err);
+    int rc = act_check_taken((void *[]){dln, r->grad}, 2, M, err);
     if (!rc && M) {
         int lm = lm_head_index(r);
-        const float *x = r->x[c->layers + 1];
-        k->linear_backward(dln, g[lm], NULL, r->dlogits, a->ln_f, p[lm], M, H, V);
-        k->zero(r->grad, M * H);
+        const void *x = r->x[c->layers + 1];
+        k->linear_backward(r->dtype, dln, g[lm], NULL, r->dlogits, a->ln_f, p[lm], M, H, V);
+        k->zero_bytes(r->grad, M * H * dtype_size(r->dtype));
         if (is_llama(r))
-            k->rmsnorm_backward(r->grad, g[LLAMA_H_NORM_W], dln, x, a->ln_f_rstd, p[LLAMA_H_NORM_W],
-                                M, H);
+            k->rmsnorm_backward(r->dtype, r->grad, g[LLAMA_H_NORM_W], dln, x, a->ln_f_rstd,
+                                p[LLAMA_H_NORM_W], M, H);
         else
-            k->layernorm_backward(r->grad, g[H_LN_W], g[H_LN_B], dln, x, a->ln_f_mean, a->ln_f_rstd,
-                                  p[H_LN_W], M, H);
+            k->layernorm_backward(r->dtype, r->grad, g[H_LN_W], g[H_LN_B], dln, x, a->ln_f_mean,
+                                  a->ln_f_rstd, p[H_LN_W], M, H);
     }
     run_release(r, &dln);
     tstack_release_head(r);
@@ -512,13 +512,13 @@ static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w,
 
 /* wte's gradient is a scatter-add of the stream's gradient over the ids, wpe's its sum over
  * the batch: no buffer of their own. */
-static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+static int embed_backward(ModelRun *r, void *const *p, float *const *g, Work *w, Err *err) {
     (void)p, (void)err;
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
     if (r->B)
-        r->k->token_embed_backward(g[E_WTE], is_llama(r) ? NULL : g[E_WPE], a->tokens, r->grad,
-                                   r->B, r->T, r->H, (size_t)c->vocab);
+        r->k->token_embed_backward(r->dtype, g[E_WTE], is_llama(r) ? NULL : g[E_WPE], a->tokens,
+                                   r->grad, r->B, r->T, r->H, (size_t)c->vocab);
     embed_work(r, w, WORK_BACKWARD);
     return 0;
 }
@@ -574,8 +574,8 @@ static const TStackEnds *ends_of(const TransformerConfig *c) {
     return c->arch == TRANSFORMER_LLAMA ? &llama_ends : &transformer_ends;
 }
 
-static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
-                         ModelRun **out, Err *err) {
+static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DType compute,
+                         size_t max_batch, ModelRun **out, Err *err) {
     const TransformerConfig *c = m->config;
     /* what a computed run needs beyond a plan's shape: attention's CPU backward keeps a T x T
      * tile on the stack, and every byte must be a row of the embedding */
@@ -600,7 +600,7 @@ static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size
                          .llama = c->arch == TRANSFORMER_LLAMA,
                          .kv_heads = (size_t)c->kv_heads,
                          .outputs = (size_t)c->seq * (size_t)c->vocab};
-    return tstack_run_create(ends_of(c), &shape, c, dev, k, out, err);
+    return tstack_run_create(ends_of(c), &shape, c, dev, k, compute, out, err);
 }
 
 static const ModelOps transformer_ops = TSTACK_MODEL_OPS(tf_run_create);

@@ -23,11 +23,15 @@ int tstack_model_create(ModelDesc *m, const TStackEnds *ends, const ModelOps *op
 
 /* ---------------------------------------------------------------- per-rank state */
 
-float *run_take(ModelRun *r, size_t n) {
-    return act_take(r->dev, n);
+void *run_take(ModelRun *r, size_t n) {
+    return act_take(r->dev, r->dtype, n);
 }
 
-void run_release(ModelRun *r, float **p) {
+void *run_take_fp32(ModelRun *r, size_t n) {
+    return act_take(r->dev, DTYPE_FP32, n);
+}
+
+void run_release(ModelRun *r, void **p) {
     act_release(r->dev, p);
 }
 
@@ -53,7 +57,8 @@ static TBlock block_of(const ModelRun *r) {
                     .causal = r->shape.causal,
                     .flash = r->shape.flash,
                     .kind = r->shape.llama ? &llama_block : &gpt_block,
-                    .kv_heads = r->shape.kv_heads};
+                    .kv_heads = r->shape.kv_heads,
+                    .dtype = r->dtype};
 }
 
 static void free_run(ModelRun *r) {
@@ -65,7 +70,7 @@ static void free_run(ModelRun *r) {
 }
 
 int tstack_run_create(const TStackEnds *ends, const TStackShape *shape, const void *config,
-                      Device *dev, const Kernels *k, ModelRun **out, Err *err) {
+                      Device *dev, const Kernels *k, DType compute, ModelRun **out, Err *err) {
     ModelRun *r = calloc(1, sizeof *r);
     if (r) {
         r->x = calloc((size_t)shape->layers + 2, sizeof *r->x);
@@ -81,6 +86,7 @@ int tstack_run_create(const TStackEnds *ends, const TStackShape *shape, const vo
     r->shape = *shape;
     r->dev = dev;
     r->k = k;
+    r->dtype = compute;
     r->T = shape->tokens;
     r->H = shape->hidden;
     *out = r;
@@ -89,7 +95,7 @@ int tstack_run_create(const TStackEnds *ends, const TStackShape *shape, const vo
 
 void tstack_release_head(ModelRun *r) {
     r->ends->release_head(r);
-    float **done[] = {&r->logits, &r->dlogits, &r->x[r->shape.layers + 1]};
+    void **done[] = {&r->logits, &r->dlogits, &r->x[r->shape.layers + 1]};
     for (size_t i = 0; i < sizeof done / sizeof *done; i++) run_release(r, done[i]);
 }
 
@@ -116,7 +122,7 @@ int tstack_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, 
 
 /* ---------------------------------------------------------------- forward and backward */
 
-int tstack_forward(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
+int tstack_forward(ModelRun *r, int module, void *const *params, Work *w, Err *err) {
     if (module == 0) return r->ends->embed_forward(r, params, w, err);
     if (module > r->shape.layers) return r->ends->head_forward(r, params, w, err);
     TBlock t = block_of(r);
@@ -143,7 +149,7 @@ size_t tstack_correct(ModelRun *r) {
 
 /* A block's gradient r->grad arrives as dL/d(output) and leaves, updated in place, as
  * dL/d(input). */
-int tstack_backward(ModelRun *r, int module, float *const *params, float *const *grads, Work *w,
+int tstack_backward(ModelRun *r, int module, void *const *params, float *const *grads, Work *w,
                     Err *err) {
     if (module > r->shape.layers) return r->ends->head_backward(r, params, grads, w, err);
     if (module == 0) {
@@ -174,7 +180,7 @@ int tstack_checkpoint(ModelRun *r, int module, Err *err) {
 
 /* The block's output is the next block's input, whose backward is done and freed it, so the
  * copy made here is dropped at once. */
-int tstack_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err) {
+int tstack_recompute(ModelRun *r, int module, void *const *params, Work *w, Err *err) {
     int rc = check_is_block(r, module, err);
     if (rc) return rc;
     TBlock t = block_of(r);
@@ -184,7 +190,7 @@ int tstack_recompute(ModelRun *r, int module, float *const *params, Work *w, Err
 
 /* ---------------------------------------------------------------- unit boundaries */
 
-float *tstack_boundary(ModelRun *r, int m, BoundaryKind which, size_t *n) {
+void *tstack_boundary(ModelRun *r, int m, BoundaryKind which, size_t *n) {
     size_t hidden = r->B * r->T * r->H, logits = r->B * r->shape.outputs;
     int head = r->shape.layers + 1;
     *n = hidden;

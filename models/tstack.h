@@ -34,12 +34,13 @@ struct ModelRun {
     TStackShape shape;
     Device *dev;
     const Kernels *k;
+    DType dtype;       /* the compute dtype: x, the blocks', logits and the gradients */
     size_t B, T, H;    /* sequences in the current batch; shape.tokens and shape.hidden */
-    float **x;         /* x[m]: input of module m, [B, T, H] (x[0] unused: the model's input) */
+    void **x;          /* x[m]: input of module m, [B, T, H] (x[0] unused: the model's input) */
     BlockActs *blocks; /* blocks[l]: what block l's forward saved */
-    float *logits, *dlogits; /* the head's output [B, outputs] and the loss's gradient of it */
-    float *grad;             /* dL/d(residual stream) flowing backward, updated in place */
-    void *own;               /* the model's own state: ends->own_size bytes, zeroed at first */
+    void *logits, *dlogits; /* the head's output [B, outputs] and the loss's gradient of it */
+    void *grad;             /* dL/d(residual stream) flowing backward, updated in place */
+    void *own;              /* the model's own state: ends->own_size bytes, zeroed at first */
 };
 
 /* What a model supplies: the description and computation of its embedding and its head (the
@@ -56,8 +57,8 @@ struct TStackEnds {
     /* ModelOps.set_batch: releases what the run holds (tstack_discard) and loads n samples. */
     int (*set_batch)(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err);
     /* The embedding's forward fills x[1]; the head's reads x[layers + 1] and fills logits. */
-    int (*embed_forward)(ModelRun *r, float *const *p, Work *w, Err *err);
-    int (*head_forward)(ModelRun *r, float *const *p, Work *w, Err *err);
+    int (*embed_forward)(ModelRun *r, void *const *p, Work *w, Err *err);
+    int (*head_forward)(ModelRun *r, void *const *p, Work *w, Err *err);
     /* The loss of the logits, its gradient written into dlogits (taken, the batch not empty);
      * NULL: the model computes none (0). */
     float (*loss)(ModelRun *r, float grad_scale);
@@ -65,13 +66,14 @@ struct TStackEnds {
     size_t (*correct)(ModelRun *r);
     /* The head's backward starts grad (and ends with tstack_release_head); the embedding's
      * ends it (the stack discards the batch after it). */
-    int (*head_backward)(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err);
-    int (*embed_backward)(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err);
+    int (*head_backward)(ModelRun *r, void *const *p, float *const *g, Work *w, Err *err);
+    int (*embed_backward)(ModelRun *r, void *const *p, float *const *g, Work *w, Err *err);
     /* Release the batch and what the embedding saved; what the head saved (not the logits). */
     void (*release_input)(ModelRun *r);
     void (*release_head)(ModelRun *r);
-    /* The embedding's input as floats and their count; NULL when it is not floats. */
-    float *(*input)(ModelRun *r, size_t *n);
+    /* The embedding's input (elements of the compute dtype) and their count; NULL when it is
+     * not numbers (token ids). */
+    void *(*input)(ModelRun *r, size_t *n);
 };
 
 /* The description of a stacked model named ends->name: the embedding's, `layers` blocks' and
@@ -80,14 +82,16 @@ int tstack_model_create(ModelDesc *m, const TStackEnds *ends, const ModelOps *op
                         const void *config, size_t config_size, int layers, Err *err);
 /* A model's run_create: the stack's state for shape and the model's own, zeroed. */
 int tstack_run_create(const TStackEnds *ends, const TStackShape *shape, const void *config,
-                      Device *dev, const Kernels *k, ModelRun **out, Err *err);
+                      Device *dev, const Kernels *k, DType compute, ModelRun **out, Err *err);
 
 /* ---- for the ends */
 
-/* act_take and act_release on the run's device; and n int32 ids (labels, tokens), charged as
- * activations too (NULL for n == 0). */
-float *run_take(ModelRun *r, size_t n);
-void run_release(ModelRun *r, float **p);
+/* act_take and act_release on the run's device: n elements of the compute dtype, or n fp32 ones
+ * (a norm's statistics); and n int32 ids (labels, tokens), charged as activations too (NULL for
+ * n == 0). */
+void *run_take(ModelRun *r, size_t n);
+void *run_take_fp32(ModelRun *r, size_t n);
+void run_release(ModelRun *r, void **p);
 int32_t *run_take_ids(ModelRun *r, size_t n);
 void run_release_ids(ModelRun *r, int32_t **p);
 /* Releases what the head saved (ends->release_head), the logits, their gradient and the head's
@@ -98,15 +102,15 @@ void tstack_release_head(ModelRun *r);
 
 void tstack_run_destroy(ModelRun *r);
 int tstack_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, Err *err);
-int tstack_forward(ModelRun *r, int module, float *const *params, Work *w, Err *err);
+int tstack_forward(ModelRun *r, int module, void *const *params, Work *w, Err *err);
 float tstack_loss(ModelRun *r, float grad_scale, Work *w);
-int tstack_backward(ModelRun *r, int module, float *const *params, float *const *grads, Work *w,
+int tstack_backward(ModelRun *r, int module, void *const *params, float *const *grads, Work *w,
                     Err *err);
 size_t tstack_correct(ModelRun *r);
 void tstack_discard(ModelRun *r);
 int tstack_checkpoint(ModelRun *r, int module, Err *err);
-int tstack_recompute(ModelRun *r, int module, float *const *params, Work *w, Err *err);
-float *tstack_boundary(ModelRun *r, int module, BoundaryKind which, size_t *n);
+int tstack_recompute(ModelRun *r, int module, void *const *params, Work *w, Err *err);
+void *tstack_boundary(ModelRun *r, int module, BoundaryKind which, size_t *n);
 
 /* The ModelOps of a stacked model whose run_create is `create` (which calls tstack_run_create
  * with the model's ends and shape); every other entry is the stack's. */

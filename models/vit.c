@@ -156,10 +156,10 @@ static void add_head(ParamMaker *pm, const void *config) {
 /* What the ViT's embedding and head hold for the current batch (ModelRun.own); the blocks'
  * and the residual stream are the stack's. */
 typedef struct VitActs {
-    float *images;                                /* the batch, normalised [B, image*image] */
-    int32_t *labels;                              /* [B] */
-    float *patches;                               /* the embedding's GEMM input [B*(T-1), P*P] */
-    float *cls, *head_ln, *head_mean, *head_rstd; /* the head's LayerNorm on class tokens */
+    void *images;    /* the batch, normalised [B, image*image], in the compute dtype */
+    int32_t *labels; /* [B] */
+    void *patches;   /* the embedding's GEMM input [B*(T-1), P*P] */
+    void *cls, *head_ln, *head_mean, *head_rstd; /* the head's LayerNorm on class tokens */
 } VitActs;
 
 static void release_input(ModelRun *r) {
@@ -171,16 +171,18 @@ static void release_input(ModelRun *r) {
 
 static void release_head(ModelRun *r) {
     VitActs *v = r->own;
-    float **done[] = {&v->cls, &v->head_ln, &v->head_mean, &v->head_rstd};
+    void **done[] = {&v->cls, &v->head_ln, &v->head_mean, &v->head_rstd};
     for (size_t i = 0; i < sizeof done / sizeof *done; i++) run_release(r, done[i]);
 }
 
 /* Normalises the batch on the host as the workshop does, ToTensor (p / 255) then
- * Normalize(0.5, 0.5), and copies it and its labels to the device. */
+ * Normalize(0.5, 0.5), rounds it to the compute dtype (FSDP2 casts the root's inputs to
+ * param_dtype) and copies it and its labels to the device. */
 static int stage_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n, size_t pixels,
                        Err *err) {
     VitActs *v = r->own;
-    float *images = malloc(n * pixels * sizeof *images);
+    const size_t esize = dtype_size(r->dtype);
+    unsigned char *images = malloc(n * pixels * esize);
     int32_t *labels = malloc(n * sizeof *labels);
     if (!images || !labels) {
         free(images);
@@ -189,11 +191,11 @@ static int stage_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t n
     }
     for (size_t i = 0; i < n; i++) {
         const uint8_t *src = ds->pixels + (size_t)idx[i] * pixels;
-        float *dst = images + i * pixels;
-        for (size_t j = 0; j < pixels; j++) dst[j] = ((float)src[j] / 255.0f - 0.5f) / 0.5f;
+        for (size_t j = 0; j < pixels; j++)
+            dtype_store(images, r->dtype, i * pixels + j, ((float)src[j] / 255.0f - 0.5f) / 0.5f);
         labels[i] = ds->labels[idx[i]];
     }
-    r->dev->ops->copy(r->dev, v->images, images, n * pixels * sizeof *images);
+    r->dev->ops->copy(r->dev, v->images, images, n * pixels * esize);
     r->dev->ops->copy(r->dev, v->labels, labels, n * sizeof *labels);
     free(images);
     free(labels);
@@ -226,24 +228,24 @@ static void small_work(const ModelRun *r, Work *w, WorkKind kind, double flops) 
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     w->kind = kind;
     w->flops = flops * passes;
-    w->bytes = 4.0 * (double)(r->B * r->T * r->H) * 3 * passes;
+    w->bytes = (double)dtype_size(r->dtype) * (double)(r->B * r->T * r->H) * 3 * passes;
 }
 
 /* ---------------------------------------------------------------- forward */
 
-static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+static int embed_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     const VitConfig *c = r->config;
     VitActs *v = r->own;
     const Kernels *k = r->k;
     size_t P = (size_t)c->patch, np = r->T - 1, M = r->B * np;
     v->patches = run_take(r, M * P * P);
-    float *pout = run_take(r, M * r->H);
+    void *pout = run_take(r, M * r->H);
     r->x[1] = run_take(r, r->B * r->T * r->H);
-    int rc = act_check_taken((float *[]){v->patches, pout, r->x[1]}, 3, M, err);
+    int rc = act_check_taken((void *[]){v->patches, pout, r->x[1]}, 3, M, err);
     if (!rc && M) {
-        k->patchify(v->patches, v->images, r->B, (size_t)c->image, P);
-        k->linear_forward(pout, v->patches, p[E_CONV_W], p[E_CONV_B], M, P * P, r->H);
-        k->embed_forward(r->x[1], pout, p[E_CLS], p[E_POS], r->B, r->T, r->H);
+        k->patchify(r->dtype, v->patches, v->images, r->B, (size_t)c->image, P);
+        k->linear_forward(r->dtype, pout, v->patches, p[E_CONV_W], p[E_CONV_B], M, P * P, r->H);
+        k->embed_forward(r->dtype, r->x[1], pout, p[E_CLS], p[E_POS], r->B, r->T, r->H);
     }
     run_release(r, &pout);
     run_release(r, &v->images); /* the patches are all backward needs */
@@ -251,30 +253,31 @@ static int embed_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
     return rc;
 }
 
-static int head_forward(ModelRun *r, float *const *p, Work *w, Err *err) {
+static int head_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     const VitConfig *c = r->config;
     VitActs *v = r->own;
     const Kernels *k = r->k;
     size_t B = r->B, H = r->H, K = (size_t)c->classes;
     v->cls = run_take(r, B * H), v->head_ln = run_take(r, B * H);
-    v->head_mean = run_take(r, B), v->head_rstd = run_take(r, B), r->logits = run_take(r, B * K);
-    int rc = act_check_taken((float *[]){v->cls, v->head_ln, v->head_mean, v->head_rstd, r->logits},
+    v->head_mean = run_take_fp32(r, B), v->head_rstd = run_take_fp32(r, B),
+    r->logits = run_take(r, B * K);
+    int rc = act_check_taken((void *[]){v->cls, v->head_ln, v->head_mean, v->head_rstd, r->logits},
                              5, B, err);
     small_work(r, w, WORK_FORWARD, 2.0 * (double)(B * H * K));
     if (rc || !B) return rc;
     /* torchvision normalises every token and then keeps the class token's row; only that row
      * reaches the loss, so normalising it alone is the same function and the same gradient */
-    k->class_token_select(v->cls, r->x[c->layers + 1], B, r->T, H);
-    k->layernorm_forward(v->head_ln, v->head_mean, v->head_rstd, v->cls, p[H_LN_W], p[H_LN_B], B, H,
-                         VIT_LN_EPS);
-    k->linear_forward(r->logits, v->head_ln, p[H_HEAD_W], p[H_HEAD_B], B, H, K);
+    k->class_token_select(r->dtype, v->cls, r->x[c->layers + 1], B, r->T, H);
+    k->layernorm_forward(r->dtype, v->head_ln, v->head_mean, v->head_rstd, v->cls, p[H_LN_W],
+                         p[H_LN_B], B, H, VIT_LN_EPS);
+    k->linear_forward(r->dtype, r->logits, v->head_ln, p[H_HEAD_W], p[H_HEAD_B], B, H, K);
     return 0;
 }
 
 static float vit_loss(ModelRun *r, float grad_scale) {
     const VitConfig *c = r->config;
     VitActs *v = r->own;
-    return r->k->cross_entropy(r->dlogits, r->logits, v->labels, r->B, (size_t)c->classes,
+    return r->k->cross_entropy(r->dtype, r->dlogits, r->logits, v->labels, r->B, (size_t)c->classes,
                                grad_scale);
 }
 
@@ -282,27 +285,27 @@ static size_t vit_correct(ModelRun *r) {
     const VitConfig *c = r->config;
     VitActs *v = r->own;
     if (!r->B || !r->logits) return 0;
-    return r->k->count_correct(r->logits, v->labels, r->B, (size_t)c->classes);
+    return r->k->count_correct(r->dtype, r->logits, v->labels, r->B, (size_t)c->classes);
 }
 
 /* ---------------------------------------------------------------- backward */
 
-static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+static int head_backward(ModelRun *r, void *const *p, float *const *g, Work *w, Err *err) {
     const VitConfig *c = r->config;
     VitActs *v = r->own;
     const Kernels *k = r->k;
     size_t B = r->B, H = r->H, K = (size_t)c->classes;
-    float *dln = run_take(r, B * H), *dcls = run_take(r, B * H);
+    void *dln = run_take(r, B * H), *dcls = run_take(r, B * H);
     r->grad = run_take(r, B * r->T * H);
-    int rc = act_check_taken((float *[]){dln, dcls, r->grad}, 3, B, err);
+    int rc = act_check_taken((void *[]){dln, dcls, r->grad}, 3, B, err);
     if (!rc && B) {
-        k->linear_backward(dln, g[H_HEAD_W], g[H_HEAD_B], r->dlogits, v->head_ln, p[H_HEAD_W], B, H,
-                           K);
-        k->zero(dcls, B * H);
-        k->layernorm_backward(dcls, g[H_LN_W], g[H_LN_B], dln, v->cls, v->head_mean, v->head_rstd,
-                              p[H_LN_W], B, H);
-        k->zero(r->grad, B * r->T * H);
-        k->class_token_select_backward(r->grad, dcls, B, r->T, H);
+        k->linear_backward(r->dtype, dln, g[H_HEAD_W], g[H_HEAD_B], r->dlogits, v->head_ln,
+                           p[H_HEAD_W], B, H, K);
+        k->zero_bytes(dcls, B * H * dtype_size(r->dtype));
+        k->layernorm_backward(r->dtype, dcls, g[H_LN_W], g[H_LN_B], dln, v->cls, v->head_mean,
+                              v->head_rstd, p[H_LN_W], B, H);
+        k->zero_bytes(r->grad, B * r->T * H * dtype_size(r->dtype));
+        k->class_token_select_backward(r->dtype, r->grad, dcls, B, r->T, H);
     }
     run_release(r, &dln);
     run_release(r, &dcls);
@@ -311,17 +314,17 @@ static int head_backward(ModelRun *r, float *const *p, float *const *g, Work *w,
     return rc;
 }
 
-static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w, Err *err) {
+static int embed_backward(ModelRun *r, void *const *p, float *const *g, Work *w, Err *err) {
     const VitConfig *c = r->config;
     VitActs *v = r->own;
     const Kernels *k = r->k;
     size_t P = (size_t)c->patch, M = r->B * (r->T - 1);
-    float *dpout = run_take(r, M * r->H);
-    int rc = act_check_taken((float *[]){dpout}, 1, M, err);
+    void *dpout = run_take(r, M * r->H);
+    int rc = act_check_taken((void *[]){dpout}, 1, M, err);
     if (!rc && M) {
-        k->embed_backward(g[E_CLS], g[E_POS], dpout, r->grad, r->B, r->T, r->H);
-        k->linear_backward(NULL, g[E_CONV_W], g[E_CONV_B], dpout, v->patches, p[E_CONV_W], M, P * P,
-                           r->H);
+        k->embed_backward(r->dtype, g[E_CLS], g[E_POS], dpout, r->grad, r->B, r->T, r->H);
+        k->linear_backward(r->dtype, NULL, g[E_CONV_W], g[E_CONV_B], dpout, v->patches, p[E_CONV_W],
+                           M, P * P, r->H);
     }
     run_release(r, &dpout);
     small_work(r, w, WORK_BACKWARD, 2.0 * (double)(M * P * P * r->H));
@@ -330,7 +333,7 @@ static int embed_backward(ModelRun *r, float *const *p, float *const *g, Work *w
 
 /* ---------------------------------------------------------------- the model */
 
-static float *vit_input(ModelRun *r, size_t *n) {
+static void *vit_input(ModelRun *r, size_t *n) {
     const VitConfig *c = r->config;
     *n = r->B * (size_t)c->image * (size_t)c->image;
     return ((VitActs *)r->own)->images;
@@ -358,8 +361,8 @@ static const TStackEnds vit_ends = {
     .input = vit_input,
 };
 
-static int vit_run_create(const ModelDesc *m, Device *dev, const Kernels *k, size_t max_batch,
-                          ModelRun **out, Err *err) {
+static int vit_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DType compute,
+                          size_t max_batch, ModelRun **out, Err *err) {
     (void)max_batch;
     const VitConfig *c = m->config;
     TStackShape shape = {.layers = c->layers,
@@ -370,7 +373,7 @@ static int vit_run_create(const ModelDesc *m, Device *dev, const Kernels *k, siz
                          .ln_eps = VIT_LN_EPS,
                          .flash = c->flash,
                          .outputs = (size_t)c->classes};
-    return tstack_run_create(&vit_ends, &shape, c, dev, k, out, err);
+    return tstack_run_create(&vit_ends, &shape, c, dev, k, compute, out, err);
 }
 
 static const ModelOps vit_ops = TSTACK_MODEL_OPS(vit_run_create);

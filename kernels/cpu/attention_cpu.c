@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_math.h"
+#include "kernels/cpu/cpu_fp32.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
@@ -254,12 +255,12 @@ static void attention_forward(float *out, float *probs, const float *qkv, size_t
                        ATTENTION_MIN_MACS, attention_forward_task, &a);
 }
 
-void cpu_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
+void f32_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
                            size_t heads) {
     attention_forward(out, probs, qkv, B, T, C, heads, 0);
 }
 
-void cpu_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
+void f32_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T,
                                   size_t C, size_t heads) {
     attention_forward(out, probs, qkv, B, T, C, heads, 1);
 }
@@ -298,7 +299,7 @@ static void attention_backward_task(const void *ctx, size_t p0, size_t p1) {
     attention_backward_pairs(a->dqkv, a->dout, a->qkv, a->cprobs, a->T, a->C, a->heads, p0, p1);
 }
 
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
+void f32_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *probs,
                             size_t B, size_t T, size_t C, size_t heads) {
     if (heads == 0 || C == 0 || T == 0) return;
     AttentionArgs a = {.dqkv = dqkv,
@@ -380,13 +381,13 @@ static void gqa_forward(GqaArgs *a) {
                        gqa_forward_task, a);
 }
 
-void cpu_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
+void f32_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
                                const float *v, const AttnShape *s) {
     GqaArgs a = {.out = out, .probs = probs, .q = q, .k = k, .v = v, .s = s};
     gqa_forward(&a);
 }
 
-void cpu_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
+void f32_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
                                  const float *v, const AttnShape *s) {
     GqaArgs a = {.out = out, .lse = lse, .q = q, .k = k, .v = v, .s = s};
     gqa_forward(&a);
@@ -446,7 +447,7 @@ static void gqa_backward_task(const void *ctx, size_t i0, size_t i1) {
     gqa_backward_items(a, dS, i0, i1);
 }
 
-void cpu_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
+void f32_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,
                                 const float *k, const float *v, const float *probs,
                                 const AttnShape *s) {
     if (attn_shape_empty(s)) return;
@@ -465,7 +466,7 @@ void cpu_gqa_attention_backward(float *dq, float *dk, float *dv, const float *do
 }
 
 /* Serial: the one work tile holds one pair's probabilities at a time. */
-void cpu_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
+void f32_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
                                   const float *q, const float *k, const float *v, const float *out,
                                   const float *lse, float *work, const AttnShape *s) {
     if (attn_shape_empty(s)) return;

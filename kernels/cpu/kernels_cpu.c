@@ -1,5 +1,6 @@
 /* kernels_cpu: the op table on the CPU (semantics in ../kernels.h): the elementwise ops, Adam, the
  * toy's layer and MSE here, the ViT's ops from vit_cpu.c, the language model's from lm_cpu.c. */
+#include "kernels/cpu/cpu_fp32.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 
@@ -189,14 +190,14 @@ void cpu_adam_step(float *param, const float *grad, float *m, float *v, size_t n
 }
 
 /* Reads x[i] before writing y[i], so x == y (in place) is allowed. */
-void cpu_toy_forward(const float w[3], const float *x, float *y, size_t n) {
+void f32_toy_forward(const float w[3], const float *x, float *y, size_t n) {
     const float w0 = w[0], w1 = w[1], w2 = w[2];
     for (size_t i = 0; i < n; i++) y[i] = w0 * tanhf(w1 * x[i] + w2);
 }
 
 /* Batch sums in double, in index order, so dw does not depend on how a caller splits work.
  * dx may alias x or dy: each element is read before it is written. */
-void cpu_toy_backward(const float w[3], const float *x, const float *dy, float *dx, float dw[3],
+void f32_toy_backward(const float w[3], const float *x, const float *dy, float *dx, float dw[3],
                       size_t n) {
     const float w0 = w[0], w1 = w[1], w2 = w[2];
     double s0 = 0.0, s1 = 0.0, s2 = 0.0;
@@ -214,7 +215,7 @@ void cpu_toy_backward(const float w[3], const float *x, const float *dy, float *
 }
 
 /* dy may be NULL when only the loss is wanted (evaluation). */
-float cpu_mse_loss(const float *y, const float *target, float *dy, size_t n) {
+float f32_mse_loss(const float *y, const float *target, float *dy, size_t n) {
     if (n == 0) return 0.0f;
     const double scale = 2.0 / (double)n;
     double sum = 0.0;
@@ -227,4 +228,4 @@ float cpu_mse_loss(const float *y, const float *target, float *dy, size_t n) {
 }
 
 #define CPU_OP(op) .op = cpu_##op,
-const Kernels kernels_cpu = {.name = "cpu", KERNEL_OPS(CPU_OP)};
+const Kernels kernels_cpu = {.name = "cpu", .dtypes = KERNEL_ALL_DTYPES, KERNEL_OPS(CPU_OP)};

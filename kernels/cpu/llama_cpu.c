@@ -4,10 +4,11 @@
 #include <math.h>
 #include <stddef.h>
 
+#include "kernels/cpu/cpu_fp32.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 
-void cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict in,
+void f32_rmsnorm_forward(float *restrict out, float *restrict rstd, const float *restrict in,
                          const float *restrict w, size_t M, size_t C, float eps) {
     for (size_t i = 0; i < M; i++) {
         const float *x = in + i * C;
@@ -21,7 +22,7 @@ void cpu_rmsnorm_forward(float *restrict out, float *restrict rstd, const float 
 
 /* y = x r w with r = (mean(x^2) + eps)^-1/2: dx_c = r (w_c dy_c - x_c r^2 mean(w dy x)),
  * dw_c = sum over rows of dy_c x_c r. */
-void cpu_rmsnorm_backward(float *restrict din, float *restrict dw, const float *restrict dout,
+void f32_rmsnorm_backward(float *restrict din, float *restrict dw, const float *restrict dout,
                           const float *restrict in, const float *restrict rstd,
                           const float *restrict w, size_t M, size_t C) {
     for (size_t i = 0; i < M; i++) {
@@ -41,13 +42,13 @@ static float sigmoid(float x) {
     return 1.0f / (1.0f + expf(-x));
 }
 
-void cpu_swiglu_forward(float *restrict out, const float *restrict gate, const float *restrict up,
+void f32_swiglu_forward(float *restrict out, const float *restrict gate, const float *restrict up,
                         size_t n) {
     for (size_t i = 0; i < n; i++) out[i] = gate[i] * sigmoid(gate[i]) * up[i];
 }
 
 /* silu'(g) = s (1 + g (1 - s)), s = sigmoid(g). dgate may be dout: each element is read first. */
-void cpu_swiglu_backward(float *dgate, float *restrict dup, const float *dout,
+void f32_swiglu_backward(float *dgate, float *restrict dup, const float *dout,
                          const float *restrict gate, const float *restrict up, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float g = gate[i], s = sigmoid(g), dy = dout[i];
@@ -76,10 +77,10 @@ static void rope_turn(float *x, size_t B, size_t T, size_t heads, size_t D, floa
     }
 }
 
-void cpu_rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D, float theta) {
+void f32_rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D, float theta) {
     rope_turn(x, B, T, heads, D, theta, 1.0);
 }
 
-void cpu_rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta) {
+void f32_rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D, float theta) {
     rope_turn(dx, B, T, heads, D, theta, -1.0);
 }

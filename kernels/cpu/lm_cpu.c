@@ -4,10 +4,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu/cpu_fp32.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/kernels.h"
 
-void cpu_token_embed_forward(float *restrict x, const int32_t *restrict tokens,
+void f32_token_embed_forward(float *restrict x, const int32_t *restrict tokens,
                              const float *restrict wte, const float *restrict wpe, size_t B,
                              size_t T, size_t C, size_t V) {
     for (size_t b = 0; b < B; b++)
@@ -30,7 +31,7 @@ void cpu_token_embed_forward(float *restrict x, const int32_t *restrict tokens,
 /* Serial, in (b, t) order: a token's row of dwte takes its gradients in the order they come, and
  * the CUDA op adds them in the same order, so both give the same bits. A pool is not used: this
  * is B x T x C adds, next to the block's GEMMs of B x T x C x C. */
-void cpu_token_embed_backward(float *restrict dwte, float *restrict dwpe,
+void f32_token_embed_backward(float *restrict dwte, float *restrict dwpe,
                               const int32_t *restrict tokens, const float *restrict dx, size_t B,
                               size_t T, size_t C, size_t V) {
     for (size_t b = 0; b < B; b++)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_math.h"
+#include "kernels/cpu/cpu_fp32.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
@@ -192,7 +193,7 @@ static void colsum_rows_task(void *ctx, int t, int n) {
 
 /* With a pool, each task sums the rows it holds in its cache and the partials are added to db
  * in task order. */
-void cpu_bias_grad(float *db, const float *dout, size_t rows, size_t cols, size_t stride) {
+void f32_bias_grad(float *db, const float *dout, size_t rows, size_t cols, size_t stride) {
     const int n = cpu_split_count(rows * cols, BIAS_MIN_ELEMS);
     size_t room;
     float *partials = cpu_pool_scratch(kernels_cpu_pool(), &room);
@@ -240,7 +241,7 @@ static void linear_forward_task(void *ctx, int t, int n) {
     linear_forward_rows(a, m0, m1);
 }
 
-void cpu_linear_forward(float *out, const float *in, const float *w, const float *b, size_t M,
+void f32_linear_forward(float *out, const float *in, const float *w, const float *b, size_t M,
                         size_t K, size_t N) {
     if (M == 0 || N == 0) return;
     LinearArgs a = {.out = out, .in = in, .w = w, .b = b, .M = M, .K = K, .N = N};
@@ -329,7 +330,7 @@ static void linear_reduce_task(void *ctx, int t, int n) {
     }
 }
 
-void cpu_linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+void f32_linear_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                          const float *w, size_t M, size_t K, size_t N) {
     if (M == 0) return; /* no rows: every gradient is += 0 and din is empty */
     LinearArgs a = {
@@ -390,7 +391,7 @@ static void layernorm_forward_task(const void *ctx, size_t m0, size_t m1) {
     layernorm_forward_rows(a->out, a->mean, a->rstd, a->in, a->w, a->b, m0, m1, a->C, a->eps);
 }
 
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+void f32_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
                            const float *b, size_t M, size_t C, float eps) {
     if (C == 0) return;
     LayerNormArgs a = {.out = out,
@@ -510,7 +511,7 @@ static void layernorm_backward_rows_task(void *ctx, int t, int n) {
                               a->cmean + m0, a->crstd + m0, a->w, m1 - m0, C);
 }
 
-void cpu_layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+void f32_layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
                             const float *mean, const float *rstd, const float *w, size_t M,
                             size_t C) {
     if (C == 0) return;
@@ -574,17 +575,17 @@ static void add_elems(const void *ctx, size_t i0, size_t i1) {
     add_serial(e->out + i0, e->a + i0, e->b + i0, i1 - i0);
 }
 
-void cpu_gelu_forward(float *out, const float *in, size_t n) {
+void f32_gelu_forward(float *out, const float *in, size_t n) {
     ElemArgs e = {.out = out, .a = in, .n = n};
     cpu_parallel_range(n, CHUNK, n, GELU_MIN_ELEMS, gelu_forward_elems, &e);
 }
 
-void cpu_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
+void f32_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
     ElemArgs e = {.out = din, .a = in, .b = dout, .n = n};
     cpu_parallel_range(n, CHUNK, n, GELU_MIN_ELEMS, gelu_backward_elems, &e);
 }
 
-void cpu_add(float *out, const float *a, const float *b, size_t n) {
+void f32_add(float *out, const float *a, const float *b, size_t n) {
     ElemArgs e = {.out = out, .a = a, .b = b, .n = n};
     cpu_parallel_range(n, CHUNK, n, ADD_MIN_ELEMS, add_elems, &e);
 }
@@ -680,7 +681,7 @@ static void bias_gelu_forward_task(const void *ctx, size_t i0, size_t i1) {
     bias_gelu_forward_range(a->out, a->cpre, a->b, i0, i1, a->N);
 }
 
-void cpu_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N) {
+void f32_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M, size_t N) {
     if (M == 0 || N == 0) return;
     FusedArgs a = {.out = out, .cpre = pre, .b = b, .M = M, .N = N};
     cpu_parallel_range(M * N, CHUNK, M * N, GELU_MIN_ELEMS, bias_gelu_forward_task, &a);
@@ -746,7 +747,7 @@ static void bias_gelu_backward_cols_task(void *ctx, int t, int n) {
     bias_gelu_backward_block(a->dpre, a->db, a->dout, a->cpre, a->b, 0, a->M, a->N, c0, c1);
 }
 
-void cpu_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
+void f32_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
                             const float *b, size_t M, size_t N) {
     if (M == 0 || N == 0) return;
     const int n = cpu_split_count(M * N, GELU_MIN_ELEMS);
@@ -786,7 +787,7 @@ static void residual_layernorm_task(const void *ctx, size_t m0, size_t m1) {
                             a->eps);
 }
 
-void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
+void f32_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
                                     const float *x, const float *y, const float *w, const float *b,
                                     size_t M, size_t C, float eps) {
     if (C == 0) return;
@@ -806,7 +807,7 @@ void cpu_residual_layernorm_forward(float *sum, float *out, float *mean, float *
 
 /* ---- patches, tokens, class token ---- */
 
-void cpu_patchify(float *restrict patches, const float *restrict images, size_t B, size_t S,
+void f32_patchify(float *restrict patches, const float *restrict images, size_t B, size_t S,
                   size_t P) {
     if (P == 0) return;
     const size_t G = S / P; /* patches per side */
@@ -838,7 +839,7 @@ static void add_serial(float *out, const float *a, const float *b, size_t n) {
     for (; i < n; i++) out[i] = a[i] + b[i];
 }
 
-void cpu_embed_forward(float *restrict x, const float *restrict patch_out,
+void f32_embed_forward(float *restrict x, const float *restrict patch_out,
                        const float *restrict cls, const float *restrict pos, size_t B, size_t T,
                        size_t C) {
     if (T == 0) return;
@@ -850,7 +851,7 @@ void cpu_embed_forward(float *restrict x, const float *restrict patch_out,
     }
 }
 
-void cpu_embed_backward(float *restrict dcls, float *restrict dpos, float *restrict dpatch_out,
+void f32_embed_backward(float *restrict dcls, float *restrict dpos, float *restrict dpatch_out,
                         const float *restrict dx, size_t B, size_t T, size_t C) {
     if (T == 0 || C == 0) return;
     colsum_add(dcls, dx, B, C, T * C);
@@ -860,20 +861,20 @@ void cpu_embed_backward(float *restrict dcls, float *restrict dpos, float *restr
             memcpy(dpatch_out + b * (T - 1) * C, dx + (b * T + 1) * C, (T - 1) * C * sizeof(float));
 }
 
-void cpu_class_token_select(float *restrict out, const float *restrict x, size_t B, size_t T,
+void f32_class_token_select(float *restrict out, const float *restrict x, size_t B, size_t T,
                             size_t C) {
     if (C == 0) return;
     for (size_t b = 0; b < B; b++) memcpy(out + b * C, x + b * T * C, C * sizeof(float));
 }
 
-void cpu_class_token_select_backward(float *restrict dx, const float *restrict dout, size_t B,
+void f32_class_token_select_backward(float *restrict dx, const float *restrict dout, size_t B,
                                      size_t T, size_t C) {
     for (size_t b = 0; b < B; b++) add_serial(dx + b * T * C, dx + b * T * C, dout + b * C, C);
 }
 
 /* ---- loss and accuracy ---- */
 
-float cpu_cross_entropy(float *restrict dlogits, const float *restrict logits,
+float f32_cross_entropy(float *restrict dlogits, const float *restrict logits,
                         const int32_t *restrict labels, size_t B, size_t classes,
                         float grad_scale) {
     if (B == 0 || classes == 0) return 0.0f;
@@ -904,7 +905,7 @@ float cpu_cross_entropy(float *restrict dlogits, const float *restrict logits,
     return (float)(total / (double)B);
 }
 
-size_t cpu_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes) {
+size_t f32_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes) {
     if (classes == 0) return 0;
     size_t correct = 0;
     for (size_t i = 0; i < B; i++) {
