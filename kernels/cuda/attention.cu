@@ -432,21 +432,28 @@ void attention_forward(float *out, float *probs, const float *qkv, size_t B, siz
 
 } // namespace
 
-extern "C" void cuda_attention_forward(float *out, float *probs, const float *qkv, size_t B,
+extern "C" void cuda_attention_forward(DType t, void *out, void *probs, const void *qkv, size_t B,
                                        size_t T, size_t C, size_t heads) {
-    attention_forward(out, probs, qkv, B, T, C, heads, 0, "attention_forward");
+    if (cuda_fp32_only(t, "attention_forward")) return;
+    attention_forward((float *)out, (float *)probs, (const float *)qkv, B, T, C, heads, 0,
+                      "attention_forward");
 }
 
-extern "C" void cuda_causal_attention_forward(float *out, float *probs, const float *qkv, size_t B,
-                                              size_t T, size_t C, size_t heads) {
-    attention_forward(out, probs, qkv, B, T, C, heads, 1, "causal_attention_forward");
+extern "C" void cuda_causal_attention_forward(DType t, void *out, void *probs, const void *qkv,
+                                              size_t B, size_t T, size_t C, size_t heads) {
+    if (cuda_fp32_only(t, "causal_attention_forward")) return;
+    attention_forward((float *)out, (float *)probs, (const float *)qkv, B, T, C, heads, 1,
+                      "causal_attention_forward");
 }
 
-extern "C" void cuda_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                        const float *probs, size_t B, size_t T, size_t C,
+extern "C" void cuda_attention_backward(DType t, void *dqkv_, const void *dout_, const void *qkv_,
+                                        const void *probs_, size_t B, size_t T, size_t C,
                                         size_t heads) {
     const char *where = "attention_backward";
-    if (B == 0 || T == 0 || C == 0 || heads == 0) return;
+    if (cuda_fp32_only(t, where) || B == 0 || T == 0 || C == 0 || heads == 0) return;
+    float *dqkv = (float *)dqkv_;
+    const float *dout = (const float *)dout_, *qkv = (const float *)qkv_;
+    const float *probs = (const float *)probs_;
     if (!attention_shape_ok(B, T, C, heads, where)) return;
     const size_t D = C / heads;
     const float scale = (float)(1.0 / sqrt((double)D));

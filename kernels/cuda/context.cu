@@ -15,9 +15,14 @@ CudaContext *cuda_ctx() {
     return current;
 }
 
+// Whether the thread has a context and nothing kept yet: only the first error is kept.
+static int first_error(void) {
+    return current && current->error == cudaSuccess && !current->cublas_status && !current->refused;
+}
+
 int cuda_note(cudaError_t e, const char *where) {
     if (e == cudaSuccess) return 0;
-    if (current && current->error == cudaSuccess && !current->cublas_status) {
+    if (first_error()) {
         current->error = e;
         current->where = where;
     }
@@ -26,8 +31,19 @@ int cuda_note(cudaError_t e, const char *where) {
 
 int cuda_note_cublas(cublasStatus_t s, const char *where) {
     if (s == CUBLAS_STATUS_SUCCESS) return 0;
-    if (current && current->error == cudaSuccess && !current->cublas_status) {
+    if (first_error()) {
         current->cublas_status = (int)s;
+        current->where = where;
+    }
+    return 1;
+}
+
+// The names are dtype_name's, spelled out: as elementwise.cu says, the library calls none of
+// dtype.c's functions.
+int cuda_fp32_only(DType t, const char *where) {
+    if (t == DTYPE_FP32) return 0;
+    if (first_error()) {
+        current->refused = t == DTYPE_BF16 ? "bf16" : t == DTYPE_FP16 ? "fp16" : "an unknown dtype";
         current->where = where;
     }
     return 1;
@@ -77,8 +93,13 @@ extern "C" int kernels_cuda_status(Err *err) {
     else if (current->cublas_status)
         rc = err_set(err, ERR_INTERNAL, "cuBLASLt error %d in %s", current->cublas_status,
                      current->where ? current->where : "?");
+    else if (current->refused)
+        rc = err_set(err, ERR_INTERNAL,
+                     "cuda_%s: the CUDA kernels compute in fp32 only (asked for %s)",
+                     current->where ? current->where : "?", current->refused);
     current->error = cudaSuccess;
     current->cublas_status = 0;
+    current->refused = NULL;
     current->where = NULL;
     return rc;
 }

@@ -7,6 +7,10 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 
+extern "C" { // dtype.h is C (kernels/dtype.c), with no linkage guard of its own
+#include "kernels/dtype.h"
+}
+
 struct CudaContext {
     cudaStream_t stream;
     cublasLtHandle_t lt;
@@ -14,9 +18,10 @@ struct CudaContext {
     void *scratch;   // CUDA_SCRATCH_BYTES of device memory for values ops return
     void *host;      // pinned host mirror of scratch
     int tf32;
-    cudaError_t error; // the first error since kernels_cuda_status, cudaSuccess if none
-    int cublas_status; // likewise for cuBLASLt (0: none)
-    const char *where; // the op that met it
+    cudaError_t error;   // the first error since kernels_cuda_status, cudaSuccess if none
+    int cublas_status;   // likewise for cuBLASLt (0: none)
+    const char *refused; // likewise for a compute dtype an op does not take ("bf16"; NULL: none)
+    const char *where;   // the op that met it
 };
 
 enum : size_t { CUDA_WORKSPACE_BYTES = 32u << 20, CUDA_SCRATCH_BYTES = 1u << 16 };
@@ -27,6 +32,10 @@ CudaContext *cuda_ctx();
 // Keeps the first error of the thread's ops; returns 1 if `e` is one.
 int cuda_note(cudaError_t e, const char *where);
 int cuda_note_cublas(cublasStatus_t s, const char *where);
+
+// The ops compute in fp32 only (kernels_cuda.dtypes), so the engine never asks them for another
+// dtype; an op that is asked anyway keeps that as its error and returns 1: it launches nothing.
+int cuda_fp32_only(DType t, const char *where);
 
 // After a launch: records a launch error under the op's name.
 #define CUDA_LAUNCHED(where) cuda_note(cudaGetLastError(), where)

@@ -414,9 +414,10 @@ extern "C" void cuda_accumulate(float *y, const float *x, size_t n) {
     CUDA_LAUNCHED("accumulate");
 }
 
-extern "C" void cuda_add(float *out, const float *a, const float *b, size_t n) {
-    if (n == 0) return;
-    add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(out, a, b, n);
+extern "C" void cuda_add(DType t, void *out, const void *a, const void *b, size_t n) {
+    if (cuda_fp32_only(t, "add") || n == 0) return;
+    add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+        (float *)out, (const float *)a, (const float *)b, n);
     CUDA_LAUNCHED("add");
 }
 
@@ -471,31 +472,34 @@ extern "C" void cuda_adam_step(float *param, const float *grad, float *m, float 
     CUDA_LAUNCHED("adam_step");
 }
 
-extern "C" void cuda_toy_forward(const float w[3], const float *x, float *y, size_t n) {
-    if (n == 0) return;
-    toy_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(w, x, y, n);
+extern "C" void cuda_toy_forward(DType t, const void *w, const void *x, void *y, size_t n) {
+    if (cuda_fp32_only(t, "toy_forward") || n == 0) return;
+    toy_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+        (const float *)w, (const float *)x, (float *)y, n);
     CUDA_LAUNCHED("toy_forward");
 }
 
 // Stays asynchronous: the batch sums go through the scratch straight into dw.
-extern "C" void cuda_toy_backward(const float w[3], const float *x, const float *dy, float *dx,
+extern "C" void cuda_toy_backward(DType t, const void *w, const void *x, const void *dy, void *dx,
                                   float dw[3], size_t n) {
-    if (n == 0) return; // dw += 0
+    if (cuda_fp32_only(t, "toy_backward") || n == 0) return; // n == 0: dw += 0
     CudaContext *c = cuda_ctx();
     const unsigned blocks = reduce_blocks(n);
-    toy_backward_partial<<<blocks, THREADS, 0, c->stream>>>(partial_area(c), w, x, dy, dx, n);
+    toy_backward_partial<<<blocks, THREADS, 0, c->stream>>>(
+        partial_area(c), (const float *)w, (const float *)x, (const float *)dy, (float *)dx, n);
     if (CUDA_LAUNCHED("toy_backward")) return;
     toy_backward_finish<<<1, THREADS, 0, c->stream>>>(dw, partial_area(c), blocks);
     CUDA_LAUNCHED("toy_backward");
 }
 
-// On a CUDA error: NaN (see the top of the file).
-extern "C" float cuda_mse_loss(const float *y, const float *target, float *dy, size_t n) {
+// On a CUDA error: NaN (see the top of the file); likewise for a dtype it does not take.
+extern "C" float cuda_mse_loss(DType t, const void *y, const float *target, void *dy, size_t n) {
+    if (cuda_fp32_only(t, "mse_loss")) return NAN;
     if (n == 0) return 0.0f;
     CudaContext *c = cuda_ctx();
     const unsigned blocks = reduce_blocks(n);
-    mse_partial<<<blocks, THREADS, 0, c->stream>>>(partial_area(c), dy, y, target, n,
-                                                   2.0 / (double)n);
+    mse_partial<<<blocks, THREADS, 0, c->stream>>>(partial_area(c), (float *)dy, (const float *)y,
+                                                   target, n, 2.0 / (double)n);
     if (CUDA_LAUNCHED("mse_loss")) return NAN;
     finish_sum<1><<<1, THREADS, 0, c->stream>>>(result_area(c), partial_area(c), blocks);
     if (CUDA_LAUNCHED("mse_loss") || fetch_result(c, sizeof(double), "mse_loss")) return NAN;
@@ -504,16 +508,18 @@ extern "C" float cuda_mse_loss(const float *y, const float *target, float *dy, s
     return (float)(sum / (double)n);
 }
 
-extern "C" void cuda_gelu_forward(float *out, const float *in, size_t n) {
-    if (n == 0) return;
-    gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(out, in, n);
+extern "C" void cuda_gelu_forward(DType t, void *out, const void *in, size_t n) {
+    if (cuda_fp32_only(t, "gelu_forward") || n == 0) return;
+    gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+        (float *)out, (const float *)in, n);
     CUDA_LAUNCHED("gelu_forward");
 }
 
-extern "C" void cuda_gelu_backward(float *din, const float *in, const float *dout, size_t n) {
-    if (n == 0) return;
+extern "C" void cuda_gelu_backward(DType t, void *din, const void *in, const void *dout, size_t n) {
+    if (cuda_fp32_only(t, "gelu_backward") || n == 0) return;
     const unsigned blocks = cuda_blocks(n, THREADS);
-    gelu_backward_kernel<<<blocks, THREADS, 0, cuda_ctx()->stream>>>(din, in, dout, n);
+    gelu_backward_kernel<<<blocks, THREADS, 0, cuda_ctx()->stream>>>(
+        (float *)din, (const float *)in, (const float *)dout, n);
     CUDA_LAUNCHED("gelu_backward");
 }
 
@@ -524,15 +530,15 @@ void column_sums_finish(float *db, const double *partials, size_t cols, unsigned
 }
 
 // Row groups of at least BIAS_MIN_GROUP_ROWS rows, their partials after the scratch's result.
-extern "C" void cuda_bias_grad(float *db, const float *dout, size_t rows, size_t cols,
+extern "C" void cuda_bias_grad(DType t, float *db, const void *dout, size_t rows, size_t cols,
                                size_t stride) {
-    if (rows == 0 || cols == 0) return;
+    if (cuda_fp32_only(t, "bias_grad") || rows == 0 || cols == 0) return;
     CudaContext *c = cuda_ctx();
     const ColumnSumGrid g =
         column_sum_grid(rows, cols, BIAS_MAX_GROUPS, BIAS_MIN_GROUP_ROWS, PARTIAL_DOUBLES);
     double *partials = g.groups > 1 ? partial_area(c) : nullptr;
-    bias_grad_partial<<<g.grid, g.block, 0, c->stream>>>(db, partials, dout, rows, cols, stride,
-                                                         g.group_rows);
+    bias_grad_partial<<<g.grid, g.block, 0, c->stream>>>(db, partials, (const float *)dout, rows,
+                                                         cols, stride, g.group_rows);
     if (CUDA_LAUNCHED("bias_grad") || !partials) return;
     column_sums_finish(db, partials, cols, g.groups, c->stream);
     CUDA_LAUNCHED("bias_grad");

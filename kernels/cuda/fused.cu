@@ -116,34 +116,39 @@ __global__ void __launch_bounds__(LN_THREADS)
 
 // ---------------------------------------------------------------- the ops
 
-extern "C" void cuda_bias_gelu_forward(float *out, const float *pre, const float *b, size_t M,
+extern "C" void cuda_bias_gelu_forward(DType t, void *out, const void *pre, const void *b, size_t M,
                                        size_t N) {
     const size_t n = M * N;
-    if (n == 0) return;
-    bias_gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(out, pre,
-                                                                                          b, n, N);
+    if (cuda_fp32_only(t, "bias_gelu_forward") || n == 0) return;
+    bias_gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+        (float *)out, (const float *)pre, (const float *)b, n, N);
     CUDA_LAUNCHED("bias_gelu_forward");
 }
 
 // Row groups of at least BG_MIN_GROUP_ROWS rows, their partials in the scratch.
-extern "C" void cuda_bias_gelu_backward(float *dpre, float *db, const float *dout, const float *pre,
-                                        const float *b, size_t M, size_t N) {
-    if (M == 0 || N == 0) return;
+extern "C" void cuda_bias_gelu_backward(DType t, void *dpre, float *db, const void *dout,
+                                        const void *pre, const void *b, size_t M, size_t N) {
+    if (cuda_fp32_only(t, "bias_gelu_backward") || M == 0 || N == 0) return;
     CudaContext *c = cuda_ctx();
     const ColumnSumGrid g =
         column_sum_grid(M, N, BG_MAX_GROUPS, BG_MIN_GROUP_ROWS, PARTIAL_DOUBLES);
     double *partials = g.groups > 1 ? (double *)c->scratch : nullptr;
-    bias_gelu_backward_kernel<<<g.grid, g.block, 0, c->stream>>>(dpre, db, partials, dout, pre, b,
-                                                                 M, N, g.group_rows);
+    bias_gelu_backward_kernel<<<g.grid, g.block, 0, c->stream>>>(
+        (float *)dpre, db, partials, (const float *)dout, (const float *)pre, (const float *)b, M,
+        N, g.group_rows);
     if (CUDA_LAUNCHED("bias_gelu_backward") || !partials) return;
     column_sums_finish(db, partials, N, g.groups, c->stream);
     CUDA_LAUNCHED("bias_gelu_backward");
 }
 
-extern "C" void cuda_residual_layernorm_forward(float *sum, float *out, float *mean, float *rstd,
-                                                const float *x, const float *y, const float *w,
-                                                const float *b, size_t M, size_t C, float eps) {
-    if (C == 0 || M == 0) return;
+extern "C" void cuda_residual_layernorm_forward(DType t, void *sum_, void *out_, float *mean,
+                                                float *rstd, const void *x_, const void *y_,
+                                                const void *w_, const void *b_, size_t M, size_t C,
+                                                float eps) {
+    if (cuda_fp32_only(t, "residual_layernorm_forward") || C == 0 || M == 0) return;
+    float *sum = (float *)sum_, *out = (float *)out_;
+    const float *x = (const float *)x_, *y = (const float *)y_;
+    const float *w = (const float *)w_, *b = (const float *)b_;
     CudaContext *ctx = cuda_ctx();
     if (C <= LN_WARP_MAX_C)
         residual_layernorm_kernel<1>

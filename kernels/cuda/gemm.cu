@@ -244,9 +244,11 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
 
 } // namespace
 
-extern "C" void cuda_linear_forward(float *out, const float *in, const float *w, const float *b,
-                                    size_t M, size_t K, size_t N) {
-    if (M == 0 || N == 0) return;
+extern "C" void cuda_linear_forward(DType t, void *out_, const void *in_, const void *w_,
+                                    const void *b_, size_t M, size_t K, size_t N) {
+    if (cuda_fp32_only(t, "linear_forward") || M == 0 || N == 0) return;
+    float *out = (float *)out_;
+    const float *in = (const float *)in_, *w = (const float *)w_, *b = (const float *)b_;
     if (K == 0) { // an empty product: out is the bias (or zero); ld = 0 is no valid layout
         fill_rows_kernel<<<cuda_blocks(M * N, 256), 256, 0, cuda_ctx()->stream>>>(out, b, M, N);
         CUDA_LAUNCHED("linear_forward");
@@ -255,10 +257,13 @@ extern "C" void cuda_linear_forward(float *out, const float *in, const float *w,
     run_gemm(b ? OP_FORWARD_BIAS : OP_FORWARD, out, w, in, b, 0.0f, M, K, N, "linear_forward");
 }
 
-extern "C" void cuda_linear_backward(float *din, float *dw, float *db, const float *dout,
-                                     const float *in, const float *w, size_t M, size_t K,
+extern "C" void cuda_linear_backward(DType t, void *din_, float *dw, float *db, const void *dout_,
+                                     const void *in_, const void *w_, size_t M, size_t K,
                                      size_t N) {
+    if (cuda_fp32_only(t, "linear_backward")) return;
     if (M == 0) return; // no rows: every gradient is += 0 and din is empty
+    float *din = (float *)din_;
+    const float *dout = (const float *)dout_, *in = (const float *)in_, *w = (const float *)w_;
     CudaContext *ctx = cuda_ctx();
     if (din && K > 0) {
         if (N == 0)

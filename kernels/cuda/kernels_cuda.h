@@ -24,7 +24,8 @@ int kernels_cuda_bind(void *stream, Err *err);
 void kernels_cuda_unbind(void);
 
 /* Ops return void, so a CUDA error is kept: the first one this thread's ops met since the last
- * call (named with the op), or 0. */
+ * call (named with the op), or 0. An op asked for a compute dtype the table does not take (its
+ * dtypes: fp32 only for now) launches nothing and keeps that as its error. */
 int kernels_cuda_status(Err *err);
 
 /* Whether this process can use a GPU; if not, `why` says why in a few words. Never fails

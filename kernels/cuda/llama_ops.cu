@@ -224,17 +224,20 @@ __global__ void attention_backward_kernel(float *dq, float *dk, float *dv, const
 
 } // namespace
 
-extern "C" void cuda_rmsnorm_forward(float *out, float *rstd, const float *in, const float *w,
+extern "C" void cuda_rmsnorm_forward(DType t, void *out, float *rstd, const void *in, const void *w,
                                      size_t M, size_t C, float eps) {
-    if (M == 0 || C == 0) return;
-    rmsnorm_forward_kernel<<<(unsigned)M, ROW_THREADS, 0, cuda_ctx()->stream>>>(out, rstd, in, w, C,
-                                                                                eps);
+    if (cuda_fp32_only(t, "rmsnorm_forward") || M == 0 || C == 0) return;
+    rmsnorm_forward_kernel<<<(unsigned)M, ROW_THREADS, 0, cuda_ctx()->stream>>>(
+        (float *)out, rstd, (const float *)in, (const float *)w, C, eps);
     CUDA_LAUNCHED("rmsnorm_forward");
 }
 
-extern "C" void cuda_rmsnorm_backward(float *din, float *dw, const float *dout, const float *in,
-                                      const float *rstd, const float *w, size_t M, size_t C) {
-    if (M == 0 || C == 0) return;
+extern "C" void cuda_rmsnorm_backward(DType t, void *din_, float *dw, const void *dout_,
+                                      const void *in_, const float *rstd, const void *w_, size_t M,
+                                      size_t C) {
+    if (cuda_fp32_only(t, "rmsnorm_backward") || M == 0 || C == 0) return;
+    float *din = (float *)din_;
+    const float *dout = (const float *)dout_, *in = (const float *)in_, *w = (const float *)w_;
     cudaStream_t stream = cuda_ctx()->stream;
     rmsnorm_din_kernel<<<(unsigned)M, ROW_THREADS, 0, stream>>>(din, dout, in, rstd, w, C);
     rmsnorm_dw_kernel<<<cuda_blocks(C, EW_THREADS), EW_THREADS, 0, stream>>>(dw, dout, in, rstd, M,
@@ -242,18 +245,20 @@ extern "C" void cuda_rmsnorm_backward(float *din, float *dw, const float *dout, 
     CUDA_LAUNCHED("rmsnorm_backward");
 }
 
-extern "C" void cuda_swiglu_forward(float *out, const float *gate, const float *up, size_t n) {
-    if (n == 0) return;
+extern "C" void cuda_swiglu_forward(DType t, void *out, const void *gate, const void *up,
+                                    size_t n) {
+    if (cuda_fp32_only(t, "swiglu_forward") || n == 0) return;
     swiglu_forward_kernel<<<cuda_blocks(n, EW_THREADS), EW_THREADS, 0, cuda_ctx()->stream>>>(
-        out, gate, up, n);
+        (float *)out, (const float *)gate, (const float *)up, n);
     CUDA_LAUNCHED("swiglu_forward");
 }
 
-extern "C" void cuda_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate,
-                                     const float *up, size_t n) {
-    if (n == 0) return;
+extern "C" void cuda_swiglu_backward(DType t, void *dgate, void *dup, const void *dout,
+                                     const void *gate, const void *up, size_t n) {
+    if (cuda_fp32_only(t, "swiglu_backward") || n == 0) return;
     swiglu_backward_kernel<<<cuda_blocks(n, EW_THREADS), EW_THREADS, 0, cuda_ctx()->stream>>>(
-        dgate, dup, dout, gate, up, n);
+        (float *)dgate, (float *)dup, (const float *)dout, (const float *)gate, (const float *)up,
+        n);
     CUDA_LAUNCHED("swiglu_backward");
 }
 
@@ -266,14 +271,16 @@ static void rope(float *x, size_t B, size_t T, size_t heads, size_t D, float the
     CUDA_LAUNCHED(where);
 }
 
-extern "C" void cuda_rope_forward(float *x, size_t B, size_t T, size_t heads, size_t D,
+extern "C" void cuda_rope_forward(DType t, void *x, size_t B, size_t T, size_t heads, size_t D,
                                   float theta) {
-    rope(x, B, T, heads, D, theta, 1.0, "rope_forward");
+    if (cuda_fp32_only(t, "rope_forward")) return;
+    rope((float *)x, B, T, heads, D, theta, 1.0, "rope_forward");
 }
 
-extern "C" void cuda_rope_backward(float *dx, size_t B, size_t T, size_t heads, size_t D,
+extern "C" void cuda_rope_backward(DType t, void *dx, size_t B, size_t T, size_t heads, size_t D,
                                    float theta) {
-    rope(dx, B, T, heads, D, theta, -1.0, "rope_backward");
+    if (cuda_fp32_only(t, "rope_backward")) return;
+    rope((float *)dx, B, T, heads, D, theta, -1.0, "rope_backward");
 }
 
 static int attn_empty(const AttnShape *s) {
@@ -304,26 +311,36 @@ static void attention_backward(float *dq, float *dk, float *dv, const float *dou
     CUDA_LAUNCHED(where);
 }
 
-extern "C" void cuda_gqa_attention_forward(float *out, float *probs, const float *q, const float *k,
-                                           const float *v, const AttnShape *s) {
-    attention_forward(out, probs, NULL, q, k, v, s, "gqa_attention_forward");
+extern "C" void cuda_gqa_attention_forward(DType t, void *out, void *probs, const void *q,
+                                           const void *k, const void *v, const AttnShape *s) {
+    if (cuda_fp32_only(t, "gqa_attention_forward")) return;
+    attention_forward((float *)out, (float *)probs, NULL, (const float *)q, (const float *)k,
+                      (const float *)v, s, "gqa_attention_forward");
 }
 
-extern "C" void cuda_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout,
-                                            const float *q, const float *k, const float *v,
-                                            const float *probs, const AttnShape *s) {
-    attention_backward(dq, dk, dv, dout, q, k, v, probs, NULL, NULL, s, "gqa_attention_backward");
+extern "C" void cuda_gqa_attention_backward(DType t, void *dq, void *dk, void *dv, const void *dout,
+                                            const void *q, const void *k, const void *v,
+                                            const void *probs, const AttnShape *s) {
+    if (cuda_fp32_only(t, "gqa_attention_backward")) return;
+    attention_backward((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q,
+                       (const float *)k, (const float *)v, (const float *)probs, NULL, NULL, s,
+                       "gqa_attention_backward");
 }
 
-extern "C" void cuda_flash_attention_forward(float *out, float *lse, const float *q, const float *k,
-                                             const float *v, const AttnShape *s) {
-    attention_forward(out, NULL, lse, q, k, v, s, "flash_attention_forward");
+extern "C" void cuda_flash_attention_forward(DType t, void *out, float *lse, const void *q,
+                                             const void *k, const void *v, const AttnShape *s) {
+    if (cuda_fp32_only(t, "flash_attention_forward")) return;
+    attention_forward((float *)out, NULL, lse, (const float *)q, (const float *)k, (const float *)v,
+                      s, "flash_attention_forward");
 }
 
-extern "C" void cuda_flash_attention_backward(float *dq, float *dk, float *dv, const float *dout,
-                                              const float *q, const float *k, const float *v,
-                                              const float *out, const float *lse, float *work,
-                                              const AttnShape *s) {
+extern "C" void cuda_flash_attention_backward(DType t, void *dq, void *dk, void *dv,
+                                              const void *dout, const void *q, const void *k,
+                                              const void *v, const void *out, const float *lse,
+                                              float *work, const AttnShape *s) {
     (void)work; // each block recomputes its own row from lse
-    attention_backward(dq, dk, dv, dout, q, k, v, NULL, out, lse, s, "flash_attention_backward");
+    if (cuda_fp32_only(t, "flash_attention_backward")) return;
+    attention_backward((float *)dq, (float *)dk, (float *)dv, (const float *)dout, (const float *)q,
+                       (const float *)k, (const float *)v, NULL, (const float *)out, lse, s,
+                       "flash_attention_backward");
 }

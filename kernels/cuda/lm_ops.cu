@@ -61,18 +61,20 @@ __global__ void token_embed_dwte_kernel(float *__restrict__ dwte,
 
 } // namespace
 
-extern "C" void cuda_token_embed_forward(float *x, const int32_t *tokens, const float *wte,
-                                         const float *wpe, size_t B, size_t T, size_t C, size_t V) {
+extern "C" void cuda_token_embed_forward(DType t, void *x, const int32_t *tokens, const void *wte,
+                                         const void *wpe, size_t B, size_t T, size_t C, size_t V) {
     const size_t total = B * T * C;
-    if (total == 0) return;
+    if (cuda_fp32_only(t, "token_embed_forward") || total == 0) return;
     token_embed_forward_kernel<<<cuda_blocks(total, LM_THREADS), LM_THREADS, 0,
-                                 cuda_ctx()->stream>>>(x, tokens, wte, wpe, total, T, C, V);
+                                 cuda_ctx()->stream>>>((float *)x, tokens, (const float *)wte,
+                                                       (const float *)wpe, total, T, C, V);
     CUDA_LAUNCHED("token_embed_forward");
 }
 
-extern "C" void cuda_token_embed_backward(float *dwte, float *dwpe, const int32_t *tokens,
-                                          const float *dx, size_t B, size_t T, size_t C, size_t V) {
-    if (B == 0 || T == 0 || C == 0) return;
+extern "C" void cuda_token_embed_backward(DType t, float *dwte, float *dwpe, const int32_t *tokens,
+                                          const void *dx_, size_t B, size_t T, size_t C, size_t V) {
+    if (cuda_fp32_only(t, "token_embed_backward") || B == 0 || T == 0 || C == 0) return;
+    const float *dx = (const float *)dx_;
     cudaStream_t stream = cuda_ctx()->stream;
     if (dwpe)
         token_embed_dwpe_kernel<<<cuda_blocks(T * C, LM_THREADS), LM_THREADS, 0, stream>>>(

@@ -3,4 +3,4 @@
 #include "kernels/cuda/kernels_cuda.h"
 
 #define CUDA_OP(op) cuda_##op,
-extern "C" const Kernels kernels_cuda = {"cuda", KERNEL_OPS(CUDA_OP)};
+extern "C" const Kernels kernels_cuda = {"cuda", KERNEL_DTYPE_BIT(DTYPE_FP32), KERNEL_OPS(CUDA_OP)};

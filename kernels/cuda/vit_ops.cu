@@ -350,9 +350,11 @@ unsigned loss_blocks(size_t B) {
 
 // ---- the ops ----
 
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
-                            const float *b, size_t M, size_t C, float eps) {
-    if (C == 0 || M == 0) return;
+void cuda_layernorm_forward(DType t, void *out_, float *mean, float *rstd, const void *in_,
+                            const void *w_, const void *b_, size_t M, size_t C, float eps) {
+    if (cuda_fp32_only(t, "layernorm_forward") || C == 0 || M == 0) return;
+    float *out = (float *)out_;
+    const float *in = (const float *)in_, *w = (const float *)w_, *b = (const float *)b_;
     CudaContext *ctx = cuda_ctx();
     if (C <= LN_WARP_MAX_C)
         layernorm_forward_kernel<1>
@@ -365,10 +367,12 @@ void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *i
     CUDA_LAUNCHED("layernorm_forward");
 }
 
-void cuda_layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                             const float *mean, const float *rstd, const float *w, size_t M,
-                             size_t C) {
-    if (C == 0 || M == 0) return;
+void cuda_layernorm_backward(DType t, void *din_, float *dw, float *db, const void *dout_,
+                             const void *in_, const float *mean, const float *rstd, const void *w_,
+                             size_t M, size_t C) {
+    if (cuda_fp32_only(t, "layernorm_backward") || C == 0 || M == 0) return;
+    float *din = (float *)din_;
+    const float *dout = (const float *)dout_, *in = (const float *)in_, *w = (const float *)w_;
     CudaContext *ctx = cuda_ctx();
     if (C <= LN_WARP_MAX_C)
         layernorm_backward_din_kernel<1>
@@ -395,58 +399,62 @@ void cuda_layernorm_backward(float *din, float *dw, float *db, const float *dout
     CUDA_LAUNCHED("layernorm_backward");
 }
 
-void cuda_patchify(float *patches, const float *images, size_t B, size_t S, size_t P) {
-    if (P == 0) return;
+void cuda_patchify(DType t, void *patches, const void *images, size_t B, size_t S, size_t P) {
+    if (cuda_fp32_only(t, "patchify") || P == 0) return;
     const size_t G = S / P, total = B * G * G * P * P;
     if (total == 0) return;
     patchify_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0, cuda_ctx()->stream>>>(
-        patches, images, total, S, P, G);
+        (float *)patches, (const float *)images, total, S, P, G);
     CUDA_LAUNCHED("patchify");
 }
 
-void cuda_embed_forward(float *x, const float *patch_out, const float *cls, const float *pos,
+void cuda_embed_forward(DType t, void *x, const void *patch_out, const void *cls, const void *pos,
                         size_t B, size_t T, size_t C) {
     const size_t total = B * T * C;
-    if (total == 0) return;
+    if (cuda_fp32_only(t, "embed_forward") || total == 0) return;
     embed_forward_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0, cuda_ctx()->stream>>>(
-        x, patch_out, cls, pos, total, T, C);
+        (float *)x, (const float *)patch_out, (const float *)cls, (const float *)pos, total, T, C);
     CUDA_LAUNCHED("embed_forward");
 }
 
-void cuda_embed_backward(float *dcls, float *dpos, float *dpatch_out, const float *dx, size_t B,
-                         size_t T, size_t C) {
-    if (T == 0 || C == 0) return;
+void cuda_embed_backward(DType t, float *dcls, float *dpos, void *dpatch_out, const void *dx,
+                         size_t B, size_t T, size_t C) {
+    if (cuda_fp32_only(t, "embed_backward") || T == 0 || C == 0) return;
     // with B == 0 this still adds the empty sums (0) to dcls and dpos, as the CPU does
     embed_backward_kernel<<<cuda_blocks(T * C, ELEM_THREADS), ELEM_THREADS, 0,
-                            cuda_ctx()->stream>>>(dcls, dpos, dpatch_out, dx, B, T, C);
+                            cuda_ctx()->stream>>>(dcls, dpos, (float *)dpatch_out,
+                                                  (const float *)dx, B, T, C);
     CUDA_LAUNCHED("embed_backward");
 }
 
-void cuda_class_token_select(float *out, const float *x, size_t B, size_t T, size_t C) {
+void cuda_class_token_select(DType t, void *out, const void *x, size_t B, size_t T, size_t C) {
     const size_t total = B * C;
-    if (total == 0) return;
+    if (cuda_fp32_only(t, "class_token_select") || total == 0) return;
     class_token_select_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
-                                cuda_ctx()->stream>>>(out, x, total, T, C);
+                                cuda_ctx()->stream>>>((float *)out, (const float *)x, total, T, C);
     CUDA_LAUNCHED("class_token_select");
 }
 
-void cuda_class_token_select_backward(float *dx, const float *dout, size_t B, size_t T, size_t C) {
+void cuda_class_token_select_backward(DType t, void *dx, const void *dout, size_t B, size_t T,
+                                      size_t C) {
     const size_t total = B * C;
-    if (total == 0) return;
+    if (cuda_fp32_only(t, "class_token_select_backward") || total == 0) return;
     class_token_select_backward_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
-                                         cuda_ctx()->stream>>>(dx, dout, total, T, C);
+                                         cuda_ctx()->stream>>>((float *)dx, (const float *)dout,
+                                                               total, T, C);
     CUDA_LAUNCHED("class_token_select_backward");
 }
 
-float cuda_cross_entropy(float *dlogits, const float *logits, const int32_t *labels, size_t B,
-                         size_t classes, float grad_scale) {
+float cuda_cross_entropy(DType t, void *dlogits, const void *logits, const int32_t *labels,
+                         size_t B, size_t classes, float grad_scale) {
+    if (cuda_fp32_only(t, "cross_entropy")) return NAN;
     if (B == 0 || classes == 0) return 0.0f;
     CudaContext *ctx = cuda_ctx();
     const float g = grad_scale / (float)B; // as the CPU rounds it
     const unsigned blocks = loss_blocks(B);
     double *partials = (double *)ctx->scratch;
-    cross_entropy_kernel<<<blocks, LOSS_WARPS * 32, 0, ctx->stream>>>(dlogits, logits, labels, B,
-                                                                      classes, g, partials);
+    cross_entropy_kernel<<<blocks, LOSS_WARPS * 32, 0, ctx->stream>>>(
+        (float *)dlogits, (const float *)logits, labels, B, classes, g, partials);
     if (CUDA_LAUNCHED("cross_entropy")) return NAN;
     if (cuda_note(cudaMemcpyAsync(ctx->host, partials, blocks * sizeof(double),
                                   cudaMemcpyDeviceToHost, ctx->stream),
@@ -459,13 +467,14 @@ float cuda_cross_entropy(float *dlogits, const float *logits, const int32_t *lab
     return (float)(total / (double)B);
 }
 
-size_t cuda_count_correct(const float *logits, const int32_t *labels, size_t B, size_t classes) {
-    if (B == 0 || classes == 0) return 0;
+size_t cuda_count_correct(DType t, const void *logits, const int32_t *labels, size_t B,
+                          size_t classes) {
+    if (cuda_fp32_only(t, "count_correct") || B == 0 || classes == 0) return 0;
     CudaContext *ctx = cuda_ctx();
     unsigned long long *count = (unsigned long long *)ctx->scratch;
     if (cuda_note(cudaMemsetAsync(count, 0, sizeof *count, ctx->stream), "count_correct")) return 0;
-    count_correct_kernel<<<loss_blocks(B), LOSS_WARPS * 32, 0, ctx->stream>>>(count, logits, labels,
-                                                                              B, classes);
+    count_correct_kernel<<<loss_blocks(B), LOSS_WARPS * 32, 0, ctx->stream>>>(
+        count, (const float *)logits, labels, B, classes);
     if (CUDA_LAUNCHED("count_correct")) return 0;
     if (cuda_note(
             cudaMemcpyAsync(ctx->host, count, sizeof *count, cudaMemcpyDeviceToHost, ctx->stream),

@@ -298,15 +298,15 @@ Test(cuda_elementwise, scale_accumulate_add) {
         /* add into a poisoned output, then in place over a and over b */
         float *d_out = gpu_poisoned(n * sizeof *d_out);
         gpu_put(d_a, a, n * sizeof *a);
-        GPU->add(d_out, d_a, d_b, n);
+        GPU->add(DTYPE_FP32, d_out, d_a, d_b, n);
         gpu_check();
-        CPU->add(want, a, b, n);
+        CPU->add(DTYPE_FP32, want, a, b, n);
         gpu_expect_close_dev(d_out, want, n, REL, fmt_text("add n=%zu", n));
-        GPU->add(d_a, d_a, d_b, n);
+        GPU->add(DTYPE_FP32, d_a, d_a, d_b, n);
         gpu_check();
         gpu_expect_close_dev(d_a, want, n, REL, fmt_text("add out=a n=%zu", n));
         gpu_put(d_a, a, n * sizeof *a);
-        GPU->add(d_b, d_a, d_b, n);
+        GPU->add(DTYPE_FP32, d_b, d_a, d_b, n);
         gpu_check();
         gpu_expect_close_dev(d_b, want, n, REL, fmt_text("add out=b n=%zu", n));
 
@@ -460,12 +460,12 @@ Test(cuda_elementwise, toy_forward) {
         const size_t n = SIZES[si];
         float *x = host_random(n, -2.0f, 2.0f, 500 + (unsigned)si);
         float *want = host_alloc(n * sizeof *want);
-        CPU->toy_forward(TOY_W, x, want, n);
+        CPU->toy_forward(DTYPE_FP32, TOY_W, x, want, n);
         float *d_x = gpu_copy(x, n), *d_y = gpu_poisoned(n * sizeof *d_y);
-        GPU->toy_forward(d_w, d_x, d_y, n);
+        GPU->toy_forward(DTYPE_FP32, d_w, d_x, d_y, n);
         gpu_check();
         gpu_expect_close_dev(d_y, want, n, REL, fmt_text("toy_forward n=%zu", n));
-        GPU->toy_forward(d_w, d_x, d_x, n); /* in place */
+        GPU->toy_forward(DTYPE_FP32, d_w, d_x, d_x, n); /* in place */
         gpu_check();
         gpu_expect_close_dev(d_x, want, n, REL, fmt_text("toy_forward in place n=%zu", n));
         gpu_free(d_x), gpu_free(d_y);
@@ -488,7 +488,8 @@ Test(cuda_elementwise, toy_backward) {
             gpu_random(dw0, 3, -2.0f, 2.0f, 700 + (unsigned)si);
             memcpy(want_dw, dw0, sizeof dw0);
             float *want_dx = host_alloc(n * sizeof *want_dx);
-            CPU->toy_backward(TOY_W, x, dy, mode == DX_NONE ? NULL : want_dx, want_dw, n);
+            CPU->toy_backward(DTYPE_FP32, TOY_W, x, dy, mode == DX_NONE ? NULL : want_dx, want_dw,
+                              n);
 
             float *d_x = gpu_copy(x, n), *d_dy = gpu_copy(dy, n), *d_dw = gpu_floats(dw0, 3);
             float *d_own = gpu_poisoned(n * sizeof *d_own);
@@ -496,7 +497,7 @@ Test(cuda_elementwise, toy_backward) {
                           : mode == DX_IS_X  ? d_x
                           : mode == DX_IS_DY ? d_dy
                                              : NULL;
-            GPU->toy_backward(d_w, d_x, d_dy, d_dx, d_dw, n);
+            GPU->toy_backward(DTYPE_FP32, d_w, d_x, d_dy, d_dx, d_dw, n);
             gpu_check();
             gpu_get(got_dw, d_dw, sizeof got_dw);
             for (int k = 0; k < 3; k++) {
@@ -522,11 +523,11 @@ Test(cuda_elementwise, mse_loss) {
         float *y = host_random(n, -1.0f, 2.0f, 800 + (unsigned)si);
         float *t = host_random(n, -1.5f, 1.5f, 900 + (unsigned)si);
         float *want_dy = host_alloc(n * sizeof *want_dy);
-        const float want = CPU->mse_loss(y, t, want_dy, n);
+        const float want = CPU->mse_loss(DTYPE_FP32, y, t, want_dy, n);
         float *d_y = gpu_copy(y, n), *d_t = gpu_copy(t, n);
         float *d_dy = gpu_poisoned(n * sizeof *d_dy);
 
-        const float got = GPU->mse_loss(d_y, d_t, d_dy, n);
+        const float got = GPU->mse_loss(DTYPE_FP32, d_y, d_t, d_dy, n);
         gpu_check();
         gpu_expect_close(&got, &want, 1, REL, fmt_text("mse_loss n=%zu: loss", n));
         if (n == 0) {
@@ -535,7 +536,7 @@ Test(cuda_elementwise, mse_loss) {
         }
         gpu_expect_close_dev(d_dy, want_dy, n, REL, fmt_text("mse_loss n=%zu: dy", n));
 
-        const float loss_only = GPU->mse_loss(d_y, d_t, NULL, n);
+        const float loss_only = GPU->mse_loss(DTYPE_FP32, d_y, d_t, NULL, n);
         gpu_check();
         gpu_expect_close(&loss_only, &want, 1, REL, fmt_text("mse_loss n=%zu: loss without dy", n));
 
@@ -554,25 +555,25 @@ Test(cuda_elementwise, gelu_forward_and_backward) {
         float *x = host_random(n, -6.0f, 6.0f, 1000 + (unsigned)si);
         float *dout = host_random(n, -1.0f, 1.0f, 1100 + (unsigned)si);
         float *want = host_alloc(n * sizeof *want), *want_din = host_alloc(n * sizeof *want_din);
-        CPU->gelu_forward(want, x, n);
-        CPU->gelu_backward(want_din, x, dout, n);
+        CPU->gelu_forward(DTYPE_FP32, want, x, n);
+        CPU->gelu_backward(DTYPE_FP32, want_din, x, dout, n);
         float *d_x = gpu_copy(x, n), *d_dout = gpu_copy(dout, n);
         float *d_out = gpu_poisoned(n * sizeof *d_out);
 
-        GPU->gelu_forward(d_out, d_x, n);
+        GPU->gelu_forward(DTYPE_FP32, d_out, d_x, n);
         gpu_check();
         gpu_expect_close_dev(d_out, want, n, REL, fmt_text("gelu_forward n=%zu", n));
 
         gpu_poison(d_out, (n ? n : 1) * sizeof *d_out);
-        GPU->gelu_backward(d_out, d_x, d_dout, n);
+        GPU->gelu_backward(DTYPE_FP32, d_out, d_x, d_dout, n);
         gpu_check();
         gpu_expect_close_dev(d_out, want_din, n, REL, fmt_text("gelu_backward n=%zu", n));
 
-        GPU->gelu_backward(d_dout, d_x, d_dout, n); /* din = dout */
+        GPU->gelu_backward(DTYPE_FP32, d_dout, d_x, d_dout, n); /* din = dout */
         gpu_check();
         gpu_expect_close_dev(d_dout, want_din, n, REL, fmt_text("gelu_backward din=dout n=%zu", n));
 
-        GPU->gelu_forward(d_x, d_x, n); /* out = in */
+        GPU->gelu_forward(DTYPE_FP32, d_x, d_x, n); /* out = in */
         gpu_check();
         gpu_expect_close_dev(d_x, want, n, REL, fmt_text("gelu_forward in place n=%zu", n));
 
@@ -600,9 +601,9 @@ Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
         float *dout = host_random(elems, -1.0f, 1.0f, 1200 + (unsigned)s);
         float *db0 = host_random(cols, -2.0f, 2.0f, 1300 + (unsigned)s);
         float *want = host_copy(db0, cols);
-        CPU->bias_grad(want, dout, rows, cols, stride);
+        CPU->bias_grad(DTYPE_FP32, want, dout, rows, cols, stride);
         float *d_dout = gpu_copy(dout, elems), *d_db = gpu_copy(db0, cols);
-        GPU->bias_grad(d_db, d_dout, rows, cols, stride);
+        GPU->bias_grad(DTYPE_FP32, d_db, d_dout, rows, cols, stride);
         gpu_check();
         gpu_expect_close_dev(
             d_db, want, cols, REL,
@@ -611,4 +612,30 @@ Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
         gpu_free(d_dout), gpu_free(d_db);
         free(dout), free(db0), free(want);
     }
+}
+
+/* ---- the compute dtype ---- */
+
+/* The table computes in fp32 only for now: an op asked for bf16 or fp16 launches nothing (its
+ * output keeps its poison), returns what a failed op returns and leaves an error naming the op
+ * and the dtype, which kernels_cuda_status reports once. */
+Test(cuda_elementwise, computes_in_fp32_only) {
+    cr_expect(kernels_computes_in(GPU, DTYPE_FP32));
+    cr_expect(!kernels_computes_in(GPU, DTYPE_BF16) && !kernels_computes_in(GPU, DTYPE_FP16));
+    enum { N = 8 };
+    float *d_x = gpu_poisoned(N * sizeof(float)), *d_out = gpu_poisoned(N * sizeof(float));
+    gpu_put(d_x, (const float[N]){1, 2, 3, 4, 5, 6, 7, 8}, sizeof(float[N]));
+    GPU->gelu_forward(DTYPE_BF16, d_out, d_x, N);
+    expect_poisoned_dev(d_out, N * sizeof(float), "gelu_forward asked for bf16");
+    GPU->add(DTYPE_FP16, d_out, d_x, d_x, N); /* a second refusal: the first error is kept */
+    Err err = {0};
+    cr_expect_neq(kernels_cuda_status(&err), 0, "gelu_forward took bf16");
+    cr_expect(strstr(err.msg, "cuda_gelu_forward: the CUDA kernels compute in fp32 only "
+                              "(asked for bf16)") != NULL,
+              "the error names the op and the dtype: %s", err.msg);
+    cr_expect_eq(kernels_cuda_status(&err), 0, "the error is reported once");
+    cr_expect(isnan(GPU->mse_loss(DTYPE_FP16, d_x, d_x, NULL, N)), "a refused loss is NaN");
+    cr_expect_neq(kernels_cuda_status(&err), 0, "mse_loss took fp16");
+    cr_expect(strstr(err.msg, "(asked for fp16)") != NULL, "%s", err.msg);
+    gpu_free(d_x), gpu_free(d_out);
 }

@@ -77,10 +77,10 @@ Test(cuda_fused, bias_gelu_forward) {
         /* the GEMM's output without bias, across GELU's bend and into its tails */
         float *pre = host_random(n, -5.0f, 5.0f, seed), *b = host_random(N, -1.0f, 1.0f, seed + 1);
         float *out = host_floats(n);
-        CPU->bias_gelu_forward(out, pre, b, M, N);
+        CPU->bias_gelu_forward(DTYPE_FP32, out, pre, b, M, N);
 
         float *d_pre = gpu_floats(pre, n), *d_b = gpu_floats(b, N), *d_out = gpu_poisoned_floats(n);
-        GPU->bias_gelu_forward(d_out, d_pre, d_b, M, N);
+        GPU->bias_gelu_forward(DTYPE_FP32, d_out, d_pre, d_b, M, N);
         gpu_check();
         float *biased = host_biased(pre, b, M, N);
         expect_gelu_close(d_out, out, biased, n,
@@ -90,7 +90,7 @@ Test(cuda_fused, bias_gelu_forward) {
 
         /* the GPU's unfused op on the pre-activation */
         float *d_biased = gpu_floats(biased, n), *d_want = gpu_poisoned_floats(n);
-        GPU->gelu_forward(d_want, d_biased, n);
+        GPU->gelu_forward(DTYPE_FP32, d_want, d_biased, n);
         gpu_check();
         gpu_expect_close_devs(d_out, d_want, n, REL_UNFUSED,
                               fmt_text("bias_gelu_forward vs gelu_forward (M %zu, N %zu)", M, N));
@@ -108,11 +108,11 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         float *dout = host_random(n, -1.0f, 1.0f, seed + 1);
         float *db0 = host_random(N, -1.0f, 1.0f, seed + 2); /* "+=": starts non-zero */
         float *dpre = host_floats(n), *db = host_copy(db0, N);
-        CPU->bias_gelu_backward(dpre, db, dout, pre, b, M, N);
+        CPU->bias_gelu_backward(DTYPE_FP32, dpre, db, dout, pre, b, M, N);
 
         float *d_pre = gpu_floats(pre, n), *d_b = gpu_floats(b, N), *d_dout = gpu_floats(dout, n);
         float *d_dpre = gpu_poisoned_floats(n), *d_db = gpu_floats(db0, N);
-        GPU->bias_gelu_backward(d_dpre, d_db, d_dout, d_pre, d_b, M, N);
+        GPU->bias_gelu_backward(DTYPE_FP32, d_dpre, d_db, d_dout, d_pre, d_b, M, N);
         gpu_check();
         gpu_expect_close_dev(d_dpre, dpre, n, REL,
                              fmt_text("bias_gelu_backward dpre (M %zu, N %zu)", M, N));
@@ -124,14 +124,14 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         /* run to run: the same bits (fixed grid, groups added in order) */
         float *first = gpu_fetch(d_db, N);
         float *d_db2 = gpu_floats(db0, N), *d_dpre2 = gpu_poisoned_floats(n);
-        GPU->bias_gelu_backward(d_dpre2, d_db2, d_dout, d_pre, d_b, M, N);
+        GPU->bias_gelu_backward(DTYPE_FP32, d_dpre2, d_db2, d_dout, d_pre, d_b, M, N);
         gpu_check();
         gpu_expect_same_dev(d_db2, first, N,
                             fmt_text("bias_gelu_backward db second run (M %zu, N %zu)", M, N));
 
         /* in place (dpre = dout), as models/vit.c calls it */
         float *d_inplace = gpu_floats(dout, n), *d_db3 = gpu_floats(db0, N);
-        GPU->bias_gelu_backward(d_inplace, d_db3, d_inplace, d_pre, d_b, M, N);
+        GPU->bias_gelu_backward(DTYPE_FP32, d_inplace, d_db3, d_inplace, d_pre, d_b, M, N);
         gpu_check();
         gpu_expect_close_dev(d_inplace, dpre, n, REL,
                              fmt_text("bias_gelu_backward dpre in place (M %zu, N %zu)", M, N));
@@ -142,8 +142,8 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
         float *biased = host_biased(pre, b, M, N);
         float *d_biased = gpu_floats(biased, n);
         float *d_want = gpu_poisoned_floats(n), *d_want_db = gpu_floats(db0, N);
-        GPU->gelu_backward(d_want, d_biased, d_dout, n);
-        GPU->bias_grad(d_want_db, d_want, M, N, N);
+        GPU->gelu_backward(DTYPE_FP32, d_want, d_biased, d_dout, n);
+        GPU->bias_grad(DTYPE_FP32, d_want_db, d_want, M, N, N);
         gpu_check();
         gpu_expect_close_devs(d_dpre, d_want, n, REL_UNFUSED,
                               fmt_text("bias_gelu_backward vs gelu_backward (M %zu, N %zu)", M, N));
@@ -161,9 +161,10 @@ Test(cuda_fused, bias_gelu_backward_accumulates_db) {
 Test(cuda_fused, empty_shapes_touch_nothing) {
     const float db0[3] = {1.0f, 2.0f, 3.0f};
     float *d_db = gpu_floats(db0, 3);
-    GPU->bias_gelu_backward(NULL, d_db, NULL, NULL, d_db, 0, 3);
-    GPU->bias_gelu_forward(NULL, NULL, d_db, 0, 3);
-    GPU->residual_layernorm_forward(NULL, NULL, NULL, NULL, NULL, NULL, d_db, d_db, 0, 3, LN_EPS);
+    GPU->bias_gelu_backward(DTYPE_FP32, NULL, d_db, NULL, NULL, d_db, 0, 3);
+    GPU->bias_gelu_forward(DTYPE_FP32, NULL, NULL, d_db, 0, 3);
+    GPU->residual_layernorm_forward(DTYPE_FP32, NULL, NULL, NULL, NULL, NULL, NULL, d_db, d_db, 0,
+                                    3, LN_EPS);
     gpu_check();
     gpu_expect_same_dev(d_db, db0, 3, "db after empty calls");
     gpu_free(d_db);
@@ -187,7 +188,7 @@ Test(cuda_fused, residual_layernorm_forward) {
         float *w = host_random(C, 0.5f, 1.5f, seed + 2), *b = host_random(C, -0.5f, 0.5f, seed + 3);
         float *sum = host_floats(n), *out = host_floats(n);
         float *mean = host_floats(M), *rstd = host_floats(M);
-        CPU->residual_layernorm_forward(sum, out, mean, rstd, x, y, w, b, M, C, LN_EPS);
+        CPU->residual_layernorm_forward(DTYPE_FP32, sum, out, mean, rstd, x, y, w, b, M, C, LN_EPS);
 
         float *d_w = gpu_floats(w, C), *d_b = gpu_floats(b, C), *d_y = gpu_floats(y, n);
         /* into a new buffer, then in place into x (models/vit.c: sum = the branch's output) */
@@ -196,8 +197,8 @@ Test(cuda_fused, residual_layernorm_forward) {
             float *d_sum = in_place ? d_x : d_new;
             float *d_out = gpu_poisoned_floats(n), *d_mean = gpu_poisoned_floats(M),
                   *d_rstd = gpu_poisoned_floats(M);
-            GPU->residual_layernorm_forward(d_sum, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, M, C,
-                                            LN_EPS);
+            GPU->residual_layernorm_forward(DTYPE_FP32, d_sum, d_out, d_mean, d_rstd, d_x, d_y, d_w,
+                                            d_b, M, C, LN_EPS);
             gpu_check();
             const char *how = in_place ? "in place" : "new buffer";
             char what[96];
@@ -214,8 +215,8 @@ Test(cuda_fused, residual_layernorm_forward) {
             if (!in_place) { /* the GPU's unfused ops: add, then layernorm_forward */
                 float *d_s2 = gpu_poisoned_floats(n), *d_o2 = gpu_poisoned_floats(n);
                 float *d_m2 = gpu_poisoned_floats(M), *d_r2 = gpu_poisoned_floats(M);
-                GPU->add(d_s2, d_x, d_y, n);
-                GPU->layernorm_forward(d_o2, d_m2, d_r2, d_s2, d_w, d_b, M, C, LN_EPS);
+                GPU->add(DTYPE_FP32, d_s2, d_x, d_y, n);
+                GPU->layernorm_forward(DTYPE_FP32, d_o2, d_m2, d_r2, d_s2, d_w, d_b, M, C, LN_EPS);
                 gpu_check();
                 snprintf(what, sizeof what, "residual_layernorm vs add + layernorm (M %zu, C %zu)",
                          M, C);

@@ -64,9 +64,9 @@ static void check_linear_at(size_t M, size_t K, size_t N, int flags, unsigned se
 
     float *out_c = host_floats(M * N), *din_c = host_floats(M * K);
     float *dw_c = host_copy(dw0, N * K), *db_c = host_copy(db0, N);
-    CPU->linear_forward(out_c, in, w, b, M, K, N);
-    CPU->linear_backward(want_din ? din_c : NULL, dw_c, want_db ? db_c : NULL, dout, in, w, M, K,
-                         N);
+    CPU->linear_forward(DTYPE_FP32, out_c, in, w, b, M, K, N);
+    CPU->linear_backward(DTYPE_FP32, want_din ? din_c : NULL, dw_c, want_db ? db_c : NULL, dout, in,
+                         w, M, K, N);
 
     /* device buffers: each starts `offset` floats into its allocation */
     float *a_in = gpu_alloc((offset + M * K) * sizeof(float));
@@ -89,9 +89,9 @@ static void check_linear_at(size_t M, size_t K, size_t N, int flags, unsigned se
     gpu_poison(d_out, M * N * sizeof(float));
     gpu_poison(d_din, M * K * sizeof(float));
 
-    GPU->linear_forward(d_out, d_in, d_w, bias ? d_b : NULL, M, K, N);
-    GPU->linear_backward(want_din ? d_din : NULL, d_dw, want_db ? d_db : NULL, d_dout, d_in, d_w, M,
-                         K, N);
+    GPU->linear_forward(DTYPE_FP32, d_out, d_in, d_w, bias ? d_b : NULL, M, K, N);
+    GPU->linear_backward(DTYPE_FP32, want_din ? d_din : NULL, d_dw, want_db ? d_db : NULL, d_dout,
+                         d_in, d_w, M, K, N);
     gpu_check();
 
     float *out_g = gpu_fetch(d_out, M * N), *dw_g = gpu_fetch(d_dw, N * K),
@@ -205,7 +205,7 @@ Test(cuda_linear, deterministic) {
         gpu_poison(d_din, M * K * sizeof(float));
         gpu_put(d_dw, w, N * K * sizeof(float)); /* any fixed start */
         gpu_put(d_db, dout, N * sizeof(float));
-        GPU->linear_backward(d_din, d_dw, d_db, d_dout, d_in, d_w, M, K, N);
+        GPU->linear_backward(DTYPE_FP32, d_din, d_dw, d_db, d_dout, d_in, d_w, M, K, N);
         gpu_check();
         float *got[3] = {gpu_fetch(d_din, M * K), gpu_fetch(d_dw, N * K), gpu_fetch(d_db, N)};
         if (run == 0) {
@@ -233,15 +233,15 @@ static void check_attention(size_t B, size_t T, size_t C, size_t heads, unsigned
     float *dout = host_random(n_out, -1.0f, 1.0f, seed + 1);
     float *out_c = host_floats(n_out), *probs_c = host_floats(n_probs);
     float *dqkv_c = host_floats(n_qkv);
-    CPU->attention_forward(out_c, probs_c, qkv, B, T, C, heads);
-    CPU->attention_backward(dqkv_c, dout, qkv, probs_c, B, T, C, heads);
+    CPU->attention_forward(DTYPE_FP32, out_c, probs_c, qkv, B, T, C, heads);
+    CPU->attention_backward(DTYPE_FP32, dqkv_c, dout, qkv, probs_c, B, T, C, heads);
 
     float *d_qkv = gpu_floats(qkv, n_qkv), *d_dout = gpu_floats(dout, n_out);
     float *d_probs_c = gpu_floats(probs_c, n_probs);
     float *d_out = gpu_poisoned_floats(n_out), *d_probs = gpu_poisoned_floats(n_probs);
     float *d_dqkv = gpu_poisoned_floats(n_qkv);
-    GPU->attention_forward(d_out, d_probs, d_qkv, B, T, C, heads);
-    GPU->attention_backward(d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
+    GPU->attention_forward(DTYPE_FP32, d_out, d_probs, d_qkv, B, T, C, heads);
+    GPU->attention_backward(DTYPE_FP32, d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
     gpu_check();
     float *out_g = gpu_fetch(d_out, n_out), *probs_g = gpu_fetch(d_probs, n_probs);
     float *dqkv_g = gpu_fetch(d_dqkv, n_qkv);
@@ -252,8 +252,8 @@ static void check_attention(size_t B, size_t T, size_t C, size_t heads, unsigned
     gpu_poison(d_out, n_out * sizeof(float));
     gpu_poison(d_probs, n_probs * sizeof(float));
     gpu_poison(d_dqkv, n_qkv * sizeof(float));
-    GPU->attention_forward(d_out, d_probs, d_qkv, B, T, C, heads);
-    GPU->attention_backward(d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
+    GPU->attention_forward(DTYPE_FP32, d_out, d_probs, d_qkv, B, T, C, heads);
+    GPU->attention_backward(DTYPE_FP32, d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
     gpu_check();
     float *out_2 = gpu_fetch(d_out, n_out), *probs_2 = gpu_fetch(d_probs, n_probs);
     float *dqkv_2 = gpu_fetch(d_dqkv, n_qkv);
@@ -302,11 +302,11 @@ Test(cuda_attention, too_many_tokens) {
     const size_t T = KERNELS_MAX_TOKENS + 1, C = 8;
     float *d_qkv = gpu_alloc(T * 3 * C * sizeof(float)), *d_out = gpu_alloc(T * C * sizeof(float));
     float *d_probs = gpu_alloc(T * T * sizeof(float));
-    GPU->attention_forward(d_out, d_probs, d_qkv, 1, T, C, 1);
+    GPU->attention_forward(DTYPE_FP32, d_out, d_probs, d_qkv, 1, T, C, 1);
     Err err = {0};
     cr_expect_neq(kernels_cuda_status(&err), 0, "attention_forward took T = %zu", T);
     cr_expect(strstr(err.msg, "attention_forward") != NULL, "the error names the op: %s", err.msg);
-    GPU->attention_backward(d_qkv, d_out, d_qkv, d_probs, 1, T, C, 1);
+    GPU->attention_backward(DTYPE_FP32, d_qkv, d_out, d_qkv, d_probs, 1, T, C, 1);
     cr_expect_neq(kernels_cuda_status(&err), 0, "attention_backward took T = %zu", T);
     gpu_free(d_qkv), gpu_free(d_out), gpu_free(d_probs);
 }

@@ -29,13 +29,13 @@ Test(cuda_llama_ops, rmsnorm) {
         float *dw0 = host_random(C, -1, 1, 14);
         float *out = host_floats(n), *rstd = host_floats(M);
         float *din = host_copy(din0, n), *dw = host_copy(dw0, C);
-        CPU->rmsnorm_forward(out, rstd, in, w, M, C, 1e-5f);
-        CPU->rmsnorm_backward(din, dw, dout, in, rstd, w, M, C);
+        CPU->rmsnorm_forward(DTYPE_FP32, out, rstd, in, w, M, C, 1e-5f);
+        CPU->rmsnorm_backward(DTYPE_FP32, din, dw, dout, in, rstd, w, M, C);
         float *d_in = gpu_floats(in, n), *d_w = gpu_floats(w, C), *d_dout = gpu_floats(dout, n);
         float *d_out = gpu_poisoned_floats(n), *d_rstd = gpu_poisoned_floats(M);
         float *d_din = gpu_floats(din0, n), *d_dw = gpu_floats(dw0, C);
-        GPU->rmsnorm_forward(d_out, d_rstd, d_in, d_w, M, C, 1e-5f);
-        GPU->rmsnorm_backward(d_din, d_dw, d_dout, d_in, d_rstd, d_w, M, C);
+        GPU->rmsnorm_forward(DTYPE_FP32, d_out, d_rstd, d_in, d_w, M, C, 1e-5f);
+        GPU->rmsnorm_backward(DTYPE_FP32, d_din, d_dw, d_dout, d_in, d_rstd, d_w, M, C);
         gpu_check();
         gpu_expect_close_dev(d_out, out, n, REL, fmt_text("rmsnorm out (%zu x %zu)", M, C));
         gpu_expect_close_dev(d_rstd, rstd, M, REL, "rmsnorm rstd");
@@ -52,12 +52,13 @@ Test(cuda_llama_ops, swiglu_and_rope) {
     float *gate = host_random(n, -4, 4, 20), *up = host_random(n, -2, 2, 21);
     float *dout = host_random(n, -1, 1, 22);
     float *out = host_floats(n), *dgate = host_floats(n), *dup = host_floats(n);
-    CPU->swiglu_forward(out, gate, up, n);
-    CPU->swiglu_backward(dgate, dup, dout, gate, up, n);
+    CPU->swiglu_forward(DTYPE_FP32, out, gate, up, n);
+    CPU->swiglu_backward(DTYPE_FP32, dgate, dup, dout, gate, up, n);
     float *d_gate = gpu_floats(gate, n), *d_up = gpu_floats(up, n), *d_dout = gpu_floats(dout, n);
     float *d_out = gpu_poisoned_floats(n), *d_dup = gpu_poisoned_floats(n);
-    GPU->swiglu_forward(d_out, d_gate, d_up, n);
-    GPU->swiglu_backward(d_dout, d_dup, d_dout, d_gate, d_up, n); /* dgate written over dout */
+    GPU->swiglu_forward(DTYPE_FP32, d_out, d_gate, d_up, n);
+    GPU->swiglu_backward(DTYPE_FP32, d_dout, d_dup, d_dout, d_gate, d_up,
+                         n); /* dgate written over dout */
     gpu_check();
     gpu_expect_close_dev(d_out, out, n, REL, "swiglu out");
     gpu_expect_close_dev(d_dout, dgate, n, REL, "swiglu dgate");
@@ -65,11 +66,11 @@ Test(cuda_llama_ops, swiglu_and_rope) {
     /* RoPE over q of 4 heads of 32 and k of 2, at theta 500000 */
     const size_t B = 3, T = 64, heads = 4, D = 32, m = B * T * heads * D;
     float *x = host_random(m, -1, 1, 23), *fwd = host_copy(x, m), *bwd = host_copy(x, m);
-    CPU->rope_forward(fwd, B, T, heads, D, 500000.0f);
-    CPU->rope_backward(bwd, B, T, heads, D, 500000.0f);
+    CPU->rope_forward(DTYPE_FP32, fwd, B, T, heads, D, 500000.0f);
+    CPU->rope_backward(DTYPE_FP32, bwd, B, T, heads, D, 500000.0f);
     float *d_f = gpu_floats(x, m), *d_b = gpu_floats(x, m);
-    GPU->rope_forward(d_f, B, T, heads, D, 500000.0f);
-    GPU->rope_backward(d_b, B, T, heads, D, 500000.0f);
+    GPU->rope_forward(DTYPE_FP32, d_f, B, T, heads, D, 500000.0f);
+    GPU->rope_backward(DTYPE_FP32, d_b, B, T, heads, D, 500000.0f);
     gpu_check();
     gpu_expect_close_dev(d_f, fwd, m, REL, "rope forward");
     gpu_expect_close_dev(d_b, bwd, m, REL, "rope backward");
@@ -87,22 +88,22 @@ static void check_attention(const AttnShape *s, size_t k_off, size_t v_off, size
     float *qkv = host_random(n_qkv, -2, 2, seed), *dout = host_random(n_out, -1, 1, seed + 1);
     float *out = host_floats(n_out), *probs = host_floats(n_probs), *lse = host_floats(n_lse);
     float *dqkv = host_zeros(n_qkv), *fqkv = host_zeros(n_qkv), *work = host_floats(s->T * s->T);
-    CPU->gqa_attention_forward(out, probs, qkv, qkv + k_off, qkv + v_off, s);
-    CPU->gqa_attention_backward(dqkv, dqkv + k_off, dqkv + v_off, dout, qkv, qkv + k_off,
-                                qkv + v_off, probs, s);
-    CPU->flash_attention_forward(out, lse, qkv, qkv + k_off, qkv + v_off, s);
-    CPU->flash_attention_backward(fqkv, fqkv + k_off, fqkv + v_off, dout, qkv, qkv + k_off,
-                                  qkv + v_off, out, lse, work, s);
+    CPU->gqa_attention_forward(DTYPE_FP32, out, probs, qkv, qkv + k_off, qkv + v_off, s);
+    CPU->gqa_attention_backward(DTYPE_FP32, dqkv, dqkv + k_off, dqkv + v_off, dout, qkv,
+                                qkv + k_off, qkv + v_off, probs, s);
+    CPU->flash_attention_forward(DTYPE_FP32, out, lse, qkv, qkv + k_off, qkv + v_off, s);
+    CPU->flash_attention_backward(DTYPE_FP32, fqkv, fqkv + k_off, fqkv + v_off, dout, qkv,
+                                  qkv + k_off, qkv + v_off, out, lse, work, s);
     float *d_qkv = gpu_floats(qkv, n_qkv), *d_dout = gpu_floats(dout, n_out);
     float *d_out = gpu_poisoned_floats(n_out), *d_probs = gpu_poisoned_floats(n_probs);
     float *d_fout = gpu_poisoned_floats(n_out), *d_lse = gpu_poisoned_floats(n_lse);
     float *d_dqkv = gpu_floats(dqkv, n_qkv), *d_fqkv = gpu_floats(fqkv, n_qkv); /* gaps: 0 */
     float *d_work = gpu_poisoned_floats(s->T * s->T);
-    GPU->gqa_attention_forward(d_out, d_probs, d_qkv, d_qkv + k_off, d_qkv + v_off, s);
-    GPU->gqa_attention_backward(d_dqkv, d_dqkv + k_off, d_dqkv + v_off, d_dout, d_qkv,
+    GPU->gqa_attention_forward(DTYPE_FP32, d_out, d_probs, d_qkv, d_qkv + k_off, d_qkv + v_off, s);
+    GPU->gqa_attention_backward(DTYPE_FP32, d_dqkv, d_dqkv + k_off, d_dqkv + v_off, d_dout, d_qkv,
                                 d_qkv + k_off, d_qkv + v_off, d_probs, s);
-    GPU->flash_attention_forward(d_fout, d_lse, d_qkv, d_qkv + k_off, d_qkv + v_off, s);
-    GPU->flash_attention_backward(d_fqkv, d_fqkv + k_off, d_fqkv + v_off, d_dout, d_qkv,
+    GPU->flash_attention_forward(DTYPE_FP32, d_fout, d_lse, d_qkv, d_qkv + k_off, d_qkv + v_off, s);
+    GPU->flash_attention_backward(DTYPE_FP32, d_fqkv, d_fqkv + k_off, d_fqkv + v_off, d_dout, d_qkv,
                                   d_qkv + k_off, d_qkv + v_off, d_fout, d_lse, d_work, s);
     gpu_check();
     const char *shape = fmt_text("B %zu T %zu heads %zu/%zu D %zu causal %d", s->B, s->T, s->heads,
@@ -143,15 +144,15 @@ Test(cuda_llama_ops, token_embedding_without_positions) {
     for (size_t i = 0; i < n; i++) ids[i] = (int32_t)((i * 37) % V);
     float *wte = host_random(V * C, -1, 1, 200), *dx = host_random(n * C, -1, 1, 201);
     float *x = host_floats(n * C), *dwte = host_zeros(V * C);
-    CPU->token_embed_forward(x, ids, wte, NULL, B, T, C, V);
-    CPU->token_embed_backward(dwte, NULL, ids, dx, B, T, C, V);
+    CPU->token_embed_forward(DTYPE_FP32, x, ids, wte, NULL, B, T, C, V);
+    CPU->token_embed_backward(DTYPE_FP32, dwte, NULL, ids, dx, B, T, C, V);
     int32_t *d_ids = gpu_alloc(n * sizeof *ids);
     gpu_put(d_ids, ids, n * sizeof *ids);
     float *d_wte = gpu_floats(wte, V * C), *d_dx = gpu_floats(dx, n * C);
     float *zeros = host_zeros(V * C);
     float *d_x = gpu_poisoned_floats(n * C), *d_dwte = gpu_floats(zeros, V * C);
-    GPU->token_embed_forward(d_x, d_ids, d_wte, NULL, B, T, C, V);
-    GPU->token_embed_backward(d_dwte, NULL, d_ids, d_dx, B, T, C, V);
+    GPU->token_embed_forward(DTYPE_FP32, d_x, d_ids, d_wte, NULL, B, T, C, V);
+    GPU->token_embed_backward(DTYPE_FP32, d_dwte, NULL, d_ids, d_dx, B, T, C, V);
     gpu_check();
     gpu_expect_same_dev(d_x, x, n * C, "x = wte[ids]");
     gpu_expect_same_dev(d_dwte, dwte, V * C, "dwte");

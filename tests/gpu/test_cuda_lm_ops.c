@@ -26,14 +26,14 @@ static void check_causal(size_t B, size_t T, size_t C, size_t heads, unsigned se
     float *dout = host_random(n_out, -1.0f, 1.0f, seed + 1);
     float *out_c = host_floats(n_out), *probs_c = host_floats(n_probs);
     float *dqkv_c = host_floats(n_qkv);
-    CPU->causal_attention_forward(out_c, probs_c, qkv, B, T, C, heads);
-    CPU->attention_backward(dqkv_c, dout, qkv, probs_c, B, T, C, heads);
+    CPU->causal_attention_forward(DTYPE_FP32, out_c, probs_c, qkv, B, T, C, heads);
+    CPU->attention_backward(DTYPE_FP32, dqkv_c, dout, qkv, probs_c, B, T, C, heads);
     float *d_qkv = gpu_floats(qkv, n_qkv), *d_dout = gpu_floats(dout, n_out);
     float *d_probs_c = gpu_floats(probs_c, n_probs);
     float *d_out = gpu_poisoned_floats(n_out), *d_probs = gpu_poisoned_floats(n_probs);
     float *d_dqkv = gpu_poisoned_floats(n_qkv);
-    GPU->causal_attention_forward(d_out, d_probs, d_qkv, B, T, C, heads);
-    GPU->attention_backward(d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
+    GPU->causal_attention_forward(DTYPE_FP32, d_out, d_probs, d_qkv, B, T, C, heads);
+    GPU->attention_backward(DTYPE_FP32, d_dqkv, d_dout, d_qkv, d_probs_c, B, T, C, heads);
     gpu_check();
     const char *shape = fmt_text("B %zu, T %zu, C %zu, heads %zu", B, T, C, heads);
     gpu_expect_close_dev(d_out, out_c, n_out, REL, fmt_text("causal out (%s)", shape));
@@ -93,15 +93,15 @@ Test(cuda_lm_ops, token_embedding) {
               *dwpe0 = host_random(T * C, -1, 1, seed + 5);
         float *x = host_floats(n * C), *dwte = host_copy(dwte0, V * C),
               *dwpe = host_copy(dwpe0, T * C);
-        CPU->token_embed_forward(x, ids, wte, wpe, B, T, C, V);
-        CPU->token_embed_backward(dwte, dwpe, ids, dx, B, T, C, V);
+        CPU->token_embed_forward(DTYPE_FP32, x, ids, wte, wpe, B, T, C, V);
+        CPU->token_embed_backward(DTYPE_FP32, dwte, dwpe, ids, dx, B, T, C, V);
         int32_t *d_ids = gpu_alloc(n * sizeof *d_ids);
         gpu_put(d_ids, ids, n * sizeof *ids);
         float *d_wte = gpu_floats(wte, V * C), *d_wpe = gpu_floats(wpe, T * C);
         float *d_dx = gpu_floats(dx, n * C), *d_x = gpu_poisoned_floats(n * C);
         float *d_dwte = gpu_floats(dwte0, V * C), *d_dwpe = gpu_floats(dwpe0, T * C);
-        GPU->token_embed_forward(d_x, d_ids, d_wte, d_wpe, B, T, C, V);
-        GPU->token_embed_backward(d_dwte, d_dwpe, d_ids, d_dx, B, T, C, V);
+        GPU->token_embed_forward(DTYPE_FP32, d_x, d_ids, d_wte, d_wpe, B, T, C, V);
+        GPU->token_embed_backward(DTYPE_FP32, d_dwte, d_dwpe, d_ids, d_dx, B, T, C, V);
         gpu_check();
         const char *shape = fmt_text("B %zu, T %zu, C %zu, V %zu", B, T, C, V);
         float *x_g = gpu_fetch(d_x, n * C);

@@ -75,7 +75,7 @@ static void layernorm_case(LayerNormCase *c, size_t M, size_t C, unsigned seed_i
     c->w = host_random(C, 0.5f, 1.5f, seed_w);
     c->b = host_random(C, -0.5f, 0.5f, seed_b);
     c->out = host_floats(M * C), c->mean = host_floats(M), c->rstd = host_floats(M);
-    CPU->layernorm_forward(c->out, c->mean, c->rstd, c->in, c->w, c->b, M, C, LN_EPS);
+    CPU->layernorm_forward(DTYPE_FP32, c->out, c->mean, c->rstd, c->in, c->w, c->b, M, C, LN_EPS);
 }
 
 static void layernorm_case_free(LayerNormCase *c) {
@@ -92,7 +92,7 @@ Test(cuda_vit_ops, layernorm_forward) {
         float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C), *d_b = gpu_floats(x.b, C);
         float *d_out = gpu_poisoned_floats(M * C), *d_mean = gpu_poisoned_floats(M),
               *d_rstd = gpu_poisoned_floats(M);
-        GPU->layernorm_forward(d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
+        GPU->layernorm_forward(DTYPE_FP32, d_out, d_mean, d_rstd, d_in, d_w, d_b, M, C, LN_EPS);
         gpu_check();
         gpu_expect_close_dev(d_out, x.out, M * C, REL,
                              fmt_text("layernorm out (M %zu, C %zu)", M, C));
@@ -120,14 +120,15 @@ Test(cuda_vit_ops, layernorm_backward_accumulates) {
         float *dw0 = host_random(C, -1.0f, 1.0f, seed + 5);
         float *db0 = host_random(C, -1.0f, 1.0f, seed + 6);
         float *din = host_copy(din0, M * C), *dw = host_copy(dw0, C), *db = host_copy(db0, C);
-        CPU->layernorm_backward(din, dw, db, dout, x.in, x.mean, x.rstd, x.w, M, C);
+        CPU->layernorm_backward(DTYPE_FP32, din, dw, db, dout, x.in, x.mean, x.rstd, x.w, M, C);
 
         float *d_in = gpu_floats(x.in, M * C), *d_w = gpu_floats(x.w, C);
         float *d_dout = gpu_floats(dout, M * C), *d_mean = gpu_floats(x.mean, M),
               *d_rstd = gpu_floats(x.rstd, M);
         float *d_din = gpu_floats(din0, M * C), *d_dw = gpu_floats(dw0, C),
               *d_db = gpu_floats(db0, C);
-        GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
+        GPU->layernorm_backward(DTYPE_FP32, d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M,
+                                C);
         gpu_check();
         gpu_expect_close_dev(d_din, din, M * C, REL,
                              fmt_text("layernorm din (M %zu, C %zu)", M, C));
@@ -161,7 +162,8 @@ Test(cuda_vit_ops, layernorm_backward_is_deterministic) {
             gpu_put(d_din, zero, M * C * sizeof(float));
             gpu_put(d_dw, zero, C * sizeof(float));
             gpu_put(d_db, zero, C * sizeof(float));
-            GPU->layernorm_backward(d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd, d_w, M, C);
+            GPU->layernorm_backward(DTYPE_FP32, d_din, d_dw, d_db, d_dout, d_in, d_mean, d_rstd,
+                                    d_w, M, C);
             gpu_check();
             if (run == 0) {
                 first[0] = gpu_fetch(d_din, M * C);
@@ -193,9 +195,9 @@ Test(cuda_vit_ops, patchify) {
         const size_t n = B * S * S; /* S % P == 0: as many patch elements as pixels */
         float *images = host_random(n, -1.0f, 2.0f, 900 + (unsigned)s);
         float *patches = host_floats(n);
-        CPU->patchify(patches, images, B, S, P);
+        CPU->patchify(DTYPE_FP32, patches, images, B, S, P);
         float *d_images = gpu_floats(images, n), *d_patches = gpu_poisoned_floats(n);
-        GPU->patchify(d_patches, d_images, B, S, P);
+        GPU->patchify(DTYPE_FP32, d_patches, d_images, B, S, P);
         gpu_check();
         gpu_expect_same_dev(d_patches, patches, n,
                             fmt_text("patchify (B %zu, S %zu, P %zu)", B, S, P));
@@ -224,11 +226,11 @@ Test(cuda_vit_ops, embed_forward) {
         float *cls = host_random(C, -1.0f, 1.0f, seed + 1);
         float *pos = host_random(T * C, -1.0f, 1.0f, seed + 2);
         float *x = host_floats(B * T * C);
-        CPU->embed_forward(x, patch_out, cls, pos, B, T, C);
+        CPU->embed_forward(DTYPE_FP32, x, patch_out, cls, pos, B, T, C);
         float *d_patch_out = gpu_floats(patch_out, B * (T - 1) * C);
         float *d_cls = gpu_floats(cls, C), *d_pos = gpu_floats(pos, T * C);
         float *d_x = gpu_poisoned_floats(B * T * C);
-        GPU->embed_forward(d_x, d_patch_out, d_cls, d_pos, B, T, C);
+        GPU->embed_forward(DTYPE_FP32, d_x, d_patch_out, d_cls, d_pos, B, T, C);
         gpu_check();
         gpu_expect_same_dev(d_x, x, B * T * C, fmt_text("embed x (B %zu, T %zu, C %zu)", B, T, C));
         gpu_free(d_patch_out), gpu_free(d_cls), gpu_free(d_pos), gpu_free(d_x);
@@ -245,11 +247,11 @@ Test(cuda_vit_ops, embed_backward) {
         float *dpos0 = host_random(T * C, -1.0f, 1.0f, seed + 2);
         float *dcls = host_copy(dcls0, C), *dpos = host_copy(dpos0, T * C);
         float *dpatch = host_floats(B * (T - 1) * C);
-        CPU->embed_backward(dcls, dpos, dpatch, dx, B, T, C);
+        CPU->embed_backward(DTYPE_FP32, dcls, dpos, dpatch, dx, B, T, C);
         float *d_dx = gpu_floats(dx, B * T * C);
         float *d_dcls = gpu_floats(dcls0, C), *d_dpos = gpu_floats(dpos0, T * C);
         float *d_dpatch = gpu_poisoned_floats(B * (T - 1) * C);
-        GPU->embed_backward(d_dcls, d_dpos, d_dpatch, d_dx, B, T, C);
+        GPU->embed_backward(DTYPE_FP32, d_dcls, d_dpos, d_dpatch, d_dx, B, T, C);
         gpu_check();
         gpu_expect_close_dev(d_dcls, dcls, C, REL,
                              fmt_text("embed dcls (B %zu, T %zu, C %zu)", B, T, C));
@@ -269,9 +271,9 @@ Test(cuda_vit_ops, class_token_select) {
         const size_t B = TOKEN_SHAPES[s].B, T = TOKEN_SHAPES[s].T, C = TOKEN_SHAPES[s].C;
         float *x = host_random(B * T * C, -1.0f, 1.0f, 1500 + (unsigned)s);
         float *out = host_floats(B * C);
-        CPU->class_token_select(out, x, B, T, C);
+        CPU->class_token_select(DTYPE_FP32, out, x, B, T, C);
         float *d_x = gpu_floats(x, B * T * C), *d_out = gpu_poisoned_floats(B * C);
-        GPU->class_token_select(d_out, d_x, B, T, C);
+        GPU->class_token_select(DTYPE_FP32, d_out, d_x, B, T, C);
         gpu_check();
         gpu_expect_same_dev(d_out, out, B * C,
                             fmt_text("class token (B %zu, T %zu, C %zu)", B, T, C));
@@ -288,9 +290,9 @@ Test(cuda_vit_ops, class_token_select_backward) {
         float *dx0 = host_random(B * T * C, -1.0f, 1.0f, 1700 + (unsigned)s);
         float *dout = host_random(B * C, -1.0f, 1.0f, 1750 + (unsigned)s);
         float *dx = host_copy(dx0, B * T * C);
-        CPU->class_token_select_backward(dx, dout, B, T, C);
+        CPU->class_token_select_backward(DTYPE_FP32, dx, dout, B, T, C);
         float *d_dx = gpu_floats(dx0, B * T * C), *d_dout = gpu_floats(dout, B * C);
-        GPU->class_token_select_backward(d_dx, d_dout, B, T, C);
+        GPU->class_token_select_backward(DTYPE_FP32, d_dx, d_dout, B, T, C);
         gpu_check();
         gpu_expect_same_dev(d_dx, dx, B * T * C,
                             fmt_text("class token dx (B %zu, T %zu, C %zu)", B, T, C));
@@ -328,7 +330,7 @@ Test(cuda_vit_ops, cross_entropy) {
         float *logits = host_random(B * K, -5.0f, 5.0f, seed);
         int32_t *labels = host_labels(B, K, seed + 1);
         float *dlogits = host_floats(B * K);
-        const float want = CPU->cross_entropy(dlogits, logits, labels, B, K, scale);
+        const float want = CPU->cross_entropy(DTYPE_FP32, dlogits, logits, labels, B, K, scale);
         cr_assert(isfinite(want) && want >= 0.0f, "a cross entropy is never negative");
 
         float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned_floats(B * K);
@@ -336,13 +338,14 @@ Test(cuda_vit_ops, cross_entropy) {
         char what[80];
         snprintf(what, sizeof what, "cross entropy (B %zu, classes %zu, scale %g)", B, K,
                  (double)scale);
-        const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, scale);
+        const float got =
+            GPU->cross_entropy(DTYPE_FP32, d_dlogits, d_logits, d_labels, B, K, scale);
         gpu_check();
         expect_loss_close(got, want, what);
         gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, what);
 
         /* the loss alone (dlogits NULL) is the same number, and the same bits run to run */
-        const float again = GPU->cross_entropy(NULL, d_logits, d_labels, B, K, scale);
+        const float again = GPU->cross_entropy(DTYPE_FP32, NULL, d_logits, d_labels, B, K, scale);
         gpu_check();
         cr_expect(memcmp(&again, &got, sizeof got) == 0, "%s without dlogits: %.9g, then %.9g",
                   what, (double)got, (double)again);
@@ -359,11 +362,11 @@ Test(cuda_vit_ops, cross_entropy_bad_label) {
     float *logits = host_random(B * K, -3.0f, 3.0f, 2100);
     int32_t labels[B] = {1, -1, 9, 10, 0, 5};
     float dlogits[B * K];
-    const float want = CPU->cross_entropy(dlogits, logits, labels, B, K, 1.0f);
+    const float want = CPU->cross_entropy(DTYPE_FP32, dlogits, logits, labels, B, K, 1.0f);
     cr_assert(isnan(want));
     float *d_logits = gpu_floats(logits, B * K), *d_dlogits = gpu_poisoned_floats(B * K);
     int32_t *d_labels = gpu_labels(labels, B);
-    const float got = GPU->cross_entropy(d_dlogits, d_logits, d_labels, B, K, 1.0f);
+    const float got = GPU->cross_entropy(DTYPE_FP32, d_dlogits, d_logits, d_labels, B, K, 1.0f);
     gpu_check();
     cr_expect(isnan(got), "loss with a bad label: %g, want NaN", (double)got);
     gpu_expect_close_dev(d_dlogits, dlogits, B * K, REL, "cross entropy dlogits with bad labels");
@@ -458,13 +461,13 @@ Test(cuda_vit_ops, count_correct_first_max_wins) {
         int32_t *labels = malloc(B * sizeof *labels);
         cr_assert_not_null(labels);
         plant_rows(logits, labels, B, K, 2300 + 10 * (unsigned)s);
-        const size_t want = CPU->count_correct(logits, labels, B, K);
+        const size_t want = CPU->count_correct(DTYPE_FP32, logits, labels, B, K);
         if (B >= 12 && K > 1) /* the ties matter: last-max-wins would count differently */
             cr_assert_neq(want, count_last_max(logits, labels, B, K),
                           "test setup: ties planted in %zu x %zu do not matter", B, K);
         float *d_logits = gpu_floats(logits, B * K);
         int32_t *d_labels = gpu_labels(labels, B);
-        const size_t got = GPU->count_correct(d_logits, d_labels, B, K);
+        const size_t got = GPU->count_correct(DTYPE_FP32, d_logits, d_labels, B, K);
         gpu_check();
         cr_expect_eq(got, want, "count_correct (B %zu, classes %zu): %zu, want %zu", B, K, got,
                      want);
@@ -485,10 +488,10 @@ Test(cuda_vit_ops, count_correct_by_hand) {
         9,         1,         1,         1,         /* label -1: never */
     };
     const int32_t labels[B] = {1, 2, 0, 0, 3, -1};
-    cr_assert_eq(CPU->count_correct(z, labels, B, K), 4);
+    cr_assert_eq(CPU->count_correct(DTYPE_FP32, z, labels, B, K), 4);
     float *d_z = gpu_floats(z, B * K);
     int32_t *d_labels = gpu_labels(labels, B);
-    const size_t got = GPU->count_correct(d_z, d_labels, B, K);
+    const size_t got = GPU->count_correct(DTYPE_FP32, d_z, d_labels, B, K);
     gpu_check();
     cr_expect_eq(got, 4, "count_correct by hand: %zu, want 4", got);
     gpu_free(d_z), gpu_free(d_labels);
