@@ -1,8 +1,9 @@
 /* kernels_checked: the op table that tells the stream checker what each kernel touches. Every
  * entry first reports the device memory its op reads and writes, as byte ranges computed from
- * its arguments exactly as the kernels use them (semantics in kernels/kernels.h), to the calling
- * thread's callback, then calls the same entry of the thread's inner table (kernels_cpu, or
- * kernels_none in accounting-only runs). Touches no bytes itself and allocates nothing. */
+ * its arguments exactly as the kernels use them (semantics in kernels/kernels.h; a tensor of the
+ * compute dtype is dtype_size(t) bytes an element, an fp32 one 4), to the calling thread's
+ * callback, then calls the same entry of the thread's inner table (kernels_cpu, or kernels_none in
+ * accounting-only runs). Touches no bytes itself and allocates nothing. */
 #ifndef FSDP_KERNELS_CHECKED_H
 #define FSDP_KERNELS_CHECKED_H
 

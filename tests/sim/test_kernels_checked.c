@@ -1,6 +1,7 @@
 /* kernels_checked: every op, called through the checked table bound to kernels_cpu on small odd
  * shapes, reports exactly the documented tensors, writes and reads nothing else, and gives
- * kernels_cpu's results; its names; its per-thread binding; and the abort with nothing bound. */
+ * kernels_cpu's results; at a 2-byte compute dtype, its byte counts; its names; its per-thread
+ * binding; and the abort with nothing bound. */
 #include <criterion/criterion.h>
 #include <criterion/redirect.h>
 #include <math.h>
@@ -28,7 +29,8 @@ typedef struct Want {
     int write;
 } Want;
 
-typedef double (*CallFn)(const Kernels *k, void *const *p);
+/* runs the op at compute dtype t on the buffers p; returns its result (0: none) */
+typedef double (*CallFn)(const Kernels *k, DType t, void *const *p);
 
 typedef struct Case {
     const char *op, *what; /* the entry's name; the variant */
@@ -36,8 +38,9 @@ typedef struct Case {
     int nbuf;
     Want want[MAX_WANT];
     int nwant;
-    CallFn call;                  /* runs the op on the buffers; returns its result (0: none) */
+    CallFn call;
     void (*init)(void *const *p); /* values an op needs beyond random floats (labels) */
+    DType t;                      /* the compute dtype the call passes (unset: fp32) */
 } Case;
 
 #define F(n) ((size_t)(n) * sizeof(float))
@@ -96,47 +99,58 @@ enum { X_LOGITS = XB * XK };
 enum { B_X = BM * BN };
 enum { T_X = TB * TT * TC, T_WTE = TV * TC, T_WPE = TT * TC, T_IDS = TB * TT * sizeof(int32_t) };
 
-/* ---- the calls, one per case ---- */
+/* ---- the calls, one per case, at its compute dtype t (ops that take none ignore it) ---- */
 
-static double call_cast_fp32_bf16(const Kernels *k, void *const *p) {
+static double call_cast_fp32_bf16(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->cast(p[0], DTYPE_BF16, p[1], DTYPE_FP32, NE);
     return 0;
 }
-static double call_cast_fp16_fp32(const Kernels *k, void *const *p) {
+static double call_cast_fp16_fp32(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->cast(p[0], DTYPE_FP32, p[1], DTYPE_FP16, NE);
     return 0;
 }
-static double call_cast_same(const Kernels *k, void *const *p) {
+static double call_cast_same(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->cast(p[0], DTYPE_FP32, p[1], DTYPE_FP32, NE);
     return 0;
 }
-static double call_zero(const Kernels *k, void *const *p) {
+static double call_zero(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->zero(p[0], NE);
     return 0;
 }
-static double call_copy_bytes(const Kernels *k, void *const *p) {
+static double call_copy_bytes(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->copy_bytes(p[0], p[1], 37);
     return 0;
 }
-static double call_zero_bytes(const Kernels *k, void *const *p) {
+static double call_zero_bytes(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->zero_bytes(p[0], 37);
     return 0;
 }
-static double call_scale(const Kernels *k, void *const *p) {
+static double call_scale(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->scale(p[0], 0.75f, NE);
     return 0;
 }
-static double call_accumulate(const Kernels *k, void *const *p) {
+static double call_accumulate(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     k->accumulate(p[0], p[1], NE);
     return 0;
 }
-static double call_sum_squares(const Kernels *k, void *const *p) {
+static double call_sum_squares(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     return k->sum_squares(p[0], NE);
 }
-static double call_all_finite(const Kernels *k, void *const *p) {
+static double call_all_finite(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     return k->all_finite(p[0], NE);
 }
-static double call_adam_step(const Kernels *k, void *const *p) {
+static double call_adam_step(const Kernels *k, DType t, void *const *p) {
+    (void)t;
     const AdamHyper h = {.lr = 1e-2f,
                          .beta1 = 0.9f,
                          .beta2 = 0.999f,
@@ -146,247 +160,247 @@ static double call_adam_step(const Kernels *k, void *const *p) {
     k->adam_step(p[0], p[1], p[2], p[3], NE, &h, 3);
     return 0;
 }
-static double call_toy_forward(const Kernels *k, void *const *p) {
-    k->toy_forward(p[0], p[1], p[2], NE);
+static double call_toy_forward(const Kernels *k, DType t, void *const *p) {
+    k->toy_forward(t, p[0], p[1], p[2], NE);
     return 0;
 }
-static double call_toy_forward_in_place(const Kernels *k, void *const *p) {
-    k->toy_forward(p[0], p[1], p[1], NE);
+static double call_toy_forward_in_place(const Kernels *k, DType t, void *const *p) {
+    k->toy_forward(t, p[0], p[1], p[1], NE);
     return 0;
 }
-static double call_toy_backward(const Kernels *k, void *const *p) {
-    k->toy_backward(p[0], p[1], p[2], p[3], p[4], NE);
+static double call_toy_backward(const Kernels *k, DType t, void *const *p) {
+    k->toy_backward(t, p[0], p[1], p[2], p[3], p[4], NE);
     return 0;
 }
-static double call_toy_backward_no_dx(const Kernels *k, void *const *p) {
-    k->toy_backward(p[0], p[1], p[2], NULL, p[3], NE);
+static double call_toy_backward_no_dx(const Kernels *k, DType t, void *const *p) {
+    k->toy_backward(t, p[0], p[1], p[2], NULL, p[3], NE);
     return 0;
 }
-static double call_toy_backward_dx_is_dy(const Kernels *k, void *const *p) {
-    k->toy_backward(p[0], p[1], p[2], p[2], p[3], NE);
+static double call_toy_backward_dx_is_dy(const Kernels *k, DType t, void *const *p) {
+    k->toy_backward(t, p[0], p[1], p[2], p[2], p[3], NE);
     return 0;
 }
-static double call_toy_backward_empty(const Kernels *k, void *const *p) {
-    k->toy_backward(p[0], p[1], p[2], p[3], p[4], 0);
+static double call_toy_backward_empty(const Kernels *k, DType t, void *const *p) {
+    k->toy_backward(t, p[0], p[1], p[2], p[3], p[4], 0);
     return 0;
 }
-static double call_mse_loss(const Kernels *k, void *const *p) {
-    return k->mse_loss(p[0], p[1], p[2], NE);
+static double call_mse_loss(const Kernels *k, DType t, void *const *p) {
+    return k->mse_loss(t, p[0], p[1], p[2], NE);
 }
-static double call_mse_loss_no_dy(const Kernels *k, void *const *p) {
-    return k->mse_loss(p[0], p[1], NULL, NE);
+static double call_mse_loss_no_dy(const Kernels *k, DType t, void *const *p) {
+    return k->mse_loss(t, p[0], p[1], NULL, NE);
 }
-static double call_mse_loss_empty(const Kernels *k, void *const *p) {
-    return k->mse_loss(p[0], p[1], p[2], 0);
+static double call_mse_loss_empty(const Kernels *k, DType t, void *const *p) {
+    return k->mse_loss(t, p[0], p[1], p[2], 0);
 }
-static double call_linear_forward(const Kernels *k, void *const *p) {
-    k->linear_forward(p[0], p[1], p[2], p[3], LM, LK, LN);
+static double call_linear_forward(const Kernels *k, DType t, void *const *p) {
+    k->linear_forward(t, p[0], p[1], p[2], p[3], LM, LK, LN);
     return 0;
 }
-static double call_linear_forward_no_bias(const Kernels *k, void *const *p) {
-    k->linear_forward(p[0], p[1], p[2], NULL, LM, LK, LN);
+static double call_linear_forward_no_bias(const Kernels *k, DType t, void *const *p) {
+    k->linear_forward(t, p[0], p[1], p[2], NULL, LM, LK, LN);
     return 0;
 }
-static double call_linear_forward_k0(const Kernels *k, void *const *p) {
-    k->linear_forward(p[0], p[1], p[2], p[3], LM, 0, LN);
+static double call_linear_forward_k0(const Kernels *k, DType t, void *const *p) {
+    k->linear_forward(t, p[0], p[1], p[2], p[3], LM, 0, LN);
     return 0;
 }
-static double call_linear_backward(const Kernels *k, void *const *p) {
-    k->linear_backward(p[0], p[1], p[2], p[3], p[4], p[5], LM, LK, LN);
+static double call_linear_backward(const Kernels *k, DType t, void *const *p) {
+    k->linear_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], LM, LK, LN);
     return 0;
 }
-static double call_linear_backward_dw_only(const Kernels *k, void *const *p) {
-    k->linear_backward(NULL, p[0], NULL, p[1], p[2], p[3], LM, LK, LN);
+static double call_linear_backward_dw_only(const Kernels *k, DType t, void *const *p) {
+    k->linear_backward(t, NULL, p[0], NULL, p[1], p[2], p[3], LM, LK, LN);
     return 0;
 }
-static double call_linear_backward_no_db(const Kernels *k, void *const *p) {
-    k->linear_backward(p[0], p[1], NULL, p[2], p[3], p[4], LM, LK, LN);
+static double call_linear_backward_no_db(const Kernels *k, DType t, void *const *p) {
+    k->linear_backward(t, p[0], p[1], NULL, p[2], p[3], p[4], LM, LK, LN);
     return 0;
 }
-static double call_linear_backward_n0(const Kernels *k, void *const *p) {
-    k->linear_backward(p[0], p[1], p[2], p[3], p[4], p[5], LM, LK, 0);
+static double call_linear_backward_n0(const Kernels *k, DType t, void *const *p) {
+    k->linear_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], LM, LK, 0);
     return 0;
 }
-static double call_linear_backward_k0(const Kernels *k, void *const *p) {
-    k->linear_backward(p[0], p[1], p[2], p[3], p[4], p[5], LM, 0, LN);
+static double call_linear_backward_k0(const Kernels *k, DType t, void *const *p) {
+    k->linear_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], LM, 0, LN);
     return 0;
 }
-static double call_linear_backward_k0_no_db(const Kernels *k, void *const *p) {
-    k->linear_backward(p[0], p[1], NULL, p[2], p[3], p[4], LM, 0, LN);
+static double call_linear_backward_k0_no_db(const Kernels *k, DType t, void *const *p) {
+    k->linear_backward(t, p[0], p[1], NULL, p[2], p[3], p[4], LM, 0, LN);
     return 0;
 }
-static double call_bias_grad(const Kernels *k, void *const *p) {
-    k->bias_grad(p[0], (const float *)p[1] + GO, GR, GC, GS);
+static double call_bias_grad(const Kernels *k, DType t, void *const *p) {
+    k->bias_grad(t, p[0], (const char *)p[1] + GO * dtype_size(t), GR, GC, GS);
     return 0;
 }
-static double call_bias_grad_dense(const Kernels *k, void *const *p) {
-    k->bias_grad(p[0], p[1], GR, GC, GC);
+static double call_bias_grad_dense(const Kernels *k, DType t, void *const *p) {
+    k->bias_grad(t, p[0], p[1], GR, GC, GC);
     return 0;
 }
-static double call_bias_grad_no_rows(const Kernels *k, void *const *p) {
-    k->bias_grad(p[0], p[1], 0, GC, GS);
+static double call_bias_grad_no_rows(const Kernels *k, DType t, void *const *p) {
+    k->bias_grad(t, p[0], p[1], 0, GC, GS);
     return 0;
 }
-static double call_layernorm_forward(const Kernels *k, void *const *p) {
-    k->layernorm_forward(p[0], p[1], p[2], p[3], p[4], p[5], NM, NC, 1e-5f);
+static double call_layernorm_forward(const Kernels *k, DType t, void *const *p) {
+    k->layernorm_forward(t, p[0], p[1], p[2], p[3], p[4], p[5], NM, NC, 1e-5f);
     return 0;
 }
-static double call_layernorm_backward(const Kernels *k, void *const *p) {
-    k->layernorm_backward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], NM, NC);
+static double call_layernorm_backward(const Kernels *k, DType t, void *const *p) {
+    k->layernorm_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], NM, NC);
     return 0;
 }
-static double call_gelu_forward(const Kernels *k, void *const *p) {
-    k->gelu_forward(p[0], p[1], NE);
+static double call_gelu_forward(const Kernels *k, DType t, void *const *p) {
+    k->gelu_forward(t, p[0], p[1], NE);
     return 0;
 }
-static double call_gelu_forward_in_place(const Kernels *k, void *const *p) {
-    k->gelu_forward(p[0], p[0], NE);
+static double call_gelu_forward_in_place(const Kernels *k, DType t, void *const *p) {
+    k->gelu_forward(t, p[0], p[0], NE);
     return 0;
 }
-static double call_gelu_backward(const Kernels *k, void *const *p) {
-    k->gelu_backward(p[0], p[1], p[2], NE);
+static double call_gelu_backward(const Kernels *k, DType t, void *const *p) {
+    k->gelu_backward(t, p[0], p[1], p[2], NE);
     return 0;
 }
-static double call_gelu_backward_din_is_dout(const Kernels *k, void *const *p) {
-    k->gelu_backward(p[0], p[1], p[0], NE);
+static double call_gelu_backward_din_is_dout(const Kernels *k, DType t, void *const *p) {
+    k->gelu_backward(t, p[0], p[1], p[0], NE);
     return 0;
 }
-static double call_attention_forward(const Kernels *k, void *const *p) {
-    k->attention_forward(p[0], p[1], p[2], AB, AT, AC, AH);
+static double call_attention_forward(const Kernels *k, DType t, void *const *p) {
+    k->attention_forward(t, p[0], p[1], p[2], AB, AT, AC, AH);
     return 0;
 }
-static double call_attention_backward(const Kernels *k, void *const *p) {
-    k->attention_backward(p[0], p[1], p[2], p[3], AB, AT, AC, AH);
+static double call_attention_backward(const Kernels *k, DType t, void *const *p) {
+    k->attention_backward(t, p[0], p[1], p[2], p[3], AB, AT, AC, AH);
     return 0;
 }
-static double call_attention_forward_odd(const Kernels *k, void *const *p) {
-    k->attention_forward(p[0], p[1], p[2], AB, AT, AC_ODD, AH);
+static double call_attention_forward_odd(const Kernels *k, DType t, void *const *p) {
+    k->attention_forward(t, p[0], p[1], p[2], AB, AT, AC_ODD, AH);
     return 0;
 }
-static double call_attention_backward_odd(const Kernels *k, void *const *p) {
-    k->attention_backward(p[0], p[1], p[2], p[3], AB, AT, AC_ODD, AH);
+static double call_attention_backward_odd(const Kernels *k, DType t, void *const *p) {
+    k->attention_backward(t, p[0], p[1], p[2], p[3], AB, AT, AC_ODD, AH);
     return 0;
 }
-static double call_causal_attention_forward(const Kernels *k, void *const *p) {
-    k->causal_attention_forward(p[0], p[1], p[2], AB, AT, AC, AH);
+static double call_causal_attention_forward(const Kernels *k, DType t, void *const *p) {
+    k->causal_attention_forward(t, p[0], p[1], p[2], AB, AT, AC, AH);
     return 0;
 }
-static double call_token_embed_forward(const Kernels *k, void *const *p) {
-    k->token_embed_forward(p[0], p[1], p[2], p[3], TB, TT, TC, TV);
+static double call_token_embed_forward(const Kernels *k, DType t, void *const *p) {
+    k->token_embed_forward(t, p[0], p[1], p[2], p[3], TB, TT, TC, TV);
     return 0;
 }
-static double call_token_embed_backward(const Kernels *k, void *const *p) {
-    k->token_embed_backward(p[0], p[1], p[2], p[3], TB, TT, TC, TV);
+static double call_token_embed_backward(const Kernels *k, DType t, void *const *p) {
+    k->token_embed_backward(t, p[0], p[1], p[2], p[3], TB, TT, TC, TV);
     return 0;
 }
-static double call_patchify(const Kernels *k, void *const *p) {
-    k->patchify(p[0], p[1], PB, PS, PP);
+static double call_patchify(const Kernels *k, DType t, void *const *p) {
+    k->patchify(t, p[0], p[1], PB, PS, PP);
     return 0;
 }
-static double call_patchify_odd(const Kernels *k, void *const *p) {
-    k->patchify(p[0], p[1], PB, PS_ODD, PP);
+static double call_patchify_odd(const Kernels *k, DType t, void *const *p) {
+    k->patchify(t, p[0], p[1], PB, PS_ODD, PP);
     return 0;
 }
-static double call_embed_forward(const Kernels *k, void *const *p) {
-    k->embed_forward(p[0], p[1], p[2], p[3], EB, ET, EC);
+static double call_embed_forward(const Kernels *k, DType t, void *const *p) {
+    k->embed_forward(t, p[0], p[1], p[2], p[3], EB, ET, EC);
     return 0;
 }
-static double call_embed_backward(const Kernels *k, void *const *p) {
-    k->embed_backward(p[0], p[1], p[2], p[3], EB, ET, EC);
+static double call_embed_backward(const Kernels *k, DType t, void *const *p) {
+    k->embed_backward(t, p[0], p[1], p[2], p[3], EB, ET, EC);
     return 0;
 }
-static double call_embed_backward_no_samples(const Kernels *k, void *const *p) {
-    k->embed_backward(p[0], p[1], p[2], p[3], 0, ET, EC);
+static double call_embed_backward_no_samples(const Kernels *k, DType t, void *const *p) {
+    k->embed_backward(t, p[0], p[1], p[2], p[3], 0, ET, EC);
     return 0;
 }
-static double call_class_token_select(const Kernels *k, void *const *p) {
-    k->class_token_select(p[0], p[1], CB, CT, CC);
+static double call_class_token_select(const Kernels *k, DType t, void *const *p) {
+    k->class_token_select(t, p[0], p[1], CB, CT, CC);
     return 0;
 }
-static double call_class_token_select_one_token(const Kernels *k, void *const *p) {
-    k->class_token_select(p[0], p[1], CB, 1, CC);
+static double call_class_token_select_one_token(const Kernels *k, DType t, void *const *p) {
+    k->class_token_select(t, p[0], p[1], CB, 1, CC);
     return 0;
 }
-static double call_class_token_select_backward(const Kernels *k, void *const *p) {
-    k->class_token_select_backward(p[0], p[1], CB, CT, CC);
+static double call_class_token_select_backward(const Kernels *k, DType t, void *const *p) {
+    k->class_token_select_backward(t, p[0], p[1], CB, CT, CC);
     return 0;
 }
-static double call_cross_entropy(const Kernels *k, void *const *p) {
-    return k->cross_entropy(p[0], p[1], p[2], XB, XK, 0.5f);
+static double call_cross_entropy(const Kernels *k, DType t, void *const *p) {
+    return k->cross_entropy(t, p[0], p[1], p[2], XB, XK, 0.5f);
 }
-static double call_cross_entropy_loss_only(const Kernels *k, void *const *p) {
-    return k->cross_entropy(NULL, p[0], p[1], XB, XK, 0.5f);
+static double call_cross_entropy_loss_only(const Kernels *k, DType t, void *const *p) {
+    return k->cross_entropy(t, NULL, p[0], p[1], XB, XK, 0.5f);
 }
-static double call_count_correct(const Kernels *k, void *const *p) {
-    return (double)k->count_correct(p[0], p[1], XB, XK);
+static double call_count_correct(const Kernels *k, DType t, void *const *p) {
+    return (double)k->count_correct(t, p[0], p[1], XB, XK);
 }
-static double call_add(const Kernels *k, void *const *p) {
-    k->add(p[0], p[1], p[2], NE);
+static double call_add(const Kernels *k, DType t, void *const *p) {
+    k->add(t, p[0], p[1], p[2], NE);
     return 0;
 }
-static double call_add_out_is_b(const Kernels *k, void *const *p) {
-    k->add(p[0], p[1], p[0], NE);
+static double call_add_out_is_b(const Kernels *k, DType t, void *const *p) {
+    k->add(t, p[0], p[1], p[0], NE);
     return 0;
 }
-static double call_bias_gelu_forward(const Kernels *k, void *const *p) {
-    k->bias_gelu_forward(p[0], p[1], p[2], BM, BN);
+static double call_bias_gelu_forward(const Kernels *k, DType t, void *const *p) {
+    k->bias_gelu_forward(t, p[0], p[1], p[2], BM, BN);
     return 0;
 }
-static double call_bias_gelu_backward(const Kernels *k, void *const *p) {
-    k->bias_gelu_backward(p[0], p[1], p[2], p[3], p[4], BM, BN);
+static double call_bias_gelu_backward(const Kernels *k, DType t, void *const *p) {
+    k->bias_gelu_backward(t, p[0], p[1], p[2], p[3], p[4], BM, BN);
     return 0;
 }
-static double call_bias_gelu_backward_in_place(const Kernels *k, void *const *p) {
-    k->bias_gelu_backward(p[0], p[1], p[0], p[2], p[3], BM, BN);
+static double call_bias_gelu_backward_in_place(const Kernels *k, DType t, void *const *p) {
+    k->bias_gelu_backward(t, p[0], p[1], p[0], p[2], p[3], BM, BN);
     return 0;
 }
-static double call_residual_layernorm_forward(const Kernels *k, void *const *p) {
-    k->residual_layernorm_forward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], NM, NC, 1e-5f);
+static double call_residual_layernorm_forward(const Kernels *k, DType t, void *const *p) {
+    k->residual_layernorm_forward(t, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], NM, NC, 1e-5f);
     return 0;
 }
-static double call_residual_layernorm_forward_sum_is_x(const Kernels *k, void *const *p) {
-    k->residual_layernorm_forward(p[0], p[1], p[2], p[3], p[0], p[4], p[5], p[6], NM, NC, 1e-5f);
+static double call_residual_layernorm_forward_sum_is_x(const Kernels *k, DType t, void *const *p) {
+    k->residual_layernorm_forward(t, p[0], p[1], p[2], p[3], p[0], p[4], p[5], p[6], NM, NC, 1e-5f);
     return 0;
 }
-static double call_rmsnorm_forward(const Kernels *k, void *const *p) {
-    k->rmsnorm_forward(p[0], p[1], p[2], p[3], NM, NC, 1e-5f);
+static double call_rmsnorm_forward(const Kernels *k, DType t, void *const *p) {
+    k->rmsnorm_forward(t, p[0], p[1], p[2], p[3], NM, NC, 1e-5f);
     return 0;
 }
-static double call_rmsnorm_backward(const Kernels *k, void *const *p) {
-    k->rmsnorm_backward(p[0], p[1], p[2], p[3], p[4], p[5], NM, NC);
+static double call_rmsnorm_backward(const Kernels *k, DType t, void *const *p) {
+    k->rmsnorm_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], NM, NC);
     return 0;
 }
-static double call_swiglu_forward(const Kernels *k, void *const *p) {
-    k->swiglu_forward(p[0], p[1], p[2], NE);
+static double call_swiglu_forward(const Kernels *k, DType t, void *const *p) {
+    k->swiglu_forward(t, p[0], p[1], p[2], NE);
     return 0;
 }
-static double call_swiglu_backward(const Kernels *k, void *const *p) {
-    k->swiglu_backward(p[0], p[1], p[2], p[3], p[4], NE);
+static double call_swiglu_backward(const Kernels *k, DType t, void *const *p) {
+    k->swiglu_backward(t, p[0], p[1], p[2], p[3], p[4], NE);
     return 0;
 }
-static double call_rope_forward(const Kernels *k, void *const *p) {
-    k->rope_forward(p[0], RB, RT, RH, RD_, 10000.0f);
+static double call_rope_forward(const Kernels *k, DType t, void *const *p) {
+    k->rope_forward(t, p[0], RB, RT, RH, RD_, 10000.0f);
     return 0;
 }
-static double call_rope_backward(const Kernels *k, void *const *p) {
-    k->rope_backward(p[0], RB, RT, RH, RD_, 10000.0f);
+static double call_rope_backward(const Kernels *k, DType t, void *const *p) {
+    k->rope_backward(t, p[0], RB, RT, RH, RD_, 10000.0f);
     return 0;
 }
 static const AttnShape gqa_shape = {QB, QT, QH, QKV, QD, QH *QD, QKV *QD, 1};
-static double call_gqa_attention_forward(const Kernels *k, void *const *p) {
-    k->gqa_attention_forward(p[0], p[1], p[2], p[3], p[4], &gqa_shape);
+static double call_gqa_attention_forward(const Kernels *k, DType t, void *const *p) {
+    k->gqa_attention_forward(t, p[0], p[1], p[2], p[3], p[4], &gqa_shape);
     return 0;
 }
-static double call_gqa_attention_backward(const Kernels *k, void *const *p) {
-    k->gqa_attention_backward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], &gqa_shape);
+static double call_gqa_attention_backward(const Kernels *k, DType t, void *const *p) {
+    k->gqa_attention_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], &gqa_shape);
     return 0;
 }
-static double call_flash_attention_forward(const Kernels *k, void *const *p) {
-    k->flash_attention_forward(p[0], p[1], p[2], p[3], p[4], &gqa_shape);
+static double call_flash_attention_forward(const Kernels *k, DType t, void *const *p) {
+    k->flash_attention_forward(t, p[0], p[1], p[2], p[3], p[4], &gqa_shape);
     return 0;
 }
-static double call_flash_attention_backward(const Kernels *k, void *const *p) {
-    k->flash_attention_backward(p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
+static double call_flash_attention_backward(const Kernels *k, DType t, void *const *p) {
+    k->flash_attention_backward(t, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9],
                                 &gqa_shape);
     return 0;
 }
@@ -773,7 +787,7 @@ static void expect_reads_complete(const Case *c, Arena *a, const Snapshot *befor
     for (int i = 0; i < a->n; i++)
         for (size_t j = 0; j < a->total[i]; j++)
             if (wmask[i][j]) want.mem[i][j] = after->mem[i][j];
-    const double got = c->call(&kernels_cpu, a->p);
+    const double got = c->call(&kernels_cpu, c->t, a->p);
     cr_expect(same_result(got, result),
               "%s (%s): with 0x%02x outside its reads it returned %g, not %g", c->op, c->what,
               pattern, got, result);
@@ -797,13 +811,13 @@ static void check_case(const Case *c, uint32_t seed) {
     snapshot_take(&before, &a);
     Recorder r = {0};
     kernels_checked_bind(&kernels_cpu, record, &r);
-    const double got = c->call(&kernels_checked, a.p);
+    const double got = c->call(&kernels_checked, c->t, a.p);
     kernels_checked_bind(NULL, NULL, NULL);
     snapshot_take(&after, &a);
 
     /* (3) the wrapper changes nothing: kernels_cpu called directly gives the same bytes */
     snapshot_restore(&before, &a);
-    const double want = c->call(&kernels_cpu, a.p);
+    const double want = c->call(&kernels_cpu, c->t, a.p);
     cr_expect(arena_equals(&a, &after), "%s (%s): checked and direct calls differ", c->op, c->what);
     cr_expect(same_result(got, want), "%s (%s): returned %g, directly %g", c->op, c->what, got,
               want);
@@ -833,7 +847,7 @@ Test(kernels_checked, every_op_reports_exactly_what_it_touches) {
 
 /* ---- names ---- */
 
-_Static_assert(sizeof(Kernels) == sizeof(const char *) + 45 * sizeof(void (*)(void)),
+_Static_assert(sizeof(Kernels) - offsetof(Kernels, cast) == 45 * sizeof(void (*)(void)),
                "kernels.h changed: list the new op below and give it cases");
 
 static const char *const op_names[45] = {
@@ -898,7 +912,7 @@ Test(kernels_checked, every_entry_is_covered_and_reports_its_name) {
         arena_create(&a, &cases[i], 1);
         Recorder r = {0};
         kernels_checked_bind(&kernels_cpu, record, &r);
-        cases[i].call(&kernels_checked, a.p);
+        cases[i].call(&kernels_checked, cases[i].t, a.p);
         kernels_checked_bind(NULL, NULL, NULL);
         cr_expect_eq(r.calls, 1, "%s: %d reports", cases[i].op, r.calls);
         cr_expect(r.op && strcmp(r.op, cases[i].op) == 0, "%s (%s) reported as %s", cases[i].op,
@@ -907,24 +921,104 @@ Test(kernels_checked, every_entry_is_covered_and_reports_its_name) {
     }
 }
 
+/* c through kernels_checked bound to kernels_none: the wanted accesses are reported and no byte
+ * changes (the op runs in the bound table, which does nothing). */
+static void check_case_through_none(const Case *c) {
+    Arena a;
+    arena_create(&a, c, 2);
+    Snapshot before;
+    snapshot_take(&before, &a);
+    Recorder r = {0};
+    kernels_checked_bind(&kernels_none, record, &r);
+    c->call(&kernels_checked, c->t, a.p);
+    kernels_checked_bind(NULL, NULL, NULL);
+    expect_reported(c, &a, &r);
+    cr_expect(arena_equals(&a, &before), "%s (%s): kernels_none changed a byte", c->op, c->what);
+    snapshot_free(&before, &a);
+    arena_free(&a);
+}
+
 /* Through kernels_none (accounting-only runs) every case reports the same accesses and no byte
  * changes: the op runs in the bound table, not in kernels_cpu. */
 Test(kernels_checked, runs_the_bound_table) {
-    for (int i = 0; i < NCASES; i++) {
-        const Case *c = &cases[i];
-        Arena a;
-        arena_create(&a, c, 2);
-        Snapshot before;
-        snapshot_take(&before, &a);
-        Recorder r = {0};
-        kernels_checked_bind(&kernels_none, record, &r);
-        c->call(&kernels_checked, a.p);
-        kernels_checked_bind(NULL, NULL, NULL);
-        expect_reported(c, &a, &r);
-        cr_expect(arena_equals(&a, &before), "%s (%s): kernels_none changed a byte", c->op,
-                  c->what);
-        snapshot_free(&before, &a);
-        arena_free(&a);
+    for (int i = 0; i < NCASES; i++) check_case_through_none(&cases[i]);
+}
+
+/* ---- a 2-byte compute dtype ---- */
+
+/* The same calls at bf16 (and one at fp16): a tensor kernels.h types `void *` is 2 bytes an
+ * element, strides included (bias_grad's dout rows, attention's q, k, v inside qkv, the class
+ * token's rows); a `float *` one (parameter gradients, LayerNorm's mean and rstd, flash
+ * attention's lse and scratch, mse_loss's target) stays 4, and labels and token ids 4. E.g.
+ * linear_forward at M 5, K 7, N 3: out 30 bytes, in 70, w 42, b 6. */
+static const Case half_cases[] = {
+    {"toy_backward", "bf16: dw fp32", SIZES(H(3), H(NE), H(NE), H(NE), F(3)),
+     WANTS(RD(0, H(3)), RD(1, H(NE)), RD(2, H(NE)), WR(3, H(NE)), RW(4, F(3))), call_toy_backward,
+     .t = DTYPE_BF16},
+    {"mse_loss", "bf16: target fp32", SIZES(H(NE), F(NE), H(NE)),
+     WANTS(RD(0, H(NE)), RD(1, F(NE)), WR(2, H(NE))), call_mse_loss, .t = DTYPE_BF16},
+    {"linear_forward", "bf16", SIZES(H(L_OUT), H(L_IN), H(L_W), H(LN)),
+     WANTS(WR(0, H(L_OUT)), RD(1, H(L_IN)), RD(2, H(L_W)), RD(3, H(LN))), call_linear_forward,
+     .t = DTYPE_BF16},
+    {"linear_forward", "fp16", SIZES(H(L_OUT), H(L_IN), H(L_W), H(LN)),
+     WANTS(WR(0, H(L_OUT)), RD(1, H(L_IN)), RD(2, H(L_W)), RD(3, H(LN))), call_linear_forward,
+     .t = DTYPE_FP16},
+    {"linear_backward", "bf16: dw, db fp32",
+     SIZES(H(L_IN), F(L_W), F(LN), H(L_OUT), H(L_IN), H(L_W)),
+     WANTS(WR(0, H(L_IN)), RW(1, F(L_W)), RW(2, F(LN)), RD(3, H(L_OUT)), RD(4, H(L_IN)),
+           RD(5, H(L_W))),
+     call_linear_backward, .t = DTYPE_BF16},
+    {"bias_grad", "bf16: strided columns, db fp32", SIZES(F(GC), H(G_DOUT)),
+     WANTS(RW(0, F(GC)), BLOCKS(1, H(GO), H(GC), GR, H(GS), 0)), call_bias_grad, .t = DTYPE_BF16},
+    {"layernorm_forward", "bf16: mean, rstd fp32",
+     SIZES(H(N_X), F(NM), F(NM), H(N_X), H(NC), H(NC)),
+     WANTS(WR(0, H(N_X)), WR(1, F(NM)), WR(2, F(NM)), RD(3, H(N_X)), RD(4, H(NC)), RD(5, H(NC))),
+     call_layernorm_forward, .t = DTYPE_BF16},
+    {"layernorm_backward", "bf16: dw, db, mean, rstd fp32",
+     SIZES(H(N_X), F(NC), F(NC), H(N_X), H(N_X), F(NM), F(NM), H(NC)),
+     WANTS(RW(0, H(N_X)), RW(1, F(NC)), RW(2, F(NC)), RD(3, H(N_X)), RD(4, H(N_X)), RD(5, F(NM)),
+           RD(6, F(NM)), RD(7, H(NC))),
+     call_layernorm_backward, .t = DTYPE_BF16},
+    {"attention_forward", "bf16, C not a multiple of heads: strided",
+     SIZES(H(A_X_ODD), H(A_PROBS), H(A_QKV_ODD)),
+     WANTS(BLOCKS(0, 0, H(A_USED_ODD), A_ROWS, H(AC_ODD), 1), WR(1, H(A_PROBS)),
+           BLOCKS(2, 0, H(A_USED_ODD), A_ROWS, H(A_QKV_ROW_ODD), 0),
+           BLOCKS(2, H(AC_ODD), H(A_USED_ODD), A_ROWS, H(A_QKV_ROW_ODD), 0),
+           BLOCKS(2, H(2 * AC_ODD), H(A_USED_ODD), A_ROWS, H(A_QKV_ROW_ODD), 0)),
+     call_attention_forward_odd, .t = DTYPE_BF16},
+    {"embed_backward", "bf16: dcls, dpos fp32", SIZES(F(EC), F(E_POS), H(E_PATCHES), H(E_X)),
+     WANTS(RW(0, F(EC)), RW(1, F(E_POS)), WR(2, H(E_PATCHES)), RD(3, H(E_X))), call_embed_backward,
+     .t = DTYPE_BF16},
+    {"class_token_select", "bf16: strided rows", SIZES(H(C_OUT), H(C_X)),
+     WANTS(WR(0, H(C_OUT)), BLOCKS(1, 0, H(CC), CB, H(C_ROW), 0)), call_class_token_select,
+     .t = DTYPE_BF16},
+    {"cross_entropy", "bf16: labels int32", SIZES(H(X_LOGITS), H(X_LOGITS), XB * sizeof(int32_t)),
+     WANTS(WR(0, H(X_LOGITS)), RD(1, H(X_LOGITS)), RD(2, XB * sizeof(int32_t))), call_cross_entropy,
+     init_labels_2, .t = DTYPE_BF16},
+    {"token_embed_backward", "bf16: dwte, dwpe fp32", SIZES(F(T_WTE), F(T_WPE), T_IDS, H(T_X)),
+     WANTS(RW(0, F(T_WTE)), RW(1, F(T_WPE)), RD(2, T_IDS), RD(3, H(T_X))),
+     call_token_embed_backward, init_tokens_2, .t = DTYPE_BF16},
+    {"gqa_attention_forward", "bf16: probs bf16", SIZES(H(Q_X), H(Q_P), H(Q_X), H(Q_KV), H(Q_KV)),
+     WANTS(WR(0, H(Q_X)), WR(1, H(Q_P)), RD(2, H(Q_X)), RD(3, H(Q_KV)), RD(4, H(Q_KV))),
+     call_gqa_attention_forward, .t = DTYPE_BF16},
+    {"flash_attention_backward", "bf16: lse, work fp32",
+     SIZES(H(Q_X), H(Q_KV), H(Q_KV), H(Q_X), H(Q_X), H(Q_KV), H(Q_KV), H(Q_X), F(Q_LSE), F(Q_WORK)),
+     WANTS(WR(0, H(Q_X)), WR(1, H(Q_KV)), WR(2, H(Q_KV)), RD(3, H(Q_X)), RD(4, H(Q_X)),
+           RD(5, H(Q_KV)), RD(6, H(Q_KV)), RD(7, H(Q_X)), RD(8, F(Q_LSE)), WR(9, F(Q_WORK))),
+     call_flash_attention_backward, .t = DTYPE_BF16},
+};
+
+/* Exact byte ranges through kernels_none, which computes nothing (so in any dtype); and where
+ * kernels_cpu computes in the case's dtype, the whole of check_case: nothing written or read
+ * outside the ranges, and the same results as a direct call. */
+Test(kernels_checked, half_dtypes_report_2_bytes_an_element_and_fp32_tensors_4) {
+    cr_expect_eq(kernels_checked.dtypes, KERNEL_ALL_DTYPES, "checked passes every dtype through");
+    cr_expect_eq(kernels_none.dtypes, KERNEL_ALL_DTYPES, "none takes every dtype");
+    for (size_t i = 0; i < sizeof half_cases / sizeof half_cases[0]; i++) {
+        const Case *c = &half_cases[i];
+        check_case_through_none(c);
+        if (kernels_computes_in(&kernels_cpu, c->t))
+            check_case(c, 0x85ebca6bu + (uint32_t)i * 7919u);
     }
 }
 
