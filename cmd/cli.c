@@ -512,6 +512,12 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--val-size evaluates the images it holds out; it cannot go with --eval "
                        "false");
+    if (c->param_dtype != DTYPE_FP32 && !c->cast_forward_inputs)
+        return err_set(err, ERR_USAGE,
+                       "--cast-forward-inputs false: every unit computes in %s and takes its "
+                       "inputs in it (an FSDP2 unit in %s fails on fp32 inputs); it needs "
+                       "--param-dtype fp32",
+                       dtype_name(c->param_dtype), dtype_name(c->param_dtype));
     if (c->strategy == STRAT_HSDP && a->ranks % c->replicas != 0)
         return err_set(err, ERR_USAGE, "--replicas %d does not divide --ranks %d", c->replicas,
                        a->ranks);

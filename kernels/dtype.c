@@ -146,3 +146,35 @@ void dtype_store(void *dst, DType t, size_t i, float x) {
         break;
     }
 }
+
+/* The loops with the switch outside them, so each is a straight pass the compiler can inline
+ * the conversion into. */
+void dtype_widen(float *dst, const void *src, DType t, size_t n) {
+    const uint16_t *h = src;
+    switch (t) {
+    case DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(h[i]);
+        break;
+    case DTYPE_FP16:
+        for (size_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(h[i]);
+        break;
+    default:
+        memcpy(dst, src, n * sizeof *dst);
+        break;
+    }
+}
+
+void dtype_narrow(void *dst, DType t, const float *src, size_t n) {
+    uint16_t *h = dst;
+    switch (t) {
+    case DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) h[i] = fp32_to_bf16(src[i]);
+        break;
+    case DTYPE_FP16:
+        for (size_t i = 0; i < n; i++) h[i] = fp32_to_fp16(src[i]);
+        break;
+    default:
+        memcpy(dst, src, n * sizeof *src);
+        break;
+    }
+}

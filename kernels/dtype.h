@@ -28,5 +28,8 @@ float dtype_round(DType t, float x);
 /* Element i of an array of t, widened to fp32 (exact); x rounded into element i of one. */
 float dtype_load(const void *src, DType t, size_t i);
 void dtype_store(void *dst, DType t, size_t i, float x);
+/* n elements at once: src's of t widened into dst (exact), src rounded into dst's of t. */
+void dtype_widen(float *dst, const void *src, DType t, size_t n);
+void dtype_narrow(void *dst, DType t, const float *src, size_t n);
 
 #endif

@@ -304,6 +304,16 @@ void cpu_add(DType t, void *out, const void *a, const void *b, size_t n) {
 
 /* ---------------------------------------------------------------- attention over packed qkv */
 
+/* The columns of a C-wide row the heads use: all of C when heads divides it (kernels.h's
+ * contract); outside it, the kernels touch only heads * (C / heads), and so does the rounding. */
+static size_t heads_width(size_t C, size_t heads) {
+    return heads ? heads * (C / heads) : 0;
+}
+
+static void *act_at_elem(DType t, void *p, size_t i) {
+    return (char *)p + i * dtype_size(t);
+}
+
 typedef void (*PackedAttentionFn)(float *out, float *probs, const float *qkv, size_t B, size_t T,
                                   size_t C, size_t heads);
 
@@ -313,7 +323,7 @@ static void packed_attention_forward(PackedAttentionFn fn, DType t, void *out, v
     Wide s = {0};
     float *wout = wide_out(&s, out, nout), *wprobs = wide_out(&s, probs, nprobs);
     fn(wout, wprobs, wide_in(&s, t, qkv, 3 * nout), B, T, C, heads);
-    narrow(t, out, wout, nout);
+    narrow_rows(t, out, wout, B * T, heads_width(C, heads), C);
     narrow(t, probs, wprobs, nprobs);
     wide_free(&s);
 }
@@ -347,7 +357,9 @@ void cpu_attention_backward(DType t, void *dqkv, const void *dout, const void *q
     float *wd = wide_out(&s, dqkv, 3 * n);
     f32_attention_backward(wd, wide_in(&s, t, dout, n), wide_in(&s, t, qkv, 3 * n),
                            wide_in(&s, t, probs, B * heads * T * T), B, T, C, heads);
-    narrow(t, dqkv, wd, 3 * n);
+    for (size_t part = 0; part < 3; part++) /* q's, k's and v's columns */
+        narrow_rows(t, act_at_elem(t, dqkv, part * C), wd + part * C, B * T,
+                    heads_width(C, heads), 3 * C);
     wide_free(&s);
 }
 

@@ -44,6 +44,33 @@ void cpu_copy(void *dst, const void *src, size_t bytes) {
     split_bytes(dst, src, bytes);
 }
 
+/* Casts of at least CAST_MIN_ELEMS a task are split over the bound pool: the low-precision
+ * ops (dtype_cpu.c) widen and round every operand, so casts are most of their extra work. */
+#define CAST_MIN_ELEMS ((size_t)1 << 15)
+
+typedef struct CastArgs {
+    void *dst;
+    DType dst_type;
+    const void *src;
+    DType src_type;
+} CastArgs;
+
+/* Elements [i0, i1): every pair goes through fp32, which widening reaches exactly, so the
+ * result is rounded once. */
+static void cast_range(const void *ctx, size_t i0, size_t i1) {
+    const CastArgs *a = ctx;
+    const size_t ds = dtype_size(a->dst_type), ss = dtype_size(a->src_type);
+    char *dst = (char *)a->dst + i0 * ds;
+    const char *src = (const char *)a->src + i0 * ss;
+    if (a->dst_type == DTYPE_FP32)
+        dtype_widen((float *)dst, src, a->src_type, i1 - i0);
+    else if (a->src_type == DTYPE_FP32)
+        dtype_narrow(dst, a->dst_type, (const float *)src, i1 - i0);
+    else
+        for (size_t i = 0; i < i1 - i0; i++)
+            dtype_store(dst, a->dst_type, i, dtype_load(src, a->src_type, i));
+}
+
 void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t n) {
     if (n == 0) return;
     /* Same type is a copy; this also keeps bf16/fp16 NaN payloads bit-exact. */
@@ -51,8 +78,8 @@ void cpu_cast(void *dst, DType dst_type, const void *src, DType src_type, size_t
         cpu_copy(dst, src, n * dtype_size(dst_type));
         return;
     }
-    /* every pair goes through fp32: widening to fp32 is exact, so the result is rounded once */
-    for (size_t i = 0; i < n; i++) dtype_store(dst, dst_type, i, dtype_load(src, src_type, i));
+    CastArgs a = {.dst = dst, .dst_type = dst_type, .src = src, .src_type = src_type};
+    cpu_parallel_range(n, CACHE_LINE, n, CAST_MIN_ELEMS, cast_range, &a);
 }
 
 void cpu_zero(float *x, size_t n) {

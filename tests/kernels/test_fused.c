@@ -81,10 +81,10 @@ Test(fused, bias_gelu_forward_is_bias_add_then_gelu_forward) {
         float *pre0 = host_copy(pre, n);
         /* the composition: the bias added row by row, then gelu_forward */
         float *want_pre = host_biased(pre, b, M, N), *want_out = host_nans(n);
-        K->gelu_forward(want_out, want_pre, n);
+        K->gelu_forward(DTYPE_FP32, want_out, want_pre, n);
 
         float *out = host_nans(n);
-        K->bias_gelu_forward(out, pre, b, M, N);
+        K->bias_gelu_forward(DTYPE_FP32, out, pre, b, M, N);
         assert_same("bias_gelu_forward out", M, N, out, want_out, n);
         assert_same("bias_gelu_forward leaves pre as it was", M, N, pre, pre0, n);
         float *bufs[] = {pre, b, pre0, want_pre, want_out, out};
@@ -104,11 +104,11 @@ Test(fused, bias_gelu_forward_after_gemm_is_linear_with_bias_then_gelu) {
         float *w = host_uniform(N * Kd, -0.5f, 0.5f, 110 + (uint32_t)s);
         float *b = host_uniform(N, -1.0f, 1.0f, 120 + (uint32_t)s);
         float *want_pre = host_nans(M * N), *want_out = host_nans(M * N);
-        K->linear_forward(want_pre, in, w, b, M, Kd, N);
-        K->gelu_forward(want_out, want_pre, M * N);
+        K->linear_forward(DTYPE_FP32, want_pre, in, w, b, M, Kd, N);
+        K->gelu_forward(DTYPE_FP32, want_out, want_pre, M * N);
         float *pre = host_nans(M * N), *out = host_nans(M * N);
-        K->linear_forward(pre, in, w, NULL, M, Kd, N);
-        K->bias_gelu_forward(out, pre, b, M, N);
+        K->linear_forward(DTYPE_FP32, pre, in, w, NULL, M, Kd, N);
+        K->bias_gelu_forward(DTYPE_FP32, out, pre, b, M, N);
         float *got_pre = host_biased(pre, b, M, N); /* what backward recomputes */
         assert_close_floats(got_pre, want_pre, M * N, 1e-6, at_shape("pre-activation", M, N));
         assert_close_floats(out, want_out, M * N, 1e-6, at_shape("GELU", M, N));
@@ -129,23 +129,23 @@ Test(fused, bias_gelu_backward_is_gelu_backward_then_bias_grad) {
               *b = host_uniform(N, -1.0f, 1.0f, seed + 6);
 
         float *x = host_biased(pre, b, M, N), *want_d = host_nans(n), *want_db = host_copy(db0, N);
-        K->gelu_backward(want_d, x, dout, n);
-        K->bias_grad(want_db, want_d, M, N, N);
+        K->gelu_backward(DTYPE_FP32, want_d, x, dout, n);
+        K->bias_grad(DTYPE_FP32, want_db, want_d, M, N, N);
         /* linear_backward's db (din NULL; dw is a throwaway) */
         const size_t Kd = 3;
         float *in = host_uniform(M * Kd, -1.0f, 1.0f, seed + 3),
               *w = host_uniform(N * Kd, -1, 1, seed + 4);
         float *dw = host_uniform(N * Kd, -1.0f, 1.0f, seed + 5), *lin_db = host_copy(db0, N);
-        K->linear_backward(NULL, dw, lin_db, want_d, in, w, M, Kd, N);
+        K->linear_backward(DTYPE_FP32, NULL, dw, lin_db, want_d, in, w, M, Kd, N);
 
         float *d = host_nans(n), *db = host_copy(db0, N);
-        K->bias_gelu_backward(d, db, dout, pre, b, M, N);
+        K->bias_gelu_backward(DTYPE_FP32, d, db, dout, pre, b, M, N);
         assert_same("bias_gelu_backward dpre", M, N, d, want_d, n);
         assert_same("bias_gelu_backward db vs bias_grad", M, N, db, want_db, N);
         assert_same("bias_gelu_backward db vs linear_backward", M, N, db, lin_db, N);
 
         float *d_in_place = host_copy(dout, n), *db2 = host_copy(db0, N);
-        K->bias_gelu_backward(d_in_place, db2, d_in_place, pre, b, M, N);
+        K->bias_gelu_backward(DTYPE_FP32, d_in_place, db2, d_in_place, pre, b, M, N);
         assert_same("bias_gelu_backward dpre in place", M, N, d_in_place, want_d, n);
         assert_same("bias_gelu_backward db in place", M, N, db2, want_db, N);
         float *bufs[] = {pre, dout, db0,    b, x,  want_d,     want_db, in,
@@ -162,20 +162,20 @@ Test(fused, bias_gelu_backward_by_hand_accumulates_db) {
     const float pre[12] = {0.5f, -0.25f, -1, 0.5f, -0.25f, -1, 0.5f, -0.25f, -1, 0.5f, -0.25f, -1};
     const float dout[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     float out[12], d[12], db[3] = {100, 200, 300};
-    K->bias_gelu_forward(out, pre, b, M, N);
+    K->bias_gelu_forward(DTYPE_FP32, out, pre, b, M, N);
     for (int i = 0; i < 12; i++) cr_assert_float_eq(out[i], 0.0f, 0.0f, "GELU(0) is 0");
-    K->bias_gelu_backward(d, db, dout, pre, b, M, N);
+    K->bias_gelu_backward(DTYPE_FP32, d, db, dout, pre, b, M, N);
     for (int i = 0; i < 12; i++) cr_assert_float_eq(d[i], 0.5f * dout[i], 0.0f);
     /* column sums of dout / 2: 11, 13, 15 */
     cr_assert_float_eq(db[0], 111.0f, 0.0f);
     cr_assert_float_eq(db[1], 213.0f, 0.0f);
     cr_assert_float_eq(db[2], 315.0f, 0.0f);
-    K->bias_gelu_backward(d, db, dout, pre, b, M, N);
+    K->bias_gelu_backward(DTYPE_FP32, d, db, dout, pre, b, M, N);
     cr_assert_float_eq(db[0], 122.0f, 0.0f);
     cr_assert_float_eq(db[2], 330.0f, 0.0f);
     /* an empty batch adds nothing and writes nothing */
-    K->bias_gelu_backward(NULL, db, NULL, NULL, b, 0, N);
-    K->bias_gelu_forward(NULL, NULL, b, 0, N);
+    K->bias_gelu_backward(DTYPE_FP32, NULL, db, NULL, NULL, b, 0, N);
+    K->bias_gelu_forward(DTYPE_FP32, NULL, NULL, b, 0, N);
     cr_assert_float_eq(db[1], 226.0f, 0.0f);
 }
 
@@ -190,8 +190,8 @@ Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
               *b = host_uniform(C, -0.5f, 0.5f, seed + 3);
         float *want_sum = host_nans(n), *want_out = host_nans(n);
         float *want_mean = host_nans(M), *want_rstd = host_nans(M);
-        K->add(want_sum, x, y, n);
-        K->layernorm_forward(want_out, want_mean, want_rstd, want_sum, w, b, M, C, LN_EPS);
+        K->add(DTYPE_FP32, want_sum, x, y, n);
+        K->layernorm_forward(DTYPE_FP32, want_out, want_mean, want_rstd, want_sum, w, b, M, C, LN_EPS);
 
         /* out of place, then in place into x (models/vit.c's call: sum = the attention branch's
          * output, x = the block's input) and into y */
@@ -199,7 +199,7 @@ Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
             float *xc = host_copy(x, n), *yc = host_copy(y, n), *fresh = host_nans(n);
             float *sum = into == 0 ? fresh : into == 1 ? xc : yc;
             float *out = host_nans(n), *mean = host_nans(M), *rstd = host_nans(M);
-            K->residual_layernorm_forward(sum, out, mean, rstd, xc, yc, w, b, M, C, LN_EPS);
+            K->residual_layernorm_forward(DTYPE_FP32, sum, out, mean, rstd, xc, yc, w, b, M, C, LN_EPS);
             static const char *const how[] = {"into a new buffer", "into x", "into y"};
             char what[96];
             snprintf(what, sizeof what, "residual_layernorm sum %s", how[into]);
@@ -246,9 +246,9 @@ static void check_pool(int threads) {
             mean[c] = host_nans(M), rstd[c] = host_nans(M);
             CpuPool *p = c ? bind_pool(threads) : NULL;
             const unsigned long before = cpu_pool_runs(p);
-            K->bias_gelu_forward(out[c], pre[c], b, M, N);
-            K->bias_gelu_backward(d[c], db[c], dout, pre[c], b, M, N);
-            K->residual_layernorm_forward(sum[c], ln[c], mean[c], rstd[c], x, dout, w, b, M, N,
+            K->bias_gelu_forward(DTYPE_FP32, out[c], pre[c], b, M, N);
+            K->bias_gelu_backward(DTYPE_FP32, d[c], db[c], dout, pre[c], b, M, N);
+            K->residual_layernorm_forward(DTYPE_FP32, sum[c], ln[c], mean[c], rstd[c], x, dout, w, b, M, N,
                                           LN_EPS);
             if (p) {
                 cr_assert_geq(cpu_pool_runs(p), before + 3, "pool of %d, M %zu, N %zu: not split",
@@ -277,8 +277,8 @@ static void check_pool(int threads) {
         float *want_d = host_nans(n), *want_db = host_copy(db0, N),
               *biased_pre = host_biased(pre0, b, M, N);
         CpuPool *p = bind_pool(threads);
-        K->gelu_backward(want_d, biased_pre, dout, n);
-        K->bias_grad(want_db, want_d, M, N, N);
+        K->gelu_backward(DTYPE_FP32, want_d, biased_pre, dout, n);
+        K->bias_grad(DTYPE_FP32, want_db, want_d, M, N, N);
         unbind_pool(p);
         assert_same("bias_gelu_backward dpre vs gelu_backward, pooled", M, N, d[1], want_d, n);
         assert_sums_close("bias_gelu_backward db vs bias_grad, pooled", M, N, db[1], want_db, db0,

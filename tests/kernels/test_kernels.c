@@ -350,8 +350,8 @@ static const float toy_t[NTOY] = {0.5f, -0.7f, 0.2f, 0.9f, -0.3f, 1.2f};
 
 static float toy_loss(const float w[3], const float *x) {
     float y[NTOY], dy[NTOY];
-    kernels_cpu.toy_forward(w, x, y, NTOY);
-    return kernels_cpu.mse_loss(y, toy_t, dy, NTOY);
+    kernels_cpu.toy_forward(DTYPE_FP32, w, x, y, NTOY);
+    return kernels_cpu.mse_loss(DTYPE_FP32, y, toy_t, dy, NTOY);
 }
 
 /* 1e-3 relative, plus a floor for the float loss: its last bit (~3e-8 here) over 2h. */
@@ -364,11 +364,11 @@ static void expect_close(double got, double want, const char *what, int i) {
 Test(kernels, toy_forward_values_and_in_place) {
     const float w[3] = {2.0f, 0.5f, -1.0f};
     float x[3] = {2.0f, 4.0f, -2.0f}, y[3];
-    kernels_cpu.toy_forward(w, x, y, 3);
+    kernels_cpu.toy_forward(DTYPE_FP32, w, x, y, 3);
     cr_expect_float_eq(y[0], 0.0f, 1e-7);
     cr_expect_float_eq(y[1], 2.0f * tanhf(1.0f), 1e-6);
     cr_expect_float_eq(y[2], 2.0f * tanhf(-2.0f), 1e-6);
-    kernels_cpu.toy_forward(w, x, x, 3); /* the data set builds targets in place */
+    kernels_cpu.toy_forward(DTYPE_FP32, w, x, x, 3); /* the data set builds targets in place */
     cr_expect_eq(memcmp(x, y, sizeof y), 0);
 }
 
@@ -376,9 +376,9 @@ Test(kernels, toy_backward_matches_finite_differences) {
     const float h = 1e-3f;
     float y[NTOY], dy[NTOY], dx[NTOY];
     float dw[3] = {0.25f, -1.0f, 2.0f}; /* backward adds into dw */
-    kernels_cpu.toy_forward(toy_w, toy_x, y, NTOY);
-    kernels_cpu.mse_loss(y, toy_t, dy, NTOY);
-    kernels_cpu.toy_backward(toy_w, toy_x, dy, dx, dw, NTOY);
+    kernels_cpu.toy_forward(DTYPE_FP32, toy_w, toy_x, y, NTOY);
+    kernels_cpu.mse_loss(DTYPE_FP32, y, toy_t, dy, NTOY);
+    kernels_cpu.toy_backward(DTYPE_FP32, toy_w, toy_x, dy, dx, dw, NTOY);
     const float dw0[3] = {0.25f, -1.0f, 2.0f};
     for (int j = 0; j < 3; j++) {
         float wp[3], wm[3];
@@ -400,19 +400,19 @@ Test(kernels, toy_backward_matches_finite_differences) {
     }
     /* without dx the weight gradient is the same */
     float dw2[3] = {0.25f, -1.0f, 2.0f};
-    kernels_cpu.toy_backward(toy_w, toy_x, dy, NULL, dw2, NTOY);
+    kernels_cpu.toy_backward(DTYPE_FP32, toy_w, toy_x, dy, NULL, dw2, NTOY);
     cr_expect_eq(memcmp(dw, dw2, sizeof dw), 0);
 }
 
 Test(kernels, mse_loss_by_hand) {
     const float y[3] = {1.0f, 2.0f, 3.0f}, t[3] = {0.0f, 2.0f, 5.0f};
     float dy[3];
-    float loss = kernels_cpu.mse_loss(y, t, dy, 3); /* diffs 1, 0, -2 */
+    float loss = kernels_cpu.mse_loss(DTYPE_FP32, y, t, dy, 3); /* diffs 1, 0, -2 */
     cr_expect_float_eq(loss, 5.0f / 3.0f, 1e-7);
     cr_expect_float_eq(dy[0], 2.0f / 3.0f, 1e-7);
     cr_expect_eq(dy[1], 0.0f);
     cr_expect_float_eq(dy[2], -4.0f / 3.0f, 1e-7);
-    cr_expect_eq(kernels_cpu.mse_loss(NULL, NULL, NULL, 0), 0.0f);
+    cr_expect_eq(kernels_cpu.mse_loss(DTYPE_FP32, NULL, NULL, NULL, 0), 0.0f);
 }
 
 Test(kernels, reductions_and_elementwise) {

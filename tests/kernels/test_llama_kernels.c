@@ -22,7 +22,7 @@ static const FdTolerance fd = {1e-2f, 2e-3, 2e-4};
 Test(llama_kernels, rmsnorm_forward_is_x_over_its_root_mean_square_times_w) {
     const float in[4] = {1, 2, 3, 4}, w[4] = {1, 0.5f, 2, 1};
     float out[4], rstd[1];
-    K->rmsnorm_forward(out, rstd, in, w, 1, 4, 0.0f);
+    K->rmsnorm_forward(DTYPE_FP32, out, rstd, in, w, 1, 4, 0.0f);
     const double r = 1.0 / sqrt(30.0 / 4.0); /* mean of squares 7.5 */
     cr_expect_float_eq(rstd[0], (float)r, 1e-6f);
     for (int c = 0; c < 4; c++)
@@ -36,7 +36,7 @@ typedef struct {
 
 static double rms_loss(void *ctx) {
     Rms *c = ctx;
-    K->rmsnorm_forward(c->out, c->rstd, c->in, c->w, c->M, c->C, 1e-5f);
+    K->rmsnorm_forward(DTYPE_FP32, c->out, c->rstd, c->in, c->w, c->M, c->C, 1e-5f);
     return dot_out_r(c->out, c->r, c->M * c->C);
 }
 
@@ -46,7 +46,7 @@ Test(llama_kernels, rmsnorm_backward_matches_finite_differences) {
     c.r = host_uniform(24, -1, 1, 13), c.out = host_floats(24), c.rstd = host_floats(3);
     float *din = host_zeros(24), *dw = host_zeros(8);
     rms_loss(&c);
-    K->rmsnorm_backward(din, dw, c.r, c.in, c.rstd, c.w, c.M, c.C);
+    K->rmsnorm_backward(DTYPE_FP32, din, dw, c.r, c.in, c.rstd, c.w, c.M, c.C);
     expect_finite_differences("din", rms_loss, &c, c.in, din, 24, fd);
     expect_finite_differences("dw", rms_loss, &c, c.w, dw, 8, fd);
     free_floats((float *[]){c.in, c.w, c.r, c.out, c.rstd, din, dw}, 7);
@@ -57,7 +57,7 @@ Test(llama_kernels, rmsnorm_backward_matches_finite_differences) {
 Test(llama_kernels, swiglu_forward_is_silu_of_gate_times_up) {
     const float gate[3] = {0.0f, 1.0f, -2.0f}, up[3] = {5.0f, 2.0f, 3.0f};
     float out[3];
-    K->swiglu_forward(out, gate, up, 3);
+    K->swiglu_forward(DTYPE_FP32, out, gate, up, 3);
     cr_expect_float_eq(out[0], 0.0f, 0.0f);
     cr_expect_float_eq(out[1], (float)(2.0 / (1.0 + exp(-1.0))), 1e-6f); /* 1.4621172 */
     cr_expect_float_eq(out[2], (float)(3.0 * -2.0 / (1.0 + exp(2.0))), 1e-6f);
@@ -70,7 +70,7 @@ typedef struct {
 
 static double swi_loss(void *ctx) {
     Swi *c = ctx;
-    K->swiglu_forward(c->out, c->gate, c->up, c->n);
+    K->swiglu_forward(DTYPE_FP32, c->out, c->gate, c->up, c->n);
     return dot_out_r(c->out, c->r, c->n);
 }
 
@@ -79,11 +79,11 @@ Test(llama_kernels, swiglu_backward_matches_finite_differences_in_place_too) {
     c.gate = host_uniform(40, -3, 3, 21), c.up = host_uniform(40, -2, 2, 22);
     c.r = host_uniform(40, -1, 1, 23), c.out = host_floats(40);
     float *dgate = host_floats(40), *dup = host_floats(40), *inplace = host_copy(c.r, 40);
-    K->swiglu_backward(dgate, dup, c.r, c.gate, c.up, 40);
+    K->swiglu_backward(DTYPE_FP32, dgate, dup, c.r, c.gate, c.up, 40);
     expect_finite_differences("dgate", swi_loss, &c, c.gate, dgate, 40, fd);
     expect_finite_differences("dup", swi_loss, &c, c.up, dup, 40, fd);
     float *dup2 = host_floats(40);
-    K->swiglu_backward(inplace, dup2, inplace, c.gate, c.up, 40); /* dgate may be dout */
+    K->swiglu_backward(DTYPE_FP32, inplace, dup2, inplace, c.gate, c.up, 40); /* dgate may be dout */
     assert_same_floats(inplace, dgate, 40, "dgate written over dout");
     free_floats((float *[]){c.gate, c.up, c.r, c.out, dgate, dup, inplace, dup2}, 8);
 }
@@ -94,7 +94,7 @@ Test(llama_kernels, rope_turns_each_pair_by_position_times_its_frequency) {
     /* B 1, T 2, 1 head of D 4: pairs (0, 2) at frequency 1 and (1, 3) at theta^-1/2 */
     float x[8] = {1, 1, 0, 0, 1, 1, 0, 0};
     const float theta = 100.0f;
-    K->rope_forward(x, 1, 2, 1, 4, theta);
+    K->rope_forward(DTYPE_FP32, x, 1, 2, 1, 4, theta);
     const float want0[4] = {1, 1, 0, 0}; /* position 0: no turn */
     for (int i = 0; i < 4; i++) cr_expect_float_eq(x[i], want0[i], 0.0f, "t0[%d]", i);
     const double a0 = 1.0, a1 = 1.0 / 10.0; /* 1 x 100^0 and 1 x 100^(-2/4) */
@@ -112,7 +112,7 @@ typedef struct {
 static double rope_loss(void *ctx) {
     Rope *c = ctx;
     memcpy(c->work, c->x, c->n * sizeof(float));
-    K->rope_forward(c->work, 2, 5, 3, 6, 500000.0f);
+    K->rope_forward(DTYPE_FP32, c->work, 2, 5, 3, 6, 500000.0f);
     return dot_out_r(c->work, c->r, c->n);
 }
 
@@ -121,11 +121,11 @@ Test(llama_kernels, rope_backward_matches_finite_differences_and_undoes_the_forw
     c.x = host_uniform(c.n, -1, 1, 31), c.work = host_floats(c.n),
     c.r = host_uniform(c.n, -1, 1, 32);
     float *dx = host_copy(c.r, c.n);
-    K->rope_backward(dx, 2, 5, 3, 6, 500000.0f);
+    K->rope_backward(DTYPE_FP32, dx, 2, 5, 3, 6, 500000.0f);
     expect_finite_differences("dx", rope_loss, &c, c.x, dx, c.n, fd);
     float *y = host_copy(c.x, c.n);
-    K->rope_forward(y, 2, 5, 3, 6, 500000.0f);
-    K->rope_backward(y, 2, 5, 3, 6, 500000.0f);
+    K->rope_forward(DTYPE_FP32, y, 2, 5, 3, 6, 500000.0f);
+    K->rope_backward(DTYPE_FP32, y, 2, 5, 3, 6, 500000.0f);
     assert_close_floats(y, c.x, c.n, 1e-6, "backward of forward");
     free_floats((float *[]){c.x, c.work, c.r, dx, y}, 5);
 }
@@ -161,7 +161,7 @@ static void gqa_free(Gqa *c) {
 
 static double gqa_loss(void *ctx) {
     Gqa *c = ctx;
-    K->gqa_attention_forward(c->out, c->probs, c->q, c->k, c->v, &c->s);
+    K->gqa_attention_forward(DTYPE_FP32, c->out, c->probs, c->q, c->k, c->v, &c->s);
     return dot_out_r(c->out, c->r, c->nq);
 }
 
@@ -181,7 +181,7 @@ Test(llama_kernels, gqa_equals_multi_head_attention_with_kv_repeated) {
                 qkv[i * 3 * C + C + h * 4 + d] = c.k[i * 8 + (h / 2) * 4 + d];
                 qkv[i * 3 * C + 2 * C + h * 4 + d] = c.v[i * 8 + (h / 2) * 4 + d];
             }
-    K->causal_attention_forward(out, probs, qkv, 2, 5, C, 4);
+    K->causal_attention_forward(DTYPE_FP32, out, probs, qkv, 2, 5, C, 4);
     assert_close_floats(c.out, out, rows * C, 1e-6, "out");
     assert_close_floats(c.probs, probs, 2 * 4 * 25, 1e-6, "probs");
     free_floats((float *[]){qkv, out, probs}, 3);
@@ -194,7 +194,7 @@ Test(llama_kernels, gqa_backward_matches_finite_differences) {
         gqa_init(&c, causal, 51 + (uint32_t)causal);
         gqa_loss(&c);
         float *dq = host_nans(c.nq), *dk = host_nans(c.nkv), *dv = host_nans(c.nkv);
-        K->gqa_attention_backward(dq, dk, dv, c.r, c.q, c.k, c.v, c.probs, &c.s);
+        K->gqa_attention_backward(DTYPE_FP32, dq, dk, dv, c.r, c.q, c.k, c.v, c.probs, &c.s);
         expect_finite_differences("dq", gqa_loss, &c, c.q, dq, c.nq, fd);
         expect_finite_differences("dk", gqa_loss, &c, c.k, dk, c.nkv, fd);
         expect_finite_differences("dv", gqa_loss, &c, c.v, dv, c.nkv, fd);
@@ -213,7 +213,7 @@ Test(llama_kernels, flash_equals_eager_forward_and_backward) {
         gqa_init(&c, causal, 61 + (uint32_t)causal);
         gqa_loss(&c); /* eager: out, probs */
         float *out = host_nans(c.nq);
-        K->flash_attention_forward(out, c.lse, c.q, c.k, c.v, &c.s);
+        K->flash_attention_forward(DTYPE_FP32, out, c.lse, c.q, c.k, c.v, &c.s);
         assert_close_floats(out, c.out, c.nq, 1e-6, "flash out");
         for (size_t b = 0; b < 2; b++)
             for (size_t h = 0; h < 4; h++)
@@ -231,8 +231,8 @@ Test(llama_kernels, flash_equals_eager_forward_and_backward) {
         float *dq = host_nans(c.nq), *dk = host_nans(c.nkv), *dv = host_nans(c.nkv);
         float *fq = host_nans(c.nq), *fk = host_nans(c.nkv), *fv = host_nans(c.nkv);
         float *work = host_nans(25);
-        K->gqa_attention_backward(dq, dk, dv, c.r, c.q, c.k, c.v, c.probs, &c.s);
-        K->flash_attention_backward(fq, fk, fv, c.r, c.q, c.k, c.v, out, c.lse, work, &c.s);
+        K->gqa_attention_backward(DTYPE_FP32, dq, dk, dv, c.r, c.q, c.k, c.v, c.probs, &c.s);
+        K->flash_attention_backward(DTYPE_FP32, fq, fk, fv, c.r, c.q, c.k, c.v, out, c.lse, work, &c.s);
         assert_close_floats(fq, dq, c.nq, 1e-5, "flash dq");
         assert_close_floats(fk, dk, c.nkv, 1e-5, "flash dk");
         assert_close_floats(fv, dv, c.nkv, 1e-5, "flash dv");
@@ -249,11 +249,11 @@ Test(llama_kernels, flash_on_packed_qkv_equals_the_packed_eager_ops) {
     float *out = host_nans(B * T * C), *probs = host_nans(B * heads * T * T);
     float *fout = host_nans(B * T * C), *lse = host_nans(B * heads * T), *work = host_nans(T * T);
     float *dqkv = host_nans(B * T * 3 * C), *fqkv = host_nans(B * T * 3 * C);
-    K->causal_attention_forward(out, probs, qkv, B, T, C, heads);
-    K->attention_backward(dqkv, r, qkv, probs, B, T, C, heads);
+    K->causal_attention_forward(DTYPE_FP32, out, probs, qkv, B, T, C, heads);
+    K->attention_backward(DTYPE_FP32, dqkv, r, qkv, probs, B, T, C, heads);
     AttnShape s = {B, T, heads, heads, C / heads, 3 * C, 3 * C, 1};
-    K->flash_attention_forward(fout, lse, qkv, qkv + C, qkv + 2 * C, &s);
-    K->flash_attention_backward(fqkv, fqkv + C, fqkv + 2 * C, r, qkv, qkv + C, qkv + 2 * C, fout,
+    K->flash_attention_forward(DTYPE_FP32, fout, lse, qkv, qkv + C, qkv + 2 * C, &s);
+    K->flash_attention_backward(DTYPE_FP32, fqkv, fqkv + C, fqkv + 2 * C, r, qkv, qkv + C, qkv + 2 * C, fout,
                                 lse, work, &s);
     assert_close_floats(fout, out, B * T * C, 1e-6, "out");
     assert_close_floats(fqkv, dqkv, B * T * 3 * C, 1e-5, "dqkv");

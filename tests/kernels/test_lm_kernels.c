@@ -38,7 +38,7 @@ static void attn_free(Attn *c) {
 
 static double causal_loss(void *p) {
     Attn *c = p;
-    K->causal_attention_forward(c->out, c->probs, c->qkv, c->B, c->T, c->C, c->H);
+    K->causal_attention_forward(DTYPE_FP32, c->out, c->probs, c->qkv, c->B, c->T, c->C, c->H);
     return dot_out_r(c->out, c->r, c->B * c->T * c->C);
 }
 
@@ -47,7 +47,7 @@ static double causal_loss(void *p) {
  * alone, so its output is its own v. */
 static void causal_forward_check(Attn *c) {
     const size_t B = c->B, T = c->T, C = c->C, H = c->H, D = C / H, C3 = 3 * C;
-    K->causal_attention_forward(c->out, c->probs, c->qkv, B, T, C, H);
+    K->causal_attention_forward(DTYPE_FP32, c->out, c->probs, c->qkv, B, T, C, H);
     double w[64];
     cr_assert(T <= 64);
     for (size_t b = 0; b < B; b++)
@@ -109,10 +109,10 @@ Test(lm_kernels, causal_attention_does_not_look_ahead) {
     enum { T = 7, C = 8, H = 2 };
     Attn c;
     attn_init(&c, 1, T, C, H, 21);
-    K->causal_attention_forward(c.out, c.probs, c.qkv, 1, T, C, H);
+    K->causal_attention_forward(DTYPE_FP32, c.out, c.probs, c.qkv, 1, T, C, H);
     float *before = host_copy(c.out, T * C);
     for (size_t i = 4 * 3 * C; i < T * 3 * C; i++) c.qkv[i] += 0.5f; /* tokens 4.. */
-    K->causal_attention_forward(c.out, c.probs, c.qkv, 1, T, C, H);
+    K->causal_attention_forward(DTYPE_FP32, c.out, c.probs, c.qkv, 1, T, C, H);
     assert_same_floats(c.out, before, 4 * C, "tokens 0..3");
     cr_expect(c.out[4 * C] != before[4 * C], "token 4 did change");
     free(before);
@@ -127,7 +127,7 @@ Test(lm_kernels, causal_attention_backward_finite_differences) {
         const size_t n = c.B * c.T * 3 * c.C;
         causal_loss(&c);            /* the causal probabilities */
         float *dqkv = host_nans(n); /* overwritten entirely */
-        K->attention_backward(dqkv, c.r, c.qkv, c.probs, c.B, c.T, c.C, c.H);
+        K->attention_backward(DTYPE_FP32, dqkv, c.r, c.qkv, c.probs, c.B, c.T, c.C, c.H);
         expect_finite_differences(i ? "causal dqkv (D 45, T 9)" : "causal dqkv (D 12, T 5)",
                                   causal_loss, &c, c.qkv, dqkv, n, fd);
         free(dqkv);
@@ -140,10 +140,10 @@ Test(lm_kernels, causal_attention_with_a_pool_is_the_serial_result) {
     enum { B = 4, T = 33, C = 64, H = 4 };
     Attn c;
     attn_init(&c, B, T, C, H, 41);
-    K->causal_attention_forward(c.out, c.probs, c.qkv, B, T, C, H);
+    K->causal_attention_forward(DTYPE_FP32, c.out, c.probs, c.qkv, B, T, C, H);
     float *out = host_copy(c.out, B * T * C), *probs = host_copy(c.probs, B * H * T * T);
     CpuPool *pool = bind_pool(2);
-    K->causal_attention_forward(c.out, c.probs, c.qkv, B, T, C, H);
+    K->causal_attention_forward(DTYPE_FP32, c.out, c.probs, c.qkv, B, T, C, H);
     unbind_pool(pool);
     assert_same_floats(c.out, out, B * T * C, "out");
     assert_same_floats(c.probs, probs, B * H * T * T, "probs");
@@ -159,7 +159,7 @@ Test(lm_kernels, token_embed_forward_by_hand) {
     float *wte = host_uniform(EV * EC, -1, 1, 51), *wpe = host_uniform(ET * EC, -1, 1, 52);
     float *x = host_nans(EB * ET * EC);
     const int32_t ids[EB * ET] = {4, 0, 4, 2, 3, 1};
-    K->token_embed_forward(x, ids, wte, wpe, EB, ET, EC, EV);
+    K->token_embed_forward(DTYPE_FP32, x, ids, wte, wpe, EB, ET, EC, EV);
     for (int b = 0; b < EB; b++)
         for (int t = 0; t < ET; t++)
             for (int c = 0; c < EC; c++)
@@ -168,7 +168,7 @@ Test(lm_kernels, token_embed_forward_by_hand) {
                              c);
     /* an id outside [0, V): its row is NaN, the others as before */
     const int32_t bad[EB * ET] = {4, -1, 4, 2, EV, 1};
-    K->token_embed_forward(x, bad, wte, wpe, EB, ET, EC, EV);
+    K->token_embed_forward(DTYPE_FP32, x, bad, wte, wpe, EB, ET, EC, EV);
     for (int c = 0; c < EC; c++) {
         cr_expect(isnan(x[1 * EC + c]) && isnan(x[(ET + 1) * EC + c]), "rows of -1 and V");
         cr_expect_eq(x[c], wte[4 * EC + c] + wpe[c]);
@@ -183,7 +183,7 @@ typedef struct {
 
 static double embed_loss(void *p) {
     Embed *e = p;
-    K->token_embed_forward(e->x, e->ids, e->wte, e->wpe, EB, ET, EC, EV);
+    K->token_embed_forward(DTYPE_FP32, e->x, e->ids, e->wte, e->wpe, EB, ET, EC, EV);
     return dot_out_r(e->x, e->r, EB * ET * EC);
 }
 
@@ -199,7 +199,7 @@ Test(lm_kernels, token_embed_backward_scatters_and_adds) {
                .ids = ids};
     float *dwte = host_uniform(EV * EC, -1, 1, 64), *dwpe = host_uniform(ET * EC, -1, 1, 65);
     float *wte0 = host_copy(dwte, EV * EC), *wpe0 = host_copy(dwpe, ET * EC);
-    K->token_embed_backward(dwte, dwpe, ids, e.r, EB, ET, EC, EV);
+    K->token_embed_backward(DTYPE_FP32, dwte, dwpe, ids, e.r, EB, ET, EC, EV);
     const float *g = e.r;
     for (int c = 0; c < EC; c++) {
         /* in (b, t) order: positions 0, 2 and 4 of the flattened batch */
@@ -214,14 +214,14 @@ Test(lm_kernels, token_embed_backward_scatters_and_adds) {
     /* against finite differences, from zeros */
     memset(dwte, 0, EV * EC * sizeof(float));
     memset(dwpe, 0, ET * EC * sizeof(float));
-    K->token_embed_backward(dwte, dwpe, ids, e.r, EB, ET, EC, EV);
+    K->token_embed_backward(DTYPE_FP32, dwte, dwpe, ids, e.r, EB, ET, EC, EV);
     expect_finite_differences("dwte", embed_loss, &e, e.wte, dwte, EV * EC, fd);
     expect_finite_differences("dwpe", embed_loss, &e, e.wpe, dwpe, ET * EC, fd);
     /* out of range: dwpe still takes the position's gradient, dwte nothing */
     const int32_t bad[EB * ET] = {EV, 0, 4, 2, 4, 1};
     memset(dwte, 0, EV * EC * sizeof(float));
     memset(dwpe, 0, ET * EC * sizeof(float));
-    K->token_embed_backward(dwte, dwpe, bad, e.r, EB, ET, EC, EV);
+    K->token_embed_backward(DTYPE_FP32, dwte, dwpe, bad, e.r, EB, ET, EC, EV);
     for (int c = 0; c < EC; c++) {
         cr_expect_eq(dwte[4 * EC + c], g[2 * EC + c] + g[4 * EC + c]);
         cr_expect_eq(dwpe[c], g[c] + g[ET * EC + c]);

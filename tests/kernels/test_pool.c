@@ -295,7 +295,7 @@ static void check_linear(int threads) {
                 if (!with_bias) out[c] = host_copy(out0, M * N);
                 CpuPool *p = bind_side(c, threads);
                 unsigned long before = cpu_pool_runs(p);
-                K->linear_forward(out[c], in, w, with_bias ? b : NULL, M, Kd, N);
+                K->linear_forward(DTYPE_FP32, out[c], in, w, with_bias ? b : NULL, M, Kd, N);
                 end_side(p, before, 0, "linear_forward");
             }
             assert_gemm_same("linear_forward out", threads, out[1], out[0], M * N);
@@ -307,7 +307,7 @@ static void check_linear(int threads) {
             for (int c = 0; c < 3; c++) {
                 CpuPool *p = bind_side(c, threads);
                 unsigned long before = cpu_pool_runs(p);
-                K->linear_backward(pass ? NULL : din[c], dw[c], pass ? NULL : db[c], dout, in, w, M,
+                K->linear_backward(DTYPE_FP32, pass ? NULL : din[c], dw[c], pass ? NULL : db[c], dout, in, w, M,
                                    Kd, N);
                 end_side(p, before, 0, "linear_backward");
             }
@@ -338,7 +338,7 @@ static void check_bias_grad(int threads) {
         db[c] = host_copy(db0, cols);
         CpuPool *p = bind_side(c, threads);
         unsigned long before = cpu_pool_runs(p);
-        K->bias_grad(db[c], dout + 2 * cols, rows, cols, stride);
+        K->bias_grad(DTYPE_FP32, db[c], dout + 2 * cols, rows, cols, stride);
         end_side(p, before, 0, "bias_grad");
     }
     assert_same("bias_grad run to run", threads, db[2], db[1], cols);
@@ -378,10 +378,10 @@ static void check_layernorm(int threads) {
             x.dw[c] = host_copy(dw0, C), x.db[c] = host_copy(db0, C);
             CpuPool *p = bind_side(c, threads);
             unsigned long before = cpu_pool_runs(p);
-            K->layernorm_forward(x.out[c], x.mean[c], x.rstd[c], in, w, b, M, C, 1e-5f);
+            K->layernorm_forward(DTYPE_FP32, x.out[c], x.mean[c], x.rstd[c], in, w, b, M, C, 1e-5f);
             if (p) assert_split("layernorm_forward", p, before);
             before = cpu_pool_runs(p);
-            K->layernorm_backward(x.din[c], x.dw[c], x.db[c], dout, in, x.mean[c], x.rstd[c], w, M,
+            K->layernorm_backward(DTYPE_FP32, x.din[c], x.dw[c], x.db[c], dout, in, x.mean[c], x.rstd[c], w, M,
                                   C);
             end_side(p, before, 0, "layernorm_backward");
         }
@@ -424,11 +424,11 @@ static void check_elementwise(int threads) {
             gp[c] = host_copy(g, n), a[c] = host_copy(x, n);
             CpuPool *p = bind_side(c, threads);
             unsigned long before = cpu_pool_runs(p);
-            K->gelu_forward(y[c], x, n);
-            K->gelu_forward(ip[c], ip[c], n);
-            K->gelu_backward(d[c], x, g, n);
-            K->gelu_backward(gp[c], x, gp[c], n);
-            K->add(a[c], a[c], g, n);
+            K->gelu_forward(DTYPE_FP32, y[c], x, n);
+            K->gelu_forward(DTYPE_FP32, ip[c], ip[c], n);
+            K->gelu_backward(DTYPE_FP32, d[c], x, g, n);
+            K->gelu_backward(DTYPE_FP32, gp[c], x, gp[c], n);
+            K->add(DTYPE_FP32, a[c], a[c], g, n);
             end_side(p, before, 5, "elementwise ops");
         }
         assert_same("gelu_forward", threads, y[1], y[0], n);
@@ -500,8 +500,8 @@ static void check_attention(int threads) {
             dq[c] = host_copy(dq0, nqkv);
             CpuPool *p = bind_side(c, threads);
             unsigned long before = cpu_pool_runs(p);
-            K->attention_forward(out[c], pr[c], qkv, B, T, C, H);
-            K->attention_backward(dq[c], dout, qkv, pr[c], B, T, C, H);
+            K->attention_forward(DTYPE_FP32, out[c], pr[c], qkv, B, T, C, H);
+            K->attention_backward(DTYPE_FP32, dq[c], dout, qkv, pr[c], B, T, C, H);
             end_side(p, before, 2, "attention");
         }
         assert_same("attention_forward out", threads, out[1], out[0], nout);
@@ -548,10 +548,10 @@ Test(pool_ops, small_ops_are_not_split) {
     float x[64], y[64], w[64 * 8], dw[64 * 8] = {0}, d[64];
     for (int i = 0; i < 64; i++) x[i] = (float)i / 64.0f, d[i] = 1.0f;
     for (int i = 0; i < 64 * 8; i++) w[i] = (float)(i % 7) / 7.0f;
-    K->gelu_forward(y, x, 64);
-    K->add(y, y, x, 64);
-    K->linear_forward(y, x, w, NULL, 8, 8, 8);
-    K->linear_backward(y, dw, NULL, d, x, w, 8, 8, 8);
+    K->gelu_forward(DTYPE_FP32, y, x, 64);
+    K->add(DTYPE_FP32, y, y, x, 64);
+    K->linear_forward(DTYPE_FP32, y, x, w, NULL, 8, 8, 8);
+    K->linear_backward(DTYPE_FP32, y, dw, NULL, d, x, w, 8, 8, 8);
     K->copy_bytes(y, x, sizeof x);
     K->zero(dw, 64 * 8);
     cr_assert_eq(cpu_pool_runs(p), 0);

@@ -42,7 +42,7 @@ typedef struct {
 
 static double linear_loss(void *p) {
     LinearCtx *c = p;
-    K->linear_forward(c->out, c->in, c->w, c->b, LM, LK, LN);
+    K->linear_forward(DTYPE_FP32, c->out, c->in, c->w, c->b, LM, LK, LN);
     return dot_out_r(c->out, c->r, LM * LN);
 }
 
@@ -65,7 +65,7 @@ Test(vit_kernels, linear_forward_matches_naive_with_and_without_bias) {
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         const float *b = with_bias ? c.b : NULL;
         fill_const(c.out, LM * LN, 1e6f); /* overwritten, not accumulated */
-        K->linear_forward(c.out, c.in, c.w, b, LM, LK, LN);
+        K->linear_forward(DTYPE_FP32, c.out, c.in, c.w, b, LM, LK, LN);
         linear_reference(ref, c.in, c.w, b, LM, LK, LN);
         for (size_t i = 0; i < LM * LN; i++)
             EXPECT_NEAR(c.out[i], ref[i], 1e-5 * (1 + fabs(ref[i])), "bias %d out[%zu] %g vs %g",
@@ -73,7 +73,7 @@ Test(vit_kernels, linear_forward_matches_naive_with_and_without_bias) {
     }
     /* out[0][0] by hand for a 1x2 . (2x2)^T + b */
     float in[2] = {1, 2}, w[4] = {3, 4, 5, 6}, b[2] = {0.5f, -1}, out[2];
-    K->linear_forward(out, in, w, b, 1, 2, 2);
+    K->linear_forward(DTYPE_FP32, out, in, w, b, 1, 2, 2);
     cr_expect_float_eq(out[0], 11.5f, 1e-6);
     cr_expect_float_eq(out[1], 16.0f, 1e-6);
 }
@@ -81,14 +81,14 @@ Test(vit_kernels, linear_forward_matches_naive_with_and_without_bias) {
 Test(vit_kernels, linear_empty_shapes) {
     float out[6], b[3] = {1, 2, 3}, in[2] = {0}, w[3] = {0};
     fill_const(out, 6, 7);
-    K->linear_forward(out, in, w, b, 0, 1, 3); /* M = 0: nothing written */
+    K->linear_forward(DTYPE_FP32, out, in, w, b, 0, 1, 3); /* M = 0: nothing written */
     cr_expect_float_eq(out[0], 7.0f, 0);
-    K->linear_forward(out, in, w, b, 2, 0, 3); /* K = 0: the bias */
+    K->linear_forward(DTYPE_FP32, out, in, w, b, 2, 0, 3); /* K = 0: the bias */
     for (int i = 0; i < 6; i++) cr_expect_float_eq(out[i], b[i % 3], 0);
-    K->linear_forward(out, in, w, NULL, 2, 0, 3); /* K = 0, no bias: zeros */
+    K->linear_forward(DTYPE_FP32, out, in, w, NULL, 2, 0, 3); /* K = 0, no bias: zeros */
     for (int i = 0; i < 6; i++) cr_expect_float_eq(out[i], 0.0f, 0);
     float dw[3] = {1, 1, 1}, db[3] = {1, 1, 1};
-    K->linear_backward(NULL, dw, db, out, in, w, 0, 1, 3); /* M = 0: grads += 0 */
+    K->linear_backward(DTYPE_FP32, NULL, dw, db, out, in, w, 0, 1, 3); /* M = 0: grads += 0 */
     cr_expect(dw[0] == 1 && db[2] == 1);
 }
 
@@ -104,7 +104,7 @@ Test(vit_kernels, linear_backward_finite_differences) {
     fill_uniform(db0, LN, -0.5f, 0.5f, 16);
     memcpy(dw, dw0, sizeof dw);
     memcpy(db, db0, sizeof db);
-    K->linear_backward(din, dw, db, c.r, c.in, c.w, LM, LK, LN);
+    K->linear_backward(DTYPE_FP32, din, dw, db, c.r, c.in, c.w, LM, LK, LN);
     float gw[LN * LK], gb[LN];
     diff(gw, dw, dw0, LN * LK);
     diff(gb, db, db0, LN);
@@ -115,7 +115,7 @@ Test(vit_kernels, linear_backward_finite_differences) {
     /* the nullable outputs: same dw without din and db */
     float dw2[LN * LK];
     memcpy(dw2, dw0, sizeof dw2);
-    K->linear_backward(NULL, dw2, NULL, c.r, c.in, c.w, LM, LK, LN);
+    K->linear_backward(DTYPE_FP32, NULL, dw2, NULL, c.r, c.in, c.w, LM, LK, LN);
     for (size_t i = 0; i < LN * LK; i++) cr_expect_float_eq(dw2[i], dw[i], 1e-6);
 }
 
@@ -126,7 +126,7 @@ Test(vit_kernels, linear_bias_grad_wide) {
     fill_uniform(dout, M * N, -1, 1, 21);
     fill_const(db, N, 0.25f);
     float in[M] = {0}, w[N] = {0}, dw[N] = {0};
-    K->linear_backward(NULL, dw, db, dout, in, w, M, 1, N);
+    K->linear_backward(DTYPE_FP32, NULL, dw, db, dout, in, w, M, 1, N);
     for (size_t j = 0; j < N; j++) {
         double s = 0.25;
         for (size_t i = 0; i < M; i++) s += dout[i * N + j];
@@ -144,7 +144,7 @@ typedef struct {
 
 static double layernorm_loss(void *p) {
     LayerNormCtx *c = p;
-    K->layernorm_forward(c->out, c->mean, c->rstd, c->in, c->w, c->b, NM, NC, 1e-5f);
+    K->layernorm_forward(DTYPE_FP32, c->out, c->mean, c->rstd, c->in, c->w, c->b, NM, NC, 1e-5f);
     return dot_out_r(c->out, c->r, NM * NC);
 }
 
@@ -179,7 +179,7 @@ Test(vit_kernels, layernorm_forward_matches_naive) {
     }
     /* by hand: [1, 3] has mean 2, variance 1, so with eps 0 the output is [-1, 1] */
     float x2[2] = {1, 3}, w2[2] = {2, 2}, b2[2] = {0.5f, 0.5f}, y2[2], m2, r2;
-    K->layernorm_forward(y2, &m2, &r2, x2, w2, b2, 1, 2, 0.0f);
+    K->layernorm_forward(DTYPE_FP32, y2, &m2, &r2, x2, w2, b2, 1, 2, 0.0f);
     cr_expect_float_eq(m2, 2.0f, 1e-6);
     cr_expect_float_eq(r2, 1.0f, 1e-6);
     cr_expect_float_eq(y2[0], -1.5f, 1e-6);
@@ -197,7 +197,7 @@ Test(vit_kernels, layernorm_backward_finite_differences) {
     memcpy(din, din0, sizeof din);
     memcpy(dw, dw0, sizeof dw);
     memcpy(db, db0, sizeof db);
-    K->layernorm_backward(din, dw, db, c.r, c.in, c.mean, c.rstd, c.w, NM, NC);
+    K->layernorm_backward(DTYPE_FP32, din, dw, db, c.r, c.in, c.mean, c.rstd, c.w, NM, NC);
     float gin[NM * NC], gw[NC], gb[NC];
     diff(gin, din, din0, NM * NC);
     diff(gw, dw, dw0, NC);
@@ -215,7 +215,7 @@ Test(vit_kernels, gelu_known_values_in_place) {
     const double want[11] = {0.8413447460685429,   -0.15865525393145707, 0.0,  1.9544997361036416,
                              -0.00404969409489031, 0.34573123063700656,  10.0, -7.6198530241605e-23,
                              -0.10032341857926907, 3.9998733150326675,   0.0};
-    K->gelu_forward(x, x, 11);
+    K->gelu_forward(DTYPE_FP32, x, x, 11);
     for (int i = 0; i < 11; i++)
         EXPECT_NEAR(x[i], want[i], 3e-7 * (1 + fabs(want[i])), "gelu[%d] %.9g vs %.9g", i, x[i],
                     want[i]);
@@ -229,7 +229,7 @@ typedef struct {
 
 static double gelu_loss(void *p) {
     GeluCtx *c = p;
-    K->gelu_forward(c->out, c->in, GN);
+    K->gelu_forward(DTYPE_FP32, c->out, c->in, GN);
     return dot_out_r(c->out, c->r, GN);
 }
 
@@ -238,16 +238,16 @@ Test(vit_kernels, gelu_backward_finite_differences) {
     fill_uniform(c.in, GN, -3, 3, 41);
     fill_uniform(c.r, GN, -1, 1, 42);
     float din[GN];
-    K->gelu_backward(din, c.in, c.r, GN);
+    K->gelu_backward(DTYPE_FP32, din, c.in, c.r, GN);
     expect_finite_differences("gelu din", gelu_loss, &c, c.in, din, GN, fd);
     /* din may be dout */
     float d2[GN];
     memcpy(d2, c.r, sizeof d2);
-    K->gelu_backward(d2, c.in, d2, GN);
+    K->gelu_backward(DTYPE_FP32, d2, c.in, d2, GN);
     for (int i = 0; i < GN; i++) cr_expect_float_eq(d2[i], din[i], 0);
     /* GELU'(0) = 1/2, GELU'(1) = Phi(1) + phi(1) */
     float x[2] = {0, 1}, one[2] = {1, 1}, d[2];
-    K->gelu_backward(d, x, one, 2);
+    K->gelu_backward(DTYPE_FP32, d, x, one, 2);
     cr_expect_float_eq(d[0], 0.5f, 1e-7);
     EXPECT_NEAR(d[1], 0.8413447460685429 + 0.24197072451914337, 1e-6, "gelu'(1) %.9g", d[1]);
 }
@@ -281,7 +281,7 @@ static void attn_free(AttnCtx *c) {
 
 static double attention_loss(void *p) {
     AttnCtx *c = p;
-    K->attention_forward(c->out, c->probs, c->qkv, c->B, c->T, c->C, c->H);
+    K->attention_forward(DTYPE_FP32, c->out, c->probs, c->qkv, c->B, c->T, c->C, c->H);
     return dot_out_r(c->out, c->r, c->B * c->T * c->C);
 }
 
@@ -289,7 +289,7 @@ static double attention_loss(void *p) {
 static void attention_forward_check(AttnCtx *c) {
     const size_t B = c->B, T = c->T, C = c->C, H = c->H, D = C / H, C3 = 3 * C;
     fill_const(c->out, B * T * C, 1e6f); /* overwritten */
-    K->attention_forward(c->out, c->probs, c->qkv, B, T, C, H);
+    K->attention_forward(DTYPE_FP32, c->out, c->probs, c->qkv, B, T, C, H);
     double sc[64];
     cr_assert(T <= 64);
     for (size_t b = 0; b < B; b++)
@@ -344,7 +344,7 @@ Test(vit_kernels, attention_softmax_extreme_scores) {
         for (int d = 0; d < C; d++) qkv[t * 3 * C + 2 * C + d] = (float)(t + 1); /* v */
     }
     /* scores q.k / 2 = 0, 400, 800: the last key takes everything */
-    K->attention_forward(out, probs, qkv, 1, T, C, 1);
+    K->attention_forward(DTYPE_FP32, out, probs, qkv, 1, T, C, 1);
     for (int t = 0; t < T; t++) {
         cr_expect_float_eq(probs[t * T + 2], 1.0f, 1e-7, "row %d", t);
         cr_expect(probs[t * T + 0] >= 0.0f && probs[t * T + 0] < 1e-30f);
@@ -372,7 +372,7 @@ Test(vit_kernels, non_finite_inputs_give_nan_without_undefined_behaviour) {
     qkv[(0 * T + 1) * 3 * C + C] = -INFINITY; /* sample 0: key 1 scores -inf: its weight is 0 */
     qkv[(1 * T + 0) * 3 * C] = NAN;           /* sample 1: query 0 is nan: its row is */
     qkv[(2 * T + 2) * 3 * C + C] = INFINITY;  /* sample 2: key 2 scores inf in every row */
-    K->attention_forward(out, probs, qkv, B, T, C, 1);
+    K->attention_forward(DTYPE_FP32, out, probs, qkv, B, T, C, 1);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float *p = probs + (b * T + t) * T;
@@ -392,12 +392,12 @@ Test(vit_kernels, non_finite_inputs_give_nan_without_undefined_behaviour) {
         }
     /* GELU: nan of either sign stays nan, +inf stays +inf, finite neighbours are untouched */
     float x[5] = {NAN, -NAN, INFINITY, 1.0f, -2.0f}, y[5], dy[5] = {1, 1, 1, 1, 1}, dx[5];
-    K->gelu_forward(y, x, 5);
+    K->gelu_forward(DTYPE_FP32, y, x, 5);
     cr_expect(isnan(y[0]) && isnan(y[1]), "gelu(nan) %g %g", y[0], y[1]);
     cr_expect(isinf(y[2]) && y[2] > 0, "gelu(inf) %g", y[2]);
     EXPECT_NEAR(y[3], 0.8413447460685429, 3e-7, "gelu(1) %.9g", y[3]);
     EXPECT_NEAR(y[4], -0.04550026389635842, 3e-7, "gelu(-2) %.9g", y[4]);
-    K->gelu_backward(dx, x, dy, 5);
+    K->gelu_backward(DTYPE_FP32, dx, x, dy, 5);
     cr_expect(isnan(dx[0]) && isnan(dx[1]), "gelu'(nan) %g %g", dx[0], dx[1]);
     EXPECT_NEAR(dx[3], 1.0833154705876864, 3e-6, "gelu'(1) %.9g", dx[3]);
     EXPECT_NEAR(dx[4], -0.0852318481, 3e-6, "gelu'(-2) %.9g", dx[4]);
@@ -413,7 +413,7 @@ Test(vit_kernels, attention_backward_finite_differences) {
         float *dqkv = malloc(n * sizeof(float));
         cr_assert(dqkv);
         fill_const(dqkv, n, 1e6f); /* overwritten entirely */
-        K->attention_backward(dqkv, c.r, c.qkv, c.probs, c.B, c.T, c.C, c.H);
+        K->attention_backward(DTYPE_FP32, dqkv, c.r, c.qkv, c.probs, c.B, c.T, c.C, c.H);
         expect_finite_differences(i ? "attention dqkv (D 45, T 9)" : "attention dqkv (D 12, T 5)",
                                   attention_loss, &c, c.qkv, dqkv, n, fd);
         free(dqkv);
@@ -427,7 +427,7 @@ Test(vit_kernels, patchify_by_hand) {
     enum { B = 2, S = 4, P = 2 };
     float img[B * S * S], patches[B * 4 * P * P];
     for (int i = 0; i < B * S * S; i++) img[i] = (float)i; /* img[b][y][x] = 16b + 4y + x */
-    K->patchify(patches, img, B, S, P);
+    K->patchify(DTYPE_FP32, patches, img, B, S, P);
     /* patch 1 is (py 0, px 1); its element 2 is (ky 1, kx 0): image row 1, column 2 */
     cr_expect_float_eq(patches[1 * 4 + 2], 6.0f, 0);
     /* patch 2 is (py 1, px 0): elements rows 2..3, columns 0..1 */
@@ -447,8 +447,8 @@ Test(vit_kernels, patchify_gemm_is_the_convolution) {
     float img[B * S * S], w[C * P * P], patches[B * G * G * P * P], conv[B * G * G * C];
     fill_uniform(img, B * S * S, -1, 1, 71);
     fill_uniform(w, C * P * P, -1, 1, 72);
-    K->patchify(patches, img, B, S, P);
-    K->linear_forward(conv, patches, w, NULL, B * G * G, P * P, C);
+    K->patchify(DTYPE_FP32, patches, img, B, S, P);
+    K->linear_forward(DTYPE_FP32, conv, patches, w, NULL, B * G * G, P * P, C);
     for (int b = 0; b < B; b++)
         for (int py = 0; py < G; py++)
             for (int px = 0; px < G; px++)
@@ -470,7 +470,7 @@ Test(vit_kernels, embed_forward_and_backward) {
     fill_uniform(patch, B * (T - 1) * C, -1, 1, 81);
     fill_uniform(cls, C, -1, 1, 82);
     fill_uniform(pos, T * C, -1, 1, 83);
-    K->embed_forward(x, patch, cls, pos, B, T, C);
+    K->embed_forward(DTYPE_FP32, x, patch, cls, pos, B, T, C);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++) {
@@ -484,7 +484,7 @@ Test(vit_kernels, embed_forward_and_backward) {
     fill_const(dcls, C, 0.5f);
     fill_const(dpos, T * C, -0.25f);
     fill_const(dpatch, B * (T - 1) * C, 1e6f);
-    K->embed_backward(dcls, dpos, dpatch, dx, B, T, C);
+    K->embed_backward(DTYPE_FP32, dcls, dpos, dpatch, dx, B, T, C);
     for (int c = 0; c < C; c++)
         cr_expect_float_eq(dcls[c], 0.5f + dx[c] + dx[T * C + c], 1e-6, "dcls[%d]", c);
     for (int t = 0; t < T; t++)
@@ -502,7 +502,7 @@ Test(vit_kernels, class_token_select_and_backward) {
     enum { B = 3, T = 4, C = 10 };
     float x[B * T * C], out[B * C];
     for (int i = 0; i < B * T * C; i++) x[i] = (float)i;
-    K->class_token_select(out, x, B, T, C);
+    K->class_token_select(DTYPE_FP32, out, x, B, T, C);
     for (int b = 0; b < B; b++)
         for (int c = 0; c < C; c++)
             cr_expect_float_eq(out[b * C + c], (float)(b * T * C + c), 0, "out[%d][%d]", b, c);
@@ -510,7 +510,7 @@ Test(vit_kernels, class_token_select_and_backward) {
     float dx[B * T * C], dout[B * C];
     fill_const(dx, B * T * C, 1.0f);
     for (int i = 0; i < B * C; i++) dout[i] = (float)(i + 1);
-    K->class_token_select_backward(dx, dout, B, T, C);
+    K->class_token_select_backward(DTYPE_FP32, dx, dout, B, T, C);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++) {
@@ -525,11 +525,11 @@ Test(vit_kernels, add_in_place) {
     fill_uniform(a, N, -1, 1, 91);
     fill_uniform(b, N, -1, 1, 92);
     memcpy(b0, b, sizeof b0);
-    K->add(out, a, b, N);
+    K->add(DTYPE_FP32, out, a, b, N);
     for (int i = 0; i < N; i++) cr_expect_float_eq(out[i], a[i] + b[i], 0);
-    K->add(a, a, b, N); /* out == a */
+    K->add(DTYPE_FP32, a, a, b, N); /* out == a */
     for (int i = 0; i < N; i++) cr_expect_float_eq(a[i], out[i], 0);
-    K->add(b, out, b, N); /* out == b */
+    K->add(DTYPE_FP32, b, out, b, N); /* out == b */
     for (int i = 0; i < N; i++) cr_expect_float_eq(b[i], out[i] + b0[i], 0);
 }
 
@@ -540,7 +540,7 @@ Test(vit_kernels, cross_entropy_by_hand) {
     const int32_t labels[2] = {2, 1};
     float d[6];
     /* row 0: logsumexp(1,2,3) - 3 = 0.4076...; row 1: log 3 */
-    const float loss = K->cross_entropy(d, logits, labels, 2, 3, 3.0f);
+    const float loss = K->cross_entropy(DTYPE_FP32, d, logits, labels, 2, 3, 3.0f);
     EXPECT_NEAR(loss, 0.753109126556245, 1e-6, "loss %.9g", loss);
     const double p0[3] = {0.09003057317038048, 0.2447284710547977, 0.665240955774822};
     const double g = 3.0 / 2.0; /* grad_scale / B */
@@ -549,14 +549,14 @@ Test(vit_kernels, cross_entropy_by_hand) {
         EXPECT_NEAR(d[3 + j], (1.0 / 3.0 - (j == 1)) * g, 1e-6, "d[1][%d] %g", j, d[3 + j]);
     }
     /* loss only */
-    cr_expect_float_eq(K->cross_entropy(NULL, logits, labels, 2, 3, 1.0f), loss, 0);
+    cr_expect_float_eq(K->cross_entropy(DTYPE_FP32, NULL, logits, labels, 2, 3, 1.0f), loss, 0);
     /* large logits do not overflow (max subtraction) */
     const float big[3] = {1000, 1000, 1000};
     const int32_t zero = 0;
-    EXPECT_NEAR(K->cross_entropy(NULL, big, &zero, 1, 3, 1.0f), log(3.0), 1e-6, "big logits");
+    EXPECT_NEAR(K->cross_entropy(DTYPE_FP32, NULL, big, &zero, 1, 3, 1.0f), log(3.0), 1e-6, "big logits");
     /* a label outside [0, classes) gives NaN instead of reading past the row */
     const int32_t bad = 3;
-    cr_expect(isnan(K->cross_entropy(NULL, logits, &bad, 1, 3, 1.0f)));
+    cr_expect(isnan(K->cross_entropy(DTYPE_FP32, NULL, logits, &bad, 1, 3, 1.0f)));
 }
 
 enum { XB = 3, XK = 5 };
@@ -583,7 +583,7 @@ Test(vit_kernels, cross_entropy_gradient_finite_differences) {
     CrossEntropyCtx c = {.labels = {4, 0, 2}};
     fill_uniform(c.logits, XB * XK, -2, 2, 101);
     float d[XB * XK];
-    const float loss = K->cross_entropy(d, c.logits, c.labels, XB, XK, 2.5f);
+    const float loss = K->cross_entropy(DTYPE_FP32, d, c.logits, c.labels, XB, XK, 2.5f);
     EXPECT_NEAR(loss, cross_entropy_loss(&c) / 2.5, 1e-6, "loss %g", loss);
     expect_finite_differences("cross_entropy dlogits", cross_entropy_loss, &c, c.logits, d, XB * XK,
                               fd);
@@ -594,10 +594,10 @@ Test(vit_kernels, count_correct_first_maximum_wins) {
                               5, -1, 5 /* tie: index 0 */};
     const int32_t labels[4] = {1, 0, 2, 2};
     /* rows 0 and 1 are right; rows 2 and 3 would be right if the last maximum won */
-    cr_expect_eq(K->count_correct(logits, labels, 4, 3), 2);
+    cr_expect_eq(K->count_correct(DTYPE_FP32, logits, labels, 4, 3), 2);
     const int32_t all_first[4] = {1, 0, 0, 0};
-    cr_expect_eq(K->count_correct(logits, all_first, 4, 3), 4);
-    cr_expect_eq(K->count_correct(logits, labels, 0, 3), 0);
+    cr_expect_eq(K->count_correct(DTYPE_FP32, logits, all_first, 4, 3), 4);
+    cr_expect_eq(K->count_correct(DTYPE_FP32, logits, labels, 0, 3), 0);
 }
 
 /* ---------------- BLAS threads ---------------- */
@@ -614,9 +614,9 @@ Test(vit_kernels, set_threads_reaches_openblas) {
     static float in[M * Kd], w[N * Kd], a[M * N], b[M * N];
     fill_uniform(in, M * Kd, -1, 1, 111);
     fill_uniform(w, N * Kd, -1, 1, 112);
-    K->linear_forward(a, in, w, NULL, M, Kd, N);
+    K->linear_forward(DTYPE_FP32, a, in, w, NULL, M, Kd, N);
     kernels_cpu_set_threads(1);
-    K->linear_forward(b, in, w, NULL, M, Kd, N);
+    K->linear_forward(DTYPE_FP32, b, in, w, NULL, M, Kd, N);
     for (int i = 0; i < M * N; i++) cr_expect_float_eq(a[i], b[i], 1e-5, "out[%d]", i);
 }
 
@@ -624,7 +624,7 @@ Test(vit_kernels, bias_grad_sums_a_column_range) {
     /* 3 rows of a 5-wide output; sum columns 1..3 into db, which starts at 10, 20, 30 */
     float dout[15], db[3] = {10, 20, 30};
     for (int i = 0; i < 15; i++) dout[i] = (float)(i * i % 7) - 2.5f;
-    kernels_cpu.bias_grad(db, dout + 1, 3, 3, 5);
+    kernels_cpu.bias_grad(DTYPE_FP32, db, dout + 1, 3, 3, 5);
     for (int j = 0; j < 3; j++) {
         float want = (float)(10 * (j + 1));
         for (int i = 0; i < 3; i++) want += dout[i * 5 + 1 + j];

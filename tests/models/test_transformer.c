@@ -264,7 +264,7 @@ Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
         device_sim_init(&dev, 0, &clock, NULL, profile_default());
         ModelRun *run = NULL;
         Err err = {0};
-        cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, 2, &run, &err), ERR_USAGE);
+        cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, DTYPE_FP32, 2, &run, &err), ERR_USAGE);
         expect_one_line(&err, want[i]);
         cr_expect_null(run);
         cr_expect_eq(dev.base.memory.total, 0);
@@ -375,14 +375,14 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     device_sim_accounting_only(&dev);
     ModelRun *run = NULL;
     Err err = {0};
-    cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, 2, &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, DTYPE_FP32, 2, &run, &err), 0, "%s", err.msg);
     Dataset data = {.n = 2};
     long idx[2] = {0, 1};
     cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
     float *none[16] = {0}; /* parameters and gradients: never read */
     Work w[4];
     for (int mod = 0; mod < m.nmodules; mod++)
-        cr_assert_eq(m.ops->forward(run, mod, none, &w[mod], &err), 0, "%s", err.msg);
+        cr_assert_eq(m.ops->forward(run, mod, (void *const *)none, &w[mod], &err), 0, "%s", err.msg);
     cr_expect_eq(w[0].flops, 2.0 * 32 * 64); /* wte[ids] + wpe */
     cr_expect_eq(w[1].flops, 2.0 * 64 * 64 * (4 * 64 + 2 * 256) + 4.0 * 2 * 32 * 32 * 64);
     cr_expect_eq(w[3].flops, 2.0 * 2 * 32 * 64 * 2000);
@@ -390,7 +390,7 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     cr_expect_eq(m.ops->loss(run, 1.0f, &loss), 0.0f);
     cr_expect_eq(loss.flops, 8.0 * 2 * 32 * 2000);
     for (int mod = m.nmodules - 1; mod >= 0; mod--)
-        cr_assert_eq(m.ops->backward(run, mod, none, none, &w[mod], &err), 0, "%s", err.msg);
+        cr_assert_eq(m.ops->backward(run, mod, (void *const *)none, none, &w[mod], &err), 0, "%s", err.msg);
     cr_expect_eq(w[3].flops, 2 * 2.0 * 2 * 32 * 64 * 2000);
     cr_expect_eq(w[2].kind, WORK_BACKWARD);
     cr_expect_eq(dev.base.memory.peak, head_backward_bytes(&c, 2));
@@ -422,7 +422,7 @@ static void lm_open(Lm *l) {
     small_model(&l->m, &c);
     device_sim_init(&l->dev, 0, &l->clock, NULL, profile_default());
     Err err = {0};
-    cr_assert_eq(l->m.ops->run_create(&l->m, &l->dev.base, &kernels_cpu, 2, &l->run, &err), 0, "%s",
+    cr_assert_eq(l->m.ops->run_create(&l->m, &l->dev.base, &kernels_cpu, DTYPE_FP32, 2, &l->run, &err), 0, "%s",
                  err.msg);
     text_test_data(&l->data, c.seq);
     l->idx[0] = 3, l->idx[1] = 17;
@@ -454,7 +454,7 @@ static float lm_forward(Lm *l) {
     Work w;
     cr_assert_eq(l->m.ops->set_batch(l->run, &l->data, l->idx, 2, &err), 0, "%s", err.msg);
     for (int mod = 0; mod < l->m.nmodules; mod++)
-        cr_assert_eq(l->m.ops->forward(l->run, mod, &l->p[l->m.modules[mod].first_param], &w, &err),
+        cr_assert_eq(l->m.ops->forward(l->run, mod, (void *const *)&l->p[l->m.modules[mod].first_param], &w, &err),
                      0, "%s", err.msg);
     return l->m.ops->loss(l->run, 1.0f, &w);
 }
@@ -464,7 +464,7 @@ static void lm_backward(Lm *l) {
     Work w;
     for (int mod = l->m.nmodules - 1; mod >= 0; mod--) {
         int first = l->m.modules[mod].first_param;
-        cr_assert_eq(l->m.ops->backward(l->run, mod, &l->p[first], &l->g[first], &w, &err), 0, "%s",
+        cr_assert_eq(l->m.ops->backward(l->run, mod, (void *const *)&l->p[first], &l->g[first], &w, &err), 0, "%s",
                      err.msg);
     }
 }

@@ -126,6 +126,26 @@ Test(planner, the_transformer_plan_equals_a_real_run_for_every_strategy_and_leve
     model_desc_free(&m);
 }
 
+/* The same with every job computing in bf16 (activations and gathered parameters at 2 bytes):
+ * the plan charges what the real run holds, byte for byte, under every strategy and lever. */
+Test(planner, bf16_plans_equal_real_runs_for_every_strategy_and_lever) {
+    ModelDesc vit, tf;
+    vit_small_create(&vit, 2);
+    TransformerConfig c = lm_small_config();
+    Err err = {0};
+    cr_assert_eq(transformer_model_create(&tf, &c, &err), 0, "%s", err.msg);
+    Dataset text;
+    text_test_data(&text, c.seq);
+    ConfigCase cases[8];
+    int n = lever_cases(cases, 4, 3);
+    for (int i = 0; i < n; i++) cases[i].cfg.param_dtype = DTYPE_BF16;
+    expect_plans_equal_runs(&vit, NULL, cases, n);
+    for (int i = 0; i < n; i++) cases[i].cfg.batch_size = 2;
+    expect_plans_equal_runs(&tf, &text, cases, n);
+    model_desc_free(&vit);
+    model_desc_free(&tf);
+}
+
 /* A preset ViT and its zero3 plan (wrapped by layer, the default) at `ranks` ranks. */
 static void preset_zero3_plan(ModelDesc *m, Plan *p, const char *preset, int ranks) {
     vit_preset_create(m, preset);
