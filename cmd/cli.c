@@ -332,6 +332,9 @@ static const Flag train_rows[] = {
     {"--timeout", FLAG_INT, ARG(timeout), 1, 86400, .arg = "S",
      .help = "cuda, mpi: a collective that takes longer than S seconds\n"
              "aborts the job, naming rank, unit, collective (600)"},
+    {"--tf32", FLAG_SWITCH, ARG(tf32),
+     .help = "cuda: fp32 matrix products on TF32 tensor cores\n"
+             "(PyTorch's allow_tf32; --param-dtype bf16 needs none)"},
     {"--check-streams", FLAG_SWITCH, ARG(check_streams),
      .help = "sim: check every access to device memory against\n"
              "the streams' events, as a GPU orders them; a hazard\n"
@@ -518,6 +521,10 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "inputs in it (an FSDP2 unit in %s fails on fp32 inputs); it needs "
                        "--param-dtype fp32",
                        dtype_name(c->param_dtype), dtype_name(c->param_dtype));
+    if (a->tf32 && (a->backend == BACKEND_SIM || a->backend == BACKEND_MPI))
+        return err_set(err, ERR_USAGE,
+                       "--tf32 is the GPU's: --backend %s computes fp32 products in fp32",
+                       a->backend == BACKEND_SIM ? "sim" : "mpi");
     if (c->strategy == STRAT_HSDP && a->ranks % c->replicas != 0)
         return err_set(err, ERR_USAGE, "--replicas %d does not divide --ranks %d", c->replicas,
                        a->ranks);

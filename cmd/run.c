@@ -483,6 +483,7 @@ ClusterOptions run_cluster_options(const TrainRun *t, int trace) {
                             .trace = trace,
                             .timeout = a->timeout,
                             .check_streams = a->check_streams,
+                            .tf32 = a->tf32,
                             .unit_names = &t->plan};
 }
 

@@ -87,6 +87,7 @@ static int open_nccl_world(GpuRank *g, const ClusterOptions *opt, Err *err) {
 static int gpu_open(void *self, int rank, int world, const ClusterOptions *opt, TraceBuf *trace,
                     RankParts *p, Err *err) {
     GpuRank *g = self;
+    kernels_cuda_allow_tf32(opt->tf32);
     int rc = pick_gpu(&g->env, &g->device, err);
     if (!rc) rc = device_cuda_create(&g->dev, rank, trace, err);
     if (rc) return rc;

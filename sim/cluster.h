@@ -30,6 +30,9 @@ typedef struct ClusterOptions {
      * line. Also on when the environment has FSDP_CHECK_STREAMS=1 (the test suite runs so).
      * Accounting-only runs, which move no bytes, are not checked. */
     int check_streams;
+    /* Real GPUs: fp32 matrix products on TF32 tensor cores (PyTorch's allow_tf32: inputs
+     * rounded to 10 mantissa bits, fp32 accumulation). The CPU computes fp32 as fp32. */
+    int tf32;
     const Plan *unit_names; /* names units in the checker's lines; NULL: "unit N" */
 } ClusterOptions;
 

@@ -574,7 +574,6 @@ Test(mixed_precision, bf16_at_4_ranks_trains_as_one_rank_and_repeats_bit_for_bit
         double d = rel_l2(r.params, base.params, m.total_numel);
         cr_expect_leq(d, BF16_RANKS_REL_L2, "%s at 4 ranks: relative L2 %.3g from one rank",
                       strategy_name(ss[s]), d);
-        fprintf(stderr, "DEBUG %s %.3g\n", strategy_name(ss[s]), d);
         vit_run_free(&r);
     }
     vit_run_free(&base);
@@ -589,6 +588,8 @@ Test(mixed_precision, bad_policy_flags_are_one_line) {
                    "fsdp: --cast-forward-inputs false: every unit computes in bf16 and takes its "
                    "inputs in it (an FSDP2 unit in bf16 fails on fp32 inputs); it needs "
                    "--param-dtype fp32\n");
+    expect_refused("train --model toy --backend sim --tf32",
+                   "fsdp: --tf32 is the GPU's: --backend sim computes fp32 products in fp32\n");
     expect_refused("train --cast-forward-inputs maybe",
                    "fsdp: --cast-forward-inputs must be true or false (got 'maybe')\n");
 }
