@@ -11,16 +11,19 @@ in this run, and each side's peak device memory counted the same way.
 
     python3 bench/torch_fsdp2_gpu.py --fsdp ./fsdp --data /usr/share/datasets/fashion-mnist
 
-Rows (why some have no number of ours):
-  fp32, TF32 off   both sides. Our cuBLASLt GEMMs (kernels/cuda/gemm.cu) compute in
-                   CUBLAS_COMPUTE_32F unless kernels_cuda_allow_tf32(1) is called, and
-                   `fsdp train` never calls it (only the GEMM tests do): ours runs this way only.
-  fp32, TF32 on    PyTorch only: `fsdp train` has no switch for TF32.
-  bf16             PyTorch only: FSDP2's MixedPrecisionPolicy(bf16 params, fp32 reduce) computes
-                   in bf16. Ours with --param-dtype bf16 gathers bf16 but casts each unit back to
-                   fp32 (engine/fsdp.c make_compute_view) and every kernel computes in fp32
-                   (kernels/kernels.h), so a number of ours there would be fp32 compute with bf16
-                   traffic, not the same work.
+Rows, the same work on both sides:
+  fp32, TF32 off   fp32 everywhere; ours: `--param-dtype fp32` (cuBLASLt at CUBLAS_COMPUTE_32F).
+  fp32, TF32 on    fp32 tensors, matrix products on TF32 tensor cores; ours: `--tf32`
+                   (CUBLAS_COMPUTE_32F_FAST_TF32), PyTorch: fp32_precision / allow_tf32.
+  bf16             FSDP2's MixedPrecisionPolicy(bf16 params, fp32 reduce) computes in bf16; ours:
+                   `--param-dtype bf16 --reduce-dtype fp32`, which computes in bf16 where the
+                   CUDA table offers bf16 (kernels/cuda/table.cu's dtypes) and otherwise in fp32
+                   on each unit's cast copy (not the same work: say so beside the figure).
+
+Each row also prints the model FLOP/s and MFU of each side: 6 x parameters x tokens an image
+(forward and backward of every matrix product, as PaLM counts it) plus attention's 12 x layers x
+tokens^2 x hidden, over the GPU's dense peak for the row's dtype (fp32 without tensor cores, TF32,
+bf16: the datasheet's, for the GPUs listed in PEAK_TFLOPS; --peak-tflops F,T,B sets them).
 
 Peak memory, both sides: the most bytes allocated on the device at once for parameters, grads,
 optimizer state, activations (the staged batch among them) and collective buffers, without the
@@ -53,14 +56,39 @@ CONFIGS = {
     "vit-workshop": (12, 8, 3840, 768, 128),
 }
 
-# name: (label, TF32 on, FSDP2 param dtype or None for fp32, ours runs it, why not)
+# name: (label, TF32 on, FSDP2 param dtype or None for fp32, our flags, the peak it is held to)
 ROWS = {
-    "fp32": ("fp32, TF32 off", False, None, True, ""),
-    "tf32": ("fp32, TF32 on", True, None, False,
-             "PyTorch only: fsdp train has no TF32 switch"),
-    "bf16": ("bf16 params+compute", False, "bf16", False,
-             "PyTorch only: ours computes in fp32 (bf16 storage only)"),
+    "fp32": ("fp32, TF32 off", False, None, ["--param-dtype", "fp32"], "fp32"),
+    "tf32": ("fp32, TF32 on", True, None, ["--param-dtype", "fp32", "--tf32"], "tf32"),
+    "bf16": ("bf16 params+compute", False, "bf16", ["--param-dtype", "bf16"], "bf16"),
 }
+
+# Dense peaks in TFLOP/s from NVIDIA's datasheets (SXM parts; without sparsity): fp32 on the CUDA
+# cores, TF32 and bf16 on the tensor cores. The H200 has the H100's SM and clocks.
+PEAK_TFLOPS = {
+    "H100": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
+    "H200": {"fp32": 67.0, "tf32": 494.7, "bf16": 989.4},
+    "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
+}
+
+
+def model_flops_per_image(layers, hidden, mlp, tokens=17, classes=10, patch=7):
+    """6 x parameters x tokens (every matrix product forward and backward) plus attention's
+    q.k^T and p.v: 2 products of tokens^2 x hidden a layer, 3 passes, 2 flops a multiply-add."""
+    block = 4 * hidden * hidden + 4 * hidden + 2 * hidden * mlp + mlp + hidden + 4 * hidden
+    embed = hidden * patch * patch + hidden + hidden + tokens * hidden
+    params = layers * block + embed + 2 * hidden + classes * hidden + classes
+    return 6 * params * tokens + 12 * layers * tokens * tokens * hidden
+
+
+def gpu_peaks(name, override):
+    if override:
+        f, t, b = (float(x) for x in override.split(","))
+        return {"fp32": f, "tf32": t, "bf16": b}
+    for key, peaks in PEAK_TFLOPS.items():
+        if key in name:
+            return peaks
+    return None
 
 
 def load_images(data_dir):
@@ -162,12 +190,12 @@ def time_torch(name, row, args, pixels, labels):
     return batch / statistics.median(times), peak - kept, kept, last
 
 
-def time_ours(name, args):
+def time_ours(name, row, args):
     layers, heads, hidden, mlp, batch = CONFIGS[name]
     cmd = [args.fsdp, "train", "--backend", "cuda", "--model", name, "--ranks", "1",
            "--batch-size", str(batch), "--steps", str(args.warmup + args.steps),
-           "--param-dtype", "fp32", "--reduce-dtype", "fp32", "--eval", "false", "--json",
-           "--data", args.data]
+           "--reduce-dtype", "fp32", "--eval", "false", "--json", "--data", args.data]
+    cmd += ROWS[row][3]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": " ".join((out.stderr or out.stdout).strip().splitlines()[-1:])}
@@ -195,6 +223,8 @@ def main():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--json", action="store_true", help="also one JSON line per row")
+    p.add_argument("--peak-tflops", default="",
+                   help="F,T,B: the GPU's dense fp32, TF32 and bf16 peaks (default: by its name)")
     args = p.parse_args()
     try:
         import torch
@@ -220,28 +250,40 @@ def main():
     print("# peak MiB: device bytes allocated at once for params, grads, optimizer state, "
           "activations (batch included) and comm buffers; data set and cuBLAS workspaces excluded "
           "on both sides (PyTorch: max_memory_allocated over timed steps less 'excluded')")
-    print("# TF32 off: " + set_tf32(False) + "; ours: CUBLAS_COMPUTE_32F (no TF32 in fsdp train)")
+    print("# TF32 off: " + set_tf32(False) + "; ours: CUBLAS_COMPUTE_32F unless --tf32")
+    peaks = gpu_peaks(torch.cuda.get_device_name(0), args.peak_tflops)
+    print("# MFU: model FLOP/s (6 x params x tokens + attention) over the dense peak for the "
+          "row's dtype: " + (", ".join(f"{k} {v:g} TFLOP/s" for k, v in peaks.items())
+                             if peaks else "unknown GPU (give --peak-tflops)"))
     head = (f"{'config':<13} {'batch':>5}  {'dtype / TF32':<20} {'torch img/s':>11} "
-            f"{'ours img/s':>10} {'ours/torch':>10} {'torch MiB':>9} {'ours MiB':>9} "
+            f"{'ours img/s':>10} {'ours/torch':>10} {'torch TF/s':>10} {'ours TF/s':>9} "
+            f"{'torch MFU':>9} {'ours MFU':>8} {'torch MiB':>9} {'ours MiB':>9} "
             f"{'excluded':>8}  note")
     print(head)
     print("-" * len(head))
     for name in args.configs.split(","):
-        batch = CONFIGS[name][4]
+        layers, _, hidden, mlp, batch = CONFIGS[name]
+        flops = model_flops_per_image(layers, hidden, mlp)
         for r in args.rows.split(","):
-            label, _, _, ours_runs, why = ROWS[r]
+            label, _, _, _, peak_key = ROWS[r]
             t_ips, t_peak, t_kept, t_loss = time_torch(name, r, args, pixels, labels)
-            ours = time_ours(name, args) if ours_runs else {}
+            ours = time_ours(name, r, args)
             o_ips, o_peak = ours.get("img_s"), ours.get("peak_bytes")
             ratio = f"{o_ips / t_ips:.3f}" if o_ips else "-"
-            note = why or ours.get("error", "")
+            t_tf, o_tf = t_ips * flops / 1e12, (o_ips * flops / 1e12 if o_ips else None)
+            peak = peaks[peak_key] if peaks else None
+            t_mfu = f"{100 * t_tf / peak:.1f}%" if peak else "-"
+            o_mfu = f"{100 * o_tf / peak:.1f}%" if peak and o_tf else "-"
+            note = ours.get("error", "")
             print(f"{name:<13} {batch:>5}  {label:<20} {t_ips:>11.1f} "
-                  f"{(f'{o_ips:.1f}' if o_ips else '-'):>10} {ratio:>10} {mib(t_peak):>9} "
-                  f"{mib(o_peak):>9} {mib(t_kept):>8}  {note}", flush=True)
+                  f"{(f'{o_ips:.1f}' if o_ips else '-'):>10} {ratio:>10} {t_tf:>10.1f} "
+                  f"{(f'{o_tf:.1f}' if o_tf else '-'):>9} {t_mfu:>9} {o_mfu:>8} "
+                  f"{mib(t_peak):>9} {mib(o_peak):>9} {mib(t_kept):>8}  {note}", flush=True)
             if args.json:
                 print(json.dumps({"config": name, "batch": batch, "row": r, "label": label,
                                   "torch_img_s": t_ips, "torch_peak_bytes": t_peak,
                                   "torch_excluded_bytes": t_kept, "torch_last_loss": t_loss,
+                                  "model_flops_per_image": flops, "peak_tflops": peak,
                                   "ours": ours or None,
                                   "ratio_ours_over_torch": o_ips / t_ips if o_ips else None}),
                       flush=True)

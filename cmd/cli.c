@@ -515,12 +515,7 @@ static int check_combination(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--val-size evaluates the images it holds out; it cannot go with --eval "
                        "false");
-    if (c->param_dtype != DTYPE_FP32 && !c->cast_forward_inputs)
-        return err_set(err, ERR_USAGE,
-                       "--cast-forward-inputs false: every unit computes in %s and takes its "
-                       "inputs in it (an FSDP2 unit in %s fails on fp32 inputs); it needs "
-                       "--param-dtype fp32",
-                       dtype_name(c->param_dtype), dtype_name(c->param_dtype));
+    if ((rc = fsdp_check_casts(c, c->param_dtype, err))) return rc;
     if (a->tf32 && (a->backend == BACKEND_SIM || a->backend == BACKEND_MPI))
         return err_set(err, ERR_USAGE,
                        "--tf32 is the GPU's: --backend %s computes fp32 products in fp32",

@@ -30,10 +30,6 @@ const char *mem_category_label(MemCategory c) {
 
 /* ---------------------------------------------------------------- memory accounting */
 
-int mem_account_counts(const MemAccount *a, MemCategory c) {
-    return !(a->compute_copies_apart && c == MEM_COMPUTE_COPY);
-}
-
 /* The part of a's accounting that category c is charged to, or NULL for neither. */
 static MemPeak *mem_part(MemAccount *a, MemCategory c) {
     if (mem_category_on_gpu(c)) return &a->on_gpu;
@@ -43,7 +39,6 @@ static MemPeak *mem_part(MemAccount *a, MemCategory c) {
 
 void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes) {
     a->in_use[c] += bytes;
-    if (!mem_account_counts(a, c)) return;
     a->total += bytes;
     if (a->total > a->peak) {
         a->peak = a->total;
@@ -60,7 +55,6 @@ void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes) {
 
 void mem_account_uncharge(MemAccount *a, MemCategory c, size_t bytes) {
     a->in_use[c] -= bytes;
-    if (!mem_account_counts(a, c)) return;
     a->total -= bytes;
     MemPeak *part = mem_part(a, c);
     if (part) part->total -= bytes;
@@ -97,7 +91,5 @@ void device_follow(Device *d, StreamId waiter, StreamId source) {
 }
 
 Device device_on_host(const DeviceOps *ops, int rank, void *impl) {
-    Device d = {.ops = ops, .rank = rank, .impl = impl, .host_addressable = 1};
-    d.memory.compute_copies_apart = 1;
-    return d;
+    return (Device){.ops = ops, .rank = rank, .impl = impl, .host_addressable = 1};
 }

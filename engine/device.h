@@ -21,9 +21,8 @@ typedef enum {
     MEM_HOST_OFFLOAD,    /* host memory holding offloaded shards, grads and state */
     MEM_AC_INPUT,        /* inputs activation checkpointing keeps to recompute a unit from */
     MEM_NVME,            /* file bytes of the NVMe tier: resting shards and optimizer state */
-    /* fp32 copies of bf16/fp16 gathered parameters for kernels that compute in fp32: real on
-     * a backend whose kernels need them, an artefact of emulation in the simulator, which
-     * keeps them out of a rank's total (a GPU computing in bf16 holds no such copy) */
+    /* fp32 copies of bf16/fp16 gathered parameters, on a backend whose kernels do not compute
+     * in --param-dtype (the engine computes in fp32 on them); none where they do */
     MEM_COMPUTE_COPY,
     MEM_CATEGORY_COUNT
 } MemCategory;
@@ -95,13 +94,8 @@ typedef struct MemAccount {
      * torch.cuda.max_memory_allocated counts it. on_gpu: mem_category_on_gpu; off_gpu: host
      * memory and NVMe files (MEM_HOST_OFFLOAD, MEM_NVME). */
     MemPeak on_gpu, off_gpu;
-    /* 1: MEM_COMPUTE_COPY is charged to its category but kept out of the total (the
-     * simulator, whose fp32 copies only emulation needs) */
-    int compute_copies_apart;
 } MemAccount;
 
-/* 1 if bytes of category c count toward a's total. */
-int mem_account_counts(const MemAccount *a, MemCategory c);
 void mem_account_charge(MemAccount *a, MemCategory c, size_t bytes);
 void mem_account_uncharge(MemAccount *a, MemCategory c, size_t bytes);
 
@@ -156,8 +150,7 @@ void device_reset_peak(Device *d);
     .peak_bytes_by_category = device_peak_bytes_by_category, .reset_peak = device_reset_peak
 
 /* A device whose memory is the host's (the simulator's, a CPU process's): its pointers may be
- * read and written in place, and it accounts the fp32 copies the CPU kernels compute in apart
- * from what a GPU computing in bf16 would hold (MemAccount.compute_copies_apart). */
+ * read and written in place. */
 Device device_on_host(const DeviceOps *ops, int rank, void *impl);
 /* Stream `waiter` does not run ahead of what `source` has queued so far (an event recorded on
  * source, waited for on waiter). */

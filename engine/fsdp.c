@@ -430,6 +430,14 @@ static int complete_reduce(Engine *e, int u, Err *err) {
 
 /* ---------------------------------------------------------------- mixed precision */
 
+int fsdp_check_casts(const FsdpConfig *c, DType compute, Err *err) {
+    if (compute == DTYPE_FP32 || c->cast_forward_inputs) return 0;
+    return err_set(err, ERR_USAGE,
+                   "--cast-forward-inputs false: every unit computes in %s and takes its inputs "
+                   "in it (an FSDP2 unit in %s fails on fp32 inputs); it needs --param-dtype fp32",
+                   dtype_name(compute), dtype_name(compute));
+}
+
 /* The unit computes in low precision and its inputs are cast to it. */
 static int casts_inputs(const Engine *e) {
     return e->cfg.param_dtype != DTYPE_FP32 && e->cfg.cast_forward_inputs;

@@ -55,6 +55,9 @@ int fsdp_reshard_after_forward(const FsdpConfig *c);
 int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module);
 /* 1 if this config uses fp16 loss scaling. */
 int fsdp_uses_loss_scaling(const FsdpConfig *c);
+/* The casts a job computing in `compute` can make: a unit computing in bf16 or fp16 takes its
+ * inputs in it, so cast_forward_inputs off needs fp32 (one line, ERR_USAGE). */
+int fsdp_check_casts(const FsdpConfig *c, DType compute, Err *err);
 
 /* What a rank runs on. shard_comm/replica_comm are the hsdp groups (else shard_comm is
  * world_comm and replica_comm is NULL). */

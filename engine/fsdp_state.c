@@ -443,12 +443,7 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
          (plan->param_store != cfg->param_dtype || plan->grad_store != cfg->reduce_dtype)))
         return err_set(err, ERR_INTERNAL,
                        "the plan's layout is not the config's (make it with fsdp_plan_create)");
-    if (e->compute_dtype != DTYPE_FP32 && !cfg->cast_forward_inputs)
-        return err_set(err, ERR_USAGE,
-                       "--cast-forward-inputs false: every unit computes in %s and takes its "
-                       "inputs in it (an FSDP2 unit in %s fails on fp32 inputs); it needs "
-                       "--param-dtype fp32",
-                       dtype_name(e->compute_dtype), dtype_name(e->compute_dtype));
+    if (fsdp_check_casts(cfg, e->compute_dtype, err)) return ERR_USAGE;
     if (cfg->ac_every > 0 && !model->ops->checkpoint)
         return err_set(err, ERR_USAGE,
                        "--activation-checkpointing: the %s model has no blocks to checkpoint "

@@ -51,7 +51,7 @@ static void *host_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     b->bytes = bytes;
     b->category = cat;
     mem_account_charge(&d->memory, cat, bytes);
-    if (mem_account_counts(&d->memory, cat)) trace_memory(host(d), EV_ALLOC, bytes, cat, unit);
+    trace_memory(host(d), EV_ALLOC, bytes, cat, unit);
     return b + 1;
 }
 
@@ -59,8 +59,7 @@ static void host_free(Device *d, void *p, int unit) {
     if (!p) return;
     BlockHeader *b = (BlockHeader *)p - 1;
     mem_account_uncharge(&d->memory, b->category, b->bytes);
-    if (mem_account_counts(&d->memory, b->category))
-        trace_memory(host(d), EV_FREE, b->bytes, b->category, unit);
+    trace_memory(host(d), EV_FREE, b->bytes, b->category, unit);
     free(b);
 }
 
@@ -131,8 +130,8 @@ static const DeviceOps host_device_ops = {
 
 void device_host_init(HostDevice *d, int rank, TraceBuf *trace) {
     memset(d, 0, sizeof *d);
-    /* accounted as the simulator accounts (the measured resident peak includes the fp32 copies
-     * the CPU kernels compute in) */
+    /* accounted as the simulator accounts (the measured resident peak also holds the fp32
+     * scratch the CPU's low-precision kernels widen their operands into) */
     d->base = device_on_host(&host_device_ops, rank, d);
     d->trace = trace;
     d->t0 = clock_seconds();

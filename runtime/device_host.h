@@ -8,7 +8,7 @@
 #include "engine/trace.h"
 
 typedef struct HostDevice {
-    Device base; /* its memory: every byte charged, MEM_COMPUTE_COPY apart as in the simulator */
+    Device base;     /* its memory: every byte charged, as in the simulator */
     TraceBuf *trace; /* may be NULL */
     double t0;       /* clock_seconds() at creation: the trace's zero */
     /* The end of the last traced span. One thread runs every stream's work in order, so a

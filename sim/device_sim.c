@@ -75,8 +75,7 @@ static void *sim_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
     h->category = cat;
     mem_account_charge(&d->memory, cat, bytes);
     if (s->checking && held) stream_check_alloc(&s->check, h + 1, bytes, cat, NULL);
-    /* emulation's own copies are not the modelled GPU's: no event */
-    if (mem_account_counts(&d->memory, cat)) trace_memory(s, EV_ALLOC, bytes, cat, unit);
+    trace_memory(s, EV_ALLOC, bytes, cat, unit);
     return h + 1;
 }
 
@@ -85,8 +84,7 @@ static void sim_free(Device *d, void *p, int unit) {
     SimDevice *s = sim(d);
     BlockHeader *h = (BlockHeader *)p - 1;
     mem_account_uncharge(&d->memory, h->category, h->bytes);
-    if (mem_account_counts(&d->memory, h->category))
-        trace_memory(s, EV_FREE, h->bytes, h->category, unit);
+    trace_memory(s, EV_FREE, h->bytes, h->category, unit);
     /* the engine frees on the host in compute's order (the caching allocator's rule on a GPU:
      * another stream's use must be waited for before the block is freed) */
     if (s->checking)

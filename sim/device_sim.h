@@ -1,6 +1,5 @@
 /* device_sim: the device interface for a simulated rank. Memory is host malloc, but every
- * byte is charged to the rank and a category (and traced), except the fp32 copies that only
- * emulation needs (MEM_COMPUTE_COPY: counted apart), and time is the cost model's:
+ * byte is charged to the rank and a category (and traced), and time is the cost model's:
  * work advances the modelled clock of its stream, events carry modelled times. Freed blocks
  * are kept for reuse by the next request of the same size, as PyTorch's caching allocator
  * does on a GPU: a training step asks for the same sizes every time, and handing big blocks
@@ -24,7 +23,7 @@ typedef struct SimBlockCache {
 enum { SIM_CACHE_SIZES = 64 };
 
 typedef struct SimDevice {
-    Device base; /* its memory: every byte charged, MEM_COMPUTE_COPY apart */
+    Device base; /* its memory: every byte charged */
     SimClock *clock;
     TraceBuf *trace; /* may be NULL */
     const Profile *profile;

@@ -107,8 +107,7 @@ int planner_representatives(const Plan *p, int *rep, Err *err) {
 
 size_t planner_rest_total(const RankMemory *m) {
     size_t total = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        if (c != MEM_COMPUTE_COPY) total += m->rest[c];
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) total += m->rest[c];
     return total;
 }
 

@@ -64,14 +64,23 @@ static int apply_memory(Frame *f, const TraceEvent *e, size_t index, Err *err) {
     return 0;
 }
 
-/* Scans the whole trace once for what it ever holds unsharded. */
-static void scan_trace(Frame *f, const Trace *t) {
+/* Bytes an element of a unit's unsharded parameters, from the allocation of them (0: not one). */
+static int element_bytes(const Plan *p, const TraceEvent *e) {
+    if (e->kind != EV_ALLOC || e->category != MEM_PARAM_UNSHARDED || e->unit < 0 ||
+        e->unit >= p->nunits || p->units[e->unit].numel == 0)
+        return 0;
+    return (int)((size_t)e->bytes / p->units[e->unit].numel);
+}
+
+/* Scans the whole trace once for what it ever holds unsharded, and in how many bytes. */
+static void scan_trace(Frame *f, const Trace *t, const Plan *p) {
     if (f->scanned == t && f->scanned_n == t->n) return;
-    f->ever_gathered = f->ever_grads_full = 0;
+    f->ever_gathered = f->ever_grads_full = f->compute_bytes = 0;
     for (size_t i = 0; i < t->n; i++) {
         if (t->ev[i].kind != EV_ALLOC) continue;
         f->ever_gathered |= t->ev[i].category == MEM_PARAM_UNSHARDED;
         f->ever_grads_full |= t->ev[i].category == MEM_GRAD_UNSHARDED;
+        if (!f->compute_bytes) f->compute_bytes = element_bytes(p, &t->ev[i]);
     }
     f->scanned = t;
     f->scanned_n = t->n;
@@ -322,10 +331,15 @@ static void narrate_memory(Frame *f, const TraceEvent *e, const char *name) {
              "GPU %d allocates %s's unsharded parameters (%s) and unpacks the gathered shards "
              "into them",
              r, name, bytes);
+        if (f->compute_bytes == 2)
+            tell(f, ", in 16 bits (--param-dtype): mixed precision gathers and computes in it, "
+                    "while the fp32 shard stays the master");
         return;
     }
     tell(f, "GPU %d %s %s of %s for %s", r, e->kind == EV_ALLOC ? "allocates" : "frees", bytes,
          category_phrase(e->category), name);
+    if (e->kind == EV_ALLOC && e->category == MEM_ACTIVATIONS && f->compute_bytes == 2)
+        tell(f, ", in 16 bits as the unit computes (but a norm's statistics, kept in fp32)");
 }
 
 /* With values: "GPU 0 steps Adam on its c₀ of Lc with ∂c₀=+0.239: c₀=+0.855 becomes
@@ -529,7 +543,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     if (t->n && index >= t->n)
         return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, t->n);
     reset(f, p);
-    scan_trace(f, t);
+    scan_trace(f, t, p);
     f->count = t->n;
     f->index = index;
     f->event = t->n ? &t->ev[index] : NULL;

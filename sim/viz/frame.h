@@ -50,6 +50,9 @@ typedef struct Frame {
     /* Whether any event of the trace gathers a unit or unshards its gradients (so renderers
      * size columns for what the run will show), and the trace that was scanned for it. */
     int ever_gathered, ever_grads_full;
+    /* Bytes an element of the gathered parameters, so of what the units compute in (4: fp32;
+     * 2: --param-dtype bf16 or fp16); 0 before the trace gathers any. */
+    int compute_bytes;
     const Trace *scanned;
     size_t scanned_n;
 } Frame;

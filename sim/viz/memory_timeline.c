@@ -284,7 +284,7 @@ static const char *const category_colour[] = {
     "#9c755f", /* host (offload): brown */
     "#edc948", /* checkpointed inputs: yellow */
     "#bab0ac", /* NVMe (offload): grey */
-    "#ff9da7", /* fp32 copies (never in a simulated trace): pink */
+    "#ff9da7", /* fp32 copies (a GPU computing fp32 on bf16 units; never simulated): pink */
 };
 _Static_assert(sizeof category_colour / sizeof *category_colour == MEM_CATEGORY_COUNT,
                "every memory category needs a colour");

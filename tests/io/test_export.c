@@ -33,8 +33,7 @@ static int keep_unit(void *user, int u, const float *full, Err *err) {
 
 static size_t bytes_in_use(Device *d) {
     size_t total = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        if (c != MEM_COMPUTE_COPY) total += d->ops->bytes_in_use(d, (MemCategory)c);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) total += d->ops->bytes_in_use(d, (MemCategory)c);
     return total;
 }
 

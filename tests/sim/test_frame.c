@@ -327,3 +327,33 @@ Test(frame, an_event_far_from_its_step_keeps_the_cursor_on_the_timeline) {
     cr_expect_eq(f.cursor, 0);
     toy_frame_free(&run, &f);
 }
+
+/* Mixed precision says what it keeps in which dtype: under --param-dtype bf16 a unit's gathered
+ * parameters and its activations are 16-bit and the shard stays the fp32 master; fp32 runs say
+ * nothing of it. */
+Test(frame, narration_says_what_bf16_keeps_in_16_bits) {
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+        c.param_dtype = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+        ToyRun run;
+        Frame f;
+        toy_frame(&run, &f, c, 3, 1);
+        frame_of(&f, &run,
+                 find_memory(&run.trace, EV_ALLOC, 0, 1, PHASE_FORWARD, MEM_PARAM_UNSHARDED));
+        cr_expect_eq(f.compute_bytes, bf16 ? 2 : 4);
+        cr_expect_eq(strstr(f.narration,
+                            "in 16 bits (--param-dtype): mixed precision gathers and "
+                            "computes in it, while the fp32 shard stays the master") != NULL,
+                     bf16, "%s", f.narration);
+        size_t act = 0; /* the first activations rank 0 takes, whichever unit they count to */
+        while (act < run.trace.n &&
+               !(run.trace.ev[act].kind == EV_ALLOC &&
+                 run.trace.ev[act].category == MEM_ACTIVATIONS && run.trace.ev[act].rank == 0))
+            act++;
+        cr_assert_lt(act, run.trace.n);
+        frame_of(&f, &run, act);
+        cr_expect_eq(strstr(f.narration, "in 16 bits as the unit computes") != NULL, bf16, "%s",
+                     f.narration);
+        toy_frame_free(&run, &f);
+    }
+}
