@@ -149,6 +149,14 @@ void device_reset_peak(Device *d);
     .bytes_in_use = device_bytes_in_use, .peak_bytes = device_peak_bytes,                          \
     .peak_bytes_by_category = device_peak_bytes_by_category, .reset_peak = device_reset_peak
 
+/* The ops every backend implements itself, in DeviceOps' order, for a table built from functions
+ * named after them (as kernels.h's KERNEL_OPS): `DEVICE_OPS_NAMED(host)` is .alloc = host_alloc,
+ * .free = host_free, ... then the memory queries. */
+#define DEVICE_OPS_NAMED(prefix)                                                                   \
+    .alloc = prefix##_alloc, .free = prefix##_free, .copy = prefix##_copy, .run = prefix##_run,    \
+    .event_record = prefix##_event_record, .stream_wait = prefix##_stream_wait,                    \
+    .now = prefix##_now, DEVICE_MEMORY_QUERIES
+
 /* A device whose memory is the host's (the simulator's, a CPU process's): its pointers may be
  * read and written in place. */
 Device device_on_host(const DeviceOps *ops, int rank, void *impl);

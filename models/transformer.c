@@ -525,49 +525,38 @@ static int embed_backward(ModelRun *r, void *const *p, float *const *g, Work *w,
 
 /* ---------------------------------------------------------------- the model */
 
-/* The embedding's input is token ids, which mixed precision leaves alone (FSDP2 casts only
- * floating-point inputs), and has no gradient: no .input. */
+/* What both kinds compute their ends with: the embedding, the head and the loss ask the config
+ * which kind they serve. The embedding's input is token ids, which mixed precision leaves alone
+ * (FSDP2 casts only floating-point inputs), and has no gradient: no .input; and a language
+ * model does not classify: no .correct. */
+#define TRANSFORMER_ENDS_COMPUTE                                                                   \
+    .own_size = sizeof(TfActs), .set_batch = tf_set_batch, .embed_forward = embed_forward,         \
+    .head_forward = head_forward, .loss = tf_loss, .head_backward = head_backward,                 \
+    .embed_backward = embed_backward, .release_input = release_input, .release_head = release_head
+
 static const TStackEnds transformer_ends = {
     .name = "transformer",
     .label = "transformer",
     .embed_params = EMBED_PARAMS,
     .block_params = TBLOCK_PARAMS,
     .head_params = HEAD_PARAMS,
-    .own_size = sizeof(TfActs),
     .describe_embed = add_embed,
     .describe_block = add_block,
     .describe_head = add_head,
-    .set_batch = tf_set_batch,
-    .embed_forward = embed_forward,
-    .head_forward = head_forward,
-    .loss = tf_loss,
-    .correct = NULL, /* a language model does not classify */
-    .head_backward = head_backward,
-    .embed_backward = embed_backward,
-    .release_input = release_input,
-    .release_head = release_head,
+    TRANSFORMER_ENDS_COMPUTE,
 };
 
-/* The Llama-shaped one: its own description, the same ends (which ask the config). */
+/* The Llama-shaped one: its own description, the same computation. */
 static const TStackEnds llama_ends = {
     .name = "llama",
     .label = "Llama-shaped transformer",
     .embed_params = LLAMA_EMBED_PARAMS,
     .block_params = LBLOCK_PARAMS,
     .head_params = LLAMA_HEAD_PARAMS,
-    .own_size = sizeof(TfActs),
     .describe_embed = add_llama_embed,
     .describe_block = add_llama_block,
     .describe_head = add_llama_head,
-    .set_batch = tf_set_batch,
-    .embed_forward = embed_forward,
-    .head_forward = head_forward,
-    .loss = tf_loss,
-    .correct = NULL,
-    .head_backward = head_backward,
-    .embed_backward = embed_backward,
-    .release_input = release_input,
-    .release_head = release_head,
+    TRANSFORMER_ENDS_COMPUTE,
 };
 
 static const TStackEnds *ends_of(const TransformerConfig *c) {

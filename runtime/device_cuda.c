@@ -414,16 +414,7 @@ static double cuda_now(Device *base, StreamId s) {
     return seconds_at(d, e);
 }
 
-static const DeviceOps cuda_ops = {
-    .alloc = cuda_alloc,
-    .free = cuda_free,
-    .copy = cuda_copy,
-    .run = cuda_run,
-    .event_record = cuda_event_record,
-    .stream_wait = cuda_stream_wait,
-    .now = cuda_now,
-    DEVICE_MEMORY_QUERIES,
-};
+static const DeviceOps cuda_ops = {DEVICE_OPS_NAMED(cuda)};
 
 /* ---------------------------------------------------------------- lifetime */
 

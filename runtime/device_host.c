@@ -116,17 +116,8 @@ static size_t host_resident_peak(Device *d) {
     return device_host_resident_peak();
 }
 
-static const DeviceOps host_device_ops = {
-    .alloc = host_alloc,
-    .free = host_free,
-    .copy = host_copy,
-    .run = host_run,
-    .event_record = host_event_record,
-    .stream_wait = host_stream_wait,
-    .now = host_now,
-    DEVICE_MEMORY_QUERIES,
-    .resident_peak = host_resident_peak,
-};
+static const DeviceOps host_device_ops = {DEVICE_OPS_NAMED(host),
+                                          .resident_peak = host_resident_peak};
 
 void device_host_init(HostDevice *d, int rank, TraceBuf *trace) {
     memset(d, 0, sizeof *d);

@@ -155,11 +155,6 @@ int gpu_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *ou
     RankBackend b = {.name = "cuda",
                      .start = "./fsdp launch --nproc-per-node N (or torchrun, srun, mpirun)",
                      .self = &g,
-                     .join = gpu_join,
-                     .open = gpu_open,
-                     .split = gpu_split,
-                     .run = gpu_rank_main,
-                     .close_comm = gpu_close_comm,
-                     .close = gpu_close};
+                     RANK_BACKEND_NAMED(gpu)};
     return rank_process_run(&b, opt, fn, arg, out, err);
 }

@@ -264,15 +264,8 @@ static void mpi_close(void *self, RankParts *p) {
 int fsdp_mpi_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResult *out, Err *err) {
     MpiRank m;
     memset(&m, 0, sizeof m);
-    RankBackend b = {.name = "mpi",
-                     .start = "mpirun -np N (or srun)",
-                     .self = &m,
-                     .join = mpi_join,
-                     .open = mpi_open,
-                     .split = mpi_split,
-                     .run = mpi_rank_main,
-                     .close_comm = mpi_close_comm,
-                     .close = mpi_close};
+    RankBackend b = {
+        .name = "mpi", .start = "mpirun -np N (or srun)", .self = &m, RANK_BACKEND_NAMED(mpi)};
     int rc = rank_process_run(&b, opt, fn, arg, out, err);
     if (!rc) MPI_Finalize();
     return rc;

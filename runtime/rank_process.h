@@ -35,6 +35,13 @@ typedef struct RankBackend {
     void (*close)(void *self, RankParts *p);
 } RankBackend;
 
+/* A backend's entries from functions named after them, as device.h's DEVICE_OPS_NAMED:
+ * RANK_BACKEND_NAMED(mpi) is .join = mpi_join, .open = mpi_open, .split = mpi_split, .run =
+ * mpi_rank_main, .close_comm = mpi_close_comm, .close = mpi_close. */
+#define RANK_BACKEND_NAMED(prefix)                                                                 \
+    .join = prefix##_join, .open = prefix##_open, .split = prefix##_split,                         \
+    .run = prefix##_rank_main, .close_comm = prefix##_close_comm, .close = prefix##_close
+
 /* Runs fn as this process's rank of the job: opt->ranks must be the world's size (else
  * ERR_USAGE saying how many there are). With opt->trace, out->trace holds every rank's events
  * on every rank. */

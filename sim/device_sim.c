@@ -164,16 +164,7 @@ static double sim_now(Device *d, StreamId st) {
     return sim(d)->clock->stream_time[st];
 }
 
-static const DeviceOps sim_device_ops = {
-    .alloc = sim_alloc,
-    .free = sim_free,
-    .copy = sim_copy,
-    .run = sim_run,
-    .event_record = sim_event_record,
-    .stream_wait = sim_stream_wait,
-    .now = sim_now,
-    DEVICE_MEMORY_QUERIES,
-};
+static const DeviceOps sim_device_ops = {DEVICE_OPS_NAMED(sim)};
 
 void device_sim_release(SimDevice *d) {
     for (int i = 0; i < d->ncache; i++)
