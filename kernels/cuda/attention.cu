@@ -4,6 +4,8 @@
 #include <limits.h>
 #include <math.h>
 
+#include <type_traits>
+
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -21,9 +23,18 @@
 // time and streaming columns 8 at a time, adding each tile's share of dk and dv into dqkv
 // (only that block writes those columns, each element always by the same thread).
 //
-// Everything is fp32. Softmax subtracts the row's maximum and normalises like the CPU's
+// Everything on chip is fp32. Softmax subtracts the row's maximum and normalises like the CPU's
 // (expf, then multiplication by 1 / sum). Every sum runs in a fixed order (warp reductions
 // are xor butterflies, identical on every lane), so results are the same bits on every run.
+//
+// Dtypes: the kernels are templates over E, the compute dtype's element type (cuda_common.cuh;
+// E, since T is the sequence length). qkv, dout and probs are widened as they are loaded into
+// shared memory; out, probs and dqkv are rounded once as they are stored. out is computed from
+// the fp32 probabilities, the stored probs are their rounding, and backward reads those (as the
+// CPU's). The tiled backward adds each tile's share of dk and dv into what the earlier tiles
+// left: in place in an fp32 dqkv, in fp32 accumulators in the context's cuBLASLt workspace for
+// bf16 and fp16 (2 T D floats a pair, as many pairs a launch as it holds), rounded into dqkv
+// once at the end.
 
 namespace {
 
@@ -66,23 +77,24 @@ __device__ inline float warp_sum(float v) {
 }
 
 // dst[t * ld + d] = src[t * stride + d] for t < rows, d < D (a head's columns of `rows` rows).
-__device__ inline void load_rows(float *dst, int ld, const float *src, size_t stride, int rows,
-                                 int D) {
+template <class E>
+__device__ inline void load_rows(float *dst, int ld, const E *src, size_t stride, int rows, int D) {
     const int n = rows * D;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int t = i / D, d = i - t * D;
-        dst[t * ld + d] = src[(size_t)t * stride + d];
+        dst[t * ld + d] = load(src, (size_t)t * stride + d);
     }
 }
 
 // A chunk of columns [d0, d0 + width) of `rows` rows into dst[rows][ld], zero past D (so a
 // chunk's sums may always run over `width` columns) and past `valid` rows.
-__device__ inline void load_chunk(float *dst, int ld, int width, const float *src, size_t stride,
+template <class E>
+__device__ inline void load_chunk(float *dst, int ld, int width, const E *src, size_t stride,
                                   int rows, int valid, int d0, int D) {
     const int n = rows * width;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int t = i / width, dd = i - t * width, d = d0 + dd;
-        dst[t * ld + dd] = (t < valid && d < D) ? src[(size_t)t * stride + d] : 0.0f;
+        dst[t * ld + dd] = (t < valid && d < D) ? load(src, (size_t)t * stride + d) : 0.0f;
     }
 }
 
@@ -90,7 +102,8 @@ __device__ inline void load_chunk(float *dst, int ld, int width, const float *sr
 // scale * S, max subtracted; each row is also written to P[row * T ...] in global memory. One
 // warp per row. Causal (row0 >= 0, the query index of row 0): row t normalises keys
 // 0..row0 + t only and the rest of it is 0, which the products after it then add as nothing.
-__device__ inline void softmax_rows(float *S, int ld, int rows, int T, float scale, float *P,
+template <class E>
+__device__ inline void softmax_rows(float *S, int ld, int rows, int T, float scale, E *P,
                                     int row0) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int t = warp; t < rows; t += ATTN_WARPS) {
@@ -109,7 +122,7 @@ __device__ inline void softmax_rows(float *S, int ld, int rows, int T, float sca
         for (int s = lane; s < T; s += 32) {
             const float p = s < keys ? row[s] * inv : 0.0f;
             row[s] = p;
-            P[(size_t)t * T + s] = p;
+            store(P, (size_t)t * T + s, p);
         }
     }
 }
@@ -152,23 +165,25 @@ __device__ inline void rows_dot_rows(float *S, int ld, const float *A, const flo
 }
 
 // out[t * stride + d] = sum over s < T of W[t * ld + s] * X[s * Dp + d], for t < T, d < D (W X).
-__device__ inline void weights_times_rows(float *out, size_t stride, const float *W, int ld,
+template <class E>
+__device__ inline void weights_times_rows(E *out, size_t stride, const float *W, int ld,
                                           const float *X, int T, int D, int Dp) {
     for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
         const int t = i / D, d = i - t * D;
-        out[(size_t)t * stride + d] = weights_dot_column(W + t * ld, X + d, Dp, T);
+        store(out, (size_t)t * stride + d, weights_dot_column(W + t * ld, X + d, Dp, T));
     }
 }
 
 // out[s * stride + d] = sum over t < T of W[t * ld + s] * X[t * Dp + d], for s < T, d < D
 // (W^T X).
-__device__ inline void weights_t_times_rows(float *out, size_t stride, const float *W, int ld,
+template <class E>
+__device__ inline void weights_t_times_rows(E *out, size_t stride, const float *W, int ld,
                                             const float *X, int T, int D, int Dp) {
     for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
         const int s = i / D, d = i - s * D;
         float acc = 0.0f;
         for (int t = 0; t < T; t++) acc += W[t * ld + s] * X[t * Dp + d];
-        out[(size_t)s * stride + d] = acc;
+        store(out, (size_t)s * stride + d, acc);
     }
 }
 
@@ -176,9 +191,9 @@ __device__ inline void weights_t_times_rows(float *out, size_t stride, const flo
 // and s < T, A's rows from a (stride a_stride) and X's from x (stride x_stride), streamed
 // through shared memory CHUNK columns at a time (ac: [TILE_ROWS][CHUNK + 1], xc: [T][CHUNK + 1]).
 // Each thread keeps its TILE_PAIRS sums in registers across the chunks.
-template <int CHUNK>
-__device__ inline void tile_rows_dot_rows(float *S, int ld, float *ac, float *xc, const float *a,
-                                          size_t a_stride, const float *x, size_t x_stride, int nt,
+template <int CHUNK, class E>
+__device__ inline void tile_rows_dot_rows(float *S, int ld, float *ac, float *xc, const E *a,
+                                          size_t a_stride, const E *x, size_t x_stride, int nt,
                                           int T, int D) {
     constexpr int LD = CHUNK + 1;
     const int npairs = nt * T;
@@ -215,14 +230,15 @@ __device__ inline void tile_rows_dot_rows(float *S, int ld, float *ac, float *xc
 
 // ---- resident kernels: one block per (sample, head), grid B * heads ----
 
+template <class E>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attention_forward_resident(float *out, float *probs, const float *qkv, int T, int C, int heads,
-                               float scale, int causal) {
+    attention_forward_resident(E *out, E *probs, const E *qkv, int T, int C, int heads, float scale,
+                               int causal) {
     extern __shared__ float smem[];
     const int D = C / heads, Dp = odd_stride(D), Tp = odd_stride(T);
     const int pair = blockIdx.x, b = pair / heads, h = pair % heads;
     const size_t C3 = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * D;
+    const E *q = qkv + (size_t)b * T * C3 + (size_t)h * D;
     float *qv = smem;        // q, then v: [T][Dp]
     float *ks = qv + T * Dp; // k: [T][Dp]
     float *S = ks + T * Dp;  // scores, then probabilities: [T][Tp]
@@ -238,17 +254,18 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     weights_times_rows(out + (size_t)b * T * C + (size_t)h * D, (size_t)C, S, Tp, qv, T, D, Dp);
 }
 
+template <class E>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attention_backward_resident(float *dqkv, const float *dout, const float *qkv,
-                                const float *probs, int T, int C, int heads, float scale) {
+    attention_backward_resident(E *dqkv, const E *dout, const E *qkv, const E *probs, int T, int C,
+                                int heads, float scale) {
     extern __shared__ float smem[];
     const int D = C / heads, Dp = odd_stride(D), Tp = odd_stride(T);
     const int pair = blockIdx.x, b = pair / heads, h = pair % heads;
     const size_t C3 = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * D;
-    const float *go = dout + (size_t)b * T * C + (size_t)h * D;
-    const float *Pg = probs + (size_t)pair * T * T;
-    float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * D, *dk = dq + C, *dv = dq + 2 * (size_t)C;
+    const E *q = qkv + (size_t)b * T * C3 + (size_t)h * D;
+    const E *go = dout + (size_t)b * T * C + (size_t)h * D;
+    const E *Pg = probs + (size_t)pair * T * T;
+    E *dq = dqkv + (size_t)b * T * C3 + (size_t)h * D, *dk = dq + C, *dv = dq + 2 * (size_t)C;
     float *A = smem;        // dout, then q: [T][Dp]
     float *Bv = A + T * Dp; // v, then k: [T][Dp]
     float *P = Bv + T * Dp; // probabilities: [T][Tp]
@@ -274,16 +291,17 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 // ---- tiled kernels: any T <= KERNELS_MAX_TOKENS and any D within 48 KiB ----
 
 // One block per (pair, tile of TILE_ROWS query rows): grid B * heads * tiles.
+template <class E>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attention_forward_tiled(float *out, float *probs, const float *qkv, int T, int C, int heads,
-                            float scale, int causal) {
+    attention_forward_tiled(E *out, E *probs, const E *qkv, int T, int C, int heads, float scale,
+                            int causal) {
     extern __shared__ float smem[];
     const int D = C / heads, Tp = odd_stride(T), tiles = (T + TILE_ROWS - 1) / TILE_ROWS;
     const int pair = blockIdx.x / tiles, tile = blockIdx.x % tiles;
     const int b = pair / heads, h = pair % heads;
     const int t0 = tile * TILE_ROWS, nt = min(TILE_ROWS, T - t0);
     const size_t C3 = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * D;
+    const E *q = qkv + (size_t)b * T * C3 + (size_t)h * D;
     float *S = smem;                // the tile's scores, then probabilities: [TILE_ROWS][Tp]
     float *qc = S + TILE_ROWS * Tp; // q chunk: [TILE_ROWS][FWD_CHUNK_LD]
     float *xc = qc + TILE_ROWS * FWD_CHUNK_LD; // k or v chunk: [T][FWD_CHUNK_LD]
@@ -292,29 +310,36 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     tile_rows_dot_rows<FWD_CHUNK>(S, Tp, qc, xc, q + (size_t)t0 * C3, C3, q + C, C3, nt, T, D);
     __syncthreads();
     softmax_rows(S, Tp, nt, T, scale, probs + ((size_t)pair * T + t0) * T, causal ? t0 : -1);
-    float *o = out + ((size_t)b * T + t0) * C + (size_t)h * D;
+    E *o = out + ((size_t)b * T + t0) * C + (size_t)h * D;
     const int tt = threadIdx.x / FWD_CHUNK, dd = threadIdx.x % FWD_CHUNK;
     for (int d0 = 0; d0 < D; d0 += FWD_CHUNK) {
         __syncthreads();
         load_chunk(xc, FWD_CHUNK_LD, FWD_CHUNK, q + 2 * (size_t)C, C3, T, T, d0, D);
         __syncthreads();
         if (tt < nt && d0 + dd < D)
-            o[(size_t)tt * C + d0 + dd] = weights_dot_column(S + tt * Tp, xc + dd, FWD_CHUNK_LD, T);
+            store(o, (size_t)tt * C + d0 + dd,
+                  weights_dot_column(S + tt * Tp, xc + dd, FWD_CHUNK_LD, T));
     }
 }
 
-// One block per pair (grid B * heads), walking the queries a tile at a time.
+// One block per pair pair0 + blockIdx.x, walking the queries a tile at a time. dk and dv add up
+// in place for fp32 (acc NULL); for bf16 and fp16 in acc's 2 T D floats of the block's pair
+// (pair - pair0), then rounded into dqkv once.
+template <class E>
 __global__ void __launch_bounds__(ATTN_THREADS)
-    attention_backward_tiled(float *dqkv, const float *dout, const float *qkv, const float *probs,
-                             int T, int C, int heads, float scale) {
+    attention_backward_tiled(E *dqkv, const E *dout, const E *qkv, const E *probs, int T, int C,
+                             int heads, float scale, float *acc, int pair0) {
     extern __shared__ float smem[];
     const int D = C / heads, Tp = odd_stride(T);
-    const int pair = blockIdx.x, b = pair / heads, h = pair % heads;
+    const int pair = pair0 + (int)blockIdx.x, b = pair / heads, h = pair % heads;
     const size_t C3 = 3 * (size_t)C;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * D, *k = q + C, *v = q + 2 * (size_t)C;
-    const float *go = dout + (size_t)b * T * C + (size_t)h * D;
-    const float *Pg = probs + (size_t)pair * T * T;
-    float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * D, *dk = dq + C, *dv = dq + 2 * (size_t)C;
+    const E *q = qkv + (size_t)b * T * C3 + (size_t)h * D, *k = q + C, *v = q + 2 * (size_t)C;
+    const E *go = dout + (size_t)b * T * C + (size_t)h * D;
+    const E *Pg = probs + (size_t)pair * T * T;
+    E *dq = dqkv + (size_t)b * T * C3 + (size_t)h * D, *dk = dq + C, *dv = dq + 2 * (size_t)C;
+    constexpr bool in_place = std::is_same_v<E, float>;
+    float *acc_k = in_place ? nullptr : acc + (size_t)blockIdx.x * 2 * T * D;
+    float *acc_v = in_place ? nullptr : acc_k + (size_t)T * D;
     float *P = smem;                           // the tile's P rows: [TILE_ROWS][Tp]
     float *G = P + TILE_ROWS * Tp;             // the tile's dP, then dS: [TILE_ROWS][Tp]
     float *xc = G + TILE_ROWS * Tp;            // v or k chunk: [T][BWD_CHUNK_LD]
@@ -340,8 +365,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             if (threadIdx.x < TILE_ROWS * BWD_CHUNK) {
                 const int tt = threadIdx.x / BWD_CHUNK, dd = threadIdx.x % BWD_CHUNK;
                 if (tt < nt && d0 + dd < D)
-                    dq[(size_t)(t0 + tt) * C3 + d0 + dd] =
-                        weights_dot_column(G + tt * Tp, xc + dd, BWD_CHUNK_LD, T);
+                    store(dq, (size_t)(t0 + tt) * C3 + d0 + dd,
+                          weights_dot_column(G + tt * Tp, xc + dd, BWD_CHUNK_LD, T));
             }
 #pragma unroll
             for (int j = 0; j < CHUNK_PAIRS; j++) {
@@ -354,7 +379,14 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                         sv += P[tt * Tp + s] * ac[tt * BWD_CHUNK_LD + dd];
                     }
                     // this thread owns (s, d0 + dd) in every tile: it reads back its own writes
-                    float *pk = dk + (size_t)s * C3 + d0 + dd, *pv = dv + (size_t)s * C3 + d0 + dd;
+                    float *pk, *pv;
+                    if constexpr (in_place) {
+                        pk = dk + (size_t)s * C3 + d0 + dd;
+                        pv = dv + (size_t)s * C3 + d0 + dd;
+                    } else {
+                        pk = acc_k + (size_t)s * D + d0 + dd;
+                        pv = acc_v + (size_t)s * D + d0 + dd;
+                    }
                     if (t0 == 0) {
                         *pk = sk;
                         *pv = sv;
@@ -366,12 +398,20 @@ __global__ void __launch_bounds__(ATTN_THREADS)
             }
         }
     }
+    if constexpr (!in_place) { // every (s, d) was written at t0 == 0, by some thread of the block
+        __syncthreads();
+        for (int i = threadIdx.x; i < T * D; i += blockDim.x) {
+            const int s = i / D, d = i - s * D;
+            store(dk, (size_t)s * C3 + d, acc_k[i]);
+            store(dv, (size_t)s * C3 + d, acc_v[i]);
+        }
+    }
 }
 
 // Bytes of dynamic shared memory one block may have on the current device (the opt-in
-// limit), with the resident kernels allowed that much; per thread, refreshed when the
+// limit), with the resident kernels of E allowed that much; per thread and E, refreshed when the
 // thread's device changes. 0 on error (recorded).
-size_t resident_smem_limit(const char *where) {
+template <class E> size_t resident_smem_limit(const char *where) {
     thread_local int device = -1;
     thread_local size_t limit = 0;
     int dev = 0;
@@ -381,10 +421,10 @@ size_t resident_smem_limit(const char *where) {
     if (cuda_note(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
                   where))
         return 0;
-    if (cuda_note(cudaFuncSetAttribute(attention_forward_resident,
+    if (cuda_note(cudaFuncSetAttribute(attention_forward_resident<E>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
                   where) ||
-        cuda_note(cudaFuncSetAttribute(attention_backward_resident,
+        cuda_note(cudaFuncSetAttribute(attention_backward_resident<E>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, optin),
                   where))
         return 0;
@@ -406,15 +446,16 @@ int attention_shape_ok(size_t B, size_t T, size_t C, size_t heads, const char *w
 }
 
 // The forward both entries share; causal: each query attends to the keys up to its own.
-void attention_forward(float *out, float *probs, const float *qkv, size_t B, size_t T, size_t C,
-                       size_t heads, int causal, const char *where) {
+template <class E>
+void attention_forward(E *out, E *probs, const E *qkv, size_t B, size_t T, size_t C, size_t heads,
+                       int causal, const char *where) {
     if (B == 0 || T == 0 || C == 0 || heads == 0) return;
     if (!attention_shape_ok(B, T, C, heads, where)) return;
     const size_t D = C / heads;
     const float scale = (float)(1.0 / sqrt((double)D));
     const size_t Dp = (size_t)odd_stride((int)D), Tp = (size_t)odd_stride((int)T);
     const size_t resident = (2 * T * Dp + T * Tp) * sizeof(float);
-    const size_t limit = resident_smem_limit(where);
+    const size_t limit = resident_smem_limit<E>(where);
     if (limit == 0) return;
     cudaStream_t stream = cuda_ctx()->stream;
     if (resident <= limit) {
@@ -430,46 +471,75 @@ void attention_forward(float *out, float *probs, const float *qkv, size_t B, siz
     CUDA_LAUNCHED(where);
 }
 
-} // namespace
-
-extern "C" void cuda_attention_forward(DType t, void *out, void *probs, const void *qkv, size_t B,
-                                       size_t T, size_t C, size_t heads) {
-    if (cuda_fp32_only(t, "attention_forward")) return;
-    attention_forward((float *)out, (float *)probs, (const float *)qkv, B, T, C, heads, 0,
-                      "attention_forward");
-}
-
-extern "C" void cuda_causal_attention_forward(DType t, void *out, void *probs, const void *qkv,
-                                              size_t B, size_t T, size_t C, size_t heads) {
-    if (cuda_fp32_only(t, "causal_attention_forward")) return;
-    attention_forward((float *)out, (float *)probs, (const float *)qkv, B, T, C, heads, 1,
-                      "causal_attention_forward");
-}
-
-extern "C" void cuda_attention_backward(DType t, void *dqkv_, const void *dout_, const void *qkv_,
-                                        const void *probs_, size_t B, size_t T, size_t C,
-                                        size_t heads) {
-    const char *where = "attention_backward";
-    if (cuda_fp32_only(t, where) || B == 0 || T == 0 || C == 0 || heads == 0) return;
-    float *dqkv = (float *)dqkv_;
-    const float *dout = (const float *)dout_, *qkv = (const float *)qkv_;
-    const float *probs = (const float *)probs_;
+// The backward of both: resident where a pair fits, else tiled (bf16 and fp16 in launches of as
+// many pairs as the workspace holds accumulators for).
+template <class E>
+void attention_backward(E *dqkv, const E *dout, const E *qkv, const E *probs, size_t B, size_t T,
+                        size_t C, size_t heads, const char *where) {
     if (!attention_shape_ok(B, T, C, heads, where)) return;
     const size_t D = C / heads;
     const float scale = (float)(1.0 / sqrt((double)D));
     const size_t Dp = (size_t)odd_stride((int)D), Tp = (size_t)odd_stride((int)T);
     const size_t resident = (2 * T * Dp + 2 * T * Tp) * sizeof(float);
-    const size_t limit = resident_smem_limit(where);
+    const size_t limit = resident_smem_limit<E>(where);
     if (limit == 0) return;
-    cudaStream_t stream = cuda_ctx()->stream;
+    CudaContext *ctx = cuda_ctx();
+    cudaStream_t stream = ctx->stream;
     if (resident <= limit) {
         attention_backward_resident<<<(unsigned)(B * heads), ATTN_THREADS, resident, stream>>>(
             dqkv, dout, qkv, probs, (int)T, (int)C, (int)heads, scale);
-    } else {
-        const size_t bytes =
-            (2 * TILE_ROWS * Tp + T * BWD_CHUNK_LD + 2 * TILE_ROWS * BWD_CHUNK_LD) * sizeof(float);
-        attention_backward_tiled<<<(unsigned)(B * heads), ATTN_THREADS, bytes, stream>>>(
-            dqkv, dout, qkv, probs, (int)T, (int)C, (int)heads, scale);
+        CUDA_LAUNCHED(where);
+        return;
     }
-    CUDA_LAUNCHED(where);
+    const size_t bytes =
+        (2 * TILE_ROWS * Tp + T * BWD_CHUNK_LD + 2 * TILE_ROWS * BWD_CHUNK_LD) * sizeof(float);
+    if constexpr (std::is_same_v<E, float>) {
+        attention_backward_tiled<<<(unsigned)(B * heads), ATTN_THREADS, bytes, stream>>>(
+            dqkv, dout, qkv, probs, (int)T, (int)C, (int)heads, scale, nullptr, 0);
+        CUDA_LAUNCHED(where);
+    } else {
+        const size_t pairs = B * heads, per_launch = CUDA_WORKSPACE_FLOATS / (2 * T * D);
+        if (per_launch == 0) { // D beyond 32 MiB / (8 T): no such head
+            cuda_note(cudaErrorInvalidValue, where);
+            return;
+        }
+        for (size_t p0 = 0; p0 < pairs; p0 += per_launch) {
+            const size_t np = pairs - p0 < per_launch ? pairs - p0 : per_launch;
+            attention_backward_tiled<<<(unsigned)np, ATTN_THREADS, bytes, stream>>>(
+                dqkv, dout, qkv, probs, (int)T, (int)C, (int)heads, scale, (float *)ctx->workspace,
+                (int)p0);
+            if (CUDA_LAUNCHED(where)) return;
+        }
+    }
+}
+
+} // namespace
+
+extern "C" void cuda_attention_forward(DType t, void *out, void *probs, const void *qkv, size_t B,
+                                       size_t T, size_t C, size_t heads) {
+    cuda_dispatch(t, "attention_forward", [&](auto e) {
+        using E = typename decltype(e)::type;
+        attention_forward((E *)out, (E *)probs, (const E *)qkv, B, T, C, heads, 0,
+                          "attention_forward");
+    });
+}
+
+extern "C" void cuda_causal_attention_forward(DType t, void *out, void *probs, const void *qkv,
+                                              size_t B, size_t T, size_t C, size_t heads) {
+    cuda_dispatch(t, "causal_attention_forward", [&](auto e) {
+        using E = typename decltype(e)::type;
+        attention_forward((E *)out, (E *)probs, (const E *)qkv, B, T, C, heads, 1,
+                          "causal_attention_forward");
+    });
+}
+
+extern "C" void cuda_attention_backward(DType t, void *dqkv, const void *dout, const void *qkv,
+                                        const void *probs, size_t B, size_t T, size_t C,
+                                        size_t heads) {
+    if (B == 0 || T == 0 || C == 0 || heads == 0) return;
+    cuda_dispatch(t, "attention_backward", [&](auto e) {
+        using E = typename decltype(e)::type;
+        attention_backward((E *)dqkv, (const E *)dout, (const E *)qkv, (const E *)probs, B, T, C,
+                           heads, "attention_backward");
+    });
 }

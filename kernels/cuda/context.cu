@@ -38,15 +38,14 @@ int cuda_note_cublas(cublasStatus_t s, const char *where) {
     return 1;
 }
 
-// The names are dtype_name's, spelled out: as elementwise.cu says, the library calls none of
-// dtype.c's functions.
-int cuda_fp32_only(DType t, const char *where) {
-    if (t == DTYPE_FP32) return 0;
+// Only a value outside the DType enum gets here: the three compute dtypes each have kernels.
+void cuda_refuse(DType t, const char *where) {
     if (first_error()) {
-        current->refused = t == DTYPE_BF16 ? "bf16" : t == DTYPE_FP16 ? "fp16" : "an unknown dtype";
+        static thread_local char name[16];
+        snprintf(name, sizeof name, "%d", (int)t);
+        current->refused = name;
         current->where = where;
     }
-    return 1;
 }
 
 extern "C" void kernels_cuda_allow_tf32(int on) {
@@ -94,8 +93,7 @@ extern "C" int kernels_cuda_status(Err *err) {
         rc = err_set(err, ERR_INTERNAL, "cuBLASLt error %d in %s", current->cublas_status,
                      current->where ? current->where : "?");
     else if (current->refused)
-        rc = err_set(err, ERR_INTERNAL,
-                     "cuda_%s: the CUDA kernels compute in fp32 only (asked for %s)",
+        rc = err_set(err, ERR_INTERNAL, "cuda_%s: no compute dtype %s (fp32, bf16 and fp16 are)",
                      current->where ? current->where : "?", current->refused);
     current->error = cudaSuccess;
     current->cublas_status = 0;

@@ -1,6 +1,8 @@
 /* elementwise: kernels_cuda's elementwise ops (cast, fills, copies, scale, accumulate, add, Adam,
  * the toy layer, MSE, GELU) and reductions (sum of squares, all_finite, the toy's dw, bias_grad);
- * semantics in ../kernels.h. */
+ * semantics in ../kernels.h. The ops that take a compute dtype run their kernels over its element
+ * type T (cuda_common.cuh); Adam, scale, accumulate and the reductions of float tensors are fp32
+ * only, as their signatures say. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -216,8 +218,9 @@ __global__ void accumulate_kernel(float *y, const float *x, size_t n) {
 }
 
 // out may be a or b: each element is read before it is written.
-__global__ void add_kernel(float *out, const float *a, const float *b, size_t n) {
-    for (size_t i = first_index(); i < n; i += grid_stride()) out[i] = a[i] + b[i];
+template <class T> __global__ void add_kernel(T *out, const T *a, const T *b, size_t n) {
+    for (size_t i = first_index(); i < n; i += grid_stride())
+        store(out, i, load(a, i) + load(b, i));
 }
 
 // ---- reductions that return a value
@@ -240,14 +243,16 @@ __global__ void find_nonfinite(unsigned *flag, const float *x, size_t n) {
     if (__syncthreads_or(bad) && threadIdx.x == 0) *flag = 1u;
 }
 
-// Per element in double like the CPU: dy[i] = (float)(scale * d), partial sums of d^2.
-__global__ void mse_partial(double *partials, float *dy, const float *y, const float *target,
-                            size_t n, double scale) {
+// Per element in double like the CPU: dy[i] = (float)(scale * d), partial sums of d^2. In bf16
+// and fp16 that float is then rounded to T, as the CPU narrows its fp32 dy.
+template <class T>
+__global__ void mse_partial(double *partials, T *dy, const T *y, const float *target, size_t n,
+                            double scale) {
     double v[1] = {0.0};
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        const double d = (double)y[i] - (double)target[i];
+        const double d = (double)load(y, i) - (double)target[i];
         v[0] += d * d;
-        if (dy) dy[i] = (float)(scale * d);
+        if (dy) store(dy, i, (float)(scale * d));
     }
     block_sum<1>(v);
     if (threadIdx.x == 0) partials[blockIdx.x] = v[0];
@@ -285,24 +290,25 @@ __device__ __forceinline__ float toy_tanh(float w1, float w2, float x) {
 }
 
 // y may be x: each element is read before it is written.
-__global__ void toy_forward_kernel(const float *w, const float *x, float *y, size_t n) {
-    const float w0 = w[0], w1 = w[1], w2 = w[2];
+template <class T> __global__ void toy_forward_kernel(const T *w, const T *x, T *y, size_t n) {
+    const float w0 = load(w, 0), w1 = load(w, 1), w2 = load(w, 2);
     for (size_t i = first_index(); i < n; i += grid_stride())
-        y[i] = __fmul_rn(w0, toy_tanh(w1, w2, x[i]));
+        store(y, i, __fmul_rn(w0, toy_tanh(w1, w2, load(x, i))));
 }
 
 // dx (nullable) may alias x or dy; partials[b * 3 + k]: block b's sums of dL/dw_k, in double.
-__global__ void toy_backward_partial(double *partials, const float *w, const float *x,
-                                     const float *dy, float *dx, size_t n) {
-    const float w0 = w[0], w1 = w[1], w2 = w[2];
+template <class T>
+__global__ void toy_backward_partial(double *partials, const T *w, const T *x, const T *dy, T *dx,
+                                     size_t n) {
+    const float w0 = load(w, 0), w1 = load(w, 1), w2 = load(w, 2);
     double v[3] = {0.0, 0.0, 0.0};
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        const float xi = x[i], dyi = dy[i], t = toy_tanh(w1, w2, xi);
+        const float xi = load(x, i), dyi = load(dy, i), t = toy_tanh(w1, w2, xi);
         const float dz = __fmul_rn(__fmul_rn(dyi, w0), __fsub_rn(1.0f, __fmul_rn(t, t)));
         v[0] += (double)dyi * (double)t;
         v[1] += (double)dz * (double)xi;
         v[2] += (double)dz;
-        if (dx) dx[i] = __fmul_rn(dz, w1);
+        if (dx) store(dx, i, __fmul_rn(dz, w1));
     }
     block_sum<3>(v);
     if (threadIdx.x == 0)
@@ -320,15 +326,16 @@ __global__ void toy_backward_finish(float *dw, const double *partials, unsigned 
 // ---- GELU (exact, erf): PyTorch's CUDA formulas
 
 // out may be in.
-__global__ void gelu_forward_kernel(float *out, const float *in, size_t n) {
-    for (size_t i = first_index(); i < n; i += grid_stride()) out[i] = gelu(in[i]);
+template <class T> __global__ void gelu_forward_kernel(T *out, const T *in, size_t n) {
+    for (size_t i = first_index(); i < n; i += grid_stride()) store(out, i, gelu(load(in, i)));
 }
 
 // din = dout * (Phi(x) + x phi(x)); din may be dout.
-__global__ void gelu_backward_kernel(float *din, const float *in, const float *dout, size_t n) {
+template <class T>
+__global__ void gelu_backward_kernel(T *din, const T *in, const T *dout, size_t n) {
     for (size_t i = first_index(); i < n; i += grid_stride()) {
-        const float slope = gelu_grad(in[i]);
-        din[i] = dout[i] * slope;
+        const float slope = gelu_grad(load(in, i));
+        store(din, i, load(dout, i) * slope);
     }
 }
 
@@ -336,11 +343,12 @@ __global__ void gelu_backward_kernel(float *din, const float *in, const float *d
 //
 // Block (COLUMN_TILE, COLUMN_LANES) takes tiles of 32 adjacent columns (coalesced rows) and the
 // rows of its group blockIdx.y, lane y summing every COLUMN_LANES-th row in double.
-__global__ void bias_grad_partial(float *db, double *partials, const float *dout, size_t rows,
+template <class T>
+__global__ void bias_grad_partial(float *db, double *partials, const T *dout, size_t rows,
                                   size_t cols, size_t stride, size_t group_rows) {
     column_sums_block(db, partials, rows, cols, group_rows, [&](size_t j, size_t i, size_t end) {
         double s = 0.0;
-        for (; i < end; i += COLUMN_LANES) s += dout[i * stride + j];
+        for (; i < end; i += COLUMN_LANES) s += load(dout, i * stride + j);
         return s;
     });
 }
@@ -415,9 +423,13 @@ extern "C" void cuda_accumulate(float *y, const float *x, size_t n) {
 }
 
 extern "C" void cuda_add(DType t, void *out, const void *a, const void *b, size_t n) {
-    if (cuda_fp32_only(t, "add") || n == 0) return;
-    add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
-        (float *)out, (const float *)a, (const float *)b, n);
+    if (n == 0) return;
+    if (cuda_dispatch(t, "add", [&](auto e) {
+            using T = typename decltype(e)::type;
+            add_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+                (T *)out, (const T *)a, (const T *)b, n);
+        }))
+        return;
     CUDA_LAUNCHED("add");
 }
 
@@ -473,33 +485,44 @@ extern "C" void cuda_adam_step(float *param, const float *grad, float *m, float 
 }
 
 extern "C" void cuda_toy_forward(DType t, const void *w, const void *x, void *y, size_t n) {
-    if (cuda_fp32_only(t, "toy_forward") || n == 0) return;
-    toy_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
-        (const float *)w, (const float *)x, (float *)y, n);
+    if (n == 0) return;
+    if (cuda_dispatch(t, "toy_forward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            toy_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+                (const T *)w, (const T *)x, (T *)y, n);
+        }))
+        return;
     CUDA_LAUNCHED("toy_forward");
 }
 
 // Stays asynchronous: the batch sums go through the scratch straight into dw.
 extern "C" void cuda_toy_backward(DType t, const void *w, const void *x, const void *dy, void *dx,
                                   float dw[3], size_t n) {
-    if (cuda_fp32_only(t, "toy_backward") || n == 0) return; // n == 0: dw += 0
+    if (n == 0) return; // dw += 0
     CudaContext *c = cuda_ctx();
     const unsigned blocks = reduce_blocks(n);
-    toy_backward_partial<<<blocks, THREADS, 0, c->stream>>>(
-        partial_area(c), (const float *)w, (const float *)x, (const float *)dy, (float *)dx, n);
+    if (cuda_dispatch(t, "toy_backward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            toy_backward_partial<<<blocks, THREADS, 0, c->stream>>>(
+                partial_area(c), (const T *)w, (const T *)x, (const T *)dy, (T *)dx, n);
+        }))
+        return;
     if (CUDA_LAUNCHED("toy_backward")) return;
     toy_backward_finish<<<1, THREADS, 0, c->stream>>>(dw, partial_area(c), blocks);
     CUDA_LAUNCHED("toy_backward");
 }
 
-// On a CUDA error: NaN (see the top of the file); likewise for a dtype it does not take.
+// On a CUDA error: NaN (see the top of the file); likewise for a DType that is no compute dtype.
 extern "C" float cuda_mse_loss(DType t, const void *y, const float *target, void *dy, size_t n) {
-    if (cuda_fp32_only(t, "mse_loss")) return NAN;
     if (n == 0) return 0.0f;
     CudaContext *c = cuda_ctx();
     const unsigned blocks = reduce_blocks(n);
-    mse_partial<<<blocks, THREADS, 0, c->stream>>>(partial_area(c), (float *)dy, (const float *)y,
-                                                   target, n, 2.0 / (double)n);
+    if (cuda_dispatch(t, "mse_loss", [&](auto e) {
+            using T = typename decltype(e)::type;
+            mse_partial<<<blocks, THREADS, 0, c->stream>>>(partial_area(c), (T *)dy, (const T *)y,
+                                                           target, n, 2.0 / (double)n);
+        }))
+        return NAN;
     if (CUDA_LAUNCHED("mse_loss")) return NAN;
     finish_sum<1><<<1, THREADS, 0, c->stream>>>(result_area(c), partial_area(c), blocks);
     if (CUDA_LAUNCHED("mse_loss") || fetch_result(c, sizeof(double), "mse_loss")) return NAN;
@@ -509,17 +532,25 @@ extern "C" float cuda_mse_loss(DType t, const void *y, const float *target, void
 }
 
 extern "C" void cuda_gelu_forward(DType t, void *out, const void *in, size_t n) {
-    if (cuda_fp32_only(t, "gelu_forward") || n == 0) return;
-    gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
-        (float *)out, (const float *)in, n);
+    if (n == 0) return;
+    if (cuda_dispatch(t, "gelu_forward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+                (T *)out, (const T *)in, n);
+        }))
+        return;
     CUDA_LAUNCHED("gelu_forward");
 }
 
 extern "C" void cuda_gelu_backward(DType t, void *din, const void *in, const void *dout, size_t n) {
-    if (cuda_fp32_only(t, "gelu_backward") || n == 0) return;
+    if (n == 0) return;
     const unsigned blocks = cuda_blocks(n, THREADS);
-    gelu_backward_kernel<<<blocks, THREADS, 0, cuda_ctx()->stream>>>(
-        (float *)din, (const float *)in, (const float *)dout, n);
+    if (cuda_dispatch(t, "gelu_backward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            gelu_backward_kernel<<<blocks, THREADS, 0, cuda_ctx()->stream>>>(
+                (T *)din, (const T *)in, (const T *)dout, n);
+        }))
+        return;
     CUDA_LAUNCHED("gelu_backward");
 }
 
@@ -532,13 +563,17 @@ void column_sums_finish(float *db, const double *partials, size_t cols, unsigned
 // Row groups of at least BIAS_MIN_GROUP_ROWS rows, their partials after the scratch's result.
 extern "C" void cuda_bias_grad(DType t, float *db, const void *dout, size_t rows, size_t cols,
                                size_t stride) {
-    if (cuda_fp32_only(t, "bias_grad") || rows == 0 || cols == 0) return;
+    if (rows == 0 || cols == 0) return;
     CudaContext *c = cuda_ctx();
     const ColumnSumGrid g =
         column_sum_grid(rows, cols, BIAS_MAX_GROUPS, BIAS_MIN_GROUP_ROWS, PARTIAL_DOUBLES);
     double *partials = g.groups > 1 ? partial_area(c) : nullptr;
-    bias_grad_partial<<<g.grid, g.block, 0, c->stream>>>(db, partials, (const float *)dout, rows,
-                                                         cols, stride, g.group_rows);
+    if (cuda_dispatch(t, "bias_grad", [&](auto e) {
+            using T = typename decltype(e)::type;
+            bias_grad_partial<<<g.grid, g.block, 0, c->stream>>>(db, partials, (const T *)dout,
+                                                                 rows, cols, stride, g.group_rows);
+        }))
+        return;
     if (CUDA_LAUNCHED("bias_grad") || !partials) return;
     column_sums_finish(db, partials, cols, g.groups, c->stream);
     CUDA_LAUNCHED("bias_grad");

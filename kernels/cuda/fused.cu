@@ -23,6 +23,10 @@
 //   LN_WARP_MAX_C columns, else a block per row; two-pass statistics) whose first pass also
 //   forms and stores sum = x + y; the later passes read back what the same thread stored.
 //
+// Kernels are templates over the compute dtype's element type T (cuda_common.cuh). In bf16 and
+// fp16 the residual sum is rounded to T as it is stored and the LayerNorm reads that rounded sum
+// (its statistics too), as the two unfused ops would; db sums the fp32 dpre before its rounding.
+//
 // Every op launches on the calling thread's stream and never allocates.
 
 namespace {
@@ -34,12 +38,13 @@ constexpr size_t PARTIAL_DOUBLES = CUDA_SCRATCH_BYTES / sizeof(double);
 // ---- bias + GELU
 
 // n = M N elements; element i is in column i % N, which each thread steps along with i.
-__global__ void bias_gelu_forward_kernel(float *__restrict__ out, const float *__restrict__ pre,
-                                         const float *__restrict__ b, size_t n, size_t N) {
+template <class T>
+__global__ void bias_gelu_forward_kernel(T *__restrict__ out, const T *__restrict__ pre,
+                                         const T *__restrict__ b, size_t n, size_t N) {
     const size_t stride = (size_t)gridDim.x * blockDim.x, step = stride % N;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, j = i % N;
     for (; i < n; i += stride) {
-        out[i] = gelu(pre[i] + b[j]);
+        store(out, i, gelu(load(pre, i) + load(b, j)));
         j += step;
         if (j >= N) j -= N;
     }
@@ -48,18 +53,18 @@ __global__ void bias_gelu_forward_kernel(float *__restrict__ out, const float *_
 // Block (COLUMN_TILE, COLUMN_LANES): tiles of 32 adjacent columns of group blockIdx.y's rows,
 // lane y taking every COLUMN_LANES-th row (column_sums.cuh). dpre may be dout (each element is
 // read, then written, by one thread).
-__global__ void bias_gelu_backward_kernel(float *dpre, float *__restrict__ db,
-                                          double *__restrict__ partials, const float *dout,
-                                          const float *__restrict__ pre,
-                                          const float *__restrict__ b, size_t rows, size_t cols,
-                                          size_t group_rows) {
+template <class T>
+__global__ void bias_gelu_backward_kernel(T *dpre, float *__restrict__ db,
+                                          double *__restrict__ partials, const T *dout,
+                                          const T *__restrict__ pre, const T *__restrict__ b,
+                                          size_t rows, size_t cols, size_t group_rows) {
     column_sums_block(db, partials, rows, cols, group_rows, [&](size_t j, size_t i, size_t end) {
-        const float bj = b[j];
+        const float bj = load(b, j);
         double s = 0.0;
         for (; i < end; i += COLUMN_LANES) {
             const size_t e = i * cols + j;
-            const float v = dout[e] * gelu_grad(pre[e] + bj);
-            dpre[e] = v;
+            const float v = load(dout, e) * gelu_grad(load(pre, e) + bj);
+            store(dpre, e, v);
             s += v;
         }
         return s;
@@ -72,12 +77,12 @@ __global__ void bias_gelu_backward_kernel(float *dpre, float *__restrict__ db,
 // LN_THREADS: one row a block, so the row loop is uniform over the block). sum may be x or y:
 // a thread reads x[j] and y[j] before it writes sum[j], and later reads only the sum[j] it
 // wrote itself.
-template <int WARPS>
+template <int WARPS, class T>
 __global__ void __launch_bounds__(LN_THREADS)
-    residual_layernorm_kernel(float *sum, float *__restrict__ out, float *__restrict__ mean,
-                              float *__restrict__ rstd, const float *x, const float *y,
-                              const float *__restrict__ w, const float *__restrict__ b, size_t M,
-                              size_t C, float eps) {
+    residual_layernorm_kernel(T *sum, T *__restrict__ out, float *__restrict__ mean,
+                              float *__restrict__ rstd, const T *x, const T *y,
+                              const T *__restrict__ w, const T *__restrict__ b, size_t M, size_t C,
+                              float eps) {
     static_assert(WARPS == 1 || WARPS * 32 == LN_THREADS, "a row is a warp or the block");
     constexpr unsigned GROUP = 32u * WARPS, ROWS = LN_THREADS / GROUP;
     __shared__ float red[WARPS];
@@ -85,20 +90,20 @@ __global__ void __launch_bounds__(LN_THREADS)
     const float inv_c = 1.0f / (float)C;
     for (size_t row = (size_t)blockIdx.x * ROWS + threadIdx.x / GROUP; row < M;
          row += (size_t)gridDim.x * ROWS) {
-        const float *xr = x + row * C, *yr = y + row * C;
-        float *s_row = sum + row * C;
+        const T *xr = x + row * C, *yr = y + row * C;
+        T *s_row = sum + row * C;
         float s = 0.0f;
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
-            const float v = xr[j] + yr[j];
-            s_row[j] = v;
+            const float v = round_to<T>(load(xr, j) + load(yr, j)); // the sum as stored
+            store(s_row, j, v);
             s += v;
         }
         const float mu = group_sum<WARPS>(s, red) * inv_c;
         float q = 0.0f;
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
-            const float d = s_row[j] - mu;
+            const float d = load(s_row, j) - mu;
             q += d * d;
         }
         const float rs = 1.0f / sqrtf(group_sum<WARPS>(q, red) * inv_c + eps);
@@ -106,9 +111,10 @@ __global__ void __launch_bounds__(LN_THREADS)
             mean[row] = mu;
             rstd[row] = rs;
         }
-        float *o = out + row * C;
+        T *o = out + row * C;
 #pragma unroll 4
-        for (size_t j = t; j < C; j += GROUP) o[j] = (s_row[j] - mu) * rs * w[j] + b[j];
+        for (size_t j = t; j < C; j += GROUP)
+            store(o, j, (load(s_row, j) - mu) * rs * load(w, j) + load(b, j));
     }
 }
 
@@ -119,44 +125,55 @@ __global__ void __launch_bounds__(LN_THREADS)
 extern "C" void cuda_bias_gelu_forward(DType t, void *out, const void *pre, const void *b, size_t M,
                                        size_t N) {
     const size_t n = M * N;
-    if (cuda_fp32_only(t, "bias_gelu_forward") || n == 0) return;
-    bias_gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
-        (float *)out, (const float *)pre, (const float *)b, n, N);
+    if (n == 0) return;
+    if (cuda_dispatch(t, "bias_gelu_forward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            bias_gelu_forward_kernel<<<cuda_blocks(n, THREADS), THREADS, 0, cuda_ctx()->stream>>>(
+                (T *)out, (const T *)pre, (const T *)b, n, N);
+        }))
+        return;
     CUDA_LAUNCHED("bias_gelu_forward");
 }
 
 // Row groups of at least BG_MIN_GROUP_ROWS rows, their partials in the scratch.
 extern "C" void cuda_bias_gelu_backward(DType t, void *dpre, float *db, const void *dout,
                                         const void *pre, const void *b, size_t M, size_t N) {
-    if (cuda_fp32_only(t, "bias_gelu_backward") || M == 0 || N == 0) return;
+    if (M == 0 || N == 0) return;
     CudaContext *c = cuda_ctx();
     const ColumnSumGrid g =
         column_sum_grid(M, N, BG_MAX_GROUPS, BG_MIN_GROUP_ROWS, PARTIAL_DOUBLES);
     double *partials = g.groups > 1 ? (double *)c->scratch : nullptr;
-    bias_gelu_backward_kernel<<<g.grid, g.block, 0, c->stream>>>(
-        (float *)dpre, db, partials, (const float *)dout, (const float *)pre, (const float *)b, M,
-        N, g.group_rows);
+    if (cuda_dispatch(t, "bias_gelu_backward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            bias_gelu_backward_kernel<<<g.grid, g.block, 0, c->stream>>>(
+                (T *)dpre, db, partials, (const T *)dout, (const T *)pre, (const T *)b, M, N,
+                g.group_rows);
+        }))
+        return;
     if (CUDA_LAUNCHED("bias_gelu_backward") || !partials) return;
     column_sums_finish(db, partials, N, g.groups, c->stream);
     CUDA_LAUNCHED("bias_gelu_backward");
 }
 
-extern "C" void cuda_residual_layernorm_forward(DType t, void *sum_, void *out_, float *mean,
-                                                float *rstd, const void *x_, const void *y_,
-                                                const void *w_, const void *b_, size_t M, size_t C,
+extern "C" void cuda_residual_layernorm_forward(DType t, void *sum, void *out, float *mean,
+                                                float *rstd, const void *x, const void *y,
+                                                const void *w, const void *b, size_t M, size_t C,
                                                 float eps) {
-    if (cuda_fp32_only(t, "residual_layernorm_forward") || C == 0 || M == 0) return;
-    float *sum = (float *)sum_, *out = (float *)out_;
-    const float *x = (const float *)x_, *y = (const float *)y_;
-    const float *w = (const float *)w_, *b = (const float *)b_;
+    if (C == 0 || M == 0) return;
     CudaContext *ctx = cuda_ctx();
-    if (C <= LN_WARP_MAX_C)
-        residual_layernorm_kernel<1>
-            <<<cuda_blocks(M, LN_THREADS / 32), LN_THREADS, 0, ctx->stream>>>(
-                sum, out, mean, rstd, x, y, w, b, M, C, eps);
-    else
-        residual_layernorm_kernel<LN_THREADS / 32>
-            <<<cuda_blocks(M, 1), LN_THREADS, 0, ctx->stream>>>(sum, out, mean, rstd, x, y, w, b, M,
-                                                                C, eps);
+    if (cuda_dispatch(t, "residual_layernorm_forward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            if (C <= LN_WARP_MAX_C)
+                residual_layernorm_kernel<1>
+                    <<<cuda_blocks(M, LN_THREADS / 32), LN_THREADS, 0, ctx->stream>>>(
+                        (T *)sum, (T *)out, mean, rstd, (const T *)x, (const T *)y, (const T *)w,
+                        (const T *)b, M, C, eps);
+            else
+                residual_layernorm_kernel<LN_THREADS / 32>
+                    <<<cuda_blocks(M, 1), LN_THREADS, 0, ctx->stream>>>(
+                        (T *)sum, (T *)out, mean, rstd, (const T *)x, (const T *)y, (const T *)w,
+                        (const T *)b, M, C, eps);
+        }))
+        return;
     CUDA_LAUNCHED("residual_layernorm_forward");
 }

@@ -1,5 +1,5 @@
-/* gemm: linear forward and backward through cuBLASLt (semantics in ../kernels.h), fp32 in and out,
- * every product computed transposed so that no matrix is copied. */
+/* gemm: linear forward and backward through cuBLASLt (semantics in ../kernels.h) in the compute
+ * dtype, every product computed transposed so that no matrix is copied. */
 #include <stdint.h>
 #include <string.h>
 
@@ -28,11 +28,23 @@
 //            BGRADB epilogue would fuse it into dw's GEMM, but it stores the bias gradient
 //            (overwrites) where kernels.h asks for +=.
 //
+// Types. Every GEMM computes in CUBLAS_COMPUTE_32F with fp32 alpha and beta (scale type
+// CUDA_R_32F); A and B are the compute dtype t's (CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F). forward and
+// din write D in t (C = D), so a bf16 or fp16 output is the fp32 accumulator rounded once; dw's C
+// and D are fp32 (dw is float * in every dtype, and beta = 1 adds into it in fp32). Both are rows
+// of cuBLASLt's table of supported types for cublasLtMatmul (COMPUTE_32F, scale 32F: A/B 16BF
+// with C/D 16BF or 32F, A/B 16F with C/D 16F or 32F); PyTorch's bf16 x bf16 -> fp32 GEMM runs
+// through the same combination. forward's bias is t's, the type cuBLASLt gives a bias by default
+// (D's; cublasLt.h, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), set explicitly here; the epilogue adds
+// it to the fp32 accumulator before D's one rounding. fp32 may use TF32 tensor cores
+// (kernels_cuda_allow_tf32: CUBLAS_COMPUTE_32F_FAST_TF32); bf16 and fp16 run on the tensor cores
+// at COMPUTE_32F by themselves.
+//
 // cuBLASLt objects live in a small per-thread table (each rank thread has its own context, so
-// no locks), keyed by shape, op, TF32 and the alignment of every pointer; the descriptors are
-// initialised in place (cublasLt*Init, no allocation) and the heuristic's algorithm is kept,
-// so a shape met again costs one cublasLtMatmul call. Nothing here allocates device memory:
-// the workspace is the context's.
+// no locks), keyed by shape, op, dtype, TF32 and the alignment of every pointer; the descriptors
+// are initialised in place (cublasLt*Init, no allocation) and the heuristic's algorithm is kept, so
+// a shape met again costs one cublasLtMatmul call. Nothing here allocates device memory: the
+// workspace is the context's.
 
 namespace {
 
@@ -42,7 +54,8 @@ struct LinearPlan {
     int used;
     int device;
     int op;
-    int tf32;
+    DType dtype;     // of A, B and (but for OP_DW) C/D and the bias
+    int tf32;        // fp32 only
     uint32_t aligns; // log2 of the alignment of A, B, C/D and bias, 4 bits each
     size_t M, K, N;
     cublasLtMatmulDescOpaque_t desc;
@@ -55,13 +68,19 @@ enum { PLAN_SLOTS = 64 };
 thread_local LinearPlan plans[PLAN_SLOTS];
 thread_local unsigned plan_victim;
 
-// Largest power of two dividing the address, from 4 to 256 bytes (cuBLASLt's default
-// assumption is 256; telling it less keeps it off algorithms that would need more).
-unsigned pointer_alignment(const void *p) {
+// Largest power of two dividing the address, from the element's size (`least`: 4 fp32, 2 bf16
+// and fp16) to 256 bytes (cuBLASLt's default assumption is 256; telling it less keeps it off
+// algorithms that would need more).
+unsigned pointer_alignment(const void *p, unsigned least) {
     const uintptr_t a = (uintptr_t)p;
     unsigned al = 256;
-    while (al > 4 && (a % al) != 0) al >>= 1;
+    while (al > least && (a % al) != 0) al >>= 1;
     return al;
+}
+
+// cuBLASLt's name for compute dtype t.
+cudaDataType_t cuda_type(DType t) {
+    return t == DTYPE_BF16 ? CUDA_R_16BF : t == DTYPE_FP16 ? CUDA_R_16F : CUDA_R_32F;
 }
 
 unsigned log2u(unsigned x) {
@@ -97,9 +116,11 @@ GemmShape gemm_shape(int op, size_t M, size_t K, size_t N) {
 // Builds a plan in `p`: descriptors, layouts and the heuristic's best algorithm for pointers of
 // these alignments. Returns 0, or records the error under `where` and returns 1.
 int plan_build(LinearPlan *p, CudaContext *ctx, int op, size_t M, size_t K, size_t N,
-               const unsigned align[4], const float *bias, const char *where) {
+               const unsigned align[4], const void *bias, const char *where) {
     const cublasComputeType_t compute = p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const GemmShape s = gemm_shape(op, M, K, N);
+    const cudaDataType_t ab_type = cuda_type(p->dtype);
+    const cudaDataType_t cd_type = op == OP_DW ? CUDA_R_32F : ab_type;
     cublasStatus_t st = cublasLtMatmulDescInit(&p->desc, compute, CUDA_R_32F);
     const int32_t transa = s.transa, transb = s.transb;
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -110,7 +131,7 @@ int plan_build(LinearPlan *p, CudaContext *ctx, int op, size_t M, size_t K, size
                                             sizeof transb);
     if (op == OP_FORWARD_BIAS) {
         const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-        const int32_t bias_type = CUDA_R_32F;
+        const int32_t bias_type = ab_type;
         if (st == CUBLAS_STATUS_SUCCESS)
             st = cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
                                                 sizeof epilogue);
@@ -124,11 +145,11 @@ int plan_build(LinearPlan *p, CudaContext *ctx, int op, size_t M, size_t K, size
                                                 sizeof bias);
     }
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutInit(&p->a, CUDA_R_32F, s.a_rows, s.a_cols, s.lda);
+        st = cublasLtMatrixLayoutInit(&p->a, ab_type, s.a_rows, s.a_cols, s.lda);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutInit(&p->b, CUDA_R_32F, s.b_rows, s.b_cols, s.ldb);
+        st = cublasLtMatrixLayoutInit(&p->b, ab_type, s.b_rows, s.b_cols, s.ldb);
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatrixLayoutInit(&p->c, CUDA_R_32F, s.c_rows, s.c_cols, s.ldc);
+        st = cublasLtMatrixLayoutInit(&p->c, cd_type, s.c_rows, s.c_cols, s.ldc);
     if (cuda_note_cublas(st, where)) return 1;
 
     cublasLtMatmulPreferenceOpaque_t pref;
@@ -167,26 +188,30 @@ int plan_build(LinearPlan *p, CudaContext *ctx, int op, size_t M, size_t K, size
     return 0;
 }
 
-// The thread's plan for this GEMM (built on first use), or NULL with the error recorded.
-LinearPlan *plan_get(CudaContext *ctx, int op, size_t M, size_t K, size_t N, const void *a_ptr,
-                     const void *b_ptr, const void *c_ptr, const float *bias, const char *where) {
+// The thread's plan for this GEMM in dtype t (built on first use), or NULL with the error recorded.
+LinearPlan *plan_get(CudaContext *ctx, DType t, int op, size_t M, size_t K, size_t N,
+                     const void *a_ptr, const void *b_ptr, const void *c_ptr, const void *bias,
+                     const char *where) {
     int device = 0;
     if (cuda_note(cudaGetDevice(&device), where)) return NULL;
-    const unsigned align[4] = {pointer_alignment(a_ptr), pointer_alignment(b_ptr),
-                               pointer_alignment(c_ptr), bias ? pointer_alignment(bias) : 256u};
+    const unsigned elem = (unsigned)cuda_dtype_bytes(t), c_elem = op == OP_DW ? 4u : elem;
+    const unsigned align[4] = {pointer_alignment(a_ptr, elem), pointer_alignment(b_ptr, elem),
+                               pointer_alignment(c_ptr, c_elem),
+                               bias ? pointer_alignment(bias, elem) : 256u};
     const uint32_t aligns =
         log2u(align[0]) | log2u(align[1]) << 4 | log2u(align[2]) << 8 | log2u(align[3]) << 12;
-    const int tf32 = ctx->tf32 != 0;
+    const int tf32 = t == DTYPE_FP32 && ctx->tf32 != 0;
     for (int i = 0; i < PLAN_SLOTS; i++) {
         LinearPlan *p = &plans[i];
-        if (p->used && p->op == op && p->M == M && p->K == K && p->N == N && p->tf32 == tf32 &&
-            p->aligns == aligns && p->device == device)
+        if (p->used && p->op == op && p->dtype == t && p->M == M && p->K == K && p->N == N &&
+            p->tf32 == tf32 && p->aligns == aligns && p->device == device)
             return p;
     }
     LinearPlan *p = &plans[plan_victim++ % PLAN_SLOTS];
     p->used = 0;
     p->device = device;
     p->op = op;
+    p->dtype = t;
     p->tf32 = tf32;
     p->aligns = aligns;
     p->M = M, p->K = K, p->N = N;
@@ -195,11 +220,12 @@ LinearPlan *plan_get(CudaContext *ctx, int op, size_t M, size_t K, size_t N, con
     return p;
 }
 
-// D = alpha op(A) op(B) + beta C with C = D, through the plan for (op, M, K, N).
-void run_gemm(int op, float *d, const float *a, const float *b, const float *bias, float beta,
+// D = alpha op(A) op(B) + beta C with C = D, through the plan for (t, op, M, K, N): a, b and the
+// bias are arrays of t, d of t too but for OP_DW (fp32).
+void run_gemm(DType t, int op, void *d, const void *a, const void *b, const void *bias, float beta,
               size_t M, size_t K, size_t N, const char *where) {
     CudaContext *ctx = cuda_ctx();
-    LinearPlan *p = plan_get(ctx, op, M, K, N, a, b, d, bias, where);
+    LinearPlan *p = plan_get(ctx, t, op, M, K, N, a, b, d, bias, where);
     if (!p) return;
     if (op == OP_FORWARD_BIAS &&
         cuda_note_cublas(cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
@@ -214,11 +240,11 @@ void run_gemm(int op, float *d, const float *a, const float *b, const float *bia
 }
 
 // out[i, :] = b (or 0 without b) for M rows of N: forward's empty product (K == 0).
-__global__ void fill_rows_kernel(float *out, const float *b, size_t M, size_t N) {
+template <class T> __global__ void fill_rows_kernel(T *out, const T *b, size_t M, size_t N) {
     const size_t n = M * N;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = b ? b[i % N] : 0.0f;
+        store(out, i, b ? load(b, i % N) : 0.0f);
 }
 
 // db[j] += sum over M rows of dout[i * N + j]. A block takes COLSUM_COLS adjacent columns;
@@ -226,13 +252,14 @@ __global__ void fill_rows_kernel(float *out, const float *b, size_t M, size_t N)
 // then the partial sums are added in a fixed order: the same bits on every run.
 enum { COLSUM_COLS = 32, COLSUM_ROWS = 16 };
 
+template <class T>
 __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
-    column_sums_add_kernel(float *db, const float *dout, size_t M, size_t N) {
+    column_sums_add_kernel(float *db, const T *dout, size_t M, size_t N) {
     __shared__ float partial[COLSUM_ROWS][COLSUM_COLS + 1];
     const size_t j = blockIdx.x * (size_t)COLSUM_COLS + threadIdx.x;
     float acc = 0.0f;
     if (j < N)
-        for (size_t i = threadIdx.y; i < M; i += COLSUM_ROWS) acc += dout[i * N + j];
+        for (size_t i = threadIdx.y; i < M; i += COLSUM_ROWS) acc += load(dout, i * N + j);
     partial[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < N) {
@@ -244,39 +271,43 @@ __global__ void __launch_bounds__(COLSUM_COLS *COLSUM_ROWS)
 
 } // namespace
 
-extern "C" void cuda_linear_forward(DType t, void *out_, const void *in_, const void *w_,
-                                    const void *b_, size_t M, size_t K, size_t N) {
-    if (cuda_fp32_only(t, "linear_forward") || M == 0 || N == 0) return;
-    float *out = (float *)out_;
-    const float *in = (const float *)in_, *w = (const float *)w_, *b = (const float *)b_;
+extern "C" void cuda_linear_forward(DType t, void *out, const void *in, const void *w,
+                                    const void *b, size_t M, size_t K, size_t N) {
+    if (M == 0 || N == 0) return;
     if (K == 0) { // an empty product: out is the bias (or zero); ld = 0 is no valid layout
-        fill_rows_kernel<<<cuda_blocks(M * N, 256), 256, 0, cuda_ctx()->stream>>>(out, b, M, N);
+        if (cuda_dispatch(t, "linear_forward", [&](auto e) {
+                using T = typename decltype(e)::type;
+                fill_rows_kernel<<<cuda_blocks(M * N, 256), 256, 0, cuda_ctx()->stream>>>(
+                    (T *)out, (const T *)b, M, N);
+            }))
+            return;
         CUDA_LAUNCHED("linear_forward");
         return;
     }
-    run_gemm(b ? OP_FORWARD_BIAS : OP_FORWARD, out, w, in, b, 0.0f, M, K, N, "linear_forward");
+    if (cuda_refused(t, "linear_forward")) return;
+    run_gemm(t, b ? OP_FORWARD_BIAS : OP_FORWARD, out, w, in, b, 0.0f, M, K, N, "linear_forward");
 }
 
-extern "C" void cuda_linear_backward(DType t, void *din_, float *dw, float *db, const void *dout_,
-                                     const void *in_, const void *w_, size_t M, size_t K,
-                                     size_t N) {
-    if (cuda_fp32_only(t, "linear_backward")) return;
+extern "C" void cuda_linear_backward(DType t, void *din, float *dw, float *db, const void *dout,
+                                     const void *in, const void *w, size_t M, size_t K, size_t N) {
     if (M == 0) return; // no rows: every gradient is += 0 and din is empty
-    float *din = (float *)din_;
-    const float *dout = (const float *)dout_, *in = (const float *)in_, *w = (const float *)w_;
+    if (cuda_refused(t, "linear_backward")) return;
     CudaContext *ctx = cuda_ctx();
     if (din && K > 0) {
         if (N == 0)
-            cuda_note(cudaMemsetAsync(din, 0, M * K * sizeof(float), ctx->stream),
+            cuda_note(cudaMemsetAsync(din, 0, M * K * cuda_dtype_bytes(t), ctx->stream),
                       "linear_backward");
         else
-            run_gemm(OP_DIN, din, w, dout, NULL, 0.0f, M, K, N, "linear_backward");
+            run_gemm(t, OP_DIN, din, w, dout, NULL, 0.0f, M, K, N, "linear_backward");
     }
-    if (K > 0 && N > 0) run_gemm(OP_DW, dw, in, dout, NULL, 1.0f, M, K, N, "linear_backward");
+    if (K > 0 && N > 0) run_gemm(t, OP_DW, dw, in, dout, NULL, 1.0f, M, K, N, "linear_backward");
     if (db && N > 0) {
         const dim3 threads(COLSUM_COLS, COLSUM_ROWS);
         const unsigned blocks = (unsigned)((N + COLSUM_COLS - 1) / COLSUM_COLS);
-        column_sums_add_kernel<<<blocks, threads, 0, ctx->stream>>>(db, dout, M, N);
+        cuda_dispatch(t, "linear_backward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            column_sums_add_kernel<<<blocks, threads, 0, ctx->stream>>>(db, (const T *)dout, M, N);
+        });
         CUDA_LAUNCHED("linear_backward");
     }
 }

@@ -24,8 +24,9 @@ int kernels_cuda_bind(void *stream, Err *err);
 void kernels_cuda_unbind(void);
 
 /* Ops return void, so a CUDA error is kept: the first one this thread's ops met since the last
- * call (named with the op), or 0. An op asked for a compute dtype the table does not take (its
- * dtypes: fp32 only for now) launches nothing and keeps that as its error. */
+ * call (named with the op), or 0. Every op takes fp32, bf16 and fp16 (the table's dtypes offer
+ * fp32 only until tests/gpu/test_cuda_dtypes.c has passed on a GPU); one asked for a DType that
+ * is none of them launches nothing and keeps that as its error. */
 int kernels_cuda_status(Err *err);
 
 /* Whether this process can use a GPU; if not, `why` says why in a few words. Never fails

@@ -1,5 +1,7 @@
 /* vit_ops: the ViT's ops that are not GEMMs, attention or elementwise math: LayerNorm, patches and
- * tokens, the class token, the loss, the accuracy count (the CPU's in ../cpu/vit_cpu.c). */
+ * tokens, the class token, the loss, the accuracy count (the CPU's in ../cpu/vit_cpu.c). Kernels
+ * are templates over the compute dtype's element type T (cuda_common.cuh): they load T, compute
+ * in fp32 (or double, where the fp32 ops do), and round each T output once as they store it. */
 #include <math.h>
 #include <stdint.h>
 
@@ -42,12 +44,12 @@ static_assert(LOSS_MAX_BLOCKS * sizeof(double) <= CUDA_SCRATCH_BYTES, "loss part
 
 // One row per group of WARPS warps: WARPS == 1, LN_THREADS / 32 rows a block; WARPS * 32 ==
 // LN_THREADS, one row a block (so the row loop is uniform over the block and may synchronise).
-template <int WARPS>
+template <int WARPS, class T>
 __global__ void __launch_bounds__(LN_THREADS)
-    layernorm_forward_kernel(float *__restrict__ out, float *__restrict__ mean,
-                             float *__restrict__ rstd, const float *__restrict__ in,
-                             const float *__restrict__ w, const float *__restrict__ b, size_t M,
-                             size_t C, float eps) {
+    layernorm_forward_kernel(T *__restrict__ out, float *__restrict__ mean,
+                             float *__restrict__ rstd, const T *__restrict__ in,
+                             const T *__restrict__ w, const T *__restrict__ b, size_t M, size_t C,
+                             float eps) {
     static_assert(WARPS == 1 || WARPS * 32 == LN_THREADS, "a row is a warp or the block");
     constexpr unsigned GROUP = 32u * WARPS, ROWS = LN_THREADS / GROUP;
     __shared__ float2 red[WARPS];
@@ -55,15 +57,15 @@ __global__ void __launch_bounds__(LN_THREADS)
     const float inv_c = 1.0f / (float)C;
     for (size_t row = (size_t)blockIdx.x * ROWS + threadIdx.x / GROUP; row < M;
          row += (size_t)gridDim.x * ROWS) {
-        const float *x = in + row * C;
+        const T *x = in + row * C;
         float s = 0.0f;
 #pragma unroll 4
-        for (size_t j = t; j < C; j += GROUP) s += x[j];
+        for (size_t j = t; j < C; j += GROUP) s += load(x, j);
         const float mu = group_sum2<WARPS>(s, 0.0f, red).x * inv_c;
         float q = 0.0f;
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
-            const float d = x[j] - mu;
+            const float d = load(x, j) - mu;
             q += d * d;
         }
         const float rs = 1.0f / sqrtf(group_sum2<WARPS>(q, 0.0f, red).x * inv_c + eps);
@@ -71,19 +73,20 @@ __global__ void __launch_bounds__(LN_THREADS)
             mean[row] = mu;
             rstd[row] = rs;
         }
-        float *y = out + row * C;
+        T *y = out + row * C;
 #pragma unroll 4
-        for (size_t j = t; j < C; j += GROUP) y[j] = (x[j] - mu) * rs * w[j] + b[j];
+        for (size_t j = t; j < C; j += GROUP)
+            store(y, j, (load(x, j) - mu) * rs * load(w, j) + load(b, j));
     }
 }
 
 // din += rstd * (dout w - mean(dout w) - xhat mean(dout w xhat)), a row per group as above.
-template <int WARPS>
+template <int WARPS, class T>
 __global__ void __launch_bounds__(LN_THREADS)
-    layernorm_backward_din_kernel(float *__restrict__ din, const float *__restrict__ dout,
-                                  const float *__restrict__ in, const float *__restrict__ mean,
-                                  const float *__restrict__ rstd, const float *__restrict__ w,
-                                  size_t M, size_t C) {
+    layernorm_backward_din_kernel(T *__restrict__ din, const T *__restrict__ dout,
+                                  const T *__restrict__ in, const float *__restrict__ mean,
+                                  const float *__restrict__ rstd, const T *__restrict__ w, size_t M,
+                                  size_t C) {
     static_assert(WARPS == 1 || WARPS * 32 == LN_THREADS, "a row is a warp or the block");
     constexpr unsigned GROUP = 32u * WARPS, ROWS = LN_THREADS / GROUP;
     __shared__ float2 red[WARPS];
@@ -91,7 +94,7 @@ __global__ void __launch_bounds__(LN_THREADS)
     const float inv_c = 1.0f / (float)C;
     for (size_t row = (size_t)blockIdx.x * ROWS + threadIdx.x / GROUP; row < M;
          row += (size_t)gridDim.x * ROWS) {
-        const float *x = in + row * C, *g = dout + row * C;
+        const T *x = in + row * C, *g = dout + row * C;
         const float mu = mean[row], rs = rstd[row];
         float s1 = 0.0f, s2 = 0.0f;
         // dout w rounded once, the same value in the sums and in each element's term: left to
@@ -100,17 +103,17 @@ __global__ void __launch_bounds__(LN_THREADS)
         // eps 1e-6): the first GPU run's layernorm din (M 5, C 1), 3e-5 off the CPU's.
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
-            const float gw = __fmul_rn(g[j], w[j]);
+            const float gw = __fmul_rn(load(g, j), load(w, j));
             s1 += gw;
-            s2 += gw * (x[j] - mu);
+            s2 += gw * (load(x, j) - mu);
         }
         const float2 s = group_sum2<WARPS>(s1, s2, red);
         const float m1 = s.x * inv_c, m2 = s.y * rs * inv_c;
-        float *dx = din + row * C;
+        T *dx = din + row * C; // += : the stored value widened, the sum rounded once
 #pragma unroll 4
         for (size_t j = t; j < C; j += GROUP) {
-            const float xh = (x[j] - mu) * rs;
-            dx[j] += rs * (__fmul_rn(g[j], w[j]) - m1 - xh * m2);
+            const float xh = (load(x, j) - mu) * rs;
+            store(dx, j, load(dx, j) + rs * (__fmul_rn(load(g, j), load(w, j)) - m1 - xh * m2));
         }
     }
 }
@@ -124,10 +127,11 @@ __device__ __forceinline__ void chunk_rows(size_t M, size_t r, size_t R, size_t 
 // dw[j] and db[j] over chunk blockIdx.y's rows, j = 32 blockIdx.x + threadIdx.x: added into
 // dw and db when there is one chunk (partials NULL), else written to partials[(2 r) C + j]
 // (dw's) and partials[(2 r + 1) C + j] (db's).
+template <class T>
 __global__ void __launch_bounds__(32 * LN_ROW_LANES)
     layernorm_param_grad_kernel(float *__restrict__ dw, float *__restrict__ db,
-                                float *__restrict__ partials, const float *__restrict__ dout,
-                                const float *__restrict__ in, const float *__restrict__ mean,
+                                float *__restrict__ partials, const T *__restrict__ dout,
+                                const T *__restrict__ in, const float *__restrict__ mean,
                                 const float *__restrict__ rstd, size_t M, size_t C) {
     __shared__ float sw[LN_ROW_LANES][32], sb[LN_ROW_LANES][32];
     const unsigned tx = threadIdx.x, ty = threadIdx.y;
@@ -138,8 +142,8 @@ __global__ void __launch_bounds__(32 * LN_ROW_LANES)
     if (j < C) {
 #pragma unroll 4
         for (size_t i = r0 + ty; i < r1; i += LN_ROW_LANES) {
-            const float g = dout[i * C + j];
-            const float xh = (in[i * C + j] - mean[i]) * rstd[i];
+            const float g = load(dout, i * C + j);
+            const float xh = (load(in, i * C + j) - mean[i]) * rstd[i];
             aw += g * xh;
             ab += g;
         }
@@ -180,35 +184,38 @@ __global__ void layernorm_param_reduce_kernel(float *__restrict__ dw, float *__r
 // ---- patches, tokens, class token ----
 
 // One thread per element of patches[B, G*G, P*P] (G = S / P), read from its image pixel.
-__global__ void patchify_kernel(float *__restrict__ patches, const float *__restrict__ images,
-                                size_t total, size_t S, size_t P, size_t G) {
+template <class T>
+__global__ void patchify_kernel(T *__restrict__ patches, const T *__restrict__ images, size_t total,
+                                size_t S, size_t P, size_t G) {
     const size_t PP = P * P, GG = G * G;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t e = i % PP, p = (i / PP) % GG, b = i / (PP * GG);
         const size_t ky = e / P, kx = e % P, py = p / G, px = p % G;
-        patches[i] = images[b * S * S + (py * P + ky) * S + px * P + kx];
+        patches[i] = images[b * S * S + (py * P + ky) * S + px * P + kx]; // a copy: exact
     }
 }
 
 // x[b, t, c] = (t == 0 ? cls[c] : patch_out[b, t - 1, c]) + pos[t, c]
-__global__ void embed_forward_kernel(float *__restrict__ x, const float *__restrict__ patch_out,
-                                     const float *__restrict__ cls, const float *__restrict__ pos,
+template <class E>
+__global__ void embed_forward_kernel(E *__restrict__ x, const E *__restrict__ patch_out,
+                                     const E *__restrict__ cls, const E *__restrict__ pos,
                                      size_t total, size_t T, size_t C) {
     const size_t TC = T * C;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t b = i / TC, col = i % TC; // col = t * C + c
-        const float v = col < C ? cls[col] : patch_out[b * (TC - C) + col - C];
-        x[i] = v + pos[col];
+        const float v = col < C ? load(cls, col) : load(patch_out, b * (TC - C) + col - C);
+        store(x, i, v + load(pos, col));
     }
 }
 
 // A thread per column col = t * C + c of a sample: sums dx over the batch in sample order
 // (from 0, then added once, as the CPU does), dpos[col] and (token 0) dcls[c] += the sum, and
 // copies the column of tokens 1.. into dpatch_out.
+template <class E>
 __global__ void embed_backward_kernel(float *__restrict__ dcls, float *__restrict__ dpos,
-                                      float *__restrict__ dpatch_out, const float *__restrict__ dx,
+                                      E *__restrict__ dpatch_out, const E *__restrict__ dx,
                                       size_t B, size_t T, size_t C) {
     const size_t TC = T * C;
     for (size_t col = (size_t)blockIdx.x * blockDim.x + threadIdx.x; col < TC;
@@ -216,14 +223,14 @@ __global__ void embed_backward_kernel(float *__restrict__ dcls, float *__restric
         float acc = 0.0f;
         if (col < C) {
 #pragma unroll 8
-            for (size_t b = 0; b < B; b++) acc += dx[b * TC + col];
+            for (size_t b = 0; b < B; b++) acc += load(dx, b * TC + col);
             dcls[col] += acc;
         } else {
 #pragma unroll 8
             for (size_t b = 0; b < B; b++) {
-                const float v = dx[b * TC + col];
+                const float v = load(dx, b * TC + col);
                 acc += v;
-                dpatch_out[b * (TC - C) + col - C] = v;
+                store(dpatch_out, b * (TC - C) + col - C, v); // exact: v is an E
             }
         }
         dpos[col] += acc;
@@ -231,7 +238,8 @@ __global__ void embed_backward_kernel(float *__restrict__ dcls, float *__restric
 }
 
 // out[b, c] = x[b, 0, c]
-__global__ void class_token_select_kernel(float *__restrict__ out, const float *__restrict__ x,
+template <class E>
+__global__ void class_token_select_kernel(E *__restrict__ out, const E *__restrict__ x,
                                           size_t total, size_t T, size_t C) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x)
@@ -239,13 +247,13 @@ __global__ void class_token_select_kernel(float *__restrict__ out, const float *
 }
 
 // dx[b, 0, c] += dout[b, c]
-__global__ void class_token_select_backward_kernel(float *__restrict__ dx,
-                                                   const float *__restrict__ dout, size_t total,
-                                                   size_t T, size_t C) {
+template <class E>
+__global__ void class_token_select_backward_kernel(E *__restrict__ dx, const E *__restrict__ dout,
+                                                   size_t total, size_t T, size_t C) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        float *d = dx + (i / C) * T * C + i % C;
-        *d = *d + dout[i];
+        E *d = dx + (i / C) * T * C + i % C;
+        store(d, 0, load(d, 0) + load(dout, i));
     }
 }
 
@@ -254,8 +262,9 @@ __global__ void class_token_select_backward_kernel(float *__restrict__ dx,
 // A warp per row; the block's loss total (its warps' totals in warp order, each the sum of its
 // rows' losses in row order) goes to partials[blockIdx.x]. Labels outside [0, classes) make the
 // loss NaN, and their row's dlogits the softmax alone (the CPU's behaviour).
+template <class T>
 __global__ void __launch_bounds__(LOSS_WARPS * 32)
-    cross_entropy_kernel(float *__restrict__ dlogits, const float *__restrict__ logits,
+    cross_entropy_kernel(T *__restrict__ dlogits, const T *__restrict__ logits,
                          const int32_t *__restrict__ labels, size_t B, size_t classes, float g,
                          double *__restrict__ partials) {
     __shared__ double warp_total[LOSS_WARPS];
@@ -263,32 +272,34 @@ __global__ void __launch_bounds__(LOSS_WARPS * 32)
     double total = 0.0;
     for (size_t row = (size_t)blockIdx.x * LOSS_WARPS + warp; row < B;
          row += (size_t)gridDim.x * LOSS_WARPS) {
-        const float *z = logits + row * classes;
+        const T *z = logits + row * classes;
         // the largest logit with the CPU's scan semantics: strict >, starting from z[0] (a NaN
         // there stays the maximum; a NaN elsewhere is passed over)
-        float mx = z[0];
-        for (size_t j = lane; j < classes; j += 32) mx = z[j] > mx ? z[j] : mx;
+        float mx = load(z, 0);
+        for (size_t j = lane; j < classes; j += 32) {
+            const float zj = load(z, j);
+            mx = zj > mx ? zj : mx;
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             const float other = __shfl_xor_sync(0xffffffffu, mx, o);
             mx = other > mx ? other : mx;
         }
-        float *d = dlogits ? dlogits + row * classes : nullptr;
+        T *d = dlogits ? dlogits + row * classes : nullptr;
         double sum = 0.0;
-        for (size_t j = lane; j < classes; j += 32) {
-            const float e = expf(z[j] - mx);
-            if (d) d[j] = e; // normalised below by the same lane
-            sum += (double)e;
-        }
+        for (size_t j = lane; j < classes; j += 32) sum += (double)expf(load(z, j) - mx);
         sum = warp_sum(sum);
         const int32_t label = labels[row];
         const size_t y = label < 0 ? classes : (size_t)label;
         if (d) {
+            // each exponential again (the same bits) rather than kept in dlogits: a bf16 or
+            // fp16 dlogits would round it there, and the gradient is rounded once, here
             const float inv = (float)(1.0 / sum);
             for (size_t j = lane; j < classes; j += 32)
-                d[j] = (d[j] * inv - (j == y ? 1.0f : 0.0f)) * g;
+                store(d, j, (expf(load(z, j) - mx) * inv - (j == y ? 1.0f : 0.0f)) * g);
         }
-        if (lane == 0) total += y < classes ? (double)mx + log(sum) - (double)z[y] : (double)NAN;
+        if (lane == 0)
+            total += y < classes ? (double)mx + log(sum) - (double)load(z, y) : (double)NAN;
     }
     if (lane == 0) warp_total[warp] = total;
     __syncthreads();
@@ -302,19 +313,20 @@ __global__ void __launch_bounds__(LOSS_WARPS * 32)
 // A warp per row: the first index of the row's largest value (the CPU's strict scan: a NaN
 // z[0] stays the best, other NaNs never win), against the label; the block's count is added to
 // *count.
+template <class T>
 __global__ void __launch_bounds__(LOSS_WARPS * 32)
-    count_correct_kernel(unsigned long long *__restrict__ count, const float *__restrict__ logits,
+    count_correct_kernel(unsigned long long *__restrict__ count, const T *__restrict__ logits,
                          const int32_t *__restrict__ labels, size_t B, size_t classes) {
     __shared__ unsigned warp_count[LOSS_WARPS];
     const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
     unsigned correct = 0;
     for (size_t row = (size_t)blockIdx.x * LOSS_WARPS + warp; row < B;
          row += (size_t)gridDim.x * LOSS_WARPS) {
-        const float *z = logits + row * classes;
+        const T *z = logits + row * classes;
         float bv = -INFINITY;
         unsigned long long bi = ~0ull;
         for (size_t j = lane; j < classes; j += 32) {
-            const float v = z[j];
+            const float v = load(z, j);
             if (v > bv || (v == bv && j < bi)) {
                 bv = v;
                 bi = j;
@@ -329,7 +341,7 @@ __global__ void __launch_bounds__(LOSS_WARPS * 32)
                 bi = oi;
             }
         }
-        const unsigned long long best = isnan(z[0]) ? 0ull : bi;
+        const unsigned long long best = isnan(load(z, 0)) ? 0ull : bi;
         const int32_t label = labels[row];
         if (lane == 0) correct += label >= 0 && (unsigned long long)label == best;
     }
@@ -350,39 +362,30 @@ unsigned loss_blocks(size_t B) {
 
 // ---- the ops ----
 
-void cuda_layernorm_forward(DType t, void *out_, float *mean, float *rstd, const void *in_,
-                            const void *w_, const void *b_, size_t M, size_t C, float eps) {
-    if (cuda_fp32_only(t, "layernorm_forward") || C == 0 || M == 0) return;
-    float *out = (float *)out_;
-    const float *in = (const float *)in_, *w = (const float *)w_, *b = (const float *)b_;
+void cuda_layernorm_forward(DType t, void *out, float *mean, float *rstd, const void *in,
+                            const void *w, const void *b, size_t M, size_t C, float eps) {
+    if (C == 0 || M == 0) return;
     CudaContext *ctx = cuda_ctx();
-    if (C <= LN_WARP_MAX_C)
-        layernorm_forward_kernel<1>
-            <<<cuda_blocks(M, LN_THREADS / 32), LN_THREADS, 0, ctx->stream>>>(out, mean, rstd, in,
-                                                                              w, b, M, C, eps);
-    else
-        layernorm_forward_kernel<LN_THREADS / 32>
-            <<<cuda_blocks(M, 1), LN_THREADS, 0, ctx->stream>>>(out, mean, rstd, in, w, b, M, C,
-                                                                eps);
+    if (cuda_dispatch(t, "layernorm_forward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            if (C <= LN_WARP_MAX_C)
+                layernorm_forward_kernel<1>
+                    <<<cuda_blocks(M, LN_THREADS / 32), LN_THREADS, 0, ctx->stream>>>(
+                        (T *)out, mean, rstd, (const T *)in, (const T *)w, (const T *)b, M, C, eps);
+            else
+                layernorm_forward_kernel<LN_THREADS / 32>
+                    <<<cuda_blocks(M, 1), LN_THREADS, 0, ctx->stream>>>(
+                        (T *)out, mean, rstd, (const T *)in, (const T *)w, (const T *)b, M, C, eps);
+        }))
+        return;
     CUDA_LAUNCHED("layernorm_forward");
 }
 
-void cuda_layernorm_backward(DType t, void *din_, float *dw, float *db, const void *dout_,
-                             const void *in_, const float *mean, const float *rstd, const void *w_,
+void cuda_layernorm_backward(DType t, void *din, float *dw, float *db, const void *dout,
+                             const void *in, const float *mean, const float *rstd, const void *w,
                              size_t M, size_t C) {
-    if (cuda_fp32_only(t, "layernorm_backward") || C == 0 || M == 0) return;
-    float *din = (float *)din_;
-    const float *dout = (const float *)dout_, *in = (const float *)in_, *w = (const float *)w_;
+    if (C == 0 || M == 0) return;
     CudaContext *ctx = cuda_ctx();
-    if (C <= LN_WARP_MAX_C)
-        layernorm_backward_din_kernel<1>
-            <<<cuda_blocks(M, LN_THREADS / 32), LN_THREADS, 0, ctx->stream>>>(din, dout, in, mean,
-                                                                              rstd, w, M, C);
-    else
-        layernorm_backward_din_kernel<LN_THREADS / 32>
-            <<<cuda_blocks(M, 1), LN_THREADS, 0, ctx->stream>>>(din, dout, in, mean, rstd, w, M, C);
-    if (CUDA_LAUNCHED("layernorm_backward")) return;
-
     // chunks of rows: as many of at least LN_MIN_CHUNK_ROWS rows as the scratch holds sums for
     size_t R = (M + LN_MIN_CHUNK_ROWS - 1) / LN_MIN_CHUNK_ROWS;
     const size_t room = SCRATCH_FLOATS / (2 * C);
@@ -391,8 +394,25 @@ void cuda_layernorm_backward(DType t, void *din_, float *dw, float *db, const vo
     if (R < 1) R = 1;
     const size_t col_blocks = (C + 31) / 32;
     float *partials = R > 1 ? (float *)ctx->scratch : nullptr;
-    layernorm_param_grad_kernel<<<dim3((unsigned)col_blocks, (unsigned)R), dim3(32, LN_ROW_LANES),
-                                  0, ctx->stream>>>(dw, db, partials, dout, in, mean, rstd, M, C);
+    if (cuda_dispatch(t, "layernorm_backward", [&](auto e) {
+            using T = typename decltype(e)::type;
+            if (C <= LN_WARP_MAX_C)
+                layernorm_backward_din_kernel<1>
+                    <<<cuda_blocks(M, LN_THREADS / 32), LN_THREADS, 0, ctx->stream>>>(
+                        (T *)din, (const T *)dout, (const T *)in, mean, rstd, (const T *)w, M, C);
+            else
+                layernorm_backward_din_kernel<LN_THREADS / 32>
+                    <<<cuda_blocks(M, 1), LN_THREADS, 0, ctx->stream>>>(
+                        (T *)din, (const T *)dout, (const T *)in, mean, rstd, (const T *)w, M, C);
+        }))
+        return;
+    if (CUDA_LAUNCHED("layernorm_backward")) return;
+    cuda_dispatch(t, "layernorm_backward", [&](auto e) {
+        using T = typename decltype(e)::type;
+        layernorm_param_grad_kernel<<<dim3((unsigned)col_blocks, (unsigned)R),
+                                      dim3(32, LN_ROW_LANES), 0, ctx->stream>>>(
+            dw, db, partials, (const T *)dout, (const T *)in, mean, rstd, M, C);
+    });
     if (CUDA_LAUNCHED("layernorm_backward") || R == 1) return;
     layernorm_param_reduce_kernel<<<cuda_blocks(C, ELEM_THREADS), ELEM_THREADS, 0, ctx->stream>>>(
         dw, db, partials, C, R);
@@ -400,61 +420,88 @@ void cuda_layernorm_backward(DType t, void *din_, float *dw, float *db, const vo
 }
 
 void cuda_patchify(DType t, void *patches, const void *images, size_t B, size_t S, size_t P) {
-    if (cuda_fp32_only(t, "patchify") || P == 0) return;
+    if (P == 0) return;
     const size_t G = S / P, total = B * G * G * P * P;
     if (total == 0) return;
-    patchify_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0, cuda_ctx()->stream>>>(
-        (float *)patches, (const float *)images, total, S, P, G);
+    if (cuda_dispatch(t, "patchify", [&](auto e) {
+            using T = typename decltype(e)::type;
+            patchify_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
+                              cuda_ctx()->stream>>>((T *)patches, (const T *)images, total, S, P,
+                                                    G);
+        }))
+        return;
     CUDA_LAUNCHED("patchify");
 }
 
+// (E, not T, names the element type where T is the token count.)
 void cuda_embed_forward(DType t, void *x, const void *patch_out, const void *cls, const void *pos,
                         size_t B, size_t T, size_t C) {
     const size_t total = B * T * C;
-    if (cuda_fp32_only(t, "embed_forward") || total == 0) return;
-    embed_forward_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0, cuda_ctx()->stream>>>(
-        (float *)x, (const float *)patch_out, (const float *)cls, (const float *)pos, total, T, C);
+    if (total == 0) return;
+    if (cuda_dispatch(t, "embed_forward", [&](auto e) {
+            using E = typename decltype(e)::type;
+            embed_forward_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
+                                   cuda_ctx()->stream>>>(
+                (E *)x, (const E *)patch_out, (const E *)cls, (const E *)pos, total, T, C);
+        }))
+        return;
     CUDA_LAUNCHED("embed_forward");
 }
 
 void cuda_embed_backward(DType t, float *dcls, float *dpos, void *dpatch_out, const void *dx,
                          size_t B, size_t T, size_t C) {
-    if (cuda_fp32_only(t, "embed_backward") || T == 0 || C == 0) return;
+    if (T == 0 || C == 0) return;
     // with B == 0 this still adds the empty sums (0) to dcls and dpos, as the CPU does
-    embed_backward_kernel<<<cuda_blocks(T * C, ELEM_THREADS), ELEM_THREADS, 0,
-                            cuda_ctx()->stream>>>(dcls, dpos, (float *)dpatch_out,
-                                                  (const float *)dx, B, T, C);
+    if (cuda_dispatch(t, "embed_backward", [&](auto e) {
+            using E = typename decltype(e)::type;
+            embed_backward_kernel<<<cuda_blocks(T * C, ELEM_THREADS), ELEM_THREADS, 0,
+                                    cuda_ctx()->stream>>>(dcls, dpos, (E *)dpatch_out,
+                                                          (const E *)dx, B, T, C);
+        }))
+        return;
     CUDA_LAUNCHED("embed_backward");
 }
 
 void cuda_class_token_select(DType t, void *out, const void *x, size_t B, size_t T, size_t C) {
     const size_t total = B * C;
-    if (cuda_fp32_only(t, "class_token_select") || total == 0) return;
-    class_token_select_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
-                                cuda_ctx()->stream>>>((float *)out, (const float *)x, total, T, C);
+    if (total == 0) return;
+    if (cuda_dispatch(t, "class_token_select", [&](auto e) {
+            using E = typename decltype(e)::type;
+            class_token_select_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
+                                        cuda_ctx()->stream>>>((E *)out, (const E *)x, total, T, C);
+        }))
+        return;
     CUDA_LAUNCHED("class_token_select");
 }
 
 void cuda_class_token_select_backward(DType t, void *dx, const void *dout, size_t B, size_t T,
                                       size_t C) {
     const size_t total = B * C;
-    if (cuda_fp32_only(t, "class_token_select_backward") || total == 0) return;
-    class_token_select_backward_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
-                                         cuda_ctx()->stream>>>((float *)dx, (const float *)dout,
-                                                               total, T, C);
+    if (total == 0) return;
+    if (cuda_dispatch(t, "class_token_select_backward", [&](auto e) {
+            using E = typename decltype(e)::type;
+            class_token_select_backward_kernel<<<cuda_blocks(total, ELEM_THREADS), ELEM_THREADS, 0,
+                                                 cuda_ctx()->stream>>>((E *)dx, (const E *)dout,
+                                                                       total, T, C);
+        }))
+        return;
     CUDA_LAUNCHED("class_token_select_backward");
 }
 
+// NaN for a DType that is no compute dtype, as for a CUDA error.
 float cuda_cross_entropy(DType t, void *dlogits, const void *logits, const int32_t *labels,
                          size_t B, size_t classes, float grad_scale) {
-    if (cuda_fp32_only(t, "cross_entropy")) return NAN;
     if (B == 0 || classes == 0) return 0.0f;
     CudaContext *ctx = cuda_ctx();
     const float g = grad_scale / (float)B; // as the CPU rounds it
     const unsigned blocks = loss_blocks(B);
     double *partials = (double *)ctx->scratch;
-    cross_entropy_kernel<<<blocks, LOSS_WARPS * 32, 0, ctx->stream>>>(
-        (float *)dlogits, (const float *)logits, labels, B, classes, g, partials);
+    if (cuda_dispatch(t, "cross_entropy", [&](auto e) {
+            using T = typename decltype(e)::type;
+            cross_entropy_kernel<<<blocks, LOSS_WARPS * 32, 0, ctx->stream>>>(
+                (T *)dlogits, (const T *)logits, labels, B, classes, g, partials);
+        }))
+        return NAN;
     if (CUDA_LAUNCHED("cross_entropy")) return NAN;
     if (cuda_note(cudaMemcpyAsync(ctx->host, partials, blocks * sizeof(double),
                                   cudaMemcpyDeviceToHost, ctx->stream),
@@ -469,12 +516,16 @@ float cuda_cross_entropy(DType t, void *dlogits, const void *logits, const int32
 
 size_t cuda_count_correct(DType t, const void *logits, const int32_t *labels, size_t B,
                           size_t classes) {
-    if (cuda_fp32_only(t, "count_correct") || B == 0 || classes == 0) return 0;
+    if (B == 0 || classes == 0) return 0;
     CudaContext *ctx = cuda_ctx();
     unsigned long long *count = (unsigned long long *)ctx->scratch;
+    if (cuda_refused(t, "count_correct")) return 0;
     if (cuda_note(cudaMemsetAsync(count, 0, sizeof *count, ctx->stream), "count_correct")) return 0;
-    count_correct_kernel<<<loss_blocks(B), LOSS_WARPS * 32, 0, ctx->stream>>>(
-        count, (const float *)logits, labels, B, classes);
+    cuda_dispatch(t, "count_correct", [&](auto e) {
+        using T = typename decltype(e)::type;
+        count_correct_kernel<<<loss_blocks(B), LOSS_WARPS * 32, 0, ctx->stream>>>(
+            count, (const T *)logits, labels, B, classes);
+    });
     if (CUDA_LAUNCHED("count_correct")) return 0;
     if (cuda_note(
             cudaMemcpyAsync(ctx->host, count, sizeof *count, cudaMemcpyDeviceToHost, ctx->stream),

@@ -616,26 +616,30 @@ Test(cuda_elementwise, bias_grad_accumulates_column_sums) {
 
 /* ---- the compute dtype ---- */
 
-/* The table computes in fp32 only for now: an op asked for bf16 or fp16 launches nothing (its
- * output keeps its poison), returns what a failed op returns and leaves an error naming the op
- * and the dtype, which kernels_cuda_status reports once. */
-Test(cuda_elementwise, computes_in_fp32_only) {
+/* The table offers fp32 only until tests/gpu/test_cuda_dtypes.c has passed on a GPU, though every
+ * op takes bf16 and fp16 (that file tests them). An op asked for a DType that is none of the three
+ * launches nothing (its output keeps its poison), returns what a failed op returns and leaves an
+ * error naming the op and the value, which kernels_cuda_status reports once. */
+Test(cuda_elementwise, refuses_a_dtype_it_does_not_know) {
     cr_expect(kernels_computes_in(GPU, DTYPE_FP32));
     cr_expect(!kernels_computes_in(GPU, DTYPE_BF16) && !kernels_computes_in(GPU, DTYPE_FP16));
     enum { N = 8 };
+    const DType bad = (DType)7;
     float *d_x = gpu_poisoned(N * sizeof(float)), *d_out = gpu_poisoned(N * sizeof(float));
     gpu_put(d_x, (const float[N]){1, 2, 3, 4, 5, 6, 7, 8}, sizeof(float[N]));
-    GPU->gelu_forward(DTYPE_BF16, d_out, d_x, N);
-    expect_poisoned_dev(d_out, N * sizeof(float), "gelu_forward asked for bf16");
-    GPU->add(DTYPE_FP16, d_out, d_x, d_x, N); /* a second refusal: the first error is kept */
+    GPU->gelu_forward(bad, d_out, d_x, N);
+    expect_poisoned_dev(d_out, N * sizeof(float), "gelu_forward asked for DType 7");
+    GPU->add(bad, d_out, d_x, d_x, N); /* a second refusal: the first error is kept */
     Err err = {0};
-    cr_expect_neq(kernels_cuda_status(&err), 0, "gelu_forward took bf16");
-    cr_expect(strstr(err.msg, "cuda_gelu_forward: the CUDA kernels compute in fp32 only "
-                              "(asked for bf16)") != NULL,
+    cr_expect_neq(kernels_cuda_status(&err), 0, "gelu_forward took DType 7");
+    cr_expect(strstr(err.msg, "cuda_gelu_forward: no compute dtype 7") != NULL,
               "the error names the op and the dtype: %s", err.msg);
     cr_expect_eq(kernels_cuda_status(&err), 0, "the error is reported once");
-    cr_expect(isnan(GPU->mse_loss(DTYPE_FP16, d_x, d_x, NULL, N)), "a refused loss is NaN");
-    cr_expect_neq(kernels_cuda_status(&err), 0, "mse_loss took fp16");
-    cr_expect(strstr(err.msg, "(asked for fp16)") != NULL, "%s", err.msg);
+    cr_expect(isnan(GPU->mse_loss(bad, d_x, d_x, NULL, N)), "a refused loss is NaN");
+    cr_expect_neq(kernels_cuda_status(&err), 0, "mse_loss took DType 7");
+    cr_expect(strstr(err.msg, "cuda_mse_loss: no compute dtype 7") != NULL, "%s", err.msg);
+    GPU->linear_forward(bad, d_out, d_x, d_x, NULL, 2, 2, 2);
+    expect_poisoned_dev(d_out, N * sizeof(float), "linear_forward asked for DType 7");
+    cr_expect_neq(kernels_cuda_status(&err), 0, "linear_forward took DType 7");
     gpu_free(d_x), gpu_free(d_out);
 }
