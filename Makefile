@@ -79,7 +79,8 @@ ifeq ($(WITH_CUDA),1)
 NVCCFLAGS ?= -O3
 NVCCFLAGS += -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Werror,-fPIC -MMD -MP \
 	-gencode arch=compute_80,code=sm_80 -gencode arch=compute_89,code=sm_89 \
-	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+	-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+	-Xfatbin=-compress-all
 CFLAGS += -DFSDP_HAVE_CUDA=1
 CUDA_CFLAGS := -I$(CUDA_HOME)/include -fPIC
 CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o) $(CUDA_RUNTIME_SRCS:%.c=$(BUILD)/%.o)

@@ -140,6 +140,14 @@ void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
     }
 }
 
+/* Unit u's collective of its wire block (a rank's packed rows): send and recv as comm.h's kind
+ * has them. */
+static CommRequest unit_collective(CollKind kind, int u, const Unit *unit, const void *send,
+                                   void *recv, DType t) {
+    return (CommRequest){
+        .kind = kind, .send = send, .recv = recv, .count = unit->wire_numel, .dtype = t, .unit = u};
+}
+
 /* Starts unit u's all-gather: this rank's rows, packed into its wire block (from host memory
  * under offload, first loaded from the file under the NVMe tier), to every rank of its shard
  * group. complete_gather unpacks every rank's rows when the collective is done. `prefetched`:
@@ -165,13 +173,8 @@ static int unit_all_gather_start(Engine *e, int u, int prefetched, Err *err) {
     pack_rows(e, u, us->param, e->plan->param_store, us->param_local, t, us->gather_send);
     if (nvme_on(e) && (rc = nvme_drop(e, u, err))) return rc; /* the wire block has it now */
     stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the collective reads what compute packed */
-    us->gather = (CommRequest){.kind = COLL_ALL_GATHER,
-                               .send = us->gather_send,
-                               .recv = us->gather_recv,
-                               .count = unit->wire_numel,
-                               .dtype = t,
-                               .unit = u,
-                               .trace_flags = prefetched ? EVENT_PREFETCH : 0};
+    us->gather = unit_collective(COLL_ALL_GATHER, u, unit, us->gather_send, us->gather_recv, t);
+    us->gather.trace_flags = prefetched ? EVENT_PREFETCH : 0;
     Comm *c = e->env.shard_comm;
     if ((rc = c->ops->start(c, &us->gather, err))) return rc;
     us->gather_in_flight = 1;
@@ -321,13 +324,8 @@ static int reduce_start_sharded(Engine *e, int u, Err *err) {
     dev_free(e, us->ugrad, u); /* the wire copy is all that is needed now */
     us->ugrad = NULL;
     us->ugrad_owned = 0;
-    us->reduce = (CommRequest){.kind = COLL_REDUCE_SCATTER,
-                               .send = us->reduce_send,
-                               .recv = us->reduce_buf,
-                               .count = unit->wire_numel,
-                               .dtype = t,
-                               .op = REDUCE_AVG,
-                               .unit = u};
+    us->reduce = unit_collective(COLL_REDUCE_SCATTER, u, unit, us->reduce_send, us->reduce_buf, t);
+    us->reduce.op = REDUCE_AVG;
     stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the collective reads what compute packed */
     return e->env.shard_comm->ops->start(e->env.shard_comm, &us->reduce, err);
 }

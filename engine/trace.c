@@ -94,6 +94,30 @@ const char *event_kind_name(EventKind k) {
     return (k >= 0 && k < EV_KIND_COUNT) ? names[k] : "unknown";
 }
 
+TraceEvent trace_memory_event(EventKind kind, double t, size_t bytes, size_t mem_total, int cat,
+                              int unit) {
+    return (TraceEvent){.start = t,
+                        .end = t,
+                        .bytes = bytes,
+                        .mem_total = mem_total,
+                        .kind = kind,
+                        .unit = unit,
+                        .stream = STREAM_COMPUTE,
+                        .category = cat};
+}
+
+TraceEvent trace_work_event(const Work *w, StreamId st, double start, double end,
+                            size_t mem_total) {
+    return (TraceEvent){.start = start,
+                        .end = end,
+                        .bytes = (unsigned long long)w->bytes,
+                        .mem_total = mem_total,
+                        .kind = event_kind_of_work(w->kind),
+                        .unit = w->unit,
+                        .stream = st,
+                        .category = -1};
+}
+
 EventKind event_kind_of_work(WorkKind k) {
     static const EventKind kinds[] = {EV_FORWARD,   EV_BACKWARD,  EV_OPTIMIZER,
                                       EV_COPY_H2D,  EV_COPY_D2H,  EV_PACK,

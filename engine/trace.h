@@ -105,6 +105,14 @@ const char *event_kind_name(EventKind k); /* "alloc", "all_gather", ... */
 const char *phase_name(Phase p);          /* "forward", ... */
 /* The trace event that timed work of kind k is recorded as (every backend's run op). */
 EventKind event_kind_of_work(WorkKind k);
+/* The event of an allocation or a free (kind) of `bytes` of category cat for unit at time t, the
+ * device's total after it mem_total: on the compute stream, where the engine allocates (every
+ * backend's alloc and free). */
+TraceEvent trace_memory_event(EventKind kind, double t, size_t bytes, size_t mem_total, int cat,
+                              int unit);
+/* The event of work w run on stream st from start to end, the device's total then mem_total
+ * (every backend's run op). */
+TraceEvent trace_work_event(const Work *w, StreamId st, double start, double end, size_t mem_total);
 
 /* Applies alloc/free event e (the index-th of its trace) to row, its rank's bytes per memory
  * category. An event without a category, or a free of more than the category holds, is one

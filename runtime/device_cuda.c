@@ -329,12 +329,7 @@ static void *cuda_alloc(Device *base, size_t bytes, MemCategory cat, int unit) {
     b->category = (int)cat;
     mem_account_charge(&base->memory, cat, size);
     trace_enqueue(d, STREAM_COMPUTE,
-                  (TraceEvent){.bytes = size,
-                               .mem_total = base->memory.total,
-                               .kind = EV_ALLOC,
-                               .unit = unit,
-                               .category = cat},
-                  1);
+                  trace_memory_event(EV_ALLOC, 0, size, base->memory.total, cat, unit), 1);
     return p;
 }
 
@@ -347,12 +342,7 @@ static void cuda_free(Device *base, void *p, int unit) {
     mem_account_uncharge(&base->memory, (MemCategory)cat, b->bytes);
     b->category = -1;
     trace_enqueue(d, STREAM_COMPUTE,
-                  (TraceEvent){.bytes = b->bytes,
-                               .mem_total = base->memory.total,
-                               .kind = EV_FREE,
-                               .unit = unit,
-                               .category = cat},
-                  1);
+                  trace_memory_event(EV_FREE, 0, b->bytes, base->memory.total, cat, unit), 1);
     /* the engine frees in the compute stream's order, after every stream's last use (the
      * simulator checks a free as an access by compute): an event recorded on compute now
      * completes only once nothing queued can touch the block, and the block waits for it */
@@ -373,13 +363,8 @@ static void cuda_copy(Device *base, void *dst, const void *src, size_t bytes) {
 
 static void cuda_run(Device *base, StreamId s, const Work *w) {
     CudaDevice *d = dev_of(base);
-    trace_enqueue(d, s,
-                  (TraceEvent){.bytes = (unsigned long long)w->bytes,
-                               .mem_total = base->memory.total,
-                               .kind = event_kind_of_work(w->kind),
-                               .unit = w->unit,
-                               .category = -1},
-                  0);
+    /* times and stream are filled in once its events complete */
+    trace_enqueue(d, s, trace_work_event(w, s, 0, 0, base->memory.total), 0);
 }
 
 /* The ring slot is the handle; its ticket and stream say whether the slot was re-recorded

@@ -32,15 +32,7 @@ static void trace_event(HostDevice *h, TraceEvent e) {
 }
 
 static void trace_memory(HostDevice *h, EventKind kind, size_t bytes, int cat, int unit) {
-    double t = elapsed(h);
-    trace_event(h, (TraceEvent){.start = t,
-                                .end = t,
-                                .bytes = bytes,
-                                .mem_total = h->base.memory.total,
-                                .kind = kind,
-                                .unit = unit,
-                                .stream = STREAM_COMPUTE,
-                                .category = cat});
+    trace_event(h, trace_memory_event(kind, elapsed(h), bytes, h->base.memory.total, cat, unit));
 }
 
 static void *host_alloc(Device *d, size_t bytes, MemCategory cat, int unit) {
@@ -72,14 +64,7 @@ static void host_copy(Device *d, void *dst, const void *src, size_t bytes) {
 static void host_run(Device *d, StreamId st, const Work *w) {
     HostDevice *h = host(d);
     double end = elapsed(h);
-    trace_event(h, (TraceEvent){.start = h->mark,
-                                .end = end,
-                                .bytes = (unsigned long long)w->bytes,
-                                .mem_total = d->memory.total,
-                                .kind = event_kind_of_work(w->kind),
-                                .unit = w->unit,
-                                .stream = st,
-                                .category = -1});
+    trace_event(h, trace_work_event(w, st, h->mark, end, d->memory.total));
     h->mark = end;
     if (h->progress) h->progress(h->progress_ctx);
 }

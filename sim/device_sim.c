@@ -22,16 +22,8 @@ static SimDevice *sim(Device *d) {
 
 static void trace_memory(SimDevice *s, EventKind kind, size_t bytes, int cat, int unit) {
     if (!s->trace || !s->trace->enabled) return;
-    double t = s->clock->stream_time[STREAM_COMPUTE];
-    TraceEvent e = {.start = t,
-                    .end = t,
-                    .bytes = bytes,
-                    .mem_total = s->base.memory.total,
-                    .kind = kind,
-                    .unit = unit,
-                    .stream = STREAM_COMPUTE,
-                    .category = cat};
-    tracebuf_append(s->trace, e);
+    tracebuf_append(s->trace, trace_memory_event(kind, s->clock->stream_time[STREAM_COMPUTE], bytes,
+                                                 s->base.memory.total, cat, unit));
 }
 
 static SimBlockCache *cache_for(SimDevice *s, size_t bytes) {
@@ -113,17 +105,8 @@ static void sim_run(Device *d, StreamId st, const Work *w) {
     double start = s->clock->stream_time[st];
     double end = start + cost_work(s->profile, w, w->on_host);
     s->clock->stream_time[st] = end;
-    if (s->trace && s->trace->enabled) {
-        TraceEvent e = {.start = start,
-                        .end = end,
-                        .bytes = (unsigned long long)w->bytes,
-                        .mem_total = d->memory.total,
-                        .kind = event_kind_of_work(w->kind),
-                        .unit = w->unit,
-                        .stream = st,
-                        .category = -1};
-        tracebuf_append(s->trace, e);
-    }
+    if (s->trace && s->trace->enabled)
+        tracebuf_append(s->trace, trace_work_event(w, st, start, end, d->memory.total));
 }
 
 static void sim_event_record(Device *d, StreamId st, DevEvent *ev) {

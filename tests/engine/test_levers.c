@@ -615,12 +615,17 @@ static double compare_column(const char *row, int k) {
     return bytes_cell(row + 2 + 24 + k * 11 + 1, 10);
 }
 
-static const char *compare_row(const char *out, const char *name) {
-    char key[40];
-    snprintf(key, sizeof key, "\n  %-24s", name);
+/* The row of a table in out whose label, `width` wide after two spaces, is `label`. */
+static const char *table_row(const char *out, const char *label, int width) {
+    char key[64];
+    snprintf(key, sizeof key, "\n  %-*s", width, label);
     const char *row = strstr(out, key);
-    cr_assert(row, "no row %s in:\n%s", name, out);
+    cr_assert(row, "no row '%s' in:\n%s", label, out);
     return row + 1;
+}
+
+static const char *compare_row(const char *out, const char *name) {
+    return table_row(out, name, 24);
 }
 
 /* Each setting moves the memory where it should: CPU offload empties the GPU of Adam's state
@@ -657,11 +662,7 @@ Test(memory_compare, each_setting_moves_memory_where_it_should) {
 
 /* The row `label` of `fsdp train --memory`'s table, asserted to be there. */
 static const char *memory_row(const char *out, const char *label) {
-    char key[40];
-    snprintf(key, sizeof key, "\n  %-19s  ", label);
-    const char *row = strstr(out, key);
-    cr_assert(row, "no row '%s' in:\n%s", label, out);
-    return row + 1;
+    return table_row(out, label, 21);
 }
 
 /* Rank r's bytes at rest (peak 0) or at its peak (1) in a row of the memory table. */

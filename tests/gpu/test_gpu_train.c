@@ -169,16 +169,21 @@ static void expect_lm_step_matches(const ModelDesc *m, const Dataset *text, Fsdp
     free(gg), free(sg), free(g), free(s);
 }
 
+/* The transformer of tc and a text of its sequence length. */
+static void lm_model_and_text(const TransformerConfig *tc, ModelDesc *m, Dataset *text) {
+    Err err = {0};
+    cr_assert_eq(transformer_model_create(m, tc, &err), 0, "%s", err.msg);
+    text_test_data(text, tc->seq);
+}
+
 /* The transformer on a text: its first step on the GPU matches the simulator's (the causal
  * attention, the embedding's scatter-add, the LM head and its loss), and twenty steps learn. */
 Test(gpu_train, a_transformer_step_matches_the_simulator_and_learns, .timeout = 120) {
     gpu_or_skip();
     TransformerConfig tc = lm_small_config();
     ModelDesc m;
-    Err err = {0};
-    cr_assert_eq(transformer_model_create(&m, &tc, &err), 0, "%s", err.msg);
     Dataset text;
-    text_test_data(&text, tc.seq);
+    lm_model_and_text(&tc, &m, &text);
     FsdpConfig c;
     expect_lm_step_matches(&m, &text, &c, "transformer");
     Losses gl;
@@ -199,10 +204,8 @@ Test(gpu_train, flash_and_llama_steps_match_the_simulator) {
         tc.attention = ATTENTION_FLASH;
         if (llama) tc.arch = TRANSFORMER_LLAMA, tc.kv_heads = 2, tc.mlp = 48;
         ModelDesc m;
-        Err err = {0};
-        cr_assert_eq(transformer_model_create(&m, &tc, &err), 0, "%s", err.msg);
         Dataset text;
-        text_test_data(&text, tc.seq);
+        lm_model_and_text(&tc, &m, &text);
         FsdpConfig c;
         expect_lm_step_matches(&m, &text, &c, llama ? "llama" : "gpt with flash");
         model_desc_free(&m);

@@ -45,13 +45,19 @@ static char *polyline_points(const char *svg, const char *after) {
     return strndup(at, strcspn(at, "\""));
 }
 
+/* A series of n points; dots: drawn as dots (evaluations), else a line. */
+static CurveSeries series(const char *label, const char *colour, const long *steps,
+                          const double *values, size_t n, int dots) {
+    return (CurveSeries){
+        .label = label, .colour = colour, .steps = steps, .values = values, .n = n, .dots = dots};
+}
+
 /* Loss 2, 1, 0.5 after steps 1, 2, 4 of 4: the loss axis runs from 0 to 2.5 (ticks of 0.5,
  * 10% headroom rounded up), over 220 px from y 88; the steps over 840 px from x 90. */
 Test(curves, points_land_where_the_axes_put_them) {
     long steps[] = {1, 2, 4};
     double loss[] = {2.0, 1.0, 0.5};
-    CurveSeries s = {
-        .label = "training loss", .colour = "#4e79a7", .steps = steps, .values = loss, .n = 3};
+    CurveSeries s = series("training loss", "#4e79a7", steps, loss, 3, 0);
     CurvesSvg c = {.title = "t", .last_step = 4, .loss = &s, .nloss = 1};
     char *svg = draw(&c);
     char *pts = polyline_points(svg, "<g id=\"loss\">");
@@ -68,8 +74,7 @@ Test(curves, a_long_run_is_drawn_a_point_per_pixel_column) {
     long *steps = malloc(N * sizeof *steps);
     double *loss = malloc(N * sizeof *loss);
     for (long i = 0; i < N; i++) steps[i] = i + 1, loss[i] = 1.0;
-    CurveSeries s = {
-        .label = "training loss", .colour = "#000", .steps = steps, .values = loss, .n = N};
+    CurveSeries s = series("training loss", "#000", steps, loss, N, 0);
     CurvesSvg c = {.last_step = N, .loss = &s, .nloss = 1};
     char *svg = draw(&c);
     char *pts = polyline_points(svg, "<g id=\"loss\">");
@@ -88,15 +93,8 @@ Test(curves, a_long_run_is_drawn_a_point_per_pixel_column) {
 Test(curves, accuracy_gets_a_panel_of_its_own_in_percent) {
     long steps[] = {78, 156};
     double loss[] = {1.77, 1.27}, acc[] = {0.47, 0.63};
-    CurveSeries l = {.label = "test loss",
-                     .colour = "#e15759",
-                     .steps = steps,
-                     .values = loss,
-                     .n = 2,
-                     .dots = 1};
-    CurveSeries a = l;
-    a.label = "test accuracy";
-    a.values = acc;
+    CurveSeries l = series("test loss", "#e15759", steps, loss, 2, 1);
+    CurveSeries a = series("test accuracy", "#e15759", steps, acc, 2, 1);
     CurvesSvg c = {
         .title = "<a&b>", .last_step = 156, .loss = &l, .nloss = 1, .accuracy = &a, .naccuracy = 1};
     char *svg = draw(&c);
@@ -121,14 +119,8 @@ Test(curves, librsvg_renders_it) {
         cr_skip_test("rsvg-convert is not installed (librsvg2-bin, in .ci/deps.sh)");
     long steps[] = {1, 2, 3};
     double loss[] = {2.3, 2.1, 1.9}, acc[] = {0.1, 0.2, 0.3};
-    CurveSeries l = {
-        .label = "training loss", .colour = "#4e79a7", .steps = steps, .values = loss, .n = 3};
-    CurveSeries a = {.label = "test accuracy",
-                     .colour = "#e15759",
-                     .steps = steps,
-                     .values = acc,
-                     .n = 3,
-                     .dots = 1};
+    CurveSeries l = series("training loss", "#4e79a7", steps, loss, 3, 0);
+    CurveSeries a = series("test accuracy", "#e15759", steps, acc, 3, 1);
     CurvesSvg c = {.title = "fsdp: toy",
                    .last_step = 3,
                    .loss = &l,

@@ -134,26 +134,25 @@ static double formula(const TransformerConfig *c, int batch, DType dtype) {
     return sb * (e * (6 * h + 2 * k + 3 * F) + 4 * 2 + scores);
 }
 
+/* A Llama of 2 layers, hidden 64 and 8 heads at sequence 96, vocabulary 300: MLP width mlp,
+ * kv K,V heads. */
+static TransformerConfig llama_shape(int mlp, int kv) {
+    return (TransformerConfig){.layers = 2,
+                               .hidden = 64,
+                               .heads = 8,
+                               .mlp = mlp,
+                               .seq = 96,
+                               .vocab = 300,
+                               .arch = TRANSFORMER_LLAMA,
+                               .kv_heads = kv};
+}
+
 Test(llama_plan, one_layers_activations_are_the_formula) {
     TransformerConfig shapes[] = {
         {.layers = 2, .hidden = 64, .heads = 4, .mlp = 256, .seq = 128, .vocab = 1000},
         {.layers = 3, .hidden = 96, .heads = 6, .mlp = 384, .seq = 40, .vocab = 500},
-        {.layers = 2,
-         .hidden = 64,
-         .heads = 8,
-         .mlp = 160,
-         .seq = 96,
-         .vocab = 300,
-         .arch = TRANSFORMER_LLAMA,
-         .kv_heads = 2},
-        {.layers = 2,
-         .hidden = 64,
-         .heads = 8,
-         .mlp = 192,
-         .seq = 96,
-         .vocab = 300,
-         .arch = TRANSFORMER_LLAMA,
-         .kv_heads = 1},
+        llama_shape(160, 2),
+        llama_shape(192, 1),
     };
     const DType dtypes[] = {DTYPE_FP32, DTYPE_BF16};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
