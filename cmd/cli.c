@@ -266,8 +266,9 @@ static const Flag train_rows[] = {
     {"--text", FLAG_STRING, ARG(text), .arg = "FILE",
      .help = "transformer: the text it learns to continue, byte\n"
              "by byte (a .gz is read decompressed; default\n" TEXT_DEFAULT_PATH ")"},
-    {"--seq", FLAG_INT, ARG(seq), 1, KERNELS_MAX_TOKENS, .arg = "N",
-     .help = "transformer: bytes a sequence, 1 to 256 (default 64)"},
+    {"--seq", FLAG_INT, ARG(seq), 1, CLI_MAX_SEQ, .arg = "N",
+     .help = "transformer: bytes a sequence (default 64); the\n"
+             "CPU's attention takes any length, a GPU's 256 so far"},
     {"--split", FLAG_SET, .set = set_split, .arg = "train|test",
      .help = "ViT: the split to train on (default train)", .get = get_split},
     {"--epochs", FLAG_INT, ARG(epochs), 1, 100000, .arg = "E",

@@ -26,6 +26,8 @@
 #define RUN_DIR_CURVES "curves.svg"
 
 #define CLI_MAX_RANKS 1024
+/* The longest --seq: 64 Ki tokens (the planner sizes longer ones with --seq on its own) */
+#define CLI_MAX_SEQ 65536
 
 /* Where a run's ranks execute: the simulated cluster, this machine's GPU, or the GPU when
  * there is one. */

@@ -97,11 +97,6 @@ static int sample_config(const char *path, TransformerConfig *c, Err *err) {
         rc = err_set(err, ERR_USAGE,
                      "%s: __metadata__ vocab is %d; sample reads and writes bytes (256 tokens)",
                      path, c->vocab);
-    if (!rc && c->seq > KERNELS_MAX_TOKENS)
-        rc = err_set(err, ERR_USAGE,
-                     "%s: __metadata__ seq %d is more than the %d tokens "
-                     "attention supports",
-                     path, c->seq, KERNELS_MAX_TOKENS);
     return rc;
 }
 

@@ -36,6 +36,8 @@ typedef struct Kernels {
     const char *name;
     /* Bit t set: the ops take compute dtype t (kernels_computes_in). */
     unsigned dtypes;
+    /* The longest sequence T the attention ops take (0: any the memory holds). */
+    size_t max_tokens;
 
     /* Element-type conversion with round-to-nearest-even; src and dst may not overlap. */
     void (*cast)(void *dst, DType dst_type, const void *src, DType src_type, size_t n);
@@ -106,7 +108,7 @@ typedef struct Kernels {
      * qkv[B, T, 3C] packs q, k, v (columns [0,C), [C,2C), [2C,3C)); head h uses columns
      * [h*D, (h+1)*D) of each, D = C/heads. probs[B, heads, T, T] = softmax(q k^T / sqrt(D))
      * over the last dim (saved for backward); out[B, T, C] = probs . v, heads concatenated.
-     * T <= KERNELS_MAX_TOKENS. */
+     * T <= the table's max_tokens. */
     void (*attention_forward)(DType t, void *out, void *probs, const void *qkv, size_t B, size_t T,
                               size_t C, size_t heads);
     /* dqkv[B, T, 3C] = gradient wrt qkv, from dout[B, T, C]. */
@@ -273,7 +275,8 @@ static inline int kernels_computes_in(const Kernels *k, DType t) {
     return (k->dtypes & KERNEL_DTYPE_BIT(t)) != 0;
 }
 
-/* The longest sequence attention accepts (its CPU backward keeps a T x T tile on the stack). */
+/* The longest sequence the CUDA attention kernels take (a row of probabilities in shared memory);
+ * the CPU's take any (kernels_cpu.max_tokens 0). */
 #define KERNELS_MAX_TOKENS 256
 
 extern const Kernels kernels_cpu;

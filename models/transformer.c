@@ -566,11 +566,12 @@ static const TStackEnds *ends_of(const TransformerConfig *c) {
 static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DType compute,
                          size_t max_batch, ModelRun **out, Err *err) {
     const TransformerConfig *c = m->config;
-    /* what a computed run needs beyond a plan's shape: attention's CPU backward keeps a T x T
-     * tile on the stack, and every byte must be a row of the embedding */
-    if (!dev->accounting_only && c->seq > KERNELS_MAX_TOKENS)
-        return err_set(err, ERR_USAGE, "--seq %d is more than the %d tokens attention supports",
-                       c->seq, KERNELS_MAX_TOKENS);
+    /* what a computed run needs beyond a plan's shape: a sequence the kernels' attention takes
+     * (the GPU's keeps a row in shared memory), and every byte a row of the embedding */
+    if (!dev->accounting_only && k->max_tokens && (size_t)c->seq > k->max_tokens)
+        return err_set(err, ERR_USAGE,
+                       "--seq %d is more than the %zu tokens the %s kernels' attention takes",
+                       c->seq, k->max_tokens, k->name);
     if (!dev->accounting_only && c->vocab < TRANSFORMER_BYTE_VOCAB)
         return err_set(err, ERR_USAGE,
                        "a vocabulary of %d cannot hold a byte's %d values: a computed run "

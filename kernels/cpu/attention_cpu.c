@@ -5,10 +5,12 @@
  * comment. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu_math.h"
 #include "kernels/cpu/cpu_fp32.h"
+#include "kernels/cpu/cpu_math.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
@@ -265,7 +267,19 @@ void f32_causal_attention_forward(float *out, float *probs, const float *qkv, si
     attention_forward(out, probs, qkv, B, T, C, heads, 1);
 }
 
-/* For each sample and head, with a T x T tile on the stack (each task its own):
+/* A task's T x T tile of fp32 scratch (backward's dS, flash forward's probabilities): host memory
+ * of the task's own, so any T a model asks for fits (a stack tile capped T at 256). Out of host
+ * memory an op has no caller to tell: one line and abort, as a GPU would fault. */
+static float *tile_take(size_t T) {
+    float *t = malloc((T ? T * T : 1) * sizeof(float));
+    if (!t) {
+        fprintf(stderr, "kernels_cpu: no host memory for a %zu x %zu attention tile\n", T, T);
+        abort();
+    }
+    return t;
+}
+
+/* For each sample and head, with a T x T tile (each task its own):
  * dP = dout v^T; dS = P * (dP - rowsum(dP * P)) / sqrt(D) (the tile, in place);
  * dv = P^T dout; dq = dS k; dk = dS^T q. Every column of dqkv is written exactly once. */
 VECTOR_CLONES
@@ -274,7 +288,7 @@ static void attention_backward_pairs(float *restrict dqkv, const float *restrict
                                      size_t T, size_t C, size_t heads, size_t p0, size_t p1) {
     const size_t D = C / heads, C3 = 3 * C;
     const float scale = (float)(1.0 / sqrt((double)D));
-    float dS[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS];
+    float *dS = tile_take(T);
     for (size_t pair = p0; pair < p1; pair++) {
         const size_t b = pair / heads, h = pair % heads;
         const float *q = qkv + b * T * C3 + h * D, *k = q + C, *v = q + 2 * C;
@@ -292,6 +306,7 @@ static void attention_backward_pairs(float *restrict dqkv, const float *restrict
         combine(dq, C3, dS, T, 1, k, C3, T, T, D);
         combine(dk, C3, dS, 1, T, q, C3, T, T, D);
     }
+    free(dS);
 }
 
 static void attention_backward_task(const void *ctx, size_t p0, size_t p1) {
@@ -365,8 +380,9 @@ static void gqa_forward_task(const void *ctx, size_t p0, size_t p1) {
         gqa_forward_pairs(a, NULL, p0, p1);
         return;
     }
-    float tile[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS]; /* this task's, as backward's dS */
+    float *tile = tile_take(a->s->T); /* this task's, as backward's dS */
     gqa_forward_pairs(a, tile, p0, p1);
+    free(tile);
 }
 
 static int attn_shape_empty(const AttnShape *s) {
@@ -443,8 +459,9 @@ static void gqa_backward_items(const GqaArgs *a, float *dS, size_t i0, size_t i1
 
 static void gqa_backward_task(const void *ctx, size_t i0, size_t i1) {
     const GqaArgs *a = ctx;
-    float dS[KERNELS_MAX_TOKENS * KERNELS_MAX_TOKENS];
+    float *dS = tile_take(a->s->T);
     gqa_backward_items(a, dS, i0, i1);
+    free(dS);
 }
 
 void f32_gqa_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *q,

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels/cpu/cpu_math.h"
 #include "kernels/cpu/cpu_fp32.h"
+#include "kernels/cpu/cpu_math.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/pool.h"
 #include "kernels/kernels.h"
@@ -19,8 +19,8 @@
  * partial sums stay in registers. Reductions keep CHUNK interleaved partial sums added in a fixed
  * order, so a result depends only on the inputs and the pool's size (below). exp and erf are inline
  * approximations (no libm call per element), erf being the one PyTorch's vectorised CPU GELU uses.
- * Ops never allocate; attention backward keeps a T x T tile on the stack (T <= KERNELS_MAX_TOKENS,
- * which the ViT config checks).
+ * Ops never allocate device memory; attention keeps a T x T tile of host scratch per task
+ * (attention_cpu.c), and the low-precision forms their widened operands (dtype_cpu.c).
  *
  * With a pool bound to the calling thread (kernels_cpu_use_pool), an op whose work pays for a
  * dispatch splits it into one task per pool thread, fewer when each would get less than a measured

@@ -4,4 +4,5 @@
 
 #define CUDA_OP(op) cuda_##op,
 // bf16/fp16 forms exist: KERNEL_ALL_DTYPES once tests/gpu/test_cuda_dtypes.c passes on a GPU
-extern "C" const Kernels kernels_cuda = {"cuda", KERNEL_DTYPE_BIT(DTYPE_FP32), KERNEL_OPS(CUDA_OP)};
+extern "C" const Kernels kernels_cuda = {"cuda", KERNEL_DTYPE_BIT(DTYPE_FP32), KERNELS_MAX_TOKENS,
+                                          KERNEL_OPS(CUDA_OP)};

@@ -106,7 +106,7 @@ Test(lm_train, bad_input_is_one_line_and_exit_2) {
         {"--text %s/short.txt", "--text %s/short.txt has 64 bytes; one sequence of --seq 64 needs "
                                 "65 (each byte predicts the one after it)"},
         {"--text %s", "--text %s is a directory; give a text file"},
-        {"--text %s/precious --seq 300", "--seq must be"},
+        {"--text %s/precious --seq 70000", "--seq must be"},
         {"--text %s/text.txt --seq 0", "--seq must be"},
         {"--text %s/text.txt --heads 5", "--hidden must be a multiple of --heads (got 128 and 5)"},
         {"--text %s/text.txt --batch-size 1000", "more than the data set's 170"},

@@ -246,8 +246,8 @@ static void small_model_and_device(ModelDesc *m, SimDevice *dev, SimClock *clock
     device_sim_init(dev, 0, clock, NULL, profile_default());
 }
 
-/* What a computed run needs beyond a plan's shape: attention's CPU backward takes at most 256
- * tokens, and every byte must have a row of the embedding. */
+/* What a computed run needs beyond a plan's shape: a sequence its kernels' attention takes (a
+ * table that caps it, as the GPU's does), and every byte must have a row of the embedding. */
 Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
     ModelDesc m;
     SimDevice dev;
@@ -255,7 +255,9 @@ Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
     TransformerConfig cases[2] = {small_config(), small_config()};
     cases[0].seq = 257;
     cases[1].vocab = 255;
-    const char *want[2] = {"--seq 257 is more than the 256 tokens attention supports",
+    Kernels capped = kernels_cpu;
+    capped.max_tokens = 256;
+    const char *want[2] = {"--seq 257 is more than the 256 tokens the cpu kernels' attention takes",
                            "a vocabulary of 255 cannot hold a byte's 256 values: a computed run "
                            "reads bytes"};
     for (int i = 0; i < 2; i++) {
@@ -264,7 +266,8 @@ Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
         device_sim_init(&dev, 0, &clock, NULL, profile_default());
         ModelRun *run = NULL;
         Err err = {0};
-        cr_expect_eq(m.ops->run_create(&m, &dev.base, &kernels_cpu, DTYPE_FP32, 2, &run, &err), ERR_USAGE);
+        cr_expect_eq(m.ops->run_create(&m, &dev.base, &capped, DTYPE_FP32, 2, &run, &err),
+                     ERR_USAGE);
         expect_one_line(&err, want[i]);
         cr_expect_null(run);
         cr_expect_eq(dev.base.memory.total, 0);
@@ -375,14 +378,16 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     device_sim_accounting_only(&dev);
     ModelRun *run = NULL;
     Err err = {0};
-    cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, DTYPE_FP32, 2, &run, &err), 0, "%s", err.msg);
+    cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, DTYPE_FP32, 2, &run, &err), 0,
+                 "%s", err.msg);
     Dataset data = {.n = 2};
     long idx[2] = {0, 1};
     cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
     float *none[16] = {0}; /* parameters and gradients: never read */
     Work w[4];
     for (int mod = 0; mod < m.nmodules; mod++)
-        cr_assert_eq(m.ops->forward(run, mod, (void *const *)none, &w[mod], &err), 0, "%s", err.msg);
+        cr_assert_eq(m.ops->forward(run, mod, (void *const *)none, &w[mod], &err), 0, "%s",
+                     err.msg);
     cr_expect_eq(w[0].flops, 2.0 * 32 * 64); /* wte[ids] + wpe */
     cr_expect_eq(w[1].flops, 2.0 * 64 * 64 * (4 * 64 + 2 * 256) + 4.0 * 2 * 32 * 32 * 64);
     cr_expect_eq(w[3].flops, 2.0 * 2 * 32 * 64 * 2000);
@@ -390,7 +395,8 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     cr_expect_eq(m.ops->loss(run, 1.0f, &loss), 0.0f);
     cr_expect_eq(loss.flops, 8.0 * 2 * 32 * 2000);
     for (int mod = m.nmodules - 1; mod >= 0; mod--)
-        cr_assert_eq(m.ops->backward(run, mod, (void *const *)none, none, &w[mod], &err), 0, "%s", err.msg);
+        cr_assert_eq(m.ops->backward(run, mod, (void *const *)none, none, &w[mod], &err), 0, "%s",
+                     err.msg);
     cr_expect_eq(w[3].flops, 2 * 2.0 * 2 * 32 * 64 * 2000);
     cr_expect_eq(w[2].kind, WORK_BACKWARD);
     cr_expect_eq(dev.base.memory.peak, head_backward_bytes(&c, 2));
@@ -422,8 +428,9 @@ static void lm_open(Lm *l) {
     small_model(&l->m, &c);
     device_sim_init(&l->dev, 0, &l->clock, NULL, profile_default());
     Err err = {0};
-    cr_assert_eq(l->m.ops->run_create(&l->m, &l->dev.base, &kernels_cpu, DTYPE_FP32, 2, &l->run, &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(
+        l->m.ops->run_create(&l->m, &l->dev.base, &kernels_cpu, DTYPE_FP32, 2, &l->run, &err), 0,
+        "%s", err.msg);
     text_test_data(&l->data, c.seq);
     l->idx[0] = 3, l->idx[1] = 17;
     l->params = host_floats(l->m.total_numel);
@@ -454,7 +461,9 @@ static float lm_forward(Lm *l) {
     Work w;
     cr_assert_eq(l->m.ops->set_batch(l->run, &l->data, l->idx, 2, &err), 0, "%s", err.msg);
     for (int mod = 0; mod < l->m.nmodules; mod++)
-        cr_assert_eq(l->m.ops->forward(l->run, mod, (void *const *)&l->p[l->m.modules[mod].first_param], &w, &err),
+        cr_assert_eq(l->m.ops->forward(l->run, mod,
+                                       (void *const *)&l->p[l->m.modules[mod].first_param], &w,
+                                       &err),
                      0, "%s", err.msg);
     return l->m.ops->loss(l->run, 1.0f, &w);
 }
@@ -464,8 +473,9 @@ static void lm_backward(Lm *l) {
     Work w;
     for (int mod = l->m.nmodules - 1; mod >= 0; mod--) {
         int first = l->m.modules[mod].first_param;
-        cr_assert_eq(l->m.ops->backward(l->run, mod, (void *const *)&l->p[first], &l->g[first], &w, &err), 0, "%s",
-                     err.msg);
+        cr_assert_eq(
+            l->m.ops->backward(l->run, mod, (void *const *)&l->p[first], &l->g[first], &w, &err), 0,
+            "%s", err.msg);
     }
 }
 
