@@ -87,18 +87,25 @@ Test(llama, four_ranks_equal_one_rank_on_the_global_batch) {
     model_desc_free(&m);
 }
 
+/* The small GPT (llama 0) or Llama with eager attention (me) and with flash (mf), at sequence
+ * `seq` (0: the small one's), and the test text cut into sequences of it. */
+static void eager_and_flash(int llama, int seq, ModelDesc *me, ModelDesc *mf, Dataset *text) {
+    TransformerConfig eager = llama ? llama_small(ATTENTION_EAGER) : lm_small_config();
+    if (seq) eager.seq = seq;
+    TransformerConfig flash = eager;
+    flash.attention = ATTENTION_FLASH;
+    create(me, &eager);
+    create(mf, &flash);
+    text_test_data(text, eager.seq);
+}
+
 /* Flash recomputes the probabilities eager keeps: after 20 steps the parameters agree to fp32
  * rounding, for GPT's block and Llama's. */
 Test(llama, flash_trains_as_eager_does) {
     for (int llama = 0; llama <= 1; llama++) {
-        TransformerConfig eager = llama ? llama_small(ATTENTION_EAGER) : lm_small_config();
-        TransformerConfig flash = eager;
-        flash.attention = ATTENTION_FLASH;
         ModelDesc me, mf;
-        create(&me, &eager);
-        create(&mf, &flash);
         Dataset text;
-        text_test_data(&text, eager.seq);
+        eager_and_flash(llama, 0, &me, &mf, &text);
         VitRun a, b;
         train_global(&a, &me, &text, STRAT_ZERO3, 2);
         train_global(&b, &mf, &text, STRAT_ZERO3, 2);
@@ -138,15 +145,9 @@ Test(llama, bad_shapes_are_one_line) {
  * and Llama's (3 steps on the text's 2 sequences of 300 bytes). */
 Test(llama, attention_past_256_tokens_on_the_cpu) {
     for (int llama = 0; llama <= 1; llama++) {
-        TransformerConfig eager = llama ? llama_small(ATTENTION_EAGER) : lm_small_config();
-        eager.seq = 300;
-        TransformerConfig flash = eager;
-        flash.attention = ATTENTION_FLASH;
         ModelDesc me, mf;
-        create(&me, &eager);
-        create(&mf, &flash);
         Dataset text;
-        text_test_data(&text, eager.seq);
+        eager_and_flash(llama, 300, &me, &mf, &text);
         cr_assert_geq(text.n, 2);
         FsdpConfig one;
         fsdp_config_defaults(&one);
