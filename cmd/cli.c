@@ -244,7 +244,9 @@ static FlagValue get_output_path(const Flag *row, const void *args, char *buf, s
 static const Flag train_rows[] = {
     {.kind = FLAG_SECTION, .help = "model and data"},
     {"--model", FLAG_WORD, ARG(model), .size = sizeof((TrainArgs *)0)->model, .arg = "M",
-     .help = "toy (default), vit-tiny, vit-workshop, transformer,\nllama"},
+     .help = "toy (default), vit-tiny, vit-workshop, transformer,\n"
+             "llama; gpt2-small, llama-125m (their shapes, over\n"
+             "bytes: docs/language-models.md)"},
     {"--layers", FLAG_INT, ARG(layers), 1, 1000, .usage = "--layers/--heads/--hidden/--mlp N",
      .help = "ViT: override the preset's sizes\n"
              "transformer: its shape (default 2 layers, 4 heads,\n"
@@ -465,9 +467,9 @@ static int check_model_flags(const TrainArgs *a, Err *err) {
     int vit = train_args_is_vit(a), tf = train_args_is_transformer(a);
     if (!vit && !tf && strcmp(a->model, "toy") != 0)
         return err_set(err, ERR_USAGE,
-                       "--model must be toy, vit-tiny, vit-workshop, transformer or llama (got "
+                       "--model must be toy, vit-tiny, vit-workshop, transformer, llama, %s (got "
                        "'%s')",
-                       a->model);
+                       transformer_lm_preset_names(), a->model);
     if (a->attention[0] && attention_from_name(a->attention) < 0)
         return err_set(err, ERR_USAGE, "--attention must be eager or flash (got '%s')",
                        a->attention);
@@ -610,11 +612,15 @@ int train_args_is_vit(const TrainArgs *a) {
 }
 
 int train_args_is_transformer(const TrainArgs *a) {
-    return !strcmp(a->model, "transformer") || train_args_is_llama(a);
+    TransformerConfig preset;
+    return !strcmp(a->model, "transformer") || train_args_is_llama(a) ||
+           !transformer_lm_preset(a->model, &preset);
 }
 
 int train_args_is_llama(const TrainArgs *a) {
-    return !strcmp(a->model, "llama");
+    TransformerConfig preset;
+    return !strcmp(a->model, "llama") ||
+           (!transformer_lm_preset(a->model, &preset) && preset.arch == TRANSFORMER_LLAMA);
 }
 
 /* What a flag left unset means depends on the model: the ViT trains one epoch at batch 64
@@ -630,7 +636,8 @@ static void apply_model_defaults(TrainArgs *a) {
         if (!a->batch_given) a->fsdp.batch_size = 16;
         if (!a->lr_given) a->fsdp.lr = 3e-3f;
         if (!a->steps_given && !a->epochs) a->steps = 600;
-        if (!a->seq) a->seq = 64;
+        TransformerConfig preset;
+        if (!a->seq) a->seq = transformer_lm_preset(a->model, &preset) ? 64 : preset.seq;
         return;
     }
     if (!train_args_is_vit(a)) return;

@@ -63,7 +63,8 @@ static const Flag plan_rows[] = {
     {.kind = FLAG_SECTION, .help = "model (default: the toy)"},
     {"--model", FLAG_SET, .set = set_model, .arg = "M",
      .help = "toy, vit-tiny, vit-workshop, transformer, llama,\n"
-             "llama3-8b, llama3-70b, llama3-405b"},
+             "gpt2-small, llama-125m, llama3-8b, llama3-70b,\n"
+             "llama3-405b"},
     {"--params", FLAG_POSITIVE, ARG(params), .hi = 1e13, .arg = "P",
      .help = "a generic transformer of about P parameters (7e9)"},
     {"--layers", FLAG_COUNT, ARG(layers), 1, 1 << 24, .usage = "--layers --hidden --heads --mlp",
@@ -148,6 +149,7 @@ static void plan_help(FILE *f) {
 /* ---------------------------------------------------------------- parsing */
 
 static int choose_model(PlanArgs *a, Err *err) {
+    TransformerConfig lm;
     int shape = a->layers || a->hidden || a->heads || a->mlp;
     int text = a->seq || a->vocab;
     if (!a->model[0])
@@ -161,11 +163,13 @@ static int choose_model(PlanArgs *a, Err *err) {
     else if (!strcmp(a->model, "llama") ||
              !transformer_llama_preset(a->model, &(TransformerConfig){0}))
         a->kind = MODEL_TRANSFORMER, a->llama = 1;
+    else if (!transformer_lm_preset(a->model, &lm))
+        a->kind = MODEL_TRANSFORMER, a->llama = lm.arch == TRANSFORMER_LLAMA;
     else
         return err_set(err, ERR_USAGE,
-                       "--model must be toy, vit-tiny, vit-workshop, transformer, llama, %s (got "
-                       "'%s')",
-                       transformer_llama_preset_names(), a->model);
+                       "--model must be toy, vit-tiny, vit-workshop, transformer, llama, %s, %s "
+                       "(got '%s')",
+                       transformer_lm_preset_names(), transformer_llama_preset_names(), a->model);
     if (a->kv_heads && !a->llama)
         return err_set(err, ERR_USAGE,
                        "--kv-heads applies to Llama-shaped models; %s has one K,V head per head",
@@ -285,14 +289,17 @@ static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
     return 0;
 }
 
-/* GPT-2-shaped: GPT-2 small's shape with the flags' overrides, or one for --params. */
+/* GPT-2-shaped: GPT-2 small's shape (gpt2-small's: over bytes) with the flags' overrides, or
+ * one for --params. */
 static int gpt_config(const PlanArgs *a, TransformerConfig *c, Err *err) {
-    *c = (TransformerConfig){.layers = a->layers ? a->layers : 12,
-                             .hidden = a->hidden ? a->hidden : 768,
-                             .heads = a->heads ? a->heads : 12,
-                             .seq = a->seq ? a->seq : 1024,
-                             .vocab = a->vocab ? a->vocab : 50257};
-    c->mlp = a->mlp ? a->mlp : 4 * c->hidden;
+    TransformerConfig p = {.layers = 12, .hidden = 768, .heads = 12, .seq = 1024, .vocab = 50257};
+    int preset = !transformer_lm_preset(a->model, &p);
+    *c = (TransformerConfig){.layers = a->layers ? a->layers : p.layers,
+                             .hidden = a->hidden ? a->hidden : p.hidden,
+                             .heads = a->heads ? a->heads : p.heads,
+                             .seq = a->seq ? a->seq : p.seq,
+                             .vocab = a->vocab ? a->vocab : p.vocab};
+    c->mlp = a->mlp ? a->mlp : preset ? p.mlp : 4 * c->hidden;
     if (!a->params) return 0;
     int rc = transformer_config_for_params(a->params, c, err);
     if (!rc && a->seq) c->seq = a->seq; /* the position embedding's seq x hidden moves the */
@@ -302,7 +309,8 @@ static int gpt_config(const PlanArgs *a, TransformerConfig *c, Err *err) {
 /* Llama-shaped: the preset's published shape (--model llama: llama3-8b's) with the flags'
  * overrides. */
 static int llama_config(const PlanArgs *a, TransformerConfig *c) {
-    if (transformer_llama_preset(a->model, c)) transformer_llama_preset("llama3-8b", c);
+    if (transformer_llama_preset(a->model, c) && transformer_lm_preset(a->model, c))
+        transformer_llama_preset("llama3-8b", c);
     int *fields[] = {&c->layers, &c->hidden, &c->heads, &c->kv_heads, &c->mlp, &c->seq, &c->vocab};
     const int given[] = {a->layers, a->hidden, a->heads, a->kv_heads, a->mlp, a->seq, a->vocab};
     for (int i = 0; i < 7; i++)

@@ -43,18 +43,21 @@ static int load_images(TrainRun *t, Err *err) {
 }
 
 /* The transformer the flags describe: a byte-level language model (vocabulary 256), GPT-2's
- * shape or Llama's (K,V heads half the heads where they divide them, SwiGLU's MLP 3 x hidden),
- * with flash attention unless --attention eager. */
+ * shape or Llama's, a preset's (gpt2-small, llama-125m) or by default 2 layers of 128 with 4
+ * heads (Llama: K,V heads half the heads where they divide them, SwiGLU's MLP 3 x hidden), each
+ * size a flag gives taking its place; flash attention unless --attention eager. */
 static TransformerConfig transformer_config(const TrainArgs *a) {
     int llama = train_args_is_llama(a);
-    TransformerConfig c = {.layers = a->layers ? a->layers : 2,
-                           .hidden = a->hidden ? a->hidden : 128,
-                           .heads = a->heads ? a->heads : 4,
+    TransformerConfig p = {.layers = 2, .hidden = 128, .heads = 4};
+    int preset = !transformer_lm_preset(a->model, &p);
+    TransformerConfig c = {.layers = a->layers ? a->layers : p.layers,
+                           .hidden = a->hidden ? a->hidden : p.hidden,
+                           .heads = a->heads ? a->heads : p.heads,
                            .seq = a->seq,
                            .vocab = TRANSFORMER_BYTE_VOCAB,
                            .arch = llama ? TRANSFORMER_LLAMA : TRANSFORMER_GPT,
-                           .kv_heads = a->kv_heads};
-    c.mlp = a->mlp ? a->mlp : (llama ? 3 : 4) * c.hidden;
+                           .kv_heads = a->kv_heads ? a->kv_heads : p.kv_heads};
+    c.mlp = a->mlp ? a->mlp : preset ? p.mlp : (llama ? 3 : 4) * c.hidden;
     if (llama && !c.kv_heads) c.kv_heads = c.heads % 2 == 0 ? c.heads / 2 : c.heads;
     c.attention =
         a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;

@@ -160,6 +160,48 @@ const char *transformer_llama_preset_names(void) {
     return "llama3-8b, llama3-70b, llama3-405b";
 }
 
+/* ---------------------------------------------------------------- the language models' presets */
+
+typedef struct LmPreset {
+    const char *name;
+    TransformerConfig shape;
+} LmPreset;
+
+static const LmPreset lm_presets[] = {
+    {"gpt2-small",
+     {.layers = 12,
+      .hidden = 768,
+      .heads = 12,
+      .mlp = 3072,
+      .seq = 1024,
+      .vocab = TRANSFORMER_BYTE_VOCAB,
+      .arch = TRANSFORMER_GPT,
+      .attention = ATTENTION_FLASH}},
+    {"llama-125m",
+     {.layers = 12,
+      .hidden = 1024,
+      .heads = 16,
+      .mlp = 2560,
+      .seq = 1024,
+      .vocab = TRANSFORMER_BYTE_VOCAB,
+      .arch = TRANSFORMER_LLAMA,
+      .kv_heads = 4,
+      .attention = ATTENTION_FLASH}},
+};
+
+int transformer_lm_preset(const char *name, TransformerConfig *out) {
+    for (size_t i = 0; i < sizeof lm_presets / sizeof *lm_presets; i++)
+        if (!strcmp(name, lm_presets[i].name)) {
+            *out = lm_presets[i].shape;
+            return 0;
+        }
+    return -1;
+}
+
+const char *transformer_lm_preset_names(void) {
+    return "gpt2-small, llama-125m";
+}
+
 /* ---------------------------------------------------------------- shapes by size */
 
 /* Published shapes, each at the size it was published at, so a request of exactly that size

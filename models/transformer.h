@@ -43,6 +43,17 @@ int transformer_llama_preset(const char *name, TransformerConfig *out);
 /* The preset names, for messages: "llama3-8b, llama3-70b, llama3-405b". */
 const char *transformer_llama_preset_names(void);
 
+/* The language models `--model` names by their shape, both reading bytes (vocabulary 256, so
+ * fewer parameters than their tokenised originals), sequence 1,024, flash attention:
+ *   gpt2-small  GPT-2 small's shape: 12 layers of 768, 12 heads, MLP 3072 (86,235,648
+ *               parameters over bytes; GPT-2's 50,257 tokens make it 124M)
+ *   llama-125m  a Llama of about 125M: 12 layers of 1024, 16 heads, 4 K,V heads, SwiGLU MLP
+ *               2560 (126,379,008 parameters over bytes)
+ * Returns 0, or -1 for another name. */
+int transformer_lm_preset(const char *name, TransformerConfig *out);
+/* Their names, for messages: "gpt2-small, llama-125m". */
+const char *transformer_lm_preset_names(void);
+
 /* Every field positive and within bounds that keep every byte count in 64 bits; one line
  * naming the bad field (as its flag) and its value. */
 int transformer_config_check(const TransformerConfig *c, Err *err);

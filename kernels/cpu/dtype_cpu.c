@@ -358,8 +358,8 @@ void cpu_attention_backward(DType t, void *dqkv, const void *dout, const void *q
     f32_attention_backward(wd, wide_in(&s, t, dout, n), wide_in(&s, t, qkv, 3 * n),
                            wide_in(&s, t, probs, B * heads * T * T), B, T, C, heads);
     for (size_t part = 0; part < 3; part++) /* q's, k's and v's columns */
-        narrow_rows(t, act_at_elem(t, dqkv, part * C), wd + part * C, B * T,
-                    heads_width(C, heads), 3 * C);
+        narrow_rows(t, act_at_elem(t, dqkv, part * C), wd + part * C, B * T, heads_width(C, heads),
+                    3 * C);
     wide_free(&s);
 }
 

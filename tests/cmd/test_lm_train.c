@@ -69,6 +69,26 @@ Test(lm_train, one_rank_and_four_learn_the_same_parameters) {
     remove_test_dir(dir);
 }
 
+/* The presets (gpt2-small, llama-125m) keep their heads (12; 16 with 4 K,V heads) at a width
+ * and depth a test can afford (2 layers, 8 and 4 columns a head; their full size is checked by
+ * count in tests/models/test_transformer.c): 1 rank and 4 learn alike. */
+Test(lm_train, the_presets_learn_alike_at_one_rank_and_four) {
+    const char *presets[] = {"gpt2-small", "llama-125m"};
+    const int hidden[] = {96, 64};
+    for (int i = 0; i < 2; i++) {
+        char dir[256], text[300], one[300], four[300], flags[300];
+        fresh_test_dir(dir, sizeof dir, "lm_train", presets[i]);
+        write_text(dir, "text.txt", text, sizeof text);
+        snprintf(one, sizeof one, "%s/one.txt", dir);
+        snprintf(four, sizeof four, "%s/four.txt", dir);
+        snprintf(flags, sizeof flags,
+                 "--model %s --layers 2 --hidden %d --mlp 128 --seq 32 --steps 20 --json",
+                 presets[i], hidden[i]);
+        expect_one_and_four_learn_alike(flags, text, 8, one, four, 1.0);
+        remove_test_dir(dir);
+    }
+}
+
 /* Without --text, the text the README names (Open MPI's release notes, which .ci/deps.sh's
  * openmpi-bin installs), decompressed: its sequences counted on the data line. */
 Test(lm_train, the_default_text_is_there) {
@@ -143,8 +163,8 @@ Test(lm_train, flags_of_another_model_are_refused) {
         {"train --model toy --layers 2",
          "apply to the ViT models and the transformer, not the toy"},
         {"train --model gpt",
-         "--model must be toy, vit-tiny, vit-workshop, transformer or llama (got "
-         "'gpt')"},
+         "--model must be toy, vit-tiny, vit-workshop, transformer, llama, gpt2-small, "
+         "llama-125m (got 'gpt')"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }

@@ -191,7 +191,8 @@ Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
         float *want_sum = host_nans(n), *want_out = host_nans(n);
         float *want_mean = host_nans(M), *want_rstd = host_nans(M);
         K->add(DTYPE_FP32, want_sum, x, y, n);
-        K->layernorm_forward(DTYPE_FP32, want_out, want_mean, want_rstd, want_sum, w, b, M, C, LN_EPS);
+        K->layernorm_forward(DTYPE_FP32, want_out, want_mean, want_rstd, want_sum, w, b, M, C,
+                             LN_EPS);
 
         /* out of place, then in place into x (models/vit.c's call: sum = the attention branch's
          * output, x = the block's input) and into y */
@@ -199,7 +200,8 @@ Test(fused, residual_layernorm_is_add_then_layernorm_forward) {
             float *xc = host_copy(x, n), *yc = host_copy(y, n), *fresh = host_nans(n);
             float *sum = into == 0 ? fresh : into == 1 ? xc : yc;
             float *out = host_nans(n), *mean = host_nans(M), *rstd = host_nans(M);
-            K->residual_layernorm_forward(DTYPE_FP32, sum, out, mean, rstd, xc, yc, w, b, M, C, LN_EPS);
+            K->residual_layernorm_forward(DTYPE_FP32, sum, out, mean, rstd, xc, yc, w, b, M, C,
+                                          LN_EPS);
             static const char *const how[] = {"into a new buffer", "into x", "into y"};
             char what[96];
             snprintf(what, sizeof what, "residual_layernorm sum %s", how[into]);
@@ -248,8 +250,8 @@ static void check_pool(int threads) {
             const unsigned long before = cpu_pool_runs(p);
             K->bias_gelu_forward(DTYPE_FP32, out[c], pre[c], b, M, N);
             K->bias_gelu_backward(DTYPE_FP32, d[c], db[c], dout, pre[c], b, M, N);
-            K->residual_layernorm_forward(DTYPE_FP32, sum[c], ln[c], mean[c], rstd[c], x, dout, w, b, M, N,
-                                          LN_EPS);
+            K->residual_layernorm_forward(DTYPE_FP32, sum[c], ln[c], mean[c], rstd[c], x, dout, w,
+                                          b, M, N, LN_EPS);
             if (p) {
                 cr_assert_geq(cpu_pool_runs(p), before + 3, "pool of %d, M %zu, N %zu: not split",
                               threads, M, N);

@@ -83,7 +83,8 @@ Test(llama_kernels, swiglu_backward_matches_finite_differences_in_place_too) {
     expect_finite_differences("dgate", swi_loss, &c, c.gate, dgate, 40, fd);
     expect_finite_differences("dup", swi_loss, &c, c.up, dup, 40, fd);
     float *dup2 = host_floats(40);
-    K->swiglu_backward(DTYPE_FP32, inplace, dup2, inplace, c.gate, c.up, 40); /* dgate may be dout */
+    K->swiglu_backward(DTYPE_FP32, inplace, dup2, inplace, c.gate, c.up,
+                       40); /* dgate may be dout */
     assert_same_floats(inplace, dgate, 40, "dgate written over dout");
     free_floats((float *[]){c.gate, c.up, c.r, c.out, dgate, dup, inplace, dup2}, 8);
 }
@@ -232,7 +233,8 @@ Test(llama_kernels, flash_equals_eager_forward_and_backward) {
         float *fq = host_nans(c.nq), *fk = host_nans(c.nkv), *fv = host_nans(c.nkv);
         float *work = host_nans(25);
         K->gqa_attention_backward(DTYPE_FP32, dq, dk, dv, c.r, c.q, c.k, c.v, c.probs, &c.s);
-        K->flash_attention_backward(DTYPE_FP32, fq, fk, fv, c.r, c.q, c.k, c.v, out, c.lse, work, &c.s);
+        K->flash_attention_backward(DTYPE_FP32, fq, fk, fv, c.r, c.q, c.k, c.v, out, c.lse, work,
+                                    &c.s);
         assert_close_floats(fq, dq, c.nq, 1e-5, "flash dq");
         assert_close_floats(fk, dk, c.nkv, 1e-5, "flash dk");
         assert_close_floats(fv, dv, c.nkv, 1e-5, "flash dv");
@@ -253,8 +255,8 @@ Test(llama_kernels, flash_on_packed_qkv_equals_the_packed_eager_ops) {
     K->attention_backward(DTYPE_FP32, dqkv, r, qkv, probs, B, T, C, heads);
     AttnShape s = {B, T, heads, heads, C / heads, 3 * C, 3 * C, 1};
     K->flash_attention_forward(DTYPE_FP32, fout, lse, qkv, qkv + C, qkv + 2 * C, &s);
-    K->flash_attention_backward(DTYPE_FP32, fqkv, fqkv + C, fqkv + 2 * C, r, qkv, qkv + C, qkv + 2 * C, fout,
-                                lse, work, &s);
+    K->flash_attention_backward(DTYPE_FP32, fqkv, fqkv + C, fqkv + 2 * C, r, qkv, qkv + C,
+                                qkv + 2 * C, fout, lse, work, &s);
     assert_close_floats(fout, out, B * T * C, 1e-6, "out");
     assert_close_floats(fqkv, dqkv, B * T * 3 * C, 1e-5, "dqkv");
     free_floats((float *[]){qkv, r, out, probs, fout, lse, work, dqkv, fqkv}, 9);

@@ -307,8 +307,8 @@ static void check_linear(int threads) {
             for (int c = 0; c < 3; c++) {
                 CpuPool *p = bind_side(c, threads);
                 unsigned long before = cpu_pool_runs(p);
-                K->linear_backward(DTYPE_FP32, pass ? NULL : din[c], dw[c], pass ? NULL : db[c], dout, in, w, M,
-                                   Kd, N);
+                K->linear_backward(DTYPE_FP32, pass ? NULL : din[c], dw[c], pass ? NULL : db[c],
+                                   dout, in, w, M, Kd, N);
                 end_side(p, before, 0, "linear_backward");
             }
             assert_same("linear_backward din run to run", threads, din[2], din[1], M * Kd);
@@ -381,8 +381,8 @@ static void check_layernorm(int threads) {
             K->layernorm_forward(DTYPE_FP32, x.out[c], x.mean[c], x.rstd[c], in, w, b, M, C, 1e-5f);
             if (p) assert_split("layernorm_forward", p, before);
             before = cpu_pool_runs(p);
-            K->layernorm_backward(DTYPE_FP32, x.din[c], x.dw[c], x.db[c], dout, in, x.mean[c], x.rstd[c], w, M,
-                                  C);
+            K->layernorm_backward(DTYPE_FP32, x.din[c], x.dw[c], x.db[c], dout, in, x.mean[c],
+                                  x.rstd[c], w, M, C);
             end_side(p, before, 0, "layernorm_backward");
         }
         for (int c = 1; c < 3; c++) { /* pooled against serial, then run to run */

@@ -553,7 +553,8 @@ Test(vit_kernels, cross_entropy_by_hand) {
     /* large logits do not overflow (max subtraction) */
     const float big[3] = {1000, 1000, 1000};
     const int32_t zero = 0;
-    EXPECT_NEAR(K->cross_entropy(DTYPE_FP32, NULL, big, &zero, 1, 3, 1.0f), log(3.0), 1e-6, "big logits");
+    EXPECT_NEAR(K->cross_entropy(DTYPE_FP32, NULL, big, &zero, 1, 3, 1.0f), log(3.0), 1e-6,
+                "big logits");
     /* a label outside [0, classes) gives NaN instead of reading past the row */
     const int32_t bad = 3;
     cr_expect(isnan(K->cross_entropy(DTYPE_FP32, NULL, logits, &bad, 1, 3, 1.0f)));

@@ -595,3 +595,22 @@ Test(transformer, every_strategy_equals_one_rank_on_the_global_batch, .timeout =
     vit_run_free(&ref);
     model_desc_free(&m);
 }
+
+/* The language-model presets are the shapes docs/language-models.md states, with the parameter
+ * counts it gives (over bytes: vocabulary 256), and no other name is one. */
+Test(transformer, the_presets_are_the_documented_shapes) {
+    TransformerConfig g, l;
+    cr_assert_eq(transformer_lm_preset("gpt2-small", &g), 0);
+    cr_assert_eq(transformer_lm_preset("llama-125m", &l), 0);
+    cr_expect(g.layers == 12 && g.hidden == 768 && g.heads == 12 && g.mlp == 3072 &&
+              g.seq == 1024 && g.vocab == 256 && g.arch == TRANSFORMER_GPT &&
+              g.attention == ATTENTION_FLASH);
+    cr_expect(l.layers == 12 && l.hidden == 1024 && l.heads == 16 && l.kv_heads == 4 &&
+              l.mlp == 2560 && l.seq == 1024 && l.vocab == 256 && l.arch == TRANSFORMER_LLAMA &&
+              l.attention == ATTENTION_FLASH);
+    cr_expect_eq(transformer_param_count(&g), 86235648);
+    cr_expect_eq(transformer_param_count(&l), 126379008);
+    TransformerConfig none;
+    cr_expect_eq(transformer_lm_preset("gpt2", &none), -1);
+    cr_expect_eq(transformer_lm_preset("llama", &none), -1);
+}

@@ -76,7 +76,8 @@ static void load_reference(Reference *r) {
                          .cols = 28,
                          .classes = 10};
     device_sim_init(&r->dev, 0, &r->clock, NULL, profile_default());
-    cr_assert_eq(r->model.ops->run_create(&r->model, &r->dev.base, &kernels_cpu, DTYPE_FP32, 4, &r->run, &err),
+    cr_assert_eq(r->model.ops->run_create(&r->model, &r->dev.base, &kernels_cpu, DTYPE_FP32, 4,
+                                          &r->run, &err),
                  0);
 }
 
@@ -102,15 +103,18 @@ static float forward_backward(Reference *r) {
     Work w;
     cr_assert_eq(ops->set_batch(r->run, &r->batch, idx, 4, &err), 0, "%s", err.msg);
     for (int m = 0; m < r->model.nmodules; m++)
-        cr_assert_eq(ops->forward(r->run, m, (void *const *)r->params + r->model.modules[m].first_param, &w, &err),
+        cr_assert_eq(ops->forward(r->run, m,
+                                  (void *const *)r->params + r->model.modules[m].first_param, &w,
+                                  &err),
                      0, "%s", err.msg);
     float loss = ops->loss(r->run, 1.0f, &w);
     for (int i = 0; i < r->model.nparams; i++)
         memset(r->grads[i], 0, r->model.params[i].numel * sizeof(float));
     for (int m = r->model.nmodules - 1; m >= 0; m--) {
         int first = r->model.modules[m].first_param;
-        cr_assert_eq(ops->backward(r->run, m, (void *const *)r->params + first, r->grads + first, &w, &err), 0,
-                     "%s", err.msg);
+        cr_assert_eq(
+            ops->backward(r->run, m, (void *const *)r->params + first, r->grads + first, &w, &err),
+            0, "%s", err.msg);
     }
     return loss;
 }

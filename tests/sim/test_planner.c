@@ -146,6 +146,33 @@ Test(planner, bf16_plans_equal_real_runs_for_every_strategy_and_lever) {
     model_desc_free(&tf);
 }
 
+/* The language-model presets with their heads (flash's T x T work tile among what is charged),
+ * cut to 2 layers of 8 (gpt2-small) and 4 (llama-125m) columns a head at 512 tokens so a real
+ * run is quick: their plans equal real runs at 2 ranks, fp32 and bf16 (the full presets are the
+ * same buffers, more, wider and longer). */
+Test(planner, the_lm_presets_plan_as_they_run) {
+    static uint8_t bytes[4 * 512 + 1];
+    for (size_t i = 0; i < sizeof bytes; i++) bytes[i] = (uint8_t)('a' + (i * 7) % 26);
+    const char *presets[] = {"gpt2-small", "llama-125m"};
+    for (int i = 0; i < 2; i++) {
+        TransformerConfig c;
+        cr_assert_eq(transformer_lm_preset(presets[i], &c), 0);
+        c.layers = 2, c.seq = 512;
+        c.hidden = c.heads * (i == 0 ? 8 : 4);
+        c.mlp = 2 * c.hidden;
+        ModelDesc m;
+        Err err = {0};
+        cr_assert_eq(transformer_model_create(&m, &c, &err), 0, "%s", err.msg);
+        Dataset text = {
+            .n = 4, .in_elems = 512, .target_elems = 512, .text = bytes, .classes = 256};
+        ConfigCase cases[2] = {{"fp32", vit_config(STRAT_ZERO3, 1), 2},
+                               {"bf16", vit_config(STRAT_ZERO3, 1), 2}};
+        cases[1].cfg.param_dtype = DTYPE_BF16;
+        expect_plans_equal_runs(&m, &text, cases, 2);
+        model_desc_free(&m);
+    }
+}
+
 /* A preset ViT and its zero3 plan (wrapped by layer, the default) at `ranks` ranks. */
 static void preset_zero3_plan(ModelDesc *m, Plan *p, const char *preset, int ranks) {
     vit_preset_create(m, preset);
