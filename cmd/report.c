@@ -177,7 +177,7 @@ static size_t ddp_rest(const Plan *p, MemCategory c) {
 
 /* Where each rank ran in a process of its own (--backend mpi), the process's peak resident
  * memory, measured, under its accounted peak: the data set, the program, MPI's buffers and the
- * fp32 copies are in it, none of which a GPU's accounting holds. */
+ * CPU kernels' fp32 scratch are in it, none of which a GPU's accounting holds. */
 static void report_resident_row(FILE *f, const RankMemory *mem, int shown) {
     if (!mem[0].resident_peak) return;
     char b[32];
@@ -264,9 +264,9 @@ void report_memory(FILE *f, const Plan *p, const FsdpConfig *c, const RankMemory
     report_resident_row(f, mem, shown);
     if (copies)
         fprintf(f,
-                "  (fp32 copies: the kernels here compute in fp32, so each gathered %s unit gets "
-                "an fp32 copy;\n   the simulator leaves them out of the totals, as a GPU "
-                "computing in %s holds none)\n",
+                "  (fp32 copies: the kernels here compute in fp32 only, so each gathered %s unit "
+                "gets an fp32 copy;\n   left out of the totals, as a GPU computing in %s holds "
+                "none)\n",
                 dtype_name(c->param_dtype), dtype_name(c->param_dtype));
 }
 
