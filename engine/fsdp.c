@@ -197,8 +197,7 @@ static int make_compute_view(Engine *e, int u, const void *src, DType src_t, Err
         us->compute_owned = 1;
     }
     for (int i = 0; i < unit->nparams; i++)
-        us->param_ptrs[i] =
-            us->compute ? (char *)us->compute + unit->params[i].offset * dtype_size(ct) : NULL;
+        us->param_ptrs[i] = us->compute ? dtype_at(us->compute, ct, unit->params[i].offset) : NULL;
     return 0;
 }
 

@@ -28,6 +28,11 @@ float dtype_round(DType t, float x);
 /* Element i of an array of t, widened to fp32 (exact); x rounded into element i of one. */
 float dtype_load(const void *src, DType t, size_t i);
 void dtype_store(void *dst, DType t, size_t i, float x);
+/* Element i of an array of t: where a tensor's rows or columns start inside another. */
+static inline void *dtype_at(const void *p, DType t, size_t i) {
+    return (char *)p + i * dtype_size(t);
+}
+
 /* n elements at once: src's of t widened into dst (exact), src rounded into dst's of t. */
 void dtype_widen(float *dst, const void *src, DType t, size_t n);
 void dtype_narrow(void *dst, DType t, const float *src, size_t n);

@@ -142,8 +142,8 @@ static void compute_forward(const TBlock *t, BlockActs *a, void *const *p, const
     k->linear_forward(t->dtype, a->qkv, a->ln1, p[TBLOCK_QKV_W], p[TBLOCK_QKV_B], M, H, 3 * H);
     if (t->flash) {
         AttnShape s = tblock_attn_shape(t, 3 * H, 3 * H);
-        k->flash_attention_forward(t->dtype, a->attn, a->lse, a->qkv, act_at(t->dtype, a->qkv, H),
-                                   act_at(t->dtype, a->qkv, 2 * H), &s);
+        k->flash_attention_forward(t->dtype, a->attn, a->lse, a->qkv, dtype_at(a->qkv, t->dtype, H),
+                                   dtype_at(a->qkv, t->dtype, 2 * H), &s);
     } else {
         (t->causal ? k->causal_attention_forward : k->attention_forward)(
             t->dtype, a->attn, a->probs, a->qkv, t->B, t->T, H, t->heads);
@@ -203,10 +203,10 @@ static void attention_branch_backward(const TBlock *t, const BlockActs *a, void 
                        M, H, H);
     if (t->flash) {
         AttnShape s = tblock_attn_shape(t, 3 * H, 3 * H);
-        k->flash_attention_backward(t->dtype, dqkv, act_at(t->dtype, dqkv, H),
-                                    act_at(t->dtype, dqkv, 2 * H), dh, a->qkv,
-                                    act_at(t->dtype, a->qkv, H), act_at(t->dtype, a->qkv, 2 * H),
-                                    a->attn, a->lse, work, &s);
+        k->flash_attention_backward(t->dtype, dqkv, dtype_at(dqkv, t->dtype, H),
+                                    dtype_at(dqkv, t->dtype, 2 * H), dh, a->qkv,
+                                    dtype_at(a->qkv, t->dtype, H),
+                                    dtype_at(a->qkv, t->dtype, 2 * H), a->attn, a->lse, work, &s);
     } else { /* causal too: the masked probabilities are 0 and pass nothing back (kernels.h) */
         k->attention_backward(t->dtype, dqkv, dh, a->qkv, a->probs, t->B, t->T, H, t->heads);
     }
@@ -217,7 +217,7 @@ static void attention_branch_backward(const TBlock *t, const BlockActs *a, void 
     k->linear_backward(t->dtype, dh, g[TBLOCK_QKV_W], NULL, dqkv, a->ln1, p[TBLOCK_QKV_W], M, H,
                        3 * H);
     k->bias_grad(t->dtype, g[TBLOCK_QKV_B], dqkv, M, H, 3 * H);
-    k->bias_grad(t->dtype, g[TBLOCK_QKV_B] + 2 * H, act_at(t->dtype, dqkv, 2 * H), M, H, 3 * H);
+    k->bias_grad(t->dtype, g[TBLOCK_QKV_B] + 2 * H, dtype_at(dqkv, t->dtype, 2 * H), M, H, 3 * H);
     k->layernorm_backward(t->dtype, dy, g[TBLOCK_LN1_W], g[TBLOCK_LN1_B], dh, x, a->ln1_mean,
                           a->ln1_rstd, p[TBLOCK_LN1_W], M, H);
 }

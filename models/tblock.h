@@ -81,10 +81,6 @@ void *act_take(Device *dev, DType t, size_t n);
 void act_release(Device *dev, void **p);
 /* Each pointer was just taken for `elems > 0` elements: any NULL is out of memory. */
 int act_check_taken(void *const *ptrs, int n, size_t elems, Err *err);
-/* Element i of an array of t: where a tensor's columns or rows start inside another. */
-static inline void *act_at(DType t, const void *p, size_t i) {
-    return (char *)p + i * dtype_size(t);
-}
 
 /* Attention's saved statistics, as the block's kind keeps them: probs [B, heads, T, T] (eager)
  * or lse [B, heads, T] (flash); returns the one taken. And flash backward's work tile [T, T]

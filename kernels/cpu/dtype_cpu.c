@@ -55,7 +55,7 @@ static void narrow(DType t, void *dst, const float *src, size_t n) {
 static void narrow_rows(DType t, void *dst, const float *src, size_t rows, size_t width,
                         size_t stride) {
     for (size_t r = 0; r < rows; r++)
-        narrow(t, (char *)dst + r * stride * dtype_size(t), src + r * stride, width);
+        narrow(t, dtype_at(dst, t, r * stride), src + r * stride, width);
 }
 
 static void wide_free(Wide *w) {
@@ -310,10 +310,6 @@ static size_t heads_width(size_t C, size_t heads) {
     return heads ? heads * (C / heads) : 0;
 }
 
-static void *act_at_elem(DType t, void *p, size_t i) {
-    return (char *)p + i * dtype_size(t);
-}
-
 typedef void (*PackedAttentionFn)(float *out, float *probs, const float *qkv, size_t B, size_t T,
                                   size_t C, size_t heads);
 
@@ -358,7 +354,7 @@ void cpu_attention_backward(DType t, void *dqkv, const void *dout, const void *q
     f32_attention_backward(wd, wide_in(&s, t, dout, n), wide_in(&s, t, qkv, 3 * n),
                            wide_in(&s, t, probs, B * heads * T * T), B, T, C, heads);
     for (size_t part = 0; part < 3; part++) /* q's, k's and v's columns */
-        narrow_rows(t, act_at_elem(t, dqkv, part * C), wd + part * C, B * T, heads_width(C, heads),
+        narrow_rows(t, dtype_at(dqkv, t, part * C), wd + part * C, B * T, heads_width(C, heads),
                     3 * C);
     wide_free(&s);
 }

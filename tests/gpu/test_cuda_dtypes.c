@@ -106,11 +106,6 @@ static void *d_poison(Pool *p, size_t bytes) {
     return d;
 }
 
-/* Element i of an array of t, as a pointer (attention's q, k and v inside one buffer). */
-static void *at(DType t, const void *base, size_t i) {
-    return (char *)base + i * dtype_size(t);
-}
-
 /* n elements of t in device memory `d` against the CPU's `want` (host), both widened. */
 static void expect_t(const Dt *dt, const void *d, const void *want, size_t n, const char *what) {
     const size_t bytes = n * dtype_size(dt->t);
@@ -580,13 +575,13 @@ static void check_strided_attention(const Dt *dt, const AttnShape *s, size_t k_o
     void *fout = h_zeros(&p, t, n_out), *dqkv = h_zeros(&p, t, n_qkv);
     void *fqkv = h_zeros(&p, t, n_qkv);
     float *lse = h_f32(&p, n_lse, 0, 1, 1), *work = h_f32(&p, s->T * s->T, 0, 1, 2);
-    void *q = qkv, *k = at(t, qkv, k_off), *v = at(t, qkv, v_off);
+    void *q = qkv, *k = dtype_at(qkv, t, k_off), *v = dtype_at(qkv, t, v_off);
     CPU->gqa_attention_forward(t, out, probs, q, k, v, s);
-    CPU->gqa_attention_backward(t, dqkv, at(t, dqkv, k_off), at(t, dqkv, v_off), dout, q, k, v,
-                                probs, s);
+    CPU->gqa_attention_backward(t, dqkv, dtype_at(dqkv, t, k_off), dtype_at(dqkv, t, v_off), dout,
+                                q, k, v, probs, s);
     CPU->flash_attention_forward(t, fout, lse, q, k, v, s);
-    CPU->flash_attention_backward(t, fqkv, at(t, fqkv, k_off), at(t, fqkv, v_off), dout, q, k, v,
-                                  fout, lse, work, s);
+    CPU->flash_attention_backward(t, fqkv, dtype_at(fqkv, t, k_off), dtype_at(fqkv, t, v_off), dout,
+                                  q, k, v, fout, lse, work, s);
 
     void *d_qkv = d_put(&p, qkv, BYTES(dt, n_qkv)), *d_dout = d_put(&p, dout, BYTES(dt, n_out));
     void *d_probs_c = d_put(&p, probs, BYTES(dt, n_probs));
@@ -597,13 +592,13 @@ static void check_strided_attention(const Dt *dt, const AttnShape *s, size_t k_o
     float *d_lse = d_poison(&p, n_lse * 4);
     /* q, k and v cover the buffer (no gaps in these layouts), so every element is an output */
     void *d_dqkv = d_poison(&p, BYTES(dt, n_qkv)), *d_fqkv = d_poison(&p, BYTES(dt, n_qkv));
-    void *dq = d_qkv, *dk = at(t, d_qkv, k_off), *dv = at(t, d_qkv, v_off);
+    void *dq = d_qkv, *dk = dtype_at(d_qkv, t, k_off), *dv = dtype_at(d_qkv, t, v_off);
     GPU->gqa_attention_forward(t, d_out, d_probs, dq, dk, dv, s);
-    GPU->gqa_attention_backward(t, d_dqkv, at(t, d_dqkv, k_off), at(t, d_dqkv, v_off), d_dout, dq,
-                                dk, dv, d_probs_c, s);
+    GPU->gqa_attention_backward(t, d_dqkv, dtype_at(d_dqkv, t, k_off), dtype_at(d_dqkv, t, v_off),
+                                d_dout, dq, dk, dv, d_probs_c, s);
     GPU->flash_attention_forward(t, d_fout, d_lse, dq, dk, dv, s);
-    GPU->flash_attention_backward(t, d_fqkv, at(t, d_fqkv, k_off), at(t, d_fqkv, v_off), d_dout, dq,
-                                  dk, dv, d_fout_c, d_lse_c, d_work, s);
+    GPU->flash_attention_backward(t, d_fqkv, dtype_at(d_fqkv, t, k_off), dtype_at(d_fqkv, t, v_off),
+                                  d_dout, dq, dk, dv, d_fout_c, d_lse_c, d_work, s);
     gpu_check();
     const char *c = fmt_text("(B %zu T %zu heads %zu/%zu D %zu causal %d)", s->B, s->T, s->heads,
                              s->kv_heads, s->head_dim, s->causal);

@@ -116,11 +116,6 @@ enum { Q_OUT = Q_ROWS * QH * QD, Q_PROBS = QB * QH * QT * QT, Q_LSE = QB * QH * 
 static const float EPS = 1e-5f, THETA = 10000.0f;
 static const AttnShape gqa = {QB, QT, QH, QKVH, QD, QROW, QROW, 1};
 
-/* element i of an array of t */
-static void *at(DType t, void *p, size_t i) {
-    return (char *)p + i * dtype_size(t);
-}
-
 /* ---- the calls, one per case ---- */
 
 static double call_toy_forward(const Kernels *k, DType t, void *const *p) {
@@ -143,7 +138,7 @@ static double call_linear_backward(const Kernels *k, DType t, void *const *p) {
     return 0;
 }
 static double call_bias_grad(const Kernels *k, DType t, void *const *p) {
-    k->bias_grad(t, p[0], at(t, p[1], GO), GR, GC, GS);
+    k->bias_grad(t, p[0], dtype_at(p[1], t, GO), GR, GC, GS);
     return 0;
 }
 static double call_layernorm_forward(const Kernels *k, DType t, void *const *p) {
@@ -267,21 +262,24 @@ static double call_rope_backward(const Kernels *k, DType t, void *const *p) {
 }
 /* q, k and v (and dq, dk, dv) are columns of one packed buffer */
 static double call_gqa_attention_forward(const Kernels *k, DType t, void *const *p) {
-    k->gqa_attention_forward(t, p[0], p[1], p[2], at(t, p[2], QK_AT), at(t, p[2], QV_AT), &gqa);
+    k->gqa_attention_forward(t, p[0], p[1], p[2], dtype_at(p[2], t, QK_AT),
+                             dtype_at(p[2], t, QV_AT), &gqa);
     return 0;
 }
 static double call_gqa_attention_backward(const Kernels *k, DType t, void *const *p) {
-    k->gqa_attention_backward(t, p[0], at(t, p[0], QK_AT), at(t, p[0], QV_AT), p[1], p[2],
-                              at(t, p[2], QK_AT), at(t, p[2], QV_AT), p[3], &gqa);
+    k->gqa_attention_backward(t, p[0], dtype_at(p[0], t, QK_AT), dtype_at(p[0], t, QV_AT), p[1],
+                              p[2], dtype_at(p[2], t, QK_AT), dtype_at(p[2], t, QV_AT), p[3], &gqa);
     return 0;
 }
 static double call_flash_attention_forward(const Kernels *k, DType t, void *const *p) {
-    k->flash_attention_forward(t, p[0], p[1], p[2], at(t, p[2], QK_AT), at(t, p[2], QV_AT), &gqa);
+    k->flash_attention_forward(t, p[0], p[1], p[2], dtype_at(p[2], t, QK_AT),
+                               dtype_at(p[2], t, QV_AT), &gqa);
     return 0;
 }
 static double call_flash_attention_backward(const Kernels *k, DType t, void *const *p) {
-    k->flash_attention_backward(t, p[0], at(t, p[0], QK_AT), at(t, p[0], QV_AT), p[1], p[2],
-                                at(t, p[2], QK_AT), at(t, p[2], QV_AT), p[3], p[4], p[5], &gqa);
+    k->flash_attention_backward(t, p[0], dtype_at(p[0], t, QK_AT), dtype_at(p[0], t, QV_AT), p[1],
+                                p[2], dtype_at(p[2], t, QK_AT), dtype_at(p[2], t, QV_AT), p[3],
+                                p[4], p[5], &gqa);
     return 0;
 }
 

@@ -230,7 +230,7 @@ static double call_linear_backward_k0_no_db(const Kernels *k, DType t, void *con
     return 0;
 }
 static double call_bias_grad(const Kernels *k, DType t, void *const *p) {
-    k->bias_grad(t, p[0], (const char *)p[1] + GO * dtype_size(t), GR, GC, GS);
+    k->bias_grad(t, p[0], dtype_at(p[1], t, GO), GR, GC, GS);
     return 0;
 }
 static double call_bias_grad_dense(const Kernels *k, DType t, void *const *p) {
