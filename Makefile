@@ -180,7 +180,7 @@ run: deps $(BIN)
 # own leak is suppressed (tests/lsan.supp says which and why).
 TEST_LSAN := $(if $(filter 1,$(SANITIZE)),LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp)
 test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) $(NO_BACKENDS_BIN) mpi-note
-	$(TEST_LSAN) FSDP_CHECK_STREAMS=1 FSDP_BIN=./$(BIN) \
+	$(TEST_LSAN) FSDP_CHECK_STREAMS=1 FSDP_CACHE=$(BUILD)/cache FSDP_BIN=./$(BIN) \
 		FSDP_MPI_CHECK=$(if $(MPI_CHECK),./$(MPI_CHECK)) \
 		FSDP_NO_BACKENDS_BIN=./$(NO_BACKENDS_BIN) ./$(TEST_BIN) --jobs 2
 
@@ -193,7 +193,7 @@ test-gpu: $(BIN)
 ifeq ($(WITH_CUDA),1)
 	@$(MAKE) --no-print-directory $(BUILD)/test_gpu $(BUILD)/nccl_check
 	@./$(BIN) train --backend auto --ranks 1 --print-plan | head -1
-	FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1
+	FSDP_CACHE=$(BUILD)/cache FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1
 else
 	@echo "test-gpu: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"
 endif
@@ -202,7 +202,7 @@ endif
 test-nccl: $(BIN)
 ifeq ($(WITH_CUDA),1)
 	@$(MAKE) --no-print-directory $(BUILD)/test_gpu $(BUILD)/nccl_check
-	FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1 \
+	FSDP_CACHE=$(BUILD)/cache FSDP_BIN=./$(BIN) FSDP_NCCL_CHECK=./$(BUILD)/nccl_check ./$(BUILD)/test_gpu --jobs 1 \
 		--filter 'nccl/*'
 else
 	@echo "test-nccl: skipped: the CUDA backend is not built (nvcc not found, or SANITIZE=1)"

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 packages=(build-essential libncurses-dev libcriterion-dev libopenblas-dev zlib1g-dev
-          libcjson-dev dataset-fashion-mnist tmux librsvg2-bin libopenmpi-dev openmpi-bin)
+          libcjson-dev dataset-fashion-mnist fortunes tmux librsvg2-bin libopenmpi-dev openmpi-bin)
 # shellcheck disable=SC2206 # word splitting of the override is intended
 packages+=(${FSDP_DEPS_EXTRA:-})
 # The tests' browser, lightest first: the headless shell needs no GTK (about 70 MB less than

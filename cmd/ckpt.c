@@ -12,6 +12,8 @@
 
 #include "cmd/report.h"
 #include "io/safetensors.h"
+#include "jobs/export_hf.h"
+#include "models/hf.h"
 #include "models/kinds.h"
 
 enum { PATH_MAX_LEN = 4096 };
@@ -21,6 +23,7 @@ enum { PATH_MAX_LEN = 4096 };
 void ckpt_help(FILE *f) {
     fputs("usage: ./fsdp ckpt inspect D\n"
           "       ./fsdp ckpt consolidate D -o FILE\n"
+          "       ./fsdp ckpt consolidate D --hf DIR\n"
           "\n"
           "Tools for the sharded checkpoints that train --checkpoint-dir writes. D is one\n"
           "checkpoint (DIR/step-NNNNNNNN, or DIR/best: the lowest validation loss of a run\n"
@@ -37,7 +40,12 @@ void ckpt_help(FILE *f) {
           "                         tensor in memory), verifying each piece's CRC32, into a\n"
           "                         temporary file beside FILE renamed into place when complete:\n"
           "                         a damaged checkpoint leaves FILE as it was.\n"
-          "  -o, --output FILE      where consolidate writes\n"
+          "  consolidate D --hf DIR a language model (transformer, llama) as a Hugging Face\n"
+          "                         folder: config.json and model.safetensors, which\n"
+          "                         transformers' from_pretrained loads as LlamaForCausalLM or\n"
+          "                         GPT2LMHeadModel (GPT-2's Conv1D weights transposed).\n"
+          "  -o, --output FILE      where consolidate writes its safetensors file\n"
+          "  --hf DIR               ... or its Hugging Face folder (made if missing)\n"
           "\n"
           "Exit status: 0 when all is well, 2 for a damaged checkpoint or bad arguments.\n"
           "\n"
@@ -68,6 +76,10 @@ int ckpt_args_parse(CkptArgs *a, int argc, char **argv, Err *err) {
             if (i + 1 >= argc || !argv[i + 1][0])
                 return err_set(err, ERR_USAGE, "%s needs a file", s);
             a->out = argv[++i];
+        } else if (a->tool == CKPT_CONSOLIDATE && !strcmp(s, "--hf")) {
+            if (i + 1 >= argc || !argv[i + 1][0])
+                return err_set(err, ERR_USAGE, "--hf needs a folder");
+            a->hf = argv[++i];
         } else if (s[0] == '-' && s[1]) {
             return err_set(err, ERR_USAGE, "ckpt %s: unknown flag %s (see ./fsdp ckpt --help)",
                            tool, s);
@@ -83,9 +95,12 @@ int ckpt_args_parse(CkptArgs *a, int argc, char **argv, Err *err) {
                        "ckpt %s needs a checkpoint: D/step-NNNNNNNN or a "
                        "--checkpoint-dir",
                        tool);
-    if (a->tool == CKPT_CONSOLIDATE && !a->out)
+    if (a->tool == CKPT_CONSOLIDATE && !a->out && !a->hf)
         return err_set(err, ERR_USAGE,
-                       "ckpt consolidate needs -o FILE (where to write the safetensors)");
+                       "ckpt consolidate needs -o FILE (where to write the safetensors) or --hf "
+                       "DIR");
+    if (a->out && a->hf)
+        return err_set(err, ERR_USAGE, "ckpt consolidate writes -o FILE or --hf DIR, not both");
     return 0;
 }
 
@@ -414,10 +429,79 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
     return rc;
 }
 
+/* ---------------------------------------------------------------- consolidate --hf */
+
+/* The model meta.json describes, built again from its name and sizes (ckpt_meta_read has
+ * checked both). */
+static int meta_model(const CkptMeta *m, ModelDesc *out, Err *err) {
+    const ModelKind *kind = model_kind_named(&model_kinds, m->model);
+    if (!kind) return err_set(err, ERR_USAGE, "%s: unknown model '%s'", m->path, m->model);
+    long sizes[MODEL_MAX_SIZES] = {0};
+    for (int k = 0; k < kind->nsizes; k++)
+        for (int i = 0; i < m->nconfig; i++)
+            if (!strcmp(m->config[2 * i], kind->sizes[k]))
+                sizes[k] = strtol(m->config[2 * i + 1], NULL, 10);
+    char described[256];
+    return kind->build(m->path, sizes, out, described, sizeof described, err);
+}
+
+/* The model's parameter called name (meta.json's tensors are the model's, name for name). */
+static int param_named(const ModelDesc *d, const char *name) {
+    for (int i = 0; i < d->nparams; i++)
+        if (!strcmp(d->params[i].name, name)) return i;
+    return -1;
+}
+
+static int write_hf_tensors(const CkptMeta *m, HfWriter *w, Err *err) {
+    size_t at = 0;
+    int rc = 0;
+    for (int t = 0; !rc && t < m->ntensors; t++) {
+        float *full = malloc(m->tensors[t].numel * sizeof *full + 1);
+        if (!full)
+            return err_set(err, ERR_NOMEM, "out of memory for %s (%zu parameters)",
+                           m->tensors[t].name, m->tensors[t].numel);
+        rc = read_tensor(m, m->by_rows, &at, t, full, err);
+        if (!rc) rc = hf_writer_next(w, full, err);
+        free(full);
+    }
+    return rc;
+}
+
+int ckpt_consolidate_hf(FILE *f, const char *path, const char *dir, Err *err) {
+    CkptMeta m;
+    int rc = ckpt_open(&m, path, err);
+    if (rc) return rc;
+    ModelDesc d = {0};
+    int *order = NULL;
+    HfWriter *w = NULL;
+    rc = meta_model(&m, &d, err);
+    if (!rc && !(order = malloc((size_t)m.ntensors * sizeof *order + 1)))
+        rc = err_set(err, ERR_NOMEM, "out of memory consolidating %s", m.path);
+    for (int t = 0; !rc && t < m.ntensors; t++)
+        if ((order[t] = param_named(&d, m.tensors[t].name)) < 0)
+            rc = err_set(err, ERR_USAGE, "%s: %s is no parameter of %s", m.path, m.tensors[t].name,
+                         m.model);
+    if (!rc) rc = hf_writer_open(&w, &d, order, m.ntensors, dir, err);
+    if (!rc) rc = write_hf_tensors(&m, w, err);
+    if (!rc)
+        rc = hf_writer_commit(w, err);
+    else
+        hf_writer_abort(w);
+    if (!rc)
+        fprintf(f,
+                "wrote %s: config.json and model.safetensors (%s, %d tensors) from %s (step %ld)\n",
+                dir, hf_class(&d), m.ntensors, m.path, m.step);
+    free(order);
+    model_desc_free(&d);
+    ckpt_meta_free(&m);
+    return rc;
+}
+
 /* inspect or consolidate, as the command line says */
 static int ckpt_run(const CkptArgs *a, Err *err) {
-    return a->tool == CKPT_INSPECT ? ckpt_inspect(stdout, a->path, err)
-                                   : ckpt_consolidate(stdout, a->path, a->out, err);
+    if (a->tool == CKPT_INSPECT) return ckpt_inspect(stdout, a->path, err);
+    if (a->hf) return ckpt_consolidate_hf(stdout, a->path, a->hf, err);
+    return ckpt_consolidate(stdout, a->path, a->out, err);
 }
 
 CMD_PARSE_AND_RUN(cmd_ckpt, CkptArgs, ckpt_args_parse, ckpt_help, ckpt_run)

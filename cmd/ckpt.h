@@ -23,6 +23,7 @@ typedef struct CkptArgs {
     CkptTool tool;
     const char *path; /* a checkpoint (D/step-NNNNNNNN) or a --checkpoint-dir */
     const char *out;  /* consolidate's -o */
+    const char *hf;   /* consolidate's --hf */
 } CkptArgs;
 
 void ckpt_help(FILE *f);
@@ -44,5 +45,12 @@ int ckpt_inspect(FILE *f, const char *path, Err *err);
  * saved}; verifies each parameter piece's CRC as it reads it. On success prints one line to f.
  * A bad checkpoint or -o fails with ERR_USAGE, leaving out as it was and no temporary file. */
 int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err);
+
+/* Writes a language model's checkpoint (transformer, llama) as a Hugging Face folder dir
+ * (jobs/export_hf.h: config.json and model.safetensors in the layout from_pretrained reads),
+ * a tensor at a time, verifying each piece's CRC as it reads it. On success prints one line to
+ * f. Another model, a bad checkpoint or a dir that cannot be written fail with ERR_USAGE,
+ * leaving dir's files as they were. */
+int ckpt_consolidate_hf(FILE *f, const char *path, const char *dir, Err *err);
 
 #endif

@@ -265,9 +265,12 @@ static const Flag train_rows[] = {
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
              "/usr/share/datasets/fashion-mnist)",
      .get = get_data},
-    {"--text", FLAG_STRING, ARG(text), .arg = "FILE",
+    {"--text", FLAG_STRING, ARG(text), .arg = "FILE|DIR",
      .help = "transformer: the text it learns to continue, byte\n"
-             "by byte (a .gz is read decompressed; default\n" TEXT_DEFAULT_PATH ")"},
+             "by byte: a file, or a folder's text files (a .gz is\n"
+             "read decompressed), made once into a token file in\n"
+             "$FSDP_CACHE or ~/.cache/fsdp that ranks map (default\n"
+             "$FSDP_TEXT, else " TEXT_DEFAULT_PATH ")"},
     {"--seq", FLAG_INT, ARG(seq), 1, CLI_MAX_SEQ, .arg = "N",
      .help = "transformer: bytes a sequence (default 64); the\n"
              "CPU's attention takes any length, a GPU's 256 so far"},
@@ -279,7 +282,8 @@ static const Flag train_rows[] = {
      .help = "ViT: evaluate after each epoch and at the end\n"
              "(with --val-size: the test images once, at the end)"},
     {"--val-size", FLAG_LONG, ARG(val_size), 1, TRAIN_MAX_HELD_OUT, .arg = "N",
-     .help = "ViT: hold out the split's last N images, never\n"
+     .help = "hold out the last N images (ViT: of the split) or\n"
+             "sequences (transformer: of the text), never\n"
              "trained on, and evaluate them after each epoch;\n"
              "with --checkpoint-dir, keep the lowest loss's\n"
              "state as D/best"},
@@ -301,6 +305,11 @@ static const Flag train_rows[] = {
      .help = "at the end, the trained model as one safetensors\n"
              "file with PyTorch's names (gathered unit by unit)",
      .get = get_output_path},
+    {"--save-hf", FLAG_STRING, ARG(save_hf), .arg = "DIR",
+     .help = "transformer: ... and as a Hugging Face folder\n"
+             "(config.json, model.safetensors) that\n"
+             "from_pretrained loads: LlamaForCausalLM,\n"
+             "GPT2LMHeadModel"},
     {"--ranks", FLAG_INT, ARG(ranks), 1, CLI_MAX_RANKS, .arg = "N",
      .help = "simulated GPUs, 1 to 1024 (default 3)"},
     {"--profile", FLAG_WORD, ARG(profile), .size = sizeof((TrainArgs *)0)->profile, .arg = "P",
@@ -491,6 +500,11 @@ static int check_model_flags(const TrainArgs *a, Err *err) {
     if (!tf && (a->text || a->seq))
         return err_set(err, ERR_USAGE, "--text and --seq apply to the transformer, not %s",
                        a->model);
+    if (!tf && a->save_hf)
+        return err_set(err, ERR_USAGE,
+                       "--save-hf writes a language model (transformer, llama) for Hugging Face; "
+                       "%s has no such form (--save-full writes its weights)",
+                       a->model);
     return 0;
 }
 
@@ -507,16 +521,16 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "the toy saves only each layer's input, so there is nothing to drop");
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
-    if (!train_args_is_vit(a) && a->val_size)
+    if (!train_args_is_vit(a) && !train_args_is_transformer(a) && a->val_size)
         return err_set(err, ERR_USAGE,
-                       "--val-size holds out images: it applies to the ViT models, not %s",
-                       !strcmp(a->model, "toy") ? "the toy" : a->model);
+                       "--val-size holds out images or sequences: it applies to the ViT "
+                       "models and the transformers, not the toy");
     if (a->eval_every && !a->val_size)
         return err_set(err, ERR_USAGE,
-                       "--eval-every needs --val-size N (the held-out images it evaluates)");
+                       "--eval-every needs --val-size N (the held-out samples it evaluates)");
     if (a->val_size && !a->eval)
         return err_set(err, ERR_USAGE,
-                       "--val-size evaluates the images it holds out; it cannot go with --eval "
+                       "--val-size evaluates the samples it holds out; it cannot go with --eval "
                        "false");
     if ((rc = fsdp_check_casts(c, c->param_dtype, err))) return rc;
     if (a->tf32 && (a->backend == BACKEND_SIM || a->backend == BACKEND_MPI))

@@ -64,6 +64,7 @@ typedef struct TrainArgs {
     const char *dump_params;                /* NULL: none */
     const char *init_from;                  /* safetensors to start from; NULL: seeded init */
     const char *save_full;                  /* --save-full FILE at the end; NULL: none */
+    const char *save_hf;                    /* --save-hf DIR at the end; NULL: none */
     const char *trace_out;
     const char *memory_svg; /* --memory-svg FILE: each rank's memory over the last step */
     const char *ckpt_dir;   /* --checkpoint-dir; NULL: no checkpoints */

@@ -3,6 +3,7 @@
 #include "cmd/report.h"
 
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "sim/stream_check.h"
@@ -361,11 +362,24 @@ void report_eval_text(FILE *f, const EvalReport *r) {
     else
         fprintf(f, "%s after epoch %d (step %ld)", r->kind == EVAL_TEST ? "test" : "evaluation",
                 r->epoch, r->step);
-    fprintf(f, ": accuracy %.2f%% (%ld/%ld), loss %.4f%s, %.1f s\n", 100.0 * r->accuracy,
-            r->correct, r->samples, r->loss, r->best ? " (lowest so far)" : "", r->wall_time);
+    if (isnan(r->accuracy)) /* a byte-level language model: each token a byte */
+        fprintf(f, ": loss %.4f nats/byte, %.4f bits/byte%s, %ld sequences, %.1f s\n", r->loss,
+                r->loss / M_LN2, r->best ? " (lowest so far)" : "", r->samples, r->wall_time);
+    else
+        fprintf(f, ": accuracy %.2f%% (%ld/%ld), loss %.4f%s, %.1f s\n", 100.0 * r->accuracy,
+                r->correct, r->samples, r->loss, r->best ? " (lowest so far)" : "", r->wall_time);
 }
 
 void report_eval_json(FILE *f, const EvalReport *r) {
+    if (r->kind == EVAL_VALIDATION && isnan(r->accuracy)) {
+        fprintf(f,
+                "{\"eval\":true,\"validation\":true,\"step\":%ld,\"epoch\":%d,"
+                "\"val_loss\":%.9g,\"val_bits_per_byte\":%.9g,\"best\":%s,\"samples\":%ld,"
+                "\"wall_s\":%.6g}\n",
+                r->step, r->epoch, r->loss, r->loss / M_LN2, r->best ? "true" : "false", r->samples,
+                r->wall_time);
+        return;
+    }
     if (r->kind == EVAL_VALIDATION) {
         fprintf(f,
                 "{\"eval\":true,\"validation\":true,\"step\":%ld,\"epoch\":%d,"
@@ -409,16 +423,34 @@ void report_data(FILE *f, const Dataset *train, const char *split, long held_out
                 (train->n - held_out) / global_batch, global_batch);
 }
 
-void report_text(FILE *f, const char *path, const Dataset *text, long steps, int epochs,
-                 long global_batch) {
-    char n[32];
-    fprintf(f, "data: %s, %s sequences of %zu bytes (each byte predicts the next)\n", path,
+/* "43 files", "1 file", and the files left out, if any */
+static void text_sources(FILE *f, const TextInfo *info) {
+    fprintf(f, "%ld file%s", info->files, info->files == 1 ? "" : "s");
+    if (info->skipped)
+        fprintf(f, "; %ld more hold a 0 byte, not text, and are left out", info->skipped);
+}
+
+void report_text(FILE *f, const char *path, const TextInfo *info, const Dataset *text,
+                 long held_out, long steps, int epochs, long global_batch) {
+    char n[32], b[32];
+    fprintf(f, "data: %s (", path);
+    text_sources(f, info);
+    fprintf(f, "), %s bytes: %s sequences of %zu bytes (each byte predicts the next)\n",
+            with_commas((size_t)info->bytes, b, sizeof b),
             with_commas((size_t)text->n, n, sizeof n), text->in_elems);
+    if (info->cache[0])
+        fprintf(f, "tokens: %s, %s (every rank maps it read-only)\n", info->cache,
+                info->from_cache ? "made before" : "made now");
+    else
+        fprintf(f, "tokens: in memory (%s)\n", info->why_not);
+    if (held_out)
+        fprintf(f, "validation: the last %s sequences, held out\n",
+                with_commas((size_t)held_out, n, sizeof n));
     if (epochs)
         fprintf(f, "run: %d epoch%s, %ld steps\n", epochs, epochs == 1 ? "" : "s", steps);
     else
         fprintf(f, "run: %ld steps (an epoch is %ld steps of %ld sequences)\n", steps,
-                text->n / global_batch, global_batch);
+                (text->n - held_out) / global_batch, global_batch);
 }
 
 void report_step_lm(FILE *f, const StepReport *r, const StepPace *p, int seq, int lr) {

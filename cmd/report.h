@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "engine/fsdp.h"
+#include "io/text.h"
 #include "jobs/train.h"
 #include "sim/viz/text.h"
 
@@ -76,10 +77,11 @@ void report_eval_json(FILE *f, const EvalReport *r);
 void report_epoch_text(FILE *f, const EpochReport *r);
 void report_epoch_json(FILE *f, const EpochReport *r);
 void report_final_params(FILE *f, const ModelDesc *m, const float *params);
-/* The text a transformer learns (its path and its sequences) and how long the run is, as
- * report_data says it for images. */
-void report_text(FILE *f, const char *path, const Dataset *text, long steps, int epochs,
-                 long global_batch);
+/* The text a transformer learns (its path, files, bytes, token file and sequences, the last
+ * `held_out` of them kept for validation) and how long the run is, as report_data says it for
+ * images. */
+void report_text(FILE *f, const char *path, const TextInfo *info, const Dataset *text,
+                 long held_out, long steps, int epochs, long global_batch);
 /* A transformer's step: the step of the run's steps, the epoch, loss, with lr its learning
  * rate (a schedule moves it), tokens/s (seq a sequence) and the time left at the pace p (which
  * has seen r). */

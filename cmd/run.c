@@ -82,7 +82,7 @@ static int create_model(TrainRun *t, Err *err) {
     int rc = create_model_desc(t, err);
     if (rc) return rc;
     if (train_args_is_transformer(&t->args))
-        return text_load(&t->data, text_path(t->args.text), t->args.seq, err);
+        return text_load(&t->data, text_path(t->args.text), t->args.seq, &t->text, err);
     return train_args_is_vit(&t->args) ? load_images(t, err) : toy_dataset_create(&t->data, err);
 }
 
@@ -110,6 +110,7 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
     job.has_best = t->has_best;
     job.best_val_loss = t->best_val_loss;
     job.save_full = a->save_full;
+    job.save_hf = a->save_hf;
     job.ckpt_dir = a->ckpt_dir;
     job.ckpt_every = a->ckpt_every;
     job.ckpt_keep = a->keep;
@@ -305,8 +306,26 @@ static int check_checkpoint_dir(const char *path, Err *err) {
     return 0;
 }
 
+/* --save-hf: a folder (made at the end if missing) in a folder that can be written. */
+static int check_output_dir(const char *flag, const char *path, Err *err) {
+    if (!path) return 0;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return err_set(err, ERR_USAGE, "%s %s is a file; give a folder", flag, path);
+    char dir[4096];
+    if (stat(path, &sb) == 0)
+        snprintf(dir, sizeof dir, "%s", path);
+    else
+        folder_of(path, dir, sizeof dir);
+    if (access(dir, W_OK) != 0)
+        return err_set(err, ERR_USAGE, "%s %s: cannot write in %s: %s", flag, path, dir,
+                       strerror(errno));
+    return 0;
+}
+
 static int check_outputs(const TrainArgs *a, Err *err) {
     int rc = check_output_file("--save-full", a->save_full, err);
+    if (!rc) rc = check_output_dir("--save-hf", a->save_hf, err);
     if (!rc) rc = check_output_file("--trace-out", a->trace_out, err);
     if (!rc) rc = check_output_file("--dump-params", a->dump_params, err);
     if (!rc) rc = check_output_file("--memory-svg", a->memory_svg, err);
@@ -376,17 +395,23 @@ int run_prepare(TrainRun *t, Err *err) {
     if (!rc) rc = fsdp_plan_create(&t->plan, &t->model, &a->fsdp, a->ranks, err);
     if (rc) return rc;
     long global = (long)a->ranks * a->fsdp.batch_size * a->fsdp.grad_accum;
+    const char *what = train_args_is_transformer(a) ? "sequences" : "images";
+    if (a->val_size >= t->data.n && train_args_is_transformer(a))
+        return err_set(err, ERR_USAGE,
+                       "--val-size %ld holds out the whole text (%ld sequences); it must be "
+                       "below %ld",
+                       a->val_size, t->data.n, t->data.n);
     if (a->val_size >= t->data.n)
         return err_set(err, ERR_USAGE,
                        "--val-size %ld holds out the whole %s split (%ld images); it must be "
                        "below %ld",
                        a->val_size, a->split, t->data.n, t->data.n);
-    long trained = t->data.n - a->val_size; /* the images the sampler draws from */
+    long trained = t->data.n - a->val_size; /* the samples the sampler draws from */
     if (global > trained && a->val_size)
         return err_set(err, ERR_USAGE,
                        "--batch-size %d x --ranks %d x --grad-accum %d = %ld samples a step, "
-                       "more than the %ld images --val-size %ld leaves to train on",
-                       a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, trained,
+                       "more than the %ld %s --val-size %ld leaves to train on",
+                       a->fsdp.batch_size, a->ranks, a->fsdp.grad_accum, global, trained, what,
                        a->val_size);
     if (global > trained)
         return err_set(err, ERR_USAGE,

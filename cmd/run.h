@@ -8,6 +8,7 @@
 #include "cmd/cli.h"
 #include "cmd/run_dir.h"
 #include "io/atomic_file.h"
+#include "io/text.h"
 #include "jobs/train.h"
 #include "sim/cluster.h"
 #include "sim/cost.h"
@@ -21,6 +22,7 @@ typedef struct TrainRun {
     Dataset data, eval;
     long eval_loaded;   /* images read for evaluation (more than eval.n when it is a slice) */
     char eval_name[96]; /* what the evaluation set is, for people */
+    TextInfo text;      /* a language model's: where its bytes came from */
     Plan plan;
     AtomicFile dump, trace, svg;
     char backend_note[192]; /* what --backend auto chose, and why ("" otherwise) */

@@ -165,7 +165,9 @@ static void add_series(Series *s, const MetricsLog *log, const char *split) {
     line.values = loss;
     line.label = series_label(s, "loss", train ? "training" : split);
     s->loss[s->nloss++] = line;
-    if (train) return;
+    int classifies = 0; /* a language model's evaluations have no accuracy */
+    for (size_t i = 0; i < n; i++) classifies |= isfinite(accuracy[i]);
+    if (train || !classifies) return;
     line.values = accuracy;
     line.label = series_label(s, "accuracy", split);
     s->accuracy[s->naccuracy++] = line;

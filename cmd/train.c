@@ -256,8 +256,8 @@ int cmd_train(int argc, char **argv) {
             report_data(stdout, &t.data, t.args.split, t.args.val_size, &t.eval, t.eval_name,
                         t.args.steps, t.args.epochs, global);
         if (train_args_is_transformer(&t.args))
-            report_text(stdout, text_path(t.args.text), &t.data, t.args.steps, t.args.epochs,
-                        global);
+            report_text(stdout, text_path(t.args.text), &t.text, &t.data, t.args.val_size,
+                        t.args.steps, t.args.epochs, global);
         if (lr_schedule_varies(&t.args.fsdp.lr_schedule))
             report_lr_schedule(stdout, &t.args.fsdp, t.args.steps);
         report_plan(stdout, &t.plan);

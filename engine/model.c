@@ -34,7 +34,10 @@ void model_desc_free(ModelDesc *m) {
 }
 
 void dataset_free(Dataset *d) {
-    free(d->owned);
+    if (d->release)
+        d->release(d->owned);
+    else
+        free(d->owned);
     d->owned = NULL;
 }
 
@@ -43,10 +46,12 @@ Dataset dataset_tail(const Dataset *d, long n) {
     size_t first = (size_t)(d->n - n);
     v.n = n;
     v.owned = NULL;
+    v.release = NULL;
     if (d->inputs) v.inputs = d->inputs + first * d->in_elems;
     if (d->targets) v.targets = d->targets + first * d->target_elems;
     if (d->pixels) v.pixels = d->pixels + first * d->in_elems;
     if (d->labels) v.labels = d->labels + first;
+    if (d->text) v.text = d->text + first * d->in_elems;
     return v;
 }
 

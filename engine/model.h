@@ -51,7 +51,8 @@ typedef struct Dataset {
     const uint8_t *text;           /* text: [n * in_elems + 1] bytes at least */
     int rows, cols;                /* images: in_elems = rows * cols */
     int classes;
-    void *owned; /* freed by dataset_free */
+    void *owned;                  /* freed by dataset_free */
+    void (*release)(void *owned); /* how: NULL is free() (a mapped text unmaps) */
 } Dataset;
 
 typedef struct ModelDesc ModelDesc;
@@ -145,8 +146,8 @@ int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, 
                      size_t config_size, Err *err);
 void model_desc_free(ModelDesc *m);
 void dataset_free(Dataset *d);
-/* A view of d's last n samples (n at most d->n), owning nothing: the held-out images of
- * --val-size. */
+/* A view of d's last n samples (n at most d->n), owning nothing: the held-out images or
+ * sequences of --val-size. */
 Dataset dataset_tail(const Dataset *d, long n);
 
 /* Initial value of element `index` (flat, row-major) of parameter p: a pure function of

@@ -6,6 +6,7 @@ set -euo pipefail
 out=$1; bins=("$2" "$3" "$4" "$5")
 src=$(cd "$(dirname "$0")/.." && pwd)
 data=${FSDP_DATA:-/usr/share/datasets/fashion-mnist}
+text=${FSDP_TEXT:-/usr/share/games/fortunes}
 limit=$((64 * 1024 * 1024))
 
 rm -rf "$out"
@@ -21,7 +22,12 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-
     [ -r "$data/$f" ] || { echo "gpu/bundle.sh: $data/$f: missing (set FSDP_DATA)" >&2; exit 1; }
     cp "$data/$f" "$out/data/fashion-mnist/"
 done
-cp "$src/gpu/run.sh" "$src/gpu/fsdp-env.sh" "$src/bench/torch_fsdp2_gpu.py" "$out/"
+# The language models' default text, its text files only (fsdp leaves the rest out anyway).
+[ -d "$text" ] || { echo "gpu/bundle.sh: $text: missing (set FSDP_TEXT to a folder)" >&2; exit 1; }
+mkdir -p "$out/data/text"
+find "$text" -maxdepth 1 -type f ! -name '*.dat' -exec cp {} "$out/data/text/" \;
+cp "$src/gpu/run.sh" "$src/gpu/fsdp-env.sh" "$src/bench/torch_fsdp2_gpu.py" \
+    "$src/bench/torch_llama_gpu.py" "$src/tests/hf_vs_transformers.py" "$out/"
 
 # Every shared library the programs need, as ldd resolves it here, but for the C runtime (glibc,
 # libstdc++, libgcc_s: any Linux has them) and CUDA's and NCCL's (the GPU machine's own, matching its

@@ -14,6 +14,10 @@ usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per st
   4  --trace-out of vit-tiny (batch 512) and vit-workshop (batch 128) on the GPU and in the
      simulator (h100-nvlink), the GPU trace replayed (fsdp viz --trace), and each phase's
      measured seconds beside the modelled ones (fsdp viz --times --against)
+  5  the language models: a llama-125m bf16 step at seq 1,024 against the simulator's loss; the
+     --save-hf folders loaded by transformers (hf_vs_transformers.py, its names and shapes kept in
+     DIR/hf_shapes.json); Hugging Face's LlamaForCausalLM under FSDP2 beside ours
+     (torch_llama_gpu.py)
 Each stage ends within 9 minutes. With no GPU it says so in one line, after checking that the
 bundle loads, and exits 0.
        run.sh libs    unpacks the bundle's libraries and prints their folder
@@ -23,7 +27,7 @@ stage=''
 dir=''
 for a in "$@"; do
     case $a in
-        1|2|3|4|libs) stage=$a ;;
+        1|2|3|4|5|libs) stage=$a ;;
         -h|--help) usage; exit 0 ;;
         *) dir=$a ;;
     esac
@@ -70,7 +74,7 @@ for d in /usr/local/cuda/lib64 /usr/local/nvidia/lib64; do [ -d "$d" ] && cuda=$
 machine=${LD_LIBRARY_PATH:-}
 export FSDP_BUNDLE_LD_LIBRARY_PATH=$libdir${cuda:+:$cuda}${machine:+:$machine}
 export LD_LIBRARY_PATH=$FSDP_BUNDLE_LD_LIBRARY_PATH
-export FSDP_DATA=$here/data/fashion-mnist FSDP_BIN=./fsdp FSDP_NCCL_CHECK=./nccl_check
+export FSDP_DATA=$here/data/fashion-mnist FSDP_TEXT=$here/data/text FSDP_BIN=./fsdp FSDP_NCCL_CHECK=./nccl_check
 export PYTHONUNBUFFERED=1
 
 if [ -z "$gpus" ]; then
@@ -131,5 +135,13 @@ case $stage in
             step "replay_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --events 1-30
             step "times_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --times --against "$dir/sim-$1.json"
         done ;;
+    5)
+        lm=(--model llama-125m --ranks 1 --batch-size 2 --param-dtype bf16 --steps 2 --print-every 1)
+        step lm_gpu 120 ./fsdp train --backend cuda "${lm[@]}"
+        step lm_sim 240 ./fsdp train "${lm[@]}"
+        step hf_load 120 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
+            python3 hf_vs_transformers.py --fsdp ./fsdp-env.sh --fixture "$dir/hf_shapes.json"
+        step llama_bench 400 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
+            python3 torch_llama_gpu.py --fsdp ./fsdp-env.sh --text "$FSDP_TEXT" ;;
 esac
 exit $failed

@@ -13,6 +13,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "jobs/export_hf.h"
 #include "models/kinds.h"
 #include "models/transformer.h"
 #include "models/vit.h"
@@ -115,7 +116,8 @@ static int evaluate(const RankEnv *env, TrainJob *job, Engine *e, const Dataset 
     rep->samples = ds->n;
     rep->correct = (long)totals[0];
     rep->wall_time = clock_seconds() - t0;
-    rep->accuracy = ds->n ? (double)totals[0] / (double)ds->n : 0.0;
+    /* a language model predicts a text's bytes: no class to count correct, its loss says it all */
+    rep->accuracy = ds->text ? NAN : ds->n ? (double)totals[0] / (double)ds->n : 0.0;
     rep->loss = ds->n ? (double)totals[1] / (double)ds->n : 0.0;
     if (env->rank == 0) job->last_eval = *rep;
     return 0;
@@ -419,6 +421,41 @@ static int full_save_unit(void *user, int u, const float *full, Err *err) {
     return rc;
 }
 
+/* --save-hf: the same gathering, into a Hugging Face folder (rank 0's writer), the parameters
+ * in unit order. */
+typedef struct HfSave {
+    HfWriter *w;
+    const Plan *plan;
+} HfSave;
+
+static int hf_save_unit(void *user, int u, const float *full, Err *err) {
+    HfSave *s = user;
+    const Unit *unit = &s->plan->units[u];
+    int rc = 0;
+    for (int i = 0; s->w && !rc && i < unit->nparams; i++)
+        rc = hf_writer_next(s->w, full + unit->params[i].offset, err);
+    return rc;
+}
+
+static int save_hf(const RankEnv *env, TrainJob *job, Engine *e, Err *err) {
+    HfSave s = {.plan = job->plan};
+    int *order = malloc((size_t)job->model->nparams * sizeof *order), n = 0;
+    if (!order) return err_set(err, ERR_NOMEM, "out of memory writing %s", job->save_hf);
+    for (int u = 0; u < s.plan->nunits; u++)
+        for (int i = 0; i < s.plan->units[u].nparams; i++)
+            order[n++] = s.plan->units[u].params[i].param;
+    int rc = env->rank == 0 ? hf_writer_open(&s.w, job->model, order, n, job->save_hf, err) : 0;
+    free(order);
+    if (!rc) rc = engine_gather_units(e, hf_save_unit, &s, err);
+    if (s.w) {
+        if (rc)
+            hf_writer_abort(s.w);
+        else
+            rc = hf_writer_commit(s.w, err);
+    }
+    return rc;
+}
+
 static int save_full(const RankEnv *env, TrainJob *job, Engine *e, Err *err) {
     FullSave s = {.job = job};
     int rc = env->rank == 0 ? full_save_open(&s, engine_steps_done(e), err) : 0;
@@ -465,6 +502,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc && job->step_params && job->rank_per_process && env->world > 1)
         rc = share_values(env, job, err);
     if (!rc && job->save_full) rc = save_full(env, job, e, err);
+    if (!rc && job->save_hf) rc = save_hf(env, job, e, err);
     if (!rc && job->final_params) {
         float *full = malloc(job->model->total_numel * sizeof(float) + 1);
         rc = full ? engine_full_params(e, full, err)

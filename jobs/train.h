@@ -128,6 +128,9 @@ typedef struct TrainJob {
     /* --save-full: the trained parameters as one safetensors file (PyTorch's names), gathered
      * unit by unit at the end; NULL: none */
     const char *save_full;
+    /* --save-hf: a language model as a Hugging Face folder (jobs/export_hf.h), gathered the same
+     * way; NULL: none */
+    const char *save_hf;
     /* Optional, for looking at a small model's numbers: the full parameters before the first
      * step and after each, [(steps + 1) * total_numel], and each step's gradients,
      * [steps * total_numel]; NULL: not recorded. */

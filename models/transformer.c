@@ -20,7 +20,6 @@ enum { H_LN_W, H_LN_B, H_LM_HEAD_W, HEAD_PARAMS };
 enum { LLAMA_EMBED_PARAMS = 1 };
 enum { LLAMA_H_NORM_W, LLAMA_H_LM_HEAD_W, LLAMA_HEAD_PARAMS };
 
-#define TF_LN_EPS 1e-5f /* GPT-2's LayerNorm eps, and Llama 3's RMSNorm eps */
 #define TF_MIN_VOCAB 1000
 #define TF_MAX_PARAMS 1e13 /* what --params accepts */
 
@@ -505,10 +504,11 @@ static int head_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     if (rc || !M) return rc;
     const void *x = r->x[c->layers + 1];
     if (llama)
-        k->rmsnorm_forward(r->dtype, a->ln_f, a->ln_f_rstd, x, p[LLAMA_H_NORM_W], M, H, TF_LN_EPS);
+        k->rmsnorm_forward(r->dtype, a->ln_f, a->ln_f_rstd, x, p[LLAMA_H_NORM_W], M, H,
+                           TRANSFORMER_NORM_EPS);
     else
         k->layernorm_forward(r->dtype, a->ln_f, a->ln_f_mean, a->ln_f_rstd, x, p[H_LN_W], p[H_LN_B],
-                             M, H, TF_LN_EPS);
+                             M, H, TRANSFORMER_NORM_EPS);
     k->linear_forward(r->dtype, r->logits, a->ln_f, p[lm_head_index(r)], NULL, M, H, V);
     return 0;
 }
@@ -626,7 +626,7 @@ static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DTyp
                          .hidden = (size_t)c->hidden,
                          .mlp = (size_t)c->mlp,
                          .heads = (size_t)c->heads,
-                         .ln_eps = TF_LN_EPS,
+                         .ln_eps = TRANSFORMER_NORM_EPS,
                          .causal = 1,
                          .flash = c->attention == ATTENTION_FLASH,
                          .llama = c->arch == TRANSFORMER_LLAMA,

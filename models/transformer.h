@@ -10,6 +10,8 @@
 
 /* The vocabulary of a model that reads bytes: every byte is its own token. */
 #define TRANSFORMER_BYTE_VOCAB 256
+/* GPT-2's LayerNorm eps, and Llama 3's RMSNorm eps. */
+#define TRANSFORMER_NORM_EPS 1e-5f
 
 typedef enum {
     TRANSFORMER_GPT = 0, /* GPT-2's: LayerNorm, GELU MLP, biases, learned positions */

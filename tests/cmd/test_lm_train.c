@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tests/util.h"
 
@@ -89,16 +90,48 @@ Test(lm_train, the_presets_learn_alike_at_one_rank_and_four) {
     }
 }
 
-/* Without --text, the text the README names (Open MPI's release notes, which .ci/deps.sh's
- * openmpi-bin installs), decompressed: its sequences counted on the data line. */
+/* Without --text, the text the README names (the fortunes package's cookies, which .ci/deps.sh
+ * installs): its text files counted, its index files left out, gathered into a token file in the
+ * cache ($FSDP_CACHE, which make test points into the build), then mapped by the next run. */
 Test(lm_train, the_default_text_is_there) {
     char *out = fsdp_ok("train --model transformer --ranks 1 --steps 2");
-    cr_expect(strstr(out, "data: /usr/share/doc/openmpi-bin/NEWS.gz, 3,737 sequences of 64 bytes "
+    cr_expect(strstr(out, "data: /usr/share/games/fortunes (43 files; 43 more hold a 0 byte, not "
+                          "text, and are left out), 2,576,674 bytes: 40,260 sequences of 64 bytes "
                           "(each byte predicts the next)\n"),
               "%s", out);
-    cr_expect(strstr(out, "run: 2 steps (an epoch is 233 steps of 16 sequences)\n"), "%s", out);
+    cr_expect(strstr(out, "run: 2 steps (an epoch is 2516 steps of 16 sequences)\n"), "%s", out);
     cr_expect(strstr(out, "step     2/2  epoch 1  loss "), "%s", out);
     free(out);
+    out = fsdp_ok("train --model transformer --ranks 1 --steps 1");
+    cr_expect(strstr(out, "tokens: ") && strstr(out, ".tokens, made before (every rank maps it "
+                                                     "read-only)\n"),
+              "%s", out);
+    free(out);
+}
+
+/* --val-size holds out the text's last sequences: the epoch is what is left, and each evaluation
+ * prints the held-out loss in nats and in bits per byte (the same loss over ln 2). */
+Test(lm_train, validation_holds_out_the_last_sequences) {
+    char dir[256], text[300];
+    fresh_test_dir(dir, sizeof dir, "lm_train", "val");
+    write_text(dir, "text.txt", text, sizeof text);
+    char *out = fsdp_ok("train --model transformer --text %s --ranks 2 --batch-size 4 --steps 6 "
+                        "--val-size 20 --eval-every 3",
+                        text);
+    cr_expect(strstr(out, "validation: the last 20 sequences, held out\n"), "%s", out);
+    cr_expect(strstr(out, "an epoch is 18 steps of 8 sequences"), "%s", out); /* (170 - 20) / 8 */
+    const char *at = strstr(out, "validation at step 3 (epoch 1): loss ");
+    cr_assert(at, "%s", out);
+    double nats = 0, bits = 0;
+    cr_assert_eq(sscanf(at, "validation at step 3 (epoch 1): loss %lf nats/byte, %lf bits/byte",
+                        &nats, &bits),
+                 2, "%s", at);
+    cr_expect(nats > 0 && nats < 6.0, "%g", nats); /* below ln 256 = 5.55 plus a margin */
+    cr_expect_float_eq(bits, nats / 0.69314718055994531, 1e-3, "%g vs %g", bits, nats);
+    cr_expect(strstr(at, "(lowest so far), 20 sequences"), "%s", at);
+    cr_expect(strstr(out, "validation after epoch 1 (step 6): loss "), "%s", out);
+    free(out);
+    remove_test_dir(dir);
 }
 
 /* Each bad text or flag is the only line printed, exit 2, before any training, and a file that
@@ -119,13 +152,16 @@ Test(lm_train, bad_input_is_one_line_and_exit_2) {
     fputs("sixty-four bytes make a sequence; this line has fewer than that.", f); /* 64 */
     fclose(f);
     write_text(dir, "text.txt", text, sizeof text);
+    char none[300];
+    snprintf(none, sizeof none, "%s/none", dir);
+    cr_assert_eq(mkdir(none, 0755), 0);
     char cases[][2][512] = {
         {"--text %s/missing.txt",
          "--text %s/missing.txt: cannot open it: No such file or directory"},
         {"--text %s/empty.txt", "--text %s/empty.txt is empty"},
         {"--text %s/short.txt", "--text %s/short.txt has 64 bytes; one sequence of --seq 64 needs "
                                 "65 (each byte predicts the one after it)"},
-        {"--text %s", "--text %s is a directory; give a text file"},
+        {"--text %s/none", "--text %s/none: the folder holds no files"},
         {"--text %s/precious --seq 70000", "--seq must be"},
         {"--text %s/text.txt --seq 0", "--seq must be"},
         {"--text %s/text.txt --heads 5", "--hidden must be a multiple of --heads (got 128 and 5)"},

@@ -83,13 +83,15 @@ Test(validation_cli, bad_input_is_one_line_and_exit_2) {
         {"train --model vit-tiny --val-size 1000 --eval-every 0",
          "fsdp: --eval-every must be an integer from 1 to 1000000000 (got '0')"},
         {"train --model vit-tiny --eval-every 10",
-         "fsdp: --eval-every needs --val-size N (the held-out images it evaluates)"},
+         "fsdp: --eval-every needs --val-size N (the held-out samples it evaluates)"},
         {"train --model vit-tiny --val-size 1000 --eval false",
-         "fsdp: --val-size evaluates the images it holds out; it cannot go with --eval false"},
+         "fsdp: --val-size evaluates the samples it holds out; it cannot go with --eval false"},
         {"train --val-size 10",
-         "fsdp: --val-size holds out images: it applies to the ViT models, not the toy"},
-        {"train --model transformer --val-size 10",
-         "fsdp: --val-size holds out images: it applies to the ViT models, not transformer"},
+         "fsdp: --val-size holds out images or sequences: it applies to the ViT models and the "
+         "transformers, not the toy"},
+        {"train --model transformer --val-size 40260",
+         "fsdp: --val-size 40260 holds out the whole text (40260 sequences); it must be below "
+         "40260"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
     /* a best that is not fsdp's link is refused, not replaced */

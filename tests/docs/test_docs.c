@@ -56,6 +56,8 @@ static const char *const masks[][2] = {
     {"step +[0-9][0-9.]* us \\(measured\\)", "step # us (measured)"},      /* a real rank's step */
     {"\\(pid [0-9]+\\)", "(pid #)"},                                       /* process ids */
     {"process resident .*", "process resident #"}, /* measured resident memory per rank */
+    /* a text's token file: its cache folder and its key (the sources' times) are the machine's */
+    {"tokens: .*/text-[0-9a-f]+\\.tokens, made [a-z]+", "tokens: #/text-#.tokens, made #"},
 };
 enum { NMASKS = sizeof masks / sizeof masks[0] };
 
@@ -69,6 +71,7 @@ static const struct {
     double tolerance;
 } tolerances[] = {
     {"loss(\":| +)$", WITHIN_RELATIVE, 0.02},                  /* a loss: 2% */
+    {"nats/byte, $", WITHIN_RELATIVE, 0.02},                   /* and in bits */
     {"accuracy:? +$", WITHIN_ABSOLUTE, 1.0},                   /* an accuracy in percent: 1 point */
     {"accuracy:? +[0-9.]+% \\($", WITHIN_SHARE_OF_NEXT, 0.01}, /* its count: 1% of the images */
     {"\"accuracy\":$", WITHIN_ABSOLUTE, 0.01},                 /* one as a fraction in JSON */
