@@ -36,8 +36,13 @@ typedef struct Kernels {
     const char *name;
     /* Bit t set: the ops take compute dtype t (kernels_computes_in). */
     unsigned dtypes;
-    /* The longest sequence T the attention ops take (0: any the memory holds). */
+    /* The longest sequence T eager attention takes (attention_*, causal_attention_forward,
+     * gqa_attention_*: they keep T x T probabilities), and flash attention (flash_attention_*,
+     * which keeps only lse); 0: any the memory holds. Two limits, because a table's flash kernels
+     * may take sequences its eager ones cannot (models/transformer.c reads the one its config's
+     * attention uses). */
     size_t max_tokens;
+    size_t max_flash_tokens;
 
     /* Element-type conversion with round-to-nearest-even; src and dst may not overlap. */
     void (*cast)(void *dst, DType dst_type, const void *src, DType src_type, size_t n);
@@ -108,7 +113,7 @@ typedef struct Kernels {
      * qkv[B, T, 3C] packs q, k, v (columns [0,C), [C,2C), [2C,3C)); head h uses columns
      * [h*D, (h+1)*D) of each, D = C/heads. probs[B, heads, T, T] = softmax(q k^T / sqrt(D))
      * over the last dim (saved for backward); out[B, T, C] = probs . v, heads concatenated.
-     * T <= the table's max_tokens. */
+     * T <= the table's max_tokens (as for causal_attention_forward and gqa_attention_*). */
     void (*attention_forward)(DType t, void *out, void *probs, const void *qkv, size_t B, size_t T,
                               size_t C, size_t heads);
     /* dqkv[B, T, 3C] = gradient wrt qkv, from dout[B, T, C]. */
@@ -228,7 +233,7 @@ typedef struct Kernels {
      * its scaled scores, in place of the probabilities. Backward recomputes each (sample, head)
      * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns; the GPU's
      * recomputes a row at a time on chip and leaves it alone) and needs out for each row's sum
-     * of dout * out. */
+     * of dout * out. T <= the table's max_flash_tokens. */
     void (*flash_attention_forward)(DType t, void *out, float *lse, const void *q, const void *k,
                                     const void *v, const AttnShape *s);
     void (*flash_attention_backward)(DType t, void *dq, void *dk, void *dv, const void *dout,
@@ -275,8 +280,9 @@ static inline int kernels_computes_in(const Kernels *k, DType t) {
     return (k->dtypes & KERNEL_DTYPE_BIT(t)) != 0;
 }
 
-/* The longest sequence the CUDA attention kernels take (a row of probabilities in shared memory);
- * the CPU's take any (kernels_cpu.max_tokens 0). */
+/* The longest sequence the CUDA eager attention kernels take (a row of probabilities in shared
+ * memory): kernels_cuda.max_tokens. The CPU's take any (kernels_cpu.max_tokens and
+ * max_flash_tokens 0). */
 #define KERNELS_MAX_TOKENS 256
 
 extern const Kernels kernels_cpu;

@@ -608,12 +608,14 @@ static const TStackEnds *ends_of(const TransformerConfig *c) {
 static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DType compute,
                          size_t max_batch, ModelRun **out, Err *err) {
     const TransformerConfig *c = m->config;
-    /* what a computed run needs beyond a plan's shape: a sequence the kernels' attention takes
-     * (the GPU's keeps a row in shared memory), and every byte a row of the embedding */
-    if (!dev->accounting_only && k->max_tokens && (size_t)c->seq > k->max_tokens)
+    /* what a computed run needs beyond a plan's shape: a sequence the kernels' attention of the
+     * config's kind takes (the GPU's eager attention keeps a row in shared memory; flash has a
+     * limit of its own), and every byte a row of the embedding */
+    const size_t max_tokens = c->attention == ATTENTION_FLASH ? k->max_flash_tokens : k->max_tokens;
+    if (!dev->accounting_only && max_tokens && (size_t)c->seq > max_tokens)
         return err_set(err, ERR_USAGE,
-                       "--seq %d is more than the %zu tokens the %s kernels' attention takes",
-                       c->seq, k->max_tokens, k->name);
+                       "--seq %d is more than the %zu tokens the %s kernels' %s attention takes",
+                       c->seq, max_tokens, k->name, attention_name(c->attention));
     if (!dev->accounting_only && c->vocab < TRANSFORMER_BYTE_VOCAB)
         return err_set(err, ERR_USAGE,
                        "a vocabulary of %d cannot hold a byte's %d values: a computed run "

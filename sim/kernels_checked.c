@@ -626,7 +626,11 @@ static void flash_attention_backward(DType t, void *dq, void *dk, void *dv, cons
     report(__func__, &l)->flash_attention_backward(t, dq, dk, dv, dout, q, k, v, out, lse, work, s);
 }
 
-/* Every dtype: t passes through to the bound table, whose own .dtypes say what it computes in. */
+/* Every dtype and no limits: t and T pass through to the bound table (kernels_cpu or
+ * kernels_none, neither of which limits T), whose own .dtypes say what it computes in. */
 #define SAME_NAME(op) .op = op,
-const Kernels kernels_checked = {
-    .name = "checked", .dtypes = KERNEL_ALL_DTYPES, KERNEL_OPS(SAME_NAME)};
+const Kernels kernels_checked = {.name = "checked",
+                                 .dtypes = KERNEL_ALL_DTYPES,
+                                 .max_tokens = 0,
+                                 .max_flash_tokens = 0,
+                                 KERNEL_OPS(SAME_NAME)};

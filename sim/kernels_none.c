@@ -183,5 +183,9 @@ static void flash_attention_backward(DType t, void *dq, void *dk, void *dv, cons
 }
 
 #define SAME_NAME(op) .op = op,
-const Kernels kernels_none = {
-    .name = "none (accounting only)", .dtypes = KERNEL_ALL_DTYPES, KERNEL_OPS(SAME_NAME)};
+/* No limits: nothing is computed, and an accounting-only run takes any sequence. */
+const Kernels kernels_none = {.name = "none (accounting only)",
+                              .dtypes = KERNEL_ALL_DTYPES,
+                              .max_tokens = 0,
+                              .max_flash_tokens = 0,
+                              KERNEL_OPS(SAME_NAME)};

@@ -255,4 +255,10 @@ float f32_mse_loss(const float *y, const float *target, float *dy, size_t n) {
 }
 
 #define CPU_OP(op) .op = cpu_##op,
-const Kernels kernels_cpu = {.name = "cpu", .dtypes = KERNEL_ALL_DTYPES, KERNEL_OPS(CPU_OP)};
+/* Attention of any length: the probabilities (eager's, and flash's one pair at a time in the
+ * caller's work tile) are host memory. */
+const Kernels kernels_cpu = {.name = "cpu",
+                             .dtypes = KERNEL_ALL_DTYPES,
+                             .max_tokens = 0,
+                             .max_flash_tokens = 0,
+                             KERNEL_OPS(CPU_OP)};

@@ -1,6 +1,7 @@
-/* llama_ops: the Llama-shaped block's ops on the GPU (RMSNorm, SwiGLU, RoPE) and attention over
- * grouped, strided operands, eager and flash (semantics in ../kernels.h). Simple kernels that
- * mirror the CPU code: one thread block per row, or a thread per element. */
+/* llama_ops: the Llama-shaped block's ops on the GPU (RMSNorm, SwiGLU, RoPE) and eager attention
+ * over grouped, strided operands (semantics in ../kernels.h; flash attention is
+ * flash_attention.cu's). Simple kernels that mirror the CPU code: one thread block per row, or a
+ * thread per element. */
 #include <math.h>
 
 #include <type_traits>
@@ -8,18 +9,17 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
-// Attention: one block per (sample, query head, query row) keeps that row's T scores in shared
-// memory (T <= KERNELS_MAX_TOKENS). Backward adds each row's share of dk and dv with atomicAdd
-// (a K,V head's gradient sums over rows and over its group's query heads): within fp32 rounding
-// of the CPU's order, not the same bits run to run. Flash's backward recomputes its row from
-// lse, so it needs none of the caller's work tile.
+// Eager attention: one block per (sample, query head, query row) keeps that row's T scores in
+// shared memory (T <= KERNELS_MAX_TOKENS). Backward adds each row's share of dk and dv with
+// atomicAdd (a K,V head's gradient sums over rows and over its group's query heads): within fp32
+// rounding of the CPU's order, not the same bits run to run.
 //
 // Dtypes: every kernel is a template over E, the compute dtype's element type (cuda_common.cuh;
 // E, since T is the sequence length), and computes in fp32. Eager attention stores probs in E
 // (out is computed from the fp32 row before that rounding, as the CPU's) and its backward reads
-// them back in E; flash keeps lse in fp32. A bf16 or fp16 dk or dv cannot take atomic adds (each
-// would round), so backward then adds into fp32 accumulators in the context's cuBLASLt
-// workspace, as many samples at a time as it holds, and rounds them into dk and dv once.
+// them back in E. A bf16 or fp16 dk or dv cannot take atomic adds (each would round), so
+// backward then adds into fp32 accumulators in the context's cuBLASLt workspace, as many samples
+// at a time as it holds, and rounds them into dk and dv once.
 
 namespace {
 
@@ -142,11 +142,10 @@ __host__ Shape shape_of(const AttnShape *s) {
                  s->head_dim, s->q_stride, s->kv_stride, s->causal};
 }
 
-// Block (row t of pair b * heads + h): scores into p[T] (shared), softmax, out row; probs row
-// and lse as asked (either may be NULL).
+// Block (row t of pair b * heads + h): scores into p[T] (shared), softmax, out row, probs row.
 template <class E>
-__global__ void attention_forward_kernel(E *out, E *probs, float *lse, const E *q, const E *k,
-                                         const E *v, Shape s) {
+__global__ void attention_forward_kernel(E *out, E *probs, const E *q, const E *k, const E *v,
+                                         Shape s) {
     __shared__ float p[KERNELS_MAX_TOKENS];
     __shared__ float red[32];
     const size_t t = blockIdx.x % s.T, pair = blockIdx.x / s.T;
@@ -172,9 +171,8 @@ __global__ void attention_forward_kernel(E *out, E *probs, float *lse, const E *
     const float inv = 1.0f / sum;
     for (size_t j = threadIdx.x; j < s.T; j += blockDim.x) {
         p[j] = j < keys ? p[j] * inv : 0.0f;
-        if (probs) store(probs, pair * s.T * s.T + t * s.T + j, p[j]);
+        store(probs, pair * s.T * s.T + t * s.T + j, p[j]);
     }
-    if (lse && threadIdx.x == 0) lse[pair * s.T + t] = mx * scale + logf(sum);
     __syncthreads();
     const size_t C = s.heads * s.D;
     for (size_t d = threadIdx.x; d < s.D; d += blockDim.x) {
@@ -200,12 +198,11 @@ struct KvAcc {
     size_t b0, stride;
 };
 
-// Block (row t of pair pair0 + blockIdx.x / T): P row (saved, or exp(score - lse)), dP = dout
-// v^T, dS, dq's row, and this row's share of dk and dv (atomics into acc).
+// Block (row t of pair pair0 + blockIdx.x / T): P row (saved), dP = dout v^T, dS, dq's row, and
+// this row's share of dk and dv (atomics into acc).
 template <class E>
 __global__ void attention_backward_kernel(E *dq, KvAcc acc, size_t pair0, const E *dout, const E *q,
-                                          const E *k, const E *v, const E *probs, const E *out,
-                                          const float *lse, Shape s) {
+                                          const E *k, const E *v, const E *probs, Shape s) {
     __shared__ float p[KERNELS_MAX_TOKENS], ds[KERNELS_MAX_TOKENS];
     __shared__ float red[32];
     const size_t t = blockIdx.x % s.T, pair = pair0 + blockIdx.x / s.T;
@@ -216,26 +213,13 @@ __global__ void attention_backward_kernel(E *dq, KvAcc acc, size_t pair0, const 
     const size_t keys = s.causal ? t + 1 : s.T;
     float rowsum = 0.0f;
     for (size_t j = threadIdx.x; j < keys; j += blockDim.x) {
-        const E *kj = k + (b * s.T + j) * s.kvs + g * s.D;
         const E *vj = v + (b * s.T + j) * s.kvs + g * s.D;
-        float pj;
-        if (probs) {
-            pj = load(probs, pair * s.T * s.T + t * s.T + j);
-        } else {
-            float a = 0.0f;
-            for (size_t d = 0; d < s.D; d++) a += load(qt, d) * load(kj, d);
-            pj = expf(a * scale - lse[pair * s.T + t]);
-        }
+        const float pj = load(probs, pair * s.T * s.T + t * s.T + j);
         float dp = 0.0f;
         for (size_t d = 0; d < s.D; d++) dp += load(go, d) * load(vj, d);
         p[j] = pj;
         ds[j] = dp;
         rowsum += pj * dp;
-    }
-    if (!probs) { // flash keeps out: the row's sum is dout . out
-        rowsum = 0.0f;
-        const E *ot = out + (b * s.T + t) * C + h * s.D;
-        for (size_t d = threadIdx.x; d < s.D; d += blockDim.x) rowsum += load(go, d) * load(ot, d);
     }
     rowsum = block_sum(rowsum, red);
     for (size_t j = threadIdx.x; j < keys; j += blockDim.x) ds[j] = p[j] * (ds[j] - rowsum) * scale;
@@ -350,10 +334,10 @@ static int attn_empty(const AttnShape *s) {
 }
 
 template <class E>
-static void attention_forward(E *out, E *probs, float *lse, const E *q, const E *k, const E *v,
+static void attention_forward(E *out, E *probs, const E *q, const E *k, const E *v,
                               const AttnShape *s, const char *where) {
     const unsigned rows = (unsigned)(s->B * s->heads * s->T);
-    attention_forward_kernel<<<rows, ROW_THREADS, 0, cuda_ctx()->stream>>>(out, probs, lse, q, k, v,
+    attention_forward_kernel<<<rows, ROW_THREADS, 0, cuda_ctx()->stream>>>(out, probs, q, k, v,
                                                                            shape_of(s));
     CUDA_LAUNCHED(where);
 }
@@ -364,8 +348,7 @@ static void attention_forward(E *out, E *probs, float *lse, const E *q, const E 
 // 16384), each chunk's rounded into dk and dv once its rows are done.
 template <class E>
 static void attention_backward(E *dq, E *dk, E *dv, const E *dout, const E *q, const E *k,
-                               const E *v, const E *probs, const E *out, const float *lse,
-                               const AttnShape *s, const char *where) {
+                               const E *v, const E *probs, const AttnShape *s, const char *where) {
     CudaContext *ctx = cuda_ctx();
     cudaStream_t stream = ctx->stream;
     const size_t rows = s->B * s->T, cols = s->kv_heads * s->head_dim;
@@ -375,7 +358,7 @@ static void attention_backward(E *dq, E *dk, E *dv, const E *dout, const E *q, c
         zero_rows_kernel<<<cuda_blocks(rows * cols, EW_THREADS), EW_THREADS, 0, stream>>>(
             dv, rows, cols, s->kv_stride);
         attention_backward_kernel<<<(unsigned)(s->B * s->heads * s->T), ROW_THREADS, 0, stream>>>(
-            dq, KvAcc{dk, dv, 0, s->kv_stride}, 0, dout, q, k, v, probs, out, lse, shape_of(s));
+            dq, KvAcc{dk, dv, 0, s->kv_stride}, 0, dout, q, k, v, probs, shape_of(s));
         CUDA_LAUNCHED(where);
     } else {
         const size_t sample = s->T * cols; // floats of one sample's dk (and of its dv)
@@ -392,7 +375,7 @@ static void attention_backward(E *dq, E *dk, E *dv, const E *dout, const E *q, c
                           where))
                 return;
             attention_backward_kernel<<<(unsigned)(nb * s->heads * s->T), ROW_THREADS, 0, stream>>>(
-                dq, KvAcc{acc_k, acc_v, b0, cols}, b0 * s->heads, dout, q, k, v, probs, out, lse,
+                dq, KvAcc{acc_k, acc_v, b0, cols}, b0 * s->heads, dout, q, k, v, probs,
                 shape_of(s));
             if (CUDA_LAUNCHED(where)) return;
             const size_t at = b0 * s->T * s->kv_stride;
@@ -408,8 +391,8 @@ extern "C" void cuda_gqa_attention_forward(DType t, void *out, void *probs, cons
     if (attn_empty(s)) return;
     cuda_dispatch(t, "gqa_attention_forward", [&](auto e) {
         using E = typename decltype(e)::type;
-        attention_forward((E *)out, (E *)probs, (float *)NULL, (const E *)q, (const E *)k,
-                          (const E *)v, s, "gqa_attention_forward");
+        attention_forward((E *)out, (E *)probs, (const E *)q, (const E *)k, (const E *)v, s,
+                          "gqa_attention_forward");
     });
 }
 
@@ -420,31 +403,6 @@ extern "C" void cuda_gqa_attention_backward(DType t, void *dq, void *dk, void *d
     cuda_dispatch(t, "gqa_attention_backward", [&](auto e) {
         using E = typename decltype(e)::type;
         attention_backward((E *)dq, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k,
-                           (const E *)v, (const E *)probs, (const E *)NULL, (const float *)NULL, s,
-                           "gqa_attention_backward");
-    });
-}
-
-extern "C" void cuda_flash_attention_forward(DType t, void *out, float *lse, const void *q,
-                                             const void *k, const void *v, const AttnShape *s) {
-    if (attn_empty(s)) return;
-    cuda_dispatch(t, "flash_attention_forward", [&](auto e) {
-        using E = typename decltype(e)::type;
-        attention_forward((E *)out, (E *)NULL, lse, (const E *)q, (const E *)k, (const E *)v, s,
-                          "flash_attention_forward");
-    });
-}
-
-extern "C" void cuda_flash_attention_backward(DType t, void *dq, void *dk, void *dv,
-                                              const void *dout, const void *q, const void *k,
-                                              const void *v, const void *out, const float *lse,
-                                              float *work, const AttnShape *s) {
-    (void)work; // each block recomputes its own row from lse
-    if (attn_empty(s)) return;
-    cuda_dispatch(t, "flash_attention_backward", [&](auto e) {
-        using E = typename decltype(e)::type;
-        attention_backward((E *)dq, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k,
-                           (const E *)v, (const E *)NULL, (const E *)out, lse, s,
-                           "flash_attention_backward");
+                           (const E *)v, (const E *)probs, s, "gqa_attention_backward");
     });
 }

@@ -3,6 +3,9 @@
 #include "kernels/cuda/kernels_cuda.h"
 
 #define CUDA_OP(op) cuda_##op,
-// bf16/fp16 forms exist: KERNEL_ALL_DTYPES once tests/gpu/test_cuda_dtypes.c passes on a GPU
+// bf16/fp16 forms exist: KERNEL_ALL_DTYPES once tests/gpu/test_cuda_dtypes.c passes on a GPU.
+// Eager attention keeps a row of probabilities in shared memory: KERNELS_MAX_TOKENS. Flash
+// attention (flash_attention.cu) is tiled and takes any T, but no GPU has run it yet: its limit
+// becomes 0 once tests/gpu (test_cuda_llama_ops.c, test_cuda_dtypes.c) pass on a GPU.
 extern "C" const Kernels kernels_cuda = {"cuda", KERNEL_DTYPE_BIT(DTYPE_FP32), KERNELS_MAX_TOKENS,
-                                          KERNEL_OPS(CUDA_OP)};
+                                         KERNELS_MAX_TOKENS, KERNEL_OPS(CUDA_OP)};

@@ -257,7 +257,8 @@ Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
     cases[1].vocab = 255;
     Kernels capped = kernels_cpu;
     capped.max_tokens = 256;
-    const char *want[2] = {"--seq 257 is more than the 256 tokens the cpu kernels' attention takes",
+    const char *want[2] = {"--seq 257 is more than the 256 tokens the cpu kernels' eager attention "
+                           "takes",
                            "a vocabulary of 255 cannot hold a byte's 256 values: a computed run "
                            "reads bytes"};
     for (int i = 0; i < 2; i++) {
@@ -274,6 +275,59 @@ Test(transformer, a_computed_run_refuses_what_it_cannot_compute) {
         device_sim_release(&dev);
         model_desc_free(&m);
     }
+}
+
+/* run_create's answer for the small transformer at `seq` with `attention` on table k: 0 (the run
+ * made and destroyed) or the error, whose line is left in err. */
+static int create_at(const Kernels *k, int seq, AttentionKind attention, Err *err) {
+    TransformerConfig c = small_config();
+    c.seq = seq;
+    c.attention = attention;
+    ModelDesc m;
+    small_model(&m, &c);
+    SimDevice dev;
+    SimClock clock = {0};
+    device_sim_init(&dev, 0, &clock, NULL, profile_default());
+    ModelRun *run = NULL;
+    const int rc = m.ops->run_create(&m, &dev.base, k, DTYPE_FP32, 2, &run, err);
+    if (rc == 0) m.ops->run_destroy(run);
+    cr_expect_eq(rc == 0, run != NULL);
+    device_sim_release(&dev);
+    model_desc_free(&m);
+    return rc;
+}
+
+/* The sequence limit is the one of the config's attention: a table's eager kernels may keep T x T
+ * probabilities on chip (the GPU's: max_tokens KERNELS_MAX_TOKENS) while its flash kernels take
+ * any T (max_flash_tokens 0), or have a limit of their own (kernels_cuda's until its tiled flash
+ * kernels have passed tests/gpu on a GPU). The CPU's take any length of either kind. */
+Test(transformer, the_sequence_limit_is_the_attention_kinds_own) {
+    cr_expect_eq(kernels_cpu.max_tokens, 0);
+    cr_expect_eq(kernels_cpu.max_flash_tokens, 0);
+    Err err = {0};
+    cr_expect_eq(create_at(&kernels_cpu, 512, ATTENTION_EAGER, &err), 0, "%s", err.msg);
+    cr_expect_eq(create_at(&kernels_cpu, 512, ATTENTION_FLASH, &err), 0, "%s", err.msg);
+
+    Kernels gpu_like = kernels_cpu; /* a GPU's limits on kernels this test can run */
+    gpu_like.max_tokens = KERNELS_MAX_TOKENS;
+    gpu_like.max_flash_tokens = 0;
+    err = (Err){0};
+    cr_expect_eq(create_at(&gpu_like, 512, ATTENTION_EAGER, &err), ERR_USAGE);
+    expect_one_line(&err, "--seq 512 is more than the 256 tokens the cpu kernels' eager attention "
+                          "takes");
+    err = (Err){0};
+    cr_expect_eq(create_at(&gpu_like, 512, ATTENTION_FLASH, &err), 0, "%s", err.msg);
+    cr_expect_eq(create_at(&gpu_like, KERNELS_MAX_TOKENS, ATTENTION_EAGER, &err), 0, "%s", err.msg);
+
+    gpu_like.max_flash_tokens = KERNELS_MAX_TOKENS; /* kernels_cuda's, for now */
+    err = (Err){0};
+    cr_expect_eq(create_at(&gpu_like, 512, ATTENTION_FLASH, &err), ERR_USAGE);
+    expect_one_line(&err, "--seq 512 is more than the 256 tokens the cpu kernels' flash attention "
+                          "takes");
+    /* a flash limit alone leaves eager's as it is */
+    gpu_like.max_tokens = 0;
+    err = (Err){0};
+    cr_expect_eq(create_at(&gpu_like, 512, ATTENTION_EAGER, &err), 0, "%s", err.msg);
 }
 
 /* One zero3 training step of the small transformer on 4 simulated ranks of 2 sequences each,
