@@ -81,6 +81,37 @@ def model_flops_per_image(layers, hidden, mlp, tokens=17, classes=10, patch=7):
     return 6 * params * tokens + 12 * layers * tokens * tokens * hidden
 
 
+def common_args(p):
+    """The flags every GPU benchmark here takes: our binary, timing, JSON, the GPU's peaks."""
+    p.add_argument("--fsdp", default="./fsdp")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--json", action="store_true", help="also one JSON line per row")
+    p.add_argument("--peak-tflops", default="",
+                   help="F,T,B: the GPU's dense fp32, TF32 and bf16 peaks (default: by its name)")
+
+
+def one_rank_or_skip(name, port, needs):
+    """torch with a CUDA device and the modules `needs`, in a process group of one on NCCL; None
+    (one line on stderr) when any is missing, so a caller can skip."""
+    import importlib
+    try:
+        import torch
+        import torch.distributed as dist
+        for module in needs:
+            importlib.import_module(module)
+    except ImportError as e:
+        print(f"{name}: skipped: {e}", file=sys.stderr)
+        return None
+    if not torch.cuda.is_available():
+        print(f"{name}: skipped: no CUDA device", file=sys.stderr)
+        return None
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+    return torch
+
+
 def gpu_peaks(name, override):
     if override:
         f, t, b = (float(x) for x in override.split(","))
@@ -147,6 +178,25 @@ def fully_shard_like_fsdp2(model, param_dtype):
     return model
 
 
+def timed_steps(step, warmup, steps):
+    """Runs step(i) warmup + steps times, each between device syncs: the wall times of the last
+    `steps` and the last step's return; the device's peak memory counts from the first timed one
+    (Adam's state and every cuBLAS workspace exist by then)."""
+    import torch
+    times, last = [], None
+    for i in range(warmup + steps):
+        if i == warmup:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        last = step(i)
+        torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times, last
+
+
 def time_torch(name, row, args, pixels, labels):
     """(img/s, peak bytes without data set and workspaces, the bytes so excluded, last loss)."""
     import torch
@@ -159,30 +209,22 @@ def time_torch(name, row, args, pixels, labels):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     perm = torch.randperm(pixels.shape[0], generator=torch.Generator().manual_seed(0))
-    times = []
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            # Adam's state and every cuBLAS workspace exist by now: the peak is a timed step's
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def step(i):
         # the batch staged as ours stages it (models/vit.c stage_batch): gathered and normalised
         # on the host, then copied to the device, inside the timed step
-        at = (step * batch) % (pixels.shape[0] - batch)
+        at = (i * batch) % (pixels.shape[0] - batch)
         idx = perm[at:at + batch]
         x = ((pixels[idx].float() / 255.0 - 0.5) / 0.5).view(batch, 1, 28, 28).cuda()
-        y = labels[idx].cuda()
-        loss = loss_fn(model(x), y)
+        loss = loss_fn(model(x), labels[idx].cuda())
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        last = float(loss)  # ours reads its loss back every step under --json; so does this
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
+        return float(loss)  # ours reads its loss back every step under --json; so does this
+
+    times, last = timed_steps(step, args.warmup, args.steps)
     peak = torch.cuda.max_memory_allocated()
-    del model, opt, loss, x, y
+    del model, opt
     gc.collect()
     torch.cuda.synchronize()
     kept = torch.cuda.memory_allocated()  # cuBLAS workspaces (allocated, never freed)
@@ -196,18 +238,27 @@ def time_ours(name, row, args):
            "--batch-size", str(batch), "--steps", str(args.warmup + args.steps),
            "--reduce-dtype", "fp32", "--eval", "false", "--json", "--data", args.data]
     cmd += ROWS[row][3]
+    res = run_ours(cmd, args.warmup)
+    if "error" in res:
+        return res
+    timed, peak, last = res["timed"], res["peak"], res["last"]
+    return {"img_s": batch / statistics.median(timed), "peak_bytes": peak, "last_loss": last}
+
+
+def run_ours(cmd, warmup):
+    """Runs `fsdp train ... --json`: the wall times of its steps after `warmup`, its peak bytes,
+    its last loss; or {"error": its last line}."""
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": " ".join((out.stderr or out.stdout).strip().splitlines()[-1:])}
     lines = out.stdout.splitlines()
     steps = [json.loads(line) for line in lines if line.startswith('{"step"')]
-    # wall_s: host clock around one step that ends with its loss read back, as time_torch's
-    timed = [s["wall_s"] for s in steps[args.warmup:]]
+    # wall_s: host clock around one step that ends with its loss read back, as the torch sides'
+    timed = [s["wall_s"] for s in steps[warmup:]]
     peak = [json.loads(line) for line in lines if line.startswith('{"peak_bytes"')]
     if not timed or not peak:
         return {"error": "no step or peak_bytes lines in --json output"}
-    return {"img_s": batch / statistics.median(timed), "peak_bytes": peak[-1]["peak_bytes"],
-            "last_loss": steps[-1]["loss"]}
+    return {"timed": timed, "peak": peak[-1]["peak_bytes"], "last": steps[-1]["loss"]}
 
 
 def mib(b):
@@ -216,33 +267,19 @@ def mib(b):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fsdp", default="./fsdp")
+    common_args(p)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--configs", default="vit-tiny,vit-workshop")
     p.add_argument("--rows", default="fp32,tf32,bf16", help="of " + ",".join(ROWS))
-    p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--json", action="store_true", help="also one JSON line per row")
-    p.add_argument("--peak-tflops", default="",
-                   help="F,T,B: the GPU's dense fp32, TF32 and bf16 peaks (default: by its name)")
     args = p.parse_args()
-    try:
-        import torch
-        import torch.distributed as dist
-        import torchvision  # noqa: F401
-    except ImportError as e:
-        print(f"torch_fsdp2_gpu: skipped: {e}", file=sys.stderr)
-        return 0
-    if not torch.cuda.is_available():
-        print("torch_fsdp2_gpu: skipped: no CUDA device", file=sys.stderr)
-        return 0
     for r in args.rows.split(","):
         if r not in ROWS:
             raise SystemExit(f"torch_fsdp2_gpu: --rows: unknown row '{r}' (of {','.join(ROWS)})")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    torch.cuda.set_device(0)
+    torch = one_rank_or_skip("torch_fsdp2_gpu", 29511, ["torchvision"])
+    if torch is None:
+        return 0
+    import torch.distributed as dist
     pixels, labels = load_images(args.data)
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}; world size 1; "
           f"img/s = batch / median wall time of {args.steps} steps after {args.warmup} warm-up")

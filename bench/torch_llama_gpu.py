@@ -29,11 +29,9 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 
-from torch_fsdp2_gpu import gpu_peaks
+from torch_fsdp2_gpu import common_args, gpu_peaks, one_rank_or_skip, run_ours, timed_steps
 
 SHAPE = dict(layers=12, hidden=1024, heads=16, kv_heads=4, mlp=2560, vocab=256)
 PARAMS = 126_379_008  # fsdp plan --model llama-125m
@@ -101,13 +99,8 @@ def time_torch(seq, batch, args, text):
     opt = torch.optim.Adam(model.parameters(), lr=3e-4)
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8)
     g = torch.Generator().manual_seed(0)
-    times = []
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+
+    def step(i):
         starts = torch.randint(0, len(data) - seq - 1, (batch,), generator=g)
         rows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()]).long().cuda()
         # every position predicts the byte after it, as ours: seq predictions from seq + 1 bytes
@@ -117,12 +110,11 @@ def time_torch(seq, batch, args, text):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        last = float(loss)
-        torch.cuda.synchronize()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - t0)
+        return float(loss)
+
+    times, last = timed_steps(step, args.warmup, args.steps)
     peak = torch.cuda.max_memory_allocated()
-    del model, opt, logits, loss
+    del model, opt
     torch.cuda.empty_cache()
     return batch * seq / statistics.median(times), peak, last
 
@@ -132,44 +124,25 @@ def time_ours(seq, batch, args):
            "--seq", str(seq), "--batch-size", str(batch), "--steps", str(args.warmup + args.steps),
            "--param-dtype", "bf16", "--reduce-dtype", "fp32", "--lr", "3e-4", "--json",
            "--text", args.text]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        return {"error": " ".join((out.stderr or out.stdout).strip().splitlines()[-1:])}
-    lines = out.stdout.splitlines()
-    steps = [json.loads(line) for line in lines if line.startswith('{"step"')]
-    timed = [s["wall_s"] for s in steps[args.warmup:]]
-    peak = [json.loads(line) for line in lines if line.startswith('{"peak_bytes"')]
-    if not timed or not peak:
-        return {"error": "no step or peak_bytes lines in --json output"}
-    return {"tok_s": batch * seq / statistics.median(timed), "peak_bytes": peak[-1]["peak_bytes"],
-            "last_loss": steps[-1]["loss"]}
+    res = run_ours(cmd, args.warmup)
+    if "error" in res:
+        return res
+    return {"tok_s": batch * seq / statistics.median(res["timed"]), "peak_bytes": res["peak"],
+            "last_loss": res["last"]}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fsdp", default="./fsdp")
+    common_args(p)
     p.add_argument("--text", default=os.environ.get("FSDP_TEXT", "/usr/share/games/fortunes"))
     p.add_argument("--seqs", default="1024,4096")
-    p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=8)
-    p.add_argument("--json", action="store_true", help="also one JSON line per row")
-    p.add_argument("--peak-tflops", default="",
-                   help="F,T,B: the GPU's dense fp32, TF32 and bf16 peaks (default: by its name)")
     args = p.parse_args()
-    try:
-        import torch
-        import torch.distributed as dist
-        import transformers
-    except ImportError as e:
-        print(f"torch_llama_gpu: skipped: {e}", file=sys.stderr)
+    torch = one_rank_or_skip("torch_llama_gpu", 29512, ["transformers"])
+    if torch is None:
         return 0
-    if not torch.cuda.is_available():
-        print("torch_llama_gpu: skipped: no CUDA device", file=sys.stderr)
-        return 0
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29512")
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    torch.cuda.set_device(0)
+    import torch.distributed as dist
+    import transformers
     text = read_text(args.text)
     name = torch.cuda.get_device_name(0)
     peaks = gpu_peaks(name, args.peak_tflops)

@@ -383,7 +383,18 @@ static int check_output(const char *out, const CkptMeta *m, Err *err) {
     return 0;
 }
 
-static int write_tensors(const CkptMeta *m, const CkptPiece *order, StWriter *w, Err *err) {
+/* Where each whole tensor goes, in meta.json's order: a safetensors file, a Hugging Face folder. */
+typedef int (*TensorSink)(void *sink, const float *full, Err *err);
+
+static int to_safetensors(void *w, const float *full, Err *err) {
+    return st_writer_tensor(w, full, err);
+}
+
+static int to_hf_folder(void *w, const float *full, Err *err) {
+    return hf_writer_next(w, full, err);
+}
+
+static int write_tensors(const CkptMeta *m, TensorSink put, void *sink, Err *err) {
     size_t at = 0;
     int rc = 0;
     for (int t = 0; !rc && t < m->ntensors; t++) {
@@ -392,8 +403,8 @@ static int write_tensors(const CkptMeta *m, const CkptPiece *order, StWriter *w,
         if (!full)
             return err_set(err, ERR_NOMEM, "out of memory for %s (%zu parameters)",
                            m->tensors[t].name, m->tensors[t].numel);
-        rc = read_tensor(m, order, &at, t, full, err);
-        if (!rc) rc = st_writer_tensor(w, full, err);
+        rc = read_tensor(m, m->by_rows, &at, t, full, err);
+        if (!rc) rc = put(sink, full, err);
         free(full);
     }
     return rc;
@@ -411,7 +422,7 @@ int ckpt_consolidate(FILE *f, const char *path, const char *out, Err *err) {
         rc = st_writer_open(&w, out, l.tensors, m.ntensors, l.meta_kv, l.n_meta, err);
         if (rc == ERR_IO) rc = ERR_USAGE; /* -o where no file can be made is bad input */
     }
-    if (!rc) rc = write_tensors(&m, m.by_rows, w, err);
+    if (!rc) rc = write_tensors(&m, to_safetensors, w, err);
     if (!rc)
         rc = st_writer_commit(w, err);
     else
@@ -452,21 +463,6 @@ static int param_named(const ModelDesc *d, const char *name) {
     return -1;
 }
 
-static int write_hf_tensors(const CkptMeta *m, HfWriter *w, Err *err) {
-    size_t at = 0;
-    int rc = 0;
-    for (int t = 0; !rc && t < m->ntensors; t++) {
-        float *full = malloc(m->tensors[t].numel * sizeof *full + 1);
-        if (!full)
-            return err_set(err, ERR_NOMEM, "out of memory for %s (%zu parameters)",
-                           m->tensors[t].name, m->tensors[t].numel);
-        rc = read_tensor(m, m->by_rows, &at, t, full, err);
-        if (!rc) rc = hf_writer_next(w, full, err);
-        free(full);
-    }
-    return rc;
-}
-
 int ckpt_consolidate_hf(FILE *f, const char *path, const char *dir, Err *err) {
     CkptMeta m;
     int rc = ckpt_open(&m, path, err);
@@ -482,7 +478,7 @@ int ckpt_consolidate_hf(FILE *f, const char *path, const char *dir, Err *err) {
             rc = err_set(err, ERR_USAGE, "%s: %s is no parameter of %s", m.path, m.tensors[t].name,
                          m.model);
     if (!rc) rc = hf_writer_open(&w, &d, order, m.ntensors, dir, err);
-    if (!rc) rc = write_hf_tensors(&m, w, err);
+    if (!rc) rc = write_tensors(&m, to_hf_folder, w, err);
     if (!rc)
         rc = hf_writer_commit(w, err);
     else

@@ -412,60 +412,59 @@ static int full_save_open(FullSave *s, long step, Err *err) {
     return st_writer_open(&s->w, s->job->save_full, s->tensors, n, s->kv, s->nkv, err);
 }
 
-static int full_save_unit(void *user, int u, const float *full, Err *err) {
-    FullSave *s = user;
-    const Unit *unit = &s->job->plan->units[u];
-    int rc = 0;
-    for (int i = 0; s->w && !rc && i < unit->nparams; i++)
-        rc = st_writer_tensor(s->w, full + unit->params[i].offset, err);
-    return rc;
-}
-
-/* --save-hf: the same gathering, into a Hugging Face folder (rank 0's writer), the parameters
- * in unit order. */
-typedef struct HfSave {
-    HfWriter *w;
+/* Rank 0's destination of the parameters engine_gather_units hands it, a tensor at a time in unit
+ * order: --save-full's safetensors file or --save-hf's folder (w NULL on the other ranks). */
+typedef struct GatherSink {
     const Plan *plan;
-} HfSave;
+    int (*put)(void *w, const float *tensor, Err *err);
+    void *w;
+} GatherSink;
 
-static int hf_save_unit(void *user, int u, const float *full, Err *err) {
-    HfSave *s = user;
+static int gather_unit(void *user, int u, const float *full, Err *err) {
+    GatherSink *s = user;
     const Unit *unit = &s->plan->units[u];
     int rc = 0;
     for (int i = 0; s->w && !rc && i < unit->nparams; i++)
-        rc = hf_writer_next(s->w, full + unit->params[i].offset, err);
+        rc = s->put(s->w, full + unit->params[i].offset, err);
     return rc;
 }
 
+static int to_safetensors(void *w, const float *tensor, Err *err) {
+    return st_writer_tensor(w, tensor, err);
+}
+
+static int to_hf_folder(void *w, const float *tensor, Err *err) {
+    return hf_writer_next(w, tensor, err);
+}
+
+/* --save-hf: the parameters in unit order, into a Hugging Face folder. */
 static int save_hf(const RankEnv *env, TrainJob *job, Engine *e, Err *err) {
-    HfSave s = {.plan = job->plan};
+    const Plan *p = job->plan;
+    HfWriter *w = NULL;
     int *order = malloc((size_t)job->model->nparams * sizeof *order), n = 0;
     if (!order) return err_set(err, ERR_NOMEM, "out of memory writing %s", job->save_hf);
-    for (int u = 0; u < s.plan->nunits; u++)
-        for (int i = 0; i < s.plan->units[u].nparams; i++)
-            order[n++] = s.plan->units[u].params[i].param;
-    int rc = env->rank == 0 ? hf_writer_open(&s.w, job->model, order, n, job->save_hf, err) : 0;
+    for (int u = 0; u < p->nunits; u++)
+        for (int i = 0; i < p->units[u].nparams; i++) order[n++] = p->units[u].params[i].param;
+    int rc = env->rank == 0 ? hf_writer_open(&w, job->model, order, n, job->save_hf, err) : 0;
     free(order);
-    if (!rc) rc = engine_gather_units(e, hf_save_unit, &s, err);
-    if (s.w) {
-        if (rc)
-            hf_writer_abort(s.w);
-        else
-            rc = hf_writer_commit(s.w, err);
-    }
+    GatherSink sink = {p, to_hf_folder, w};
+    if (!rc) rc = engine_gather_units(e, gather_unit, &sink, err);
+    if (w && rc)
+        hf_writer_abort(w);
+    else if (w)
+        rc = hf_writer_commit(w, err);
     return rc;
 }
 
 static int save_full(const RankEnv *env, TrainJob *job, Engine *e, Err *err) {
     FullSave s = {.job = job};
     int rc = env->rank == 0 ? full_save_open(&s, engine_steps_done(e), err) : 0;
-    if (!rc) rc = engine_gather_units(e, full_save_unit, &s, err);
-    if (s.w) {
-        if (rc)
-            st_writer_abort(s.w);
-        else
-            rc = st_writer_commit(s.w, err);
-    }
+    GatherSink sink = {job->plan, to_safetensors, s.w};
+    if (!rc) rc = engine_gather_units(e, gather_unit, &sink, err);
+    if (s.w && rc)
+        st_writer_abort(s.w);
+    else if (s.w)
+        rc = st_writer_commit(s.w, err);
     free(s.tensors);
     return rc;
 }

@@ -117,35 +117,58 @@ static int is_false(const cJSON *c, const char *key) {
     return cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, key));
 }
 
+typedef struct KeyNumber {
+    const char *key;
+    double value;
+} KeyNumber;
+
+/* Each key's number is the value wanted (within 1e-12: eps is 1e-05 in the file). */
+static void expect_numbers(const cJSON *c, const KeyNumber *want, int n) {
+    for (int i = 0; i < n; i++)
+        cr_expect_float_eq(number(c, want[i].key), want[i].value, 1e-12, "config.json: %s",
+                           want[i].key);
+}
+
 static const char *architecture(const cJSON *c) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "architectures");
     cr_assert(cJSON_IsArray(a) && cJSON_GetArraySize(a) == 1);
     return cJSON_GetArrayItem(a, 0)->valuestring;
 }
 
-Test(export_hf, a_llama_is_llama_for_causal_lm) {
-    char dir[256];
-    fresh_test_dir(dir, sizeof dir, "export_hf", "llama");
-    free(fsdp_ok("train --model llama " SHAPE " --kv-heads 2 --ranks 2 --batch-size 2 --steps 2 "
-                 "--save-full %s/full.safetensors --save-hf %s/hf",
-                 dir, dir));
+/* Trains `flags` a few steps into a fresh folder with --save-full and --save-hf, holds the folder's
+ * tensors to `want`, and returns its config.json (dir, for remove_test_dir, into dir). */
+static cJSON *export_and_check(char *dir, const char *tag, const char *flags, const Want *want,
+                               int n) {
+    fresh_test_dir(dir, 256, "export_hf", tag);
+    free(
+        fsdp_ok("train %s --batch-size 2 --steps 2 --save-full %s/full.safetensors --save-hf %s/hf",
+                flags, dir, dir));
     char hf[300], full[300];
     snprintf(hf, sizeof hf, "%s/hf", dir);
     snprintf(full, sizeof full, "%s/full.safetensors", dir);
-    expect_tensors(hf, full, llama, sizeof llama / sizeof *llama);
-    cJSON *c = read_config(hf);
+    expect_tensors(hf, full, want, n);
+    return read_config(hf);
+}
+
+Test(export_hf, a_llama_is_llama_for_causal_lm) {
+    char dir[256];
+    cJSON *c = export_and_check(dir, "llama", "--model llama " SHAPE " --kv-heads 2 --ranks 2",
+                                llama, sizeof llama / sizeof *llama);
     cr_expect_str_eq(architecture(c), "LlamaForCausalLM");
     cr_expect_str_eq(text(c, "model_type"), "llama");
-    cr_expect_eq(number(c, "vocab_size"), 256);
-    cr_expect_eq(number(c, "hidden_size"), 32);
-    cr_expect_eq(number(c, "intermediate_size"), 48);
-    cr_expect_eq(number(c, "num_hidden_layers"), 1);
-    cr_expect_eq(number(c, "num_attention_heads"), 4);
-    cr_expect_eq(number(c, "num_key_value_heads"), 2);
-    cr_expect_eq(number(c, "head_dim"), 8);
-    cr_expect_eq(number(c, "max_position_embeddings"), 16);
-    cr_expect_eq(number(c, "rope_theta"), 500000.0);
-    cr_expect_float_eq(number(c, "rms_norm_eps"), 1e-5, 1e-12);
+    const KeyNumber sizes[] = {
+        {"vocab_size", 256},
+        {"hidden_size", 32},
+        {"intermediate_size", 48},
+        {"num_hidden_layers", 1},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},
+        {"head_dim", 8},
+        {"max_position_embeddings", 16},
+        {"rope_theta", 500000.0},
+        {"rms_norm_eps", 1e-5},
+    };
+    expect_numbers(c, sizes, sizeof sizes / sizeof *sizes);
     cr_expect_str_eq(text(c, "hidden_act"), "silu");
     cr_expect(is_false(c, "tie_word_embeddings") && is_false(c, "attention_bias") &&
               is_false(c, "mlp_bias"));
@@ -158,24 +181,20 @@ Test(export_hf, a_llama_is_llama_for_causal_lm) {
 
 Test(export_hf, a_gpt_is_gpt2_lm_head_model_with_conv1d_weights_transposed) {
     char dir[256];
-    fresh_test_dir(dir, sizeof dir, "export_hf", "gpt2");
-    free(fsdp_ok("train --model transformer " SHAPE " --ranks 3 --batch-size 2 --steps 2 "
-                 "--save-full %s/full.safetensors --save-hf %s/hf",
-                 dir, dir));
-    char hf[300], full[300];
-    snprintf(hf, sizeof hf, "%s/hf", dir);
-    snprintf(full, sizeof full, "%s/full.safetensors", dir);
-    expect_tensors(hf, full, gpt2, sizeof gpt2 / sizeof *gpt2);
-    cJSON *c = read_config(hf);
+    cJSON *c = export_and_check(dir, "gpt2", "--model transformer " SHAPE " --ranks 3", gpt2,
+                                sizeof gpt2 / sizeof *gpt2);
     cr_expect_str_eq(architecture(c), "GPT2LMHeadModel");
     cr_expect_str_eq(text(c, "model_type"), "gpt2");
-    cr_expect_eq(number(c, "vocab_size"), 256);
-    cr_expect_eq(number(c, "n_embd"), 32);
-    cr_expect_eq(number(c, "n_inner"), 48);
-    cr_expect_eq(number(c, "n_layer"), 1);
-    cr_expect_eq(number(c, "n_head"), 4);
-    cr_expect_eq(number(c, "n_positions"), 16);
-    cr_expect_float_eq(number(c, "layer_norm_epsilon"), 1e-5, 1e-12);
+    const KeyNumber sizes[] = {
+        {"vocab_size", 256},
+        {"n_embd", 32},
+        {"n_inner", 48},
+        {"n_layer", 1},
+        {"n_head", 4},
+        {"n_positions", 16},
+        {"layer_norm_epsilon", 1e-5},
+    };
+    expect_numbers(c, sizes, sizeof sizes / sizeof *sizes);
     cr_expect_str_eq(text(c, "activation_function"), "gelu"); /* exact erf GELU, as here */
     cr_expect(is_false(c, "tie_word_embeddings"));
     cJSON_Delete(c);

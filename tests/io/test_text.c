@@ -31,15 +31,15 @@ static void write_gz(const char *dir, const char *name, const char *text) {
     gzclose(gz);
 }
 
-/* A fresh folder for the sources and another for the cache, which $FSDP_CACHE names. */
-static void fresh_dirs(char *src, char *cache, const char *tag) {
+/* A fresh folder src with the sources' folder src/in and the cache src/cache, which $FSDP_CACHE
+ * names. */
+static void fresh_dirs(char *src, char *cache, char *in, const char *tag) {
     fresh_test_dir(src, 256, "text", tag);
     snprintf(cache, 300, "%s/cache", src);
+    snprintf(in, 300, "%s/in", src);
     cr_assert_eq(mkdir(cache, 0755), 0);
+    cr_assert_eq(mkdir(in, 0755), 0);
     setenv("FSDP_CACHE", cache, 1);
-    char sub[300];
-    snprintf(sub, sizeof sub, "%s/in", src);
-    cr_assert_eq(mkdir(sub, 0755), 0);
 }
 
 static void load_ok(Dataset *d, const char *path, int seq, TextInfo *info) {
@@ -51,8 +51,7 @@ static void load_ok(Dataset *d, const char *path, int seq, TextInfo *info) {
  * a file holding a 0 byte, a hidden file and a symbolic link left out. */
 Test(text, a_folder_is_its_text_files_in_path_order) {
     char src[256], cache[300], in[300];
-    fresh_dirs(src, cache, "order");
-    snprintf(in, sizeof in, "%s/in", src);
+    fresh_dirs(src, cache, in, "order");
     write_bytes(in, "b.txt", "bbbb\n", 5);
     write_gz(in, "a.gz", "aaaa\n");
     write_bytes(in, ".hidden", "hhhh\n", 5);
@@ -82,8 +81,7 @@ Test(text, a_folder_is_its_text_files_in_path_order) {
 /* The second load maps the same token file; a source edited (another size) makes another. */
 Test(text, the_token_file_is_made_once_and_anew_when_a_source_changes) {
     char src[256], cache[300], in[300];
-    fresh_dirs(src, cache, "reuse");
-    snprintf(in, sizeof in, "%s/in", src);
+    fresh_dirs(src, cache, in, "reuse");
     write_bytes(in, "one.txt", "the first text\n", 15);
     Dataset a, b, c;
     TextInfo first, second, third;
@@ -107,8 +105,7 @@ Test(text, the_token_file_is_made_once_and_anew_when_a_source_changes) {
 /* A token file cut short (a crash, a full disk) is made again, not read. */
 Test(text, a_damaged_token_file_is_made_again) {
     char src[256], cache[300], in[300];
-    fresh_dirs(src, cache, "damaged");
-    snprintf(in, sizeof in, "%s/in", src);
+    fresh_dirs(src, cache, in, "damaged");
     write_bytes(in, "one.txt", "some text to learn\n", 19);
     Dataset a, b;
     TextInfo first, again;
@@ -127,8 +124,7 @@ Test(text, a_damaged_token_file_is_made_again) {
 /* No cache folder to be had: the bytes are read into memory, and info says why. */
 Test(text, without_a_cache_the_text_is_read_into_memory) {
     char src[256], cache[300], in[300], blocked[400];
-    fresh_dirs(src, cache, "nocache");
-    snprintf(in, sizeof in, "%s/in", src);
+    fresh_dirs(src, cache, in, "nocache");
     write_bytes(in, "one.txt", "held in memory\n", 15);
     snprintf(blocked, sizeof blocked, "%s/a-file", src);
     write_bytes(src, "a-file", "x", 1);
@@ -146,8 +142,7 @@ Test(text, without_a_cache_the_text_is_read_into_memory) {
 /* One line for each bad text, and nothing loaded. */
 Test(text, bad_texts_are_one_line) {
     char src[256], cache[300], in[300], empty[400], binary[400];
-    fresh_dirs(src, cache, "bad");
-    snprintf(in, sizeof in, "%s/in", src);
+    fresh_dirs(src, cache, in, "bad");
     snprintf(empty, sizeof empty, "%s/empty", in);
     snprintf(binary, sizeof binary, "%s/binary", in);
     cr_assert_eq(mkdir(empty, 0755), 0);
@@ -179,8 +174,7 @@ Test(text, bad_texts_are_one_line) {
 /* The held-out tail of a text is its last sequences: sample j of the tail is sample n - k + j. */
 Test(text, the_tail_is_the_last_sequences) {
     char src[256], cache[300], in[300];
-    fresh_dirs(src, cache, "tail");
-    snprintf(in, sizeof in, "%s/in", src);
+    fresh_dirs(src, cache, in, "tail");
     write_bytes(in, "t.txt", "0123456789abcdefghij", 20);
     Dataset d;
     load_ok(&d, in, 3, NULL);
