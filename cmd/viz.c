@@ -175,7 +175,7 @@ static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *pag
     char title[200];
     snprintf(title, sizeof title, "fsdp viz: %s, %s, %d ranks%s", t->args.model,
              strategy_name(t->args.fsdp.strategy), t->args.ranks,
-             t->args.accounting_only ? ", accounting only" : "");
+             trace->accounting_only ? ", accounting only" : ""); /* a replay's too */
     int rc = html_write(page->f, trace, &t->plan, title, err);
     if (rc) return rc;
     fflush(page->f);

@@ -147,6 +147,20 @@ Test(viz_accounting, toy_frames_say_values_are_not_computed) {
     cr_expect_str_eq(replayed, gather, "the replay of the file is the run's frame");
     free(replayed);
     free(gather);
+    /* and its page is the run's, title included */
+    char ran[160], again[160];
+    snprintf(ran, sizeof ran, "%s.ran.html", path);
+    snprintf(again, sizeof again, "%s.replayed.html", path);
+    free(fsdp_ok("viz --model toy --ranks 3 --accounting-only --html %s", ran));
+    free(fsdp_ok("viz --trace %s --html %s", path, again));
+    char *a = read_text_file(ran, NULL), *b = read_text_file(again, NULL);
+    cr_expect_neq(strstr(a, "<title>fsdp viz: toy, zero3, 3 ranks, accounting only</title>"), NULL,
+                  "%.400s", a);
+    cr_expect(strcmp(a, b) == 0, "the replayed page differs from the run's");
+    free(a);
+    free(b);
+    remove(ran);
+    remove(again);
     remove(path);
 }
 
