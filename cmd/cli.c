@@ -578,7 +578,9 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "--memory-compare compares FSDP settings: use zero2, zero3 or hsdp, not %s",
                        strategy_name(c->strategy));
     if ((a->accounting_only || a->scenario_workshop) && !a->memory_compare)
-        return err_set(err, ERR_USAGE, "--accounting-only and --scenario go with --memory-compare");
+        return err_set(err, ERR_USAGE,
+                       "--accounting-only and --scenario go with --memory-compare (viz takes "
+                       "--accounting-only on its own)");
     if (a->memory_compare && a->backend != BACKEND_SIM)
         return err_set(err, ERR_USAGE, "--memory-compare runs on the simulator (--backend sim)");
     if (c->nvme_dir && c->offload != OFFLOAD_NVME)

@@ -502,13 +502,15 @@ int run_write_outputs(TrainRun *t, const ClusterResult *res, Err *err) {
     return rc;
 }
 
-/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile. */
+/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile,
+ * and devices that hold nothing for an accounting-only run. */
 ClusterOptions run_cluster_options(const TrainRun *t, int trace) {
     const TrainArgs *a = &t->args;
     return (ClusterOptions){.ranks = a->ranks,
                             .replicas = a->fsdp.strategy == STRAT_HSDP ? a->fsdp.replicas : 1,
                             .profile = t->profile,
                             .trace = trace,
+                            .accounting_only = a->accounting_only,
                             .timeout = a->timeout,
                             .check_streams = a->check_streams,
                             .tf32 = a->tf32,

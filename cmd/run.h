@@ -66,7 +66,8 @@ int run_memory_timeline(const TrainRun *t, const Trace *trace, FILE *svg, int te
 
 int run_write_outputs(TrainRun *t, const ClusterResult *res, Err *err);
 
-/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile. */
+/* The simulated cluster a run asks for: its ranks, hsdp's replica groups, the cost profile,
+ * and devices that hold nothing for an accounting-only run (--accounting-only). */
 ClusterOptions run_cluster_options(const TrainRun *t, int trace);
 
 int run_values_alloc(const TrainRun *t, TrainJob *job, Err *err);

@@ -119,8 +119,7 @@ static int memory_compare(TrainRun *t, Err *err) {
         memset(t->memory, 0, (size_t)a->ranks * sizeof *t->memory);
         TrainJob job = run_job(t, JOB_STEPS_ONLY);
         job.cfg = &c;
-        ClusterOptions opt = run_cluster_options(t, 0);
-        opt.accounting_only = a->accounting_only;
+        ClusterOptions opt = run_cluster_options(t, 0); /* --accounting-only's too */
         ClusterResult res;
         rc = run_ranks(t, &opt, &job, &res, err);
         cluster_result_free(&res);

@@ -26,6 +26,7 @@ typedef struct VizArgs {
     const char *html;    /* --html FILE: write the page instead of showing frames */
     int times;           /* --times: where the last step's time went, instead of frames */
     const char *against; /* --against FILE: another trace's times beside them */
+    int accounting_only; /* --accounting-only: the step's bytes and modelled times, no values */
     char **rest;         /* train's flags */
     int nrest;
 } VizArgs;
@@ -67,6 +68,12 @@ static const Flag viz_rows[] = {
      .missing = "--against needs a trace file",
      .help = "with --times: rank 0's figures beside those of FILE, another trace\n"
              "(a GPU run's measured times beside the simulator's modelled ones)"},
+    {"--accounting-only", FLAG_SWITCH, offsetof(VizArgs, accounting_only),
+     .help = "\n" /* the name is wider than the column: the text goes below it */
+             "the same events, bytes and modelled times with no tensor held\n"
+             "and nothing computed, so a model of any size fits this machine\n"
+             "(vit-workshop at 8 ranks); the values a computed run shows (the\n"
+             "toy's numbers) say they were not computed"},
     {"--trace", FLAG_STRING, offsetof(VizArgs, trace), .arg = "FILE",
      .missing = "--trace needs a file",
      .help = "replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
@@ -76,14 +83,17 @@ static const Flag viz_rows[] = {
 static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
 
 static void viz_help(FILE *f) {
-    fputs("usage: ./fsdp viz [--events A-B] [--plain] [--html FILE] [train flags]\n"
+    fputs("usage: ./fsdp viz [--events A-B] [--plain] [--html FILE] [--accounting-only]\n"
+          "                  [train flags]\n"
           "       ./fsdp viz --trace FILE [--events A-B] [--plain] [--html FILE]\n"
           "       ./fsdp viz --trace FILE --times [--against OTHER]\n"
           "\n"
           "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
           "prints it event by event: who holds which shard, what is gathered and reduced, each\n"
           "rank's memory, and one sentence on what happens. Every train flag works (model,\n"
-          "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile).\n"
+          "ranks, strategy, reshard, wrap, dtypes, offload, prefetch, profile). With\n"
+          "--accounting-only nothing is held or computed, so the workshop's own model fits:\n"
+          "./fsdp viz --model vit-workshop --ranks 8 --accounting-only\n"
           "\n",
           f);
     flags_help(&viz_table, f);
@@ -117,6 +127,10 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
             rc = flag_set(row, v, argv[++i], err);
         if (rc) return rc;
     }
+    if (v->trace && v->accounting_only)
+        return err_set(err, ERR_USAGE,
+                       "--accounting-only is for running a step; --trace replays one (the file "
+                       "says whether it was computed)");
     if (v->trace && v->nrest)
         return err_set(err, ERR_USAGE,
                        "--trace replays a recorded run, whose flags come from the file (got %s)",
@@ -159,8 +173,9 @@ static int check_html_path(const char *path, Err *err) {
  * one line says where and how big. */
 static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *page, Err *err) {
     char title[200];
-    snprintf(title, sizeof title, "fsdp viz: %s, %s, %d ranks", t->args.model,
-             strategy_name(t->args.fsdp.strategy), t->args.ranks);
+    snprintf(title, sizeof title, "fsdp viz: %s, %s, %d ranks%s", t->args.model,
+             strategy_name(t->args.fsdp.strategy), t->args.ranks,
+             trace->accounting_only ? ", accounting only" : ""); /* a replay's too */
     int rc = html_write(page->f, trace, &t->plan, title, err);
     if (rc) return rc;
     fflush(page->f);
@@ -295,7 +310,8 @@ static int viz_times(const Trace *trace, const VizArgs *v, Err *err) {
 static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
     TrainJob job = run_job(t, JOB_STEPS_ONLY);
     ClusterOptions opt = run_cluster_options(t, 1);
-    int rc = run_values_alloc(t, &job, err);
+    /* an accounting-only run has no values to record: its frames say so instead */
+    int rc = t->args.accounting_only ? 0 : run_values_alloc(t, &job, err);
     if (!rc) rc = run_ranks(t, &opt, &job, res, err);
     if (!rc) run_values_to_trace(&job, t->model.total_numel, &res->trace);
     free(job.step_params);
@@ -315,6 +331,7 @@ typedef struct DdpPeer {
 /* DDP keeps every parameter, gradient and both Adam moments on every rank: refuse a run this
  * machine cannot hold rather than swap it to a halt. */
 static int ddp_peer_fits(const TrainRun *t, Err *err) {
+    if (t->args.accounting_only) return 0; /* it holds nothing either */
     double need = (double)t->args.ranks * (double)t->model.total_numel * 16.0;
     double ram = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
     if (need > 0.5 * ram)
@@ -358,6 +375,24 @@ static void ddp_peer_free(DdpPeer *d) {
     if (d->state == 0) return;
     cluster_result_free(&d->res);
     run_cleanup(&d->run);
+}
+
+/* --accounting-only runs the step on devices that hold nothing, so flags that read, write or
+ * check values cannot go with it: one line each, before anything runs. */
+static int accounting_only_fits(const TrainArgs *a, Err *err) {
+    if (a->backend != BACKEND_SIM)
+        return err_set(err, ERR_USAGE, "--accounting-only runs on the simulator (--backend sim)");
+    if (a->dump_params)
+        return err_set(err, ERR_USAGE,
+                       "--dump-params writes parameter values; --accounting-only computes none");
+    if (a->init_from)
+        return err_set(err, ERR_USAGE,
+                       "--init-from loads parameter values; --accounting-only holds none");
+    if (a->check_streams)
+        return err_set(err, ERR_USAGE,
+                       "--check-streams checks the bytes a run reads and writes; "
+                       "--accounting-only moves none");
+    return 0;
 }
 
 /* The viewer on a terminal; text frames when piped, asked for, or a range was given. */
@@ -455,6 +490,9 @@ int cmd_viz(int argc, char **argv) {
         if (!rc && t.args.run_dir)
             rc = err_set(&err, ERR_USAGE,
                          "--run-dir is train's: viz shows its steps and keeps no run directory");
+        if (!rc && v.accounting_only) rc = accounting_only_fits(&t.args, &err);
+        t.args.accounting_only =
+            v.accounting_only;            /* viz's own flag: train's asks --memory-compare */
         if (!rc && !t.args.steps_given) { /* one step unless asked for more */
             t.args.epochs = 0;
             t.args.steps = 1;

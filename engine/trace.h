@@ -96,6 +96,9 @@ typedef struct Trace {
     int steps;
     size_t numel;
     int measured; /* 1: times measured on real hardware (cuda, mpi); 0: the simulator's model */
+    /* 1: an accounting-only run (viz --accounting-only, the planner): its events, bytes and
+     * modelled times are a computed run's, but nothing was computed, so it has no values */
+    int accounting_only;
 } Trace;
 
 /* "measured" or "modelled": how t's times were had, for what shows them. */

@@ -188,7 +188,8 @@ static void write_fsdp_object(FILE *f, const Trace *t, const TraceMeta *meta, in
     write_string_array(f, meta->args, meta->nargs);
     fputs(",\"units\":", f);
     write_string_array(f, meta->units, meta->nunits);
-    if (t->measured) fputs(",\"clock\":\"measured\"", f); /* absent: modelled */
+    if (t->measured) fputs(",\"clock\":\"measured\"", f);    /* absent: modelled */
+    if (t->accounting_only) fputs(",\"computed\":false", f); /* absent: computed */
     fputs(",\"fields\":", f);
     write_string_array(f, (char *const *)event_fields, EVENT_FIELDS);
     fputs(",\"events\":[", f);
@@ -431,6 +432,7 @@ static int read_fsdp_object(const cJSON *o, Trace *t, TraceMeta *m, const char *
     t->nranks = (int)nranks;
     const cJSON *clock = cJSON_GetObjectItemCaseSensitive(o, "clock");
     t->measured = cJSON_IsString(clock) && !strcmp(clock->valuestring, "measured");
+    t->accounting_only = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(o, "computed"));
     int rc = read_strings(cJSON_GetObjectItemCaseSensitive(o, "args"), &m->args, &m->nargs, path,
                           "args", err);
     if (!rc)

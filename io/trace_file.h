@@ -1,7 +1,8 @@
 /* trace_file: a trace on disk, one JSON file for two readers. Perfetto and chrome://tracing
  * read its "traceEvents" (Chrome Trace Event format); `fsdp viz --trace` replays its
  * "fsdpTrace" object exactly: the format version, the train flags that made the run (the
- * replayer rebuilds the model and plan from them), the unit names, every event's fields
+ * replayer rebuilds the model and plan from them), the unit names, whether the run computed
+ * anything ("computed": false for an accounting-only run; absent: it did), every event's fields
  * and, when recorded, the parameter and gradient values of each step. */
 #ifndef FSDP_TRACE_FILE_H
 #define FSDP_TRACE_FILE_H

@@ -270,6 +270,7 @@ static int cluster_collect(Cluster *c, ClusterResult *out, Err *err) {
     if (!bufs) return err_set(err, ERR_NOMEM, "out of memory merging the trace");
     for (int i = 0; i < c->running; i++) bufs[i] = c->slots[i].trace;
     rc = trace_merge(&out->trace, bufs, c->running, err);
+    out->trace.accounting_only = c->opt->accounting_only;
     free(bufs);
     return rc;
 }

@@ -347,10 +347,14 @@ static void narrate_memory(Frame *f, const TraceEvent *e, const char *name) {
 static void narrate_adam(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
     int r = e->rank, S = plan_optim_size(p), q = plan_optim_rank(p, r);
     char mine[160], grads[200], before[200], after[200];
-    if (e->unit < 0 || !f->before || !text_unit_symbols(p, e->unit, S, q, "", mine, sizeof mine) ||
-        !mine[0]) {
+    if (e->unit < 0 || !text_unit_symbols(p, e->unit, S, q, "", mine, sizeof mine) || !mine[0]) {
         say(f, "GPU %d steps Adam on the %zu parameters of %s it keeps", r,
             e->unit >= 0 ? frame_cell(f, r, e->unit)->kept : 0, name);
+        return;
+    }
+    if (!f->before) { /* symbols without values (an accounting-only run's) */
+        text_unit_symbols(p, e->unit, S, q, "\u2202", grads, sizeof grads);
+        say(f, "GPU %d steps Adam on its %s of %s with %s", r, mine, name, grads);
         return;
     }
     text_unit_values(p, e->unit, S, q, "\u2202", f->grads, grads, sizeof grads);
@@ -421,6 +425,17 @@ static void describe_flow(Frame *f, const Plan *p, const TraceEvent *e) {
     if (e->unit < 0 || e->unit >= p->nunits) return;
     if (e->kind == EV_ALL_GATHER) flow_gather(f, p, e);
     if (e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE) flow_reduce(f, p, e);
+}
+
+/* Where a computed run's frame says a value (the toy's gathered shards, its reduced gradients,
+ * Adam's step), an accounting-only run's says why it has none, rather than show a number that
+ * was never computed. */
+static void values_not_computed(Frame *f, const Plan *p, const TraceEvent *e) {
+    int valued =
+        e->kind == EV_ALL_GATHER || e->kind == EV_REDUCE_SCATTER || e->kind == EV_OPTIMIZER;
+    if (f->accounting_only && valued && e->unit >= 0 && e->unit < p->nunits &&
+        text_unit_is_symbolic(p, e->unit))
+        tell(f, ". No values: --accounting-only computes nothing");
 }
 
 static void narrate(Frame *f, const Trace *t, size_t index, const Plan *p) {
@@ -534,7 +549,9 @@ static void write_header(Frame *f, const Plan *p) {
                      f->index + 1, f->count, e->step + 1, f->phase, e->rank,
                      event_kind_name((EventKind)e->kind));
     if (e->unit >= 0 && e->unit < p->nunits && n > 0 && (size_t)n < sizeof f->header)
-        snprintf(f->header + n, sizeof f->header - (size_t)n, " %s", p->units[e->unit].name);
+        n += snprintf(f->header + n, sizeof f->header - (size_t)n, " %s", p->units[e->unit].name);
+    if (f->accounting_only && n > 0 && (size_t)n < sizeof f->header)
+        snprintf(f->header + n, sizeof f->header - (size_t)n, " | accounting only");
 }
 
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
@@ -562,6 +579,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         if (f->event && e->step == f->event->step) apply_progress(f, e);
     }
     point_values(f, t);
+    f->accounting_only = t->accounting_only;
     for (int r = 0; r < f->nranks; r++)
         for (int u = 0; u < f->nunits; u++) {
             FrameCell *c = frame_cell(f, r, u);
@@ -576,6 +594,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         f->phase = phase_label(t, index);
         write_header(f, p);
         narrate(f, t, index, p);
+        values_not_computed(f, p, f->event);
         describe_flow(f, p, f->event);
         draw_timeline(f, t);
     }

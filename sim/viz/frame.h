@@ -47,6 +47,10 @@ typedef struct Frame {
     /* A small model's numbers when the trace has them (NULL otherwise), all parameters in
      * model order: before and after the current event's step, and its gradients. */
     const float *before, *after, *grads;
+    /* The trace is an accounting-only run's (viz --accounting-only): every event, byte and
+     * modelled time of a computed run, but no values; the header and the narration say so
+     * where a computed run would show them. */
+    int accounting_only;
     /* Whether any event of the trace gathers a unit or unshards its gradients (so renderers
      * size columns for what the run will show), and the trace that was scanned for it. */
     int ever_gathered, ever_grads_full;

@@ -28,9 +28,10 @@ static void others_symbols(const Plan *p, int u, int S, int sr, char *buf, size_
  * the parameters are sharded, or a count), then while the unit is gathered "+a₁ a₂" (the
  * other ranks' shards it holds a temporary copy of; "+all" for a unit without symbols), and
  * "+∂all" while its unsharded gradients exist; once those are reduced and freed, its gradient
- * shard with values ("∂a₀=+0.004") until the step ends. grads NULL: no gradient values. */
+ * shard with values ("∂a₀=+0.004") until the step ends. grads NULL: no gradient values, and no
+ * gradient shard unless `no_values` (an accounting-only run: its symbol, "∂a₀"). */
 static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *values,
-                       const float *grads, char *buf, size_t n) {
+                       const float *grads, int no_values, char *buf, size_t n) {
     int S = p->params_sharded ? p->shard_size : 1;
     int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
     char mine[160], others[160] = "", shard[160] = "";
@@ -42,7 +43,7 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
     else if (!mine[0])
         snprintf(mine, sizeof mine, "-");
     if (c.gathered) others_symbols(p, u, S, sr, others, sizeof others);
-    if (grads && p->grads_sharded && c.reduced && !c.grads_full) {
+    if ((grads || no_values) && p->grads_sharded && c.reduced && !c.grads_full) {
         int gr = plan_shard_rank(p, r);
         text_unit_values(p, u, p->shard_size, gr, "\u2202", grads, shard + 1, sizeof shard - 1);
         if (shard[1]) shard[0] = ' ';
@@ -52,7 +53,8 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
 }
 
 void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
-    cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), f->grads, buf, n);
+    cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), f->grads, f->accounting_only,
+               buf, n);
 }
 
 /* The widest a cell can get in this trace (gathered, with full gradients, where the trace ever
@@ -71,9 +73,11 @@ size_t plain_cell_width(const Frame *f, const Plan *p) {
             busy.grads_full = f->ever_grads_full;
             busy.reduced = reduced.gathered = reduced.grads_full = 0;
             reduced.reduced = 1;
-            cell_state(p, r, u, busy, frame_values(f, r, u), f->grads, text, sizeof text);
+            cell_state(p, r, u, busy, frame_values(f, r, u), f->grads, f->accounting_only, text,
+                       sizeof text);
             if (text_display_width(text) > width) width = text_display_width(text);
-            cell_state(p, r, u, reduced, frame_values(f, r, u), f->grads, text, sizeof text);
+            cell_state(p, r, u, reduced, frame_values(f, r, u), f->grads, f->accounting_only, text,
+                       sizeof text);
             if (text_display_width(text) > width) width = text_display_width(text);
         }
     }

@@ -192,10 +192,10 @@ static void draw_header(const Viewer *v) {
     const Side *s = &v->run;
     const TraceEvent *e = s->f.event;
     char line[256];
-    snprintf(line, sizeof line, " event %zu/%zu  step %d  %s  GPU %d  %s %s%s ", s->index + 1,
+    snprintf(line, sizeof line, " event %zu/%zu  step %d  %s  GPU %d  %s %s%s%s ", s->index + 1,
              s->t->n, e->step + 1, s->f.phase, e->rank, event_kind_name((EventKind)e->kind),
              e->unit >= 0 && e->unit < s->p->nunits ? s->p->units[e->unit].name : "",
-             v->playing ? "  [playing]" : "");
+             s->f.accounting_only ? "  accounting only" : "", v->playing ? "  [playing]" : "");
     Region screen = whole_screen();
     attron(A_REVERSE);
     put(&screen, 0, 0, line);

@@ -785,5 +785,6 @@ Test(accounting_only, bad_flags_are_one_line) {
     expect_refused("train --memory-compare --scenario lab",
                    "fsdp: --scenario must be workshop (got 'lab')\n");
     expect_refused("train --accounting-only",
-                   "fsdp: --accounting-only and --scenario go with --memory-compare\n");
+                   "fsdp: --accounting-only and --scenario go with --memory-compare (viz takes "
+                   "--accounting-only on its own)\n");
 }

@@ -564,3 +564,25 @@ Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .fini = stop
     trace_meta_free(&m);
     quit();
 }
+
+/* The seed's model, vit-workshop at 8 ranks, which a computed run cannot hold on this machine:
+ * accounting-only, the header says so and the memory bars stack its categories in GiB as for
+ * any run (in encoder_layer_0's forward: shards P, the gathered root and layer U, gradient
+ * shards G, Adam's moments O, activations A, comm buffers C); d runs DDP accounting-only too. */
+Test(tui, vit_workshop_accounting_only_has_memory_by_category, .timeout = 60, .fini = stop) {
+    start("vitws", 120, 40, "--model vit-workshop --ranks 8 --accounting-only");
+    cr_expect(shows("event 1/6608"));
+    cr_expect(shows("accounting only"), "the header says nothing is computed");
+    cr_expect(shows_after("g 7 0 0 Enter", "event 700/6608  step 1  forward  GPU 3  forward "
+                                           "encoder_layer_0  accounting only"));
+    const char *s = settled();
+    const char *bar = row_of(s, " GPU 0  [");
+    cr_expect(strstr(bar, "[PP") && strstr(bar, "UU") && strstr(bar, "GG") && strstr(bar, "OO") &&
+                  strstr(bar, "A") && strstr(bar, "CC") && strstr(bar, " GiB (peak "),
+              "GPU 0's bar by category:\n%s", s);
+    cr_expect(strstr(s, "P shard U gathered"), "the legend:\n%s", s);
+    keys("d");
+    cr_expect(shows("DDP at the same point: event "), "DDP beside it, accounting-only too");
+    cr_expect(shows("DDP 11.61 GiB"), "DDP at rest: every parameter, its gradient and Adam's");
+    quit();
+}
