@@ -18,6 +18,10 @@ usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per st
      --save-hf folders loaded by transformers (hf_vs_transformers.py, its names and shapes kept in
      DIR/hf_shapes.json); Hugging Face's LlamaForCausalLM under FSDP2 beside ours
      (torch_llama_gpu.py)
+  6  the forms no GPU has run yet (issues 36, 37): the bf16/fp16 and long-sequence flash kernel
+     tests, and only if they pass, with FSDP_CUDA_UNVERIFIED=1: a vit-tiny and a llama-125m bf16
+     run beside the simulator's, the FSDP2 benchmark's vit-workshop rows, the Llama benchmark at
+     seq 1,024 (flip kernels/cuda/table.cu's limits once these pass)
 Each stage ends within 9 minutes. With no GPU it says so in one line, after checking that the
 bundle loads, and exits 0.
        run.sh libs    unpacks the bundle's libraries and prints their folder
@@ -27,7 +31,7 @@ stage=''
 dir=''
 for a in "$@"; do
     case $a in
-        1|2|3|4|5|libs) stage=$a ;;
+        1|2|3|4|5|6|libs) stage=$a ;;
         -h|--help) usage; exit 0 ;;
         *) dir=$a ;;
     esac
@@ -143,5 +147,19 @@ case $stage in
             python3 hf_vs_transformers.py --fsdp ./fsdp-env.sh --fixture "$dir/hf_shapes.json"
         step llama_bench 400 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
             python3 torch_llama_gpu.py --fsdp ./fsdp-env.sh --text "$FSDP_TEXT" ;;
+    6)
+        step unverified_tests 200 ./test_gpu --jobs 1 --verbose --filter '@(cuda_dtypes|cuda_llama_ops)/*'
+        if [ $failed -eq 0 ]; then
+            export FSDP_CUDA_UNVERIFIED=1
+            vit=(--model vit-tiny --ranks 1 --param-dtype bf16 --steps 3 --print-every 1 --eval false)
+            step bf16_vit_gpu 60 ./fsdp train --backend cuda "${vit[@]}"
+            step bf16_vit_sim 120 ./fsdp train "${vit[@]}"
+            step bf16_llama_gpu 90 ./fsdp train --backend cuda --model llama-125m --ranks 1 \
+                --batch-size 4 --param-dtype bf16 --steps 3 --print-every 1
+            step bf16_fsdp2_bench 200 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
+                python3 torch_fsdp2_gpu.py --fsdp ./fsdp-env.sh --data "$FSDP_DATA" --configs vit-workshop
+            step llama_bench_1024 150 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
+                python3 torch_llama_gpu.py --fsdp ./fsdp-env.sh --text "$FSDP_TEXT" --seqs 1024
+        fi ;;
 esac
 exit $failed

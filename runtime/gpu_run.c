@@ -63,6 +63,14 @@ static int pick_gpu(const DistEnv *env, int *device, Err *err) {
                                       env->rank, *device, cudaGetErrorString(e));
 }
 
+/* The op table a rank computes with: kernels_cuda, or with FSDP_CUDA_UNVERIFIED=1 the forms no
+ * GPU has validated yet (bf16/fp16 compute, flash attention past 256 tokens), for measuring them
+ * in the session that tests them. */
+static const Kernels *cuda_table(void) {
+    const char *e = getenv("FSDP_CUDA_UNVERIFIED");
+    return e && !strcmp(e, "1") ? &kernels_cuda_unverified : &kernels_cuda;
+}
+
 /* The world's NCCL communicator: rank 0's unique id carried to every rank by the rendezvous,
  * and a watchdog that aborts it if a collective hangs. */
 static int open_nccl_world(GpuRank *g, const ClusterOptions *opt, Err *err) {
@@ -99,7 +107,7 @@ static int gpu_open(void *self, int rank, int world, const ClusterOptions *opt, 
         comm_local_init(&g->alone, g->dev);
     }
     c->dev = device_cuda_base(g->dev); /* blocking collectives order themselves on its streams */
-    *p = (RankParts){.dev = device_cuda_base(g->dev), .k = &kernels_cuda, .world = rc ? NULL : c};
+    *p = (RankParts){.dev = device_cuda_base(g->dev), .k = cuda_table(), .world = rc ? NULL : c};
     return rc;
 }
 

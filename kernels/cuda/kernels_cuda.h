@@ -16,6 +16,10 @@ extern "C" { /* core's headers are C: their functions keep C names in the .cu fi
 #include "kernels/kernels.h"
 
 extern const Kernels kernels_cuda;
+/* kernels_cuda with every dtype its ops have (bf16, fp16) and flash attention at any length,
+ * before tests/gpu has passed on a GPU with them: what runtime/gpu_run.c binds when
+ * FSDP_CUDA_UNVERIFIED=1, so one GPU session can run the tests and then measure (docs/gpus.md). */
+extern const Kernels kernels_cuda_unverified;
 
 /* Binds the calling thread's later ops to `stream` (a cudaStream_t; NULL: the legacy default
  * stream) on the current device and creates what they need: a cuBLASLt handle, its workspace,
