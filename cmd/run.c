@@ -103,6 +103,8 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
                     .memory = t->memory,
                     .init_from = a->init_from,
                     .held_out = a->val_size}; /* the sampler's, so every scope's */
+    /* --dump-params writes the parameters after the last step, viz's steps too */
+    job.final_params = a->dump_params ? t->params : NULL;
     if (scope == JOB_STEPS_ONLY) return job;
     int vit = train_args_is_vit(a), big = vit || train_args_is_transformer(a);
     job.eval_data = vit && a->eval ? &t->eval : NULL;
@@ -121,7 +123,7 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
     job.rank_per_process = t->rank_per_process;
     /* gathering a ViT's or a transformer's parameters onto one rank is only worth it to dump
      * them */
-    job.final_params = !big || a->dump_params ? t->params : NULL;
+    if (!big) job.final_params = t->params;
     return job;
 }
 

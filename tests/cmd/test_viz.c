@@ -155,3 +155,22 @@ Test(viz, a_bad_trace_file_exits_2_with_one_line) {
     }
     remove(path);
 }
+
+/* viz --dump-params writes the parameters after its step: train's after the same step. */
+Test(viz, dump_params_is_the_parameters_after_the_step) {
+    char dir[256];
+    fresh_test_dir(dir, sizeof dir, "viz", "dump");
+    free(fsdp_ok("viz --model toy --ranks 3 --plain --events 1-1 --dump-params %s/viz.txt", dir));
+    free(fsdp_ok("train --model toy --ranks 3 --steps 1 --dump-params %s/train.txt", dir));
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/viz.txt", dir);
+    snprintf(b, sizeof b, "%s/train.txt", dir);
+    size_t n = 0;
+    double *v = dump_read(a, &n);
+    double moved = 0; /* the step moved them off their initial values: not all zero */
+    for (size_t i = 0; i < n; i++) moved += v[i] != 0.0;
+    cr_expect(n == 9 && moved > 0, "%zu values, %g non-zero", n, moved);
+    free(v);
+    cr_expect_eq(dump_rel_diff(a, b), 0.0, "viz's dump differs from train's");
+    remove_test_dir(dir);
+}
