@@ -252,11 +252,35 @@ static void narrate_gather(Frame *f, const Trace *t, const Plan *p, const TraceE
     tell(f, " (DDP keeps all of %s on every GPU and gathers nothing)", name);
 }
 
+/* hsdp: shards within a group of S GPUs, the group replicated R times (plan.h). */
+static int is_hybrid(const Plan *p) {
+    return p->shard_size > 1 && p->replicas > 1;
+}
+
+/* hsdp's reduce-scatter averages over the shard group only: the replicas' all-reduce that follows
+ * makes it the global batch's, and the values the frame knows are that final average, so this
+ * one names the shard without them. */
+static void narrate_group_scatter(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
+    int r = e->rank, S = p->shard_size, first = r - r % S;
+    char mine[200];
+    if (!text_unit_symbols(p, e->unit, S, r % S, "\u2202", mine, sizeof mine) || !mine[0])
+        snprintf(mine, sizeof mine, "its shard");
+    tell(f,
+         "GPU %d's gradients of %s are summed over its shard group, GPUs %d-%d, and divided by "
+         "%d: the average over this replica's part of the batch; GPU %d keeps %s, which the "
+         "all-reduce across the %d replicas averages next",
+         r, name, first, first + S - 1, S, r, mine, p->replicas);
+}
+
 /* A reduce-scatter averages: summed over the S GPUs and divided by S, so that the step equals
  * one GPU's on the whole global batch. */
 static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
     char all[200], mine[160];
     int r = e->rank, S = p->shard_size;
+    if (is_hybrid(p)) {
+        narrate_group_scatter(f, p, e, name);
+        return;
+    }
     if (!text_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all)) {
         char kept[32];
         with_commas(frame_cell(f, r, e->unit)->kept, kept, sizeof kept);
@@ -381,6 +405,31 @@ static void group_of(const Plan *p, const TraceEvent *e, int *first, int *size) 
     *first = e->rank - e->rank % S;
 }
 
+/* "GPUs 0, 2": rank r's replica group under hsdp, the GPUs holding the same shard. */
+static void replica_group_text(const Plan *p, int r, char *out, size_t n) {
+    size_t at = (size_t)snprintf(out, n, "GPUs");
+    for (int k = 0; k < p->replicas && at < n; k++)
+        at += (size_t)snprintf(out + at, n - at, "%s %d", k ? "," : "",
+                               r % p->shard_size + k * p->shard_size);
+}
+
+/* hsdp's all-reduce of a shard: "∂c₀ ∂c₁ summed over GPUs 0, 2 and averaged; each keeps
+ * ∂c₀=+1.613 ∂c₁=+0.102" */
+static void flow_replica_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
+    int r = e->rank, S = p->shard_size;
+    char shard[200], values[200], group[96];
+    replica_group_text(p, r, group, sizeof group);
+    if (!text_unit_symbols(p, e->unit, S, r % S, "\u2202", shard, sizeof shard) || !shard[0])
+        snprintf(shard, sizeof shard, "GPU %d's shard of the gradients of %s", r,
+                 p->units[e->unit].name);
+    flow_add(f, "%s summed over %s and averaged; each keeps ", shard, group);
+    if (text_unit_values(p, e->unit, S, r % S, "\u2202", f->grads, values, sizeof values) &&
+        values[0])
+        flow_add(f, "%s", values);
+    else
+        flow_add(f, "the average");
+}
+
 /* "a₀ from GPU 0, a₁ from GPU 1 and a₂ from GPU 2 -> every GPU has a₀ a₁ a₂" */
 static void flow_gather(Frame *f, const Plan *p, const TraceEvent *e) {
     int first, S;
@@ -407,13 +456,19 @@ static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
     const char *name = p->units[e->unit].name;
     if (!text_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all))
         snprintf(all, sizeof all, "the gradients of %s", name);
+    if (e->kind == EV_ALL_REDUCE && is_hybrid(p)) {
+        flow_replica_reduce(f, p, e);
+        return;
+    }
     flow_add(f, "%s summed over GPUs %d-%d and averaged; ", all, first, first + S - 1);
     if (e->kind == EV_ALL_REDUCE) {
         flow_add(f, "every GPU keeps all of them");
         return;
     }
+    /* hsdp: the values known are the replicas' average, which this group's is not yet */
+    const float *grads = is_hybrid(p) ? NULL : f->grads;
     for (int q = 0, n = 0; q < S; q++) {
-        if (!text_unit_values(p, e->unit, S, q, "\u2202", f->grads, part, sizeof part))
+        if (!text_unit_values(p, e->unit, S, q, "\u2202", grads, part, sizeof part))
             snprintf(part, sizeof part, "its share");
         if (!part[0]) continue;
         flow_add(f, n++ ? ", GPU %d %s" : "GPU %d keeps %s", first + q, part);
@@ -452,7 +507,15 @@ static void narrate(Frame *f, const Trace *t, size_t index, const Plan *p) {
         narrate_scatter(f, p, e, name);
         return;
     case EV_ALL_REDUCE:
-        if (e->unit >= 0)
+        if (e->unit >= 0 && is_hybrid(p)) {
+            char group[96];
+            replica_group_text(p, r, group, sizeof group);
+            say(f,
+                "GPU %d all-reduces its shard of %s's gradients over its replica group, %s, "
+                "each holding the same shard (%s): averaged over the %d replicas, the step now "
+                "equals one GPU's on the global batch",
+                r, name, group, bytes, p->replicas);
+        } else if (e->unit >= 0)
             say(f, "GPU %d averages its gradients of %s with every other GPU (all-reduce, %s)", r,
                 name, bytes);
         else

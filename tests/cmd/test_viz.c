@@ -32,6 +32,13 @@ Test(viz, plain_frames_match_the_golden_files) {
     /* Adam's step on each rank's shard, with the values before and after */
     expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 295-297",
                   "tests/golden/viz_toy_zero3_295-297.txt");
+    /* hsdp: the reduce-scatter averages within a shard group (no values yet: the frame knows
+     * only the final ones), then the all-reduce over a replica group (GPUs 0 and 2), each
+     * keeping its shard */
+    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 277-277",
+                  "tests/golden/viz_toy_hsdp_277.txt");
+    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 289-289",
+                  "tests/golden/viz_toy_hsdp_289.txt");
 }
 
 Test(viz, bad_events_exit_2_with_one_line) {
