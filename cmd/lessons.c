@@ -188,7 +188,7 @@ static int report(const Lesson *l, const char *shown_file, const CheckResult *r)
     switch (r->outcome) {
     case CHECK_PASSED:
         printf("lesson %02d passed: %s agrees with the engine in all %d checks\n", l->number,
-               shown_file, r->tests_run);
+               shown_file, r->tests);
         return EXIT_PASSED;
     case CHECK_FAILED:
         print_failure(l, r);

@@ -39,6 +39,9 @@ static void transformer_7b(ModelDesc *m) {
     cr_assert_eq(transformer_model_create(m, &c, &err), 0, "%s", err.msg);
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson01);
+
 Test(lesson01, t1_ddp_toy) {
     ModelDesc m;
     toy_model(&m);

@@ -28,6 +28,9 @@ static void expect_range(int hint, size_t d0, int S) {
     }
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson02);
+
 Test(lesson02, t1_even_split) {
     expect_range(1, 6, 3);
     expect_range(1, 3, 3); /* the toy's La at 3 GPUs: one scalar each */

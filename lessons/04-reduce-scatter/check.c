@@ -88,6 +88,9 @@ static void expect_all_reduce(int n, size_t count, int hint) {
     ring_buffers_free(&c.bufs);
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson04);
+
 Test(lesson04, t1_reduce_scatter_two_ranks) {
     expect_reduce_scatter(2, 3, 1);
 }

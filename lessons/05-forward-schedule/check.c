@@ -18,6 +18,9 @@ static const char *entries_text(const EngineRun *r, const int *entry_unit, int n
     return n ? lesson_fmt("%d entries: %s", n, engine_entry_names(r, entry_unit, n)) : "0 entries";
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson05);
+
 Test(lesson05, t1_entries) {
     static const char *const cases[][2] = {{"toy", "layer"},        {"toy", "block:2"},
                                            {"toy", "none"},         {"vit-tiny", "layer"},

@@ -38,6 +38,9 @@ static void expect_backward(int hint, const char *model, const char *wrap, int r
                         learner_backward);
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson06);
+
 Test(lesson06, t1_nothing_to_gather) {
     expect_backward(1, "toy", "none", 1, 1);  /* the root is still whole from forward */
     expect_backward(1, "toy", "layer", 0, 1); /* zero2: every unit is */

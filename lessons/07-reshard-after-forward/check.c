@@ -99,6 +99,9 @@ static void each_case(Measure what, int hint, const Case *cases, size_t n) {
     for (size_t i = 0; i < n; i++) expect_case(what, hint, &cases[i]);
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson07);
+
 Test(lesson07, t1_gathers_toy) {
     each_case(GATHERS, 1, TOY, NTOY);
 }

@@ -82,6 +82,9 @@ static void expect_grouping(const char *model, const char *wrap) {
     expect_text(hint, want_text, got_text);
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson08);
+
 Test(lesson08, t1_layer_and_none) {
     expect_grouping("toy", "layer");
     expect_grouping("toy", "none");

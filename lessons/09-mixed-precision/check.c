@@ -45,6 +45,9 @@ static void expect_widen(uint16_t h, int announce) {
                 lesson_fmt("0x%08x (%.9g)", fp32_bits(got), (double)got));
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson09);
+
 Test(lesson09, t1_widen_every_pattern) {
     expect_widen(0x3f80, 1); /* 1 */
     expect_widen(0xc040, 1); /* -3 */

@@ -137,6 +137,9 @@ static void expect_each_copy(int ranks) {
     run_free(&r);
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson11);
+
 Test(lesson11, t1_each_copy_is_one_shard) {
     for (int ranks = 2; ranks <= 4; ranks++) expect_each_copy(ranks);
 }

@@ -49,6 +49,9 @@ static void expect_saved_ranks(int hint, size_t d0, int saved_world, int load_wo
     }
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson12);
+
 Test(lesson12, t1_same_world_size) {
     expect_saved_ranks(1, 12, 4, 4); /* each rank reads its own file */
     expect_saved_ranks(1, 384, 3, 3);

@@ -345,6 +345,72 @@ Test(lessons, a_count_below_zero_reads_as_the_negative_number_computed) {
     run_free(&r);
 }
 
+/* A right shard_range and wire_rows (lesson 02's solution), for exercises whose mistake lies
+ * elsewhere. */
+#define RIGHT_SHARD_RANGE                                                                          \
+    "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"                   \
+    "    size_t chunk = (d0 + (size_t)S - 1) / (size_t)S, b = chunk * (size_t)r;\n"                \
+    "    if (b > d0) b = d0;\n"                                                                    \
+    "    *begin = b;\n"                                                                            \
+    "    *rows = (b + chunk > d0 ? d0 : b + chunk) - b;\n"                                         \
+    "}\n"                                                                                          \
+    "size_t wire_rows(size_t d0, int S) { return (d0 + (size_t)S - 1) / (size_t)S; }\n"
+
+/* Issue 38: an exercise whose functions called exit(0), or printed Criterion's summary and
+ * _exit(0), "passed all 5 checks": Criterion takes a test that exits with status 0 for a pass,
+ * and the runner read its summary from what the process printed. Now each test of the check
+ * says it ran to its end in a file, with a token made for the run (lessons/tool/check.h), and
+ * such an exercise fails in one line that names the call it ended in. */
+Test(lessons, an_exercise_that_exits_or_prints_a_verdict_fails) {
+    char path[128];
+    Run r = check_02_source("exits.c",
+                            "#include <stdlib.h>\n"
+                            "#include \"exercise.h\"\n" RIGHT_SHARD_RANGE
+                            "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+                            "    (void)t, (void)n, (void)S, (void)r;\n"
+                            "    exit(0);\n"
+                            "}\n",
+                            path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect(strstr(r.out, "lesson 02 failed: rank_numel(toy's 3 tensors, S=1, r=0): your code "
+                            "ended the check's process before this test finished (4 of 5 tests "
+                            "ran to their end)"),
+              "%s", r.out);
+    cr_expect(!strstr(r.out, "passed"), "%s", r.out);
+    run_free(&r);
+
+    r = check_02_source(
+        "verdict.c",
+        "#include <stdio.h>\n"
+        "#include <unistd.h>\n"
+        "#include \"exercise.h\"\n"
+        "static void pass(void) {\n"
+        "    printf(\"[====] Synthesis: Tested: 5 | Passing: 5 | Failing: 0 | "
+        "Crashing: 0\\n\");\n"
+        "    fflush(stdout);\n"
+        "    _exit(0);\n"
+        "}\n"
+        "void shard_range(size_t d0, int S, int r, size_t *b, size_t *rows) {\n"
+        "    (void)d0, (void)S, (void)r, (void)b, (void)rows;\n"
+        "    pass();\n"
+        "}\n"
+        "size_t wire_rows(size_t d0, int S) { (void)d0, (void)S; pass(); return 0; }\n"
+        "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+        "    (void)t, (void)n, (void)S, (void)r;\n"
+        "    pass();\n"
+        "    return 0;\n"
+        "}\n",
+        path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect(strstr(r.out, "lesson 02 failed: shard_range(d0=6, S=3, r=0): your code ended the "
+                            "check's process before this test finished (0 of 5 tests ran to their "
+                            "end)"),
+              "%s", r.out);
+    run_free(&r);
+}
+
 Test(lessons, hints_step_through_and_are_remembered) {
     const char *steps[][2] = {
         {"hint 02", "lesson 02, hint 1 of "},   {"hint 02", "lesson 02, hint 2 of "},
