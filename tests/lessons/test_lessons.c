@@ -216,6 +216,96 @@ Test(lessons, a_fresh_checkout_lists_every_lesson_as_not_started) {
     run_free(&r);
 }
 
+/* Whitespace runs (newlines included) as one space, in place: text as a reader reads it. */
+static void squeeze_spaces(char *s) {
+    char *out = s;
+    for (const char *in = s; *in; in++) {
+        int space = *in == ' ' || *in == '\n' || *in == '\t';
+        if (space && (out == s || out[-1] == ' ')) continue;
+        *out++ = space ? ' ' : *in;
+    }
+    *out = 0;
+}
+
+/* The README's prose paragraphs (fenced blocks left out), each on one line, "\n" between. */
+static char *prose_paragraphs(const char *path) {
+    char *text = read_text_file(path, NULL), *out = calloc(1, strlen(text) + 2);
+    cr_assert(out);
+    int fenced = 0;
+    size_t at = 0;
+    for (char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        if (!strncmp(line, "```", 3)) {
+            fenced = !fenced;
+        } else if (!fenced) {
+            if (len == 0) out[at++] = '\n'; /* a blank line ends a paragraph */
+            memcpy(out + at, line, len);
+            at += len;
+            out[at++] = ' ';
+        }
+        line += len + (line[len] != 0);
+    }
+    free(text);
+    return out;
+}
+
+/* A viewer key a README names, as in "`k`/`K` (next/previous compute)": the keys, then the
+ * viewer's own words for them in brackets. Returns what follows it, and writes "k/K next/previous
+ * compute" (as `fsdp viz --help` says it) to out; NULL where s holds no more keys. A key named
+ * without the viewer's words writes "`f` without ..." to out and returns where it was. */
+static const char *next_viewer_key(const char *s, char *out, size_t n) {
+    const char *k = s;
+    while ((k = strchr(k, '`')) && !(k[1] && k[1] != '`' && k[1] != ' ' && k[2] == '`')) k++;
+    if (!k) return NULL;
+    char keys[32] = "";
+    const char *p = k;
+    while (p[0] == '`' && p[1] && p[2] == '`' && strlen(keys) + 2 < sizeof keys) {
+        size_t at = strlen(keys);
+        if (at) keys[at++] = '/';
+        keys[at++] = p[1];
+        keys[at] = 0;
+        p += 3;
+        if (p[0] == '/' && p[1] == '`') p++;
+    }
+    if (strncmp(p, " (", 2) || !strchr(p + 2, ')')) {
+        snprintf(out, n, "`%c` without the viewer's words for it in brackets after it", k[1]);
+        return p;
+    }
+    snprintf(out, n, "%s %.*s", keys, (int)strcspn(p + 2, ")"), p + 2);
+    return p + 2 + strcspn(p + 2, ")") + 1;
+}
+
+/* Issue 38: lesson 03 sent the learner to `f` "to step from forward event to forward event" in
+ * the viewer, where `k` does that (`f` jumps to the first event of the step's forward). A
+ * paragraph of a lesson's README that speaks of the viewer names a key as "`k` (next compute)",
+ * its words as `fsdp viz --help` gives them, and this holds every such key to that text. */
+Test(lessons, every_viewer_key_a_readme_names_is_the_viewers) {
+    int code;
+    char *help = fsdp_run(&code, "2>&1", "viz --help");
+    cr_assert_eq(code, 0, "%s", help);
+    squeeze_spaces(help);
+    glob_t g;
+    cr_assert_eq(glob("lessons/*/README.md", 0, NULL, &g), 0);
+    int keys = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char *prose = prose_paragraphs(g.gl_pathv[i]);
+        for (char *para = strtok(prose, "\n"); para; para = strtok(NULL, "\n")) {
+            if (!strstr(para, "viewer") && !strstr(para, "./fsdp viz")) continue;
+            squeeze_spaces(para);
+            char said[256];
+            for (const char *at = para; (at = next_viewer_key(at, said, sizeof said)); keys++)
+                cr_expect(strstr(help, said) != NULL,
+                          "%s names the viewer's key as \"%s\", which `fsdp viz --help` does not "
+                          "say:\n%s",
+                          g.gl_pathv[i], said, para);
+        }
+        free(prose);
+    }
+    globfree(&g);
+    cr_expect_gt(keys, 0, "no lesson README names a key of the viewer");
+    free(help);
+}
+
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     cr_assert(f);
