@@ -165,6 +165,7 @@ static void print_failure(const Lesson *l, const CheckResult *r) {
         printf("lesson %02d failed: %s: %s\n", l->number, r->input, r->detail);
     else
         printf("lesson %02d failed: %s\n", l->number, r->detail);
+    if (r->why[0]) printf("%s\n", r->why); /* the misconception a known wrong value comes from */
     if (r->hint > 0)
         printf("read hint %d: ./fsdp lessons hint %02d %d\n", r->hint, l->number, r->hint);
 }

@@ -108,6 +108,15 @@ Test(lesson03, t5_sent_bytes_formula) {
             lesson_try("ring_all_gather_sent_bytes(count=%zu, n=%d)", count, n);
             double buffer = (double)count * n * 4; /* the gathered buffer, as cost.c takes it */
             size_t want = (size_t)llround(cost_sent_bytes(COLL_ALL_GATHER, buffer, n));
-            expect_size(4, "bytes", want, ring_all_gather_sent_bytes(count, n));
+            size_t got = ring_all_gather_sent_bytes(count, n), block = count * 4;
+            const char *why = NULL;
+            if (got == (size_t)n * block)
+                why = "That is the whole gathered buffer: a rank has its own block already and "
+                      "sends N-1 blocks, (N-1)/N of the buffer.";
+            else if (n > 2 && got == block)
+                why = "That is one block: a rank sends one block in each of the N-1 steps.";
+            else if (got == want / 4)
+                why = "That is floats, not bytes: 4 bytes a float.";
+            expect_size_why(4, "bytes", want, got, why);
         }
 }

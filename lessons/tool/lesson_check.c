@@ -239,7 +239,8 @@ static void learner_frame(const char *line, const char *file_name, char *out, si
 /* One line of the check's output. Once a failure is recorded, only a crash still counts.
  * Criterion's own summary is not read: the learner's code can print one (check.h). */
 static void read_check_line(char *line, CheckResult *r, OutputScan *scan) {
-    char *f[5];
+    char *f[6];
+    int nf;
     if (strstr(line, "CRASH")) scan->crashed = 1;
     if (scan->failed) return;
     TestSeen *test = scan->ntests ? &scan->tests[scan->ntests - 1] : NULL;
@@ -254,11 +255,12 @@ static void read_check_line(char *line, CheckResult *r, OutputScan *scan) {
         copy_text(r->input, line + sizeof LESSON_TRY_TAG);
         if (test) copy_text(test->input, r->input);
     } else if (!strncmp(line, LESSON_EXPECT_TAG "\t", sizeof LESSON_EXPECT_TAG) &&
-               split_tabs(line, f, 5) == 5) {
+               ((nf = split_tabs(line, f, 6)) == 5 || nf == 6)) {
         r->hint = atoi(f[1]);
         copy_text(r->input, f[2]);
         copy_text(r->expected, f[3]);
         copy_text(r->got, f[4]);
+        copy_text(r->why, nf == 6 ? f[5] : "");
         scan->failed = 1;
     } else if (!strncmp(line, LESSON_PROBLEM_TAG "\t", sizeof LESSON_PROBLEM_TAG) &&
                split_tabs(line, f, 4) == 4) {

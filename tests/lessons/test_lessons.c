@@ -313,14 +313,18 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
-/* `fsdp lessons check 02 --file PATH` of `source` written to PATH, tmp's directory/`name`
+/* `fsdp lessons check NN --file PATH` of `source` written to PATH, tmp's directory/`name`
  * (path: room for 128). */
-static Run check_02_source(const char *name, const char *source, char *path) {
+static Run check_source(int lesson, const char *name, const char *source, char *path) {
     snprintf(path, 128, "%s/%s", tmp.dir, name);
     write_file(path, source);
     char args[256];
-    snprintf(args, sizeof args, "check 02 --file %s", path);
+    snprintf(args, sizeof args, "check %02d --file %s", lesson, path);
     return lessons(&tmp, NULL, args);
+}
+
+static Run check_02_source(const char *name, const char *source, char *path) {
+    return check_source(2, name, source, path);
 }
 
 Test(lessons, a_compile_error_is_its_first_error_and_source_line) {
@@ -499,6 +503,104 @@ Test(lessons, an_exercise_that_exits_or_prints_a_verdict_fails) {
                             "end)"),
               "%s", r.out);
     run_free(&r);
+}
+
+/* A lesson's reference solution with one mistake put in (`old` replaced by `mistake`), and the
+ * words the check must say about it. */
+typedef struct Misconception {
+    int lesson;
+    const char *old, *mistake, *named;
+} Misconception;
+
+/* Issue 38: "a failure names the misconception when it is a known one (36 B of grads is
+ * ZeRO-1's count)". At least one known mistake per lesson, each recognised exactly by its
+ * check. */
+static const Misconception misconceptions[] = {
+    {1, "    return ddp_rest_memory(params / (size_t)gpus);",
+     "    RestMemory m = ddp_rest_memory(params / (size_t)gpus);\n"
+     "    m.grads = params * FP32_BYTES;\n"
+     "    m.total = m.params + m.grads + m.adam;\n"
+     "    return m;",
+     "grads=36 is every gradient, ZeRO-1's count (and DDP's)"},
+    {2, "    size_t chunk = wire_rows(d0, S);\n    size_t b = chunk * (size_t)r;",
+     "    size_t q = d0 / (size_t)S, k = (size_t)r, rem = d0 % (size_t)S;\n"
+     "    size_t b = k * q + (k < rem ? k : rem), chunk = q + (k < rem);",
+     "That is numpy.array_split's split"},
+    {3, "    return (size_t)(n - 1) * count * sizeof(float);",
+     "    return (size_t)n * count * sizeof(float);", "That is the whole gathered buffer"},
+    {4, "    free(incoming);\n}",
+     "    for (size_t i = 0; i < count; i++) mine[i] /= (float)n;\n"
+     "    free(incoming);\n}",
+     "You divided by N: this collective sums"},
+    {5, "if (s->reshard_after_forward && !s->is_root[u]) {", "if (s->reshard_after_forward) {",
+     "FSDP2 never frees the root after forward"},
+    {6, "        return clip_grad_norm ? 1 : 0;",
+     "        return nunits + (clip_grad_norm ? 1 : 0);",
+     "That is ZeRO-1's all-gather of the updated parameters"},
+    {7, "    return root + largest;", "    return root + 2 * largest;",
+     "You counted the prefetched unit (12 B) as gathered parameters"},
+    {8, "size_t peak = largest +", "size_t peak = 2 * largest +",
+     "You counted the prefetched unit (398336 B) as gathered parameters"},
+    {9, "    return (uint16_t)((u + 0x7fffu + keep_lsb) >> 16);",
+     "    (void)keep_lsb;\n    return (uint16_t)(u >> 16);", "That is truncation"},
+    {10, "double exposed_comm(const Span *spans, int n) {\n",
+     "double exposed_comm(const Span *spans, int n) {\n"
+     "    if (n >= 0) return stream_busy(spans, n, SPAN_COMM);\n",
+     "That is all of the comm stream's time"},
+    {11, "traffic.h2d += (size_t)unit->gathers *", "traffic.h2d += (size_t)(unit->gathers > 0) *",
+     "Each all-gather copies the shard host to device again"},
+    {12,
+     "int saved_ranks_to_read(size_t d0, int saved_world, int load_world, int r, int *first) {\n",
+     "int saved_ranks_to_read(size_t d0, int saved_world, int load_world, int r, int *first) {\n"
+     "    if (saved_world != load_world) {\n"
+     "        *first = r;\n"
+     "        return 1;\n"
+     "    }\n",
+     "Rank r's file holds rank r's rows at the saved world size"},
+};
+
+/* `text` with its one `old` replaced by `mistake` (caller frees); asserts `old` is there once. */
+static char *with_mistake(const char *text, const char *old, const char *mistake) {
+    const char *at = strstr(text, old);
+    cr_assert(at && !strstr(at + 1, old), "the solution has no single \"%s\"", old);
+    size_t before = (size_t)(at - text), n = strlen(text) - strlen(old) + strlen(mistake);
+    char *out = malloc(n + 1);
+    cr_assert(out);
+    memcpy(out, text, before);
+    strcpy(out + before, mistake);
+    strcat(out, at + strlen(old));
+    return out;
+}
+
+Test(lessons, a_known_mistake_is_named_beside_what_was_expected) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls), covered = 0;
+    for (size_t i = 0; i < sizeof misconceptions / sizeof *misconceptions; i++) {
+        const Misconception *m = &misconceptions[i];
+        char solution[256], path[128], line[1024];
+        for (int k = 0; k < n; k++)
+            if (ls[k].number == m->lesson)
+                snprintf(solution, sizeof solution, "lessons/solutions/%s.c", ls[k].folder);
+        char *text = read_text_file(solution, NULL),
+             *wrong = with_mistake(text, m->old, m->mistake);
+        Run r = check_source(m->lesson, "mistaken.c", wrong, path);
+        /* the failure, the misconception on a line of its own, the hint */
+        cr_expect_eq(r.code, 1, "lesson %02d: %s%s", m->lesson, r.out, r.err);
+        cr_expect_eq(count_lines(r.out), 3, "lesson %02d:\n%s", m->lesson, r.out);
+        cr_expect(line_starting(r.out, m->named, line, sizeof line),
+                  "lesson %02d does not say \"%s...\":\n%s", m->lesson, m->named, r.out);
+        covered += line_starting(r.out, m->named, line, sizeof line);
+        run_free(&r);
+        free(wrong);
+        free(text);
+    }
+    for (int k = 0; k < n; k++) {
+        int named = 0;
+        for (size_t i = 0; i < sizeof misconceptions / sizeof *misconceptions; i++)
+            named |= misconceptions[i].lesson == ls[k].number;
+        cr_expect(named, "lesson %s has no known mistake in this test", ls[k].folder);
+    }
+    cr_expect_gt(covered, 0);
 }
 
 Test(lessons, hints_step_through_and_are_remembered) {
