@@ -505,6 +505,39 @@ Test(lessons, an_exercise_that_exits_or_prints_a_verdict_fails) {
     run_free(&r);
 }
 
+/* Issue 38: a ring that received into the slot it had just sent from (one index for both)
+ * failed at 2 ranks, in the test whose hint is 1, and pointed there; the rule it breaks (where
+ * each step's block goes) is hint 2's. A block in the wrong slot now fails with hint 2, saying
+ * whose block landed where. */
+Test(lessons, a_ring_block_in_the_wrong_slot_points_at_the_hint_with_the_rule) {
+    char path[128];
+    Run r = check_source(3, "slot.c",
+                         "#include <string.h>\n"
+                         "#include \"exercise.h\"\n"
+                         "void ring_all_gather(Ring *ring, int rank, const float *mine, float "
+                         "*all, size_t count) {\n"
+                         "    int n = ring_size(ring);\n"
+                         "    memcpy(all + (size_t)rank * count, mine, count * sizeof *mine);\n"
+                         "    for (int s = 0; s < n - 1; s++) {\n"
+                         "        float *block = all + (size_t)((rank - s + n) % n) * count;\n"
+                         "        ring_send_to_next(ring, rank, block, count);\n"
+                         "        ring_recv_from_prev(ring, rank, block, count);\n"
+                         "    }\n"
+                         "}\n"
+                         "size_t ring_all_gather_sent_bytes(size_t count, int n) {\n"
+                         "    return (size_t)(n - 1) * count * 4;\n"
+                         "}\n",
+                         path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_str_eq(
+        r.out, "lesson 03 failed: ring_all_gather(N=2, count=3): expected rank 0's all[0]=100 "
+               "(rank 0's block), got all[0]=200 (rank 1's block)\n"
+               "Rank 1's block landed in slot 0 on rank 0: rank q's block belongs at all + "
+               "q * count, and in step s rank r receives rank (r - s - 1 + N) % N's block.\n"
+               "read hint 2: ./fsdp lessons hint 03 2\n");
+    run_free(&r);
+}
+
 /* A lesson's reference solution with one mistake put in (`old` replaced by `mistake`), and the
  * words the check must say about it. */
 typedef struct Misconception {
