@@ -538,6 +538,45 @@ Test(lessons, a_ring_block_in_the_wrong_slot_points_at_the_hint_with_the_rule) {
     run_free(&r);
 }
 
+/* The text of `path` from the line `from` to the next line starting with `to` (caller
+ * frees); asserts `from` is there. */
+static char *section(const char *path, const char *from, const char *to) {
+    char *text = read_text_file(path, NULL), *at = strstr(text, from);
+    cr_assert(at, "%s has no \"%s\"", path, from);
+    char *end = strstr(at + strlen(from), to);
+    char *out = strndup(at, end ? (size_t)(end - at) : strlen(at));
+    free(text);
+    squeeze_spaces(out);
+    return out;
+}
+
+/* Issue 38: lesson 07 asked for "the most bytes of gathered fp32 parameters" and compared it
+ * with the engine's unsharded params, where a prefetched unit is not yet (it is in its
+ * all-gather's receive buffer, booked as comm buffers): a learner who counted it (24 B for the
+ * toy) failed and concluded prefetch costs no memory. What lessons 07 and 08 ask, in the README
+ * and beside the function, now says which category is counted and where a prefetch's bytes
+ * are; the check's failure says which the learner counted (the test above). */
+Test(lessons, lessons_07_and_08_say_where_a_prefetched_all_gather_is_booked) {
+    const char *const folders[] = {"07-reshard-after-forward", "08-wrap-policy"};
+    for (int i = 0; i < 2; i++) {
+        char readme[128], header[128];
+        snprintf(readme, sizeof readme, "lessons/%s/README.md", folders[i]);
+        snprintf(header, sizeof header, "lessons/%s/exercise.h", folders[i]);
+        char *asked = section(readme, "## What you write", "## ");
+        char *declared = section(header, "/* The most bytes of", "size_t peak_gathered_bytes");
+        const char *texts[] = {asked, declared}, *where[] = {readme, header};
+        for (int k = 0; k < 2; k++) {
+            cr_expect(strstr(texts[k], "unsharded"), "%s does not say unsharded:\n%s", where[k],
+                      texts[k]);
+            cr_expect(strstr(texts[k], "receive buffer") || strstr(texts[k], "comm buffer"),
+                      "%s does not say where a prefetched all-gather's bytes are:\n%s", where[k],
+                      texts[k]);
+        }
+        free(asked);
+        free(declared);
+    }
+}
+
 /* A lesson's reference solution with one mistake put in (`old` replaced by `mistake`), and the
  * words the check must say about it. */
 typedef struct Misconception {
