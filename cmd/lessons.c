@@ -15,6 +15,7 @@
 #include "lessons/tool/lesson_index.h"
 #include "lessons/tool/lesson_proc.h"
 #include "lessons/tool/lesson_progress.h"
+#include "lessons/tool/lesson_takeaway.h"
 
 #define EXIT_PASSED 0
 #define EXIT_FAILED 1
@@ -184,12 +185,23 @@ static void print_crash(const Lesson *l, const CheckResult *r) {
     printf("./fsdp lessons check %02d --verbose shows everything the check printed\n", l->number);
 }
 
+/* After a pass: what the piece teaches, in two lines, and the command that shows it in the
+ * engine, from the lesson's README (lesson_takeaway.h). A README without them (a lesson being
+ * written) prints the pass alone; the tests hold every lesson to having them. */
+static void print_takeaway(const Lesson *l) {
+    Takeaway t;
+    Err err = {0};
+    if (takeaway_load(l, &t, &err)) return;
+    printf("  %s\n  %s\n  see it live: %s\n", t.line[0], t.line[1], t.command);
+}
+
 /* Prints the outcome in plain words; returns the exit status. */
 static int report(const Lesson *l, const char *shown_file, const CheckResult *r) {
     switch (r->outcome) {
     case CHECK_PASSED:
         printf("lesson %02d passed: %s agrees with the engine in all %d checks\n", l->number,
                shown_file, r->tests);
+        print_takeaway(l);
         return EXIT_PASSED;
     case CHECK_FAILED:
         print_failure(l, r);

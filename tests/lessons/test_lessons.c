@@ -152,20 +152,74 @@ Test(lessons, every_lesson_is_listed_and_has_a_solution) {
     run_free(&r);
 }
 
+/* A lesson's take-away, as its README holds it (README.md's "## Take-away"): two lines of text,
+ * then "See it live: `COMMAND`". */
+typedef struct Takeaway {
+    char line[2][256], command[256];
+} Takeaway;
+
+static Takeaway takeaway_of(const LessonDir *l) {
+    char path[256];
+    snprintf(path, sizeof path, "lessons/%s/README.md", l->folder);
+    char *text = read_text_file(path, NULL);
+    const char *at = strstr(text, "\n## Take-away\n\n");
+    cr_assert(at, "%s has no \"## Take-away\" section: what a pass prints", path);
+    Takeaway t;
+    int n = sscanf(at, "\n## Take-away\n\n%255[^\n]\n%255[^\n]\n\nSee it live: `%255[^`]`",
+                   t.line[0], t.line[1], t.command);
+    cr_assert_eq(n, 3, "%s: the take-away is two lines, a blank one, then See it live: `...`",
+                 path);
+    const char *rest = strstr(at, t.command) + strlen(t.command) + 1;
+    cr_assert(strspn(rest, "\n") == strlen(rest), "%s: the take-away ends the README", path);
+    free(text);
+    return t;
+}
+
+/* Issue 38: a pass printed no take-away and no way to see the piece live. It now prints the
+ * two lines of the README's take-away and its command. */
 Test(lessons, every_solution_passes_its_check) {
     LessonDir ls[MAX_LESSONS];
     int n = find_lessons(ls);
     for (int i = 0; i < n; i++) {
-        char args[256], want[64];
+        char args[256], want[1024];
         snprintf(args, sizeof args, "check %02d --file lessons/solutions/%s.c", ls[i].number,
                  ls[i].folder);
         Run r = lessons(&tmp, NULL, args);
         snprintf(want, sizeof want, "lesson %02d passed: ", ls[i].number);
         cr_expect_eq(r.code, 0, "`lessons %s` exited %d:\n%s%s", args, r.code, r.out, r.err);
         cr_expect(strstr(r.out, want), "`lessons %s` said:\n%s", args, r.out);
+        Takeaway t = takeaway_of(&ls[i]);
+        snprintf(want, sizeof want, "\n  %s\n  %s\n  see it live: %s\n", t.line[0], t.line[1],
+                 t.command);
+        cr_expect(strstr(r.out, want), "`lessons %s` does not end with the take-away:\n%s", args,
+                  r.out);
         run_free(&r);
     }
     cr_expect_neq(access(tmp.state, F_OK), 0, "a --file check records no progress");
+}
+
+/* Each take-away's command is ./fsdp viz, train or plan, and runs: in a folder of its own, with
+ * this build's fsdp. */
+Test(lessons, every_take_away_command_runs) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls);
+    for (int i = 0; i < n; i++) {
+        Takeaway t = takeaway_of(&ls[i]);
+        const char *args = t.command + strlen("./fsdp ");
+        cr_expect(!strncmp(t.command, "./fsdp viz ", 11) ||
+                      !strncmp(t.command, "./fsdp train ", 13) ||
+                      !strncmp(t.command, "./fsdp plan ", 12),
+                  "lesson %s: %s is no ./fsdp viz, train or plan command", ls[i].folder, t.command);
+        char cmd[2 * PATH_MAX], bin[PATH_MAX];
+        cr_assert(realpath(fsdp_bin(), bin));
+        snprintf(cmd, sizeof cmd, "cd %s && timeout 120 %s %s > out 2>&1", tmp.dir, bin, args);
+        int status = system(cmd);
+        snprintf(cmd, sizeof cmd, "%s/out", tmp.dir);
+        char *out = read_text_file(cmd, NULL);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0 && out[0],
+                  "lesson %s's take-away command `%s` failed:\n%s", ls[i].folder, t.command, out);
+        free(out);
+    }
 }
 
 /* As shipped, each exercise fails on its first expectation, in two lines: the input, what
