@@ -568,6 +568,38 @@ static int run_check(const Lesson *l, const Workdir *w, const char *file, CheckR
     return 0;
 }
 
+/* Whether two files hold the same bytes (0 when either cannot be read). */
+static int same_contents(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int ca = getc(fa), cb = getc(fb);
+        same = ca == cb;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* The learner's file finds "exercise.h" in its own folder first. A copy there (fsdp lessons start
+ * puts one beside exercise.c) must be the lesson's own, or the exercise would be built on other
+ * declarations than the check: 0, or 1 with the failure said in out. */
+static int foreign_header(const Lesson *l, const char *file, CheckResult *out) {
+    char beside[4096], own[4096];
+    const char *slash = strrchr(file, '/');
+    snprintf(beside, sizeof beside, "%.*sexercise.h", slash ? (int)(slash - file + 1) : 0, file);
+    lesson_path(l, "exercise.h", own, sizeof own);
+    if (access(beside, F_OK) != 0 || same_contents(beside, own)) return 0;
+    out->outcome = CHECK_FAILED;
+    snprintf(out->detail, sizeof out->detail,
+             "%s is not lesson %02d's exercise.h, and %s is built with it while the check uses "
+             "%s: put the lesson's back (cp %s %s)",
+             lessons_shown_path(beside), l->number, lessons_shown_path(file),
+             lessons_shown_path(own), lessons_shown_path(own), lessons_shown_path(beside));
+    return 1;
+}
+
 int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *err) {
     memset(out, 0, sizeof *out);
     struct stat st;
@@ -577,6 +609,7 @@ int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *e
     if (access(file, R_OK) != 0)
         return err_set(err, ERR_USAGE, "cannot read %s: %s", lessons_shown_path(file),
                        strerror(errno));
+    if (foreign_header(l, file, out)) return 0;
     Workdir w;
     int rc = workdir_make(&w, err);
     if (rc) return rc;

@@ -827,6 +827,72 @@ static void fingerprint(const char *path, char *out, size_t n) {
     pclose(p);
 }
 
+/* Issue 38: `fsdp lessons start NN DIR` copies a lesson out of the tree, so a learner works
+ * outside the checkout and checks with --file; it never overwrites a file in DIR, and the check
+ * refuses an exercise.h beside the file that is not the lesson's. */
+Test(lessons, start_copies_a_lesson_out_and_never_overwrites) {
+    char dir[160], args[512], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/work", tmp.dir);
+    snprintf(args, sizeof args, "start 03 %s", dir);
+    Run r = lessons(&tmp, NULL, args);
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    snprintf(cmd, sizeof cmd, "  ./fsdp lessons check 03 --file %s/exercise.c\n", dir);
+    cr_expect(strstr(r.out, cmd), "%s", r.out);
+    run_free(&r);
+    const char *const files[] = {"exercise.c", "exercise.h", "README.md"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "cmp -s lessons/03-ring-all-gather/%s %s/%s", files[i], dir,
+                 files[i]);
+        cr_expect_eq(system(cmd), 0, "%s/%s is not the lesson's", dir, files[i]);
+    }
+    snprintf(cmd, sizeof cmd, "%s/hints.md", dir);
+    cr_expect_neq(access(cmd, F_OK), 0, "the hints stay behind, graded");
+
+    /* the learner's work, checked where it is */
+    snprintf(cmd, sizeof cmd, "cp lessons/solutions/03-ring-all-gather.c %s/exercise.c", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(args, sizeof args, "check 03 --file %s/exercise.c", dir);
+    r = lessons(&tmp, NULL, args);
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "lesson 03 passed: "), "%s", r.out);
+    run_free(&r);
+
+    /* a second start, of this lesson or another, changes nothing there */
+    char before[3][128], after[128], path[256];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        fingerprint(path, before[i], sizeof before[i]);
+    }
+    const char *again[] = {"start 03", "start 02"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "%s %s", again[k], dir);
+        expect_lessons_usage_error(args, "already exists");
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            fingerprint(path, after, sizeof after);
+            cr_expect_str_eq(after, before[i], "`lessons %s` changed %s", args, path);
+        }
+    }
+
+    /* an exercise.h that is not the lesson's: one line, and no build on it */
+    snprintf(cmd, sizeof cmd, "echo 'void ring_all_gather(void);' >> %s/exercise.h", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(args, sizeof args, "check 03 --file %s/exercise.c", dir);
+    r = lessons(&tmp, NULL, args);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect(strstr(r.out, "/work/exercise.h is not lesson 03's exercise.h"), "%s", r.out);
+    run_free(&r);
+
+    snprintf(path, sizeof path, "%s/exercise.c", dir);
+    snprintf(args, sizeof args, "start 03 %s", path);
+    expect_lessons_usage_error(args, "is not a folder");
+    expect_lessons_usage_error("start 99 /tmp", "no lesson '99'");
+    expect_lessons_usage_error("start 03", "usage: ./fsdp lessons start NN DIR");
+    expect_lessons_usage_error("start 03 a b", "usage: ./fsdp lessons start NN DIR");
+    expect_lessons_usage_error("start 03 /nonexistent/folder/work", "cannot make the folder");
+}
+
 /* A built checkout copied elsewhere (as `cp -r` would, less git's folder and the objects) checks
  * its own lessons, nothing set in the environment: its fsdp builds the copy's exercise.c (here
  * the solution, where the original's is as shipped and fails) and records the pass in the copy's
