@@ -1,20 +1,24 @@
-/* lessons (command): `fsdp lessons` and its subcommands: list, check, hint, watch. Everything a
- * learner reads is printed here; the building and running is lesson_check.c's, the state
- * lesson_progress.c's. */
+/* lessons (command): `fsdp lessons` and its subcommands: list, check, hint, watch, start.
+ * Everything a learner reads is printed here; the building and running is lesson_check.c's, the
+ * state lesson_progress.c's. */
 #include "cmd/commands.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lessons/tool/lesson_check.h"
 #include "lessons/tool/lesson_hints.h"
 #include "lessons/tool/lesson_index.h"
 #include "lessons/tool/lesson_proc.h"
 #include "lessons/tool/lesson_progress.h"
+#include "lessons/tool/lesson_takeaway.h"
 
 #define EXIT_PASSED 0
 #define EXIT_FAILED 1
@@ -38,6 +42,10 @@ static void help(FILE *f) {
           "  hint [NN] [K]      the next hint of lesson NN, or its hint K\n"
           "  watch [NN]         check lesson NN each time its exercise.c is saved, until it\n"
           "                     passes (Ctrl-C stops); --file and --verbose as for check\n"
+          "  start NN DIR       copy lesson NN's exercise.c, exercise.h and README.md into DIR\n"
+          "                     (made if missing; a file already there is never overwritten),\n"
+          "                     to work outside this checkout: check it with\n"
+          "                     ./fsdp lessons check NN --file DIR/exercise.c\n"
           "  help               this text\n"
           "\n"
           "Progress is kept in lessons/.progress ($FSDP_LESSONS_STATE keeps it elsewhere;\n"
@@ -165,6 +173,7 @@ static void print_failure(const Lesson *l, const CheckResult *r) {
         printf("lesson %02d failed: %s: %s\n", l->number, r->input, r->detail);
     else
         printf("lesson %02d failed: %s\n", l->number, r->detail);
+    if (r->why[0]) printf("%s\n", r->why); /* the misconception a known wrong value comes from */
     if (r->hint > 0)
         printf("read hint %d: ./fsdp lessons hint %02d %d\n", r->hint, l->number, r->hint);
 }
@@ -183,12 +192,23 @@ static void print_crash(const Lesson *l, const CheckResult *r) {
     printf("./fsdp lessons check %02d --verbose shows everything the check printed\n", l->number);
 }
 
+/* After a pass: what the piece teaches, in two lines, and the command that shows it in the
+ * engine, from the lesson's README (lesson_takeaway.h). A README without them (a lesson being
+ * written) prints the pass alone; the tests hold every lesson to having them. */
+static void print_takeaway(const Lesson *l) {
+    Takeaway t;
+    Err err = {0};
+    if (takeaway_load(l, &t, &err)) return;
+    printf("  %s\n  %s\n  see it live: %s\n", t.line[0], t.line[1], t.command);
+}
+
 /* Prints the outcome in plain words; returns the exit status. */
 static int report(const Lesson *l, const char *shown_file, const CheckResult *r) {
     switch (r->outcome) {
     case CHECK_PASSED:
         printf("lesson %02d passed: %s agrees with the engine in all %d checks\n", l->number,
-               shown_file, r->tests_run);
+               shown_file, r->tests);
+        print_takeaway(l);
         return EXIT_PASSED;
     case CHECK_FAILED:
         print_failure(l, r);
@@ -399,6 +419,94 @@ static int cmd_watch(int argc, char **argv) {
     return EXIT_INTERRUPTED;
 }
 
+/* ------------------------------------------------------------ start */
+
+/* What a learner needs to work on lesson l in a folder of their own: the file they edit, the
+ * declarations it includes (the check refuses a changed copy), and the lesson's text. Hints
+ * stay behind, graded: ./fsdp lessons hint NN. */
+static const char *const start_files[] = {"exercise.c", "exercise.h", "README.md"};
+#define NSTART_FILES (int)(sizeof start_files / sizeof start_files[0])
+
+/* Copies src to dst, which must not exist yet (O_EXCL: never overwrites, even a file made
+ * since it was looked for). 0, or -1 with errno set; a dst half written is removed. */
+static int copy_new_file(const char *src, const char *dst) {
+    FILE *in = fopen(src, "rb");
+    if (!in) return -1;
+    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    FILE *out = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!out) {
+        int saved = errno;
+        if (fd >= 0) close(fd);
+        fclose(in);
+        errno = saved;
+        return -1;
+    }
+    char buf[8192];
+    size_t n;
+    int rc = 0;
+    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, n, out) != n) rc = -1;
+    if (ferror(in)) rc = -1;
+    int saved = errno;
+    if (fclose(out) != 0) rc = -1;
+    fclose(in);
+    if (rc) {
+        unlink(dst);
+        errno = saved ? saved : EIO;
+    }
+    return rc;
+}
+
+/* DIR itself: an existing folder, or one made now (its parent must exist). */
+static int start_folder(const char *dir, int *made) {
+    struct stat st;
+    *made = 0;
+    if (stat(dir, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return 0;
+        return usage_error("%s exists and is not a folder: name a folder to put the lesson in",
+                           dir);
+    }
+    if (mkdir(dir, 0755) != 0)
+        return usage_error("cannot make the folder %s: %s", dir, strerror(errno));
+    *made = 1;
+    return 0;
+}
+
+static int cmd_start(int argc, char **argv) {
+    if (argc != 2 || argv[0][0] == '-' || argv[1][0] == '-')
+        return usage_error("usage: ./fsdp lessons start NN DIR (DIR: a folder outside the "
+                           "checkout, made if missing)");
+    const Lesson *l = find_or_complain(argv[0]);
+    if (!l) return EXIT_USAGE;
+    const char *dir = argv[1];
+    char src[NSTART_FILES][4096], dst[NSTART_FILES][4096];
+    for (int i = 0; i < NSTART_FILES; i++) {
+        lesson_path(l, start_files[i], src[i], sizeof src[i]);
+        snprintf(dst[i], sizeof dst[i], "%s/%s", dir, start_files[i]);
+        if (access(dst[i], F_OK) == 0)
+            return usage_error("%s already exists: lessons start never overwrites a file (choose "
+                               "another folder, or check that one: ./fsdp lessons check %02d "
+                               "--file %s/exercise.c)",
+                               dst[i], l->number, dir);
+    }
+    int made;
+    if (start_folder(dir, &made)) return EXIT_USAGE;
+    for (int i = 0; i < NSTART_FILES; i++) {
+        if (copy_new_file(src[i], dst[i]) == 0) continue;
+        int saved = errno;
+        for (int k = 0; k < i; k++) unlink(dst[k]); /* only what this command wrote */
+        if (made) rmdir(dir);
+        fprintf(stderr, "fsdp: cannot copy %s to %s: %s\n", lessons_shown_path(src[i]), dst[i],
+                strerror(saved));
+        return saved == EEXIST ? EXIT_USAGE : EXIT_FAILED;
+    }
+    printf("lesson %02d is in %s: read %s/README.md, write %s/exercise.c, then check it:\n"
+           "  ./fsdp lessons check %02d --file %s/exercise.c\n"
+           "  ./fsdp lessons hint %02d      (stuck? the next hint)\n",
+           l->number, dir, dir, dir, l->number, dir, l->number);
+    return EXIT_PASSED;
+}
+
 int cmd_lessons(int argc, char **argv) {
     if (!lessons_root())
         return usage_error("no lessons/ in the folder of this fsdp or above it: the lessons are "
@@ -415,5 +523,6 @@ int cmd_lessons(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "hint")) return cmd_hint(argc - 1, argv + 1);
     if (!strcmp(cmd, "watch")) return cmd_watch(argc - 1, argv + 1);
+    if (!strcmp(cmd, "start")) return cmd_start(argc - 1, argv + 1);
     return usage_error("unknown lessons command '%s' (./fsdp lessons help)", cmd);
 }

@@ -9,6 +9,19 @@
 
 #include <stdlib.h>
 
+/* Known wrong ranges, recognised exactly: numpy.array_split's (the first d0 % S pieces one row
+ * longer) and floor division with the rest on the last GPU. NULL for any other. */
+static const char *range_why(size_t d0, int S, int r, size_t begin, size_t rows) {
+    size_t q = d0 / (size_t)S, rem = d0 % (size_t)S, k = (size_t)r;
+    if (begin == k * q + (k < rem ? k : rem) && rows == q + (k < rem))
+        return "That is numpy.array_split's split (the first d0 % S pieces one row longer): "
+               "torch.chunk gives every piece ceil(d0/S) rows and leaves the shortfall at the end.";
+    if (begin == k * q && rows == (r == S - 1 ? d0 - k * q : q))
+        return "That is d0 / S rounded down, with the rest on the last GPU: torch.chunk rounds "
+               "the piece up, ceil(d0/S) rows, and the last GPUs get what is left, or nothing.";
+    return NULL;
+}
+
 /* Each rank's range against the engine's. The message says an empty shard's rule beside what
  * was expected, and a count that went below zero as the negative number computed (rows=-1,
  * not 18446744073709551615). */
@@ -24,9 +37,12 @@ static void expect_range(int hint, size_t d0, int S) {
                  want_rows ? "" : " (nothing left for this rank: an empty shard begins at d0)");
         snprintf(got, sizeof got, "%s ", lesson_size_text("begin", begin));
         snprintf(got + strlen(got), sizeof got - strlen(got), "%s", lesson_size_text("rows", rows));
-        lesson_fail(hint, want, got);
+        lesson_fail_why(hint, want, got, range_why(d0, S, r, begin, rows));
     }
 }
+
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson02);
 
 Test(lesson02, t1_even_split) {
     expect_range(1, 6, 3);
@@ -79,7 +95,12 @@ static void expect_wire_rows(const char *model, int S) {
             size_t d0 = (size_t)m.params[up->param].shape[0];
             lesson_try("wire_rows(d0=%zu, S=%d) for %s's %s", d0, S, model,
                        m.params[up->param].name);
-            expect_size(4, "rows", up->chunk_rows, wire_rows(d0, S));
+            size_t got = wire_rows(d0, S);
+            expect_size_why(4, "rows", up->chunk_rows, got,
+                            got == d0 / (size_t)S
+                                ? "d0 / S rounds down: every GPU's block on the wire has "
+                                  "ceil(d0/S) rows, the longest shard's, the short ones padded."
+                                : NULL);
         }
     plan_free(&p);
     model_desc_free(&m);
@@ -100,16 +121,28 @@ static void expect_rank_numel(const char *model, int S) {
     cr_assert(shapes);
     for (int i = 0; i < m.nparams; i++)
         shapes[i] = (TensorShape){(size_t)m.params[i].shape[0], m.params[i].row_elems};
+    size_t padded = 0; /* what a rank would keep if it kept its padded rows */
+    for (int i = 0; i < m.nparams; i++)
+        padded += (shapes[i].d0 + (size_t)S - 1) / (size_t)S * shapes[i].row_elems;
     for (int r = 0; r < S; r++) {
         size_t want = 0;
         for (int u = 0; u < p.nunits; u++) want += plan_param_numel(&p, u, r);
         lesson_try("rank_numel(%s's %d tensors, S=%d, r=%d)", model, m.nparams, S, r);
         size_t got = rank_numel(shapes, m.nparams, S, r);
         if (got != want) {
+            size_t all = m.total_numel;
             free(shapes);
             plan_free(&p);
             model_desc_free(&m);
-            expect_size(4, "elements", want, got);
+            const char *why = NULL;
+            if (got == padded)
+                why = "You counted the padded rows the wire carries: a GPU keeps only its real "
+                      "rows of each tensor (shard_range's rows); padding lives only in the "
+                      "collectives' buffers.";
+            else if (got == all / (size_t)S)
+                why = "That is the model's elements split evenly: each tensor is split on its "
+                      "own, by rows, so the GPUs' shares differ.";
+            expect_size_why(4, "elements", want, got, why);
         }
     }
     free(shapes);

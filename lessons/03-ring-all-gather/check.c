@@ -36,8 +36,38 @@ static void fill_inputs(GatherCase *g) {
         for (size_t i = 0; i < g->count; i++) g->bufs.in[r][i] = (float)((r + 1) * 100) + (float)i;
 }
 
+/* The rank whose input block `got` (count floats) is, bit for bit; -1 if none. The inputs are
+ * all different, so a block that arrived in the wrong slot is known by its values. */
+static int block_owner(const GatherCase *g, const float *got) {
+    for (int q = 0; q < g->bufs.n; q++)
+        if (g->count && !memcmp(got, g->bufs.in[q], g->count * sizeof(float))) return q;
+    return -1;
+}
+
+/* A block in the wrong place is hint 2's rule, whichever test finds it: it fails there, saying
+ * whose block landed where. */
+static void expect_blocks_in_place(const GatherCase *g) {
+    for (int r = 0; r < g->bufs.n; r++)
+        for (int j = 0; j < g->bufs.n; j++) {
+            const float *got = g->bufs.learner[r] + (size_t)j * g->count;
+            const float *want = g->bufs.engine[r] + (size_t)j * g->count;
+            int q = block_owner(g, got);
+            if (q < 0 || q == j || !memcmp(got, want, g->count * sizeof(float))) continue;
+            lesson_fail_why(2,
+                            lesson_fmt("rank %d's all[%zu]=%.9g (rank %d's block)", r,
+                                       (size_t)j * g->count, (double)want[0], j),
+                            lesson_fmt("all[%zu]=%.9g (rank %d's block)", (size_t)j * g->count,
+                                       (double)got[0], q),
+                            lesson_fmt("Rank %d's block landed in slot %d on rank %d: rank q's "
+                                       "block belongs at all + q * count, and in step s rank r "
+                                       "receives rank (r - s - 1 + N) %% N's block.",
+                                       q, j, r));
+        }
+}
+
 /* Runs both sides on g's inputs and compares: the ring's problems first (a deadlock explains
- * wrong values), then every rank's gathered floats, then what each rank sent. */
+ * wrong values), then blocks in the wrong slot, then every rank's gathered floats, then what
+ * each rank sent. */
 static void compare(GatherCase *g, int hint) {
     ring_check_engine(g->bufs.n, engine_rank, g);
     for (int r = 0; r < g->bufs.n; r++)
@@ -46,6 +76,7 @@ static void compare(GatherCase *g, int hint) {
     RingReport report;
     ring_check_learner(g->bufs.n, learner_rank, g, 1, &report);
     size_t total = (size_t)g->bufs.n * g->count;
+    expect_blocks_in_place(g);
     for (int r = 0; r < g->bufs.n; r++)
         expect_floats(hint, lesson_fmt("rank %d's all", r), g->bufs.engine[r], g->bufs.learner[r],
                       total);
@@ -59,6 +90,9 @@ static void expect_gather(int n, size_t count, int hint) {
     compare(&g, hint);
     ring_buffers_free(&g.bufs);
 }
+
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson03);
 
 Test(lesson03, t1_two_ranks) {
     expect_gather(2, 3, 1);
@@ -105,6 +139,15 @@ Test(lesson03, t5_sent_bytes_formula) {
             lesson_try("ring_all_gather_sent_bytes(count=%zu, n=%d)", count, n);
             double buffer = (double)count * n * 4; /* the gathered buffer, as cost.c takes it */
             size_t want = (size_t)llround(cost_sent_bytes(COLL_ALL_GATHER, buffer, n));
-            expect_size(4, "bytes", want, ring_all_gather_sent_bytes(count, n));
+            size_t got = ring_all_gather_sent_bytes(count, n), block = count * 4;
+            const char *why = NULL;
+            if (got == (size_t)n * block)
+                why = "That is the whole gathered buffer: a rank has its own block already and "
+                      "sends N-1 blocks, (N-1)/N of the buffer.";
+            else if (n > 2 && got == block)
+                why = "That is one block: a rank sends one block in each of the N-1 steps.";
+            else if (got == want / 4)
+                why = "That is floats, not bytes: 4 bytes a float.";
+            expect_size_why(4, "bytes", want, got, why);
         }
 }

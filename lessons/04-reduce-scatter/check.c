@@ -53,6 +53,27 @@ static void fill_inputs(Case *c) {
             c->bufs.in[r][i] = (float)((r + 1) * 1000 + (int)i * ((r % 2) ? -3 : 7));
 }
 
+/* Whether every rank's result is the engine's divided by N (to the float's last bits): an
+ * average, where the collective sums. */
+static int averaged(const Case *c) {
+    for (int r = 0; r < c->bufs.n; r++)
+        for (size_t i = 0; i < c->out_count; i++) {
+            float mean = c->bufs.engine[r][i] / (float)c->bufs.n, got = c->bufs.learner[r][i];
+            if (!(fabsf(got - mean) <= 1e-6f * fabsf(mean))) return 0;
+        }
+    return c->bufs.n > 1;
+}
+
+/* Whether every rank's reduce-scatter result is only its own contribution to its block. */
+static int own_part_only(const Case *c) {
+    if (c->kind != COLL_REDUCE_SCATTER || c->bufs.n < 2) return 0;
+    for (int r = 0; r < c->bufs.n; r++)
+        if (memcmp(c->bufs.learner[r], c->bufs.in[r] + (size_t)r * c->count,
+                   c->count * sizeof(float)))
+            return 0;
+    return 1;
+}
+
 /* Runs both sides and compares: ring problems, every rank's result, every rank's traffic. */
 static void compare(Case *c, double cost_bytes, int hint, int traffic_hint) {
     ring_check_engine(c->bufs.n, engine_rank, c);
@@ -61,6 +82,21 @@ static void compare(Case *c, double cost_bytes, int hint, int traffic_hint) {
     RingReport report;
     ring_check_learner(c->bufs.n, learner_rank, c, hint, &report);
     const char *name = c->kind == COLL_REDUCE_SCATTER ? "mine" : "buf";
+    const char *why = NULL;
+    if (averaged(c))
+        why = "You divided by N: this collective sums (the check runs the engine's with "
+              "REDUCE_SUM). A training step averages by dividing the sum by the world size once; "
+              "the ring's steps only add.";
+    else if (own_part_only(c))
+        why = "That is only your own contribution: each step adds your piece of the block that "
+              "arrives to the running sum, so after N-1 steps your block holds every rank's.";
+    for (int r = 0; r < c->bufs.n && why; r++)
+        for (size_t i = 0; i < c->out_count; i++)
+            if (memcmp(&c->bufs.engine[r][i], &c->bufs.learner[r][i], sizeof(float)))
+                lesson_fail_why(
+                    hint,
+                    lesson_fmt("rank %d's %s[%zu]=%.9g", r, name, i, (double)c->bufs.engine[r][i]),
+                    lesson_fmt("%.9g", (double)c->bufs.learner[r][i]), why);
     for (int r = 0; r < c->bufs.n; r++)
         expect_floats(hint, lesson_fmt("rank %d's %s", r, name), c->bufs.engine[r],
                       c->bufs.learner[r], c->out_count);
@@ -87,6 +123,9 @@ static void expect_all_reduce(int n, size_t count, int hint) {
     compare(&c, (double)n * (double)chunk * 4, hint, 5);
     ring_buffers_free(&c.bufs);
 }
+
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson04);
 
 Test(lesson04, t1_reduce_scatter_two_ranks) {
     expect_reduce_scatter(2, 3, 1);
@@ -118,6 +157,17 @@ Test(lesson04, t4_all_reduce_sent_bytes_formula) {
             lesson_try("ring_all_reduce_sent_bytes(count=%zu, n=%d)", count, n);
             double padded = (double)chunk * n * 4;
             size_t want = (size_t)llround(cost_sent_bytes(COLL_ALL_REDUCE, padded, n));
-            expect_size(5, "bytes", want, ring_all_reduce_sent_bytes(count, n));
+            size_t got = ring_all_reduce_sent_bytes(count, n), half = (size_t)(n - 1) * chunk * 4;
+            const char *why = NULL;
+            if (n > 1 && got == half)
+                why = "That is one half, a reduce-scatter's: an all-reduce is a reduce-scatter "
+                      "and then an all-gather, each sending N-1 blocks.";
+            else if (n > 1 && got == want / 4)
+                why = "That is floats, not bytes: 4 bytes a float.";
+            else if (n > 1 && count % (size_t)n &&
+                     got * (size_t)n == 2 * (size_t)(n - 1) * count * 4)
+                why = "You left out the padding: the ring moves blocks of ceil(count/N) floats, "
+                      "the last one padded.";
+            expect_size_why(5, "bytes", want, got, why);
         }
 }

@@ -18,6 +18,9 @@ static const char *entries_text(const EngineRun *r, const int *entry_unit, int n
     return n ? lesson_fmt("%d entries: %s", n, engine_entry_names(r, entry_unit, n)) : "0 entries";
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson05);
+
 Test(lesson05, t1_entries) {
     static const char *const cases[][2] = {{"toy", "layer"},        {"toy", "block:2"},
                                            {"toy", "none"},         {"vit-tiny", "layer"},
@@ -55,11 +58,26 @@ static int learner_forward(const EngineRun *r, const EngineSchedule *e, EngineSt
     return said;
 }
 
+/* Known mistakes in a forward: the root freed, a unit freed where nothing is, a prefetch
+ * started after the wait it should overlap. */
+static const char *forward_why(const EngineRun *r, const EngineSchedule *s, const char *want,
+                               const char *got) {
+    if (!strncmp(got, "free ", 5) && !s->reshard_after_forward)
+        return "With reshard_after_forward=False (zero2) forward frees nothing: each unit stays "
+               "whole until its backward.";
+    if (engine_step_on_root(r, got, "free"))
+        return "FSDP2 never frees the root after forward: backward starts with it.";
+    if (s->prefetch > 0 && !strncmp(want, "gather ", 7) && !strncmp(got, "wait-gather ", 12))
+        return "With prefetch the next unit's all-gather starts before the GPU waits for this "
+               "one's, so the two transfers overlap the computation.";
+    return NULL;
+}
+
 /* The learner's forward, against every rank's. */
 static void expect_forward(int hint, const char *model, const char *wrap, int reshard,
                            int prefetch) {
     engine_expect_steps(hint, model, engine_config(wrap, reshard, prefetch), PHASE_FORWARD,
-                        learner_forward);
+                        learner_forward, forward_why);
 }
 
 Test(lesson05, t2_no_prefetch) {

@@ -31,12 +31,30 @@ static int learner_backward(const EngineRun *r, const EngineSchedule *e, EngineS
     return said;
 }
 
+/* Known mistakes in a backward: a unit gathered that forward left whole (the root, or every
+ * unit under zero2). */
+static const char *backward_why(const EngineRun *r, const EngineSchedule *s, const char *want,
+                                const char *got) {
+    (void)want;
+    int gathers = !strncmp(got, "gather ", 7) || !strncmp(got, "wait-gather ", 12);
+    if (gathers && !s->reshard_after_forward)
+        return "With reshard_after_forward=False forward left every unit whole: backward gathers "
+               "nothing.";
+    if (engine_step_on_root(r, got, "gather") || engine_step_on_root(r, got, "wait-gather"))
+        return "Forward never freed the root (backward starts with it): backward finds it whole "
+               "and gathers it no more.";
+    return NULL;
+}
+
 /* The learner's backward, against every rank's. */
 static void expect_backward(int hint, const char *model, const char *wrap, int reshard,
                             int prefetch) {
     engine_expect_steps(hint, model, engine_config(wrap, reshard, prefetch), PHASE_BACKWARD,
-                        learner_backward);
+                        learner_backward, backward_why);
 }
+
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson06);
 
 Test(lesson06, t1_nothing_to_gather) {
     expect_backward(1, "toy", "none", 1, 1);  /* the root is still whole from forward */
@@ -81,9 +99,17 @@ static void expect_optimizer(const char *model, Sharding sharding, int clip) {
     int want = optimizer_phase_collectives(&r);
     lesson_try("optimizer_collectives(%s, nunits=%d, clip_grad_norm=%d) for %s",
                strategy_name(cfg.strategy), r.plan.nunits, clip, model);
-    int got = optimizer_collectives(sharding, r.plan.nunits, clip);
+    int nunits = r.plan.nunits;
+    int got = optimizer_collectives(sharding, nunits, clip);
     engine_run_free(&r);
-    expect_text(5, lesson_fmt("collectives=%d", want), lesson_fmt("collectives=%d", got));
+    const char *why = NULL;
+    if (sharding >= SHARDING_ZERO2 && got == want + nunits)
+        why = "That is ZeRO-1's all-gather of the updated parameters after the step: under "
+              "zero2 and zero3 parameters stay sharded until the next forward gathers them.";
+    else if (sharding <= SHARDING_ZERO1 && clip && got == want + 1)
+        why = "Under ddp and zero1 every GPU holds every gradient after backward's all-reduce: "
+              "the global norm needs no collective.";
+    expect_text_why(5, lesson_fmt("collectives=%d", want), lesson_fmt("collectives=%d", got), why);
 }
 
 Test(lesson06, t5_optimizer_step_is_local) {

@@ -13,8 +13,10 @@ int all_gathers_per_step(const UnitSize *units, int nunits, int reshard_after_fo
     return -1;                                              /* TODO */
 }
 
-/* The most bytes of gathered fp32 parameters one GPU holds at any moment of that step, with
- * the default prefetch of one unit. */
+/* The most bytes of unsharded fp32 parameters one GPU holds at any moment of that step, with
+ * the default prefetch of one unit. A unit being prefetched is not counted until the GPU waits
+ * for its all-gather: till then its bytes are in the all-gather's receive buffer, which the
+ * engine books as comm buffers. */
 size_t peak_gathered_bytes(const UnitSize *units, int nunits, int reshard_after_forward) {
     (void)units, (void)nunits, (void)reshard_after_forward; /* TODO: delete this line */
     return 0;                                               /* TODO */

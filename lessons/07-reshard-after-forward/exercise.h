@@ -15,8 +15,10 @@ typedef struct UnitSize {
  * model of these units, in the order forward runs them. */
 int all_gathers_per_step(const UnitSize *units, int nunits, int reshard_after_forward);
 
-/* The most bytes of gathered fp32 parameters one GPU holds at any moment of that step, with
- * the default prefetch of one unit. */
+/* The most bytes of unsharded fp32 parameters one GPU holds at any moment of that step, with
+ * the default prefetch of one unit. A unit being prefetched is not counted until the GPU waits
+ * for its all-gather: till then its bytes are in the all-gather's receive buffer, which the
+ * engine books as comm buffers. */
 size_t peak_gathered_bytes(const UnitSize *units, int nunits, int reshard_after_forward);
 
 #endif

@@ -24,8 +24,9 @@ int collectives_per_step(int nunits, int has_root) {
     return -1;                    /* TODO */
 }
 
-/* The most bytes of gathered fp32 parameters one GPU holds at once in that step (prefetch 1),
- * for the modules grouped as wrap_units grouped them. */
+/* The most bytes of unsharded fp32 parameters one GPU holds at once in that step (prefetch 1),
+ * for the modules grouped as wrap_units grouped them; a unit being prefetched counts only once
+ * the GPU has waited for its all-gather (till then it is a comm buffer), as in lesson 07. */
 size_t peak_gathered_bytes(const ModuleSize *modules, int nmodules, const int *module_unit,
                            int nunits, int root_unit) {
     (void)modules, (void)nmodules, (void)module_unit; /* TODO: delete these two lines */

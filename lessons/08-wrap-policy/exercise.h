@@ -32,8 +32,9 @@ int wrap_units(const ModuleSize *modules, int nmodules, Policy policy, int *modu
  * forward) of a model of nunits units, one of which is the root when has_root is 1. */
 int collectives_per_step(int nunits, int has_root);
 
-/* The most bytes of gathered fp32 parameters one GPU holds at once in that step (prefetch 1),
- * for the modules grouped as wrap_units grouped them. */
+/* The most bytes of unsharded fp32 parameters one GPU holds at once in that step (prefetch 1),
+ * for the modules grouped as wrap_units grouped them; a unit being prefetched counts only once
+ * the GPU has waited for its all-gather (till then it is a comm buffer), as in lesson 07. */
 size_t peak_gathered_bytes(const ModuleSize *modules, int nmodules, const int *module_unit,
                            int nunits, int root_unit);
 

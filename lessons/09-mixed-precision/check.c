@@ -45,11 +45,30 @@ static void expect_widen(uint16_t h, int announce) {
                 lesson_fmt("0x%08x (%.9g)", fp32_bits(got), (double)got));
 }
 
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson09);
+
 Test(lesson09, t1_widen_every_pattern) {
     expect_widen(0x3f80, 1); /* 1 */
     expect_widen(0xc040, 1); /* -3 */
     lesson_try("bf16_widen on each of the 65536 bf16 patterns");
     for (uint32_t h = 0; h <= 0xffff; h++) expect_widen((uint16_t)h, 0);
+}
+
+/* Known wrong roundings of x, recognised bit for bit: truncation, ties away from zero, a NaN
+ * whose rounding carried into the exponent. NULL for any other. */
+static const char *round_why(uint32_t x_bits, uint16_t got) {
+    float x = fp32_from_bits(x_bits);
+    if (isnan(x) && !isnan(bf16_to_fp32(got)))
+        return "Rounding a NaN carried its payload into the exponent: keep a NaN a NaN (keep its "
+               "sign and exponent, and set a mantissa bit) before any rounding.";
+    if (!isnan(x) && got == (uint16_t)(x_bits >> 16))
+        return "That is truncation (the high 16 bits): bf16 rounds to nearest, as the engine's "
+               "fp32_to_bf16 does, so drop the low half only after adding half a step.";
+    if (!isnan(x) && (x_bits & 0xffffu) == 0x8000u && got == (uint16_t)((x_bits + 0x8000u) >> 16))
+        return "A tie rounded away from zero: bf16 rounds a tie to the neighbour whose last bit "
+               "is 0 (ties to even), so half of the ties round down.";
+    return NULL;
 }
 
 /* x rounded by the learner and by the engine: the same bits, and for a NaN any NaN. */
@@ -60,7 +79,8 @@ static void expect_round_quietly(int hint, uint32_t x_bits, int announce) {
     uint16_t want = fp32_to_bf16(x), got = bf16_round(x);
     if (isnan(x) ? isnan(bf16_to_fp32(got)) : want == got) return;
     lesson_try("%s", input);
-    lesson_fail(hint, isnan(x) ? "a NaN" : bf16_text(want), bf16_text(got));
+    lesson_fail_why(hint, isnan(x) ? "a NaN" : bf16_text(want), bf16_text(got),
+                    round_why(x_bits, got));
 }
 
 static void expect_round(int hint, uint32_t x_bits) {
@@ -157,7 +177,18 @@ static void expect_unit_bytes(const ModelDesc *m, const Plan *p, const Trace *t,
                    u->name, u->nparams, p->world, dtype_size(t_wire),
                    gather ? "all-gather" : "reduce-scatter", dtype_name(param), dtype_name(reduce));
         size_t got = unit_collective_bytes(shapes, u->nparams, p->world, dtype_size(t_wire));
-        expect_size(4, "bytes", (size_t)e->bytes, got);
+        size_t want = (size_t)e->bytes, unpadded = u->numel * dtype_size(t_wire);
+        const char *why = NULL;
+        if (got == want / (size_t)p->world)
+            why = "That is one GPU's block: the collective's buffer holds every GPU's block, "
+                  "world of them.";
+        else if (got == unpadded && unpadded != want)
+            why = "You left out the padding: each tensor travels as world blocks of "
+                  "ceil(d0/world) rows, the short ones padded.";
+        else if (dtype_size(t_wire) == 2 && got == 2 * want)
+            why = "You counted 4 bytes an element: in bf16 (param_dtype or reduce_dtype) the "
+                  "collective moves 2.";
+        expect_size_why(4, "bytes", want, got, why);
     }
 }
 
@@ -204,10 +235,15 @@ static int all_reduce_rank(const RankEnv *env, void *arg, Err *err) {
                            REDUCE_SUM, -1, err);
 }
 
-static void expect_sum(int hint, float want, float got) {
+static void expect_sum_why(int hint, float want, float got, const char *why) {
     if (fp32_bits(want) != fp32_bits(got))
-        lesson_fail(hint, lesson_fmt("sum=%.9g", (double)want),
-                    lesson_fmt("sum=%.9g%s", (double)got, isnan(got) ? " (never computed)" : ""));
+        lesson_fail_why(
+            hint, lesson_fmt("sum=%.9g", (double)want),
+            lesson_fmt("sum=%.9g%s", (double)got, isnan(got) ? " (never computed)" : ""), why);
+}
+
+static void expect_sum(int hint, float want, float got) {
+    expect_sum_why(hint, want, got, NULL);
 }
 
 /* Gradient-like values of many magnitudes and both signs, so the order of additions shows. */
@@ -247,9 +283,13 @@ static void expect_sums(const char *what, const float *g, size_t n) {
     float fp32 = reference_sum(DTYPE_FP32, g, n);
     lesson_try("sum_fp32(%s)", what);
     expect_sum(5, fp32, sum_fp32(g, n));
-    float bf16 = reference_sum(DTYPE_BF16, g, n);
+    float bf16 = reference_sum(DTYPE_BF16, g, n), got = sum_bf16(g, n);
     lesson_try("sum_bf16(%s), whose sum in fp32 is %.9g", what, (double)fp32);
-    expect_sum(5, bf16, sum_bf16(g, n));
+    expect_sum_why(5, bf16, got,
+                   fp32_bits(got) == fp32_bits(fp32)
+                       ? "That is the sum kept in fp32: round every gradient and every partial sum "
+                         "to bf16 (dtype_round) to see what a bf16 accumulator loses."
+                       : NULL);
 }
 
 Test(lesson09, t7_many_small_gradients) {

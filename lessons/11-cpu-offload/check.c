@@ -131,11 +131,21 @@ static void expect_each_copy(int ranks) {
                    h2d ? "host-to-device" : "device-to-host", unit->name, r.what);
         size_t want = (size_t)e->bytes;
         size_t got = shard_bytes(r.shapes[e->unit], unit->nparams, ranks, e->rank, dtype_bytes);
+        size_t padded = unit->wire_numel * dtype_bytes, whole = unit->numel * dtype_bytes;
+        const char *why = NULL;
+        if (got == padded && padded != want)
+            why = "You counted the padded rows of the wire block: a GPU keeps, offloads and "
+                  "copies only its real rows; the padding is made on the GPU for the collective.";
+        else if (got == whole && whole != want)
+            why = "That is the whole unit: a GPU copies only its own shard over PCIe.";
         if (got != want) run_free(&r);
-        expect_size(1, "bytes", want, got);
+        expect_size_why(1, "bytes", want, got, why);
     }
     run_free(&r);
 }
+
+/* Each test says when it ran to its end (check.h): the runner passes nothing less. */
+LESSON_CHECK_SUITE(lesson11);
 
 Test(lesson11, t1_each_copy_is_one_shard) {
     for (int ranks = 2; ranks <= 4; ranks++) expect_each_copy(ranks);
@@ -161,9 +171,19 @@ static void expect_step(int hint, const char *fn_name, TrafficFn fn, int ranks, 
                    fn_name, r.plan.nunits, gathers, ranks, rank, param_bytes(&r), grad_bytes(&r),
                    r.what);
         PcieBytes got = fn(units, r.plan.nunits, ranks, rank, param_bytes(&r), grad_bytes(&r));
-        const char *want = traffic_text(recorded(&r, rank)), *have = traffic_text(got);
+        PcieBytes rec = recorded(&r, rank);
+        const char *want = traffic_text(rec), *have = traffic_text(got), *why = NULL;
+        if (fn == cpu_offload_bytes && got.d2h == rec.d2h && got.h2d != rec.h2d) {
+            size_t once = 0; /* each unit's shard copied once, however often it is gathered */
+            for (int u = 0; u < r.plan.nunits; u++)
+                once += plan_param_numel(&r.plan, u, rank) * param_bytes(&r);
+            if (got.h2d == once)
+                why = "Each all-gather copies the shard host to device again: a unit that "
+                      "forward freed crosses PCIe again for backward's all-gather (count "
+                      "gathers, not units).";
+        }
         if (strcmp(want, have)) run_free(&r);
-        expect_text(hint, want, have);
+        expect_text_why(hint, want, have, why);
     }
     run_free(&r);
 }

@@ -13,8 +13,10 @@ int all_gathers_per_step(const UnitSize *units, int nunits, int reshard_after_fo
     return gathers;
 }
 
-/* The most bytes of gathered fp32 parameters one GPU holds at any moment of that step, with
- * the default prefetch of one unit. */
+/* The most bytes of unsharded fp32 parameters one GPU holds at any moment of that step, with
+ * the default prefetch of one unit. A unit being prefetched is not counted until the GPU waits
+ * for its all-gather: till then its bytes are in the all-gather's receive buffer, which the
+ * engine books as comm buffers. */
 size_t peak_gathered_bytes(const UnitSize *units, int nunits, int reshard_after_forward) {
     size_t root = 0, largest = 0, all = 0;
     for (int u = 0; u < nunits; u++) {
@@ -28,6 +30,7 @@ size_t peak_gathered_bytes(const UnitSize *units, int nunits, int reshard_after_
     /* kept: at the end of forward every unit is whole at once */
     if (!reshard_after_forward) return all;
     /* freed: a prefetched unit's parameters land only when it is waited for, after the unit
-     * before it was freed, so one unit is whole at a time, beside the root */
+     * before it was freed, so one unit is whole at a time, beside the root (the prefetch's
+     * receive buffer is comm buffers, not counted here) */
     return root + largest;
 }

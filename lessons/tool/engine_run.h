@@ -235,6 +235,36 @@ static inline size_t engine_peak(const EngineRun *r, int rank, MemCategory cat) 
     return peak;
 }
 
+/* Lessons 07 and 08's known wrong peak: a learner who counts the unit being prefetched as
+ * gathered parameters beside the one computing (the toy: La's 12 B and Lb's 12 B, 24 B). The
+ * engine books a prefetched all-gather in its receive buffer, a comm buffer, until the GPU
+ * waits for it; only then are its parameters unsharded params. `bytes[u]`, `is_root[u]`: the
+ * plan's units in the order forward first uses them. The misconception in words when `got` is
+ * the root plus two neighbouring units, or plus twice the largest; else NULL. */
+static inline const char *engine_prefetch_counted(size_t want, size_t got, const size_t *bytes,
+                                                  const int *is_root, int n) {
+    size_t root = 0, largest = 0, pair = 0, next = 0;
+    for (int u = 0; u < n; u++) {
+        if (is_root[u]) {
+            root += bytes[u];
+            continue;
+        }
+        largest = bytes[u] > largest ? bytes[u] : largest;
+        for (int v = u + 1; v < n; v++) /* the next unit forward gathers that is not the root */
+            if (!is_root[v]) {
+                if (bytes[u] + bytes[v] > pair) pair = bytes[u] + bytes[v], next = bytes[v];
+                break;
+            }
+    }
+    if (got == want || !pair || (got != root + pair && got != root + 2 * largest)) return NULL;
+    return lesson_fmt("You counted the prefetched unit (%zu B) as gathered parameters: until the "
+                      "GPU waits for a prefetched all-gather, its bytes are in the all-gather's "
+                      "receive buffer, which the engine books as comm buffers, not unsharded "
+                      "params. Prefetch does cost memory, one receive buffer per all-gather in "
+                      "flight: the comm buffers row of --memory.",
+                      got == root + pair ? next : largest);
+}
+
 /* The unit's name in the plan ("La", "root", "encoder_layer_3"), or its number when it has
  * none. */
 static inline const char *engine_unit_name(const EngineRun *r, int u) {
@@ -267,13 +297,15 @@ typedef char EngineStepText[160];
  * (those in range) are in got. The check frees its run before failing, so that nothing leaks
  * under SANITIZE=1. */
 static inline int steps_differ(const EngineStepText *want, int nwant, const EngineStepText *got,
-                               int ngot, int nsaid, const char **expected, const char **got_text) {
+                               int ngot, int nsaid, const char **expected, const char **got_text,
+                               int *at) {
     for (int i = 0; i < nwant || i < ngot || (i == ngot && nsaid != ngot); i++) {
         const char *w = i < nwant ? want[i] : "nothing";
         const char *g = i < ngot ? got[i] : "nothing";
         if (strcmp(w, g) != 0 || (i == ngot && nsaid != ngot)) {
             *expected = lesson_fmt("step %d of %d: %s", i + 1, nwant, w);
             *got_text = lesson_fmt("step %d of %d: %s", i + 1, nsaid, g);
+            *at = i;
             return 1;
         }
     }
@@ -304,10 +336,28 @@ typedef struct EngineSchedule {
  * text ("gather La"; the first ENGINE_MAX_STEPS at most) to got, and returns how many it said. */
 typedef int (*EngineLearnerSteps)(const EngineRun *r, const EngineSchedule *s, EngineStepText *got);
 
+/* The misconception behind the first step where the learner's list differs, `want` and `got`
+ * being the two steps as text ("free root"; "nothing" past an end); NULL when it is no known
+ * one. */
+typedef const char *(*EngineStepWhy)(const EngineRun *r, const EngineSchedule *s, const char *want,
+                                     const char *got);
+
+/* Whether step text `step` is `op` of the run's root unit: "free root". */
+static inline int engine_step_on_root(const EngineRun *r, const char *step, const char *op) {
+    for (int u = 0; u < r->plan.nunits; u++) {
+        char text[sizeof(EngineStepText)];
+        if (!r->plan.units[u].is_root) continue;
+        snprintf(text, sizeof text, "%s %s", op, r->plan.units[u].name);
+        if (!strcmp(step, text)) return 1;
+    }
+    return 0;
+}
+
 /* The learner's steps of `phase` in one step of `model` under cfg, against every rank's:
- * fails with `hint` at the first step where they differ. */
+ * fails with `hint` at the first step where they differ, and with why's words when it knows
+ * the mistake (`why` may be NULL). */
 static inline void engine_expect_steps(int hint, const char *model, FsdpConfig cfg, Phase phase,
-                                       EngineLearnerSteps learner) {
+                                       EngineLearnerSteps learner, EngineStepWhy why) {
     EngineRun r;
     engine_run(&r, model, cfg);
     EngineSchedule s = {.nunits = r.plan.nunits,
@@ -319,13 +369,16 @@ static inline void engine_expect_steps(int hint, const char *model, FsdpConfig c
     EngineStepText got[ENGINE_MAX_STEPS], want[ENGINE_MAX_STEPS];
     int said = learner(&r, &s, got);
     int n = said < 0 ? 0 : said > ENGINE_MAX_STEPS ? ENGINE_MAX_STEPS : said;
-    const char *expected = NULL, *differs = NULL;
+    const char *expected = NULL, *differs = NULL, *words = NULL;
+    char because[LESSON_TEXT_MAX] = "";
     for (int rank = 0; rank < ENGINE_RANKS && !expected; rank++) {
-        int nwant = engine_step_texts(&r, rank, phase, want);
-        steps_differ(want, nwant, got, n, said, &expected, &differs);
+        int nwant = engine_step_texts(&r, rank, phase, want), at;
+        if (steps_differ(want, nwant, got, n, said, &expected, &differs, &at) && why &&
+            (words = why(&r, &s, at < nwant ? want[at] : "nothing", at < n ? got[at] : "nothing")))
+            snprintf(because, sizeof because, "%s", words);
     }
     engine_run_free(&r);
-    if (expected) lesson_fail(hint, expected, differs);
+    if (expected) lesson_fail_why(hint, expected, differs, because[0] ? because : NULL);
 }
 
 #endif

@@ -3,9 +3,11 @@
 #include "lessons/tool/lesson_check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -182,9 +184,20 @@ static void copy_text(char *dst, const char *src) {
     snprintf(dst, CHECK_TEXT_MAX, "%s", src);
 }
 
+#define MAX_TESTS 64
+
+/* A test of the check as its output shows it: its name, and the last call it named (its
+ * input while it ran). */
+typedef struct TestSeen {
+    char name[128];
+    char input[CHECK_TEXT_MAX];
+} TestSeen;
+
 /* What the check's output says, line by line. */
 typedef struct OutputScan {
     int failed, crashed;
+    TestSeen tests[MAX_TESTS]; /* in the order they began */
+    int ntests;
     char sanitizer[CHECK_TEXT_MAX]; /* the sanitizer's verdict in one line */
     char frame[CHECK_TEXT_MAX / 2]; /* "ring_all_reduce at exercise.c:24" from its stack */
     const char *file_name;          /* the learner's file name (no folder), to find that frame */
@@ -223,26 +236,31 @@ static void learner_frame(const char *line, const char *file_name, char *out, si
     append_text(out, n, lessons_shown_path(where), strlen(lessons_shown_path(where)));
 }
 
-/* One line of the check's output. Once a failure is recorded, only the counts still count. */
+/* One line of the check's output. Once a failure is recorded, only a crash still counts.
+ * Criterion's own summary is not read: the learner's code can print one (check.h). */
 static void read_check_line(char *line, CheckResult *r, OutputScan *scan) {
-    char *f[5];
-    int tested, passing;
-    if (sscanf(line, "[====] Synthesis: Tested: %d | Passing: %d", &tested, &passing) == 2) {
-        r->tests_run = tested;
-        r->tests_passed = passing;
-    } else if (strstr(line, "CRASH")) {
-        scan->crashed = 1;
-    }
+    char *f[6];
+    int nf;
+    if (strstr(line, "CRASH")) scan->crashed = 1;
     if (scan->failed) return;
+    TestSeen *test = scan->ntests ? &scan->tests[scan->ntests - 1] : NULL;
     /* after a sanitizer's report the input stays the call it interrupted */
-    if (!strncmp(line, LESSON_TRY_TAG "\t", sizeof LESSON_TRY_TAG) && !scan->sanitizer[0]) {
+    if (!strncmp(line, LESSON_TEST_TAG "\t", sizeof LESSON_TEST_TAG)) {
+        if (scan->ntests < MAX_TESTS) {
+            test = &scan->tests[scan->ntests++];
+            snprintf(test->name, sizeof test->name, "%s", line + sizeof LESSON_TEST_TAG);
+            test->input[0] = 0;
+        }
+    } else if (!strncmp(line, LESSON_TRY_TAG "\t", sizeof LESSON_TRY_TAG) && !scan->sanitizer[0]) {
         copy_text(r->input, line + sizeof LESSON_TRY_TAG);
+        if (test) copy_text(test->input, r->input);
     } else if (!strncmp(line, LESSON_EXPECT_TAG "\t", sizeof LESSON_EXPECT_TAG) &&
-               split_tabs(line, f, 5) == 5) {
+               ((nf = split_tabs(line, f, 6)) == 5 || nf == 6)) {
         r->hint = atoi(f[1]);
         copy_text(r->input, f[2]);
         copy_text(r->expected, f[3]);
         copy_text(r->got, f[4]);
+        copy_text(r->why, nf == 6 ? f[5] : "");
         scan->failed = 1;
     } else if (!strncmp(line, LESSON_PROBLEM_TAG "\t", sizeof LESSON_PROBLEM_TAG) &&
                split_tabs(line, f, 4) == 4) {
@@ -257,29 +275,52 @@ static void read_check_line(char *line, CheckResult *r, OutputScan *scan) {
     }
 }
 
-static void read_check_output(const ProcResult *p, const char *file, CheckResult *r) {
-    char *out = strdup(p->output);
-    if (!out) return;
-    OutputScan scan = {.file_name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file};
-    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
-        read_check_line(line, r, &scan);
-    free(out);
-    if (scan.failed) {
+/* The input of the first test that began and never reached its end (`finished`: the names
+ * the results file has, one a line), into r->input; "" when every test that began did. */
+static void input_of_unfinished(const OutputScan *scan, const char *finished, CheckResult *r) {
+    for (int i = 0; i < scan->ntests; i++) {
+        char line[160];
+        snprintf(line, sizeof line, "\n%s\n", scan->tests[i].name);
+        if (strstr(finished, line)) continue;
+        if (scan->tests[i].input[0])
+            copy_text(r->input, scan->tests[i].input);
+        else
+            snprintf(r->input, sizeof r->input, "test %s", scan->tests[i].name);
+        return;
+    }
+    r->input[0] = 0;
+}
+
+/* The outcome, from what the output said (scan) and which tests finished. */
+static void read_check_verdict(const ProcResult *p, const OutputScan *scan, const char *finished,
+                               CheckResult *r) {
+    if (scan->failed) {
         r->outcome = CHECK_FAILED;
     } else if (p->interrupted) {
         r->outcome = CHECK_INTERRUPTED;
     } else if (p->timed_out) {
         r->outcome = CHECK_TIMED_OUT;
         snprintf(r->detail, sizeof r->detail, "did not return within %.0f s", RUN_SECONDS);
-    } else if (scan.crashed || scan.sanitizer[0] || p->signal) {
+    } else if (scan->crashed || scan->sanitizer[0] || p->signal) {
         r->outcome = CHECK_CRASHED;
         r->detail[0] = 0;
-        append_text(r->detail, sizeof r->detail, scan.sanitizer, strlen(scan.sanitizer));
-        if (scan.frame[0]) {
+        append_text(r->detail, sizeof r->detail, scan->sanitizer, strlen(scan->sanitizer));
+        if (scan->frame[0]) {
             append_text(r->detail, sizeof r->detail, ", in ", 5);
-            append_text(r->detail, sizeof r->detail, scan.frame, strlen(scan.frame));
+            append_text(r->detail, sizeof r->detail, scan->frame, strlen(scan->frame));
         }
-    } else if (p->exit_code == 0 && r->tests_run > 0 && r->tests_passed == r->tests_run) {
+    } else if (r->tests_finished < r->tests) {
+        /* a test never reached its end, and nothing failed or crashed: the learner's code ended
+         * the process itself (exit, _exit), whatever it printed and whatever Criterion made of
+         * that exit */
+        r->outcome = CHECK_FAILED;
+        input_of_unfinished(scan, finished, r);
+        snprintf(r->detail, sizeof r->detail,
+                 "your code ended the check's process before this test finished (%d of %d tests "
+                 "ran to their end): your functions must return, never call exit or _exit, nor "
+                 "print the check's verdict",
+                 r->tests_finished, r->tests);
+    } else if (p->exit_code == 0) {
         r->outcome = CHECK_PASSED;
     } else {
         r->outcome = CHECK_FAILED;
@@ -288,11 +329,31 @@ static void read_check_output(const ProcResult *p, const char *file, CheckResult
     }
 }
 
+static void read_check_output(const ProcResult *p, const char *file, const char *finished,
+                              CheckResult *r) {
+    char *out = strdup(p->output);
+    OutputScan *scan = calloc(1, sizeof *scan);
+    if (!out || !scan) {
+        free(out);
+        free(scan);
+        r->outcome = CHECK_FAILED;
+        snprintf(r->detail, sizeof r->detail, "out of memory reading the check's output");
+        return;
+    }
+    scan->file_name = strrchr(file, '/') ? strrchr(file, '/') + 1 : file;
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n"))
+        read_check_line(line, r, scan);
+    free(out);
+    read_check_verdict(p, scan, finished, r);
+    free(scan);
+}
+
 /* ------------------------------------------------------------ the three builds and the run */
 
 typedef struct Workdir {
     char dir[256];
     char exercise_o[300], check_o[300], check_bin[300];
+    char results[300]; /* where each test of the check says it finished (check.h) */
 } Workdir;
 
 static int workdir_make(Workdir *w, Err *err) {
@@ -304,6 +365,7 @@ static int workdir_make(Workdir *w, Err *err) {
     snprintf(w->exercise_o, sizeof w->exercise_o, "%s/exercise.o", w->dir);
     snprintf(w->check_o, sizeof w->check_o, "%s/check.o", w->dir);
     snprintf(w->check_bin, sizeof w->check_bin, "%s/check", w->dir);
+    snprintf(w->results, sizeof w->results, "%s/results", w->dir);
     return 0;
 }
 
@@ -311,6 +373,7 @@ static void workdir_remove(const Workdir *w) {
     unlink(w->exercise_o);
     unlink(w->check_o);
     unlink(w->check_bin);
+    unlink(w->results);
     rmdir(w->dir);
 }
 
@@ -329,12 +392,14 @@ static void compile_args(ArgList *a, const Lesson *l, const char *src, const cha
     args_add(a, obj);
 }
 
-/* Runs a command, logs it and what it printed; 0 when it ran, whatever its exit. */
-static int run_logged(ArgList *a, double seconds, CheckResult *r, ProcResult *p, Err *err) {
+/* Runs a command with `env` added to its environment (NULL: none), logs it and what it
+ * printed; 0 when it ran, whatever its exit. */
+static int run_logged(ArgList *a, char *const env[], double seconds, CheckResult *r, ProcResult *p,
+                      Err *err) {
     int rc = args_complete(a, err);
     if (!rc) {
         log_command(r, a);
-        rc = proc_run(a->argv, seconds, p, err);
+        rc = proc_run(a->argv, env, seconds, p, err);
         if (!rc) log_append(r, p->output);
     }
     args_free(a);
@@ -351,7 +416,7 @@ static int build_exercise(const Lesson *l, const char *file, const Workdir *w, C
     ArgList a = {0};
     ProcResult p;
     compile_args(&a, l, file, w->exercise_o);
-    int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
+    int rc = run_logged(&a, NULL, COMPILE_SECONDS, r, &p, err);
     if (rc) return rc;
     if (p.interrupted)
         r->outcome = CHECK_INTERRUPTED;
@@ -372,7 +437,7 @@ static int compile_check(const Lesson *l, const Workdir *w, CheckResult *r, Err 
     ArgList a = {0};
     ProcResult p;
     compile_args(&a, l, check_c, w->check_o);
-    int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
+    int rc = run_logged(&a, NULL, COMPILE_SECONDS, r, &p, err);
     if (rc) return rc;
     char first[2 * CHECK_TEXT_MAX] = "";
     if (p.interrupted) {
@@ -403,7 +468,7 @@ static int link_check(const Workdir *w, CheckResult *r, Err *err) {
     args_add(&a, w->check_o);
     args_add(&a, lessons_archive());
     args_add_words(&a, LESSONS_LDLIBS);
-    int rc = run_logged(&a, COMPILE_SECONDS, r, &p, err);
+    int rc = run_logged(&a, NULL, COMPILE_SECONDS, r, &p, err);
     if (rc) return rc;
     if (p.interrupted) {
         r->outcome = CHECK_INTERRUPTED;
@@ -415,18 +480,124 @@ static int link_check(const Workdir *w, CheckResult *r, Err *err) {
     return 0;
 }
 
-static int run_check(const Workdir *w, const char *file, CheckResult *r, Err *err) {
+/* The tests of a lesson's check.c: its lines that open with "Test(". A check.c without
+ * LESSON_CHECK_SUITE could never say its tests finished: the lesson's bug, said as one. */
+static int count_tests(const Lesson *l, int *tests, Err *err) {
+    char path[4096], line[1024];
+    lesson_path(l, "check.c", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (!f) return err_set(err, ERR_IO, "cannot read %s: %s", path, strerror(errno));
+    int suite = 0;
+    *tests = 0;
+    while (fgets(line, sizeof line, f)) {
+        *tests += !strncmp(line, "Test(", 5);
+        suite |= !strncmp(line, "LESSON_CHECK_SUITE(", 19);
+    }
+    fclose(f);
+    if (!suite || *tests == 0)
+        return err_set(err, ERR_INTERNAL, "%s has %s", lessons_shown_path(path),
+                       suite ? "no Test(...)" : "no LESSON_CHECK_SUITE(lessonNN) line (check.h)");
+    return 0;
+}
+
+/* A token made for this run of the check, as hex; an error if the system gives no random
+ * bytes. */
+static int make_token(char *hex, size_t n, Err *err) {
+    unsigned char bytes[16];
+    if (getrandom(bytes, sizeof bytes, 0) != (ssize_t)sizeof bytes)
+        return err_set(err, ERR_IO, "no random bytes for the check's token: %s", strerror(errno));
+    for (size_t i = 0; i < sizeof bytes && 2 * i + 2 < n; i++)
+        snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+    return 0;
+}
+
+/* The names of the tests that wrote "TOKEN<tab>NAME" to the results file, as "\nA\nB\n",
+ * each once, into `finished` (malloc'ed; the caller frees); returns how many. */
+static int read_finished(const char *results, const char *token, char **finished) {
+    *finished = strdup("\n");
+    FILE *f = fopen(results, "r");
+    if (!f || !*finished) {
+        if (f) fclose(f);
+        return 0;
+    }
+    char line[CHECK_TEXT_MAX];
+    size_t token_len = strlen(token);
+    int count = 0;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (strncmp(line, token, token_len) || line[token_len] != '\t') continue;
+        char entry[CHECK_TEXT_MAX + 2];
+        snprintf(entry, sizeof entry, "\n%s\n", line + token_len + 1);
+        if (strstr(*finished, entry)) continue; /* said twice: one test */
+        size_t have = strlen(*finished);
+        char *grown = realloc(*finished, have + strlen(entry));
+        if (!grown) break;
+        strcpy(grown + have, entry + 1);
+        *finished = grown;
+        count++;
+    }
+    fclose(f);
+    return count;
+}
+
+static int run_check(const Lesson *l, const Workdir *w, const char *file, CheckResult *r,
+                     Err *err) {
+    char token[40], results_env[400], token_env[80];
+    int rc = count_tests(l, &r->tests, err);
+    if (!rc) rc = make_token(token, sizeof token, err);
+    if (rc) return rc;
+    int fd = open(w->results, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return err_set(err, ERR_IO, "cannot make %s: %s", w->results, strerror(errno));
+    close(fd);
+    snprintf(results_env, sizeof results_env, "%s=%s", LESSON_RESULTS_ENV, w->results);
+    snprintf(token_env, sizeof token_env, "%s=%s", LESSON_TOKEN_ENV, token);
+    char *const env[] = {results_env, token_env, NULL};
     ArgList a = {0};
     args_add(&a, w->check_bin);
     args_add(&a, "--jobs");
     args_add(&a, "1");
     args_add(&a, "--fail-fast");
     ProcResult p;
-    int rc = run_logged(&a, RUN_SECONDS, r, &p, err);
+    rc = run_logged(&a, env, RUN_SECONDS, r, &p, err);
     if (rc) return rc;
-    read_check_output(&p, file, r);
+    char *finished;
+    r->tests_finished = read_finished(w->results, token, &finished);
+    read_check_output(&p, file, finished ? finished : "\n", r);
+    free(finished);
     proc_result_free(&p);
     return 0;
+}
+
+/* Whether two files hold the same bytes (0 when either cannot be read). */
+static int same_contents(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int ca = getc(fa), cb = getc(fb);
+        same = ca == cb;
+        if (ca == EOF || cb == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* The learner's file finds "exercise.h" in its own folder first. A copy there (fsdp lessons start
+ * puts one beside exercise.c) must be the lesson's own, or the exercise would be built on other
+ * declarations than the check: 0, or 1 with the failure said in out. */
+static int foreign_header(const Lesson *l, const char *file, CheckResult *out) {
+    char beside[4096], own[4096];
+    const char *slash = strrchr(file, '/');
+    snprintf(beside, sizeof beside, "%.*sexercise.h", slash ? (int)(slash - file + 1) : 0, file);
+    lesson_path(l, "exercise.h", own, sizeof own);
+    if (access(beside, F_OK) != 0 || same_contents(beside, own)) return 0;
+    out->outcome = CHECK_FAILED;
+    snprintf(out->detail, sizeof out->detail,
+             "%s is not lesson %02d's exercise.h, and %s is built with it while the check uses "
+             "%s: put the lesson's back (cp %s %s)",
+             lessons_shown_path(beside), l->number, lessons_shown_path(file),
+             lessons_shown_path(own), lessons_shown_path(own), lessons_shown_path(beside));
+    return 1;
 }
 
 int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *err) {
@@ -438,6 +609,7 @@ int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *e
     if (access(file, R_OK) != 0)
         return err_set(err, ERR_USAGE, "cannot read %s: %s", lessons_shown_path(file),
                        strerror(errno));
+    if (foreign_header(l, file, out)) return 0;
     Workdir w;
     int rc = workdir_make(&w, err);
     if (rc) return rc;
@@ -445,7 +617,7 @@ int lesson_check_run(const Lesson *l, const char *file, CheckResult *out, Err *e
     rc = build_exercise(l, file, &w, out, err);
     if (!rc && out->outcome == CHECK_PASSED) rc = compile_check(l, &w, out, err);
     if (!rc && out->outcome == CHECK_PASSED) rc = link_check(&w, out, err);
-    if (!rc && out->outcome == CHECK_PASSED) rc = run_check(&w, file, out, err);
+    if (!rc && out->outcome == CHECK_PASSED) rc = run_check(l, &w, file, out, err);
     workdir_remove(&w);
     return rc;
 }

@@ -21,10 +21,12 @@ typedef enum {
 
 typedef struct CheckResult {
     CheckOutcome outcome;
-    int tests_run, tests_passed; /* Criterion's count of the check's tests */
-    int hint;                    /* the hint that explains the failure; 0: none */
-    char input[CHECK_TEXT_MAX];  /* the call that failed, crashed or never returned */
+    int tests;                  /* the tests in the lesson's check.c */
+    int tests_finished;         /* of those, the ones that ran to their end (check.h) */
+    int hint;                   /* the hint that explains the failure; 0: none */
+    char input[CHECK_TEXT_MAX]; /* the call that failed, crashed or never returned */
     char expected[CHECK_TEXT_MAX], got[CHECK_TEXT_MAX];
+    char why[CHECK_TEXT_MAX]; /* the misconception a known wrong value comes from; "" if none */
     /* otherwise the failure in words: the compiler's first error with its source line, the
      * linker's complaint, the ring's problem, the sanitizer's report line */
     char detail[2 * CHECK_TEXT_MAX];

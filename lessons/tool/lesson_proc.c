@@ -34,9 +34,10 @@ int proc_was_interrupted(void) {
     return interrupted != 0;
 }
 
-static void child_exec(char *const argv[], int out_fd) {
+static void child_exec(char *const argv[], char *const env[], int out_fd) {
     setpgid(0, 0);
     signal(SIGINT, SIG_DFL);
+    for (int i = 0; env && env[i]; i++) putenv(env[i]); /* this process's own copy */
     /* A check is a Criterion program. When fsdp itself runs inside a Criterion test (the
      * lesson tests do), it inherits the sandbox's BXFI_MAP, and a check that sees it takes
      * itself for one of that test's sandboxed children and dies. */
@@ -74,7 +75,7 @@ static int read_some(int fd, ProcResult *out, size_t *cap) {
     return 1;
 }
 
-int proc_run(char *const argv[], double timeout_s, ProcResult *out, Err *err) {
+int proc_run(char *const argv[], char *const env[], double timeout_s, ProcResult *out, Err *err) {
     memset(out, 0, sizeof *out);
     size_t cap = 4096;
     out->output = calloc(1, cap);
@@ -87,7 +88,7 @@ int proc_run(char *const argv[], double timeout_s, ProcResult *out, Err *err) {
         close(fds[1]);
         return err_set(err, ERR_IO, "cannot start %s: %s", argv[0], strerror(errno));
     }
-    if (pid == 0) child_exec(argv, fds[1]);
+    if (pid == 0) child_exec(argv, env, fds[1]);
     setpgid(pid, pid); /* also here, so the group exists before we might kill it */
     close(fds[1]);
     double deadline = clock_seconds() + timeout_s;

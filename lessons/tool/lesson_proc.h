@@ -20,9 +20,10 @@ typedef struct ProcResult {
 #define PROC_OUTPUT_MAX (4u << 20)
 
 /* Runs argv[0] (searched in PATH) with argv, stdin from /dev/null, in a process group of its
- * own, for at most timeout_s seconds. Returns 0 when it ran (whatever its exit), or an error
- * when it could not be started. */
-int proc_run(char *const argv[], double timeout_s, ProcResult *out, Err *err);
+ * own, for at most timeout_s seconds, with this process's environment plus `env` ("NAME=value"
+ * strings, NULL-terminated; NULL for none). Returns 0 when it ran (whatever its exit), or an
+ * error when it could not be started. */
+int proc_run(char *const argv[], char *const env[], double timeout_s, ProcResult *out, Err *err);
 void proc_result_free(ProcResult *r);
 
 /* From now on Ctrl-C (SIGINT) stops the running child and makes proc_run return with

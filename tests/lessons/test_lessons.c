@@ -152,20 +152,74 @@ Test(lessons, every_lesson_is_listed_and_has_a_solution) {
     run_free(&r);
 }
 
+/* A lesson's take-away, as its README holds it (README.md's "## Take-away"): two lines of text,
+ * then "See it live: `COMMAND`". */
+typedef struct Takeaway {
+    char line[2][256], command[256];
+} Takeaway;
+
+static Takeaway takeaway_of(const LessonDir *l) {
+    char path[256];
+    snprintf(path, sizeof path, "lessons/%s/README.md", l->folder);
+    char *text = read_text_file(path, NULL);
+    const char *at = strstr(text, "\n## Take-away\n\n");
+    cr_assert(at, "%s has no \"## Take-away\" section: what a pass prints", path);
+    Takeaway t;
+    int n = sscanf(at, "\n## Take-away\n\n%255[^\n]\n%255[^\n]\n\nSee it live: `%255[^`]`",
+                   t.line[0], t.line[1], t.command);
+    cr_assert_eq(n, 3, "%s: the take-away is two lines, a blank one, then See it live: `...`",
+                 path);
+    const char *rest = strstr(at, t.command) + strlen(t.command) + 1;
+    cr_assert(strspn(rest, "\n") == strlen(rest), "%s: the take-away ends the README", path);
+    free(text);
+    return t;
+}
+
+/* Issue 38: a pass printed no take-away and no way to see the piece live. It now prints the
+ * two lines of the README's take-away and its command. */
 Test(lessons, every_solution_passes_its_check) {
     LessonDir ls[MAX_LESSONS];
     int n = find_lessons(ls);
     for (int i = 0; i < n; i++) {
-        char args[256], want[64];
+        char args[256], want[1024];
         snprintf(args, sizeof args, "check %02d --file lessons/solutions/%s.c", ls[i].number,
                  ls[i].folder);
         Run r = lessons(&tmp, NULL, args);
         snprintf(want, sizeof want, "lesson %02d passed: ", ls[i].number);
         cr_expect_eq(r.code, 0, "`lessons %s` exited %d:\n%s%s", args, r.code, r.out, r.err);
         cr_expect(strstr(r.out, want), "`lessons %s` said:\n%s", args, r.out);
+        Takeaway t = takeaway_of(&ls[i]);
+        snprintf(want, sizeof want, "\n  %s\n  %s\n  see it live: %s\n", t.line[0], t.line[1],
+                 t.command);
+        cr_expect(strstr(r.out, want), "`lessons %s` does not end with the take-away:\n%s", args,
+                  r.out);
         run_free(&r);
     }
     cr_expect_neq(access(tmp.state, F_OK), 0, "a --file check records no progress");
+}
+
+/* Each take-away's command is ./fsdp viz, train or plan, and runs: in a folder of its own, with
+ * this build's fsdp. */
+Test(lessons, every_take_away_command_runs) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls);
+    for (int i = 0; i < n; i++) {
+        Takeaway t = takeaway_of(&ls[i]);
+        const char *args = t.command + strlen("./fsdp ");
+        cr_expect(!strncmp(t.command, "./fsdp viz ", 11) ||
+                      !strncmp(t.command, "./fsdp train ", 13) ||
+                      !strncmp(t.command, "./fsdp plan ", 12),
+                  "lesson %s: %s is no ./fsdp viz, train or plan command", ls[i].folder, t.command);
+        char cmd[2 * PATH_MAX], bin[PATH_MAX];
+        cr_assert(realpath(fsdp_bin(), bin));
+        snprintf(cmd, sizeof cmd, "cd %s && timeout 120 %s %s > out 2>&1", tmp.dir, bin, args);
+        int status = system(cmd);
+        snprintf(cmd, sizeof cmd, "%s/out", tmp.dir);
+        char *out = read_text_file(cmd, NULL);
+        cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0 && out[0],
+                  "lesson %s's take-away command `%s` failed:\n%s", ls[i].folder, t.command, out);
+        free(out);
+    }
 }
 
 /* As shipped, each exercise fails on its first expectation, in two lines: the input, what
@@ -216,6 +270,96 @@ Test(lessons, a_fresh_checkout_lists_every_lesson_as_not_started) {
     run_free(&r);
 }
 
+/* Whitespace runs (newlines included) as one space, in place: text as a reader reads it. */
+static void squeeze_spaces(char *s) {
+    char *out = s;
+    for (const char *in = s; *in; in++) {
+        int space = *in == ' ' || *in == '\n' || *in == '\t';
+        if (space && (out == s || out[-1] == ' ')) continue;
+        *out++ = space ? ' ' : *in;
+    }
+    *out = 0;
+}
+
+/* The README's prose paragraphs (fenced blocks left out), each on one line, "\n" between. */
+static char *prose_paragraphs(const char *path) {
+    char *text = read_text_file(path, NULL), *out = calloc(1, strlen(text) + 2);
+    cr_assert(out);
+    int fenced = 0;
+    size_t at = 0;
+    for (char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        if (!strncmp(line, "```", 3)) {
+            fenced = !fenced;
+        } else if (!fenced) {
+            if (len == 0) out[at++] = '\n'; /* a blank line ends a paragraph */
+            memcpy(out + at, line, len);
+            at += len;
+            out[at++] = ' ';
+        }
+        line += len + (line[len] != 0);
+    }
+    free(text);
+    return out;
+}
+
+/* A viewer key a README names, as in "`k`/`K` (next/previous compute)": the keys, then the
+ * viewer's own words for them in brackets. Returns what follows it, and writes "k/K next/previous
+ * compute" (as `fsdp viz --help` says it) to out; NULL where s holds no more keys. A key named
+ * without the viewer's words writes "`f` without ..." to out and returns where it was. */
+static const char *next_viewer_key(const char *s, char *out, size_t n) {
+    const char *k = s;
+    while ((k = strchr(k, '`')) && !(k[1] && k[1] != '`' && k[1] != ' ' && k[2] == '`')) k++;
+    if (!k) return NULL;
+    char keys[32] = "";
+    const char *p = k;
+    while (p[0] == '`' && p[1] && p[2] == '`' && strlen(keys) + 2 < sizeof keys) {
+        size_t at = strlen(keys);
+        if (at) keys[at++] = '/';
+        keys[at++] = p[1];
+        keys[at] = 0;
+        p += 3;
+        if (p[0] == '/' && p[1] == '`') p++;
+    }
+    if (strncmp(p, " (", 2) || !strchr(p + 2, ')')) {
+        snprintf(out, n, "`%c` without the viewer's words for it in brackets after it", k[1]);
+        return p;
+    }
+    snprintf(out, n, "%s %.*s", keys, (int)strcspn(p + 2, ")"), p + 2);
+    return p + 2 + strcspn(p + 2, ")") + 1;
+}
+
+/* Issue 38: lesson 03 sent the learner to `f` "to step from forward event to forward event" in
+ * the viewer, where `k` does that (`f` jumps to the first event of the step's forward). A
+ * paragraph of a lesson's README that speaks of the viewer names a key as "`k` (next compute)",
+ * its words as `fsdp viz --help` gives them, and this holds every such key to that text. */
+Test(lessons, every_viewer_key_a_readme_names_is_the_viewers) {
+    int code;
+    char *help = fsdp_run(&code, "2>&1", "viz --help");
+    cr_assert_eq(code, 0, "%s", help);
+    squeeze_spaces(help);
+    glob_t g;
+    cr_assert_eq(glob("lessons/*/README.md", 0, NULL, &g), 0);
+    int keys = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        char *prose = prose_paragraphs(g.gl_pathv[i]);
+        for (char *para = strtok(prose, "\n"); para; para = strtok(NULL, "\n")) {
+            if (!strstr(para, "viewer") && !strstr(para, "./fsdp viz")) continue;
+            squeeze_spaces(para);
+            char said[256];
+            for (const char *at = para; (at = next_viewer_key(at, said, sizeof said)); keys++)
+                cr_expect(strstr(help, said) != NULL,
+                          "%s names the viewer's key as \"%s\", which `fsdp viz --help` does not "
+                          "say:\n%s",
+                          g.gl_pathv[i], said, para);
+        }
+        free(prose);
+    }
+    globfree(&g);
+    cr_expect_gt(keys, 0, "no lesson README names a key of the viewer");
+    free(help);
+}
+
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     cr_assert(f);
@@ -223,14 +367,18 @@ static void write_file(const char *path, const char *text) {
     fclose(f);
 }
 
-/* `fsdp lessons check 02 --file PATH` of `source` written to PATH, tmp's directory/`name`
+/* `fsdp lessons check NN --file PATH` of `source` written to PATH, tmp's directory/`name`
  * (path: room for 128). */
-static Run check_02_source(const char *name, const char *source, char *path) {
+static Run check_source(int lesson, const char *name, const char *source, char *path) {
     snprintf(path, 128, "%s/%s", tmp.dir, name);
     write_file(path, source);
     char args[256];
-    snprintf(args, sizeof args, "check 02 --file %s", path);
+    snprintf(args, sizeof args, "check %02d --file %s", lesson, path);
     return lessons(&tmp, NULL, args);
+}
+
+static Run check_02_source(const char *name, const char *source, char *path) {
+    return check_source(2, name, source, path);
 }
 
 Test(lessons, a_compile_error_is_its_first_error_and_source_line) {
@@ -345,6 +493,242 @@ Test(lessons, a_count_below_zero_reads_as_the_negative_number_computed) {
     run_free(&r);
 }
 
+/* A right shard_range and wire_rows (lesson 02's solution), for exercises whose mistake lies
+ * elsewhere. */
+#define RIGHT_SHARD_RANGE                                                                          \
+    "void shard_range(size_t d0, int S, int r, size_t *begin, size_t *rows) {\n"                   \
+    "    size_t chunk = (d0 + (size_t)S - 1) / (size_t)S, b = chunk * (size_t)r;\n"                \
+    "    if (b > d0) b = d0;\n"                                                                    \
+    "    *begin = b;\n"                                                                            \
+    "    *rows = (b + chunk > d0 ? d0 : b + chunk) - b;\n"                                         \
+    "}\n"                                                                                          \
+    "size_t wire_rows(size_t d0, int S) { return (d0 + (size_t)S - 1) / (size_t)S; }\n"
+
+/* Issue 38: an exercise whose functions called exit(0), or printed Criterion's summary and
+ * _exit(0), "passed all 5 checks": Criterion takes a test that exits with status 0 for a pass,
+ * and the runner read its summary from what the process printed. Now each test of the check
+ * says it ran to its end in a file, with a token made for the run (lessons/tool/check.h), and
+ * such an exercise fails in one line that names the call it ended in. */
+Test(lessons, an_exercise_that_exits_or_prints_a_verdict_fails) {
+    char path[128];
+    Run r = check_02_source("exits.c",
+                            "#include <stdlib.h>\n"
+                            "#include \"exercise.h\"\n" RIGHT_SHARD_RANGE
+                            "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+                            "    (void)t, (void)n, (void)S, (void)r;\n"
+                            "    exit(0);\n"
+                            "}\n",
+                            path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect(strstr(r.out, "lesson 02 failed: rank_numel(toy's 3 tensors, S=1, r=0): your code "
+                            "ended the check's process before this test finished (4 of 5 tests "
+                            "ran to their end)"),
+              "%s", r.out);
+    cr_expect(!strstr(r.out, "passed"), "%s", r.out);
+    run_free(&r);
+
+    r = check_02_source(
+        "verdict.c",
+        "#include <stdio.h>\n"
+        "#include <unistd.h>\n"
+        "#include \"exercise.h\"\n"
+        "static void pass(void) {\n"
+        "    printf(\"[====] Synthesis: Tested: 5 | Passing: 5 | Failing: 0 | "
+        "Crashing: 0\\n\");\n"
+        "    fflush(stdout);\n"
+        "    _exit(0);\n"
+        "}\n"
+        "void shard_range(size_t d0, int S, int r, size_t *b, size_t *rows) {\n"
+        "    (void)d0, (void)S, (void)r, (void)b, (void)rows;\n"
+        "    pass();\n"
+        "}\n"
+        "size_t wire_rows(size_t d0, int S) { (void)d0, (void)S; pass(); return 0; }\n"
+        "size_t rank_numel(const TensorShape *t, int n, int S, int r) {\n"
+        "    (void)t, (void)n, (void)S, (void)r;\n"
+        "    pass();\n"
+        "    return 0;\n"
+        "}\n",
+        path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect(strstr(r.out, "lesson 02 failed: shard_range(d0=6, S=3, r=0): your code ended the "
+                            "check's process before this test finished (0 of 5 tests ran to their "
+                            "end)"),
+              "%s", r.out);
+    run_free(&r);
+}
+
+/* Issue 38: a ring that received into the slot it had just sent from (one index for both)
+ * failed at 2 ranks, in the test whose hint is 1, and pointed there; the rule it breaks (where
+ * each step's block goes) is hint 2's. A block in the wrong slot now fails with hint 2, saying
+ * whose block landed where. */
+Test(lessons, a_ring_block_in_the_wrong_slot_points_at_the_hint_with_the_rule) {
+    char path[128];
+    Run r = check_source(3, "slot.c",
+                         "#include <string.h>\n"
+                         "#include \"exercise.h\"\n"
+                         "void ring_all_gather(Ring *ring, int rank, const float *mine, float "
+                         "*all, size_t count) {\n"
+                         "    int n = ring_size(ring);\n"
+                         "    memcpy(all + (size_t)rank * count, mine, count * sizeof *mine);\n"
+                         "    for (int s = 0; s < n - 1; s++) {\n"
+                         "        float *block = all + (size_t)((rank - s + n) % n) * count;\n"
+                         "        ring_send_to_next(ring, rank, block, count);\n"
+                         "        ring_recv_from_prev(ring, rank, block, count);\n"
+                         "    }\n"
+                         "}\n"
+                         "size_t ring_all_gather_sent_bytes(size_t count, int n) {\n"
+                         "    return (size_t)(n - 1) * count * 4;\n"
+                         "}\n",
+                         path);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_str_eq(
+        r.out, "lesson 03 failed: ring_all_gather(N=2, count=3): expected rank 0's all[0]=100 "
+               "(rank 0's block), got all[0]=200 (rank 1's block)\n"
+               "Rank 1's block landed in slot 0 on rank 0: rank q's block belongs at all + "
+               "q * count, and in step s rank r receives rank (r - s - 1 + N) % N's block.\n"
+               "read hint 2: ./fsdp lessons hint 03 2\n");
+    run_free(&r);
+}
+
+/* The text of `path` from the line `from` to the next line starting with `to` (caller
+ * frees); asserts `from` is there. */
+static char *section(const char *path, const char *from, const char *to) {
+    char *text = read_text_file(path, NULL), *at = strstr(text, from);
+    cr_assert(at, "%s has no \"%s\"", path, from);
+    char *end = strstr(at + strlen(from), to);
+    char *out = strndup(at, end ? (size_t)(end - at) : strlen(at));
+    free(text);
+    squeeze_spaces(out);
+    return out;
+}
+
+/* Issue 38: lesson 07 asked for "the most bytes of gathered fp32 parameters" and compared it
+ * with the engine's unsharded params, where a prefetched unit is not yet (it is in its
+ * all-gather's receive buffer, booked as comm buffers): a learner who counted it (24 B for the
+ * toy) failed and concluded prefetch costs no memory. What lessons 07 and 08 ask, in the README
+ * and beside the function, now says which category is counted and where a prefetch's bytes
+ * are; the check's failure says which the learner counted (the test above). */
+Test(lessons, lessons_07_and_08_say_where_a_prefetched_all_gather_is_booked) {
+    const char *const folders[] = {"07-reshard-after-forward", "08-wrap-policy"};
+    for (int i = 0; i < 2; i++) {
+        char readme[128], header[128];
+        snprintf(readme, sizeof readme, "lessons/%s/README.md", folders[i]);
+        snprintf(header, sizeof header, "lessons/%s/exercise.h", folders[i]);
+        char *asked = section(readme, "## What you write", "## ");
+        char *declared = section(header, "/* The most bytes of", "size_t peak_gathered_bytes");
+        const char *texts[] = {asked, declared}, *where[] = {readme, header};
+        for (int k = 0; k < 2; k++) {
+            cr_expect(strstr(texts[k], "unsharded"), "%s does not say unsharded:\n%s", where[k],
+                      texts[k]);
+            cr_expect(strstr(texts[k], "receive buffer") || strstr(texts[k], "comm buffer"),
+                      "%s does not say where a prefetched all-gather's bytes are:\n%s", where[k],
+                      texts[k]);
+        }
+        free(asked);
+        free(declared);
+    }
+}
+
+/* A lesson's reference solution with one mistake put in (`old` replaced by `mistake`), and the
+ * words the check must say about it. */
+typedef struct Misconception {
+    int lesson;
+    const char *old, *mistake, *named;
+} Misconception;
+
+/* Issue 38: "a failure names the misconception when it is a known one (36 B of grads is
+ * ZeRO-1's count)". At least one known mistake per lesson, each recognised exactly by its
+ * check. */
+static const Misconception misconceptions[] = {
+    {1, "    return ddp_rest_memory(params / (size_t)gpus);",
+     "    RestMemory m = ddp_rest_memory(params / (size_t)gpus);\n"
+     "    m.grads = params * FP32_BYTES;\n"
+     "    m.total = m.params + m.grads + m.adam;\n"
+     "    return m;",
+     "grads=36 is every gradient, ZeRO-1's count (and DDP's)"},
+    {2, "    size_t chunk = wire_rows(d0, S);\n    size_t b = chunk * (size_t)r;",
+     "    size_t q = d0 / (size_t)S, k = (size_t)r, rem = d0 % (size_t)S;\n"
+     "    size_t b = k * q + (k < rem ? k : rem), chunk = q + (k < rem);",
+     "That is numpy.array_split's split"},
+    {3, "    return (size_t)(n - 1) * count * sizeof(float);",
+     "    return (size_t)n * count * sizeof(float);", "That is the whole gathered buffer"},
+    {4, "    free(incoming);\n}",
+     "    for (size_t i = 0; i < count; i++) mine[i] /= (float)n;\n"
+     "    free(incoming);\n}",
+     "You divided by N: this collective sums"},
+    {5, "if (s->reshard_after_forward && !s->is_root[u]) {", "if (s->reshard_after_forward) {",
+     "FSDP2 never frees the root after forward"},
+    {6, "        return clip_grad_norm ? 1 : 0;",
+     "        return nunits + (clip_grad_norm ? 1 : 0);",
+     "That is ZeRO-1's all-gather of the updated parameters"},
+    {7, "    return root + largest;", "    return root + 2 * largest;",
+     "You counted the prefetched unit (12 B) as gathered parameters"},
+    {8, "size_t peak = largest +", "size_t peak = 2 * largest +",
+     "You counted the prefetched unit (398336 B) as gathered parameters"},
+    {9, "    return (uint16_t)((u + 0x7fffu + keep_lsb) >> 16);",
+     "    (void)keep_lsb;\n    return (uint16_t)(u >> 16);", "That is truncation"},
+    {10, "double exposed_comm(const Span *spans, int n) {\n",
+     "double exposed_comm(const Span *spans, int n) {\n"
+     "    if (n >= 0) return stream_busy(spans, n, SPAN_COMM);\n",
+     "That is all of the comm stream's time"},
+    {11, "traffic.h2d += (size_t)unit->gathers *", "traffic.h2d += (size_t)(unit->gathers > 0) *",
+     "Each all-gather copies the shard host to device again"},
+    {12,
+     "int saved_ranks_to_read(size_t d0, int saved_world, int load_world, int r, int *first) {\n",
+     "int saved_ranks_to_read(size_t d0, int saved_world, int load_world, int r, int *first) {\n"
+     "    if (saved_world != load_world) {\n"
+     "        *first = r;\n"
+     "        return 1;\n"
+     "    }\n",
+     "Rank r's file holds rank r's rows at the saved world size"},
+};
+
+/* `text` with its one `old` replaced by `mistake` (caller frees); asserts `old` is there once. */
+static char *with_mistake(const char *text, const char *old, const char *mistake) {
+    const char *at = strstr(text, old);
+    cr_assert(at && !strstr(at + 1, old), "the solution has no single \"%s\"", old);
+    size_t before = (size_t)(at - text), n = strlen(text) - strlen(old) + strlen(mistake);
+    char *out = malloc(n + 1);
+    cr_assert(out);
+    memcpy(out, text, before);
+    strcpy(out + before, mistake);
+    strcat(out, at + strlen(old));
+    return out;
+}
+
+Test(lessons, a_known_mistake_is_named_beside_what_was_expected) {
+    LessonDir ls[MAX_LESSONS];
+    int n = find_lessons(ls), covered = 0;
+    for (size_t i = 0; i < sizeof misconceptions / sizeof *misconceptions; i++) {
+        const Misconception *m = &misconceptions[i];
+        char solution[256], path[128], line[1024];
+        for (int k = 0; k < n; k++)
+            if (ls[k].number == m->lesson)
+                snprintf(solution, sizeof solution, "lessons/solutions/%s.c", ls[k].folder);
+        char *text = read_text_file(solution, NULL),
+             *wrong = with_mistake(text, m->old, m->mistake);
+        Run r = check_source(m->lesson, "mistaken.c", wrong, path);
+        /* the failure, the misconception on a line of its own, the hint */
+        cr_expect_eq(r.code, 1, "lesson %02d: %s%s", m->lesson, r.out, r.err);
+        cr_expect_eq(count_lines(r.out), 3, "lesson %02d:\n%s", m->lesson, r.out);
+        cr_expect(line_starting(r.out, m->named, line, sizeof line),
+                  "lesson %02d does not say \"%s...\":\n%s", m->lesson, m->named, r.out);
+        covered += line_starting(r.out, m->named, line, sizeof line);
+        run_free(&r);
+        free(wrong);
+        free(text);
+    }
+    for (int k = 0; k < n; k++) {
+        int named = 0;
+        for (size_t i = 0; i < sizeof misconceptions / sizeof *misconceptions; i++)
+            named |= misconceptions[i].lesson == ls[k].number;
+        cr_expect(named, "lesson %s has no known mistake in this test", ls[k].folder);
+    }
+    cr_expect_gt(covered, 0);
+}
+
 Test(lessons, hints_step_through_and_are_remembered) {
     const char *steps[][2] = {
         {"hint 02", "lesson 02, hint 1 of "},   {"hint 02", "lesson 02, hint 2 of "},
@@ -441,6 +825,72 @@ static void fingerprint(const char *path, char *out, size_t n) {
     out[0] = 0;
     cr_assert(fgets(out, (int)n, p));
     pclose(p);
+}
+
+/* Issue 38: `fsdp lessons start NN DIR` copies a lesson out of the tree, so a learner works
+ * outside the checkout and checks with --file; it never overwrites a file in DIR, and the check
+ * refuses an exercise.h beside the file that is not the lesson's. */
+Test(lessons, start_copies_a_lesson_out_and_never_overwrites) {
+    char dir[160], args[512], cmd[1024];
+    snprintf(dir, sizeof dir, "%s/work", tmp.dir);
+    snprintf(args, sizeof args, "start 03 %s", dir);
+    Run r = lessons(&tmp, NULL, args);
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    snprintf(cmd, sizeof cmd, "  ./fsdp lessons check 03 --file %s/exercise.c\n", dir);
+    cr_expect(strstr(r.out, cmd), "%s", r.out);
+    run_free(&r);
+    const char *const files[] = {"exercise.c", "exercise.h", "README.md"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "cmp -s lessons/03-ring-all-gather/%s %s/%s", files[i], dir,
+                 files[i]);
+        cr_expect_eq(system(cmd), 0, "%s/%s is not the lesson's", dir, files[i]);
+    }
+    snprintf(cmd, sizeof cmd, "%s/hints.md", dir);
+    cr_expect_neq(access(cmd, F_OK), 0, "the hints stay behind, graded");
+
+    /* the learner's work, checked where it is */
+    snprintf(cmd, sizeof cmd, "cp lessons/solutions/03-ring-all-gather.c %s/exercise.c", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(args, sizeof args, "check 03 --file %s/exercise.c", dir);
+    r = lessons(&tmp, NULL, args);
+    cr_expect_eq(r.code, 0, "%s%s", r.out, r.err);
+    cr_expect(strstr(r.out, "lesson 03 passed: "), "%s", r.out);
+    run_free(&r);
+
+    /* a second start, of this lesson or another, changes nothing there */
+    char before[3][128], after[128], path[256];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        fingerprint(path, before[i], sizeof before[i]);
+    }
+    const char *again[] = {"start 03", "start 02"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(args, sizeof args, "%s %s", again[k], dir);
+        expect_lessons_usage_error(args, "already exists");
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+            fingerprint(path, after, sizeof after);
+            cr_expect_str_eq(after, before[i], "`lessons %s` changed %s", args, path);
+        }
+    }
+
+    /* an exercise.h that is not the lesson's: one line, and no build on it */
+    snprintf(cmd, sizeof cmd, "echo 'void ring_all_gather(void);' >> %s/exercise.h", dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(args, sizeof args, "check 03 --file %s/exercise.c", dir);
+    r = lessons(&tmp, NULL, args);
+    cr_expect_eq(r.code, 1, "%s%s", r.out, r.err);
+    cr_expect_eq(count_lines(r.out), 1, "%s", r.out);
+    cr_expect(strstr(r.out, "/work/exercise.h is not lesson 03's exercise.h"), "%s", r.out);
+    run_free(&r);
+
+    snprintf(path, sizeof path, "%s/exercise.c", dir);
+    snprintf(args, sizeof args, "start 03 %s", path);
+    expect_lessons_usage_error(args, "is not a folder");
+    expect_lessons_usage_error("start 99 /tmp", "no lesson '99'");
+    expect_lessons_usage_error("start 03", "usage: ./fsdp lessons start NN DIR");
+    expect_lessons_usage_error("start 03 a b", "usage: ./fsdp lessons start NN DIR");
+    expect_lessons_usage_error("start 03 /nonexistent/folder/work", "cannot make the folder");
 }
 
 /* A built checkout copied elsewhere (as `cp -r` would, less git's folder and the objects) checks
