@@ -663,3 +663,16 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     }
     return 0;
 }
+
+void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index) {
+    f->narration[0] = f->flow[0] = 0;
+    if (index >= t->n) return;
+    scan_trace(f, t, p); /* once per trace: what the run gathers, in which dtype */
+    f->index = index;
+    f->event = &t->ev[index];
+    f->accounting_only = t->accounting_only;
+    point_values(f, t);
+    narrate(f, t, index, p);
+    values_not_computed(f, p, f->event);
+    describe_flow(f, p, f->event);
+}

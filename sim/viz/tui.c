@@ -22,7 +22,7 @@ enum {
     TIMELINE_WIDTH = 16 + FRAME_TIMELINE_COLS + 1, /* "GPU n  compute " and the row */
     GRID_SIDE = 16,   /* right of the grid: "NN more units →", "← params kept" */
     COMPACT_STEP = 1, /* where the stacked DDP view starts shrinking */
-    LAST_STEP = 7,
+    LAST_STEP = 10,
 };
 
 /* A rectangle of the screen that one side's panels draw in; rows and columns count from its
@@ -45,6 +45,9 @@ typedef struct Side {
     int grid_first, grid_shown;
     size_t grid_for;
     unsigned categories; /* bit c: the trace charges memory to category c (the bars' legend) */
+    /* Rows the trace's longest narration takes at width need_width, which the layout keeps for
+     * the narration at every event, so that no "why" is cut and the panels stay put. */
+    int narration_rows, need_width;
 } Side;
 
 typedef struct Viewer {
@@ -79,18 +82,33 @@ static Region whole_screen(void) {
     return (Region){0, 0, COLS, LINES};
 }
 
+/* The bytes of s that go on one row of `width` columns: up to the last space that fits, if
+ * there is one, else as many as fit. */
+static int row_cut(const char *s, int width) {
+    int fits = prefix_bytes(s, width);
+    if (s[fits])
+        for (int i = fits; i > 0; i--)
+            if (s[i] == ' ') return i;
+    return fits;
+}
+
+/* Rows s takes wrapped at `width` columns, as wrapped() draws it with room enough. */
+static int rows_needed(const char *s, int width) {
+    int rows = 0;
+    while (*s && width > 1) {
+        s += row_cut(s, width);
+        while (*s == ' ') s++;
+        rows++;
+    }
+    return rows;
+}
+
 /* s wrapped at word boundaries over the `rows` rows from row y (indented one column); when it
  * needs more, the last row ends in "…". */
 static void wrapped(const Region *r, int y, const char *s, int rows) {
     int width = r->w - 2;
     for (int used = 0; *s && used < rows && width > 1; used++) {
-        int fits = prefix_bytes(s, width), cut = fits;
-        if (s[fits]) /* break at the last space that fits, if there is one */
-            for (int i = fits; i > 0; i--)
-                if (s[i] == ' ') {
-                    cut = i;
-                    break;
-                }
+        int cut = row_cut(s, width);
         char line[600];
         if (used == rows - 1 && s[cut])
             snprintf(line, sizeof line, "%.*s\u2026", prefix_bytes(s, width - 1), s);
@@ -104,34 +122,45 @@ static void wrapped(const Region *r, int y, const char *s, int rows) {
 
 /* ---------------------------------------------------------------- layout */
 
-/* How much of each panel a side shows. The timeline comes first to go, but not all at once:
- * when the full panels leave rows over, it shows as many GPUs as they hold (all GPUs run the
- * same schedule, so the first few say most of it). A side that does not fit its region then
- * gives up, in this order: narration and the collective's flow beyond one row each; the blank
- * rows between panels; the memory bars, for one summary line; the flow; the narration; the
- * memory line. Only then does the grid lose rank rows, with a row saying how many are not
- * shown: which GPU holds what is what the view is about. Where the timeline is hidden, the
- * single view says so in one row (the notice) instead of leaving people to wonder. The rows
- * reserved for the texts do not follow their length, so that panels stay put while one steps
- * through events. */
+/* How much of each panel a side shows. The narration has the rows the trace's longest takes
+ * (Side.narration_rows), so that the "why" is not cut while there is room for it. The timeline
+ * comes first to go, but not all at once: when the full panels leave rows over, it shows as many
+ * GPUs as they hold (all GPUs run the same schedule, so the first few say most of it). A side
+ * that does not fit its region then gives up, in this order: the collective's flow beyond one
+ * row; the blank rows between panels; the narration beyond three rows, then two; the memory
+ * bars, for one summary line; the flow; the narration beyond one row; the narration and the
+ * memory line. Only
+ * then does the grid lose rank rows, with a row saying how many are not shown: which GPU holds what
+ * is what the view is about. Where the timeline is hidden, the single view says so in one row (the
+ * notice) instead of leaving people to wonder. The rows reserved for the texts do not follow their
+ * length, so that panels stay put while one steps through events. */
 typedef struct Layout {
-    int gap;       /* blank rows between panels */
-    int narration; /* rows for the narration */
-    int flow;      /* rows for the collective's flow */
-    int grid_rows; /* rank rows of the grid; fewer than the ranks adds a "+K more GPUs" row */
-    int bars;      /* 1 a bar per rank, 0 one summary line, -1 no memory */
-    int timeline;  /* GPUs the timeline shows, from GPU 0 (0: hidden) */
-    int notice;    /* a row saying that (and why) the timeline is hidden */
+    int gap;            /* blank rows between panels */
+    int narration;      /* rows for the narration */
+    int flow;           /* rows for the collective's flow */
+    int grid_rows;      /* rank rows of the grid; fewer than the ranks adds a "+K more GPUs" row */
+    int bars;           /* 1 a bar per rank, 0 one summary line, -1 no memory */
+    int timeline;       /* GPUs the timeline shows, from GPU 0 (0: hidden) */
+    int notice;         /* a row saying that (and why) the timeline is hidden */
+    int narration_need; /* rows the longest narration takes: what spare rows give back */
 } Layout;
 
-static Layout layout_step(int step, int nranks) {
-    Layout l = {.gap = 1, .narration = 3, .flow = 2, .grid_rows = nranks, .bars = 1};
-    if (step >= 1) l.narration = l.flow = 1;
+static Layout layout_step(int step, int nranks, int narration) {
+    Layout l = {.gap = 1,
+                .narration = narration,
+                .flow = 2,
+                .grid_rows = nranks,
+                .bars = 1,
+                .narration_need = narration};
+    if (step >= 1) l.flow = 1;
     if (step >= 2) l.gap = 0;
-    if (step >= 3) l.bars = 0;
-    if (step >= 4) l.flow = 0;
-    if (step >= 5) l.narration = 0;
-    if (step >= 6) l.bars = -1;
+    for (int rows = 3; rows >= 2; rows--) /* steps 3, 4: from here a long "why" ends in "…" */
+        if (step >= 6 - rows && l.narration > rows) l.narration = rows;
+    if (step >= 5) l.bars = 0;
+    if (step >= 6) l.flow = 0;
+    if (step >= 7 && l.narration > 1) l.narration = 1;
+    if (step >= 8) l.narration = 0;
+    if (step >= 9) l.bars = -1;
     return l;
 }
 
@@ -146,25 +175,26 @@ static int layout_rows(const Layout *l, int nranks, int titled) {
 
 /* Rows more than the region has that the full layout needs to show the timeline of `ranks`
  * GPUs. */
-static int timeline_shortfall(int nranks, const Region *r, int titled, int ranks) {
-    Layout l = layout_step(0, nranks);
+static int timeline_shortfall(int nranks, const Region *r, int titled, int ranks, int narration) {
+    Layout l = layout_step(0, nranks, narration);
     l.timeline = ranks;
     return layout_rows(&l, nranks, titled) - r->h;
 }
 
-/* Rows a shrunk layout leaves over go back to the texts it cut to one row: the narration's
- * second, the flow's second, the narration's third. They depend on the region only, not on
- * the texts, so the panels stay put from one event to the next. */
+/* Rows a shrunk layout leaves over go back to the texts it cut: the flow's second, then the
+ * narration's, up to what the longest takes. They depend on the region and the trace only, not
+ * on the current text, so the panels stay put from one event to the next. */
 static void texts_take_spare_rows(Layout *l, int spare) {
-    if (spare > 0 && l->narration == 1) l->narration = 2, spare--;
     if (spare > 0 && l->flow == 1) l->flow = 2, spare--;
-    if (spare > 0 && l->narration == 2) l->narration = 3;
+    for (; spare > 0 && l->narration > 0 && l->narration < l->narration_need; spare--)
+        l->narration++;
 }
 
 /* The richest layout from step `first` on that fits h rows; `notice`: say so where the
  * timeline is hidden (the single view; beside DDP the timeline gives way to the comparison). */
-static Layout layout_fit(int nranks, const Region *r, int titled, int first, int notice) {
-    Layout l = layout_step(first, nranks);
+static Layout layout_fit(int nranks, const Region *r, int titled, int first, int notice,
+                         int narration) {
+    Layout l = layout_step(first, nranks, narration);
     if (first == 0 && r->w >= TIMELINE_WIDTH) {
         int gpus = (r->h - layout_rows(&l, nranks, titled) - l.gap - 2) / 2;
         if (gpus >= 1) {
@@ -174,7 +204,7 @@ static Layout layout_fit(int nranks, const Region *r, int titled, int first, int
     }
     l.notice = notice;
     for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++) {
-        l = layout_step(step, nranks);
+        l = layout_step(step, nranks, narration);
         l.notice = notice;
     }
     if (layout_rows(&l, nranks, titled) > r->h) l.notice = 0; /* before any grid row */
@@ -393,6 +423,26 @@ static void draw_timeline(const Side *s, const Region *r, int y, int gpus) {
     }
 }
 
+/* Rows the trace's longest narration takes in region width w (cached per width): every event's
+ * narration made in a scratch frame, without replaying the trace for each. */
+static int narration_rows(Side *s, int w) {
+    if (s->need_width == w) return s->narration_rows;
+    Frame scratch;
+    Err err = {0};
+    int most = 1;
+    if (frame_init(&scratch, s->p, &err) == 0) {
+        for (size_t i = 0; i < s->t->n; i++) {
+            frame_narrate(&scratch, s->t, s->p, i);
+            int rows = rows_needed(scratch.narration, w - 2);
+            if (rows > most) most = rows;
+        }
+        frame_free(&scratch);
+    }
+    s->need_width = w;
+    s->narration_rows = most;
+    return most;
+}
+
 /* In the timeline's place when it is hidden: what it would take to show it. */
 static void draw_timeline_notice(const Side *s, const Region *r, int y, int titled) {
     char line[160];
@@ -401,7 +451,8 @@ static void draw_timeline_notice(const Side *s, const Region *r, int y, int titl
         snprintf(line, sizeof line, "timeline hidden: needs %d columns, has %d", TIMELINE_WIDTH,
                  r->w);
     } else {
-        int one = timeline_shortfall(n, r, titled, 1), all = timeline_shortfall(n, r, titled, n);
+        int one = timeline_shortfall(n, r, titled, 1, s->narration_rows),
+            all = timeline_shortfall(n, r, titled, n, s->narration_rows);
         int at = snprintf(line, sizeof line, "timeline hidden: needs %d more row%s", one,
                           one == 1 ? "" : "s");
         if (n > 1) snprintf(line + at, sizeof line - (size_t)at, " (%d for all %d GPUs)", all, n);
@@ -415,7 +466,7 @@ static void draw_timeline_notice(const Side *s, const Region *r, int y, int titl
  * for none) heads the region, and the layout shrinks from step `first`. */
 static void draw_side(const Viewer *v, Side *s, const Region *r, const char *title, int first) {
     int nranks = s->f.nranks;
-    Layout l = layout_fit(nranks, r, title != NULL, first, title == NULL);
+    Layout l = layout_fit(nranks, r, title != NULL, first, title == NULL, narration_rows(s, r->w));
     int y = 0;
     if (title) {
         attron(A_BOLD | A_UNDERLINE);
