@@ -257,7 +257,6 @@ static int load_in_memory(Dataset *out, const Sources *s, const char *root, int 
                           Err *err) {
     TokenSink sink;
     token_sink_to_memory(&sink);
-    info->files = info->skipped = 0;
     int rc = gather(&sink, s, root, info, err);
     if (!rc) rc = make_dataset(out, root, sink.mem, sink.bytes, seq, err);
     if (rc) {

@@ -69,9 +69,11 @@ void frame_free(Frame *f);
  * Events name ranks and units the plan must have; anything else is an error naming it. */
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err);
 
-/* Only the narration and the flow of event `index` (header, state and timeline as they were):
- * their length does not depend on the replayed state, so a viewer sizes its text rows by them
- * over a whole trace without replaying it for every event. */
+/* Only the narration and the flow of event `index` (header, state and timeline as they were),
+ * in a frame frame_at has filled once, at any event of t: what they name of the state (the
+ * elements each rank keeps at rest) is the plan's, and what changes from event to event
+ * (which values a rank holds) does not change their length, so a viewer sizes its text rows by
+ * them over a whole trace without replaying it for every event. */
 void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index);
 
 static inline FrameCell *frame_cell(const Frame *f, int rank, int unit) {

@@ -424,14 +424,15 @@ static void draw_timeline(const Side *s, const Region *r, int y, int gpus) {
 }
 
 /* Rows the trace's longest narration takes in region width w (cached per width): every event's
- * narration made in a scratch frame, without replaying the trace for each. */
+ * narration made in a scratch frame filled once, without replaying the trace for each. */
 static int narration_rows(Side *s, int w) {
     if (s->need_width == w) return s->narration_rows;
     Frame scratch;
     Err err = {0};
     int most = 1;
     if (frame_init(&scratch, s->p, &err) == 0) {
-        for (size_t i = 0; i < s->t->n; i++) {
+        int filled = frame_at(&scratch, s->t, s->p, 0, &err) == 0; /* what each rank keeps */
+        for (size_t i = 0; filled && i < s->t->n; i++) {
             frame_narrate(&scratch, s->t, s->p, i);
             int rows = rows_needed(scratch.narration, w - 2);
             if (rows > most) most = rows;
