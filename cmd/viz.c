@@ -15,15 +15,18 @@
 #include "io/trace_file.h"
 #include "sim/viz/frame.h"
 #include "sim/viz/html.h"
+#include "sim/viz/moments.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/text.h"
 #include "sim/viz/tui.h"
 
 typedef struct VizArgs {
-    const char *trace;   /* --trace FILE: replay it instead of running */
-    size_t first, last;  /* 1-based; last 0: to the end */
-    int plain;           /* text frames even on a terminal */
-    const char *html;    /* --html FILE: write the page instead of showing frames */
+    const char *trace;              /* --trace FILE: replay it instead of running */
+    size_t first, last;             /* --events: 1-based; last 0: to the end */
+    size_t frame_first, frame_last; /* --frames: the presenter's frames, 1-based, inclusive */
+    int by_event;                   /* --by-event: the viewer steps event by event */
+    int plain;                      /* text frames even on a terminal */
+    const char *html;               /* --html FILE: write the page instead of showing frames */
     int times;           /* --times: where the last step's time went, instead of frames */
     const char *against; /* --against FILE: another trace's times beside them */
     int accounting_only; /* --accounting-only: the step's bytes and modelled times, no values */
@@ -32,8 +35,7 @@ typedef struct VizArgs {
 } VizArgs;
 
 /* "A-B" or "A", 1-based and inclusive. */
-static int set_events(void *args, const char *flag, const char *v, Err *err) {
-    VizArgs *a = args;
+static int parse_range(const char *flag, const char *v, size_t *a_out, size_t *b_out, Err *err) {
     char *end;
     unsigned long first = strtoul(v, &end, 10), last = first;
     if (end != v && *end == '-') {
@@ -43,9 +45,19 @@ static int set_events(void *args, const char *flag, const char *v, Err *err) {
     }
     if (end == v || *end || first < 1 || last < first || v[0] == '-')
         return err_set(err, ERR_USAGE, "%s must be A-B or A with 1 <= A <= B (got '%s')", flag, v);
-    a->first = first;
-    a->last = last;
+    *a_out = first;
+    *b_out = last;
     return 0;
+}
+
+static int set_events(void *args, const char *flag, const char *v, Err *err) {
+    VizArgs *a = args;
+    return parse_range(flag, v, &a->first, &a->last, err);
+}
+
+static int set_frames(void *args, const char *flag, const char *v, Err *err) {
+    VizArgs *a = args;
+    return parse_range(flag, v, &a->frame_first, &a->frame_last, err);
 }
 
 /* viz's own flags; the others are train's, parsed by train's table. */
@@ -53,6 +65,15 @@ static const Flag viz_rows[] = {
     {"--events", FLAG_SET, .set = set_events, .arg = "A-B",
      .missing = "--events needs a value (A-B)",
      .help = "text frames of events A to B (1-based, inclusive); A for one"},
+    {"--frames", FLAG_SET, .set = set_frames, .arg = "A-B",
+     .missing = "--frames needs a value (A-B)",
+     .help = "text frames of the presenter's frames A to B: one a collective or\n"
+             "compute across all GPUs, the allocations and frees around it folded\n"
+             "in (what the viewer steps by)"},
+    {"--by-event", FLAG_SWITCH, offsetof(VizArgs, by_event),
+     .help = "the viewer steps event by event (every allocation and free, each\n"
+             "GPU's part of a collective) instead of by presenter's frames; key e\n"
+             "switches between the two"},
     {"--html", FLAG_STRING, offsetof(VizArgs, html), .arg = "FILE",
      .missing = "--html needs a file",
      .help = "write every event as one self-contained HTML page (the viewer's\n"
@@ -83,9 +104,10 @@ static const Flag viz_rows[] = {
 static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
 
 static void viz_help(FILE *f) {
-    fputs("usage: ./fsdp viz [--events A-B] [--plain] [--html FILE] [--accounting-only]\n"
-          "                  [train flags]\n"
-          "       ./fsdp viz --trace FILE [--events A-B] [--plain] [--html FILE]\n"
+    fputs("usage: ./fsdp viz [--frames A-B | --events A-B] [--plain] [--html FILE]\n"
+          "                  [--by-event] [--accounting-only] [train flags]\n"
+          "       ./fsdp viz --trace FILE [--frames A-B | --events A-B] [--plain]\n"
+          "                  [--html FILE]\n"
           "       ./fsdp viz --trace FILE --times [--against OTHER]\n"
           "\n"
           "Runs one training step (or --steps K) on the simulated cluster, records its trace and\n"
@@ -98,13 +120,17 @@ static void viz_help(FILE *f) {
           f);
     flags_help(&viz_table, f);
     fputs("\n"
-          "On a terminal the full-screen viewer opens: n/space/right next event, p/left\n"
-          "previous, c/C next/previous collective, k/K next/previous compute, f/b/o the first\n"
-          "event of the step's forward/backward/optimizer phase, </> the grid's units, g go to\n"
-          "event, d the same step under DDP beside it, r play/pause, +/- speed, h help, q quit.\n"
-          "The grid follows the event's unit. NO_COLOR=1 turns colour off.\n"
+          "On a terminal the full-screen viewer opens on the presenter's frames, one per\n"
+          "collective or compute across all GPUs with the allocations and frees around it\n"
+          "folded in: n/space/right next frame, p/left previous, c/C next/previous\n"
+          "collective, k/K next/previous compute, f/b/o the first collective or compute of the\n"
+          "step's forward/backward/optimizer phase, e every event (the same keys step event\n"
+          "by event) and back, </> the grid's units, g go to a frame, or an event, d the same\n"
+          "step under DDP beside it, r play/pause, +/- speed, h help, q quit. The grid\n"
+          "follows the unit in play. NO_COLOR=1 turns colour off.\n"
           "\n"
-          "example: ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
+          "examples: ./fsdp viz --model toy --ranks 3 --strategy zero3 --frames 2-4\n"
+          "          ./fsdp viz --model toy --ranks 3 --strategy zero3 --events 19-23\n",
           f);
 }
 
@@ -135,18 +161,24 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--trace replays a recorded run, whose flags come from the file (got %s)",
                        v->rest[0]);
-    if (v->html && (v->first || v->plain))
+    if (v->first && v->frame_first)
+        return err_set(err, ERR_USAGE,
+                       "--events picks events and --frames presenter's frames; give one");
+    if (v->html && (v->first || v->frame_first || v->plain))
         return err_set(err, ERR_USAGE, "--html writes every event; %s is for text frames",
-                       v->first ? "--events" : "--plain");
+                       v->first         ? "--events"
+                       : v->frame_first ? "--frames"
+                                        : "--plain");
     if (v->against && !v->times)
         return err_set(err, ERR_USAGE, "--against sets another trace beside --times; give --times");
-    if (v->times && (v->html || v->first || v->plain))
+    if (v->times && (v->html || v->first || v->frame_first || v->plain))
         return err_set(err, ERR_USAGE,
                        "--times prints the step's times instead of frames; %s is "
                        "for frames",
-                       v->html    ? "--html"
-                       : v->first ? "--events"
-                                  : "--plain");
+                       v->html          ? "--html"
+                       : v->first       ? "--events"
+                       : v->frame_first ? "--frames"
+                                        : "--plain");
     return 0;
 }
 
@@ -187,7 +219,29 @@ static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *pag
     return 0;
 }
 
+/* --frames A-B: the presenter's frames, as the viewer steps by them. */
+static int viz_print_frames(const TrainRun *t, const Trace *trace, const VizArgs *v, Err *err) {
+    Moments ms;
+    int rc = moments_build(&ms, trace, err);
+    if (rc) return rc;
+    size_t first = v->frame_first - 1, last = v->frame_last < ms.n ? v->frame_last : ms.n;
+    if (first >= ms.n)
+        rc = err_set(err, ERR_USAGE, "--frames starts at %zu but the trace has %zu frames",
+                     v->frame_first, ms.n);
+    Frame f = {0};
+    if (!rc) rc = frame_init(&f, &t->plan, err);
+    for (size_t k = first; !rc && k < last; k++) {
+        rc = moments_frame(&f, trace, &t->plan, &ms, k, err);
+        if (!rc) plain_render(stdout, &f, &t->plan);
+        if (!rc && k + 1 < last) fputc('\n', stdout);
+    }
+    frame_free(&f);
+    moments_free(&ms);
+    return rc;
+}
+
 static int viz_print(const TrainRun *t, const Trace *trace, const VizArgs *v, Err *err) {
+    if (v->frame_first) return viz_print_frames(t, trace, v, err);
     size_t first = v->first ? v->first - 1 : 0;
     size_t last = v->last && v->last <= trace->n ? v->last : trace->n;
     if (v->first && first >= trace->n)
@@ -397,7 +451,8 @@ static int accounting_only_fits(const TrainArgs *a, Err *err) {
 
 /* The viewer on a terminal; text frames when piped, asked for, or a range was given. */
 static int viz_wants_viewer(const VizArgs *v) {
-    return !v->plain && !v->first && isatty(STDOUT_FILENO) && isatty(STDIN_FILENO);
+    return !v->plain && !v->first && !v->frame_first && isatty(STDOUT_FILENO) &&
+           isatty(STDIN_FILENO);
 }
 
 /* A trace's events must name the ranks and units of the plan its flags rebuild, or the frames
@@ -441,7 +496,7 @@ static int viz_replay(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err)
     else if (!rc && page->f)
         rc = viz_write_html(t, &trace, page, err);
     else if (!rc)
-        rc = viz_wants_viewer(v) ? tui_run(&trace, &t->plan, NULL, err)
+        rc = viz_wants_viewer(v) ? tui_run(&trace, &t->plan, NULL, v->by_event, err)
                                  : viz_print(t, &trace, v, err);
     trace_free(&trace);
     trace_meta_free(&meta);
@@ -460,7 +515,8 @@ static int viz_execute(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err
     else if (!rc && page->f)
         rc = viz_write_html(t, &res.trace, page, err);
     else if (!rc)
-        rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, err) : viz_print(t, &res.trace, v, err);
+        rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, v->by_event, err)
+                    : viz_print(t, &res.trace, v, err);
     ddp_peer_free(&peer);
     cluster_result_free(&res);
     return rc;

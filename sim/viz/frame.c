@@ -602,7 +602,12 @@ static void draw_timeline(Frame *f, const Trace *t) {
         for (int c = a; c < b && c < FRAME_TIMELINE_COLS; c++)
             f->timeline[e->rank * STREAM_COUNT + e->stream][c] = stream_mark(e->stream);
     }
-    int cursor = column(f->event->start, lo, width);
+    frame_cursor_at(f, f->event->start);
+}
+
+void frame_cursor_at(Frame *f, double t) {
+    double lo = f->step_start, hi = f->step_end;
+    int cursor = column(t, lo, hi > lo ? (hi - lo) / FRAME_TIMELINE_COLS : 1.0);
     f->cursor = cursor >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS - 1 : cursor;
 }
 

@@ -35,9 +35,11 @@ typedef struct Frame {
     const char *phase;
     /* "event 55 of 339 | step 1 | forward | GPU 0 | all_gather La": what every renderer puts
      * at the top */
-    char header[256];
-    char narration[768]; /* what happens, and why (a prefetch, a reshard, an average) */
-    char flow[512];      /* a collective as the whole group sees it ("" for other events) */
+    char header[384];
+    /* what happens, and why (a prefetch, a reshard, an average); a presenter's moment tells
+     * its collective or compute and what was folded in around it (moments.h) */
+    char narration[2048];
+    char flow[512]; /* a collective as the whole group sees it ("" for other events) */
     /* The current step on each rank's streams: timeline[(rank * STREAM_COUNT + stream)] is a
      * row of FRAME_TIMELINE_COLS cells, '#' where compute runs, '=' where a collective does,
      * '~' a host copy, '.' idle; cursor is the column of the current event's start. */
@@ -75,6 +77,10 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err);
  * (which values a rank holds) does not change their length, so a viewer sizes its text rows by
  * them over a whole trace without replaying it for every event. */
 void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index);
+
+/* Puts the timeline's cursor at time `t` of the frame's step (a presenter's moment points at its
+ * collective or compute, not at the last free folded into it). */
+void frame_cursor_at(Frame *f, double t);
 
 static inline FrameCell *frame_cell(const Frame *f, int rank, int unit) {
     return &f->cells[(size_t)rank * (size_t)f->nunits + (size_t)unit];

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sim/viz/compare.h"
+#include "sim/viz/moments.h"
 #include "sim/viz/nav.h"
 #include "sim/viz/plain.h"
 #include "sim/viz/text.h"
@@ -47,7 +48,11 @@ typedef struct Side {
     unsigned categories; /* bit c: the trace charges memory to category c (the bars' legend) */
     /* Rows the trace's longest narration takes at width need_width, which the layout keeps for
      * the narration at every event, so that no "why" is cut and the panels stay put. */
-    int narration_rows, need_width;
+    int narration_rows, need_width, need_by_event;
+    /* The presenter's frames of t (moments.h): the run's side steps by them unless by_event,
+     * and `moment` is the one shown, whose last event is `index`. */
+    Moments moments;
+    size_t moment;
 } Side;
 
 typedef struct Viewer {
@@ -56,6 +61,7 @@ typedef struct Viewer {
     int compare;            /* the DDP view is on */
     char ddp_error[512];    /* why loading the DDP run failed ("" while it has not) */
     int playing, delay_ms, help, colour;
+    int by_event;     /* key e: every event, or (0) the presenter's frames */
     char status[600]; /* a message in the key line's place, until the next key */
 } Viewer;
 
@@ -202,12 +208,10 @@ static Layout layout_fit(int nranks, const Region *r, int titled, int first, int
             return l;
         }
     }
-    l.notice = notice;
-    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++) {
+    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++)
         l = layout_step(step, nranks, narration);
-        l.notice = notice;
-    }
-    if (layout_rows(&l, nranks, titled) > r->h) l.notice = 0; /* before any grid row */
+    l.notice = notice; /* only in rows nothing else needs: it says what is missing, no more */
+    if (layout_rows(&l, nranks, titled) > r->h) l.notice = 0;
     if (layout_rows(&l, nranks, titled) > r->h) { /* the grid's rows, one marker row for the rest */
         int spare = r->h - (layout_rows(&l, nranks, titled) - nranks);
         l.grid_rows = spare - 1 > 1 ? spare - 1 : 1;
@@ -221,10 +225,28 @@ static Layout layout_fit(int nranks, const Region *r, int titled, int first, int
 static void draw_header(const Viewer *v) {
     const Side *s = &v->run;
     const TraceEvent *e = s->f.event;
-    char line[256];
-    snprintf(line, sizeof line, " event %zu/%zu  step %d  %s  GPU %d  %s %s%s%s ", s->index + 1,
-             s->t->n, e->step + 1, s->f.phase, e->rank, event_kind_name((EventKind)e->kind),
-             e->unit >= 0 && e->unit < s->p->nunits ? s->p->units[e->unit].name : "",
+    const Moment *m = &s->moments.m[s->moment];
+    char line[320], where[96], who[32];
+    int work = v->by_event || m->anchor != MOMENT_NO_ANCHOR;
+    if (v->by_event)
+        snprintf(where, sizeof where, "event %zu/%zu", s->index + 1, s->t->n);
+    else if (m->first == m->last)
+        snprintf(where, sizeof where, "frame %zu/%zu (event %zu)", s->moment + 1, s->moments.n,
+                 m->first + 1);
+    else
+        snprintf(where, sizeof where, "frame %zu/%zu (events %zu-%zu)", s->moment + 1, s->moments.n,
+                 m->first + 1, m->last + 1);
+    if (v->by_event)
+        snprintf(who, sizeof who, "GPU %d  ", e->rank);
+    else if (work && m->anchors >= s->t->nranks)
+        snprintf(who, sizeof who, "all GPUs  ");
+    else if (work)
+        snprintf(who, sizeof who, "%d GPUs  ", m->anchors);
+    else
+        who[0] = 0;
+    snprintf(line, sizeof line, " %s  step %d  %s  %s%s %s%s%s ", where, e->step + 1, s->f.phase,
+             who, work ? event_kind_name((EventKind)e->kind) : "allocations and frees",
+             work && e->unit >= 0 && e->unit < s->p->nunits ? s->p->units[e->unit].name : "",
              s->f.accounting_only ? "  accounting only" : "", v->playing ? "  [playing]" : "");
     Region screen = whole_screen();
     attron(A_REVERSE);
@@ -425,21 +447,27 @@ static void draw_timeline(const Side *s, const Region *r, int y, int gpus) {
 
 /* Rows the trace's longest narration takes in region width w (cached per width): every event's
  * narration made in a scratch frame filled once, without replaying the trace for each. */
-static int narration_rows(Side *s, int w) {
-    if (s->need_width == w) return s->narration_rows;
+static int narration_rows(Side *s, int w, int by_event) {
+    if (s->need_width == w && s->need_by_event == by_event) return s->narration_rows;
     Frame scratch;
     Err err = {0};
     int most = 1;
     if (frame_init(&scratch, s->p, &err) == 0) {
         int filled = frame_at(&scratch, s->t, s->p, 0, &err) == 0; /* what each rank keeps */
-        for (size_t i = 0; filled && i < s->t->n; i++) {
+        for (size_t i = 0; filled && by_event && i < s->t->n; i++) {
             frame_narrate(&scratch, s->t, s->p, i);
+            int rows = rows_needed(scratch.narration, w - 2);
+            if (rows > most) most = rows;
+        }
+        for (size_t k = 0; filled && !by_event && k < s->moments.n; k++) {
+            moments_narrate(&scratch, s->t, s->p, &s->moments, k);
             int rows = rows_needed(scratch.narration, w - 2);
             if (rows > most) most = rows;
         }
         frame_free(&scratch);
     }
     s->need_width = w;
+    s->need_by_event = by_event;
     s->narration_rows = most;
     return most;
 }
@@ -467,7 +495,9 @@ static void draw_timeline_notice(const Side *s, const Region *r, int y, int titl
  * for none) heads the region, and the layout shrinks from step `first`. */
 static void draw_side(const Viewer *v, Side *s, const Region *r, const char *title, int first) {
     int nranks = s->f.nranks;
-    Layout l = layout_fit(nranks, r, title != NULL, first, title == NULL, narration_rows(s, r->w));
+    int by_event = s != &v->run || v->by_event; /* the DDP side shows the matched event */
+    Layout l = layout_fit(nranks, r, title != NULL, first, title == NULL,
+                          narration_rows(s, r->w, by_event));
     int y = 0;
     if (title) {
         attron(A_BOLD | A_UNDERLINE);
@@ -491,15 +521,18 @@ static void draw_side(const Viewer *v, Side *s, const Region *r, const char *tit
 static void draw_help(void) {
     static const char *const lines[] = {
         "keys",
-        "  n, space, right  next event",
-        "  p, left          previous event",
+        "  n, space, right  next frame: a collective or compute across all GPUs, the",
+        "                   allocations and frees around it folded in (with e: event)",
+        "  p, left          previous frame (with e: event)",
         "  c / C            next / previous collective: all_gather, reduce_scatter,",
         "                   all_reduce, broadcast, barrier",
         "  k / K            next / previous compute: forward, backward, recompute,",
         "                   optimizer",
-        "  f / b / o        first event of this step's forward / backward / optimizer",
+        "  f / b / o        first collective or compute of this step's forward / backward /",
+        "                   optimizer (with e: its first event)",
         "  < / >            move the grid's units left / right (it follows the event)",
-        "  g                go to an event (type its number, Enter)",
+        "  g                go to a frame (with e: an event; type its number, Enter)",
+        "  e                every event (allocations, frees, each GPU) / frames",
         "  d                DDP beside this run, at the same point (d again: off)",
         "  r                play / pause;  + / -  faster / slower",
         "  h                this help (any key closes it)",
@@ -572,14 +605,15 @@ static void sync_ddp(Viewer *v) {
  * says what each key does in full. */
 static const char *const key_lines[] = {
     " n/space next  p prev  c/C collective  k/K compute  f/b/o forward/backward/optimizer  "
-    "</> units  g go  d DDP  r play  +/- speed  h help  q quit",
-    " n next  p prev  c/C collective  k/K compute  f/b/o phase  </> units  g go  d DDP  r play  "
+    "</> units  g go  e events  d DDP  r play  +/- speed  h help  q quit",
+    " n next  p prev  c/C collective  k/K compute  f/b/o phase  </> units  g go  e events  d DDP  "
+    "r play  +/- speed  h help  q quit",
+    " n/p next/prev  c/C collective  k/K compute  f/b/o phase  g go  e events  d DDP  r play  "
     "+/- speed  h help  q quit",
-    " n/p next/prev  c/C collective  k/K compute  f/b/o phase  g go  d DDP  r play  +/- speed  "
+    " n/p step  c/C comm  k/K compute  f/b/o phase  g go  e events  d DDP  r play  +/- speed  "
     "h help  q quit",
-    " n/p step  c/C comm  k/K compute  f/b/o phase  g go  d DDP  r play  +/- speed  h help  q quit",
-    " n/p  c/C comm  k/K compute  f/b/o phase  g go  d DDP  r +/-  h help  q quit",
-    " n/p c/C k/K f/b/o g  d DDP  r +/-  h help  q quit",
+    " n/p  c/C comm  k/K compute  f/b/o phase  g go  e events  d DDP  r +/-  h help  q quit",
+    " n/p c/C k/K f/b/o g e  d DDP  r +/-  h help  q quit",
 };
 
 static const char *key_line(int cols) {
@@ -610,7 +644,11 @@ static void draw(Viewer *v, Err *err) {
         refresh();
         return;
     }
-    if (frame_at(&v->run.f, v->run.t, v->run.p, v->run.index, err)) return;
+    if (v->by_event
+            ? frame_at(&v->run.f, v->run.t, v->run.p, v->run.index, err)
+            : moments_frame(&v->run.f, v->run.t, v->run.p, &v->run.moments, v->run.moment, err))
+        return;
+    if (!v->by_event) v->run.index = v->run.moments.m[v->run.moment].last;
     if (v->compare) sync_ddp(v);
     draw_header(v);
     if (v->help) {
@@ -627,13 +665,35 @@ static void draw(Viewer *v, Err *err) {
 
 /* ---------------------------------------------------------------- keys */
 
-/* A movement key: the event nav.c says it leads to, or a line saying why there is none. */
+/* A movement key: the event nav.c says it leads to (the presenter's frame moments.c says), or
+ * a line saying why there is none. */
 static void nav_key(Viewer *v, NavMove m) {
     size_t to;
-    if (nav_move(v->run.t, v->run.index, m, &to))
-        v->run.index = to;
+    Side *s = &v->run;
+    if (v->by_event ? nav_move(s->t, s->index, m, &to)
+                    : moments_move(&s->moments, s->t, s->moment, m, &to)) {
+        *(v->by_event ? &s->index : &s->moment) = to;
+        return;
+    }
+    const char *why = nav_nowhere(m);
+    if (!v->by_event && (m == NAV_NEXT || m == NAV_PREV))
+        why = m == NAV_NEXT ? "this is the last frame" : "this is the first frame";
+    snprintf(v->status, sizeof v->status, " %s", why);
+}
+
+/* Key e: every event, or the presenter's frames; the same place in the step either way (the
+ * frame's collective or compute, or the frame that holds the event). */
+static void toggle_by_event(Viewer *v) {
+    Side *s = &v->run;
+    const Moment *m = &s->moments.m[s->moment];
+    if (v->by_event)
+        s->moment = moments_find(&s->moments, s->index);
     else
-        snprintf(v->status, sizeof v->status, " %s", nav_nowhere(m));
+        s->index = m->anchor != MOMENT_NO_ANCHOR ? m->anchor : m->last;
+    v->by_event = !v->by_event;
+    snprintf(v->status, sizeof v->status, " %s",
+             v->by_event ? "every event: each allocation, free and GPU on its own (e: frames)"
+                         : "presenter's frames: one per collective or compute (e: every event)");
 }
 
 /* Keys < and >: the grids' windows of units one unit left or right (draw_grid keeps them in
@@ -647,7 +707,7 @@ static void go_to(Viewer *v) {
     char buf[32] = {0};
     move(LINES - 1, 0);
     clrtoeol();
-    mvaddstr(LINES - 1, 0, " go to event: ");
+    mvaddstr(LINES - 1, 0, v->by_event ? " go to event: " : " go to frame: ");
     echo();
     curs_set(1);
     timeout(-1);
@@ -655,7 +715,8 @@ static void go_to(Viewer *v) {
     noecho();
     curs_set(0);
     unsigned long k = strtoul(buf, NULL, 10);
-    if (k >= 1 && k <= v->run.t->n) v->run.index = k - 1;
+    if (v->by_event && k >= 1 && k <= v->run.t->n) v->run.index = k - 1;
+    if (!v->by_event && k >= 1 && k <= v->run.moments.n) v->run.moment = k - 1;
 }
 
 /* Sizes a side's frame for its plan and finds its trace's largest peak. */
@@ -669,6 +730,7 @@ static int side_open(Side *s, const Trace *t, const Plan *p, Err *err) {
     int rc = frame_init(&s->f, p, err);
     if (rc) return rc;
     s->open = 1;
+    if ((rc = moments_build(&s->moments, t, err))) return rc;
     rc = frame_at(&s->f, t, p, t->n - 1, err);
     for (int r = 0; !rc && r < s->f.nranks; r++)
         if (s->f.peak[r] > s->top) s->top = s->f.peak[r];
@@ -677,6 +739,7 @@ static int side_open(Side *s, const Trace *t, const Plan *p, Err *err) {
 
 static void side_close(Side *s) {
     if (s->open) frame_free(&s->f);
+    moments_free(&s->moments);
     s->open = 0;
 }
 
@@ -725,7 +788,7 @@ static int on_key(Viewer *v, int key) {
         v->help = 0;
         return 1;
     }
-    size_t last = v->run.t->n - 1;
+    size_t last = v->run.t->n - 1, last_moment = v->run.moments.n - 1;
     switch (key) {
     case 'q':
         return 0;
@@ -769,6 +832,9 @@ static int on_key(Viewer *v, int key) {
     case 'd':
         toggle_ddp(v);
         break;
+    case 'e':
+        toggle_by_event(v);
+        break;
     case 'r':
         v->playing = !v->playing;
         break;
@@ -782,8 +848,10 @@ static int on_key(Viewer *v, int key) {
         v->help = 1;
         break;
     case ERR: /* the play timer */
-        if (v->playing && v->run.index < last)
+        if (v->playing && v->by_event && v->run.index < last)
             v->run.index++;
+        else if (v->playing && !v->by_event && v->run.moment < last_moment)
+            v->run.moment++;
         else
             v->playing = 0;
         break;
@@ -793,10 +861,11 @@ static int on_key(Viewer *v, int key) {
     return 1;
 }
 
-int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, Err *err) {
+int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, int by_event, Err *err) {
     if (!isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO))
         return err_set(err, ERR_USAGE, "the viewer needs a terminal (use --plain)");
-    Viewer v = {.peer = ddp, .delay_ms = 400};
+    /* a frame a second: time to read its sentence; events, many of them, go faster */
+    Viewer v = {.peer = ddp, .delay_ms = by_event ? 400 : 1000, .by_event = by_event};
     int rc = side_open(&v.run, t, p, err);
     if (rc) {
         side_close(&v.run);

@@ -1,11 +1,12 @@
 /* tui: the full-screen terminal viewer (ncurses) an instructor drives in front of a room.
- * It only draws frames (frame.c) and moves between them on keys (where each leads: nav.c):
- * n/space/right next, p/left previous, c/C next/previous collective, k/K next/previous compute,
- * f/b/o the start of the step's forward/backward/optimizer, </> the grid's units, g go to
- * event, d the same step under DDP beside the run at the same point (compare.c), r play/pause,
- * +/- speed, h help, q quit. The grid follows the current event's unit.
- * Works at 80x24, over ssh and in tmux, and without colour (NO_COLOR); panels that do not fit
- * give way in a fixed order, the grid's rank rows last (tui.c, Layout). */
+ * It only draws frames (frame.c) and moves between them on keys (where each leads: nav.c, and
+ * for the presenter's frames moments.c): n/space/right next, p/left previous, c/C next/previous
+ * collective, k/K next/previous compute, f/b/o the start of the step's forward/backward/optimizer,
+ * </> the grid's units, g go to event, d the same step under DDP beside the run at the same point
+ * (compare.c), r play/pause,
+ * +/- speed, e every event / presenter's frames, h help, q quit. The grid follows the current
+ * event's unit. Works at 80x24, over ssh and in tmux, and without colour (NO_COLOR); panels that do
+ * not fit give way in a fixed order, the grid's rank rows last (tui.c, Layout). */
 #ifndef FSDP_TUI_H
 #define FSDP_TUI_H
 
@@ -20,7 +21,9 @@ typedef struct TuiCompare {
 } TuiCompare;
 
 /* Runs until q. Fails (without touching the screen) when stdout is not a terminal, and with
- * a line saying how big it must be when the terminal is too small. ddp may be NULL. */
-int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, Err *err);
+ * a line saying how big it must be when the terminal is too small. ddp may be NULL. It steps
+ * by the presenter's frames (moments.h: one per collective or compute across all GPUs), or
+ * with by_event event by event; key e switches. */
+int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, int by_event, Err *err);
 
 #endif
