@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cmd/report.h"
+#include "io/output_path.h"
 #include "io/safetensors.h"
 #include "jobs/export_hf.h"
 #include "models/hf.h"
@@ -367,6 +368,9 @@ static int check_output(const char *out, const CkptMeta *m, Err *err) {
     struct stat sb;
     if (stat(out, &sb) == 0 && S_ISDIR(sb.st_mode))
         return err_set(err, ERR_USAGE, "-o %s is a directory; give a file", out);
+    NamedPath o = {"-o", out};
+    int rc = output_paths_check(&o, 1, NULL, 0, err); /* a device or a FIFO: never replaced */
+    if (rc) return rc;
     char parent[PATH_MAX_LEN];
     const char *slash = strrchr(out, '/');
     if (!slash)

@@ -763,6 +763,31 @@ static int apply_run_dir(TrainArgs *a, Err *err) {
     return rc;
 }
 
+void train_args_outputs(const TrainArgs *a, NamedPath *out, size_t *n) {
+    *n = 0;
+    out[(*n)++] = (NamedPath){"--save-full", a->save_full};
+    out[(*n)++] = (NamedPath){"--dump-params", a->dump_params};
+    out[(*n)++] = (NamedPath){"--trace-out", a->trace_out};
+    out[(*n)++] = (NamedPath){"--memory-svg", a->memory_svg};
+}
+
+void train_args_inputs(const TrainArgs *a, NamedPath *in, size_t *n) {
+    *n = 0;
+    in[(*n)++] = (NamedPath){"--init-from", a->init_from};
+    in[(*n)++] = (NamedPath){"--config", a->config};
+    in[(*n)++] = (NamedPath){"--text", a->text};
+    in[(*n)++] = (NamedPath){"--resume", a->resume && strcmp(a->resume, "auto") ? a->resume : NULL};
+}
+
+/* Outputs only over regular files, never over an input or another output (issue 39). */
+static int check_paths(const TrainArgs *a, Err *err) {
+    NamedPath out[TRAIN_PATHS], in[TRAIN_PATHS];
+    size_t nout, nin;
+    train_args_outputs(a, out, &nout);
+    train_args_inputs(a, in, &nin);
+    return output_paths_check(out, nout, in, nin, err);
+}
+
 int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
     int rc = parse_with_config(a, argc, argv, err);
     if (rc) return rc;
@@ -770,6 +795,7 @@ int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err) {
     if (a->activation_checkpointing && !a->fsdp.ac_every) a->fsdp.ac_every = 1;
     rc = apply_run_dir(a, err);
     if (!rc) rc = check_combination(a, err);
+    if (!rc) rc = check_paths(a, err);
     if (!rc) apply_model_defaults(a);
     /* the run's length is known here unless --epochs gives it (run_prepare checks again) */
     if (!rc) rc = train_args_check_lr_schedule(a, a->epochs ? 0 : a->steps, err);

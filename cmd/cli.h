@@ -10,6 +10,7 @@
 
 #include "cmd/flags.h"
 #include "engine/fsdp.h"
+#include "io/output_path.h"
 
 /* config.json holds every setting, resolved (`train --config DIR/config.json` runs the same job
  * again); metrics.jsonl a line per logged step and per evaluation (io/metrics_log.h); curves.svg
@@ -109,6 +110,13 @@ void train_args_defaults(TrainArgs *a);
  * DIR's: --checkpoint-dir DIR/checkpoints, --save-full DIR/model.safetensors, with --memory
  * --memory-svg DIR/memory.svg, with --trace --trace-out DIR/trace.json. */
 int train_args_parse(TrainArgs *a, int argc, char **argv, Err *err);
+
+/* The files a training run writes (--save-full, --dump-params, --trace-out, --memory-svg) and
+ * those it reads (--init-from, --config, --text, --resume DIR), with their flags, for
+ * output_paths_check: *n of each, at most TRAIN_PATHS. */
+#define TRAIN_PATHS 8
+void train_args_outputs(const TrainArgs *a, NamedPath *out, size_t *n);
+void train_args_inputs(const TrainArgs *a, NamedPath *in, size_t *n);
 /* Frees what parsing allocated (a config, the run directory's paths); the args' strings from
  * them are gone. A copy of the args shares them: only one is freed. */
 void train_args_free(TrainArgs *a);

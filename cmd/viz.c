@@ -522,6 +522,19 @@ static int viz_execute(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err
     return rc;
 }
 
+/* --html beside what the command reads (--trace, --against, train's inputs) and train's other
+ * outputs: never one of them (issue 39: `--trace tr.json --html tr.json` overwrote its input).
+ * a: train's flags once parsed, NULL before. */
+static int viz_check_paths(const VizArgs *v, const TrainArgs *a, Err *err) {
+    NamedPath out[TRAIN_PATHS + 1] = {{"--html", v->html}}, in[TRAIN_PATHS + 2];
+    size_t nout = 0, nin = 0;
+    if (a) train_args_outputs(a, out + 1, &nout);
+    if (a) train_args_inputs(a, in, &nin);
+    in[nin++] = (NamedPath){"--trace", v->trace};
+    in[nin++] = (NamedPath){"--against", v->against};
+    return output_paths_check(out, nout + 1, in, nin, err);
+}
+
 int cmd_viz(int argc, char **argv) {
     TrainRun t;
     VizArgs v = {0};
@@ -538,11 +551,13 @@ int cmd_viz(int argc, char **argv) {
     t.flags = v.rest;
     AtomicFile page = {0};
     if (!rc && v.html) rc = check_html_path(v.html, &err);
+    if (!rc) rc = viz_check_paths(&v, NULL, &err);
     if (!rc && v.html) rc = atomic_open(&page, v.html, &err);
     if (!rc && v.trace) {
         rc = viz_replay(&t, &v, &page, &err);
     } else {
         if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* viz took --help */
+        if (!rc) rc = viz_check_paths(&v, &t.args, &err);
         if (!rc && t.args.run_dir)
             rc = err_set(&err, ERR_USAGE,
                          "--run-dir is train's: viz shows its steps and keeps no run directory");

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "io/output_path.h"
+
 AtomicStatus atomic_create(AtomicFile *o, const char *path) {
     o->path = path;
     o->f = NULL;
@@ -12,6 +14,7 @@ AtomicStatus atomic_create(AtomicFile *o, const char *path) {
         errno = ENAMETOOLONG;
         return ATOMIC_PATH_TOO_LONG;
     }
+    if (output_path_obstacle(path)) return ATOMIC_NOT_REGULAR;
     o->f = fopen(o->tmp, "w");
     return o->f ? ATOMIC_OK : ATOMIC_CANNOT_CREATE;
 }
@@ -21,9 +24,10 @@ AtomicStatus atomic_finish(AtomicFile *o, int sync) {
     if (sync) bad = fflush(o->f) != 0 || fsync(fileno(o->f)) != 0 || bad;
     bad = fclose(o->f) != 0 || bad;
     o->f = NULL;
-    AtomicStatus status = bad                            ? ATOMIC_CANNOT_WRITE
-                          : rename(o->tmp, o->path) != 0 ? ATOMIC_CANNOT_RENAME
-                                                         : ATOMIC_OK;
+    AtomicStatus status = bad                             ? ATOMIC_CANNOT_WRITE
+                          : output_path_obstacle(o->path) ? ATOMIC_NOT_REGULAR
+                          : rename(o->tmp, o->path) != 0  ? ATOMIC_CANNOT_RENAME
+                                                          : ATOMIC_OK;
     if (status != ATOMIC_OK) {
         int why = errno; /* the failed call's, not unlink's */
         unlink(o->tmp);
@@ -41,6 +45,9 @@ int atomic_open(AtomicFile *o, const char *path, Err *err) {
         return 0;
     case ATOMIC_PATH_TOO_LONG:
         return err_set(err, ERR_USAGE, "output path is too long: %s", path);
+    case ATOMIC_NOT_REGULAR:
+        return err_set(err, ERR_USAGE, "'%s' is %s; an output replaces only a regular file", path,
+                       output_path_obstacle(path));
     default:
         return err_set(err, ERR_USAGE, "cannot write %s", path);
     }
@@ -48,8 +55,11 @@ int atomic_open(AtomicFile *o, const char *path, Err *err) {
 
 int atomic_commit(AtomicFile *o, Err *err) {
     if (!o->f) return 0;
-    if (atomic_finish(o, 0) != ATOMIC_OK)
-        return err_set(err, ERR_IO, "could not write %s", o->path);
+    AtomicStatus status = atomic_finish(o, 0);
+    if (status == ATOMIC_NOT_REGULAR)
+        return err_set(err, ERR_USAGE, "'%s' became %s while it was written; it is left as it is",
+                       o->path, output_path_obstacle(o->path));
+    if (status != ATOMIC_OK) return err_set(err, ERR_IO, "could not write %s", o->path);
     return 0;
 }
 

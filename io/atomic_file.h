@@ -30,9 +30,12 @@ typedef enum AtomicStatus {
     ATOMIC_CANNOT_CREATE, /* the temporary file could not be created */
     ATOMIC_CANNOT_WRITE,  /* a write, the sync or the close failed */
     ATOMIC_CANNOT_RENAME, /* the complete file could not be renamed onto path */
+    ATOMIC_NOT_REGULAR,   /* path is a device, FIFO, socket or directory: never replaced */
 } AtomicStatus;
 
-/* Creates path's temporary sibling, open for writing in o->f (path must not be NULL). */
+/* Creates path's temporary sibling, open for writing in o->f (path must not be NULL). What
+ * stands at path must be a regular file or nothing, here and again before the rename: a rename
+ * onto /dev/null would replace the device (io/output_path.h). */
 AtomicStatus atomic_create(AtomicFile *o, const char *path);
 /* Closes the temporary file, first syncing it to disk when sync is set, and renames it
  * onto o->path. A write that failed on the way (ferror) fails here too. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "io/atomic_file.h"
+#include "io/output_path.h"
 
 #define ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* 100 MB, as the reference reader */
 #define ST_MAX_INT ((double)(1ull << 53))           /* largest exactly representable in JSON */
@@ -558,6 +559,9 @@ static int writer_start(StWriter *w, const char *json, Err *err) {
     AtomicStatus created = atomic_create(&w->out, path);
     if (created == ATOMIC_PATH_TOO_LONG)
         return err_set(err, ERR_USAGE, "%.200s...: path too long", path);
+    if (created == ATOMIC_NOT_REGULAR)
+        return err_set(err, ERR_USAGE, "'%s' is %s; an output replaces only a regular file", path,
+                       output_path_obstacle(path));
     if (created != ATOMIC_OK)
         return err_set(err, ERR_IO, "cannot create a temporary file next to %s: %s", path,
                        strerror(errno));
@@ -616,7 +620,10 @@ int st_writer_commit(StWriter *w, Err *err) {
             err_set(err, ERR_INTERNAL, "%s: %d of %d tensors were written", w->path, w->next, w->n);
     } else {
         AtomicStatus finished = atomic_finish(&w->out, 1);
-        if (finished == ATOMIC_CANNOT_RENAME)
+        if (finished == ATOMIC_NOT_REGULAR)
+            rc = err_set(err, ERR_USAGE, "'%s' became %s while it was written; it is left as it is",
+                         w->path, output_path_obstacle(w->path));
+        else if (finished == ATOMIC_CANNOT_RENAME)
             rc = err_set(err, ERR_IO, "cannot rename %s to %s: %s", w->out.tmp, w->path,
                          strerror(errno));
         else if (finished != ATOMIC_OK)
