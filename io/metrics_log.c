@@ -2,6 +2,8 @@
  * step when a run resumes or restarts from a checkpoint. */
 #include "io/metrics_log.h"
 
+#include "io/output_path.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -104,6 +106,10 @@ int metrics_log_open(MetricsLog *m, const char *path, Err *err) {
     memset(m, 0, sizeof *m);
     if (snprintf(m->path, sizeof m->path, "%s", path) >= (int)sizeof m->path)
         return err_set(err, ERR_USAGE, "path too long: %s", path);
+    const char *obstacle = output_path_obstacle(path); /* a FIFO would block the read back */
+    if (obstacle)
+        return err_set(err, ERR_USAGE, "%s is %s; the run's metrics are a regular file", path,
+                       obstacle);
     int rc = read_back(m, err);
     if (rc) return rc;
     if (!(m->f = fopen(path, "a")))

@@ -872,7 +872,16 @@ int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, int by_event, 
         return rc;
     }
     setlocale(LC_ALL, "");
-    initscr();
+    /* newterm, not initscr: initscr prints its own message and exits on a TERM it cannot use */
+    SCREEN *term = newterm(NULL, stdout, stdin);
+    if (!term) {
+        side_close(&v.run);
+        const char *name = getenv("TERM");
+        return err_set(err, ERR_USAGE,
+                       "the viewer cannot drive this terminal (TERM=%s); set another TERM or "
+                       "use --plain",
+                       name ? name : "");
+    }
     cbreak();
     noecho();
     keypad(stdscr, TRUE);
@@ -890,6 +899,7 @@ int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, int by_event, 
         if (!on_key(&v, getch())) break;
     }
     endwin();
+    delscreen(term);
     side_close(&v.run);
     side_close(&v.ddp);
     return err->code ? err->code : 0;

@@ -130,3 +130,24 @@ Test(outputs, atomic_writes_never_rename_onto_a_device, .init = setup_dir, .fini
     cr_expect_neq(access(o.tmp, F_OK), 0, "no temporary file left: %s", o.tmp);
     expect_untouched();
 }
+
+/* A run directory whose metrics.jsonl is a directory or a FIFO (which would block the read back):
+ * one line, exit 2 (it was exit 1, or a hang), the folder as it was. */
+Test(outputs, a_run_dir_metrics_file_that_is_not_a_file, .init = setup_dir, .fini = teardown_dir,
+     .timeout = 60) {
+    cr_assert_eq(system(fmt_text("mkdir -p %s/r1/metrics.jsonl %s/r2", dir, dir)), 0);
+    cr_assert_eq(mkfifo(in_dir("r2/metrics.jsonl"), 0644), 0);
+    for (int r = 1; r <= 2; r++) {
+        int code;
+        char *out = fsdp_run(&code, "2>&1",
+                             "train --model toy --steps 2 --run-dir %s/r%d --resume auto", dir, r);
+        cr_expect_eq(code, 2, "r%d: exit %d\n%s", r, code, out);
+        cr_expect(strstr(out, r == 1 ? "metrics.jsonl is a directory" : "metrics.jsonl is a FIFO"),
+                  "%s", out);
+        cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line:\n%s", out);
+        free(out);
+    }
+    struct stat st;
+    cr_expect(stat(in_dir("r1/metrics.jsonl"), &st) == 0 && S_ISDIR(st.st_mode));
+    cr_expect(lstat(in_dir("r2/metrics.jsonl"), &st) == 0 && S_ISFIFO(st.st_mode));
+}

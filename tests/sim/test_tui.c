@@ -198,6 +198,24 @@ static void stop(void) {
     unlink(socket);
 }
 
+/* A TERM ncurses has no entry for: one line of ours and exit 2, not ncurses' own message (its
+ * initscr prints and exits 1). */
+Test(tui, unknown_term_is_one_line_and_exit_2, .fini = stop) {
+    if (sh("command -v tmux >/dev/null 2>&1") != 0) cr_skip_test("tmux is not installed");
+    snprintf(session, sizeof session, "fsdp_tui_term_%d", (int)getpid());
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "tmux -L %s new-session -d -s %s -x 80 -y 24 "
+             "'TERM=nosuchterm %s viz --model toy --ranks 2; echo \"fsdp exited with $?\"; "
+             "sleep 60'",
+             session, session, fsdp_bin());
+    cr_assert_eq(sh(cmd), 0);
+    cr_assert(shows("fsdp exited with 2"));
+    const char *s = settled();
+    cr_expect(strstr(s, "fsdp: the viewer cannot drive this terminal (TERM=nosuchterm)"), "%s", s);
+    cr_expect(!strstr(s, "Error opening terminal"), "not ncurses' message:\n%s", s);
+}
+
 /* Bytes in use on the first " GPU 0  [" memory bar after `heading` ("...] 144 B (peak"), or
  * -1: the toy's figures are all under 1 KiB. */
 static long bar_bytes(const char *s, const char *heading) {
