@@ -693,6 +693,9 @@ int train_args_run_dir_path(const TrainArgs *a, const char *path) {
 enum { CONFIG_MAX_BYTES = 1 << 20 };
 
 static int read_config(TrainArgs *a, const char *path, Err *err) {
+    const char *obstacle = output_path_obstacle(path); /* a FIFO's open would block */
+    if (obstacle && strcmp(obstacle, "a directory"))
+        return err_set(err, ERR_USAGE, "--config %s is %s; give a file", path, obstacle);
     FILE *f = fopen(path, "r");
     char *text = malloc(CONFIG_MAX_BYTES + 1);
     size_t n = f && text ? fread(text, 1, CONFIG_MAX_BYTES + 1, f) : 0;

@@ -117,6 +117,22 @@ typedef struct CheckArgs {
     int verbose;
 } CheckArgs;
 
+/* An exercise is a page of C: a --file that is not a regular file (/dev/zero, a FIFO) or is
+ * larger than any exercise would keep the compiler reading for ever. */
+enum { EXERCISE_MAX_BYTES = 1 << 20 };
+
+static int check_exercise_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return usage_error("--file %s: cannot open it: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return usage_error("--file %s is not a regular file; give the exercise's .c file", path);
+    if (st.st_size > EXERCISE_MAX_BYTES)
+        return usage_error("--file %s is %lld bytes; an exercise is at most %d", path,
+                           (long long)st.st_size, EXERCISE_MAX_BYTES);
+    return 0;
+}
+
 static int parse_check_args(const char *cmd, int argc, char **argv, CheckArgs *a) {
     memset(a, 0, sizeof *a);
     for (int i = 0; i < argc; i++) {
@@ -124,6 +140,8 @@ static int parse_check_args(const char *cmd, int argc, char **argv, CheckArgs *a
             if (i + 1 >= argc)
                 return usage_error("--file needs a path (lessons %s --file PATH)", cmd);
             a->file = argv[++i];
+            int rc = check_exercise_file(a->file);
+            if (rc) return rc;
         } else if (!strcmp(argv[i], "--verbose")) {
             a->verbose = 1;
         } else if (argv[i][0] == '-') {

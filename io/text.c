@@ -3,6 +3,8 @@
  * byte-level Dataset of sequences, with one line for each way it can be wrong. */
 #include "io/text.h"
 
+#include "io/output_path.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -96,6 +98,9 @@ static int list_sources(Sources *s, const char *path, Err *err) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return err_set(err, ERR_USAGE, "--text %s: cannot open it: %s", path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode)) /* a FIFO's open would block */
+        return err_set(err, ERR_USAGE, "--text %s is %s; give a file or a folder of them", path,
+                       output_path_obstacle(path));
     if (!S_ISDIR(sb.st_mode)) return add_source(s, path, path, &sb, err);
     s->folder = 1;
     int rc = walk(s, path, path, 0, err);
@@ -154,7 +159,10 @@ static int read_source(TokenSink *sink, const Sources *s, const char *root, cons
     int rc = 0;
     for (;;) {
         int got = gzread(gz, buf, READ_CHUNK);
-        if (got < 0) rc = gz_failed(gz, root, path, err);
+        int errnum = Z_OK;
+        if (got == 0) (void)gzerror(gz, &errnum); /* a .gz cut short ends without an error */
+        if (got < 0 || (errnum != Z_OK && errnum != Z_STREAM_END))
+            rc = gz_failed(gz, root, path, err);
         if (got <= 0) break;
         if (s->folder && memchr(buf, 0, (size_t)got)) {
             *is_text = 0;

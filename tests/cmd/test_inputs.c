@@ -1,0 +1,60 @@
+/* Inputs that lie or block (issue 39, cases 8 and 13): a gzip'd text cut short is refused, not
+ * trained on as far as it goes; a FIFO as --text or --config, and /dev/zero or a FIFO as a
+ * lesson's --file, are one line and exit 2 at once instead of blocking. Criterion's timeout is
+ * what fails a hang. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/util.h"
+
+static char dir[256];
+
+static void setup_dir(void) {
+    fresh_test_dir(dir, sizeof dir, "inputs", "t");
+}
+
+static void teardown_dir(void) {
+    remove_test_dir(dir);
+}
+
+/* `fsdp ARGS`: exit 2 and one line holding `want`. */
+static void expect_refused(const char *args, const char *want) {
+    int code;
+    char *out = fsdp_run(&code, "2>&1", "%s", args);
+    cr_expect_eq(code, 2, "%s: exit %d\n%s", args, code, out);
+    cr_expect(strstr(out, want), "%s says '%s':\n%s", args, want, out);
+    cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "%s: one line\n%s", args, out);
+    free(out);
+}
+
+/* A text of 200 KB gzip'd, whole (trains) and cut to its first half (refused: the gzip trailer
+ * is missing, so the text is not what the file says it is). */
+Test(inputs, a_gzip_cut_short_is_refused, .init = setup_dir, .fini = teardown_dir, .timeout = 120) {
+    FILE *f = fopen(fmt_text("%s/words.txt", dir), "w");
+    cr_assert(f);
+    for (int i = 0; i < 8000; i++) fprintf(f, "line %d of a text long enough\n", i);
+    fclose(f);
+    cr_assert_eq(system(fmt_text("cd %s && gzip -k words.txt && head -c $(( $(stat -c %%s "
+                                 "words.txt.gz) / 2 )) words.txt.gz > cut.gz",
+                                 dir)),
+                 0);
+    char *ok = fsdp_ok("train --model transformer --text %s/words.txt.gz --steps 1", dir);
+    free(ok);
+    expect_refused(fmt_text("train --model transformer --text %s/cut.gz --steps 1", dir),
+                   "gzip data is cut short or corrupt");
+}
+
+Test(inputs, fifos_and_devices_do_not_block, .init = setup_dir, .fini = teardown_dir,
+     .timeout = 60) {
+    const char *fifo = fmt_text("%s/fifo", dir);
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    expect_refused(fmt_text("train --model transformer --text %s --steps 1", fifo), "is a FIFO");
+    expect_refused(fmt_text("train --config %s", fifo), "--config");
+    expect_refused(fmt_text("lessons check 01 --file %s", fifo), "is not a regular file");
+    expect_refused("lessons check 01 --file /dev/zero", "is not a regular file");
+    cr_assert_eq(system(fmt_text("truncate -s 2M %s/big.c", dir)), 0);
+    expect_refused(fmt_text("lessons check 01 --file %s/big.c", dir), "an exercise is at most");
+}
