@@ -1,5 +1,6 @@
 /* main: the `fsdp` command. A table of commands, each a file in cmd/ (the only code that
  * parses argv or prints); the usage text is written from the same table. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -51,7 +52,16 @@ static void usage(FILE *f) {
           f);
 }
 
-int main(int argc, char **argv) {
+/* What a command printed must have reached its stdout: a full disk (> /dev/full) or a closed
+ * stdout (>&-) fails the run, not only the bytes (issue 39, case 10). Closing flushes and says
+ * whether every write got there. */
+static int stdout_written(int rc) {
+    if (fclose(stdout) == 0) return rc;
+    fprintf(stderr, "fsdp: could not write the output: %s\n", strerror(errno));
+    return rc ? rc : 1;
+}
+
+static int run_command(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -65,4 +75,8 @@ int main(int argc, char **argv) {
         if (!strcmp(name, commands[i].name)) return commands[i].run(argc - 2, argv + 2);
     fprintf(stderr, "fsdp: unknown command '%s' (see ./fsdp --help)\n", name);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    return stdout_written(run_command(argc, argv));
 }

@@ -151,3 +151,24 @@ Test(outputs, a_run_dir_metrics_file_that_is_not_a_file, .init = setup_dir, .fin
     cr_expect(stat(in_dir("r1/metrics.jsonl"), &st) == 0 && S_ISDIR(st.st_mode));
     cr_expect(lstat(in_dir("r2/metrics.jsonl"), &st) == 0 && S_ISFIFO(st.st_mode));
 }
+
+/* Output that cannot be written (a full disk, a closed stdout) fails the command: exit 1 and a
+ * line on stderr, where every command exited 0 (issue 39, case 10). */
+Test(outputs, a_stdout_that_cannot_be_written_fails_the_command, .timeout = 120) {
+    static const char *const commands[] = {
+        "plan --params 7e9 --gpus 8",
+        "train --model toy --steps 2 --json",
+        "viz --model toy --times",
+        "viz --model toy --frames 2",
+        "--help",
+    };
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        for (int closed = 0; closed < 2; closed++) {
+            int code;
+            char *out = fsdp_run(&code, closed ? "2>&1 >&-" : "2>&1 >/dev/full", "%s", commands[i]);
+            cr_expect_eq(code, 1, "%s %s: exit %d\n%s", commands[i],
+                         closed ? "with stdout closed" : "> /dev/full", code, out);
+            cr_expect(strstr(out, "fsdp: could not write the output: "), "%s", out);
+            free(out);
+        }
+}
