@@ -287,20 +287,21 @@ int ckpt_inspect(FILE *f, const char *path, Err *err) {
     CkptMeta m;
     int rc = ckpt_open(&m, path, err); /* checks meta.json, the coverage, the files' sizes */
     if (rc) return rc;
-    RankTotals *totals = rank_totals(&m);
-    if (!totals) rc = err_set(err, ERR_NOMEM, "out of memory inspecting %s", m.path);
+    /* every piece read first: a damaged checkpoint prints its one line and nothing else */
+    for (size_t i = 0; !rc && i < m.npieces; i++) rc = ckpt_piece_verify(&m, &m.pieces[i], err);
+    RankTotals *totals = rc ? NULL : rank_totals(&m);
+    if (!rc && !totals) rc = err_set(err, ERR_NOMEM, "out of memory inspecting %s", m.path);
     if (!rc) {
         print_header(f, &m);
         print_tensors(f, &m, m.by_rows);
         print_rank_files(f, &m, totals);
-        fflush(f);
     }
-    for (size_t i = 0; !rc && i < m.npieces; i++) rc = ckpt_piece_verify(&m, &m.pieces[i], err);
     if (!rc)
-        fprintf(f,
-                "\nall %zu pieces verified (CRC32); every tensor's rows are held exactly once "
-                "for param, adam_m and adam_v\n",
-                m.npieces);
+        fprintf(
+            f,
+            "\nall %zu pieces verified (CRC32, every value finite); every tensor's rows are held "
+            "exactly once for param, adam_m and adam_v\n",
+            m.npieces);
     free(totals);
     ckpt_meta_free(&m);
     return rc;

@@ -379,6 +379,27 @@ static int join_processes(TrainRun *t, Err *err) {
     return 0;
 }
 
+/* --init-from checked whole before the run says anything: its header against the model and every
+ * value finite (a nan found by a rank reading its rows came after the banner and the plan),
+ * read through a small buffer so that no process holds the whole model; the ranks then read
+ * their own rows. One line and exit 2 if bad. */
+static int check_init_from(const ModelDesc *m, const char *path, Err *err) {
+    enum { CHUNK = 1 << 18 }; /* floats read at a time */
+    WeightsFile *w;
+    int rc = weights_open(&w, m, path, err);
+    if (rc) return rc;
+    float *buf = malloc(CHUNK * sizeof *buf);
+    if (!buf) rc = err_set(err, ERR_NOMEM, "out of memory reading %s", path);
+    for (int p = 0; !rc && p < m->nparams; p++)
+        for (size_t at = 0; !rc && at < m->params[p].numel; at += CHUNK) {
+            size_t n = m->params[p].numel - at < CHUNK ? m->params[p].numel - at : CHUNK;
+            rc = weights_read(w, p, at, n, buf, err);
+        }
+    free(buf);
+    weights_close(w);
+    return rc;
+}
+
 int run_prepare(TrainRun *t, Err *err) {
     TrainArgs *a = &t->args;
     int brc = join_processes(t, err);
@@ -430,11 +451,7 @@ int run_prepare(TrainRun *t, Err *err) {
     t->memory = calloc((size_t)a->ranks, sizeof *t->memory);
     t->params = calloc(t->model.total_numel + 1, sizeof(float));
     if (!t->memory || !t->params) return err_set(err, ERR_NOMEM, "out of memory");
-    if (a->init_from) { /* checked here, one line and exit 2 if bad; ranks read their rows */
-        WeightsFile *w;
-        if ((rc = weights_open(&w, &t->model, a->init_from, err))) return rc;
-        weights_close(w);
-    }
+    if (a->init_from && (rc = check_init_from(&t->model, a->init_from, err))) return rc;
     if ((rc = check_nvme_dir(t, err))) return rc;
     if ((rc = run_dir_prepare(a, !t->quiet_rank, err))) return rc; /* the outputs' folder */
     if ((rc = check_outputs(a, err))) return rc;

@@ -507,30 +507,6 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
 
 /* ---------------------------------------------------------------- loading */
 
-static const char *nonfinite_name(float v) {
-    return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
-}
-
-/* A value that is not a finite number in rows [lo, hi) of saved piece p, now at `rows`: one line
- * naming the rank file, the tensor, the kind, the first such value's flat index in the tensor and
- * the value. A CRC only says the bytes are the ones saved; a nan saved (or written with its CRC)
- * would resume a run that trains nothing but nan. */
-static int check_finite_rows(const CkptMeta *c, const CkptPiece *p, const float *rows, size_t lo,
-                             size_t hi, Err *err) {
-    size_t row_elems = c->tensors[p->tensor].row_elems, n = (hi - lo) * row_elems;
-    for (size_t i = 0; i < n; i++) {
-        if (isfinite(rows[i])) continue;
-        char path[FILE_MAX];
-        ckpt_rank_file(c, p->rank, path, sizeof path);
-        return err_set(err, ERR_USAGE,
-                       "%s: %s's %s holds %s at flat index %zu (a checkpoint's values must be "
-                       "finite)",
-                       path, c->tensors[p->tensor].name, state_kind_name(p->kind),
-                       nonfinite_name(rows[i]), lo * row_elems + i);
-    }
-    return 0;
-}
-
 /* Fills a piece the engine keeps from every saved piece that overlaps it. */
 static int fill_piece(void *user, const StatePiece *want, Err *err) {
     const CkptMeta *c = user;
@@ -550,8 +526,7 @@ static int fill_piece(void *user, const StatePiece *want, Err *err) {
         if (!whole && !buf) return err_set(err, ERR_NOMEM, "out of memory loading a checkpoint");
         int rc = ckpt_piece_read(c, p, whole ? (void *)into : buf, err);
         if (!rc && !whole) memcpy(into, buf + (lo - p->row_begin) * row, (hi - lo) * row);
-        free(buf);
-        if (!rc) rc = check_finite_rows(c, p, (const float *)into, lo, hi, err);
+        free(buf); /* ckpt_piece_read refused a value that is not finite */
         if (rc) return rc;
         covered += hi - lo;
     }

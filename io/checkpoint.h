@@ -146,10 +146,11 @@ void ckpt_meta_free(CkptMeta *m);
 /* The path of rank's file, path/rank-RRRRR.bin. */
 void ckpt_rank_file(const CkptMeta *m, int rank, char *buf, size_t n);
 
-/* Reads piece p's bytes into buf (p->bytes of them) and checks its CRC32. A missing or cut
- * file or a CRC mismatch is one line naming the file, the tensor and the kind (ERR_USAGE). */
+/* Reads piece p's bytes into buf (p->bytes of them) and checks its CRC32 and that every value
+ * is finite. A missing or cut file, a CRC mismatch or a nan or inf is one line naming the file,
+ * the tensor and the kind (and the value's flat index in the tensor) (ERR_USAGE). */
 int ckpt_piece_read(const CkptMeta *m, const CkptPiece *p, void *buf, Err *err);
-/* The same check without keeping the bytes: reads through a small buffer. */
+/* The same checks without keeping the bytes: reads through a small buffer. */
 int ckpt_piece_verify(const CkptMeta *m, const CkptPiece *p, Err *err);
 
 #endif

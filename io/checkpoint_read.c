@@ -697,21 +697,57 @@ static BulkReader *rank_reader(const CkptMeta *m, int rank, const char *path) {
     return m->readers[rank];
 }
 
-/* Reads piece p through CRC32, into buf when given. */
+static const char *nonfinite_name(float v) {
+    return isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+/* The first value of n at `values` (element `first` of piece p onward) that is not a finite
+ * number: one line naming the rank file, the tensor, the kind, its flat index in the tensor and
+ * the value. A CRC only says the bytes are the ones saved; a nan saved, or written with its CRC
+ * recomputed, would resume (or consolidate into) weights that are nothing but nan. */
+static int check_finite(const CkptMeta *m, const CkptPiece *p, const char *path,
+                        const float *values, size_t first, size_t n, Err *err) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(values[i]))
+            return err_set(err, ERR_USAGE,
+                           "%s: %s's %s holds %s at flat index %zu (a checkpoint's values must be "
+                           "finite)",
+                           path, m->tensors[p->tensor].name, state_kind_name(p->kind),
+                           nonfinite_name(values[i]),
+                           p->row_begin * m->tensors[p->tensor].row_elems + first + i);
+    return 0;
+}
+
+enum { VERIFY_CHUNK = 1 << 20 }; /* bytes read at a time when the caller keeps none */
+
+/* Reads piece p through CRC32, into buf when given (else through a chunk of its own), and
+ * checks every value is finite. */
 static int piece_read(const CkptMeta *m, const CkptPiece *p, unsigned char *buf, Err *err) {
     char path[FILE_MAX];
     ckpt_rank_file(m, p->rank, path, sizeof path);
     const char *tensor = m->tensors[p->tensor].name, *kind = state_kind_name(p->kind);
     BulkReader *r = rank_reader(m, p->rank, path);
     if (!r) return err_set(err, ERR_USAGE, "cannot open %s: %s", path, strerror(errno));
+    unsigned char *chunk = buf ? NULL : malloc(VERIFY_CHUNK);
+    if (!buf && !chunk) return err_set(err, ERR_NOMEM, "out of memory reading %s", path);
     unsigned long crc = crc32(0L, Z_NULL, 0);
-    if (bulk_read(r, p->offset, (size_t)p->bytes, buf, &crc))
-        return err_set(err, ERR_USAGE, "%s is cut short: %s's %s needs bytes %llu-%llu", path,
-                       tensor, kind, p->offset, p->offset + p->bytes);
-    if (crc != p->crc)
-        return err_set(err, ERR_USAGE, "%s is corrupt: CRC mismatch in %s's %s (rows %zu-%zu)",
-                       path, tensor, kind, p->row_begin, p->row_begin + p->rows);
-    return 0;
+    size_t bytes = (size_t)p->bytes, step = buf ? (bytes ? bytes : 1) : VERIFY_CHUNK;
+    int rc = 0, finite = 0;
+    for (size_t at = 0; !rc && at < bytes; at += step) {
+        size_t n = bytes - at < step ? bytes - at : step;
+        unsigned char *into = buf ? buf + at : chunk;
+        if (bulk_read(r, p->offset + at, n, into, &crc))
+            rc = err_set(err, ERR_USAGE, "%s is cut short: %s's %s needs bytes %llu-%llu", path,
+                         tensor, kind, p->offset, p->offset + p->bytes);
+        else if (!finite) /* the first value that is not is said once the CRC has vouched */
+            finite = check_finite(m, p, path, (const float *)into, at / sizeof(float),
+                                  n / sizeof(float), err) != 0;
+    }
+    free(chunk);
+    if (!rc && crc != p->crc)
+        rc = err_set(err, ERR_USAGE, "%s is corrupt: CRC mismatch in %s's %s (rows %zu-%zu)", path,
+                     tensor, kind, p->row_begin, p->row_begin + p->rows);
+    return rc ? rc : finite ? ERR_USAGE : 0;
 }
 
 int ckpt_piece_read(const CkptMeta *m, const CkptPiece *p, void *buf, Err *err) {

@@ -93,6 +93,10 @@ Test(nonfinite, weights_with_a_nan_are_refused_by_init_from_and_predict) {
             snprintf(args, sizeof args, "train %s --ranks %d --init-from %s --dump-params %s", vit,
                      ranks, weights, keep);
             expect_line(2, line, args);
+            int code; /* and nothing before it: no banner, no plan (issue 39, case 12) */
+            char *said = fsdp_run(&code, "2>&1", "%s", args);
+            cr_expect_str_eq(said, line, "`fsdp %s` says its line alone", args);
+            free(said);
         }
         snprintf(args, sizeof args, "predict --weights %s --image 0", weights);
         expect_line(2, line, args);
@@ -231,6 +235,16 @@ Test(nonfinite, a_checkpoint_holding_a_nan_is_refused_on_resume) {
                  ranks, ck, keep);
         expect_line(2, line, args);
     }
+    /* ckpt inspect and consolidate read every value as resume does (issue 39, case 9): the same
+     * line and nothing before it (case 12), and no file written */
+    int code;
+    char *said = fsdp_run(&code, "2>&1", "ckpt inspect %s", ck); /* stdout too: no table */
+    cr_expect_eq(code, 2);
+    cr_expect_str_eq(said, line, "ckpt inspect says its one line and nothing else");
+    free(said);
+    snprintf(args, sizeof args, "ckpt consolidate %s -o %s/whole.safetensors", ck, dir);
+    expect_line(2, line, args);
+    cr_expect_neq(access(fmt_text("%s/whole.safetensors", dir), F_OK), 0, "nothing written");
     char *after = checkpoint_bytes(ck);
     cr_expect_str_eq(after, before, "the checkpoint was changed");
     free(after);
