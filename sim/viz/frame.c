@@ -617,7 +617,10 @@ static void write_header(Frame *f, const Plan *p) {
         snprintf(f->header + n, sizeof f->header - (size_t)n, " | accounting only");
 }
 
-int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
+/* frame_at and frame_at_points: each rank's state after its events before ends[rank] (ends
+ * NULL: every event up to and including index), then the current event's texts and timeline. */
+static int replay(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
+                  Err *err) {
     if (f->nranks != p->world || f->nunits != p->nunits)
         return err_set(err, ERR_INTERNAL, "frame sized for another plan");
     if (t->n && index >= t->n)
@@ -627,7 +630,10 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     f->count = t->n;
     f->index = index;
     f->event = t->n ? &t->ev[index] : NULL;
-    for (size_t i = 0; t->n && i <= index; i++) {
+    size_t last = t->n ? index + 1 : 0; /* events [0, last) are looked at */
+    for (int r = 0; ends && r < f->nranks; r++)
+        if (ends[r] > last) last = ends[r] < t->n ? ends[r] : t->n;
+    for (size_t i = 0; i < last; i++) {
         const TraceEvent *e = &t->ev[i];
         if (e->rank < 0 || e->rank >= f->nranks)
             return err_set(err, ERR_USAGE, "trace event %zu is on rank %d; the plan has %d", i,
@@ -635,6 +641,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         if (e->unit >= f->nunits)
             return err_set(err, ERR_USAGE, "trace event %zu names unit %d; the plan has %d", i,
                            e->unit, f->nunits);
+        if (ends ? i >= ends[e->rank] : i > index) continue;
         if (e->kind == EV_ALLOC || e->kind == EV_FREE) {
             int rc = apply_memory(f, e, i, err);
             if (rc) return rc;
@@ -662,6 +669,15 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         draw_timeline(f, t);
     }
     return 0;
+}
+
+int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
+    return replay(f, t, p, index, NULL, err);
+}
+
+int frame_at_points(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
+                    Err *err) {
+    return replay(f, t, p, index, ends, err);
 }
 
 void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index) {

@@ -69,6 +69,13 @@ void frame_free(Frame *f);
  * Events name ranks and units the plan must have; anything else is an error naming it. */
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err);
 
+/* The same with each rank r's state after its events before index ends[r] (ends has a value
+ * per rank of the plan), whatever the others have run: another run beside this one with each
+ * GPU at its own point of the same computation (compare.c), as the viewer's key d and its DDP
+ * marks show it. The header, texts and timeline are those of event `index`. */
+int frame_at_points(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
+                    Err *err);
+
 /* Only the narration and the flow of event `index` (header, state and timeline as they were),
  * in a frame frame_at has filled once, at any event of t: what they name of the state (the
  * elements each rank keeps at rest) is the plan's, and what changes from event to event

@@ -207,7 +207,7 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     start("keys", 100, 30, "--ranks 3");
     cr_expect(shows("event 1/339"));
     cr_expect(shows("GPU 0 allocates 4 B of param shard for La"));
-    cr_expect(shows("|DDP at rest"), "the memory legend labels the DDP mark");
+    cr_expect(shows("|DDP here"), "the memory legend labels the DDP mark");
     const char *s = settled();
     cr_expect(!strstr(s, "params kept"), "the toy's cells are symbols, not counts:\n%s", s);
     cr_expect(strstr(s, "\n GPU 2  compute ") && !strstr(s, "timeline hidden"),
@@ -262,6 +262,70 @@ Test(tui, d_shows_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
     keys("d");
     cr_expect(hides("DDP at the same point"), "d again closes the DDP view");
     cr_expect(shows("memory"));
+    quit();
+}
+
+/* The cells of `letter` in the first " GPU 0  [" bar after `heading` of screen s. */
+static int bar_cells_of(const char *s, const char *heading, char letter) {
+    const char *at = strstr(s, heading);
+    at = at ? strstr(at, " GPU 0  [") : NULL;
+    int n = 0;
+    for (at = at ? at + strlen(" GPU 0  [") : NULL; at && *at && *at != ']'; at++)
+        n += *at == letter;
+    return n;
+}
+
+/* Issue 38's two moments of d, on the toy under zero3: at 80x24, event 208 (GPU 0's
+ * reduce-scatter of Lc, after Lb's backward and before the frees of what it read) beside DDP's
+ * GPU 0 all-reducing Lc, not GPU 2 past its frees at event 93, DDP holding more (336 B) than
+ * zero3 (296 B); at 120x40, event 76 (GPU 0 frees La after its forward) beside DDP's GPU 0
+ * forward of La, not event 51. The run's bars mark the same DDP bytes. */
+Test(tui, d_is_at_the_same_computation_on_the_same_gpu, .timeout = 60, .fini = stop) {
+    start("ddp_same", 80, 24, "--ranks 3 --strategy zero3");
+    cr_assert(shows("event 1/339"));
+    keys("g 2 0 8 Enter");
+    cr_assert(shows("event 208/339  step 1  backward  GPU 0  reduce_scatter Lc"));
+    cr_expect(shows("DDP 336 B"), "GPU 0's bar says what DDP holds there");
+    const char *s = settled();
+    cr_expect(strstr(row_of(s, " GPU 0  ["), "] 296 B (peak 312 B) DDP 336 B"), "%s", s);
+    keys("d");
+    cr_assert(shows("DDP at the same point: event 85/159, GPU 0 all_reduce Lc"));
+    s = settled();
+    cr_expect(strstr(s, "memory max GPU 0: 296 B (peak 312 B), DDP here 336 B"), "%s", s);
+    cr_expect(strstr(s, "memory max GPU 0: 336 B (peak 368 B)"), "DDP's side:\n%s", s);
+    resize(120, 40);
+    keys("g 7 6 Enter");
+    cr_expect(shows("DDP at the same point: event 46/159, GPU 0 forward La"));
+    quit();
+}
+
+/* The bars keep every category that holds anything: the toy at rest (event 295: 12 B of shards,
+ * 12 B of gradient shards, 24 B of Adam's moments on each GPU) shows P as often as G and O at
+ * least as often, beside DDP's 144 B; at Lc's reduce-scatter all seven categories show, and the
+ * note says that activations are most of GPU 0's bytes and FSDP does not shard them. */
+Test(tui, bars_show_every_category_and_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
+    start("bars", 80, 24, "--ranks 3 --strategy zero3");
+    cr_assert(shows("event 1/339"));
+    cr_expect(shows("|DDP here"), "the legend names the mark");
+    keys("g 2 9 5 Enter");
+    cr_assert(shows("event 295/339"));
+    cr_expect(shows("48 B (peak 312 B) DDP 144 B"));
+    const char *s = settled();
+    int p = bar_cells_of(s, "memory:", 'P'), g = bar_cells_of(s, "memory:", 'G'),
+        o = bar_cells_of(s, "memory:", 'O');
+    cr_expect(p >= 1 && p == g && o >= p, "P %d, G %d, O %d cells:\n%s", p, g, o, s);
+    cr_expect(!strstr(s, "is activations"), "no note while activations are few:\n%s", s);
+    keys("g 2 0 8 Enter");
+    cr_assert(shows("event 208/339"));
+    s = settled();
+    for (const char *c = "PUGgOAC"; *c; c++)
+        cr_expect_geq(bar_cells_of(s, "memory:", *c), 1, "%c in GPU 0's bar:\n%s", *c, s);
+    cr_expect(strstr(s, "65% of GPU 0 is activations: FSDP shards params, grads, optim state, "
+                        "not these"),
+              "%s", s);
+    resize(120, 40);
+    cr_expect(shows("activations are 65% of GPU 0's 296 B: FSDP shards parameters, gradients "
+                    "and optimizer state, not activations"));
     quit();
 }
 
@@ -498,7 +562,7 @@ static size_t every_collective_in_view(const Trace *t, const TraceMeta *m, const
         if (!checked) {
             cr_expect(strstr(row_of(s, " GPU 0   "), "\u2190 params kept"),
                       "%s: the numbers' label beside GPU 0's row:\n%s", size, s);
-            cr_expect(strstr(s, "|DDP at rest"), "%s: the DDP mark's label:\n%s", size, s);
+            cr_expect(strstr(s, "|DDP here"), "%s: the DDP mark's label:\n%s", size, s);
         }
         checked++;
     }
@@ -558,23 +622,24 @@ Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .fini = stop
     quit();
 }
 
-/* The same at 8 ranks. At 120x40 the panels leave 12 rows: the timeline of GPUs 0-3 (2 rows
- * and 2 a GPU after a blank one). At 80x24 it is hidden and a row says what it needs: the
- * full panels take 29 of the 22 rows (narration 6, the longest's, flow 2, grid 9, memory 9,
- * blank rows 3), the timeline 3 + 2 a GPU more, so 12 more rows for GPU 0 and 26 for all 8. */
+/* The same at 8 ranks. At 120x40 the panels (with the row of the note on activations) leave 11
+ * rows: the timeline of GPUs 0-2 (2 rows and 2 a GPU after a blank one). At 80x24 it is hidden and a row says what it needs: without
+ * what gives way to it the panels take 25 of the 22 rows (narration 6, the longest's, flow 1,
+ * grid 9, memory 9), its GPU 0 4 more, so 7 more rows; all 8 GPUs with the full panels (the
+ * flow's second row, blank rows and the note on activations: 5 more) 27. */
 Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .fini = stop) {
     Trace t;
     TraceMeta m;
     size_t collectives = vit_tiny_viewer(8, &t, &m);
     cr_expect_eq(every_collective_in_view(&t, &m, "120x40"), collectives);
     const char *s = settled();
-    cr_expect(strstr(s, "timeline of the step  # compute  = comm   GPUs 0-3 of 8 (8 more rows "
+    cr_expect(strstr(s, "timeline of the step  # compute  = comm   GPUs 0-2 of 8 (10 more rows "
                         "show all)"),
               "%s", s);
-    cr_expect(strstr(s, "\n GPU 3  compute ") && !strstr(s, "\n GPU 4  compute "), "%s", s);
+    cr_expect(strstr(s, "\n GPU 2  compute ") && !strstr(s, "\n GPU 3  compute "), "%s", s);
     cr_expect(!strstr(s, "timeline hidden"), "%s", s);
     resize(80, 24);
-    cr_expect(shows("timeline hidden: needs 12 more rows (26 for all 8 GPUs)"));
+    cr_expect(shows("timeline hidden: needs 7 more rows (27 for all 8 GPUs)"));
     cr_expect(!strstr(settled(), "timeline of the step"));
     cr_expect_eq(every_collective_in_view(&t, &m, "80x24"), collectives);
     trace_free(&t);
@@ -594,12 +659,17 @@ Test(tui, vit_workshop_accounting_only_has_memory_by_category, .timeout = 60, .f
                                            "encoder_layer_0  accounting only"));
     const char *s = settled();
     const char *bar = row_of(s, " GPU 0  [");
-    cr_expect(strstr(bar, "[PP") && strstr(bar, "UU") && strstr(bar, "GG") && strstr(bar, "OO") &&
-                  strstr(bar, "A") && strstr(bar, "CC") && strstr(bar, " GiB (peak "),
-              "GPU 0's bar by category:\n%s", s);
+    cr_expect(strstr(bar, "[P") && strstr(bar, "U") && strstr(bar, "G") && strstr(bar, "O") &&
+                  strstr(bar, "A") && strstr(bar, "C") && strstr(bar, " GiB (peak ") &&
+                  strstr(bar, " GiB) DDP 11.76 GiB"),
+              "GPU 0's bar by category, and DDP's bytes at the same point:\n%s", s);
     cr_expect(strstr(s, "P shard U gathered"), "the legend:\n%s", s);
     keys("d");
-    cr_expect(shows("DDP at the same point: event "), "DDP beside it, accounting-only too");
-    cr_expect(shows("DDP 11.61 GiB"), "DDP at rest: every parameter, its gradient and Adam's");
+    cr_expect(shows("DDP at the same point: event 588/4584, GPU 3 forward encoder_layer_0"),
+              "DDP beside it, accounting-only too");
+    /* every parameter, its gradient and Adam's two moments (11.61 GiB), and the activations
+     * zero3's GPU 0 holds too */
+    cr_expect(shows("DDP here 11.76 GiB"));
+    cr_expect(shows("memory max GPU 0: 11.76 GiB"), "DDP's side, the same bytes");
     quit();
 }
