@@ -17,12 +17,13 @@ enum {
     MIN_COLS = 60,
     MIN_ROWS = 12,
     CELL = 200,
-    SIDE_MIN_COLS = 60,                            /* a column of the side-by-side view */
-    GRID_LABEL = 9,                                /* " GPU n   " before the grid's first unit */
-    TIMELINE_WIDTH = 16 + FRAME_TIMELINE_COLS + 1, /* "GPU n  compute " and the row */
-    TIMELINE_ROWS = 2,                             /* the timeline's rows besides its GPUs' */
-    GRID_SIDE = 16,   /* right of the grid: "NN more units →", "← params kept" */
-    COMPACT_STEP = 1, /* where the stacked DDP view starts shrinking */
+    SIDE_MIN_COLS = 60,                          /* a column of the side-by-side view */
+    GRID_LABEL = 9,                              /* " GPU n   " before the grid's first unit */
+    TIMELINE_MIN_COLS = 40,                      /* fewer: too coarse to read */
+    TIMELINE_WIDTH = 16 + TIMELINE_MIN_COLS + 1, /* "GPU n  compute " and the row */
+    TIMELINE_ROWS = 2, /* the timeline's rows besides its GPUs': phases, time axis */
+    GRID_SIDE = 16,    /* right of the grid: "NN more units →", "← params kept" */
+    COMPACT_STEP = 1,  /* where the stacked DDP view starts shrinking */
     LAST_STEP = 11,
 };
 
@@ -536,28 +537,36 @@ static int draw_memory_line(const Viewer *v, const Side *s, const Region *r, int
     return 1;
 }
 
-/* The compute and comm streams over the step of GPUs 0 to gpus-1, a 'v' over the current
- * event; the title says when the others do not fit. */
-static void draw_timeline(const Side *s, const Region *r, int y, int gpus) {
-    char line[160];
+/* The step's phases with a 'v' over the current event, the compute and comm streams of GPUs 0
+ * to gpus-1 and the time axis, across the region's width (16 columns of labels); the phases'
+ * label says which GPUs when not all fit. */
+static void draw_timeline(Side *s, const Region *r, int y, int gpus) {
+    char line[FRAME_TIMELINE_MAX + 64], row[FRAME_TIMELINE_MAX + 1], label[48];
     int n = s->f.nranks;
-    int at = snprintf(line, sizeof line, "timeline of the step  # compute  = comm");
-    char shown[32] = "GPU 0";
-    if (gpus > 1) snprintf(shown, sizeof shown, "GPUs 0-%d", gpus - 1);
-    if (gpus < n)
-        snprintf(line + at, sizeof line - (size_t)at, "   %s of %d (%d more rows show all)", shown,
-                 n, 2 * (n - gpus));
-    put(r, y, 1, line);
-    snprintf(line, sizeof line, "%*s", 16 + s->f.cursor + 1, "v"); /* rows start 16 in */
-    put(r, y + 1, 0, line);
+    frame_timeline(&s->f, s->t, r->w - 16 - 1);
+    snprintf(label, sizeof label, "timeline");
+    if (gpus < n && gpus > 1 &&
+        snprintf(label, sizeof label, "GPUs 0-%d of %d", gpus - 1, n) > 14) /* the 16 columns */
+        snprintf(label, sizeof label, "GPUs 0-%d/%d", gpus - 1, n);
+    if (gpus < n && gpus == 1) snprintf(label, sizeof label, "GPU 0 of %d", n);
+    plain_timeline_phases(&s->f, s->f.cursor, row, sizeof row);
+    snprintf(line, sizeof line, " %-14.14s %s", label, row);
+    put(r, y, 0, line);
     for (int rank = 0; rank < gpus && rank < n; rank++) {
         snprintf(line, sizeof line, " GPU %-2d compute %s", rank,
                  s->f.timeline[rank * STREAM_COUNT + STREAM_COMPUTE]);
-        put(r, y + 2 + 2 * rank, 0, line);
+        put(r, y + 1 + 2 * rank, 0, line);
         snprintf(line, sizeof line, "        comm    %s",
                  s->f.timeline[rank * STREAM_COUNT + STREAM_COMM]);
-        put(r, y + 3 + 2 * rank, 0, line);
+        put(r, y + 2 + 2 * rank, 0, line);
     }
+    snprintf(label, sizeof label, "%s, %s", plain_timeline_unit(&s->f),
+             s->f.scanned ? trace_clock(s->f.scanned) : "modelled");
+    plain_timeline_axis(&s->f, row, sizeof row);
+    snprintf(line, sizeof line, " %-14.14s %s", label, row);
+    attron(A_DIM);
+    put(r, y + 1 + 2 * (gpus < n ? gpus : n), 0, line);
+    attroff(A_DIM);
 }
 
 /* Rows the trace's longest narration takes in region width w (cached per width): every event's
@@ -652,7 +661,7 @@ static void draw_help(void) {
         "memory bars: P shard  U gathered  G grad  g full grad  O optimizer",
         "  A activations  C comm buffers  H host  K checkpointed inputs  N NVMe",
         "  F compute copy;  | where DDP's bytes reach on that GPU at the same point",
-        "  (each non-zero category has a cell at least, the rest in proportion)",
+        "timeline: the step's phases (v: this event), # compute, = comm, time axis",
     };
     Region screen = whole_screen();
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) put(&screen, 2 + (int)i, 2, lines[i]);

@@ -214,6 +214,34 @@ Test(frame, timeline_marks_streams_and_the_current_event) {
     toy_frame_free(&run, &f);
 }
 
+/* The timeline at any width a renderer asks for (clamped to 8..FRAME_TIMELINE_MAX), kept by the
+ * next frame_at: rows of that many columns, and the phases' row runs forward, backward, then
+ * optimizer, with the cursor of a backward compute in backward. */
+Test(frame, timeline_spans_the_width_asked_for_with_the_phases) {
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    size_t at = find(&run.trace, EV_BACKWARD, 0, 1, PHASE_BACKWARD);
+    frame_of(&f, &run, at);
+    frame_timeline(&f, &run.trace, 100);
+    cr_expect_eq(strlen(f.timeline[STREAM_COMPUTE]), 100);
+    cr_expect_eq(strlen(f.phases), 100);
+    char runs[16] = "";
+    for (int c = 0, n = 0; c < 100 && n < 15; c++)
+        if (!c || f.phases[c] != f.phases[c - 1]) runs[n++] = f.phases[c];
+    cr_expect_str_eq(runs, "fbo", "the phases' order: %s", f.phases);
+    cr_expect_eq(f.phases[f.cursor], 'b', "Lb's backward in backward: %s", f.phases);
+    cr_expect_eq(f.timeline[STREAM_COMPUTE][f.cursor], '#');
+    frame_of(&f, &run, at + 1);
+    cr_expect_eq(strlen(f.timeline[2 * STREAM_COUNT + STREAM_COMM]), 100, "frame_at keeps it");
+    frame_timeline(&f, &run.trace, 3);
+    cr_expect_eq(f.timeline_cols, 8);
+    frame_timeline(&f, &run.trace, 100000);
+    cr_expect_eq(f.timeline_cols, FRAME_TIMELINE_MAX);
+    cr_expect_eq(strlen(f.phases), FRAME_TIMELINE_MAX);
+    toy_frame_free(&run, &f);
+}
+
 /* With the step's values in the trace, a rank's parameters are the step's starting values
  * until it steps Adam on the unit and the result after, each rank on its own schedule, and
  * its gradients count as reduced from its reduce-scatter of the unit on. */

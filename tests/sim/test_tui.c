@@ -221,7 +221,8 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     cr_expect(shows("DDP beside this run"), "the help names key d");
     cr_expect(shows_after("x", "memory"));
     resize(62, 30);
-    cr_expect(shows("timeline hidden: needs 65 columns, has 62"));
+    cr_expect(shows("\n GPU 0  compute "), "62 columns have room for a timeline");
+    cr_expect_eq(strlen(row_of(settled(), " GPU 0  compute ")), 16 + 45, "across the width");
     resize(40, 10);
     cr_expect(shows("too small: 40x10, needs 60x12"));
     resize(100, 30);
@@ -623,27 +624,70 @@ Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .fini = stop
 }
 
 /* The same at 8 ranks. At 120x40 the panels (with the row of the note on activations) leave 11
- * rows: the timeline of GPUs 0-2 (2 rows and 2 a GPU after a blank one). At 80x24 it is hidden and a row says what it needs: without
- * what gives way to it the panels take 25 of the 22 rows (narration 6, the longest's, flow 1,
- * grid 9, memory 9), its GPU 0 4 more, so 7 more rows; all 8 GPUs with the full panels (the
- * flow's second row, blank rows and the note on activations: 5 more) 27. */
+ * rows: the timeline of GPUs 0-2 (2 rows and 2 a GPU after a blank one). At 80x24 it is hidden and
+ * a row says what it needs: without what gives way to it the panels take 25 of the 22 rows
+ * (narration 6, the longest's, flow 1, grid 9, memory 9), its GPU 0 4 more, so 7 more rows; all 8
+ * GPUs with the full panels (the flow's second row, blank rows and the note on activations: 5
+ * more) 27. */
 Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .fini = stop) {
     Trace t;
     TraceMeta m;
     size_t collectives = vit_tiny_viewer(8, &t, &m);
     cr_expect_eq(every_collective_in_view(&t, &m, "120x40"), collectives);
     const char *s = settled();
-    cr_expect(strstr(s, "timeline of the step  # compute  = comm   GPUs 0-2 of 8 (10 more rows "
-                        "show all)"),
-              "%s", s);
+    cr_expect(strstr(s, "\n GPUs 0-2 of 8  |forward"), "%s", s);
     cr_expect(strstr(s, "\n GPU 2  compute ") && !strstr(s, "\n GPU 3  compute "), "%s", s);
     cr_expect(!strstr(s, "timeline hidden"), "%s", s);
     resize(80, 24);
     cr_expect(shows("timeline hidden: needs 7 more rows (27 for all 8 GPUs)"));
-    cr_expect(!strstr(settled(), "timeline of the step"));
+    cr_expect(!strstr(settled(), "|forward"));
     cr_expect_eq(every_collective_in_view(&t, &m, "80x24"), collectives);
     trace_free(&t);
     trace_meta_free(&m);
+    quit();
+}
+
+/* Issue 38: vit-tiny at 4 ranks on 80x24 hid the timeline, and at key o its bars showed no
+ * parameter shard ("[GO..."). Now GPU 0's timeline keeps its rows (the flow's second row, the
+ * blank rows and the note on activations give way to it) and the bars show P. */
+Test(tui, vit_tiny_at_4_ranks_keeps_gpu_0s_timeline_and_its_shard_at_80x24, .timeout = 60,
+     .fini = stop) {
+    start("vit4", 80, 24, "--model vit-tiny --ranks 4");
+    cr_assert(shows_within("event 1/2792", 20));
+    keys("o");
+    cr_assert(shows("step 1  optimizer  GPU 0  optimizer root"));
+    const char *s = settled();
+    cr_expect(strstr(row_of(s, " GPU 0  ["), "[PGO"), "the shard, gradient shard and Adam:\n%s", s);
+    cr_expect(strstr(s, "\n GPU 0 of 4     |"), "the phases' row:\n%s", s);
+    cr_expect(strstr(s, "\n GPU 0  compute ") && strstr(s, "\n        comm    "), "%s", s);
+    cr_expect(strstr(s, "\n us, modelled   0 "), "the time axis:\n%s", s);
+    cr_expect(!strstr(s, "timeline hidden"), "%s", s);
+    cr_expect(!strstr(s, "\u2026"), "nothing cut:\n%s", s);
+    quit();
+}
+
+/* The toy at 120x40: the timeline spans the width (103 columns after its 16 of labels and one
+ * spare), its phases' row names forward, backward and the optimizer with the 'v' of Lc's
+ * reduce-scatter in backward, and its axis ticks the 74 us step. */
+Test(tui, timeline_is_labelled_across_the_width, .timeout = 60, .fini = stop) {
+    start("axis", 120, 40, "--ranks 3 --strategy zero3");
+    cr_assert(shows("event 1/339"));
+    keys("g 2 0 8 Enter");
+    cr_assert(shows("event 208/339"));
+    const char *s = settled();
+    const char *phases = row_of(s, " timeline       |forward");
+    cr_expect(phases[0], "the phases' row:\n%s", s);
+    /* backward's run starts with '|', its name clear of the 'v' */
+    const char *f = strstr(phases, "|forward"), *b = strstr(phases, "backward"),
+               *o = strstr(phases, "|optimizer"), *v = strchr(phases + 16, 'v');
+    const char *run = b ? b : phases;
+    while (run > phases && *run != '|') run--;
+    cr_expect(f && b && o && v && f < run && run < v && v < o && b < o,
+              "the cursor in backward: '%s'", phases);
+    cr_expect_eq(strlen(row_of(s, " GPU 2  compute ")), 16 + 103, "%s", s);
+    const char *axis = row_of(s, " us, modelled   0 ");
+    cr_expect(strstr(axis, " 20 ") && strstr(axis, " 40 ") && strstr(axis, " 60"), "axis '%s'",
+              axis);
     quit();
 }
 
