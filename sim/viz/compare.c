@@ -3,6 +3,8 @@
  * rank. */
 #include "sim/viz/compare.h"
 
+#include <stdlib.h>
+
 int compare_is_compute(const TraceEvent *e) {
     return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE ||
            e->kind == EV_OPTIMIZER;
@@ -14,6 +16,46 @@ int compare_is_shared(const TraceEvent *e) {
            (e->category == MEM_ACTIVATIONS || e->category == MEM_AC_INPUT);
 }
 
+/* A rank, as compare_points walks a and then b. */
+typedef struct Walk {
+    size_t want;   /* a: shared events run (b runs up to the want-th), or one more (to before it) */
+    int on_shared; /* a: the rank's last event is a shared one */
+    size_t seen;   /* b: shared events so far */
+    size_t at;     /* b: just past the rank's last event so far */
+    int done;      /* b: ends[rank] is set */
+} Walk;
+
+int compare_points(const Trace *a, size_t index, const Trace *b, size_t *ends, Err *err) {
+    if (index >= a->n)
+        return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, a->n);
+    if (a->nranks != b->nranks)
+        return err_set(err, ERR_USAGE, "the traces have %d and %d ranks", a->nranks, b->nranks);
+    int n = a->nranks;
+    Walk *w = calloc(n > 0 ? (size_t)n : 1, sizeof *w);
+    if (!w) return err_set(err, ERR_NOMEM, "out of memory for %d ranks", n);
+    for (size_t i = 0; i <= index; i++) {
+        const TraceEvent *e = &a->ev[i];
+        if (e->rank < 0 || e->rank >= n) continue;
+        w[e->rank].on_shared = compare_is_shared(e);
+        w[e->rank].want += (size_t)w[e->rank].on_shared;
+    }
+    for (int r = 0; r < n; r++) w[r].want += !w[r].on_shared;
+    for (size_t j = 0; j < b->n; j++) {
+        const TraceEvent *e = &b->ev[j];
+        if (e->rank < 0 || e->rank >= n || w[e->rank].done) continue;
+        Walk *x = &w[e->rank];
+        if (compare_is_shared(e) && ++x->seen == x->want) {
+            ends[e->rank] = x->on_shared ? j + 1 : x->at;
+            x->done = 1;
+        }
+        x->at = j + 1;
+    }
+    for (int r = 0; r < n; r++)
+        if (!w[r].done) ends[r] = w[r].at; /* b has fewer: all of the rank's events */
+    free(w);
+    return 0;
+}
+
 int compare_rank_point(const Trace *a, size_t index, const Trace *b, int rank, size_t *end,
                        Err *err) {
     if (index >= a->n)
@@ -21,29 +63,12 @@ int compare_rank_point(const Trace *a, size_t index, const Trace *b, int rank, s
     if (rank < 0 || rank >= a->nranks || rank >= b->nranks)
         return err_set(err, ERR_USAGE, "rank %d is not in both traces (%d and %d ranks)", rank,
                        a->nranks, b->nranks);
-    /* a: how many shared events the rank has run, and whether its last event is one of them */
-    size_t shared = 0;
-    int on_shared = 0;
-    for (size_t i = 0; i <= index; i++) {
-        const TraceEvent *e = &a->ev[i];
-        if (e->rank != rank) continue;
-        on_shared = compare_is_shared(e);
-        shared += (size_t)on_shared;
-    }
-    /* b: up to and including its shared-th shared event, or up to before the one after it */
-    size_t want = on_shared ? shared : shared + 1, seen = 0, at = 0;
-    for (size_t j = 0; j < b->n; j++) {
-        const TraceEvent *e = &b->ev[j];
-        if (e->rank != rank) continue;
-        if (compare_is_shared(e) && ++seen == want) {
-            at = on_shared ? j + 1 : at;
-            *end = at;
-            return 0;
-        }
-        at = j + 1;
-    }
-    *end = at; /* b has fewer: all of its events of the rank */
-    return 0;
+    size_t *ends = calloc((size_t)a->nranks, sizeof *ends);
+    if (!ends) return err_set(err, ERR_NOMEM, "out of memory for %d ranks", a->nranks);
+    int rc = compare_points(a, index, b, ends, err);
+    if (!rc) *end = ends[rank];
+    free(ends);
+    return rc;
 }
 
 int compare_match(const Trace *a, size_t index, const Trace *b, size_t *out, Err *err) {

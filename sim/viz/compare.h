@@ -1,7 +1,7 @@
 /* compare: which event of one run is "the same moment" as an event of another run of the same
  * model and steps under a different strategy (FSDP beside DDP in the viewer's key d, and the
  * DDP marks on its memory bars). A pure function of the two traces; it reads them and
- * allocates nothing. */
+ * allocates only scratch counts. */
 #ifndef FSDP_COMPARE_H
 #define FSDP_COMPARE_H
 
@@ -36,6 +36,11 @@ int compare_is_shared(const TraceEvent *e);
  * Fails on a rank outside either trace's or an index past a's end. */
 int compare_rank_point(const Trace *a, size_t index, const Trace *b, int rank, size_t *end,
                        Err *err);
+
+/* The same for every rank at once (ends has a.nranks values), in one pass over each trace: what
+ * the viewer asks at every event. Fails on traces of different ranks, an index past a's end or
+ * out of memory for the ranks' counts. */
+int compare_points(const Trace *a, size_t index, const Trace *b, size_t *ends, Err *err);
 
 /* The event of b at the same point as event `index` of a, on the same rank: the last event of
  * that rank that b has run then (compare_rank_point), so a compute maps to the same compute,

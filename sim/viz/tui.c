@@ -710,8 +710,7 @@ static void draw_compare(Viewer *v) {
 static int side_follow(const Viewer *v, Side *s, Err *e) {
     size_t j = 0;
     int rc = compare_match(v->run.t, v->run.index, s->t, &j, e);
-    for (int r = 0; !rc && r < s->f.nranks; r++)
-        rc = compare_rank_point(v->run.t, v->run.index, s->t, r, &s->ends[r], e);
+    if (!rc) rc = compare_points(v->run.t, v->run.index, s->t, s->ends, e);
     if (!rc) rc = frame_at_points(&s->f, s->t, s->p, j, s->ends, e);
     if (!rc) s->index = j;
     return rc;
