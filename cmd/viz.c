@@ -373,9 +373,11 @@ static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
     return rc;
 }
 
-/* The side-by-side view's peer: the same flags under DDP, run the first time it is asked for. */
+/* The side-by-side view's peer: the same flags under DDP, run the first time it is asked for;
+ * accounting only, for the memory bars' marks. */
 typedef struct DdpPeer {
     const TrainArgs *args; /* the viewed run's */
+    int accounting_only;   /* run it accounting only, whatever the viewed run is */
     TrainRun run;
     ClusterResult res;
     int state; /* 0 not run, 1 ready, -1 failed (msg says why) */
@@ -406,14 +408,18 @@ static int ddp_peer_run(DdpPeer *d, Err *err) {
     c->offload = OFFLOAD_NONE;
     d->run.args.backend = BACKEND_SIM; /* the peer is always simulated: DDP's memory, modelled */
     d->run.args.trace_out = d->run.args.dump_params = NULL;
+    if (d->accounting_only) { /* what needs values goes (accounting_only_fits) */
+        d->run.args.accounting_only = 1;
+        d->run.args.init_from = NULL;
+        d->run.args.check_streams = 0;
+    }
     int rc = run_prepare(&d->run, err);
     if (!rc) rc = ddp_peer_fits(&d->run, err);
     if (!rc) rc = viz_record(&d->run, &d->res, err);
     return rc;
 }
 
-static int ddp_peer_load(void *user, const Trace **t, const Plan **p, Err *err) {
-    DdpPeer *d = user;
+static int ddp_peer_get(DdpPeer *d, const Trace **t, const Plan **p, Err *err) {
     if (d->state == 0) {
         Err mine = {0};
         d->state = ddp_peer_run(d, &mine) ? -1 : 1;
@@ -423,6 +429,22 @@ static int ddp_peer_load(void *user, const Trace **t, const Plan **p, Err *err) 
     *t = &d->res.trace;
     *p = &d->run.plan;
     return 0;
+}
+
+/* The viewer's two: the DDP run beside it (key d) and the accounting-only one for the marks
+ * (the same run when the viewed one is accounting only). */
+typedef struct DdpPeers {
+    DdpPeer view, marks;
+} DdpPeers;
+
+static int ddp_peer_load(void *user, const Trace **t, const Plan **p, Err *err) {
+    DdpPeers *d = user;
+    return ddp_peer_get(&d->view, t, p, err);
+}
+
+static int ddp_marks_load(void *user, const Trace **t, const Plan **p, Err *err) {
+    DdpPeers *d = user;
+    return ddp_peer_get(d->view.args->accounting_only ? &d->view : &d->marks, t, p, err);
 }
 
 static void ddp_peer_free(DdpPeer *d) {
@@ -508,8 +530,9 @@ static int viz_execute(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err
     int rc = viz_record(t, &res, err);
     if (!rc) rc = run_write_outputs(t, &res, err);
     int viewer = viz_wants_viewer(v);
-    DdpPeer peer = {.args = &t->args};
-    TuiCompare ddp = {.load = ddp_peer_load, .user = &peer};
+    DdpPeers peers = {.view = {.args = &t->args},
+                      .marks = {.args = &t->args, .accounting_only = 1}};
+    TuiCompare ddp = {.load = ddp_peer_load, .load_marks = ddp_marks_load, .user = &peers};
     if (!rc && v->times)
         rc = viz_times(&res.trace, v, err);
     else if (!rc && page->f)
@@ -517,7 +540,8 @@ static int viz_execute(TrainRun *t, const VizArgs *v, AtomicFile *page, Err *err
     else if (!rc)
         rc = viewer ? tui_run(&res.trace, &t->plan, &ddp, v->by_event, err)
                     : viz_print(t, &res.trace, v, err);
-    ddp_peer_free(&peer);
+    ddp_peer_free(&peers.view);
+    ddp_peer_free(&peers.marks);
     cluster_result_free(&res);
     return rc;
 }

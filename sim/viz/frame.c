@@ -17,6 +17,7 @@ int frame_init(Frame *f, const Plan *p, Err *err) {
     f->mem = calloc((size_t)p->world * MEM_CATEGORY_COUNT, sizeof *f->mem);
     f->peak = calloc((size_t)p->world, sizeof *f->peak);
     f->timeline = calloc((size_t)p->world * STREAM_COUNT, sizeof *f->timeline);
+    f->timeline_cols = FRAME_TIMELINE_COLS;
     if (!f->cells || !f->mem || !f->peak || !f->timeline) {
         frame_free(f);
         return err_set(err, ERR_NOMEM, "out of memory for a frame of %d ranks", p->world);
@@ -567,17 +568,26 @@ static char stream_mark(int stream) {
     return stream == STREAM_COMM ? '=' : stream == STREAM_COPY ? '~' : '#';
 }
 
-/* The timeline column of time t, in [0, FRAME_TIMELINE_COLS]: clamped as a double, since an
- * event of another step (or of a replayed file) may lie any distance away, and a cast of a
- * double beyond an int's range is undefined (fuzz_trace found 7.65e46). */
-static int column(double t, double lo, double width) {
+/* The timeline column of time t, in [0, cols]: clamped as a double, since an event of another
+ * step (or of a replayed file) may lie any distance away, and a cast of a double beyond an int's
+ * range is undefined (fuzz_trace found 7.65e46). */
+static int column(double t, double lo, double width, int cols) {
     double c = (t - lo) / width;
-    return !(c > 0) ? 0 : c >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS : (int)c;
+    return !(c > 0) ? 0 : c >= cols ? cols : (int)c;
 }
 
-/* Paints every span of the current event's step onto its rank's stream row. */
+static char phase_mark(int phase) {
+    return phase == PHASE_FORWARD ? 'f' : phase == PHASE_BACKWARD ? 'b' : 'o';
+}
+
+/* Paints every span of the current event's step onto its rank's stream row, and the phases'
+ * row: each column takes the phase of the last compute span started by its end, on any GPU, so
+ * the idle gaps inside a phase stay in it and micro-steps alternate forward and backward. The
+ * compute stream decides: a copy or gather is issued ahead for the phase after (offload's
+ * copies for backward run during forward). The columns before the first compute are the first
+ * span's phase (zero3's first all-gather is forward's). */
 static void draw_timeline(Frame *f, const Trace *t) {
-    int step = f->event->step;
+    int step = f->event->step, cols = f->timeline_cols;
     double lo = 0.0, hi = 0.0;
     int any = 0;
     for (size_t i = 0; i < t->n; i++) {
@@ -588,27 +598,47 @@ static void draw_timeline(Frame *f, const Trace *t) {
         any = 1;
     }
     for (int r = 0; r < f->nranks * STREAM_COUNT; r++) {
-        memset(f->timeline[r], '.', FRAME_TIMELINE_COLS);
-        f->timeline[r][FRAME_TIMELINE_COLS] = 0;
+        memset(f->timeline[r], '.', (size_t)cols);
+        f->timeline[r][cols] = 0;
     }
     f->step_start = lo;
     f->step_end = hi;
-    double width = hi > lo ? (hi - lo) / FRAME_TIMELINE_COLS : 1.0;
+    double width = hi > lo ? (hi - lo) / cols : 1.0;
+    /* latest[c]: the start of the last phased span that starts in column c (-1: none) */
+    double latest[FRAME_TIMELINE_MAX], first = 0;
+    char lead = ' '; /* the first phased span's phase */
+    for (int c = 0; c < cols; c++) latest[c] = -1, f->phases[c] = 0;
     for (size_t i = 0; any && i < t->n; i++) {
         const TraceEvent *e = &t->ev[i];
         if (e->step != step || !is_span(e) || e->stream < 0 || e->stream >= STREAM_COUNT) continue;
-        int a = column(e->start, lo, width), b = column(e->end, lo, width);
+        int a = column(e->start, lo, width, cols), b = column(e->end, lo, width, cols);
         if (b == a) b = a + 1;
-        for (int c = a; c < b && c < FRAME_TIMELINE_COLS; c++)
+        for (int c = a; c < b && c < cols; c++)
             f->timeline[e->rank * STREAM_COUNT + e->stream][c] = stream_mark(e->stream);
+        if (e->phase == PHASE_NONE || a >= cols) continue;
+        if (lead == ' ' || e->start < first) first = e->start, lead = phase_mark(e->phase);
+        if (e->stream != STREAM_COMPUTE) continue;
+        if (latest[a] < 0 || e->start >= latest[a]) {
+            latest[a] = e->start;
+            f->phases[a] = phase_mark(e->phase);
+        }
     }
+    for (int c = 0; c < cols; c++)
+        if (!f->phases[c]) f->phases[c] = c ? f->phases[c - 1] : lead;
+    f->phases[cols] = 0;
     frame_cursor_at(f, f->event->start);
 }
 
 void frame_cursor_at(Frame *f, double t) {
     double lo = f->step_start, hi = f->step_end;
-    int cursor = column(t, lo, hi > lo ? (hi - lo) / FRAME_TIMELINE_COLS : 1.0);
-    f->cursor = cursor >= FRAME_TIMELINE_COLS ? FRAME_TIMELINE_COLS - 1 : cursor;
+    int cols = f->timeline_cols;
+    int cursor = column(t, lo, hi > lo ? (hi - lo) / cols : 1.0, cols);
+    f->cursor = cursor >= cols ? cols - 1 : cursor;
+}
+
+void frame_timeline(Frame *f, const Trace *t, int cols) {
+    f->timeline_cols = cols < 8 ? 8 : cols > FRAME_TIMELINE_MAX ? FRAME_TIMELINE_MAX : cols;
+    if (f->event) draw_timeline(f, t);
 }
 
 static void write_header(Frame *f, const Plan *p) {
@@ -622,7 +652,10 @@ static void write_header(Frame *f, const Plan *p) {
         snprintf(f->header + n, sizeof f->header - (size_t)n, " | accounting only");
 }
 
-int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
+/* frame_at and frame_at_points: each rank's state after its events before ends[rank] (ends
+ * NULL: every event up to and including index), then the current event's texts and timeline. */
+static int replay(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
+                  Err *err) {
     if (f->nranks != p->world || f->nunits != p->nunits)
         return err_set(err, ERR_INTERNAL, "frame sized for another plan");
     if (t->n && index >= t->n)
@@ -632,7 +665,10 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
     f->count = t->n;
     f->index = index;
     f->event = t->n ? &t->ev[index] : NULL;
-    for (size_t i = 0; t->n && i <= index; i++) {
+    size_t last = t->n ? index + 1 : 0; /* events [0, last) are looked at */
+    for (int r = 0; ends && r < f->nranks; r++)
+        if (ends[r] > last) last = ends[r] < t->n ? ends[r] : t->n;
+    for (size_t i = 0; i < last; i++) {
         const TraceEvent *e = &t->ev[i];
         if (e->rank < 0 || e->rank >= f->nranks)
             return err_set(err, ERR_USAGE, "trace event %zu is on rank %d; the plan has %d", i,
@@ -640,6 +676,7 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         if (e->unit >= f->nunits)
             return err_set(err, ERR_USAGE, "trace event %zu names unit %d; the plan has %d", i,
                            e->unit, f->nunits);
+        if (ends ? i >= ends[e->rank] : i > index) continue;
         if (e->kind == EV_ALLOC || e->kind == EV_FREE) {
             int rc = apply_memory(f, e, i, err);
             if (rc) return rc;
@@ -667,6 +704,15 @@ int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
         draw_timeline(f, t);
     }
     return 0;
+}
+
+int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err) {
+    return replay(f, t, p, index, NULL, err);
+}
+
+int frame_at_points(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
+                    Err *err) {
+    return replay(f, t, p, index, ends, err);
 }
 
 void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index) {

@@ -20,8 +20,11 @@ typedef struct FrameCell {
     int stepped;    /* this rank has stepped Adam on the unit in this step */
 } FrameCell;
 
-/* Columns of the timeline: the current step's modelled time, left to right. */
-#define FRAME_TIMELINE_COLS 48
+/* Columns of the timeline, the current step's time left to right: FRAME_TIMELINE_COLS (the text
+ * frames', 80 columns with their 18 of labels) unless a renderer asks for as many as its width
+ * holds (Frame.timeline_cols, frame_timeline), at most FRAME_TIMELINE_MAX. */
+#define FRAME_TIMELINE_COLS 62
+#define FRAME_TIMELINE_MAX 512
 
 typedef struct Frame {
     size_t index, count;     /* the current event and how many the trace has */
@@ -41,9 +44,15 @@ typedef struct Frame {
     char narration[2048];
     char flow[512]; /* a collective as the whole group sees it ("" for other events) */
     /* The current step on each rank's streams: timeline[(rank * STREAM_COUNT + stream)] is a
-     * row of FRAME_TIMELINE_COLS cells, '#' where compute runs, '=' where a collective does,
-     * '~' a host copy, '.' idle; cursor is the column of the current event's start. */
-    char (*timeline)[FRAME_TIMELINE_COLS + 1];
+     * row of timeline_cols cells, '#' where compute runs, '=' where a collective does, '~' a
+     * host copy, '.' idle; cursor is the column of the current event's start. phases is the
+     * row of the step's phases over the same columns: 'f' forward, 'b' backward, 'o' optimizer
+     * (the phase of the compute that last started by then, on any GPU; before the first, the
+     * first work's), ' ' in a step without phases. A column is (step_end - step_start) /
+     * timeline_cols seconds. */
+    char (*timeline)[FRAME_TIMELINE_MAX + 1];
+    char phases[FRAME_TIMELINE_MAX + 1];
+    int timeline_cols;
     int cursor;
     double step_start, step_end; /* the step's modelled span, seconds */
     /* A small model's numbers when the trace has them (NULL otherwise), all parameters in
@@ -71,6 +80,13 @@ void frame_free(Frame *f);
  * Events name ranks and units the plan must have; anything else is an error naming it. */
 int frame_at(Frame *f, const Trace *t, const Plan *p, size_t index, Err *err);
 
+/* The same with each rank r's state after its events before index ends[r] (ends has a value
+ * per rank of the plan), whatever the others have run: another run beside this one with each
+ * GPU at its own point of the same computation (compare.c), as the viewer's key d and its DDP
+ * marks show it. The header, texts and timeline are those of event `index`. */
+int frame_at_points(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
+                    Err *err);
+
 /* Only the narration and the flow of event `index` (header, state and timeline as they were),
  * in a frame frame_at has filled once, at any event of t: what they name of the state (the
  * elements each rank keeps at rest) is the plan's, and what changes from event to event
@@ -81,6 +97,11 @@ void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index);
 /* Puts the timeline's cursor at time `t` of the frame's step (a presenter's moment points at its
  * collective or compute, not at the last free folded into it). */
 void frame_cursor_at(Frame *f, double t);
+
+/* Redraws the timeline (rows, phases, cursor) of the current event's step at `cols` columns
+ * (clamped to 8..FRAME_TIMELINE_MAX), as a renderer's width holds; t is the trace the frame was
+ * filled from. Later frame_at calls draw at that width too. */
+void frame_timeline(Frame *f, const Trace *t, int cols);
 
 static inline FrameCell *frame_cell(const Frame *f, int rank, int unit) {
     return &f->cells[(size_t)rank * (size_t)f->nunits + (size_t)unit];

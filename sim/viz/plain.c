@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "sim/viz/svg.h"
 #include "sim/viz/text.h"
 
 static void pad(FILE *out, const char *s, size_t width) {
@@ -122,21 +123,91 @@ void plain_timeline_title(const Frame *f, char *buf, size_t n) {
              f->scanned ? trace_clock(f->scanned) : "modelled");
 }
 
-/* The step's streams per rank, with a 'v' over the current event's start. */
+/* Seconds a unit of the axis: us below a millisecond, ms below a second. */
+static double unit_seconds(const Frame *f) {
+    double span = f->step_end - f->step_start;
+    return span < 1e-3 ? 1e-6 : span < 1 ? 1e-3 : 1;
+}
+
+const char *plain_timeline_unit(const Frame *f) {
+    double u = unit_seconds(f);
+    return u == 1e-6 ? "us" : u == 1e-3 ? "ms" : "s";
+}
+
+void plain_timeline_axis(const Frame *f, char *buf, size_t n) {
+    int cols = f->timeline_cols;
+    if (n == 0) return;
+    size_t len = (size_t)cols < n - 1 ? (size_t)cols : n - 1;
+    memset(buf, ' ', len);
+    buf[len] = 0;
+    double span = (f->step_end - f->step_start) / unit_seconds(f);
+    if (!(span > 0)) return;
+    /* about one tick every 10 columns, at round numbers */
+    double step = svg_nice_step(span / (cols / 10 > 1 ? cols / 10 : 1));
+    int decimals = svg_decimals_for(step), free_from = 0;
+    for (int k = 0; k * step <= span * (1 + 1e-9); k++) {
+        int at = (int)((double)k * step / span * (double)cols + 1e-9);
+        char label[32];
+        int w = snprintf(label, sizeof label, "%.*f", decimals, (double)k * step);
+        if (at < free_from || at + w > (int)len) continue;
+        memcpy(buf + at, label, (size_t)w);
+        free_from = at + w + 1;
+    }
+    while (len > 0 && buf[len - 1] == ' ') buf[--len] = 0; /* no trailing blanks */
+}
+
+/* A phase's names, the longest first. */
+static const char *const phase_names[3][3] = {
+    {"forward", "fwd", "f"}, {"backward", "bwd", "b"}, {"optimizer", "opt", "o"}};
+
+void plain_timeline_phases(const Frame *f, int cursor, char *buf, size_t n) {
+    int cols = f->timeline_cols;
+    if (n == 0) return;
+    if ((size_t)cols > n - 1) cols = (int)(n - 1);
+    for (int a = 0, b; a < cols; a = b) {
+        char ph = f->phases[a];
+        for (b = a + 1; b < cols && f->phases[b] == ph; b++) continue;
+        if (ph == ' ' || !ph) {
+            memset(buf + a, ' ', (size_t)(b - a));
+            continue;
+        }
+        memset(buf + a, '-', (size_t)(b - a));
+        buf[a] = b - a == 1 ? ph : '|'; /* a phase of one column: its letter */
+        int which = ph == 'f' ? 0 : ph == 'b' ? 1 : 2;
+        for (int k = 0; k < 3; k++) { /* the longest name that fits, clear of the cursor */
+            int w = (int)strlen(phase_names[which][k]), at = a + 1;
+            if (cursor >= at && cursor < at + w) at = cursor + 1;
+            if (at + w > b) continue;
+            memcpy(buf + at, phase_names[which][k], (size_t)w);
+            break;
+        }
+    }
+    buf[cols] = 0;
+    if (cursor >= 0 && cursor < cols) buf[cursor] = 'v';
+}
+
+/* The step's phases, a 'v' over the current event's start, the streams per rank and the time
+ * axis under them. */
 static void timeline(FILE *out, const Frame *f) {
-    char title[96];
+    char title[96], row[FRAME_TIMELINE_MAX + 1];
     plain_timeline_title(f, title, sizeof title);
     fprintf(out, "  %s  # compute  = comm  ~ copy\n", title);
+    plain_timeline_phases(f, -1, row, sizeof row);
+    fprintf(out, "  %-15s %s\n", "phases", row);
     fprintf(out, "  %-15s %*s\n", "", f->cursor + 1, "v");
     static const char *const names[STREAM_COUNT] = {"compute", "comm", "copy"};
     for (int r = 0; r < f->nranks; r++)
         for (int s = 0; s < STREAM_COUNT; s++) {
-            const char *row = f->timeline[r * STREAM_COUNT + s];
-            if (s == STREAM_COPY && !strpbrk(row, "~")) continue; /* no offload: no copies */
+            const char *line = f->timeline[r * STREAM_COUNT + s];
+            if (s == STREAM_COPY && !strpbrk(line, "~")) continue; /* no offload: no copies */
             char label[24] = "";
             if (s == 0) snprintf(label, sizeof label, "GPU %d", r);
-            fprintf(out, "  %-7s %-7s %s\n", label, names[s], row);
+            fprintf(out, "  %-7s %-7s %s\n", label, names[s], line);
         }
+    char unit[24];
+    snprintf(unit, sizeof unit, "time (%s)", plain_timeline_unit(f));
+    plain_timeline_axis(f, row, sizeof row);
+    fprintf(out, "  %-15s %s\n", unit, row);
 }
 
 void plain_render(FILE *out, const Frame *f, const Plan *p) {

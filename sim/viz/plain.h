@@ -20,4 +20,17 @@ void plain_memory_text(const Frame *f, int r, char *buf, size_t n);
 /* The heading of the timeline: "timeline of step 1 (74.0 us modelled)". */
 void plain_timeline_title(const Frame *f, char *buf, size_t n);
 
+/* Where the step's phases run, over the timeline's columns: each phase from a '|' with its
+ * name ("|forward-----|backward------|optimizer"; "fwd"/"bwd"/"opt", or its letter, where the
+ * name does not fit), blank before the first. With cursor >= 0, a 'v' in that column, which
+ * the names keep clear of (the viewer's row above the streams). */
+void plain_timeline_phases(const Frame *f, int cursor, char *buf, size_t n);
+
+/* The time axis under the timeline's columns: a few round ticks from the step's start, each
+ * number starting in its column ("0         20        40        60"), in plain_timeline_unit;
+ * at most timeline_cols columns, without trailing blanks. */
+void plain_timeline_axis(const Frame *f, char *buf, size_t n);
+/* The axis' unit: "us", "ms" or "s", by the step's span. */
+const char *plain_timeline_unit(const Frame *f);
+
 #endif

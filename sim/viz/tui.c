@@ -18,12 +18,14 @@ enum {
     MIN_COLS = 60,
     MIN_ROWS = 12,
     CELL = 200,
-    SIDE_MIN_COLS = 60,                            /* a column of the side-by-side view */
-    GRID_LABEL = 9,                                /* " GPU n   " before the grid's first unit */
-    TIMELINE_WIDTH = 16 + FRAME_TIMELINE_COLS + 1, /* "GPU n  compute " and the row */
-    GRID_SIDE = 16,   /* right of the grid: "NN more units →", "← params kept" */
-    COMPACT_STEP = 1, /* where the stacked DDP view starts shrinking */
-    LAST_STEP = 10,
+    SIDE_MIN_COLS = 60,                          /* a column of the side-by-side view */
+    GRID_LABEL = 9,                              /* " GPU n   " before the grid's first unit */
+    TIMELINE_MIN_COLS = 40,                      /* fewer: too coarse to read */
+    TIMELINE_WIDTH = 16 + TIMELINE_MIN_COLS + 1, /* "GPU n  compute " and the row */
+    TIMELINE_ROWS = 2, /* the timeline's rows besides its GPUs': phases, time axis */
+    GRID_SIDE = 16,    /* right of the grid: "NN more units →", "← params kept" */
+    COMPACT_STEP = 1,  /* where the stacked DDP view starts shrinking */
+    LAST_STEP = 11,
 };
 
 /* A rectangle of the screen that one side's panels draw in; rows and columns count from its
@@ -46,6 +48,7 @@ typedef struct Side {
     int grid_first, grid_shown;
     size_t grid_for;
     unsigned categories; /* bit c: the trace charges memory to category c (the bars' legend) */
+    size_t *ends;        /* a DDP side: where each rank stands at the run's event (compare.c) */
     /* Rows the trace's longest narration takes at width need_width, which the layout keeps for
      * the narration at every event, so that no "why" is cut and the panels stay put. */
     int narration_rows, need_width, need_by_event;
@@ -57,6 +60,9 @@ typedef struct Side {
 
 typedef struct Viewer {
     Side run, ddp;
+    /* The same step under DDP, accounting only, from the start: at the run's every event, what
+     * each DDP GPU holds at the same point (the bars' marks); not open: no marks */
+    Side marks;
     const TuiCompare *peer; /* NULL: no DDP run to compare with */
     int compare;            /* the DDP view is on */
     char ddp_error[512];    /* why loading the DDP run failed ("" while it has not) */
@@ -64,6 +70,8 @@ typedef struct Viewer {
     int by_event;     /* key e: every event, or (0) the presenter's frames */
     char status[600]; /* a message in the key line's place, until the next key */
 } Viewer;
+
+static void side_close(Side *s);
 
 /* ---------------------------------------------------------------- text in a region */
 
@@ -130,15 +138,17 @@ static void wrapped(const Region *r, int y, const char *s, int rows) {
 
 /* How much of each panel a side shows. The narration has the rows the trace's longest takes
  * (Side.narration_rows), so that the "why" is not cut while there is room for it. The timeline
- * comes first to go, but not all at once: when the full panels leave rows over, it shows as many
- * GPUs as they hold (all GPUs run the same schedule, so the first few say most of it). A side
- * that does not fit its region then gives up, in this order: the collective's flow beyond one
- * row; the blank rows between panels; the narration beyond three rows, then two; the memory
- * bars, for one summary line; the flow; the narration beyond one row; the narration and the
- * memory line. Only
- * then does the grid lose rank rows, with a row saying how many are not shown: which GPU holds what
- * is what the view is about. Where the timeline is hidden, the single view says so in one row (the
- * notice) instead of leaving people to wonder. The rows reserved for the texts do not follow their
+ * shows as many GPUs as the full panels leave rows for (all GPUs run the same schedule, so the
+ * first few say most of it); where they leave too few for GPU 0's, the collective's flow beyond
+ * one row, the blank rows between panels and then the note on activations give way to it, and
+ * only then does the timeline go. A side that does not fit its region then gives up, in this
+ * order: the collective's flow beyond one row; the blank rows between panels; the note on
+ * activations; the narration beyond three rows, then two; the memory bars, for one summary line;
+ * the flow;
+ * the narration beyond one row; the narration and the memory line. Only then does the grid
+ * lose rank rows, with a row saying how many are not shown: which GPU holds what is what the
+ * view is about. Where the timeline is hidden, the single view says so in one row (the notice)
+ * instead of leaving people to wonder. The rows reserved for the texts do not follow their
  * length, so that panels stay put while one steps through events. */
 typedef struct Layout {
     int gap;            /* blank rows between panels */
@@ -146,43 +156,52 @@ typedef struct Layout {
     int flow;           /* rows for the collective's flow */
     int grid_rows;      /* rank rows of the grid; fewer than the ranks adds a "+K more GPUs" row */
     int bars;           /* 1 a bar per rank, 0 one summary line, -1 no memory */
+    int note;           /* a row under the bars on activations, which FSDP does not shard */
     int timeline;       /* GPUs the timeline shows, from GPU 0 (0: hidden) */
     int notice;         /* a row saying that (and why) the timeline is hidden */
     int narration_need; /* rows the longest narration takes: what spare rows give back */
 } Layout;
 
-static Layout layout_step(int step, int nranks, int narration) {
+static Layout layout_step(int step, int nranks, int narration, int note) {
     Layout l = {.gap = 1,
                 .narration = narration,
                 .flow = 2,
                 .grid_rows = nranks,
                 .bars = 1,
+                .note = note,
                 .narration_need = narration};
     if (step >= 1) l.flow = 1;
     if (step >= 2) l.gap = 0;
-    for (int rows = 3; rows >= 2; rows--) /* steps 3, 4: from here a long "why" ends in "…" */
-        if (step >= 6 - rows && l.narration > rows) l.narration = rows;
-    if (step >= 5) l.bars = 0;
-    if (step >= 6) l.flow = 0;
-    if (step >= 7 && l.narration > 1) l.narration = 1;
-    if (step >= 8) l.narration = 0;
-    if (step >= 9) l.bars = -1;
+    if (step >= 3) l.note = 0;
+    for (int rows = 3; rows >= 2; rows--) /* steps 4, 5: from here a long "why" ends in "…" */
+        if (step >= 7 - rows && l.narration > rows) l.narration = rows;
+    if (step >= 6) l.bars = 0;
+    if (step >= 7) l.flow = 0;
+    if (step >= 8 && l.narration > 1) l.narration = 1;
+    if (step >= 9) l.narration = 0;
+    if (step >= 10) l.bars = -1;
     return l;
 }
 
 static int layout_rows(const Layout *l, int nranks, int titled) {
     int rows = titled + l->gap + l->narration + l->flow + l->gap;
     rows += 1 + l->grid_rows + (l->grid_rows < nranks);
-    if (l->bars >= 0) rows += l->gap + (l->bars ? 1 + nranks : 1);
-    if (l->timeline) rows += l->gap + 2 + 2 * l->timeline;
+    if (l->bars >= 0) rows += l->gap + (l->bars ? 1 + nranks + l->note : 1);
+    if (l->timeline) rows += l->gap + TIMELINE_ROWS + 2 * l->timeline;
     if (l->notice) rows += l->gap + 1;
     return rows;
 }
 
-/* Rows more than the region has that the full layout needs to show the timeline of `ranks`
- * GPUs. */
-static int timeline_shortfall(int nranks, const Region *r, int titled, int ranks, int narration) {
-    Layout l = layout_step(0, nranks, narration);
+/* The layouts that keep the timeline, steps 0 to 3, the richest first: the full panels, then
+ * without the flow's second row, without the blank rows, and without the note on activations
+ * (before any narration row goes). */
+enum { TIMELINE_TRIES = 4 };
+
+/* Rows more than the region has that showing the timeline of `ranks` GPUs needs: with the
+ * panels that give way to it for one GPU, with the full panels for more. */
+static int timeline_shortfall(int nranks, const Region *r, int titled, int ranks, int narration,
+                              int note) {
+    Layout l = layout_step(ranks == 1 ? TIMELINE_TRIES - 1 : 0, nranks, narration, note);
     l.timeline = ranks;
     return layout_rows(&l, nranks, titled) - r->h;
 }
@@ -197,21 +216,27 @@ static void texts_take_spare_rows(Layout *l, int spare) {
 }
 
 /* The richest layout from step `first` on that fits h rows; `notice`: say so where the
- * timeline is hidden (the single view; beside DDP the timeline gives way to the comparison). */
+ * timeline is hidden (the single view; beside DDP the timeline gives way to the comparison);
+ * `note`: the side has a note on activations under its bars. */
 static Layout layout_fit(int nranks, const Region *r, int titled, int first, int notice,
-                         int narration) {
-    Layout l = layout_step(first, nranks, narration);
-    if (first == 0 && r->w >= TIMELINE_WIDTH) {
-        int gpus = (r->h - layout_rows(&l, nranks, titled) - l.gap - 2) / 2;
+                         int narration, int note) {
+    Layout l;
+    for (int try = 0; first == 0 && r->w >= TIMELINE_WIDTH && try < TIMELINE_TRIES; try++) {
+        l = layout_step(try, nranks, narration, note);
+        int gpus = (r->h - layout_rows(&l, nranks, titled) - l.gap - TIMELINE_ROWS) / 2;
         if (gpus >= 1) {
             l.timeline = gpus < nranks ? gpus : nranks;
+            texts_take_spare_rows(&l, r->h - layout_rows(&l, nranks, titled));
             return l;
         }
     }
-    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++)
-        l = layout_step(step, nranks, narration);
-    l.notice = notice; /* only in rows nothing else needs: it says what is missing, no more */
-    if (layout_rows(&l, nranks, titled) > r->h) l.notice = 0;
+    l = layout_step(first, nranks, narration, note);
+    l.notice = notice;
+    for (int step = first + 1; step < LAST_STEP && layout_rows(&l, nranks, titled) > r->h; step++) {
+        l = layout_step(step, nranks, narration, note);
+        l.notice = notice;
+    }
+    if (layout_rows(&l, nranks, titled) > r->h) l.notice = 0; /* before any grid row */
     if (layout_rows(&l, nranks, titled) > r->h) { /* the grid's rows, one marker row for the rest */
         int spare = r->h - (layout_rows(&l, nranks, titled) - nranks);
         l.grid_rows = spare - 1 > 1 ? spare - 1 : 1;
@@ -342,107 +367,230 @@ static const char *const bar_word[MEM_CATEGORY_COUNT] = {"shard", "gathered", "g
                                                          "optim", "act",      "comm", "host",
                                                          "ckpt",  "nvme",     "copy"};
 
-/* "memory: P shard U gathered ... |DDP at rest": the letters this run's bars can show (the
- * help lists them all) and the mark at what DDP keeps at rest. */
-static void bars_legend(const Side *s, char *line, size_t n) {
-    size_t at = (size_t)snprintf(line, n, "memory:");
-    for (int c = 0; c < MEM_CATEGORY_COUNT && at < n; c++)
-        if (s->categories & (1u << c))
-            at += (size_t)snprintf(line + at, n - at, " %c %s", bar_letter[c], bar_word[c]);
-    if (at < n) snprintf(line + at, n - at, " |DDP at rest");
-}
-
-/* What one rank would hold at rest under DDP: every parameter, its gradient and Adam's two
- * moments, in fp32. */
-static size_t ddp_bytes(const Plan *p) {
-    return p->model->total_numel * 4 * sizeof(float);
-}
-
-/* The bars' full scale: the largest peak of the runs on screen and the DDP figure, the same
- * for both sides so that their bars compare. */
-static size_t memory_scale(const Viewer *v) {
-    size_t top = v->run.top > ddp_bytes(v->run.p) ? v->run.top : ddp_bytes(v->run.p);
-    if (v->compare && v->ddp.top > top) top = v->ddp.top;
-    return top ? top : 1;
-}
-
 static size_t rank_used(const Frame *f, int r) {
     size_t used = 0;
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++) used += frame_mem(f, r, (MemCategory)c);
     return used;
 }
 
-/* One bar per rank, stacked by category (a letter each), with a '|' at the DDP figure; the
- * bar's length leaves room for the widest "] used (peak p)" the scale allows, so it is the
- * same on both sides. Returns the rows used. */
+/* Whether the bars mark what DDP holds beside them: the run's bars, when the DDP run for the
+ * marks is there. */
+static int has_marks(const Viewer *v, const Side *s) {
+    return s == &v->run && v->marks.open;
+}
+
+/* What DDP holds on GPU r at the same point as the run's (Viewer.marks). */
+static size_t mark_bytes(const Viewer *v, int r) {
+    return rank_used(&v->marks.f, r);
+}
+
+/* "memory: P shard U gathered ... |DDP here": the letters this run's bars can show (the help
+ * lists them all) and, with the marks, what the '|' marks. */
+static void bars_legend(const Viewer *v, const Side *s, char *line, size_t n) {
+    size_t at = (size_t)snprintf(line, n, "memory:");
+    for (int c = 0; c < MEM_CATEGORY_COUNT && at < n; c++)
+        if (s->categories & (1u << c))
+            at += (size_t)snprintf(line + at, n - at, " %c %s", bar_letter[c], bar_word[c]);
+    if (at < n && has_marks(v, s)) snprintf(line + at, n - at, " |DDP here");
+}
+
+/* The bars' full scale: the largest peak of the runs on screen and of DDP's, the same for both
+ * sides so that their bars compare. */
+static size_t memory_scale(const Viewer *v) {
+    size_t top = v->run.top;
+    if (v->marks.open && v->marks.top > top) top = v->marks.top;
+    if (v->compare && v->ddp.top > top) top = v->ddp.top;
+    return top ? top : 1;
+}
+
+/* Cells of a bar of `bar` cells, `top` bytes in all, for each category of `bytes`: every
+ * category that holds anything gets one at least and the rest are shared out in proportion
+ * (largest remainders first), so a shard of kilobytes beside megabytes of activations still
+ * shows. The bar fills as far as the total's proportion, or as far as one cell a category
+ * needs. Returns the cells filled. */
+static int bar_cells(const size_t *bytes, size_t top, int bar, int *cells) {
+    size_t used = 0;
+    int held = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+        used += bytes[c];
+        held += bytes[c] > 0;
+        cells[c] = 0;
+    }
+    if (!used) return 0;
+    int total = (int)((double)bar * (double)used / (double)top + 0.5);
+    if (total < held) total = held;
+    if (total > bar) total = bar;
+    double want[MEM_CATEGORY_COUNT];
+    int sum = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+        want[c] = (double)total * (double)bytes[c] / (double)used;
+        cells[c] = bytes[c] ? (int)want[c] : 0;
+        if (bytes[c] && cells[c] < 1) cells[c] = 1;
+        sum += cells[c];
+    }
+    while (sum > total) { /* the minimum cells came from the largest; past `bar`, a category goes */
+        int most = -1;
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            if (cells[c] > 0 &&
+                (most < 0 || cells[c] > cells[most] ||
+                 (cells[c] == cells[most] && cells[most] == 1 && bytes[c] < bytes[most])))
+                most = c;
+        cells[most]--;
+        sum--;
+    }
+    while (sum < total) {
+        int best = -1;
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            if (bytes[c] && (best < 0 || want[c] - cells[c] > want[best] - cells[best])) best = c;
+        cells[best]++;
+        sum++;
+    }
+    return total;
+}
+
+/* One GPU's bar: its categories' letters in MemCategory order, then '.', and where `mark` >= 0
+ * a '|' in cell `mark`, or beside it where that cell is the only one of its category. */
+static void bar_text(const size_t *bytes, size_t top, int bar, int mark, char *out) {
+    int cells[MEM_CATEGORY_COUNT], at = 0;
+    bar_cells(bytes, top, bar, cells);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        for (int k = 0; k < cells[c]; k++) out[at++] = bar_letter[c];
+    while (at < bar) out[at++] = '.';
+    out[bar] = 0;
+    if (mark < 0) return;
+    if (mark >= bar) mark = bar - 1;
+    for (int shift = 0; shift < 3; shift++) { /* mark, mark + 1, mark - 1 */
+        int cell = mark + (shift == 1) - (shift == 2);
+        if (cell < 0 || cell >= bar) continue;
+        char ch = out[cell];
+        int alone = ch != '.' && (cell == 0 || out[cell - 1] != ch) &&
+                    (cell + 1 >= bar || out[cell + 1] != ch);
+        if (!alone) {
+            out[cell] = '|';
+            return;
+        }
+    }
+}
+
+/* One bar per rank, stacked by category (a letter each; bar_cells), with a '|' where DDP's
+ * bytes on that GPU at the same point reach and those bytes after the run's; the bar's length
+ * leaves room for the widest "] used (peak p) DDP d" the scale allows, so it is the same on both
+ * sides. Returns the rows used. */
 static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
-    size_t top = memory_scale(v), ddp = ddp_bytes(s->p);
-    char a[32], b[32], line[600];
+    size_t top = memory_scale(v);
+    char a[32], b[32], c[32], line[600], bar_line[420];
+    int marks = has_marks(v, s);
     int tail = 2 * (int)strlen(format_bytes(top, a, sizeof a)) + 10;
+    if (v->marks.open) tail += 5 + (int)strlen(a); /* both sides: the same length */
     int bar = r->w - GRID_LABEL - tail;
     bar = bar < 8 ? 8 : bar > 400 ? 400 : bar;
-    int mark = (int)((double)bar * (double)ddp / (double)top);
-    bars_legend(s, line, sizeof line);
+    bars_legend(v, s, line, sizeof line);
     put(r, y, 1,
         text_display_width(line) + 1 <= (size_t)r->w ? line
-                                                     : "memory (letters: see h)  |DDP at rest");
+        : marks                                      ? "memory (letters: see h)  |DDP here"
+                                                     : "memory (letters: see h)");
     for (int rank = 0; rank < s->f.nranks; rank++) {
-        int label = snprintf(line, sizeof line, " GPU %-2d [", rank), at = label, filled = 0;
-        size_t below = 0;
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
-            below += frame_mem(&s->f, rank, (MemCategory)c);
-            int upto = (int)((double)bar * (double)below / (double)top);
-            for (; filled < upto && filled < bar; filled++) line[at++] = bar_letter[c];
-        }
-        for (; filled < bar; filled++) line[at++] = '.';
-        if (mark < bar) line[label + mark] = '|';
-        snprintf(line + at, sizeof line - (size_t)at, "] %s (peak %s)",
-                 format_bytes(rank_used(&s->f, rank), a, sizeof a),
-                 format_bytes(s->f.peak[rank], b, sizeof b));
+        const size_t *bytes = &s->f.mem[(size_t)rank * MEM_CATEGORY_COUNT];
+        int mark =
+            marks ? (int)((double)bar * (double)mark_bytes(v, rank) / (double)top + 0.5) : -1;
+        bar_text(bytes, top, bar, mark, bar_line);
+        int at = snprintf(line, sizeof line, " GPU %-2d [%s] %s (peak %s)", rank, bar_line,
+                          format_bytes(rank_used(&s->f, rank), a, sizeof a),
+                          format_bytes(s->f.peak[rank], b, sizeof b));
+        if (marks && at > 0 && (size_t)at < sizeof line)
+            snprintf(line + at, sizeof line - (size_t)at, " DDP %s",
+                     format_bytes(mark_bytes(v, rank), c, sizeof c));
         put(r, y + 1 + rank, 0, line);
     }
     return 1 + s->f.nranks;
 }
 
+/* Activations (and checkpointed inputs) over half of GPU r's bytes: their percentage, else 0. */
+static int activation_share(const Frame *f, int r) {
+    size_t used = rank_used(f, r);
+    size_t act = frame_mem(f, r, MEM_ACTIVATIONS) + frame_mem(f, r, MEM_AC_INPUT);
+    return used && 2 * act > used ? (int)(100.0 * (double)act / (double)used + 0.5) : 0;
+}
+
+/* The note under the bars: where activations are most of a GPU's bytes (the current event's
+ * GPU, else the one where they are the most), that FSDP does not shard them; the longest
+ * wording that fits the width. Nothing while activations are not most of any GPU's bytes. */
+static void draw_note(const Side *s, const Region *r, int y) {
+    int gpu = s->f.event ? s->f.event->rank : 0, share = activation_share(&s->f, gpu);
+    for (int q = 0; !share && q < s->f.nranks; q++)
+        if (activation_share(&s->f, q) > share) share = activation_share(&s->f, q), gpu = q;
+    if (!share) return;
+    char used[32], line[4][200];
+    format_bytes(rank_used(&s->f, gpu), used, sizeof used);
+    snprintf(line[0], sizeof line[0],
+             "activations are %d%% of GPU %d's %s: FSDP shards parameters, gradients and "
+             "optimizer state across the GPUs, not activations (each keeps its own batch's)",
+             share, gpu, used);
+    snprintf(line[1], sizeof line[1],
+             "activations are %d%% of GPU %d's %s: FSDP shards parameters, gradients and "
+             "optimizer state, not activations",
+             share, gpu, used);
+    snprintf(line[2], sizeof line[2],
+             "%d%% of GPU %d is activations: FSDP shards params, grads, optim state, not these",
+             share, gpu);
+    snprintf(line[3], sizeof line[3], "GPU %d: %d%% activations, which FSDP does not shard", gpu,
+             share);
+    int pick = 0;
+    while (pick < 3 && (int)text_display_width(line[pick]) > r->w - 2) pick++;
+    attron(A_DIM);
+    put(r, y, 1, line[pick]);
+    attroff(A_DIM);
+}
+
 /* The bars in one line, when they do not fit: the rank using the most now (the larger peak
- * among equals) and the DDP figure. */
-static int draw_memory_line(const Side *s, const Region *r, int y) {
+ * among equals) and, with the marks, what DDP holds there at the same point. */
+static int draw_memory_line(const Viewer *v, const Side *s, const Region *r, int y) {
     int most = 0;
     for (int rank = 1; rank < s->f.nranks; rank++) {
         size_t used = rank_used(&s->f, rank), best = rank_used(&s->f, most);
         if (used > best || (used == best && s->f.peak[rank] > s->f.peak[most])) most = rank;
     }
     char a[32], b[32], c[32], line[160];
-    snprintf(line, sizeof line, "memory max GPU %d: %s (peak %s), DDP %s", most,
-             format_bytes(rank_used(&s->f, most), a, sizeof a),
-             format_bytes(s->f.peak[most], b, sizeof b),
-             format_bytes(ddp_bytes(s->p), c, sizeof c));
+    int at = snprintf(line, sizeof line, "memory max GPU %d: %s (peak %s)", most,
+                      format_bytes(rank_used(&s->f, most), a, sizeof a),
+                      format_bytes(s->f.peak[most], b, sizeof b));
+    if (has_marks(v, s) && at > 0 && (size_t)at < sizeof line)
+        snprintf(line + at, sizeof line - (size_t)at, ", DDP here %s",
+                 format_bytes(mark_bytes(v, most), c, sizeof c));
     put(r, y, 1, line);
     return 1;
 }
 
-/* The compute and comm streams over the step of GPUs 0 to gpus-1, a 'v' over the current
- * event; the title says when the others do not fit. */
-static void draw_timeline(const Side *s, const Region *r, int y, int gpus) {
-    char line[160];
+/* The step's phases with a 'v' over the current event, the compute and comm streams of GPUs 0
+ * to gpus-1 and the time axis, across the region's width (16 columns of labels); the phases'
+ * label says which GPUs when not all fit. */
+static void draw_timeline(Side *s, const Region *r, int y, int gpus) {
+    char line[FRAME_TIMELINE_MAX + 64], row[FRAME_TIMELINE_MAX + 1], label[48];
     int n = s->f.nranks;
-    int at = snprintf(line, sizeof line, "timeline of the step  # compute  = comm");
-    char shown[32] = "GPU 0";
-    if (gpus > 1) snprintf(shown, sizeof shown, "GPUs 0-%d", gpus - 1);
-    if (gpus < n)
-        snprintf(line + at, sizeof line - (size_t)at, "   %s of %d (%d more rows show all)", shown,
-                 n, 2 * (n - gpus));
-    put(r, y, 1, line);
-    snprintf(line, sizeof line, "%*s", 16 + s->f.cursor + 1, "v"); /* rows start 16 in */
-    put(r, y + 1, 0, line);
+    frame_timeline(&s->f, s->t, r->w - 16 - 1);
+    snprintf(label, sizeof label, "timeline");
+    if (gpus < n && gpus > 1 &&
+        snprintf(label, sizeof label, "GPUs 0-%d of %d", gpus - 1, n) > 14) /* the 16 columns */
+        snprintf(label, sizeof label, "GPUs 0-%d/%d", gpus - 1, n);
+    if (gpus < n && gpus == 1) snprintf(label, sizeof label, "GPU 0 of %d", n);
+    plain_timeline_phases(&s->f, s->f.cursor, row, sizeof row);
+    snprintf(line, sizeof line, " %-14.14s %s", label, row);
+    put(r, y, 0, line);
     for (int rank = 0; rank < gpus && rank < n; rank++) {
         snprintf(line, sizeof line, " GPU %-2d compute %s", rank,
                  s->f.timeline[rank * STREAM_COUNT + STREAM_COMPUTE]);
-        put(r, y + 2 + 2 * rank, 0, line);
+        put(r, y + 1 + 2 * rank, 0, line);
         snprintf(line, sizeof line, "        comm    %s",
                  s->f.timeline[rank * STREAM_COUNT + STREAM_COMM]);
-        put(r, y + 3 + 2 * rank, 0, line);
+        put(r, y + 2 + 2 * rank, 0, line);
     }
+    snprintf(label, sizeof label, "%s, %s", plain_timeline_unit(&s->f),
+             s->f.scanned ? trace_clock(s->f.scanned) : "modelled");
+    plain_timeline_axis(&s->f, row, sizeof row);
+    snprintf(line, sizeof line, " %-14.14s %s", label, row);
+    attron(A_DIM);
+    put(r, y + 1 + 2 * (gpus < n ? gpus : n), 0, line);
+    attroff(A_DIM);
 }
 
 /* Rows the trace's longest narration takes in region width w (cached per width): every event's
@@ -473,15 +621,15 @@ static int narration_rows(Side *s, int w, int by_event) {
 }
 
 /* In the timeline's place when it is hidden: what it would take to show it. */
-static void draw_timeline_notice(const Side *s, const Region *r, int y, int titled) {
+static void draw_timeline_notice(const Side *s, const Region *r, int y, int titled, int note) {
     char line[160];
     int n = s->f.nranks;
     if (r->w < TIMELINE_WIDTH) {
         snprintf(line, sizeof line, "timeline hidden: needs %d columns, has %d", TIMELINE_WIDTH,
                  r->w);
     } else {
-        int one = timeline_shortfall(n, r, titled, 1, s->narration_rows),
-            all = timeline_shortfall(n, r, titled, n, s->narration_rows);
+        int one = timeline_shortfall(n, r, titled, 1, s->narration_rows, note),
+            all = timeline_shortfall(n, r, titled, n, s->narration_rows, note);
         int at = snprintf(line, sizeof line, "timeline hidden: needs %d more row%s", one,
                           one == 1 ? "" : "s");
         if (n > 1) snprintf(line + at, sizeof line - (size_t)at, " (%d for all %d GPUs)", all, n);
@@ -496,8 +644,10 @@ static void draw_timeline_notice(const Side *s, const Region *r, int y, int titl
 static void draw_side(const Viewer *v, Side *s, const Region *r, const char *title, int first) {
     int nranks = s->f.nranks;
     int by_event = s != &v->run || v->by_event; /* the DDP side shows the matched event */
+    /* the note on activations is the run's: it says what FSDP shards */
+    int note = s == &v->run && (s->categories & (1u << MEM_ACTIVATIONS | 1u << MEM_AC_INPUT));
     Layout l = layout_fit(nranks, r, title != NULL, first, title == NULL,
-                          narration_rows(s, r->w, by_event));
+                          narration_rows(s, r->w, by_event), note);
     int y = 0;
     if (title) {
         attron(A_BOLD | A_UNDERLINE);
@@ -513,9 +663,11 @@ static void draw_side(const Viewer *v, Side *s, const Region *r, const char *tit
     y += l.flow + l.gap;
     y += draw_grid(v, s, r, y, l.grid_rows);
     if (l.bars >= 0)
-        y += l.gap + (l.bars ? draw_bars(v, s, r, y + l.gap) : draw_memory_line(s, r, y + l.gap));
+        y +=
+            l.gap + (l.bars ? draw_bars(v, s, r, y + l.gap) : draw_memory_line(v, s, r, y + l.gap));
+    if (l.note) draw_note(s, r, y++);
     if (l.timeline) draw_timeline(s, r, y + l.gap, l.timeline);
-    if (l.notice) draw_timeline_notice(s, r, y + l.gap, title != NULL);
+    if (l.notice) draw_timeline_notice(s, r, y + l.gap, title != NULL, note);
 }
 
 static void draw_help(void) {
@@ -542,7 +694,8 @@ static void draw_help(void) {
         "  \u21903 units and 5 more units \u2192: units off the screen on that side",
         "memory bars: P shard  U gathered  G grad  g full grad  O optimizer",
         "  A activations  C comm buffers  H host  K checkpointed inputs  N NVMe",
-        "  F compute copy  | what DDP keeps at rest (all parameters, grads, Adam)",
+        "  F compute copy;  | where DDP's bytes reach on that GPU at the same point",
+        "timeline: the step's phases (v: this event), # compute, = comm, time axis",
     };
     Region screen = whole_screen();
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++) put(&screen, 2 + (int)i, 2, lines[i]);
@@ -586,18 +739,30 @@ static void draw_compare(Viewer *v) {
     draw_side(v, &v->ddp, &b, right, COMPACT_STEP);
 }
 
-/* The DDP side at the same point as the run's current event; on failure the view closes with
- * a message instead of ending the viewer. */
+/* A DDP side at the same point as the run's current event, each GPU at its own point of the
+ * same computation (compare.c): its frame and the event its title names. */
+static int side_follow(const Viewer *v, Side *s, Err *e) {
+    size_t j = 0;
+    int rc = compare_match(v->run.t, v->run.index, s->t, &j, e);
+    if (!rc) rc = compare_points(v->run.t, v->run.index, s->t, s->ends, e);
+    if (!rc) rc = frame_at_points(&s->f, s->t, s->p, j, s->ends, e);
+    if (!rc) s->index = j;
+    return rc;
+}
+
+/* The DDP sides follow the run; on failure a view closes with a message instead of ending the
+ * viewer. */
 static void sync_ddp(Viewer *v) {
     Err e = {0};
-    size_t j = 0;
-    if (compare_match(v->run.t, v->run.index, v->ddp.t, &j, &e) ||
-        frame_at(&v->ddp.f, v->ddp.t, v->ddp.p, j, &e)) {
+    if (v->marks.open && side_follow(v, &v->marks, &e)) {
+        side_close(&v->marks);
+        snprintf(v->status, sizeof v->status, " DDP marks off: %s", e.msg);
+    }
+    e = (Err){0};
+    if (v->compare && side_follow(v, &v->ddp, &e)) {
         v->compare = 0;
         snprintf(v->status, sizeof v->status, " DDP view closed: %s", e.msg);
-        return;
     }
-    v->ddp.index = j;
 }
 
 /* The key line, from the fullest to the shortest: the first that fits the width is drawn (short
@@ -649,7 +814,7 @@ static void draw(Viewer *v, Err *err) {
             : moments_frame(&v->run.f, v->run.t, v->run.p, &v->run.moments, v->run.moment, err))
         return;
     if (!v->by_event) v->run.index = v->run.moments.m[v->run.moment].last;
-    if (v->compare) sync_ddp(v);
+    sync_ddp(v);
     draw_header(v);
     if (v->help) {
         draw_help();
@@ -731,6 +896,8 @@ static int side_open(Side *s, const Trace *t, const Plan *p, Err *err) {
     if (rc) return rc;
     s->open = 1;
     if ((rc = moments_build(&s->moments, t, err))) return rc;
+    s->ends = calloc((size_t)p->world, sizeof *s->ends);
+    if (!s->ends) return err_set(err, ERR_NOMEM, "out of memory for %d ranks", p->world);
     rc = frame_at(&s->f, t, p, t->n - 1, err);
     for (int r = 0; !rc && r < s->f.nranks; r++)
         if (s->f.peak[r] > s->top) s->top = s->f.peak[r];
@@ -740,7 +907,27 @@ static int side_open(Side *s, const Trace *t, const Plan *p, Err *err) {
 static void side_close(Side *s) {
     if (s->open) frame_free(&s->f);
     moments_free(&s->moments);
+    free(s->ends);
+    s->ends = NULL;
     s->open = 0;
+}
+
+/* The DDP run for the bars' marks, when the viewer opens (accounting only: quick at any size);
+ * none for a DDP run (its bars are DDP's) or a replay. Failing leaves the bars unmarked and
+ * says why. */
+static void load_marks(Viewer *v) {
+    if (!v->peer || !v->peer->load_marks || v->run.p->strategy == STRAT_DDP) return;
+    Err e = {0};
+    const Trace *t = NULL;
+    const Plan *p = NULL;
+    int rc = v->peer->load_marks(v->peer->user, &t, &p, &e);
+    if (!rc) rc = side_open(&v->marks, t, p, &e);
+    if (!rc && p->world != v->run.p->world)
+        rc = err_set(&e, ERR_INTERNAL, "DDP ran %d ranks, the run %d", p->world, v->run.p->world);
+    if (rc) {
+        side_close(&v->marks);
+        snprintf(v->status, sizeof v->status, " no DDP marks on the bars: %s", e.msg);
+    }
 }
 
 /* Runs the DDP step the first time (it can take a while: say so first). */
@@ -892,6 +1079,11 @@ int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, int by_event, 
         use_default_colors();
         init_pair(1, COLOR_YELLOW, -1);
     }
+    if (v.peer && v.peer->load_marks && p->strategy != STRAT_DDP) {
+        mvaddstr(0, 0, " running the same step under DDP (accounting only) for the memory bars...");
+        refresh();
+        load_marks(&v);
+    }
     for (;;) {
         draw(&v, err);
         if (err->code) break;
@@ -902,5 +1094,6 @@ int tui_run(const Trace *t, const Plan *p, const TuiCompare *ddp, int by_event, 
     delscreen(term);
     side_close(&v.run);
     side_close(&v.ddp);
+    side_close(&v.marks);
     return err->code ? err->code : 0;
 }

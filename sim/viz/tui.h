@@ -12,11 +12,15 @@
 
 #include "sim/viz/frame.h"
 
-/* The same step under DDP, for the side-by-side view (key d). load runs it the first time d is
- * pressed (it can take a while, or fail: too big to simulate, a replayed trace) and fills a
- * trace and plan that stay owned by the caller. */
+/* The same step under DDP, for the side-by-side view (key d) and the memory bars' marks. load
+ * runs it the first time d is pressed (it can take a while, or fail: too big to simulate, a
+ * replayed trace); load_marks (NULL: no marks) runs it accounting only (every event and byte,
+ * nothing computed or held: quick at any size) when the viewer opens, so that each GPU's bar
+ * marks what DDP holds on that GPU at the same point (compare.c). Both fill a trace and plan
+ * that stay owned by the caller. */
 typedef struct TuiCompare {
     int (*load)(void *user, const Trace **t, const Plan **p, Err *err);
+    int (*load_marks)(void *user, const Trace **t, const Plan **p, Err *err);
     void *user;
 } TuiCompare;
 

@@ -1,9 +1,14 @@
-/* Matching events between two strategies (the viewer's FSDP-beside-DDP view) on real traces
- * of the toy at 3 ranks: compute events correspond one to one, and compare_match lands where
- * its definition says, from the first event to the last. */
+/* Matching events between two strategies (the viewer's FSDP-beside-DDP view and its DDP marks)
+ * on real traces of the toy: computes and the activations they save correspond one to one, rank
+ * by rank, and compare_rank_point and compare_match land where their definition says, from the
+ * first event to the last, on the same GPU (issue 38's two moments among them). */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "io/trace_file.h"
 #include "sim/viz/compare.h"
 #include "tests/util.h"
 
@@ -47,22 +52,27 @@ static void free_pair(Pair *p) {
 }
 
 /* The claim the matching rests on: rank by rank, the two runs compute the same things in the
- * same order (kind, unit, step), and only the other events differ. */
+ * same order (kind, unit, step) and save and free the same activations (kind, category,
+ * bytes), and only the other events differ. */
 static void expect_same_computes(const Trace *a, const Trace *b) {
     cr_assert_eq(a->nranks, b->nranks);
     for (int q = 0; q < a->nranks; q++) {
-        size_t i = 0, j = 0, n = 0;
+        size_t i = 0, j = 0, n = 0, computed = 0;
         for (;; i++, j++, n++) {
-            while (i < a->n && !(a->ev[i].rank == q && compare_is_compute(&a->ev[i]))) i++;
-            while (j < b->n && !(b->ev[j].rank == q && compare_is_compute(&b->ev[j]))) j++;
+            while (i < a->n && !(a->ev[i].rank == q && compare_is_shared(&a->ev[i]))) i++;
+            while (j < b->n && !(b->ev[j].rank == q && compare_is_shared(&b->ev[j]))) j++;
             if (i == a->n || j == b->n) break;
-            cr_assert_eq(a->ev[i].kind, b->ev[j].kind, "rank %d compute %zu", q, n);
-            cr_assert_eq(a->ev[i].unit, b->ev[j].unit, "rank %d compute %zu", q, n);
-            cr_assert_eq(a->ev[i].step, b->ev[j].step, "rank %d compute %zu", q, n);
+            cr_assert_eq(a->ev[i].kind, b->ev[j].kind, "rank %d shared event %zu", q, n);
+            cr_assert_eq(a->ev[i].unit, b->ev[j].unit, "rank %d shared event %zu", q, n);
+            cr_assert_eq(a->ev[i].step, b->ev[j].step, "rank %d shared event %zu", q, n);
+            cr_assert_eq(a->ev[i].category, b->ev[j].category, "rank %d shared event %zu", q, n);
+            if (!compare_is_compute(&a->ev[i]))
+                cr_assert_eq(a->ev[i].bytes, b->ev[j].bytes, "rank %d shared event %zu", q, n);
+            computed += (size_t)compare_is_compute(&a->ev[i]);
         }
-        cr_assert(i == a->n && j == b->n, "rank %d: one run has more computes (%zu in common)", q,
+        cr_assert(i == a->n && j == b->n, "rank %d: one run has more shared events (%zu alike)", q,
                   n);
-        cr_assert_gt(n, 9, "rank %d has the toy's forwards, backwards and Adam steps", q);
+        cr_assert_gt(computed, 9, "rank %d has the toy's forwards, backwards and Adam steps", q);
     }
     cr_assert_neq(a->n, b->n, "the strategies differ in everything else");
 }
@@ -89,34 +99,82 @@ Test(compare, zero2_and_hsdp_too) {
     toy_run_free(&ddp);
 }
 
-/* Checks the definition at every event of a: at the answer j no rank of b has computed more
- * than in a; a compute event maps to that very compute in b (what it reads alive on both
- * sides); any other event to the last such j (the event after it is b's end or a compute that
- * would put a rank ahead); and j never goes back. */
+/* The events of rank q in t before index `end`, and how many of them are shared. */
+static size_t shared_before(const Trace *t, int q, size_t end) {
+    size_t k = 0;
+    for (size_t i = 0; i < end && i < t->n; i++)
+        if (t->ev[i].rank == q && compare_is_shared(&t->ev[i])) k++;
+    return k;
+}
+
+/* Bytes of `category` rank q holds after its events of t before index `end`: a replay of its
+ * allocs and frees. */
+static size_t held_before(const Trace *t, int q, size_t end, MemCategory category) {
+    size_t held = 0;
+    for (size_t i = 0; i < end && i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->rank != q || e->category != (int)category) continue;
+        held = e->kind == EV_ALLOC ? held + e->bytes : held - e->bytes;
+    }
+    return held;
+}
+
+/* All of rank q's bytes after its events of t before index `end`. */
+static size_t total_before(const Trace *t, int q, size_t end) {
+    size_t sum = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += held_before(t, q, end, (MemCategory)c);
+    return sum;
+}
+
+/* Index just past rank q's last event of t at or before `index`, 0 when it has none. */
+static size_t rank_end(const Trace *t, int q, size_t index) {
+    size_t end = 0;
+    for (size_t i = 0; i <= index && i < t->n; i++)
+        if (t->ev[i].rank == q) end = i + 1;
+    return end;
+}
+
+static size_t point(const Trace *a, size_t index, const Trace *b, int rank) {
+    size_t end = 0;
+    Err err = {0};
+    cr_assert_eq(compare_rank_point(a, index, b, rank, &end, &err), 0, "%s", err.msg);
+    cr_assert_leq(end, b->n);
+    return end;
+}
+
+/* Checks the definition at every event of a, for every rank q: b's rank has run as many shared
+ * events as a's, so both hold the same activations; where a's rank stands on a shared event,
+ * b's last event run is that same event, else b's next event of the rank is its next shared
+ * one (or it has none left); rank by rank the point never goes back; and compare_match gives
+ * the last event run by the rank of a's event, on that rank. */
 static void expect_definition_everywhere(const Trace *a, const Trace *b) {
-    size_t last = 0;
+    size_t last[64] = {0};
+    cr_assert_leq(a->nranks, 64);
     for (size_t i = 0; i < a->n; i++) {
-        size_t j = match(a, i, b);
-        for (int q = 0; q < a->nranks; q++)
-            cr_assert_leq(computes(b, q, j), computes(a, q, i), "event %zu -> %zu: rank %d ahead",
-                          i, j, q);
-        const TraceEvent *at = &a->ev[i];
-        if (compare_is_compute(at)) {
-            cr_assert(compare_is_compute(&b->ev[j]) && b->ev[j].rank == at->rank &&
-                          b->ev[j].kind == at->kind && b->ev[j].unit == at->unit,
-                      "compute event %zu -> %zu: not the same compute", i, j);
-        } else if (j + 1 < b->n) {
-            const TraceEvent *next = &b->ev[j + 1];
-            cr_assert(compare_is_compute(next), "event %zu -> %zu: b could go further", i, j);
-            cr_assert_eq(computes(b, next->rank, j), computes(a, next->rank, i),
-                         "event %zu -> %zu: rank %d could run its next compute", i, j, next->rank);
+        for (int q = 0; q < a->nranks; q++) {
+            size_t end = point(a, i, b, q), mine = rank_end(a, q, i);
+            cr_assert_eq(shared_before(b, q, end), shared_before(a, q, mine),
+                         "event %zu, rank %d: b has run other shared events", i, q);
+            cr_assert_eq(held_before(b, q, end, MEM_ACTIVATIONS),
+                         held_before(a, q, mine, MEM_ACTIVATIONS),
+                         "event %zu, rank %d: the two hold other activations", i, q);
+            if (mine && compare_is_shared(&a->ev[mine - 1])) {
+                cr_assert(end && b->ev[end - 1].rank == q && compare_is_shared(&b->ev[end - 1]) &&
+                              b->ev[end - 1].kind == a->ev[mine - 1].kind &&
+                              b->ev[end - 1].unit == a->ev[mine - 1].unit,
+                          "event %zu, rank %d: b is not on the same shared event", i, q);
+            } else {
+                size_t next = end;
+                while (next < b->n && b->ev[next].rank != q) next++;
+                cr_assert(next == b->n || compare_is_shared(&b->ev[next]),
+                          "event %zu, rank %d: b could go further, to event %zu", i, q, next);
+            }
+            cr_assert_geq(end, last[q], "event %zu, rank %d: the point goes back", i, q);
+            last[q] = end;
         }
-        if (compare_is_compute(&a->ev[i]))
-            cr_assert_eq(computes(b, a->ev[i].rank, j), computes(a, a->ev[i].rank, i),
-                         "compute event %zu -> %zu: rank %d has not run it in b", i, j,
-                         a->ev[i].rank);
-        cr_assert_geq(j, last, "event %zu maps to %zu, before event %zu's %zu", i, j, i - 1, last);
-        last = j;
+        size_t j = match(a, i, b), end = point(a, i, b, a->ev[i].rank);
+        cr_assert_eq(b->ev[j].rank, a->ev[i].rank, "event %zu -> %zu: another GPU", i, j);
+        if (end) cr_assert_eq(j, end - 1, "event %zu: the rank's last event run", i);
     }
 }
 
@@ -128,37 +186,123 @@ Test(compare, every_event_of_zero3_and_ddp_both_ways) {
     free_pair(&p);
 }
 
+Test(compare, every_event_of_zero2_and_hsdp_too) {
+    Pair p;
+    train_pair(&p, STRAT_ZERO2, 1);
+    expect_definition_everywhere(&p.fsdp.trace, &p.ddp.trace);
+    free_pair(&p);
+    FsdpConfig h = toy_config(STRAT_HSDP, 4), d = toy_config(STRAT_DDP, 4);
+    h.replicas = 2;
+    ToyRun hsdp, ddp;
+    toy_train(&hsdp, &h, 4, 1, 1);
+    toy_train(&ddp, &d, 4, 1, 1);
+    expect_definition_everywhere(&hsdp.trace, &ddp.trace);
+    toy_run_free(&hsdp);
+    toy_run_free(&ddp);
+}
+
 Test(compare, landmarks_of_the_toy_step) {
     Pair p;
     train_pair(&p, STRAT_ZERO3, 1);
     const Trace *z = &p.fsdp.trace, *d = &p.ddp.trace;
-    size_t ddp_first_compute = find_from(d, 0, EV_FORWARD, 0, 0);
-    for (size_t i = 0; i < ddp_first_compute; i++)
-        cr_assert(!compare_is_compute(&d->ev[i]), "La's forward on GPU 0 is DDP's first compute");
-    /* the first event: DDP's setup done, about to run La's forward */
-    cr_expect_eq(match(z, 0, d), ddp_first_compute - 1);
-    /* zero3's all-gather of La before La's forward: the same place, no forward run yet */
+    /* the first event: GPU 0's setup done in DDP, about to save its first activation */
+    size_t first_shared = 0;
+    while (!(d->ev[first_shared].rank == 0 && compare_is_shared(&d->ev[first_shared])))
+        first_shared++;
+    size_t j = match(z, 0, d);
+    cr_expect_eq(d->ev[j].rank, 0);
+    cr_expect_eq(rank_end(d, 0, j), rank_end(d, 0, first_shared - 1), "setup done");
+    cr_expect_eq(d->ev[j].kind, EV_ALLOC);
+    /* zero3's all-gather of La before La's forward: DDP not past its own first forward */
     size_t gather = find_from(z, 0, EV_ALL_GATHER, 0, 0);
     cr_assert_lt(gather, find_from(z, 0, EV_FORWARD, 0, 0));
-    size_t j = match(z, gather, d);
-    cr_expect_eq(j, ddp_first_compute - 1);
+    j = match(z, gather, d);
     cr_expect_eq(computes(d, 0, j), 0);
-    cr_expect_eq(d->ev[j + 1].kind, EV_FORWARD);
-    cr_expect_eq(d->ev[j + 1].unit, 0);
-    /* zero3's forward of Lb on GPU 0: DDP has run it too, and not Lc's */
-    size_t lb = find_from(z, 0, EV_FORWARD, 0, 1);
-    j = match(z, lb, d);
-    cr_expect_geq(j, find_from(d, 0, EV_FORWARD, 0, 1));
-    cr_expect_lt(j, find_from(d, 0, EV_FORWARD, 0, 2));
-    /* zero3's backward of Lc: DDP past its own, before Lb's */
-    size_t lc = find_from(z, 0, EV_BACKWARD, 0, 2);
-    j = match(z, lc, d);
-    cr_expect_geq(j, find_from(d, 0, EV_BACKWARD, 0, 2));
-    cr_expect_lt(j, find_from(d, 0, EV_BACKWARD, 0, 1));
-    /* the last event: DDP's last event (everything freed on both sides) */
-    cr_expect_eq(match(z, z->n - 1, d), d->n - 1);
-    cr_expect_eq(match(d, d->n - 1, z), z->n - 1);
+    cr_expect_lt(j, find_from(d, 0, EV_FORWARD, 0, 0));
+    /* zero3's forward of Lb on GPU 0: DDP's forward of Lb on GPU 0 */
+    cr_expect_eq(match(z, find_from(z, 0, EV_FORWARD, 0, 1), d), find_from(d, 0, EV_FORWARD, 0, 1));
+    /* zero3's backward of Lc on GPU 1: DDP's on GPU 1 */
+    cr_expect_eq(match(z, find_from(z, 0, EV_BACKWARD, 1, 2), d),
+                 find_from(d, 0, EV_BACKWARD, 1, 2));
+    /* the last event (GPU 2's last free): DDP's GPU 2 torn down too, its last event */
+    cr_expect_eq(match(z, z->n - 1, d), rank_end(d, z->ev[z->n - 1].rank, d->n - 1) - 1);
+    cr_expect_eq(total_before(d, z->ev[z->n - 1].rank, d->n), 0);
     free_pair(&p);
+}
+
+/* The trace `fsdp viz ARGS` shows, as its --trace-out file records it (the simulator is
+ * deterministic: the viewer shows the same events). */
+static void viz_trace(const char *args, Trace *t) {
+    char path[96];
+    snprintf(path, sizeof path, "/tmp/fsdp_compare_trace_%d.json", (int)getpid());
+    int code = 0;
+    free(fsdp_run(&code, ">/dev/null 2>&1", "viz %s --events 1 --trace-out %s", args, path));
+    cr_assert_eq(code, 0, "viz %s --trace-out %s", args, path);
+    TraceMeta meta;
+    Err err = {0};
+    cr_assert_eq(trace_file_read(path, t, &meta, &err), 0, "%s", err.msg);
+    trace_meta_free(&meta);
+    unlink(path);
+}
+
+/* What the viewer of `fsdp viz --model toy --ranks 3 --strategy zero3` shows, and the run its
+ * key d puts beside it. */
+typedef struct VizPair {
+    Trace fsdp, ddp;
+} VizPair;
+
+static void viz_pair(VizPair *p) {
+    viz_trace("--model toy --ranks 3 --strategy zero3", &p->fsdp);
+    viz_trace("--model toy --ranks 3 --strategy ddp", &p->ddp);
+    cr_assert_eq(p->fsdp.n, 339, "the viewer's 339 events, not %zu", p->fsdp.n);
+    cr_assert_eq(p->ddp.n, 159, "%zu", p->ddp.n);
+}
+
+static void viz_pair_free(VizPair *p) {
+    trace_free(&p->fsdp);
+    trace_free(&p->ddp);
+}
+
+/* Issue 38: at event 208, GPU 0's reduce-scatter of Lc (after Lb's backward, before the frees
+ * of what it read), d showed DDP at its event 93, GPU 2 past the frees of its activations
+ * (272 B beside zero3's 296 B). Now: DDP's GPU 0 at its all-reduce of Lc, holding the same
+ * activations and, with all of its parameters, gradients and Adam's moments, more bytes. */
+Test(compare, zero3_reduce_scatter_of_lc_beside_ddp_all_reduce_of_lc_on_gpu_0) {
+    VizPair p;
+    viz_pair(&p);
+    const Trace *z = &p.fsdp, *d = &p.ddp;
+    const TraceEvent *e = &z->ev[207];
+    cr_assert(e->kind == EV_REDUCE_SCATTER && e->rank == 0 && e->unit == 2, "event 208");
+    size_t j = match(z, 207, d);
+    cr_expect_eq(d->ev[j].rank, 0, "the same GPU, not GPU %d", d->ev[j].rank);
+    cr_expect_eq(d->ev[j].kind, EV_ALL_REDUCE, "DDP's counterpart: %s",
+                 event_kind_name((EventKind)d->ev[j].kind));
+    cr_expect_eq(d->ev[j].unit, 2);
+    cr_expect_lt(j, find_from(d, j, EV_BACKWARD, 0, 0), "before La's backward");
+    size_t end = point(z, 207, d, 0);
+    cr_expect_eq(held_before(d, 0, end, MEM_ACTIVATIONS), held_before(z, 0, 208, MEM_ACTIVATIONS));
+    cr_expect_eq(total_before(z, 0, 208), 296);
+    cr_expect_eq(total_before(d, 0, end), 336, "DDP holds more than zero3 beside it");
+    viz_pair_free(&p);
+}
+
+/* Issue 38: at event 76, GPU 0's free of La's gathered parameters after La's forward, d showed
+ * DDP at its event 51 (GPU 2). Now: DDP's GPU 0 at its forward of La, which zero3 has just
+ * run. */
+Test(compare, zero3_free_after_forward_of_la_beside_ddp_forward_of_la_on_gpu_0) {
+    VizPair p;
+    viz_pair(&p);
+    const Trace *z = &p.fsdp, *d = &p.ddp;
+    const TraceEvent *e = &z->ev[75];
+    cr_assert(e->kind == EV_FREE && e->rank == 0 && e->unit == 0 &&
+                  e->category == MEM_PARAM_UNSHARDED,
+              "event 76");
+    size_t j = match(z, 75, d);
+    cr_expect_eq(j, find_from(d, 0, EV_FORWARD, 0, 0), "DDP's GPU 0 at La's forward, not %zu", j);
+    for (int q = 0; q < 3; q++)
+        cr_expect_eq(held_before(d, q, point(z, 75, d, q), MEM_ACTIVATIONS),
+                     held_before(z, q, 76, MEM_ACTIVATIONS), "GPU %d's activations", q);
+    viz_pair_free(&p);
 }
 
 Test(compare, refuses_an_index_past_the_end_and_an_empty_trace) {
@@ -172,6 +316,10 @@ Test(compare, refuses_an_index_past_the_end_and_an_empty_trace) {
     cr_expect_neq(compare_match(&p.fsdp.trace, 0, &empty, &out, &err), 0);
     cr_expect(strstr(err.msg, "no events"), "%s", err.msg);
     cr_expect_eq(out, 7, "untouched on failure");
+    size_t end = 5;
+    cr_expect_neq(compare_rank_point(&p.fsdp.trace, 0, &p.ddp.trace, 3, &end, &err), 0);
+    cr_expect(strstr(err.msg, "rank 3"), "%s", err.msg);
+    cr_expect_eq(end, 5, "untouched on failure");
     free_pair(&p);
 }
 

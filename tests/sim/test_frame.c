@@ -121,6 +121,39 @@ Test(frame, memory_at_an_event_matches_a_plain_replay) {
     toy_frame_free(&run, &f);
 }
 
+/* frame_at_points: each rank at its own point. Every rank's ends one past the event is
+ * frame_at; a rank whose end is 0 holds nothing and has gathered nothing, whatever the others
+ * have done, and one whose end lies past the event has run its events up to there. */
+Test(frame, at_points_puts_each_rank_where_it_is_told) {
+    ToyRun run;
+    Frame f, g;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    Err err = {0};
+    cr_assert_eq(frame_init(&g, &run.plan, &err), 0);
+    size_t at = find(&run.trace, EV_FORWARD, 0, 0, PHASE_FORWARD);
+    size_t ends[3] = {at + 1, at + 1, at + 1};
+    frame_of(&f, &run, at);
+    cr_assert_eq(frame_at_points(&g, &run.trace, &run.plan, at, ends, &err), 0, "%s", err.msg);
+    for (int r = 0; r < 3; r++) {
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            cr_expect_eq(frame_mem(&g, r, (MemCategory)c), frame_mem(&f, r, (MemCategory)c));
+        cr_expect_eq(g.peak[r], f.peak[r]);
+    }
+    cr_expect_str_eq(g.narration, f.narration);
+    size_t later = find(&run.trace, EV_FORWARD, 2, 1, PHASE_FORWARD);
+    ends[1] = 0;
+    ends[2] = later + 1;
+    cr_assert_eq(frame_at_points(&g, &run.trace, &run.plan, at, ends, &err), 0, "%s", err.msg);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        cr_expect_eq(frame_mem(&g, 1, (MemCategory)c), 0, "GPU 1 has run nothing");
+    cr_expect_eq(frame_cell(&g, 1, 0)->gathered, 0);
+    cr_expect_eq(frame_cell(&g, 2, 1)->gathered, 1, "GPU 2 at Lb's forward holds Lb gathered");
+    cr_expect_eq(frame_cell(&g, 0, 0)->gathered, 1, "GPU 0 as before, at La's forward");
+    cr_expect_eq(frame_cell(&g, 0, 1)->gathered, 0);
+    frame_free(&g);
+    toy_frame_free(&run, &f);
+}
+
 /* The narration in the workshop's words, for the toy. */
 Test(frame, narration_names_who_sends_what) {
     ToyRun run;
@@ -178,6 +211,34 @@ Test(frame, timeline_marks_streams_and_the_current_event) {
     cr_expect_neq(strchr(copy, '~'), NULL, "offload copies shards to and from the host: %s", copy);
     cr_expect_eq(strlen(comm), FRAME_TIMELINE_COLS);
     cr_expect_gt(f.step_end, f.step_start);
+    toy_frame_free(&run, &f);
+}
+
+/* The timeline at any width a renderer asks for (clamped to 8..FRAME_TIMELINE_MAX), kept by the
+ * next frame_at: rows of that many columns, and the phases' row runs forward, backward, then
+ * optimizer, with the cursor of a backward compute in backward. */
+Test(frame, timeline_spans_the_width_asked_for_with_the_phases) {
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    size_t at = find(&run.trace, EV_BACKWARD, 0, 1, PHASE_BACKWARD);
+    frame_of(&f, &run, at);
+    frame_timeline(&f, &run.trace, 100);
+    cr_expect_eq(strlen(f.timeline[STREAM_COMPUTE]), 100);
+    cr_expect_eq(strlen(f.phases), 100);
+    char runs[16] = "";
+    for (int c = 0, n = 0; c < 100 && n < 15; c++)
+        if (!c || f.phases[c] != f.phases[c - 1]) runs[n++] = f.phases[c];
+    cr_expect_str_eq(runs, "fbo", "the phases' order: %s", f.phases);
+    cr_expect_eq(f.phases[f.cursor], 'b', "Lb's backward in backward: %s", f.phases);
+    cr_expect_eq(f.timeline[STREAM_COMPUTE][f.cursor], '#');
+    frame_of(&f, &run, at + 1);
+    cr_expect_eq(strlen(f.timeline[2 * STREAM_COUNT + STREAM_COMM]), 100, "frame_at keeps it");
+    frame_timeline(&f, &run.trace, 3);
+    cr_expect_eq(f.timeline_cols, 8);
+    frame_timeline(&f, &run.trace, 100000);
+    cr_expect_eq(f.timeline_cols, FRAME_TIMELINE_MAX);
+    cr_expect_eq(strlen(f.phases), FRAME_TIMELINE_MAX);
     toy_frame_free(&run, &f);
 }
 

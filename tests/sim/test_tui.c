@@ -232,7 +232,7 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     start("keys", 100, 30, "--ranks 3");
     cr_expect(shows("event 1/339"));
     cr_expect(shows("GPU 0 allocates 4 B of param shard for La"));
-    cr_expect(shows("|DDP at rest"), "the memory legend labels the DDP mark");
+    cr_expect(shows("|DDP here"), "the memory legend labels the DDP mark");
     const char *s = settled();
     cr_expect(!strstr(s, "params kept"), "the toy's cells are symbols, not counts:\n%s", s);
     cr_expect(strstr(s, "\n GPU 2  compute ") && !strstr(s, "timeline hidden"),
@@ -246,7 +246,8 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     cr_expect(shows("DDP beside this run"), "the help names key d");
     cr_expect(shows_after("x", "memory"));
     resize(62, 30);
-    cr_expect(shows("timeline hidden: needs 65 columns, has 62"));
+    cr_expect(shows("\n GPU 0  compute "), "62 columns have room for a timeline");
+    cr_expect_eq(strlen(row_of(settled(), " GPU 0  compute ")), 16 + 45, "across the width");
     resize(40, 10);
     cr_expect(shows("too small: 40x10, needs 60x12"));
     resize(100, 30);
@@ -287,6 +288,70 @@ Test(tui, d_shows_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
     keys("d");
     cr_expect(hides("DDP at the same point"), "d again closes the DDP view");
     cr_expect(shows("memory"));
+    quit();
+}
+
+/* The cells of `letter` in the first " GPU 0  [" bar after `heading` of screen s. */
+static int bar_cells_of(const char *s, const char *heading, char letter) {
+    const char *at = strstr(s, heading);
+    at = at ? strstr(at, " GPU 0  [") : NULL;
+    int n = 0;
+    for (at = at ? at + strlen(" GPU 0  [") : NULL; at && *at && *at != ']'; at++)
+        n += *at == letter;
+    return n;
+}
+
+/* Issue 38's two moments of d, on the toy under zero3: at 80x24, event 208 (GPU 0's
+ * reduce-scatter of Lc, after Lb's backward and before the frees of what it read) beside DDP's
+ * GPU 0 all-reducing Lc, not GPU 2 past its frees at event 93, DDP holding more (336 B) than
+ * zero3 (296 B); at 120x40, event 76 (GPU 0 frees La after its forward) beside DDP's GPU 0
+ * forward of La, not event 51. The run's bars mark the same DDP bytes. */
+Test(tui, d_is_at_the_same_computation_on_the_same_gpu, .timeout = 60, .fini = stop) {
+    start("ddp_same", 80, 24, "--ranks 3 --strategy zero3");
+    cr_assert(shows("event 1/339"));
+    keys("g 2 0 8 Enter");
+    cr_assert(shows("event 208/339  step 1  backward  GPU 0  reduce_scatter Lc"));
+    cr_expect(shows("DDP 336 B"), "GPU 0's bar says what DDP holds there");
+    const char *s = settled();
+    cr_expect(strstr(row_of(s, " GPU 0  ["), "] 296 B (peak 312 B) DDP 336 B"), "%s", s);
+    keys("d");
+    cr_assert(shows("DDP at the same point: event 85/159, GPU 0 all_reduce Lc"));
+    s = settled();
+    cr_expect(strstr(s, "memory max GPU 0: 296 B (peak 312 B), DDP here 336 B"), "%s", s);
+    cr_expect(strstr(s, "memory max GPU 0: 336 B (peak 368 B)"), "DDP's side:\n%s", s);
+    resize(120, 40);
+    keys("g 7 6 Enter");
+    cr_expect(shows("DDP at the same point: event 46/159, GPU 0 forward La"));
+    quit();
+}
+
+/* The bars keep every category that holds anything: the toy at rest (event 295: 12 B of shards,
+ * 12 B of gradient shards, 24 B of Adam's moments on each GPU) shows P as often as G and O at
+ * least as often, beside DDP's 144 B; at Lc's reduce-scatter all seven categories show, and the
+ * note says that activations are most of GPU 0's bytes and FSDP does not shard them. */
+Test(tui, bars_show_every_category_and_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
+    start("bars", 80, 24, "--ranks 3 --strategy zero3");
+    cr_assert(shows("event 1/339"));
+    cr_expect(shows("|DDP here"), "the legend names the mark");
+    keys("g 2 9 5 Enter");
+    cr_assert(shows("event 295/339"));
+    cr_expect(shows("48 B (peak 312 B) DDP 144 B"));
+    const char *s = settled();
+    int p = bar_cells_of(s, "memory:", 'P'), g = bar_cells_of(s, "memory:", 'G'),
+        o = bar_cells_of(s, "memory:", 'O');
+    cr_expect(p >= 1 && p == g && o >= p, "P %d, G %d, O %d cells:\n%s", p, g, o, s);
+    cr_expect(!strstr(s, "is activations"), "no note while activations are few:\n%s", s);
+    keys("g 2 0 8 Enter");
+    cr_assert(shows("event 208/339"));
+    s = settled();
+    for (const char *c = "PUGgOAC"; *c; c++)
+        cr_expect_geq(bar_cells_of(s, "memory:", *c), 1, "%c in GPU 0's bar:\n%s", *c, s);
+    cr_expect(strstr(s, "65% of GPU 0 is activations: FSDP shards params, grads, optim state, "
+                        "not these"),
+              "%s", s);
+    resize(120, 40);
+    cr_expect(shows("activations are 65% of GPU 0's 296 B: FSDP shards parameters, gradients "
+                    "and optimizer state, not activations"));
     quit();
 }
 
@@ -484,6 +549,17 @@ static const char *at_frame(size_t n, size_t total) {
     return NULL;
 }
 
+/* Whether the toy's narration on screen s is whole: no "…" above the collective's flow, the row
+ * just above the grid's unit names (the flow may give its second row to the timeline). */
+static int toy_narration_whole(const char *s) {
+    const char *grid = strstr(s, "\n         La ");
+    if (!grid) return 0;
+    const char *flow = grid;
+    while (flow > s && flow[-1] != '\n') flow--;
+    const char *cut = strstr(s, "\u2026");
+    return !cut || cut >= flow;
+}
+
 /* The presenter's step, as `make viz` opens it at 80x24: f goes to the first all-gather (not
  * the comm buffer allocated before it), n from there reaches the optimizer within 40 frames,
  * every frame's sentence whole; e shows the same place event by event and back. */
@@ -498,7 +574,7 @@ Test(tui, presenter_step_first_all_gather_to_optimizer_at_80x24, .timeout = 120,
     cr_expect(strstr(s, "all GPUs"), "one frame for every GPU's part:\n%s", s);
     size_t frames = 1;
     for (size_t at = 2; !strstr(row_of(s, " frame "), "optimizer"); at++) {
-        cr_assert(!strstr(s, "\u2026"), "frame %zu is cut:\n%s", at, s);
+        cr_assert(toy_narration_whole(s), "frame %zu is cut:\n%s", at, s);
         cr_assert_lt(at, 21, "no optimizer frame");
         key("n");
         s = at_frame(at + 1, 21);
@@ -510,7 +586,7 @@ Test(tui, presenter_step_first_all_gather_to_optimizer_at_80x24, .timeout = 120,
     for (size_t at = 1 + frames + 1; at <= 21; at++) { /* the rest of the step, none cut */
         key("n");
         s = at_frame(at, 21);
-        cr_assert(s && !strstr(s, "\u2026"), "frame %zu is cut:\n%s", at, s ? s : "");
+        cr_assert(s && toy_narration_whole(s), "frame %zu is cut:\n%s", at, s ? s : "");
     }
     cr_expect(shows_after("n", "this is the last frame"));
     keys("g 2 Enter");
@@ -578,7 +654,7 @@ static size_t every_collective_in_view(const Trace *t, const TraceMeta *m, const
         if (!checked) {
             cr_expect(strstr(row_of(s, " GPU 0   "), "\u2190 params kept"),
                       "%s: the numbers' label beside GPU 0's row:\n%s", size, s);
-            cr_expect(strstr(s, "|DDP at rest"), "%s: the DDP mark's label:\n%s", size, s);
+            cr_expect(strstr(s, "|DDP here"), "%s: the DDP mark's label:\n%s", size, s);
         }
         checked++;
     }
@@ -638,27 +714,71 @@ Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_4_ranks, .fini = stop
     quit();
 }
 
-/* The same at 8 ranks. At 120x40 the panels leave 12 rows: the timeline of GPUs 0-3 (2 rows
- * and 2 a GPU after a blank one). At 80x24 it is hidden, and the row that would say so is not
- * taken from the texts: the full panels take 29 of the 22 rows (narration 6, the longest's,
- * flow 2, grid 9, memory 9, blank rows 3), so the texts already give rows up. */
+/* The same at 8 ranks. At 120x40 the panels (with the row of the note on activations) leave 11
+ * rows: the timeline of GPUs 0-2 (2 rows and 2 a GPU after a blank one). At 80x24 it is hidden and
+ * a row says what it needs: without what gives way to it the panels take 25 of the 22 rows
+ * (narration 6, the longest's, flow 1, grid 9, memory 9), its GPU 0 4 more, so 7 more rows; all 8
+ * GPUs with the full panels (the flow's second row, blank rows and the note on activations: 5
+ * more) 27. */
 Test(tui, vit_tiny_grid_shows_the_unit_of_every_collective_8_ranks, .fini = stop) {
     Trace t;
     TraceMeta m;
     size_t collectives = vit_tiny_viewer(8, &t, &m);
     cr_expect_eq(every_collective_in_view(&t, &m, "120x40"), collectives);
     const char *s = settled();
-    cr_expect(strstr(s, "timeline of the step  # compute  = comm   GPUs 0-3 of 8 (8 more rows "
-                        "show all)"),
-              "%s", s);
-    cr_expect(strstr(s, "\n GPU 3  compute ") && !strstr(s, "\n GPU 4  compute "), "%s", s);
+    cr_expect(strstr(s, "\n GPUs 0-2 of 8  |forward"), "%s", s);
+    cr_expect(strstr(s, "\n GPU 2  compute ") && !strstr(s, "\n GPU 3  compute "), "%s", s);
     cr_expect(!strstr(s, "timeline hidden"), "%s", s);
     resize(80, 24);
-    cr_expect(hides("timeline of the step"));
-    cr_expect(!strstr(settled(), "timeline hidden"), "no row for the notice: %s", settled());
+    cr_expect(shows("timeline hidden: needs 7 more rows (27 for all 8 GPUs)"));
+    cr_expect(!strstr(settled(), "|forward"));
     cr_expect_eq(every_collective_in_view(&t, &m, "80x24"), collectives);
     trace_free(&t);
     trace_meta_free(&m);
+    quit();
+}
+
+/* Issue 38: vit-tiny at 4 ranks on 80x24 hid the timeline, and at key o its bars showed no
+ * parameter shard ("[GO..."). Now GPU 0's timeline keeps its rows (the flow's second row, the
+ * blank rows and the note on activations give way to it) and the bars show P. */
+Test(tui, vit_tiny_at_4_ranks_keeps_gpu_0s_timeline_and_its_shard_at_80x24, .timeout = 60,
+     .fini = stop) {
+    start("vit4", 80, 24, "--model vit-tiny --ranks 4");
+    cr_assert(shows_within("event 1/2792", 20));
+    keys("o");
+    cr_assert(shows("step 1  optimizer  GPU 0  optimizer root"));
+    const char *s = settled();
+    cr_expect(strstr(row_of(s, " GPU 0  ["), "[PGO"), "the shard, gradient shard and Adam:\n%s", s);
+    cr_expect(strstr(s, "\n GPU 0 of 4     |"), "the phases' row:\n%s", s);
+    cr_expect(strstr(s, "\n GPU 0  compute ") && strstr(s, "\n        comm    "), "%s", s);
+    cr_expect(strstr(s, "\n us, modelled   0 "), "the time axis:\n%s", s);
+    cr_expect(!strstr(s, "timeline hidden"), "%s", s);
+    cr_expect(!strstr(s, "\u2026"), "nothing cut:\n%s", s);
+    quit();
+}
+
+/* The toy at 120x40: the timeline spans the width (103 columns after its 16 of labels and one
+ * spare), its phases' row names forward, backward and the optimizer with the 'v' of Lc's
+ * reduce-scatter in backward, and its axis ticks the 74 us step. */
+Test(tui, timeline_is_labelled_across_the_width, .timeout = 60, .fini = stop) {
+    start("axis", 120, 40, "--ranks 3 --strategy zero3");
+    cr_assert(shows("event 1/339"));
+    keys("g 2 0 8 Enter");
+    cr_assert(shows("event 208/339"));
+    const char *s = settled();
+    const char *phases = row_of(s, " timeline       |forward");
+    cr_expect(phases[0], "the phases' row:\n%s", s);
+    /* backward's run starts with '|', its name clear of the 'v' */
+    const char *f = strstr(phases, "|forward"), *b = strstr(phases, "backward"),
+               *o = strstr(phases, "|optimizer"), *v = strchr(phases + 16, 'v');
+    const char *run = b ? b : phases;
+    while (run > phases && *run != '|') run--;
+    cr_expect(f && b && o && v && f < run && run < v && v < o && b < o,
+              "the cursor in backward: '%s'", phases);
+    cr_expect_eq(strlen(row_of(s, " GPU 2  compute ")), 16 + 103, "%s", s);
+    const char *axis = row_of(s, " us, modelled   0 ");
+    cr_expect(strstr(axis, " 20 ") && strstr(axis, " 40 ") && strstr(axis, " 60"), "axis '%s'",
+              axis);
     quit();
 }
 
@@ -674,12 +794,17 @@ Test(tui, vit_workshop_accounting_only_has_memory_by_category, .timeout = 60, .f
                                            "encoder_layer_0  accounting only"));
     const char *s = settled();
     const char *bar = row_of(s, " GPU 0  [");
-    cr_expect(strstr(bar, "[PP") && strstr(bar, "UU") && strstr(bar, "GG") && strstr(bar, "OO") &&
-                  strstr(bar, "A") && strstr(bar, "CC") && strstr(bar, " GiB (peak "),
-              "GPU 0's bar by category:\n%s", s);
+    cr_expect(strstr(bar, "[P") && strstr(bar, "U") && strstr(bar, "G") && strstr(bar, "O") &&
+                  strstr(bar, "A") && strstr(bar, "C") && strstr(bar, " GiB (peak ") &&
+                  strstr(bar, " GiB) DDP 11.76 GiB"),
+              "GPU 0's bar by category, and DDP's bytes at the same point:\n%s", s);
     cr_expect(strstr(s, "P shard U gathered"), "the legend:\n%s", s);
     keys("d");
-    cr_expect(shows("DDP at the same point: event "), "DDP beside it, accounting-only too");
-    cr_expect(shows("DDP 11.61 GiB"), "DDP at rest: every parameter, its gradient and Adam's");
+    cr_expect(shows("DDP at the same point: event 588/4584, GPU 3 forward encoder_layer_0"),
+              "DDP beside it, accounting-only too");
+    /* every parameter, its gradient and Adam's two moments (11.61 GiB), and the activations
+     * zero3's GPU 0 holds too */
+    cr_expect(shows("DDP here 11.76 GiB"));
+    cr_expect(shows("memory max GPU 0: 11.76 GiB"), "DDP's side, the same bytes");
     quit();
 }
