@@ -358,8 +358,8 @@ static const Flag train_rows[] = {
      .help = "hsdp: replica groups; must divide --ranks"},
     {"--wrap", FLAG_SET, .set = set_wrap, .arg = "W",
      .help = "layer (default), block:K, size:N, none", .get = get_wrap},
-    {"--reshard-after-forward", FLAG_BOOL, ARG(fsdp.reshard_after_forward), .arg = "B",
-     .help = "true|false (default: true for zero3/hsdp)"},
+    {"--reshard-after-forward", FLAG_BOOL, ARG(fsdp.reshard_after_forward),
+     .given = ARG(reshard_given), .arg = "B", .help = "true|false (default: true for zero3/hsdp)"},
     {"--prefetch-forward", FLAG_INT, ARG(fsdp.prefetch_forward), 0, 16, .arg = "N",
      .help = "units gathered ahead in forward (default 1)"},
     {"--prefetch-backward", FLAG_INT, ARG(fsdp.prefetch_backward), 0, 16, .arg = "N",
@@ -521,6 +521,14 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "the toy saves only each layer's input, so there is nothing to drop");
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
+    if (a->reshard_given && c->reshard_after_forward &&
+        (c->strategy == STRAT_DDP || c->strategy == STRAT_ZERO1 || c->strategy == STRAT_ZERO2))
+        return err_set(err, ERR_USAGE,
+                       "--reshard-after-forward true frees a unit's gathered parameters after its "
+                       "forward; --strategy %s %s (zero3 and hsdp reshard)",
+                       strategy_name(c->strategy),
+                       c->strategy == STRAT_ZERO2 ? "keeps them until backward"
+                                                  : "keeps every parameter whole");
     if (!train_args_is_vit(a) && !train_args_is_transformer(a) && a->val_size)
         return err_set(err, ERR_USAGE,
                        "--val-size holds out images or sequences: it applies to the ViT "
@@ -788,6 +796,13 @@ static int check_paths(const TrainArgs *a, Err *err) {
     size_t nout, nin;
     train_args_outputs(a, out, &nout);
     train_args_inputs(a, in, &nin);
+    const NamedPath *empty = NULL; /* "": it would mean the default, or nothing, silently */
+    for (size_t i = 0; i < nout && !empty; i++)
+        empty = out[i].path && !out[i].path[0] ? &out[i] : NULL;
+    for (size_t i = 0; i < nin && !empty; i++) empty = in[i].path && !in[i].path[0] ? &in[i] : NULL;
+    static const NamedPath resume_empty = {"--resume", ""};
+    if (a->resume && !a->resume[0]) empty = &resume_empty;
+    if (empty) return err_set(err, ERR_USAGE, "%s needs a path (got '')", empty->flag);
     return output_paths_check(out, nout, in, nin, err);
 }
 

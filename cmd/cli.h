@@ -62,10 +62,11 @@ typedef struct TrainArgs {
     long val_size;   /* --val-size N: the split's last N images held out (0: none) */
     long eval_every; /* --eval-every K: ... evaluated every K steps too (0: epoch ends only) */
     int steps_given, batch_given, lr_given; /* model defaults fill what was not given */
-    const char *dump_params;                /* NULL: none */
-    const char *init_from;                  /* safetensors to start from; NULL: seeded init */
-    const char *save_full;                  /* --save-full FILE at the end; NULL: none */
-    const char *save_hf;                    /* --save-hf DIR at the end; NULL: none */
+    int reshard_given; /* --reshard-after-forward given: a strategy that fixes it must agree */
+    const char *dump_params; /* NULL: none */
+    const char *init_from;   /* safetensors to start from; NULL: seeded init */
+    const char *save_full;   /* --save-full FILE at the end; NULL: none */
+    const char *save_hf;     /* --save-hf DIR at the end; NULL: none */
     const char *trace_out;
     const char *memory_svg; /* --memory-svg FILE: each rank's memory over the last step */
     const char *ckpt_dir;   /* --checkpoint-dir; NULL: no checkpoints */

@@ -101,9 +101,15 @@ static int predict_config(const PredictArgs *a, VitConfig *c, Err *err) {
     SafeTensors st;
     int rc = st_open(&st, a->weights, err);
     if (rc) return rc == ERR_IO ? ERR_USAGE : rc;
+    const char *kind = st_metadata(&st, "fsdp_model");
+    if (kind && (!strcmp(kind, "transformer") || !strcmp(kind, "llama")))
+        rc = err_set(err, ERR_USAGE,
+                     "%s holds a %s, a language model: predict classifies images with a ViT's "
+                     "weights; continue a prompt with ./fsdp sample --weights %s",
+                     a->weights, kind, a->weights);
     const char *keys[] = {"image", "patch", "layers", "heads", "hidden", "mlp", "classes"};
     int *fields[] = {&c->image, &c->patch, &c->layers, &c->heads, &c->hidden, &c->mlp, &c->classes};
-    for (int i = 0; !rc && i < 7; i++) {
+    for (int i = 0; !rc && i < 7; i++) { /* a ViT's sizes */
         const char *v = st_metadata(&st, keys[i]);
         char *end;
         long x = v ? strtol(v, &end, 10) : 0;

@@ -222,6 +222,15 @@ static int check_resumed_checkpoint(const TrainRun *t, Err *err) {
     int rc = ckpt_meta_read(&m, t->resume, &model_kinds, &t->model, err);
     if (!rc) rc = held_out_matches(t, &m, err);
     if (!rc) rc = lr_curve_matches(t, &m, err);
+    if (!rc && m.step > t->args.steps) /* it trained nothing and said nothing */
+        rc = err_set(err, ERR_USAGE,
+                     "--steps %ld, but %s is at step %ld: --steps counts every step of the run, "
+                     "so give more than %ld to train on",
+                     t->args.steps, t->resume, m.step, m.step);
+    if (!rc && m.step == t->args.steps && !t->quiet_rank)
+        fprintf(stderr,
+                "fsdp: %s is at step %ld, the run's last (--steps): nothing left to train\n",
+                t->resume, m.step);
     ckpt_meta_free(&m);
     return rc;
 }

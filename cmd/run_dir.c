@@ -2,6 +2,7 @@
  * of a directory that holds a run already, and the curves drawn from the metrics' lines. */
 #include "cmd/run_dir.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -83,6 +84,32 @@ int run_dir_prepare(const TrainArgs *a, int rank0, Err *err) {
 
 /* ---- config.json */
 
+/* A resumed run writes config.json again; one that is there but damaged (not JSON, or not an
+ * object) is said, not overwritten: it may be all that says how the run was started. */
+static int check_old_config(const char *path, Err *err) {
+    enum { CONFIG_MAX = 1 << 20 };
+    struct stat st;
+    if (stat(path, &st) != 0) return 0; /* none yet */
+    if (!S_ISREG(st.st_mode) || st.st_size > CONFIG_MAX)
+        return err_set(err, ERR_USAGE, "%s is not the config.json fsdp writes; move it away", path);
+    FILE *f = fopen(path, "r");
+    char *text = malloc(CONFIG_MAX + 1);
+    size_t n = f && text ? fread(text, 1, CONFIG_MAX, f) : 0;
+    if (f) fclose(f);
+    if (!text) return err_set(err, ERR_NOMEM, "out of memory reading %s", path);
+    text[n] = 0;
+    cJSON *doc = f ? cJSON_Parse(text) : NULL;
+    int ok = cJSON_IsObject(doc);
+    cJSON_Delete(doc);
+    free(text);
+    if (!ok)
+        return err_set(err, ERR_USAGE,
+                       "%s is damaged (not the JSON object fsdp writes); it records how the run "
+                       "was started: mend it, or remove it to have it written anew",
+                       path);
+    return 0;
+}
+
 static int write_config(const RunDir *d, const TrainArgs *a, Err *err) {
     AtomicFile o;
     int rc = atomic_open(&o, d->config, err);
@@ -104,7 +131,8 @@ int run_dir_open(RunDir *d, const TrainArgs *a, long steps, const char *title, E
     snprintf(d->title, sizeof d->title, "%s", title);
     d->steps = steps;
     /* what a resumed run's metrics hold is checked before anything is written */
-    int rc = metrics_log_open(&d->log, d->metrics, err);
+    int rc = a->resume ? check_old_config(d->config, err) : 0;
+    if (!rc) rc = metrics_log_open(&d->log, d->metrics, err);
     if (!rc) rc = write_config(d, a, err);
     if (!rc) d->dir = dir;
     return rc;

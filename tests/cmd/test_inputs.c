@@ -58,3 +58,46 @@ Test(inputs, fifos_and_devices_do_not_block, .init = setup_dir, .fini = teardown
     cr_assert_eq(system(fmt_text("truncate -s 2M %s/big.c", dir)), 0);
     expect_refused(fmt_text("lessons check 01 --file %s/big.c", dir), "an exercise is at most");
 }
+
+/* What was silent (issue 39, case 11) is one line: refused (exit 2) or said on stderr. */
+Test(inputs, silent_cases_are_refused_or_said, .init = setup_dir, .fini = teardown_dir,
+     .timeout = 120) {
+    expect_refused("train --model toy --strategy ddp --reshard-after-forward true --steps 1",
+                   "--strategy ddp keeps every parameter whole");
+    expect_refused("train --model toy --strategy zero2 --reshard-after-forward true --steps 1",
+                   "--strategy zero2 keeps them until backward");
+    free(fsdp_ok("train --model toy --strategy ddp --reshard-after-forward false --steps 1"));
+    expect_refused("train --model transformer --text '' --steps 1", "--text needs a path (got '')");
+    expect_refused("train --model toy --resume '' --steps 1", "--resume needs a path (got '')");
+    expect_refused("train --model toy --steps 1 --save-full ''", "--save-full needs a path");
+    /* --steps below the checkpoint's step: nothing would train; equal: said, exit 0 */
+    free(fsdp_ok(
+        "train --model toy --ranks 2 --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
+    expect_refused(fmt_text("train --model toy --ranks 2 --steps 2 --checkpoint-dir %s/ck --resume "
+                            "auto",
+                            dir),
+                   "is at step 4: --steps counts every step of the run, so give more than 4");
+    int code;
+    char *said =
+        fsdp_run(&code, "2>&1 >/dev/null",
+                 "train --model toy --ranks 2 --steps 4 --checkpoint-dir %s/ck --resume auto", dir);
+    cr_expect_eq(code, 0, "%s", said);
+    cr_expect(strstr(said, "is at step 4, the run's last (--steps): nothing left to train"), "%s",
+              said);
+    free(said);
+    /* a damaged config.json is said on resume, never overwritten */
+    free(fsdp_ok("train --model toy --steps 4 --run-dir %s/run --checkpoint-every 2", dir));
+    FILE *f = fopen(fmt_text("%s/run/config.json", dir), "w");
+    cr_assert(f);
+    fputs("{\"model\": \"toy\", \"ste", f);
+    fclose(f);
+    expect_refused(fmt_text("train --model toy --steps 6 --run-dir %s/run --resume auto", dir),
+                   "config.json is damaged");
+    char *kept = read_text_file(fmt_text("%s/run/config.json", dir), NULL);
+    cr_expect_str_eq(kept, "{\"model\": \"toy\", \"ste");
+    free(kept);
+    /* predict on a language model's weights names what it holds */
+    free(fsdp_ok("train --model transformer --steps 1 --save-full %s/lm.safetensors", dir));
+    expect_refused(fmt_text("predict --weights %s/lm.safetensors --image 0", dir),
+                   "holds a transformer, a language model");
+}
