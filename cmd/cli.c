@@ -334,6 +334,10 @@ static const Flag train_rows[] = {
      .help = "SIGKILL this process half-way through saving the\n"
              "checkpoint of STEP (the previous one survives)",
      .not_in_config = 1},
+    {"--kill-in-prune", FLAG_LONG, ARG(kill_in_prune_step), 1, 1000000000L, .arg = "STEP",
+     .help = "SIGKILL this process half-way through removing the\n"
+             "checkpoint --keep drops after saving STEP",
+     .not_in_config = 1},
     {"--backend", FLAG_SET, .set = set_backend, .arg = "B",
      .help = "sim (default: the simulated cluster), cuda (this\n"
              "machine's GPU, --ranks 1; or one process per GPU\n"
@@ -556,6 +560,8 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        a->fail_at_rank, a->ranks);
     if (a->kill_in_save_step && !a->ckpt_dir)
         return err_set(err, ERR_USAGE, "--kill-in-save needs --checkpoint-dir");
+    if (a->kill_in_prune_step && (!a->ckpt_dir || !a->keep))
+        return err_set(err, ERR_USAGE, "--kill-in-prune needs --checkpoint-dir and --keep");
     if (a->ckpt_every && !a->ckpt_dir)
         return err_set(err, ERR_USAGE, "--checkpoint-every needs --checkpoint-dir");
     if (a->resume && !strcmp(a->resume, "auto") && !a->ckpt_dir)

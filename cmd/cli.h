@@ -76,10 +76,11 @@ typedef struct TrainArgs {
     int max_restarts;       /* --max-restarts R after a rank fails */
     long fail_at_step;      /* --fail-at STEP[:RANK]; 0: no injected failure */
     int fail_at_rank;
-    long kill_in_save_step; /* --kill-in-save STEP; 0: none */
-    int timeout;            /* --timeout S: GPUs' watchdog (seconds a collective may take) */
-    int check_streams;      /* --check-streams: the simulator's stream checker */
-    int tf32;               /* --tf32: fp32 GEMMs on a GPU's TF32 tensor cores */
+    long kill_in_save_step;  /* --kill-in-save STEP; 0: none */
+    long kill_in_prune_step; /* --kill-in-prune STEP; 0: none */
+    int timeout;             /* --timeout S: GPUs' watchdog (seconds a collective may take) */
+    int check_streams;       /* --check-streams: the simulator's stream checker */
+    int tf32;                /* --tf32: fp32 GEMMs on a GPU's TF32 tensor cores */
     /* --min-lr, --step-size, --gamma given: each applies to some --lr-schedule only */
     int min_lr_given, step_size_given, gamma_given;
     const char *run_dir;   /* --run-dir DIR: the run's files in one place (cmd/run_dir.h) */

@@ -118,7 +118,8 @@ TrainJob run_job(TrainRun *t, JobScope scope) {
     job.ckpt_keep = a->keep;
     job.resume_from = t->resume[0] ? t->resume : NULL;
     job.model_name = a->model;
-    t->faults = (TrainFaults){a->fail_at_step, a->fail_at_rank, a->kill_in_save_step};
+    t->faults = (TrainFaults){a->fail_at_step, a->fail_at_rank, a->kill_in_save_step,
+                              a->kill_in_prune_step};
     job.hooks = train_fault_hooks(&t->faults);
     job.rank_per_process = t->rank_per_process;
     /* gathering a ViT's or a transformer's parameters onto one rank is only worth it to dump

@@ -62,8 +62,9 @@ static void sync_dir(const char *dir) {
     }
 }
 
-/* Removes a checkpoint directory: only the files a checkpoint has, then the directory. */
-static void remove_checkpoint_dir(const char *dir) {
+/* Removes a checkpoint directory: only the files a checkpoint has, then the directory; `die`
+ * (fault injection) SIGKILLs the process after the first file. */
+static void remove_checkpoint_files(const char *dir, int die) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -72,9 +73,14 @@ static void remove_checkpoint_dir(const char *dir) {
         if (!strncmp(e->d_name, "rank-", 5) || !strcmp(e->d_name, "meta.json")) {
             ckpt_file_path(path, sizeof path, dir, e->d_name);
             unlink(path);
+            if (die) raise(SIGKILL);
         }
     closedir(d);
     rmdir(dir);
+}
+
+static void remove_checkpoint_dir(const char *dir) {
+    remove_checkpoint_files(dir, 0);
 }
 
 char *ckpt_slurp(const char *path, size_t *len) {
@@ -290,8 +296,20 @@ static int write_meta(const RankEnv *env, Engine *e, const ModelDesc *m, const c
     return rc;
 }
 
-/* Keeps the newest `keep` complete checkpoints in dir. */
-static void prune(const char *dir, int keep, long newest) {
+/* Removes checkpoint dir/name in a way a kill at any point cannot make look whole: it is first
+ * renamed out of the step-N names readers look at (rename(2) is atomic), then emptied. A kill
+ * leaves a .removing folder that nothing reads and the next prune finishes. */
+static void retire_checkpoint(const char *dir, const char *name, int die) {
+    char from[FILE_MAX], to[FILE_MAX];
+    ckpt_file_path(from, sizeof from, dir, name);
+    snprintf(to, sizeof to, "%s/.%s.removing", dir, name);
+    remove_checkpoint_dir(to); /* one a kill left */
+    remove_checkpoint_files(rename(from, to) == 0 ? to : from, die);
+}
+
+/* Keeps the newest `keep` complete checkpoints in dir, and finishes removals a kill cut short;
+ * `die`: fault injection, in the first removal. */
+static void prune(const char *dir, int keep, long newest, int die) {
     if (keep <= 0) return;
     DIR *d = opendir(dir);
     if (!d) return;
@@ -300,17 +318,21 @@ static void prune(const char *dir, int keep, long newest) {
     struct dirent *e;
     while ((e = readdir(d)) && n < 4096) {
         long s;
-        char tail;
+        char tail, left[FILE_MAX];
         if (sscanf(e->d_name, "step-%ld%c", &s, &tail) == 1 && s <= newest) steps[n++] = s;
+        if (sscanf(e->d_name, ".step-%ld.removin%c", &s, &tail) == 2 && tail == 'g') {
+            ckpt_file_path(left, sizeof left, dir, e->d_name);
+            remove_checkpoint_dir(left);
+        }
     }
     closedir(d);
     for (int i = 0; i < n; i++) {
         int newer = 0;
         for (int j = 0; j < n; j++) newer += steps[j] > steps[i];
         if (newer >= keep) {
-            char path[FILE_MAX];
-            snprintf(path, sizeof path, "%s/step-%08ld", dir, steps[i]);
-            remove_checkpoint_dir(path);
+            char name[64];
+            snprintf(name, sizeof name, "step-%08ld", steps[i]);
+            retire_checkpoint(dir, name, die);
         }
     }
 }
@@ -449,13 +471,14 @@ static int publish(const RankEnv *env, Engine *e, const ModelDesc *m, const char
     if (rc) return rc;
     sync_dir(tmp);
     if (info->best_only) return publish_best(dir, tmp, 1, info->step, err);
-    char final[4096];
-    snprintf(final, sizeof final, "%s/step-%08ld", dir, info->step);
-    remove_checkpoint_dir(final); /* the same step saved again replaces it */
+    char final[4096], name[64];
+    snprintf(name, sizeof name, "step-%08ld", info->step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    retire_checkpoint(dir, name, 0); /* the same step saved again replaces it */
     if (rename(tmp, final) != 0)
         return err_set(err, ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(errno));
     sync_dir(dir);
-    prune(dir, info->keep, info->step);
+    prune(dir, info->keep, info->step, info->kill_midway == CKPT_KILL_IN_PRUNE);
     return info->best ? publish_best(dir, final, 0, info->step, err) : 0;
 }
 
@@ -490,7 +513,9 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
     int rc = env->rank == 0 ? prepare_dirs(dir, tmp, err) : 0;
     if (!rc) rc = comm_barrier(env->world_comm, err);
     if (!rc)
-        rc = save_rank_files(env, e, tmp, env->rank == 0 && info->kill_midway, &nonfinite, err);
+        rc = save_rank_files(env, e, tmp,
+                             env->rank == 0 && info->kill_midway == CKPT_KILL_IN_RANK_FILES,
+                             &nonfinite, err);
     if (!rc) rc = agree_finite(env, &nonfinite, err);
     if (!rc && nonfinite >= 0) {
         if (env->rank == 0) remove_checkpoint_dir(tmp);
@@ -502,6 +527,9 @@ int checkpoint_save(const RankEnv *env, Engine *e, const ModelDesc *m, const cha
     }
     if (!rc && env->rank == 0) rc = publish(env, e, m, dir, tmp, info, err);
     if (!rc) rc = comm_barrier(env->world_comm, err);
+    /* a save that failed (a full disk, a file too large) leaves none of its bytes behind: every
+     * rank that sees the failure removes the temporary folder, whose files are all a save's */
+    if (rc) remove_checkpoint_dir(tmp);
     return rc;
 }
 

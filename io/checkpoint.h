@@ -29,13 +29,17 @@
 #define CHECKPOINT_MAX_STEP 1000000000L
 #define CHECKPOINT_MAX_HELD_OUT 1000000000L
 
+enum { CKPT_KILL_NONE = 0, CKPT_KILL_IN_RANK_FILES, CKPT_KILL_IN_PRUNE };
+
 typedef struct CheckpointInfo {
     const char *model_name;  /* "toy", "vit-tiny", ... (recorded; loading checks the tensors) */
     const char *strategy;    /* recorded for people: any strategy loads any other's */
     long step;               /* steps done */
     int keep;                /* complete checkpoints to keep in the directory (0: all) */
-    int kill_midway;         /* fault injection: rank 0 SIGKILLs the whole process right after
-                              * handing over its first piece: rank files begun, no meta.json */
+    int kill_midway;         /* fault injection (CKPT_KILL_*): rank 0 SIGKILLs the whole process
+                              * right after handing over its first piece (rank files begun, no
+                              * meta.json), or in pruning, right after the first file of the
+                              * checkpoint it removes */
     long held_out;           /* samples the run holds out for validation (recorded; 0: none) */
     int validated;           /* the held-out samples were evaluated at this step: */
     double val_loss;         /* ... their mean loss (recorded when finite) */

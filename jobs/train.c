@@ -528,9 +528,12 @@ static int fail_at_step_begins(void *state, int rank, long step, Err *err) {
                    step);
 }
 
+/* Where the save of `step` dies: CKPT_KILL_* */
 static int kill_in_save(void *state, long step) {
     const TrainFaults *f = state;
-    return step == f->kill_in_save_step;
+    return step == f->kill_in_save_step    ? CKPT_KILL_IN_RANK_FILES
+           : step == f->kill_in_prune_step ? CKPT_KILL_IN_PRUNE
+                                           : CKPT_KILL_NONE;
 }
 
 TrainHooks train_fault_hooks(TrainFaults *faults) {

@@ -86,6 +86,7 @@ typedef struct TrainFaults {
     long fail_at_step;
     int fail_at_rank;
     long kill_in_save_step;
+    long kill_in_prune_step; /* ... or in the pruning after it (--kill-in-prune) */
 } TrainFaults;
 
 /* Hooks that inject `faults`, which must outlive the runs that use them. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "io/atomic_file.h"
@@ -171,4 +172,33 @@ Test(outputs, a_stdout_that_cannot_be_written_fails_the_command, .timeout = 120)
             cr_expect(strstr(out, "fsdp: could not write the output: "), "%s", out);
             free(out);
         }
+}
+
+/* A save that fails part way (here each file is capped at 256 KB, as a full disk would stop it)
+ * leaves no temporary folder and no checkpoint behind (issue 39, case 7: its .tmp kept all the
+ * space it had taken). */
+Test(outputs, a_failed_save_leaves_nothing_behind, .init = setup_dir, .fini = teardown_dir,
+     .timeout = 120) {
+    cr_assert_eq(
+        system(fmt_text("head -c 20000 /usr/share/games/fortunes/fortunes > %s/small.txt", dir)),
+        0);
+    int status = system(fmt_text("bash -c 'ulimit -f 256; trap \"\" XFSZ; exec %s train --model "
+                                 "transformer --text %s/small.txt --ranks 2 --steps 2 "
+                                 "--checkpoint-dir %s/ck --checkpoint-every 2' >/dev/null 2>&1",
+                                 fsdp_bin(), dir, dir));
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the save fails: status %d", status);
+    char *left = NULL;
+    size_t n = 0;
+    FILE *ls = popen(fmt_text("ls -A %s/ck", dir), "r");
+    cr_assert(ls);
+    char line[256];
+    while (fgets(line, sizeof line, ls)) {
+        size_t len = strlen(line);
+        left = realloc(left, n + len + 1);
+        memcpy(left + n, line, len + 1);
+        n += len;
+    }
+    pclose(ls);
+    cr_expect(n == 0, "the checkpoint folder is empty, not:\n%s", left ? left : "");
+    free(left);
 }
