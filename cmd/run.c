@@ -344,6 +344,26 @@ static int check_outputs(const TrainArgs *a, Err *err) {
     return rc ? rc : check_checkpoint_dir(a->ckpt_dir, err);
 }
 
+/* One job at a time in --run-dir and --checkpoint-dir (issue 39: two jobs resumed the same run,
+ * one dying on the other's files): rank 0's process holds both folders' locks until it ends. A
+ * fresh run does not take over a folder holding another run's checkpoints: those are continued
+ * with --resume, or left alone. */
+static int lock_folders(TrainRun *t, Err *err) {
+    const TrainArgs *a = &t->args;
+    if (t->quiet_rank) return 0;
+    int rc = a->run_dir ? dir_lock(&t->run_lock, "--run-dir", a->run_dir, err) : 0;
+    if (rc || !a->ckpt_dir) return rc; /* check_outputs made the folder */
+    if ((rc = dir_lock(&t->ckpt_lock, "--checkpoint-dir", a->ckpt_dir, err))) return rc;
+    char held[4096];
+    if (!a->resume && (rc = checkpoint_latest(a->ckpt_dir, held, sizeof held, err))) return rc;
+    if (!a->resume && held[0])
+        return err_set(err, ERR_USAGE,
+                       "--checkpoint-dir %s already holds checkpoints (%s): continue them with "
+                       "--resume auto, or give another folder",
+                       a->ckpt_dir, held);
+    return 0;
+}
+
 int run_not_rank_0(void) {
     DistEnv env;
     Err err = {0};
@@ -465,7 +485,9 @@ int run_prepare(TrainRun *t, Err *err) {
     if ((rc = check_nvme_dir(t, err))) return rc;
     if ((rc = run_dir_prepare(a, !t->quiet_rank, err))) return rc; /* the outputs' folder */
     if ((rc = check_outputs(a, err))) return rc;
+    if ((rc = lock_folders(t, err))) return rc;
     if ((rc = resolve_resume(t, err))) return rc;
+    if ((rc = run_dir_check_resumable(a, t->resume, err))) return rc;
     if ((rc = check_resumed_checkpoint(t, err))) return rc;
     if ((rc = read_best(t, err))) return rc;
     if (t->quiet_rank) return 0;
@@ -600,6 +622,8 @@ int run_with_restarts(TrainRun *t, const ClusterOptions *opt, TrainJob *job, Clu
 
 void run_cleanup(TrainRun *t) {
     run_dir_close(&t->run_dir);
+    dir_unlock(&t->ckpt_lock);
+    dir_unlock(&t->run_lock);
     atomic_discard(&t->dump);
     atomic_discard(&t->svg);
     atomic_discard(&t->trace);

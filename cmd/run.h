@@ -8,6 +8,7 @@
 #include "cmd/cli.h"
 #include "cmd/run_dir.h"
 #include "io/atomic_file.h"
+#include "io/dir_lock.h"
 #include "io/text.h"
 #include "jobs/train.h"
 #include "sim/cluster.h"
@@ -33,7 +34,8 @@ typedef struct TrainRun {
     int quiet_rank;       /* ... and not rank 0: prints nothing, opens no output file */
     TrainFaults faults;   /* --fail-at, --kill-in-save: the fault hooks' state, for every run */
     RunDir run_dir;       /* --run-dir's own files (rank 0's) */
-    int has_best;         /* --val-size, resumed: the validation loss D/best holds */
+    DirLock run_lock, ckpt_lock; /* one job at a time in --run-dir and --checkpoint-dir */
+    int has_best;                /* --val-size, resumed: the validation loss D/best holds */
     double best_val_loss;
 } TrainRun;
 

@@ -82,6 +82,23 @@ int run_dir_prepare(const TrainArgs *a, int rank0, Err *err) {
     return 0;
 }
 
+int run_dir_check_resumable(const TrainArgs *a, const char *resumed, Err *err) {
+    if (!a->run_dir || !a->resume || strcmp(a->resume, "auto") || resumed[0]) return 0;
+    static const char *const files[] = {RUN_DIR_MODEL, RUN_DIR_METRICS};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char path[4200];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", a->run_dir, files[i]);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0)
+            return err_set(err, ERR_USAGE,
+                           "--resume auto: --run-dir %s holds a run (%s) but no checkpoint to "
+                           "continue it from (%s has none): starting over would replace its files; "
+                           "give another --run-dir, or move the old run away",
+                           a->run_dir, files[i], a->ckpt_dir);
+    }
+    return 0;
+}
+
 /* ---- config.json */
 
 /* A resumed run writes config.json again; one that is there but damaged (not JSON, or not an

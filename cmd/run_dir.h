@@ -25,6 +25,11 @@ typedef struct RunDir {
  * they make never counts as a run, so whichever rank comes first, rank 0 decides alike. */
 int run_dir_prepare(const TrainArgs *a, int rank0, Err *err);
 
+/* --resume auto found no checkpoint (resumed ""): refused where the run directory holds a run
+ * all the same (its model or metrics), which starting over would replace: a finished run whose
+ * checkpoints/ was deleted (issue 39). */
+int run_dir_check_resumable(const TrainArgs *a, const char *resumed, Err *err);
+
 /* Rank 0, once every check has passed and before training: writes config.json (atomically,
  * from train's flag table) and opens metrics.jsonl, reading back what a resumed run's holds.
  * title heads curves.svg. */
