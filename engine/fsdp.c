@@ -310,6 +310,14 @@ static void pack_grads_for_scatter(Engine *e, int u, char *send) {
     }
 }
 
+/* The unit's unsharded gradients go, once nothing reads them any more. */
+static void ugrad_free(Engine *e, int u) {
+    UnitState *us = &e->units[u];
+    if (us->ugrad_owned) dev_free(e, us->ugrad, u);
+    us->ugrad = NULL;
+    us->ugrad_owned = 0;
+}
+
 static int reduce_start_sharded(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
@@ -320,9 +328,9 @@ static int reduce_start_sharded(Engine *e, int u, Err *err) {
     if (!rc) rc = dev_alloc(e, &us->reduce_buf, block, MEM_COMM_BUFFER, u, err);
     if (rc) return rc;
     pack_grads_for_scatter(e, u, us->reduce_send);
-    dev_free(e, us->ugrad, u); /* the wire copy is all that is needed now */
-    us->ugrad = NULL;
-    us->ugrad_owned = 0;
+    /* the wire copy is all that is needed now; free_after_reduce keeps them until the
+     * reduction is done, so that they are freed after it, as the seed lists it */
+    if (!e->cfg.free_after_reduce) ugrad_free(e, u);
     us->reduce = unit_collective(COLL_REDUCE_SCATTER, u, unit, us->reduce_send, us->reduce_buf, t);
     us->reduce.op = REDUCE_AVG;
     stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the collective reads what compute packed */
@@ -557,6 +565,15 @@ static int recompute(Engine *e, int m, int u, Err *err) {
     return 0;
 }
 
+/* free_after_reduce: the unit's reduction is waited for here, in backward, and only then are
+ * its unsharded gradients freed (its parameters next, by reshard): the seed's strict order.
+ * FSDP2 frees both at once and waits for the reduction only when the next one starts. */
+static int reduce_then_free_grads(Engine *e, int u, Err *err) {
+    int rc = pending_wait_for(e, PENDING_REDUCE, u, err);
+    if (!rc) ugrad_free(e, u);
+    return rc;
+}
+
 static int backward_pass(Engine *e, int micro, int sync, Err *err) {
     set_phase(e, PHASE_BACKWARD, micro);
     int prev = -1, pos = -1, rc;
@@ -582,6 +599,8 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
             return rc;
         if (m == e->plan->units[u].modules[0]) { /* the unit's backward is complete */
             if (sync && (rc = reduce_start(e, u, err))) return rc;
+            if (sync && e->cfg.free_after_reduce && (rc = reduce_then_free_grads(e, u, err)))
+                return rc;
             reshard(e, u);
         }
         prev = u;
