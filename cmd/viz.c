@@ -368,8 +368,7 @@ static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
     int rc = t->args.accounting_only ? 0 : run_values_alloc(t, &job, err);
     if (!rc) rc = run_ranks(t, &opt, &job, res, err);
     if (!rc) run_values_to_trace(&job, t->model.total_numel, &res->trace);
-    free(job.step_params);
-    free(job.step_grads);
+    run_values_free(&job);
     return rc;
 }
 

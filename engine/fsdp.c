@@ -379,9 +379,24 @@ static int finish_earlier_reduces(Engine *e, Err *err) {
     }
 }
 
+/* engine_record_local_grads: this rank's unsharded gradients of unit u, before the reduction
+ * averages them, into their places in the model-order array. The copy reads what backward
+ * wrote on the compute stream, from the host, as engine_own_values does after a step. */
+static void record_local_grads(Engine *e, int u) {
+    const UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    if (!e->local_grads || !us->ugrad || e->dev->accounting_only) return;
+    for (int i = 0; i < unit->nparams; i++) {
+        const UnitParam *up = &unit->params[i];
+        e->dev->ops->copy(e->dev, e->local_grads + e->param_flat[up->param], us->ugrad + up->offset,
+                          e->model->params[up->param].numel * sizeof(float));
+    }
+}
+
 static int reduce_start(Engine *e, int u, Err *err) {
     int rc0 = finish_earlier_reduces(e, err);
     if (rc0) return rc0;
+    record_local_grads(e, u);
     int rc = e->plan->grads_sharded ? reduce_start_sharded(e, u, err)
                                     : reduce_start_replicated(e, u, err);
     if (rc) return rc;
@@ -946,6 +961,10 @@ int engine_forward_outputs(Engine *e, const Dataset *ds, const long *indices, si
 
 long engine_steps_done(const Engine *e) {
     return e->steps;
+}
+
+void engine_record_local_grads(Engine *e, float *out) {
+    e->local_grads = out;
 }
 
 /* The rate lives in the engine's own copy of the config, where optimizer_update reads it. */

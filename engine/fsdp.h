@@ -130,6 +130,12 @@ int engine_set_full_params(Engine *e, const float *full, Err *err);
  * replicas. grads may be NULL. Every rank filling the same two arrays assembles the whole
  * model without a write race. No communication; for looking at, not for checkpoints. */
 int engine_own_values(Engine *e, float *params, float *grads, Err *err);
+/* From the next reduction on, copies each unit's unsharded fp32 gradients as this rank's
+ * backward left them, before any averaging (with fp16 loss scaling, still scaled), into host
+ * array `out` of model->total_numel floats in model order, as the unit's reduction starts;
+ * NULL stops. Only where a rank holds whole unsharded gradients (every strategy but an
+ * accounting-only device). For looking at a small model's numbers, not for training. */
+void engine_record_local_grads(Engine *e, float *out);
 
 long engine_steps_done(const Engine *e);
 

@@ -391,3 +391,49 @@ Test(engine, the_seed_order_is_gather_compute_reduce_free) {
                      "unit's backward");
     toy_run_free(&run);
 }
+
+/* Each rank's own gradients before the reduction (TrainJob.step_local_grads): their mean over
+ * the ranks is the averaged gradient the optimizer used, within float rounding; the ranks'
+ * differ (each saw its own samples); under every strategy, and with accumulation. */
+static void check_local_grads(FsdpConfig c, int ranks) {
+    enum { N = 2 };
+    static float local[N * 8 * 9];
+    for (size_t i = 0; i < sizeof local / sizeof *local; i++) local[i] = NAN;
+    ToyRun run;
+    toy_train_recording(&run, &c, ranks, N, 0, local);
+    const char *s = strategy_name(c.strategy);
+    for (int k = 0; k < N; k++) {
+        int differ = 0;
+        for (int i = 0; i < 9; i++) {
+            double mean = 0.0;
+            for (int r = 0; r < ranks; r++) {
+                float g = local[((size_t)k * ranks + r) * 9 + i];
+                cr_assert(isfinite(g), "%s: rank %d's gradient %d of step %d was recorded", s, r, i,
+                          k + 1);
+                mean += g;
+                differ |= g != local[(size_t)k * ranks * 9 + i];
+            }
+            mean /= ranks;
+            double want = run.step_grads[k * 9 + i];
+            cr_expect_leq(fabs(mean - want), 1e-6 * fabs(want) + 1e-7,
+                          "%s at %d ranks, step %d, element %d: mean %.9g, averaged %.9g", s, ranks,
+                          k + 1, i, mean, want);
+        }
+        cr_expect(ranks == 1 || differ, "%s: the ranks' own gradients differ", s);
+    }
+    toy_run_free(&run);
+}
+
+Test(engine, local_gradients_average_to_the_reduced_ones) {
+    Strategy all[] = {STRAT_ZERO3, STRAT_ZERO2, STRAT_ZERO1, STRAT_DDP};
+    for (int s = 0; s < 4; s++) check_local_grads(toy_config(all[s], BATCH), 3);
+    FsdpConfig h = toy_config(STRAT_HSDP, BATCH);
+    h.replicas = 2;
+    check_local_grads(h, 4);
+    FsdpConfig accum = toy_config(STRAT_ZERO3, BATCH);
+    accum.grad_accum = 2;
+    check_local_grads(accum, 3);
+    FsdpConfig seed = toy_config(STRAT_ZERO3, BATCH);
+    seed.free_after_reduce = 1;
+    check_local_grads(seed, 3);
+}
