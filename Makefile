@@ -11,7 +11,7 @@ LDLIBS  += -lopenblas -lz -lcjson -lncursesw -lm -pthread
 # machine `make test` installs Open MPI (.ci/deps.sh) and must then find mpicc, which the lines
 # below look for once, when make reads this file. `make test` also asks for what only the tests
 # use (`deps.sh test`: a headless chromium for the HTML view's browser test); `make run` does not.
-DEPS_GOALS := run test viz bench bench-vs-torch bench-ckpt bench-nvme bench-ac bench-plan \
+DEPS_GOALS := run test viz viz-seed-order bench bench-vs-torch bench-ckpt bench-nvme bench-ac bench-plan \
 	bench-mpi bench-viz fuzz
 DEPS_ARGS := $(if $(filter test,$(MAKECMDGOALS)),test)
 ifneq ($(filter $(DEPS_GOALS),$(MAKECMDGOALS)),)
@@ -98,7 +98,7 @@ TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 include lessons/lessons.mk
 
-.PHONY: mpi-note all run viz test test-asan test-gpu test-nccl gpu-bundle bench bench-mpi bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
+.PHONY: mpi-note all run viz viz-seed-order test test-asan test-gpu test-nccl gpu-bundle bench bench-mpi bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
 all: $(BIN) $(CUDA_LIB) $(MPI_LIB) cuda-note mpi-note
 
 mpi-note:
@@ -168,9 +168,17 @@ $(TEST_BIN): $(LIB_OBJS) $(CMD_OBJS) $(LESSONS_RUNNER_OBJS) $(HOST_RUNTIME_OBJS)
 deps:
 	@bash .ci/deps.sh
 
-# The workshop walkthrough: the toy's one training step, event by event.
+# The workshop walkthrough: the toy's one training step, event by event, in FSDP2's order (the
+# next unit gathered ahead while one computes; in backward a unit freed before its reduce-scatter
+# runs). viz-seed-order: the same step in the workshop seed's strict order (per unit all-gather,
+# compute, free; in backward all-gather, backward, reduce-scatter, free).
 viz: deps $(BIN)
+	@echo "FSDP2's order (prefetch; a unit freed before its reduce-scatter); the seed's: make viz-seed-order"
 	./$(BIN) viz --model toy --ranks 3 --strategy zero3
+
+viz-seed-order: deps $(BIN)
+	@echo "the workshop seed's strict order (no prefetch; reduce-scatter, then free); FSDP2's: make viz"
+	./$(BIN) viz --model toy --ranks 3 --strategy zero3 --seed-order
 
 # The main job: vit-tiny on FashionMNIST, FSDP (zero3) on 4 simulated ranks, one epoch.
 run: deps $(BIN)

@@ -576,7 +576,11 @@ int run_values_alloc(const TrainRun *t, TrainJob *job, Err *err) {
     if (n > VALUES_MAX_NUMEL) return 0;
     job->step_params = calloc((size_t)(job->steps + 1) * n, sizeof(float));
     job->step_grads = calloc((size_t)job->steps * n + 1, sizeof(float));
-    if (!job->step_params || !job->step_grads)
+    /* and every rank's own gradients before they were averaged, which the frames show while a
+     * unit's gradients are unsharded */
+    job->step_local_grads =
+        calloc((size_t)job->steps * (size_t)t->plan.world * n + 1, sizeof(float));
+    if (!job->step_params || !job->step_grads || !job->step_local_grads)
         return err_set(err, ERR_NOMEM, "out of memory for the values of %ld steps", job->steps);
     return 0;
 }
@@ -586,9 +590,17 @@ void run_values_to_trace(TrainJob *job, size_t numel, Trace *trace) {
     if (!job->step_params) return;
     trace->params = job->step_params;
     trace->grads = job->step_grads;
+    trace->local_grads = job->step_local_grads;
     trace->steps = (int)job->steps;
     trace->numel = numel;
-    job->step_params = job->step_grads = NULL;
+    job->step_params = job->step_grads = job->step_local_grads = NULL;
+}
+
+void run_values_free(TrainJob *job) {
+    free(job->step_params);
+    free(job->step_grads);
+    free(job->step_local_grads);
+    job->step_params = job->step_grads = job->step_local_grads = NULL;
 }
 
 /* Runs the job; when a rank fails and --max-restarts allows, starts again from the newest

@@ -76,6 +76,8 @@ int run_values_alloc(const TrainRun *t, TrainJob *job, Err *err);
 
 /* Hands the recorded values to the trace, which frees them with its events. */
 void run_values_to_trace(TrainJob *job, size_t numel, Trace *trace);
+/* Frees what run_values_alloc gave the job and the trace did not take. */
+void run_values_free(TrainJob *job);
 
 /* Runs the job; when a rank fails and --max-restarts allows, starts again from the newest
  * complete checkpoint (or from the beginning when there is none yet), as torchrun and Ray do.

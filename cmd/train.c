@@ -164,8 +164,7 @@ static int train_execute(TrainRun *t, Err *err) {
     if (!rc) rc = run_with_restarts(t, &opt, &job, &res, err);
     if (!rc) run_values_to_trace(&job, t->model.total_numel, &res.trace);
     res.trace.measured = a->backend != BACKEND_SIM;
-    free(job.step_params);
-    free(job.step_grads);
+    run_values_free(&job);
     if (!rc) rc = run_write_outputs(t, &res, err);
     Err drawn = {0}; /* curves.svg, also of a run that failed: what it logged */
     int drc = run_dir_finish(&t->run_dir, &drawn);

@@ -30,6 +30,7 @@ typedef struct VizArgs {
     int times;           /* --times: where the last step's time went, instead of frames */
     const char *against; /* --against FILE: another trace's times beside them */
     int accounting_only; /* --accounting-only: the step's bytes and modelled times, no values */
+    int seed_order;      /* --seed-order: the workshop seed's strict order (seed_order_apply) */
     char **rest;         /* train's flags */
     int nrest;
 } VizArgs;
@@ -95,6 +96,13 @@ static const Flag viz_rows[] = {
              "and nothing computed, so a model of any size fits this machine\n"
              "(vit-workshop at 8 ranks); the values a computed run shows (the\n"
              "toy's numbers) say they were not computed"},
+    {"--seed-order", FLAG_SWITCH, offsetof(VizArgs, seed_order),
+     .help = "the workshop seed's strict order: per unit all-gather, compute,\n"
+             "free, and in backward its reduce-scatter before the free of its\n"
+             "unsharded parameters and gradients. It sets --prefetch-forward 0\n"
+             "--prefetch-backward 0 and frees a unit only after its reduction;\n"
+             "without it the order is FSDP2's: one unit gathered ahead, and in\n"
+             "backward the unit freed before its reduce-scatter runs"},
     {"--trace", FLAG_STRING, offsetof(VizArgs, trace), .arg = "FILE",
      .missing = "--trace needs a file",
      .help = "replay a trace that train --trace-out (or viz --trace-out) wrote,\n"
@@ -105,7 +113,7 @@ static const FlagTable viz_table = FLAG_TABLE("viz", viz_rows, 18);
 
 static void viz_help(FILE *f) {
     fputs("usage: ./fsdp viz [--frames A-B | --events A-B] [--plain] [--html FILE]\n"
-          "                  [--by-event] [--accounting-only] [train flags]\n"
+          "                  [--by-event] [--accounting-only] [--seed-order] [train flags]\n"
           "       ./fsdp viz --trace FILE [--frames A-B | --events A-B] [--plain]\n"
           "                  [--html FILE]\n"
           "       ./fsdp viz --trace FILE --times [--against OTHER]\n"
@@ -153,6 +161,10 @@ static int viz_args_parse(VizArgs *v, int argc, char **argv, Err *err) {
             rc = flag_set(row, v, argv[++i], err);
         if (rc) return rc;
     }
+    if (v->trace && v->seed_order)
+        return err_set(err, ERR_USAGE,
+                       "--seed-order runs a step in the seed's order; --trace replays one, whose "
+                       "order is in the file");
     if (v->trace && v->accounting_only)
         return err_set(err, ERR_USAGE,
                        "--accounting-only is for running a step; --trace replays one (the file "
@@ -368,8 +380,7 @@ static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
     int rc = t->args.accounting_only ? 0 : run_values_alloc(t, &job, err);
     if (!rc) rc = run_ranks(t, &opt, &job, res, err);
     if (!rc) run_values_to_trace(&job, t->model.total_numel, &res->trace);
-    free(job.step_params);
-    free(job.step_grads);
+    run_values_free(&job);
     return rc;
 }
 
@@ -468,6 +479,32 @@ static int accounting_only_fits(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--check-streams checks the bytes a run reads and writes; "
                        "--accounting-only moves none");
+    return 0;
+}
+
+/* --seed-order's prefetch depths before train's flags are parsed: "not given", so that a flag
+ * (or a --config file) that asks for a prefetch is seen, and refused, after. */
+enum { SEED_ORDER_UNSET = -1 };
+
+static void seed_order_prepare(TrainArgs *a) {
+    a->fsdp.prefetch_forward = a->fsdp.prefetch_backward = SEED_ORDER_UNSET;
+}
+
+/* The workshop seed's strict order: per unit all-gather, compute and free, nothing gathered
+ * ahead, and in backward the reduce-scatter before the frees (FsdpConfig.free_after_reduce).
+ * A prefetch asked for contradicts it: one line. */
+static int seed_order_apply(TrainArgs *a, Err *err) {
+    const char *flag[2] = {"--prefetch-forward", "--prefetch-backward"};
+    int *depth[2] = {&a->fsdp.prefetch_forward, &a->fsdp.prefetch_backward};
+    for (int i = 0; i < 2; i++) {
+        if (*depth[i] > 0)
+            return err_set(err, ERR_USAGE,
+                           "--seed-order gathers no unit ahead (the seed's order has no "
+                           "prefetch); %s %d asks for one",
+                           flag[i], *depth[i]);
+        *depth[i] = 0;
+    }
+    a->fsdp.free_after_reduce = 1;
     return 0;
 }
 
@@ -580,7 +617,9 @@ int cmd_viz(int argc, char **argv) {
     if (!rc && v.trace) {
         rc = viz_replay(&t, &v, &page, &err);
     } else {
+        if (v.seed_order) seed_order_prepare(&t.args);
         if (!rc) rc = train_args_parse(&t.args, v.nrest, v.rest, &err); /* viz took --help */
+        if (!rc && v.seed_order) rc = seed_order_apply(&t.args, &err);
         if (!rc) rc = viz_check_paths(&v, &t.args, &err);
         if (!rc && t.args.run_dir)
             rc = err_set(&err, ERR_USAGE,

@@ -310,6 +310,14 @@ static void pack_grads_for_scatter(Engine *e, int u, char *send) {
     }
 }
 
+/* The unit's unsharded gradients go, once nothing reads them any more. */
+static void ugrad_free(Engine *e, int u) {
+    UnitState *us = &e->units[u];
+    if (us->ugrad_owned) dev_free(e, us->ugrad, u);
+    us->ugrad = NULL;
+    us->ugrad_owned = 0;
+}
+
 static int reduce_start_sharded(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
@@ -320,9 +328,9 @@ static int reduce_start_sharded(Engine *e, int u, Err *err) {
     if (!rc) rc = dev_alloc(e, &us->reduce_buf, block, MEM_COMM_BUFFER, u, err);
     if (rc) return rc;
     pack_grads_for_scatter(e, u, us->reduce_send);
-    dev_free(e, us->ugrad, u); /* the wire copy is all that is needed now */
-    us->ugrad = NULL;
-    us->ugrad_owned = 0;
+    /* the wire copy is all that is needed now; free_after_reduce keeps them until the
+     * reduction is done, so that they are freed after it, as the seed lists it */
+    if (!e->cfg.free_after_reduce) ugrad_free(e, u);
     us->reduce = unit_collective(COLL_REDUCE_SCATTER, u, unit, us->reduce_send, us->reduce_buf, t);
     us->reduce.op = REDUCE_AVG;
     stream_follow(e, STREAM_COMM, STREAM_COMPUTE); /* the collective reads what compute packed */
@@ -371,9 +379,24 @@ static int finish_earlier_reduces(Engine *e, Err *err) {
     }
 }
 
+/* engine_record_local_grads: this rank's unsharded gradients of unit u, before the reduction
+ * averages them, into their places in the model-order array. The copy reads what backward
+ * wrote on the compute stream, from the host, as engine_own_values does after a step. */
+static void record_local_grads(Engine *e, int u) {
+    const UnitState *us = &e->units[u];
+    const Unit *unit = &e->plan->units[u];
+    if (!e->local_grads || !us->ugrad || e->dev->accounting_only) return;
+    for (int i = 0; i < unit->nparams; i++) {
+        const UnitParam *up = &unit->params[i];
+        e->dev->ops->copy(e->dev, e->local_grads + e->param_flat[up->param], us->ugrad + up->offset,
+                          e->model->params[up->param].numel * sizeof(float));
+    }
+}
+
 static int reduce_start(Engine *e, int u, Err *err) {
     int rc0 = finish_earlier_reduces(e, err);
     if (rc0) return rc0;
+    record_local_grads(e, u);
     int rc = e->plan->grads_sharded ? reduce_start_sharded(e, u, err)
                                     : reduce_start_replicated(e, u, err);
     if (rc) return rc;
@@ -557,6 +580,15 @@ static int recompute(Engine *e, int m, int u, Err *err) {
     return 0;
 }
 
+/* free_after_reduce: the unit's reduction is waited for here, in backward, and only then are
+ * its unsharded gradients freed (its parameters next, by reshard): the seed's strict order.
+ * FSDP2 frees both at once and waits for the reduction only when the next one starts. */
+static int reduce_then_free_grads(Engine *e, int u, Err *err) {
+    int rc = pending_wait_for(e, PENDING_REDUCE, u, err);
+    if (!rc) ugrad_free(e, u);
+    return rc;
+}
+
 static int backward_pass(Engine *e, int micro, int sync, Err *err) {
     set_phase(e, PHASE_BACKWARD, micro);
     int prev = -1, pos = -1, rc;
@@ -582,6 +614,8 @@ static int backward_pass(Engine *e, int micro, int sync, Err *err) {
             return rc;
         if (m == e->plan->units[u].modules[0]) { /* the unit's backward is complete */
             if (sync && (rc = reduce_start(e, u, err))) return rc;
+            if (sync && e->cfg.free_after_reduce && (rc = reduce_then_free_grads(e, u, err)))
+                return rc;
             reshard(e, u);
         }
         prev = u;
@@ -927,6 +961,10 @@ int engine_forward_outputs(Engine *e, const Dataset *ds, const long *indices, si
 
 long engine_steps_done(const Engine *e) {
     return e->steps;
+}
+
+void engine_record_local_grads(Engine *e, float *out) {
+    e->local_grads = out;
 }
 
 /* The rate lives in the engine's own copy of the config, where optimizer_update reads it. */

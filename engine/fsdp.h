@@ -24,8 +24,14 @@ typedef struct FsdpConfig {
     int reshard_after_forward; /* -1: the strategy's default (zero3/hsdp yes, zero2 no) */
     int prefetch_forward;      /* units gathered ahead in forward */
     int prefetch_backward;     /* units gathered ahead in backward */
-    int grad_accum;            /* micro-steps per optimizer step (sync off between) */
-    float clip_grad_norm;      /* 0: off */
+    /* 1: a unit's backward waits for its gradients' reduction and only then frees its
+     * unsharded parameters and gradients: backward, reduce-scatter, free, the strict order the
+     * workshop's seed tells (fsdp viz --seed-order). 0 (default): FSDP2's post-backward, which
+     * frees the unit at once and lets the reduction run behind the next unit's backward. The
+     * same values either way; only when memory is freed, and so the peak and the times, move. */
+    int free_after_reduce;
+    int grad_accum;       /* micro-steps per optimizer step (sync off between) */
+    float clip_grad_norm; /* 0: off */
     OptimKind optim;
     float lr, beta1, beta2, eps, weight_decay;
     /* how lr moves over a run (the training loop sets each step's rate: engine_set_lr) */
@@ -124,6 +130,12 @@ int engine_set_full_params(Engine *e, const float *full, Err *err);
  * replicas. grads may be NULL. Every rank filling the same two arrays assembles the whole
  * model without a write race. No communication; for looking at, not for checkpoints. */
 int engine_own_values(Engine *e, float *params, float *grads, Err *err);
+/* From the next reduction on, copies each unit's unsharded fp32 gradients as this rank's
+ * backward left them, before any averaging (with fp16 loss scaling, still scaled), into host
+ * array `out` of model->total_numel floats in model order, as the unit's reduction starts;
+ * NULL stops. Only where a rank holds whole unsharded gradients (every strategy but an
+ * accounting-only device). For looking at a small model's numbers, not for training. */
+void engine_record_local_grads(Engine *e, float *out);
 
 long engine_steps_done(const Engine *e);
 

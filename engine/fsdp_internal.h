@@ -81,7 +81,8 @@ struct Engine {
     long steps;
     float loss_scale;
     int good_steps;
-    void *tier; /* --offload nvme: this rank's file (env.tier's) */
+    void *tier;         /* --offload nvme: this rank's file (env.tier's) */
+    float *local_grads; /* engine_record_local_grads's array; NULL: not recording */
 };
 
 /* ---------------------------------------------------------------- memory helpers */

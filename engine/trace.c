@@ -214,6 +214,7 @@ void trace_free(Trace *t) {
     free(t->ev);
     free(t->params);
     free(t->grads);
+    free(t->local_grads);
     *t = (Trace){0};
 }
 

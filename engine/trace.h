@@ -93,6 +93,10 @@ typedef struct Trace {
      * each step's gradients as the optimizer saw them, grads[s * numel ...]; model order.
      * NULL when not recorded. */
     float *params, *grads;
+    /* Optional beside them: each rank's own gradients of each step before the reduction
+     * averaged them (the mean over ranks of a step's is its grads), local_grads[(s * nranks +
+     * r) * numel ...] for rank r; NULL when not recorded (traces written before they were). */
+    float *local_grads;
     int steps;
     size_t numel;
     int measured; /* 1: times measured on real hardware (cuda, mpi); 0: the simulator's model */

@@ -202,6 +202,10 @@ static void write_fsdp_object(FILE *f, const Trace *t, const TraceMeta *meta, in
         fprintf(f, ",\"steps\":%d,\"numel\":%zu", t->steps, t->numel);
         write_floats(f, "params", t->params, (size_t)(t->steps + 1) * t->numel);
         write_floats(f, "grads", t->grads, (size_t)t->steps * t->numel);
+        /* each rank's own, before the average (a file from before them has none) */
+        if (t->local_grads && nranks == t->nranks)
+            write_floats(f, "local_grads", t->local_grads,
+                         (size_t)t->steps * (size_t)nranks * t->numel);
     }
     fputs("},\n", f);
 }
@@ -397,7 +401,8 @@ static int read_floats(const cJSON *arr, float **out, size_t n, const char *path
     return 0;
 }
 
-/* The optional per-step values: both lists or neither. */
+/* The optional per-step values: both lists or neither, and beside them, optional again (a file
+ * written before they were recorded has none), each rank's own gradients before the average. */
 static int read_values(const cJSON *o, Trace *t, const char *path, Err *err) {
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(o, "steps");
     const cJSON *numel = cJSON_GetObjectItemCaseSensitive(o, "numel");
@@ -409,9 +414,14 @@ static int read_values(const cJSON *o, Trace *t, const char *path, Err *err) {
     t->numel = (size_t)n;
     int rc = read_floats(cJSON_GetObjectItemCaseSensitive(o, "params"), &t->params,
                          (size_t)(s + 1) * (size_t)n, path, "params", err);
-    return rc ? rc
-              : read_floats(cJSON_GetObjectItemCaseSensitive(o, "grads"), &t->grads,
-                            (size_t)s * (size_t)n, path, "grads", err);
+    if (!rc)
+        rc = read_floats(cJSON_GetObjectItemCaseSensitive(o, "grads"), &t->grads,
+                         (size_t)s * (size_t)n, path, "grads", err);
+    const cJSON *local = cJSON_GetObjectItemCaseSensitive(o, "local_grads");
+    if (!rc && local)
+        rc = read_floats(local, &t->local_grads, (size_t)s * (size_t)t->nranks * (size_t)n, path,
+                         "local_grads", err);
+    return rc;
 }
 
 static int read_fsdp_object(const cJSON *o, Trace *t, TraceMeta *m, const char *path, Err *err) {

@@ -3,7 +3,9 @@
  * "fsdpTrace" object exactly: the format version, the train flags that made the run (the
  * replayer rebuilds the model and plan from them), the unit names, whether the run computed
  * anything ("computed": false for an accounting-only run; absent: it did), every event's fields
- * and, when recorded, the parameter and gradient values of each step. */
+ * and, when recorded, the parameter and gradient values of each step and beside them each
+ * rank's own gradients before they were averaged ("local_grads", optional: files written before
+ * it existed load without it). */
 #ifndef FSDP_TRACE_FILE_H
 #define FSDP_TRACE_FILE_H
 

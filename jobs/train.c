@@ -59,10 +59,12 @@ static int share_memory_records(const RankEnv *env, TrainJob *job, Err *err) {
 
 /* Under one process per rank, each process records only the values its rank owns (the others
  * start as NaN, "not mine"); gathered, rank 0 takes each value from a rank that owns it. */
-static void values_unknown(TrainJob *job) {
+static void values_unknown(const RankEnv *env, TrainJob *job) {
     size_t n = job->model->total_numel;
     for (size_t i = 0; i < (size_t)(job->steps + 1) * n; i++) job->step_params[i] = NAN;
     for (size_t i = 0; i < (size_t)job->steps * n; i++) job->step_grads[i] = NAN;
+    size_t local = job->step_local_grads ? (size_t)job->steps * (size_t)env->world * n : 0;
+    for (size_t i = 0; i < local; i++) job->step_local_grads[i] = NAN;
 }
 
 static int merge_values(const RankEnv *env, float *values, size_t count, Err *err) {
@@ -78,7 +80,11 @@ static int merge_values(const RankEnv *env, float *values, size_t count, Err *er
 static int share_values(const RankEnv *env, TrainJob *job, Err *err) {
     size_t n = job->model->total_numel;
     int rc = merge_values(env, job->step_params, (size_t)(job->steps + 1) * n, err);
-    return rc || !job->steps ? rc : merge_values(env, job->step_grads, (size_t)job->steps * n, err);
+    if (rc || !job->steps) return rc;
+    rc = merge_values(env, job->step_grads, (size_t)job->steps * n, err);
+    if (rc || !job->step_local_grads) return rc;
+    return merge_values(env, job->step_local_grads, (size_t)job->steps * (size_t)env->world * n,
+                        err); /* each rank wrote only its own */
 }
 
 static double latest_stream_time(Device *d) {
@@ -306,7 +312,13 @@ static int run_steps(const RankEnv *env, TrainJob *job, Engine *e, long first, l
                           .epoch = epoch,
                           .steps_per_epoch = per_epoch,
                           .lr = lr};
+        size_t n = job->model->total_numel; /* this rank's own gradients, when recorded */
+        engine_record_local_grads(e, job->step_local_grads
+                                         ? job->step_local_grads +
+                                               ((size_t)s * env->world + env->rank) * n
+                                         : NULL);
         if ((rc = engine_step(e, job->data, idx, log, &rep.stats, err))) return rc;
+        engine_record_local_grads(e, NULL);
         if ((rc = step_diverged(job, &rep.stats, s + 1, saved, err))) return rc;
         rep.step_time = latest_stream_time(env->dev) - t0;
         rep.wall_time = clock_seconds() - w0;
@@ -487,7 +499,7 @@ int train_rank(const RankEnv *env, void *arg, Err *err) {
     if (!rc && job->init_params) rc = engine_set_full_params(e, job->init_params, err);
     if (!rc && job->init_from) rc = train_load_weights(e, job->model, job->init_from, err);
     long first = 0;
-    if (job->step_params && job->rank_per_process) values_unknown(job);
+    if (job->step_params && job->rank_per_process) values_unknown(env, job);
     if (!rc && job->resume_from)
         rc = checkpoint_load(e, job->model, &model_kinds, job->resume_from, &first, err);
     if (!rc && env->rank == 0) job->resumed_step = first;

@@ -136,6 +136,10 @@ typedef struct TrainJob {
      * step and after each, [(steps + 1) * total_numel], and each step's gradients,
      * [steps * total_numel]; NULL: not recorded. */
     float *step_params, *step_grads;
+    /* Optional beside them: each rank's own gradients of each step before the reduction
+     * averaged them (engine_record_local_grads), [steps * world * total_numel], step s's of
+     * rank r at (s * world + r) * total_numel; NULL: not recorded. */
+    float *step_local_grads;
     /* Checkpoints: with ckpt_dir, saved every ckpt_every steps (0: only at epoch ends) and at
      * each epoch's end, keeping the newest ckpt_keep (0: all); model_name is recorded. With
      * resume_from (a checkpoint directory), training continues from its step: steps counts

@@ -34,6 +34,11 @@ FsdpConfig toy_config(Strategy s, int batch) {
 }
 
 void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trace) {
+    toy_train_recording(t, cfg, ranks, steps, trace, NULL);
+}
+
+void toy_train_recording(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trace,
+                         float *local_grads) {
     memset(t, 0, sizeof *t);
     Err err = {0};
     Dataset data;
@@ -51,7 +56,8 @@ void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trac
                     .memory = t->memory,
                     .final_params = t->params,
                     .step_params = t->step_params,
-                    .step_grads = t->step_grads};
+                    .step_grads = t->step_grads,
+                    .step_local_grads = local_grads};
     cr_assert_leq(steps, 64);
     ClusterOptions opt = {.ranks = ranks,
                           .replicas = cfg->strategy == STRAT_HSDP ? cfg->replicas : 1,

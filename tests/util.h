@@ -26,6 +26,10 @@ typedef struct ToyRun {
 
 /* Trains the toy for `steps` (at most 64) steps; asserts success. Free with toy_run_free. */
 void toy_train(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, int trace);
+/* The same, recording each rank's own gradients of each step before their average into
+ * local_grads ([steps * ranks * 9], TrainJob.step_local_grads) unless it is NULL. */
+void toy_train_recording(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, int trace,
+                         float *local_grads);
 void toy_run_free(ToyRun *r);
 /* ||a - b|| / ||b|| */
 double rel_l2(const float *a, const float *b, size_t n);

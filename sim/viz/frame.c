@@ -18,7 +18,9 @@ int frame_init(Frame *f, const Plan *p, Err *err) {
     f->peak = calloc((size_t)p->world, sizeof *f->peak);
     f->timeline = calloc((size_t)p->world * STREAM_COUNT, sizeof *f->timeline);
     f->timeline_cols = FRAME_TIMELINE_COLS;
-    if (!f->cells || !f->mem || !f->peak || !f->timeline) {
+    f->shard_traced = calloc((size_t)p->world * (size_t)p->nunits + 1, 1);
+    f->scan_reduced = calloc((size_t)p->world * (size_t)p->nunits + 1, sizeof *f->scan_reduced);
+    if (!f->cells || !f->mem || !f->peak || !f->timeline || !f->shard_traced || !f->scan_reduced) {
         frame_free(f);
         return err_set(err, ERR_NOMEM, "out of memory for a frame of %d ranks", p->world);
     }
@@ -30,6 +32,8 @@ void frame_free(Frame *f) {
     free(f->mem);
     free(f->peak);
     free(f->timeline);
+    free(f->shard_traced);
+    free(f->scan_reduced);
     memset(f, 0, sizeof *f);
 }
 
@@ -57,6 +61,7 @@ static int apply_memory(Frame *f, const TraceEvent *e, size_t index, Err *err) {
     int delta = e->kind == EV_ALLOC ? 1 : -1;
     if (e->unit >= 0 && e->unit < f->nunits) {
         FrameCell *cell = frame_cell(f, e->rank, e->unit);
+        if (e->category == MEM_PARAM_SHARD) cell->resident += delta;
         if (e->category == MEM_PARAM_UNSHARDED) cell->gathered += delta;
         if (e->category == MEM_GRAD_UNSHARDED) cell->grads_full += delta;
     }
@@ -73,37 +78,71 @@ static int element_bytes(const Plan *p, const TraceEvent *e) {
     return (int)((size_t)e->bytes / p->units[e->unit].numel);
 }
 
-/* Scans the whole trace once for what it ever holds unsharded, and in how many bytes. */
+static int is_reduction(const TraceEvent *e) {
+    return e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE;
+}
+
+/* A free of a unit's unsharded gradients in backward: into its reduction's send buffer when
+ * the reduction comes after (FSDP2's order), or once it is done (the seed's). */
+static int frees_unsharded_grads(const TraceEvent *e) {
+    return e->kind == EV_FREE && e->category == MEM_GRAD_UNSHARDED && e->phase == PHASE_BACKWARD;
+}
+
+/* Scans the whole trace once for what it ever holds unsharded, and in how many bytes; which
+ * ranks' shards it records the allocation of; whether it ever frees gradients packed for a
+ * reduction still to come (scan_reduced: the step, from 1, of each cell's last reduction). */
 static void scan_trace(Frame *f, const Trace *t, const Plan *p) {
     if (f->scanned == t && f->scanned_n == t->n) return;
-    f->ever_gathered = f->ever_grads_full = f->compute_bytes = 0;
+    f->ever_gathered = f->ever_grads_full = f->ever_packed = f->compute_bytes = 0;
+    f->last_micro = 0;
+    size_t cells = (size_t)f->nranks * (size_t)f->nunits;
+    memset(f->shard_traced, 0, cells);
+    memset(f->scan_reduced, 0, cells * sizeof *f->scan_reduced);
     for (size_t i = 0; i < t->n; i++) {
-        if (t->ev[i].kind != EV_ALLOC) continue;
-        f->ever_gathered |= t->ev[i].category == MEM_PARAM_UNSHARDED;
-        f->ever_grads_full |= t->ev[i].category == MEM_GRAD_UNSHARDED;
-        if (!f->compute_bytes) f->compute_bytes = element_bytes(p, &t->ev[i]);
+        const TraceEvent *e = &t->ev[i];
+        /* frame_at refuses a file's event outside the plan; here it only is not counted */
+        size_t cell = (size_t)e->rank * (size_t)f->nunits + (size_t)e->unit;
+        int in_plan = e->rank >= 0 && e->rank < f->nranks && e->unit >= 0 && e->unit < f->nunits;
+        if (in_plan && is_reduction(e)) f->scan_reduced[cell] = e->step + 1;
+        if (e->phase == PHASE_BACKWARD && e->micro > f->last_micro) f->last_micro = e->micro;
+        if (in_plan && frees_unsharded_grads(e) && f->scan_reduced[cell] != e->step + 1)
+            f->ever_packed = 1;
+        if (e->kind != EV_ALLOC) continue;
+        if (in_plan && e->category == MEM_PARAM_SHARD) f->shard_traced[cell] = 1;
+        f->ever_gathered |= e->category == MEM_PARAM_UNSHARDED;
+        f->ever_grads_full |= e->category == MEM_GRAD_UNSHARDED;
+        if (!f->compute_bytes) f->compute_bytes = element_bytes(p, e);
     }
     f->scanned = t;
     f->scanned_n = t->n;
 }
 
-/* How far each rank is through the current step: gradients reduced, Adam stepped. */
+/* How far each rank is through the current step: gradients computed (by the backward of the
+ * last micro-step, which they then hold), packed for their reduction (freed before it, once
+ * apply_memory has counted the free), reduced, Adam stepped. */
 static void apply_progress(Frame *f, const TraceEvent *e) {
     if (e->unit < 0) return;
     FrameCell *cell = frame_cell(f, e->rank, e->unit);
-    if (e->kind == EV_REDUCE_SCATTER || e->kind == EV_ALL_REDUCE) cell->reduced = 1;
+    if (frees_unsharded_grads(e) && cell->grads_full <= 0 && !cell->reduced) cell->grads_packed = 1;
+    if (e->kind == EV_ALLOC && e->category == MEM_GRAD_UNSHARDED)
+        cell->grads_packed = cell->grads_computed = 0;
+    if (e->kind == EV_BACKWARD && e->micro == f->last_micro) cell->grads_computed = 1;
+    if (is_reduction(e)) cell->reduced = 1, cell->grads_packed = 0;
     if (e->kind == EV_OPTIMIZER) cell->stepped = 1;
 }
 
 /* The trace's values around the current event's step, when it has them for that step. */
 static void point_values(Frame *f, const Trace *t) {
-    f->before = f->after = f->grads = NULL;
+    f->before = f->after = f->grads = f->local_grads = NULL;
+    f->numel = t->numel;
     if (!f->event || !t->params || !t->grads) return;
     int s = f->event->step;
     if (s < 0 || s >= t->steps) return;
     f->before = t->params + (size_t)s * t->numel;
     f->after = t->params + (size_t)(s + 1) * t->numel;
     f->grads = t->grads + (size_t)s * t->numel;
+    if (t->local_grads && t->nranks == f->nranks)
+        f->local_grads = t->local_grads + (size_t)s * (size_t)t->nranks * t->numel;
 }
 
 /* ---------------------------------------------------------------- reading the trace */
@@ -164,6 +203,37 @@ static int freed_in_forward(const Trace *t, size_t index) {
             return 1;
     }
     return 0;
+}
+
+static int frees_unsharded_params(const TraceEvent *e) {
+    return e->kind == EV_FREE && e->category == MEM_PARAM_UNSHARDED;
+}
+
+/* Rank e's next (dir 1) or previous (dir -1) event of e's unit that `is` accepts, in the same
+ * backward pass (step and micro-step), looking no further than a reduction of another unit on
+ * that rank: FSDP2 keeps one in flight, so a unit's frees and its own reduction lie between the
+ * reductions of the units beside it. NULL when there is none. */
+static const TraceEvent *near_in_backward(const Trace *t, size_t index, int dir,
+                                          int (*is)(const TraceEvent *)) {
+    const TraceEvent *e = &t->ev[index];
+    for (size_t i = index; dir > 0 ? i + 1 < t->n : i > 0;) {
+        i = dir > 0 ? i + 1 : i - 1;
+        const TraceEvent *c = &t->ev[i];
+        if (c->rank != e->rank) continue;
+        if (c->step != e->step || c->micro != e->micro || c->phase != PHASE_BACKWARD) return NULL;
+        if (c->unit == e->unit && is(c)) return c;
+        if (c->unit != e->unit && is_reduction(c)) return NULL;
+    }
+    return NULL;
+}
+
+int frame_after_reduction(const Trace *t, size_t index) {
+    return index < t->n && near_in_backward(t, index, -1, is_reduction) != NULL;
+}
+
+/* "reduce-scatter" or "all-reduce": what a reduction event is called in a sentence. */
+static const char *reduction_name(const TraceEvent *e) {
+    return e->kind == EV_ALL_REDUCE ? "all-reduce" : "reduce-scatter";
 }
 
 /* ---------------------------------------------------------------- narration */
@@ -273,13 +343,91 @@ static void narrate_group_scatter(Frame *f, const Plan *p, const TraceEvent *e, 
          r, name, first, first + S - 1, S, r, mine, p->replicas);
 }
 
+/* Where parameter `param` starts in the model-order vector of all parameters. */
+static size_t model_offset(const ModelDesc *m, int param) {
+    size_t at = 0;
+    for (int i = 0; i < param; i++) at += m->params[i].numel;
+    return at;
+}
+
+/* The GPUs of a group of S (from `first`) whose own gradients the frame shows in sums: the
+ * toy's scale, where a sum of each GPU's value still reads as one. */
+enum { SUM_MAX_GPUS = 4 };
+
+/* For each element of unit u that member q of the S-rank group from `first` keeps: "∂c₀=(+0.656
+ * +0.381 +2.458)/3=+1.165", each GPU's own gradient (in rank order, as the reduction adds them)
+ * and their average, joined by `sep` with the element's " to GPU n" after it when `to`; "" when
+ * the frame has no such values or the group is too large to show them. */
+static void sums_text(const Frame *f, const Plan *p, int u, int first, int S, int q, int to,
+                      const char *sep, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    if (!f->local_grads || !f->grads || S > SUM_MAX_GPUS || !text_unit_is_symbolic(p, u)) return;
+    const Unit *unit = &p->units[u];
+    for (int i = 0; i < unit->nparams && at < n; i++) {
+        const ParamSpec *ps = &p->model->params[unit->params[i].param];
+        size_t begin, rows, base = model_offset(p->model, unit->params[i].param);
+        shard_rows((size_t)ps->shape[0], S, q, &begin, &rows);
+        for (size_t el = begin * ps->row_elems; el < (begin + rows) * ps->row_elems && at < n;
+             el++) {
+            char sym[32];
+            text_subscript(sym, sizeof sym, ps->symbol, el);
+            at += (size_t)snprintf(buf + at, n - at, "%s\u2202%s=(", at ? sep : "", sym);
+            for (int g = 0; g < S && at < n; g++)
+                at += (size_t)snprintf(buf + at, n - at, "%s%+.3f", g ? " " : "",
+                                       (double)frame_local_grads(f, first + g)[base + el]);
+            if (at < n)
+                at += (size_t)snprintf(buf + at, n - at, ")/%d=%+.3f", S,
+                                       (double)f->grads[base + el]);
+            if (to && at < n) at += (size_t)snprintf(buf + at, n - at, " to GPU %d", first + q);
+        }
+    }
+}
+
+/* Why a unit's reduction comes where it does (appended to the narration): in FSDP2's order its
+ * unsharded parameters are freed already, in the seed's (--seed-order) they are freed after
+ * it; and what computes while it runs. */
+static void reduction_order(Frame *f, const Trace *t, size_t index, const Plan *p,
+                            const char *name) {
+    const TraceEvent *e = &t->ev[index];
+    if (near_in_backward(t, index, -1, frees_unsharded_params))
+        tell(f,
+             "%s's parameters are freed already (FSDP2 reshards first: the %s needs only "
+             "gradients)",
+             name, reduction_name(e));
+    else if (near_in_backward(t, index, 1, frees_unsharded_params))
+        tell(f,
+             "In the seed's order the %s comes before %s's parameters are freed (FSDP2 frees "
+             "them first)",
+             reduction_name(e), name);
+    else
+        return;
+    const TraceEvent *c = compute_beside(t, e);
+    if (c)
+        tell(f, "; it runs while %s's %s computes", p->units[c->unit].name,
+             event_kind_name((EventKind)c->kind));
+    tell(f, ". ");
+}
+
 /* A reduce-scatter averages: summed over the S GPUs and divided by S, so that the step equals
  * one GPU's on the whole global batch. */
-static void narrate_scatter(Frame *f, const Plan *p, const TraceEvent *e, const char *name) {
-    char all[200], mine[160];
+static void narrate_scatter(Frame *f, const Trace *t, size_t index, const Plan *p,
+                            const char *name) {
+    const TraceEvent *e = &t->ev[index];
+    char all[200], mine[160], sums[400];
     int r = e->rank, S = p->shard_size;
     if (is_hybrid(p)) {
         narrate_group_scatter(f, p, e, name);
+        return;
+    }
+    reduction_order(f, t, index, p, name);
+    sums_text(f, p, e->unit, r - r % S, S, r % S, 0, " and ", sums, sizeof sums);
+    if (sums[0]) { /* each GPU's own values, then their sum divided */
+        tell(f,
+             "Each GPU's gradients of its own samples, summed and divided by %d, average to one "
+             "GPU's on the global batch: GPU %d keeps %s (DDP all-reduces instead: every GPU "
+             "keeps all of them)",
+             S, r, sums);
         return;
     }
     if (!text_unit_symbols(p, e->unit, 1, 0, "\u2202", all, sizeof all)) {
@@ -324,8 +472,56 @@ static const char *category_phrase(int c) {
     return c >= 0 && c < MEM_CATEGORY_COUNT ? mem_category_label((MemCategory)c) : "memory";
 }
 
+/* A free of unit e's unsharded parameters in backward: in FSDP2's order before the unit's
+ * reduction, in the seed's after it, and why. */
+static void narrate_backward_reshard(Frame *f, const Trace *t, size_t index, const char *name,
+                                     const char *bytes) {
+    const TraceEvent *e = &t->ev[index], *later, *earlier;
+    if ((later = near_in_backward(t, index, 1, is_reduction)))
+        tell(f,
+             "GPU %d frees %s's unsharded parameters (%s): its backward is done with them, and "
+             "FSDP2's post-backward reshards the unit before its %s, which needs only the "
+             "gradients and runs later on the comm stream; the GPU keeps only its shard",
+             e->rank, name, bytes, reduction_name(later));
+    else if ((earlier = near_in_backward(t, index, -1, is_reduction)))
+        tell(f,
+             "GPU %d frees %s's unsharded parameters (%s) after its %s, in the seed's order "
+             "(--seed-order): backward, %s, free; FSDP2 frees them before it, so that it runs "
+             "behind the next unit's backward. The GPU keeps only its shard",
+             e->rank, name, bytes, reduction_name(earlier), reduction_name(earlier));
+    else
+        tell(f,
+             "GPU %d frees %s's unsharded parameters (%s): its backward is done with them, and "
+             "the GPU keeps only its shard",
+             e->rank, name, bytes);
+}
+
+/* A free of unit e's unsharded gradients in backward: packed for the reduction still to come
+ * (FSDP2's order; the grid keeps them, "packed" where its column has room, until it has run),
+ * or done with after it (the seed's). */
+static void narrate_grads_free(Frame *f, const Trace *t, size_t index, const char *name,
+                               const char *bytes) {
+    const TraceEvent *e = &t->ev[index], *later, *earlier;
+    if ((later = near_in_backward(t, index, 1, is_reduction)))
+        tell(f,
+             "GPU %d frees %s's unsharded gradients (%s): they are packed into the buffer its "
+             "%s sends, which runs later on the comm stream (the grid keeps them until it has)",
+             e->rank, name, bytes, reduction_name(later));
+    else if ((earlier = near_in_backward(t, index, -1, is_reduction)))
+        tell(f,
+             "GPU %d frees %s's unsharded gradients (%s): its %s has averaged them, and each "
+             "GPU keeps its shard of the average",
+             e->rank, name, bytes, reduction_name(earlier));
+    else
+        tell(f,
+             "GPU %d frees %s's unsharded gradients (%s): they are packed into the buffer "
+             "their reduction sends",
+             e->rank, name, bytes);
+}
+
 /* A free or an allocation: what the bytes were for, and for unsharded parameters why now. */
-static void narrate_memory(Frame *f, const TraceEvent *e, const char *name) {
+static void narrate_memory(Frame *f, const Trace *t, size_t index, const char *name) {
+    const TraceEvent *e = &t->ev[index];
     char bytes[32];
     format_bytes((size_t)e->bytes, bytes, sizeof bytes);
     int r = e->rank;
@@ -336,19 +532,17 @@ static void narrate_memory(Frame *f, const TraceEvent *e, const char *name) {
                  "reshard_after_forward keeps only its shard until backward gathers %s again "
                  "(DDP keeps them all)",
                  r, name, bytes, name);
+        else if (e->phase == PHASE_BACKWARD)
+            narrate_backward_reshard(f, t, index, name, bytes);
         else
             tell(f,
-                 "GPU %d frees %s's unsharded parameters (%s): %s done with them, and the "
+                 "GPU %d frees %s's unsharded parameters (%s): they are done with them, and the "
                  "GPU keeps only its shard",
-                 r, name, bytes, e->phase == PHASE_BACKWARD ? "its backward is" : "they are");
+                 r, name, bytes);
         return;
     }
-    if (e->kind == EV_FREE && e->category == MEM_GRAD_UNSHARDED && e->unit >= 0 &&
-        e->phase == PHASE_BACKWARD) {
-        tell(f,
-             "GPU %d frees %s's unsharded gradients (%s): they are packed into the buffer "
-             "their reduction sends",
-             r, name, bytes);
+    if (e->unit >= 0 && frees_unsharded_grads(e)) {
+        narrate_grads_free(f, t, index, name, bytes);
         return;
     }
     if (e->kind == EV_ALLOC && e->category == MEM_PARAM_UNSHARDED && e->unit >= 0) {
@@ -461,6 +655,16 @@ static void flow_reduce(Frame *f, const Plan *p, const TraceEvent *e) {
         flow_replica_reduce(f, p, e);
         return;
     }
+    char sums[480];
+    sums_text(f, p, e->unit, first, S, 0, 1, ", ", sums, sizeof sums);
+    if (e->kind == EV_REDUCE_SCATTER && !is_hybrid(p) && sums[0]) {
+        /* each GPU's own gradients, summed in rank order and divided: what each one keeps */
+        for (int q = 0, n = 0; q < S; q++) {
+            sums_text(f, p, e->unit, first, S, q, 1, ", ", sums, sizeof sums);
+            if (sums[0]) flow_add(f, "%s%s", n++ ? ", " : "", sums);
+        }
+        return;
+    }
     flow_add(f, "%s summed over GPUs %d-%d and averaged; ", all, first, first + S - 1);
     if (e->kind == EV_ALL_REDUCE) {
         flow_add(f, "every GPU keeps all of them");
@@ -505,7 +709,7 @@ static void narrate(Frame *f, const Trace *t, size_t index, const Plan *p) {
         narrate_gather(f, t, p, e, name);
         return;
     case EV_REDUCE_SCATTER:
-        narrate_scatter(f, p, e, name);
+        narrate_scatter(f, t, index, p, name);
         return;
     case EV_ALL_REDUCE:
         if (e->unit >= 0 && is_hybrid(p)) {
@@ -546,7 +750,7 @@ static void narrate(Frame *f, const Trace *t, size_t index, const Plan *p) {
         return;
     case EV_ALLOC:
     case EV_FREE:
-        narrate_memory(f, e, name);
+        narrate_memory(f, t, index, name);
         return;
     case EV_COPY_H2D:
     case EV_COPY_D2H:
@@ -688,6 +892,7 @@ static int replay(Frame *f, const Trace *t, const Plan *p, size_t index, const s
     for (int r = 0; r < f->nranks; r++)
         for (int u = 0; u < f->nunits; u++) {
             FrameCell *c = frame_cell(f, r, u);
+            c->resident = c->resident > 0 || !f->shard_traced[(size_t)r * (size_t)f->nunits + u];
             c->gathered = c->gathered > 0;
             c->grads_full = c->grads_full > 0;
         }

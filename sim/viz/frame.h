@@ -13,11 +13,20 @@
 #include "engine/trace.h"
 
 typedef struct FrameCell {
-    size_t kept;    /* elements of the unit's parameters this rank keeps at rest (the plan) */
+    size_t kept; /* elements of the unit's parameters this rank keeps at rest (the plan) */
+    /* the rank's shard of the unit is allocated now (always, where the trace does not record
+     * that allocation: a shard resting in host memory), so it has values to show */
+    int resident;
     int gathered;   /* the unit's unsharded parameters are allocated on this rank */
     int grads_full; /* the unit's unsharded gradients are allocated on this rank */
-    int reduced;    /* this step's gradients of the unit have reached this rank (reduced) */
-    int stepped;    /* this rank has stepped Adam on the unit in this step */
+    /* they were freed into the send buffer of the unit's reduction (FSDP2's order), which has
+     * not run yet on this rank: the gradients are still there, packed for it */
+    int grads_packed;
+    /* the unit's backward of the step's last micro-step has run on this rank: its gradients
+     * hold what the trace's local_grads say */
+    int grads_computed;
+    int reduced; /* this step's gradients of the unit have reached this rank (reduced) */
+    int stepped; /* this rank has stepped Adam on the unit in this step */
 } FrameCell;
 
 /* Columns of the timeline, the current step's time left to right: FRAME_TIMELINE_COLS (the text
@@ -58,18 +67,27 @@ typedef struct Frame {
     /* A small model's numbers when the trace has them (NULL otherwise), all parameters in
      * model order: before and after the current event's step, and its gradients. */
     const float *before, *after, *grads;
+    /* And each rank's own gradients of that step before the reduction averaged them, rank r's
+     * at local_grads[r * numel ...] (frame_local_grads); NULL where the trace has none. */
+    const float *local_grads;
+    size_t numel;
     /* The trace is an accounting-only run's (viz --accounting-only): every event, byte and
      * modelled time of a computed run, but no values; the header and the narration say so
      * where a computed run would show them. */
     int accounting_only;
     /* Whether any event of the trace gathers a unit or unshards its gradients (so renderers
      * size columns for what the run will show), and the trace that was scanned for it. */
-    int ever_gathered, ever_grads_full;
+    int ever_gathered, ever_grads_full, ever_packed;
+    int last_micro; /* the trace's last micro-step in backward (grad_accum - 1) */
     /* Bytes an element of the gathered parameters, so of what the units compute in (4: fp32;
      * 2: --param-dtype bf16 or fp16); 0 before the trace gathers any. */
     int compute_bytes;
     const Trace *scanned;
     size_t scanned_n;
+    /* [nranks * nunits], from the scan: the trace records the allocation of the rank's shard
+     * of the unit (so the cell shows values only once it is allocated), and scratch for it */
+    char *shard_traced;
+    int *scan_reduced;
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */
@@ -94,6 +112,11 @@ int frame_at_points(Frame *f, const Trace *t, const Plan *p, size_t index, const
  * them over a whole trace without replaying it for every event. */
 void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index);
 
+/* Whether event `index` (a free in backward, say) comes after its rank's reduction of the
+ * event's unit in the same backward: the seed's order, where a unit is freed once its
+ * reduce-scatter is done (FSDP2's frees it before). */
+int frame_after_reduction(const Trace *t, size_t index);
+
 /* Puts the timeline's cursor at time `t` of the frame's step (a presenter's moment points at its
  * collective or compute, not at the last free folded into it). */
 void frame_cursor_at(Frame *f, double t);
@@ -111,6 +134,12 @@ static inline FrameCell *frame_cell(const Frame *f, int rank, int unit) {
  * on the unit, else the values the step started from; NULL without values. */
 static inline const float *frame_values(const Frame *f, int rank, int unit) {
     return frame_cell(f, rank, unit)->stepped ? f->after : f->before;
+}
+
+/* Rank r's own gradients of the current step before their average (all parameters in model
+ * order), NULL without them. */
+static inline const float *frame_local_grads(const Frame *f, int rank) {
+    return f->local_grads ? f->local_grads + (size_t)rank * f->numel : NULL;
 }
 
 static inline size_t frame_mem(const Frame *f, int rank, MemCategory c) {

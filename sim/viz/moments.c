@@ -287,12 +287,15 @@ static void write_moment_header(Frame *f, const Trace *t, const Plan *p, const M
              f->accounting_only ? " | accounting only" : "");
 }
 
-/* The short clause a folded change of what a unit holds gets in the moment's sentence ("frees
- * La's unsharded parameters (reshard after forward)"); 0 for an event told in a sentence of its
- * own (a copy, a pack). */
-static int change_clause(const Plan *p, const TraceEvent *e, char *out, size_t n) {
+/* The short clause a folded change of what a unit holds (event i of t) gets in the moment's
+ * sentence ("frees La's unsharded parameters (reshard after forward)"); 0 for an event told in
+ * a sentence of its own (a copy, a pack). A free after the unit's reduce-scatter is the seed's
+ * order (viz --seed-order) and says so. */
+static int change_clause(const Trace *t, size_t i, const Plan *p, char *out, size_t n) {
+    const TraceEvent *e = &t->ev[i];
     if ((e->kind != EV_ALLOC && e->kind != EV_FREE) || e->unit < 0 || e->unit >= p->nunits)
         return 0;
+    int after = e->kind == EV_FREE && frame_after_reduction(t, i);
     const char *u = p->units[e->unit].name;
     char bytes[32];
     format_bytes((size_t)e->bytes, bytes, sizeof bytes);
@@ -301,11 +304,15 @@ static int change_clause(const Plan *p, const TraceEvent *e, char *out, size_t n
         snprintf(out, n, "unpacks %s into %s of unsharded parameters", u, bytes);
     else if (e->category == MEM_PARAM_UNSHARDED)
         snprintf(out, n, "frees %s's unsharded parameters (%s)", u,
-                 fwd ? "reshard after forward" : "its backward is done");
+                 fwd     ? "reshard after forward"
+                 : after ? "after its reduce-scatter, in the seed's order"
+                         : "its backward is done");
     else if (e->category == MEM_GRAD_UNSHARDED && alloc)
         snprintf(out, n, "allocates %s's full gradients (%s)", u, bytes);
     else if (e->category == MEM_GRAD_UNSHARDED)
-        snprintf(out, n, "frees %s's full gradients (packed for their reduce-scatter)", u);
+        snprintf(out, n, "frees %s's full gradients (%s)", u,
+                 after ? "their reduce-scatter has averaged them"
+                       : "packed for their reduce-scatter");
     else
         return 0;
     return 1;
@@ -336,7 +343,7 @@ static void tell_changes(Frame *f, const Trace *t, const Plan *p, const Moment *
     for (size_t i = m->first; i <= m->last; i++) {
         const TraceEvent *e = &t->ev[i];
         if (e->rank != rank || is_work(e) || !told_alone(e)) continue;
-        if (change_clause(p, e, clause, sizeof clause)) {
+        if (change_clause(t, i, p, clause, sizeof clause)) {
             if (count < 32) snprintf(kept[count++], sizeof kept[0], "%s", clause);
             before_anchor |= m->anchor != MOMENT_NO_ANCHOR && i < m->anchor;
             continue;

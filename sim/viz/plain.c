@@ -25,20 +25,78 @@ static void others_symbols(const Plan *p, int u, int S, int sr, char *buf, size_
     }
 }
 
-/* What a rank holds of a unit: its shard (symbols, with values when the trace has them and
- * the parameters are sharded, or a count), then while the unit is gathered "+a₁ a₂" (the
- * other ranks' shards it holds a temporary copy of; "+all" for a unit without symbols), and
- * "+∂all" while its unsharded gradients exist; once those are reduced and freed, its gradient
- * shard with values ("∂a₀=+0.004") until the step ends. grads NULL: no gradient values, and no
- * gradient shard unless `no_values` (an accounting-only run: its symbol, "∂a₀"). */
+/* How much of a GPU's own gradients a cell spells out, richest first; a cell takes the first
+ * that fits the trace's column (plain_cell_width), which is as wide as the cells without them
+ * need, so that a toy's three units still fit 80 columns. */
+typedef enum {
+    GRADS_ALL,      /* every element's value, after "packed" when they wait in a send buffer */
+    GRADS_OWN,      /* the values of the GPU's shard of them (what it keeps once reduced), "⋯"
+                     * for the others it sends, the shard's parameters by symbol only */
+    GRADS_UNMARKED, /* the same without "packed" */
+    GRADS_NONE,     /* "+∂all" */
+} GradsForm;
+
+/* The gradient part of a cell whose unsharded gradients exist (or wait, packed, for their
+ * reduction): " ∂a₀=+0.012⋯" and so on, as `form` says, or " +∂all" where there are no values. */
+static void grads_text(const Plan *p, int r, int u, FrameCell c, const float *local, GradsForm form,
+                       char *buf, size_t n) {
+    buf[0] = 0;
+    if (!c.grads_full && !c.grads_packed) return;
+    if (!local || !c.grads_computed || form == GRADS_NONE || !text_unit_is_symbolic(p, u)) {
+        snprintf(buf, n, " +\u2202all");
+        return;
+    }
+    int packed = c.grads_packed && form != GRADS_UNMARKED;
+    int at = snprintf(buf, n, " %s", packed ? "packed " : "");
+    if (form == GRADS_ALL) {
+        text_unit_values(p, u, 1, 0, "\u2202", local, buf + at, n - (size_t)at);
+        return;
+    }
+    int S = p->grads_sharded ? p->shard_size : 1, q = p->grads_sharded ? plan_shard_rank(p, r) : 0;
+    char mine[160], own[200], all[240];
+    text_unit_values(p, u, S, q, "\u2202", local, mine, sizeof mine);
+    text_unit_symbols(p, u, S, q, "", own, sizeof own);
+    text_unit_symbols(p, u, 1, 0, "", all, sizeof all);
+    int sends = strcmp(own, all) != 0; /* elements it sends on: "⋯" for them ("…" is a cut text) */
+    snprintf(buf + at, n - (size_t)at, "%s%s", mine[0] ? mine : "\u2202", sends ? "\u22ef" : "");
+}
+
+/* Whether a cell in this state spells out a GPU's own gradients (so its form depends on the
+ * column's width). */
+static int shows_own_grads(const Plan *p, int u, FrameCell c, const float *local) {
+    return (c.grads_full || c.grads_packed) && c.grads_computed && local &&
+           text_unit_is_symbolic(p, u);
+}
+
+/* What a rank holds of a unit: "·" until its shard is allocated there (and after it is freed;
+ * "-" is a shard with no rows); then the shard
+ * (symbols, with values when the trace has them and the parameters are sharded, or a count),
+ * while the unit is gathered "+a₁ a₂" (the other ranks' shards it holds a temporary copy of;
+ * "+all" for a unit without symbols), while its unsharded gradients exist the GPU's own values of
+ * them once its backward has computed them, before any averaging, as much as `form` spells out
+ * (grads_text; "+∂all" without values or before the backward), "packed" where they wait in the
+ * send buffer of a reduction still to come; once reduced, its gradient shard with values
+ * ("∂a₀=+0.004") until the step ends. grads NULL: no gradient values, and no gradient shard
+ * unless `no_values` (an accounting-only run: its symbol, "∂a₀"). local: the rank's own
+ * gradients, NULL for none. */
 static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *values,
-                       const float *grads, int no_values, char *buf, size_t n) {
+                       const float *grads, const float *local, int no_values, GradsForm form,
+                       char *buf, size_t n) {
     int S = p->params_sharded ? p->shard_size : 1;
     int sr = p->params_sharded ? plan_shard_rank(p, r) : 0;
-    char mine[160], others[160] = "", shard[160] = "";
+    char mine[160], others[160] = "", shard[160] = "", full[320];
     /* Replicated parameters are the same everywhere: their values would only widen the grid
      * (the narration of Adam's step still shows them). */
     if (!p->params_sharded) values = NULL;
+    if (!c.resident && !c.gathered) { /* its shard is not on the GPU yet (or any more) */
+        snprintf(buf, n, "\u00b7");
+        return;
+    }
+    grads_text(p, r, u, c, local, form, full, sizeof full);
+    /* a GPU's own gradients beside its shard's name: the parameters' values are the step's
+     * start, in every other frame, and the gradients are what is new here */
+    if ((form == GRADS_OWN || form == GRADS_UNMARKED) && shows_own_grads(p, u, c, local))
+        values = NULL;
     if (!text_unit_values(p, u, S, sr, "", values, mine, sizeof mine))
         snprintf(mine, sizeof mine, "%zu", c.kept);
     else if (!mine[0])
@@ -50,36 +108,56 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
         if (shard[1]) shard[0] = ' ';
     }
     snprintf(buf, n, "%s%s%s%s%s", mine, c.gathered ? " +" : "",
-             c.gathered && !others[0] ? "all" : others, c.grads_full ? " +\u2202all" : "", shard);
+             c.gathered && !others[0] ? "all" : others, full, shard);
 }
 
 void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
-    cell_state(p, r, u, *frame_cell(f, r, u), frame_values(f, r, u), f->grads, f->accounting_only,
-               buf, n);
+    FrameCell c = *frame_cell(f, r, u);
+    const float *local = frame_local_grads(f, r);
+    if (!shows_own_grads(p, u, c, local)) {
+        cell_state(p, r, u, c, frame_values(f, r, u), f->grads, local, f->accounting_only,
+                   GRADS_NONE, buf, n);
+        return;
+    }
+    size_t width = plain_cell_width(f, p); /* the richest form the column holds */
+    for (GradsForm form = GRADS_ALL; form <= GRADS_NONE; form++) {
+        cell_state(p, r, u, c, frame_values(f, r, u), f->grads, local, f->accounting_only, form,
+                   buf, n);
+        if (text_display_width(buf) <= width) return;
+    }
 }
 
-/* The widest a cell can get in this trace (gathered, with full gradients, where the trace ever
- * does either), so columns stay put from one frame to the next. */
+/* The widest a cell gets in this trace, so that columns stay put from one frame to the next:
+ * gathered with full gradients (where the trace ever has either) before its backward and after
+ * it with the GPU's own gradients of its shard, those packed while no longer gathered, or at
+ * rest with a gradient shard after its reduce-scatter. A cell that could say more (every
+ * element's value, "packed" while still gathered) says it only where this width holds it. */
 size_t plain_cell_width(const Frame *f, const Plan *p) {
-    char text[200];
+    char text[400];
     size_t width = 4;
     for (int u = 0; u < p->nunits; u++) {
         size_t w = text_display_width(p->units[u].name);
         if (w > width) width = w;
         for (int r = 0; r < f->nranks; r++) {
-            /* busiest in backward (gathered, full gradients), or at rest with a gradient
-             * shard after its reduce-scatter */
-            FrameCell busy = *frame_cell(f, r, u), reduced = busy;
+            FrameCell busy = *frame_cell(f, r, u);
+            busy.resident = 1;
             busy.gathered = f->ever_gathered;
             busy.grads_full = f->ever_grads_full;
-            busy.reduced = reduced.gathered = reduced.grads_full = 0;
+            busy.grads_packed = busy.reduced = busy.grads_computed = 0;
+            FrameCell computed = busy, packed = busy, reduced = busy;
+            computed.grads_computed = 1;
+            packed.grads_computed = packed.grads_packed = f->ever_packed;
+            packed.gathered = packed.grads_full = 0;
             reduced.reduced = 1;
-            cell_state(p, r, u, busy, frame_values(f, r, u), f->grads, f->accounting_only, text,
-                       sizeof text);
-            if (text_display_width(text) > width) width = text_display_width(text);
-            cell_state(p, r, u, reduced, frame_values(f, r, u), f->grads, f->accounting_only, text,
-                       sizeof text);
-            if (text_display_width(text) > width) width = text_display_width(text);
+            reduced.gathered = reduced.grads_full = 0;
+            const FrameCell states[4] = {busy, computed, packed, reduced};
+            const GradsForm forms[4] = {GRADS_NONE, GRADS_OWN, GRADS_OWN, GRADS_NONE};
+            for (int i = 0; i < 4; i++) {
+                cell_state(p, r, u, states[i], frame_values(f, r, u), f->grads,
+                           frame_local_grads(f, r), f->accounting_only, forms[i], text,
+                           sizeof text);
+                if (text_display_width(text) > width) width = text_display_width(text);
+            }
         }
     }
     return width;
@@ -98,7 +176,7 @@ void plain_memory_text(const Frame *f, int r, char *buf, size_t n) {
 }
 
 static void grid(FILE *out, const Frame *f, const Plan *p) {
-    enum { CELL = 200 };
+    enum { CELL = 400 };
     char text[CELL];
     size_t width = plain_cell_width(f, p);
     fprintf(out, "         ");

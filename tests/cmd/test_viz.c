@@ -39,6 +39,98 @@ Test(viz, plain_frames_match_the_golden_files) {
                   "tests/golden/viz_toy_hsdp_277.txt");
     expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 289-289",
                   "tests/golden/viz_toy_hsdp_289.txt");
+    /* the seed's order: Lc's reduce-scatter with each GPU's own gradients summed and divided,
+     * then Lc's frees after it */
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --seed-order --events 169-171",
+                  "tests/golden/viz_toy_zero3_seed_order_169-171.txt");
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --seed-order --events 178-181",
+                  "tests/golden/viz_toy_zero3_seed_order_178-181.txt");
+}
+
+/* GPU 0's all-gathers, computes, reduce-scatters and frees of gathered parameters in the text
+ * frames of `fsdp ARGS` as "G0 F0 X0 ...": letter and unit (La 0, Lb 1, Lc 2). */
+static void gpu0_sequence(const char *args, char *got, size_t n) {
+    int status;
+    char *out = fsdp_output(args, "2>&1", &status);
+    cr_assert_eq(status, 0, "fsdp %s: %.300s", args, out);
+    size_t at = 0;
+    got[0] = 0;
+    static const struct {
+        const char *header, *narration;
+        char letter;
+    } kinds[] = {{"all_gather", NULL, 'G'},
+                 {"forward", NULL, 'F'},
+                 {"backward", NULL, 'B'},
+                 {"reduce_scatter", NULL, 'R'},
+                 {"free", "unsharded parameters", 'X'}};
+    for (const char *line = strstr(out, "-- event "); line; line = strstr(line + 1, "-- event ")) {
+        const char *end = strchr(line, '\n');
+        if (!end || !strstr(line, "| step 1 |")) continue;
+        char head[160];
+        snprintf(head, sizeof head, "%.*s", (int)(end - line), line);
+        const char *what = strstr(head, "| GPU 0 | ");
+        if (!what || (!strstr(head, "| forward |") && !strstr(head, "| backward |"))) continue;
+        what += strlen("| GPU 0 | ");
+        const char *next = strchr(end + 1, '\n');
+        for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+            size_t len = strlen(kinds[k].header);
+            if (strncmp(what, kinds[k].header, len) || what[len] != ' ' || what[len + 1] != 'L')
+                continue;
+            if (kinds[k].narration &&
+                !(next && memmem(end, (size_t)(next - end), kinds[k].narration,
+                                 strlen(kinds[k].narration))))
+                continue;
+            at += (size_t)snprintf(got + at, n - at, "%s%c%d", at ? " " : "", kinds[k].letter,
+                                   what[len + 2] - 'a');
+        }
+    }
+    free(out);
+}
+
+/* --seed-order is the workshop seed's list for the toy at 3 ranks: per unit in forward
+ * all-gather, forward, free; in backward all-gather, backward, reduce-scatter, free. Without it
+ * the order is FSDP2's; --help says what it sets, and a flag that asks for a prefetch, or a
+ * replay (whose order is the file's), is refused in one line. */
+Test(viz, seed_order_is_the_seeds_list) {
+    char got[512];
+    gpu0_sequence("viz --model toy --ranks 3 --strategy zero3 --seed-order", got, sizeof got);
+    cr_expect_str_eq(got, "G0 F0 X0 G1 F1 X1 G2 F2 X2 G2 B2 R2 X2 G1 B1 R1 X1 G0 B0 R0 X0");
+    gpu0_sequence("viz --model toy --ranks 3 --strategy zero3", got, sizeof got);
+    cr_expect_str_eq(got, "G0 F0 G1 X0 F1 G2 X1 F2 X2 G2 B2 G1 X2 B1 R2 X1 G0 B0 R1 X0 R0");
+    gpu0_sequence("viz --model toy --ranks 3 --strategy zero3 --seed-order --prefetch-forward 0",
+                  got, sizeof got);
+    cr_expect_str_eq(got, "G0 F0 X0 G1 F1 X1 G2 F2 X2 G2 B2 R2 X2 G1 B1 R1 X1 G0 B0 R0 X0",
+                     "a prefetch of 0 is what it sets");
+    int status;
+    /* the presenter's frame of Lc's reduce-scatter folds in the frees after it, and says so;
+     * FSDP2's frees come before theirs, packed */
+    char *seed = fsdp_output("viz --model toy --ranks 3 --strategy zero3 --seed-order --frames 11",
+                             "2>&1", &status);
+    cr_expect(strstr(seed, "reduce_scatter Lc --") &&
+                  strstr(seed, "Then each GPU frees Lc's full gradients (their reduce-scatter has "
+                               "averaged them) and frees Lc's unsharded parameters (after its "
+                               "reduce-scatter, in the seed's order)."),
+              "%s", seed);
+    free(seed);
+    char *fsdp2 =
+        fsdp_output("viz --model toy --ranks 3 --strategy zero3 --frames 13", "2>&1", &status);
+    cr_expect(strstr(fsdp2, "reduce_scatter Lc --") &&
+                  strstr(fsdp2, "Then each GPU frees Lb's full gradients (packed for their "
+                                "reduce-scatter) and frees Lb's unsharded parameters (its backward "
+                                "is done)."),
+              "%s", fsdp2);
+    free(fsdp2);
+    char *help = fsdp_output("viz --help", "2>&1", &status);
+    cr_expect(strstr(help, "--seed-order") && strstr(help, "--prefetch-forward 0") &&
+                  strstr(help, "--prefetch-backward 0"),
+              "%s", help);
+    free(help);
+    const UsageCase refused[] = {
+        {"viz --model toy --seed-order --prefetch-forward 1", "--prefetch-forward 1"},
+        {"viz --model toy --seed-order --prefetch-backward=2", "--prefetch-backward 2"},
+        {"viz --seed-order --trace /tmp/none.json", "--trace replays one"},
+    };
+    expect_usage_errors(refused, sizeof refused / sizeof *refused);
 }
 
 Test(viz, bad_events_exit_2_with_one_line) {

@@ -2,6 +2,8 @@
  * runs are bit-identical, memory at rest is the plan's formula, accumulation equals a big
  * batch, and fp16 loss scaling skips an overflowing step. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "models/toy.h"
@@ -292,4 +294,146 @@ Test(engine, recorded_step_values_are_the_whole_model) {
     FsdpConfig h = toy_config(STRAT_HSDP, BATCH);
     h.replicas = 2;
     check_recorded_values(h, 4);
+}
+
+/* ---- the seed's order (FsdpConfig.free_after_reduce, fsdp viz --seed-order) */
+
+/* free_after_reduce moves when memory is freed, never a value: the same bits after STEPS steps
+ * with it and without, under each strategy (and with prefetch off, as --seed-order runs it). */
+Test(engine, free_after_reduce_changes_no_value) {
+    const struct {
+        Strategy s;
+        int ranks, replicas, prefetch;
+        DType param;
+    } cases[] = {{STRAT_ZERO3, 3, 1, 0, DTYPE_FP32}, {STRAT_ZERO3, 3, 1, 1, DTYPE_FP32},
+                 {STRAT_ZERO3, 4, 1, 0, DTYPE_BF16}, {STRAT_ZERO2, 3, 1, 0, DTYPE_FP32},
+                 {STRAT_HSDP, 4, 2, 0, DTYPE_FP32},  {STRAT_DDP, 3, 1, 0, DTYPE_FP32},
+                 {STRAT_ZERO1, 2, 1, 1, DTYPE_FP32}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FsdpConfig c = toy_config(cases[i].s, BATCH);
+        c.replicas = cases[i].replicas;
+        c.prefetch_forward = c.prefetch_backward = cases[i].prefetch;
+        c.param_dtype = cases[i].param;
+        FsdpConfig seed = c;
+        seed.free_after_reduce = 1;
+        ToyRun a, b;
+        toy_train(&a, &c, cases[i].ranks, STEPS, 0);
+        toy_train(&b, &seed, cases[i].ranks, STEPS, 0);
+        cr_expect_eq(memcmp(a.params, b.params, sizeof a.params), 0,
+                     "%s at %d ranks (prefetch %d): free_after_reduce changed the parameters",
+                     strategy_name(cases[i].s), cases[i].ranks, cases[i].prefetch);
+        cr_expect_eq(memcmp(a.step_grads, b.step_grads, sizeof a.step_grads), 0,
+                     "and the gradients the optimizer saw");
+        toy_run_free(&a);
+        toy_run_free(&b);
+    }
+}
+
+/* What the seed's list names, one letter each: all-gather, forward, backward, reduce-scatter, and
+ * the free of a unit's gathered parameters; other events are not in it. */
+static char seed_letter(const TraceEvent *e) {
+    if (e->unit < 0) return 0;
+    switch (e->kind) {
+    case EV_ALL_GATHER:
+        return 'G';
+    case EV_FORWARD:
+        return 'F';
+    case EV_BACKWARD:
+        return 'B';
+    case EV_REDUCE_SCATTER:
+        return 'R';
+    case EV_FREE:
+        return e->category == MEM_PARAM_UNSHARDED ? 'X' : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Rank r's events of step 1's forward and backward as "G0 F0 X0 ..." (letter, unit). */
+static void seed_sequence(const Trace *t, int r, char *out, size_t n) {
+    size_t at = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < t->n && at + 4 < n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        char c = seed_letter(e);
+        if (e->rank != r || e->step != 0 || !c ||
+            (e->phase != PHASE_FORWARD && e->phase != PHASE_BACKWARD))
+            continue;
+        at += (size_t)snprintf(out + at, n - at, "%s%c%d", at ? " " : "", c, e->unit);
+    }
+}
+
+/* The workshop seed's strict order for La, Lb, Lc at 3 ranks: per unit in forward all-gather,
+ * forward, free; in backward all-gather, backward, reduce-scatter, free; on every GPU. The
+ * default (FSDP2's) order is not that: prefetch gathers the next unit before this one is freed,
+ * and backward frees a unit before its reduce-scatter. */
+Test(engine, the_seed_order_is_gather_compute_reduce_free) {
+    const char *seed = "G0 F0 X0 G1 F1 X1 G2 F2 X2 "          /* forward */
+                       "G2 B2 R2 X2 G1 B1 R1 X1 G0 B0 R0 X0"; /* backward */
+    FsdpConfig c = toy_config(STRAT_ZERO3, BATCH);
+    c.prefetch_forward = c.prefetch_backward = 0;
+    c.free_after_reduce = 1;
+    ToyRun run;
+    toy_train(&run, &c, 3, 1, 1);
+    char got[256];
+    for (int r = 0; r < 3; r++) {
+        seed_sequence(&run.trace, r, got, sizeof got);
+        cr_expect_str_eq(got, seed, "GPU %d", r);
+    }
+    toy_run_free(&run);
+    FsdpConfig fsdp2 = toy_config(STRAT_ZERO3, BATCH);
+    toy_train(&run, &fsdp2, 3, 1, 1);
+    seed_sequence(&run.trace, 0, got, sizeof got);
+    cr_expect_str_eq(got,
+                     "G0 F0 G1 X0 F1 G2 X1 F2 X2 " /* the next unit gathered ahead */
+                     "G2 B2 G1 X2 B1 R2 X1 G0 B0 R1 X0 R0",
+                     "FSDP2's: a unit freed before its reduce-scatter, which runs behind the next "
+                     "unit's backward");
+    toy_run_free(&run);
+}
+
+/* Each rank's own gradients before the reduction (TrainJob.step_local_grads): their mean over
+ * the ranks is the averaged gradient the optimizer used, within float rounding; the ranks'
+ * differ (each saw its own samples); under every strategy, and with accumulation. */
+static void check_local_grads(FsdpConfig c, int ranks) {
+    enum { N = 2 };
+    static float local[N * 8 * 9];
+    for (size_t i = 0; i < sizeof local / sizeof *local; i++) local[i] = NAN;
+    ToyRun run;
+    toy_train_recording(&run, &c, ranks, N, 0, local);
+    const char *s = strategy_name(c.strategy);
+    for (int k = 0; k < N; k++) {
+        int differ = 0;
+        for (int i = 0; i < 9; i++) {
+            double mean = 0.0;
+            for (int r = 0; r < ranks; r++) {
+                float g = local[((size_t)k * ranks + r) * 9 + i];
+                cr_assert(isfinite(g), "%s: rank %d's gradient %d of step %d was recorded", s, r, i,
+                          k + 1);
+                mean += g;
+                differ |= g != local[(size_t)k * ranks * 9 + i];
+            }
+            mean /= ranks;
+            double want = run.step_grads[k * 9 + i];
+            cr_expect_leq(fabs(mean - want), 1e-6 * fabs(want) + 1e-7,
+                          "%s at %d ranks, step %d, element %d: mean %.9g, averaged %.9g", s, ranks,
+                          k + 1, i, mean, want);
+        }
+        cr_expect(ranks == 1 || differ, "%s: the ranks' own gradients differ", s);
+    }
+    toy_run_free(&run);
+}
+
+Test(engine, local_gradients_average_to_the_reduced_ones) {
+    Strategy all[] = {STRAT_ZERO3, STRAT_ZERO2, STRAT_ZERO1, STRAT_DDP};
+    for (int s = 0; s < 4; s++) check_local_grads(toy_config(all[s], BATCH), 3);
+    FsdpConfig h = toy_config(STRAT_HSDP, BATCH);
+    h.replicas = 2;
+    check_local_grads(h, 4);
+    FsdpConfig accum = toy_config(STRAT_ZERO3, BATCH);
+    accum.grad_accum = 2;
+    check_local_grads(accum, 3);
+    FsdpConfig seed = toy_config(STRAT_ZERO3, BATCH);
+    seed.free_after_reduce = 1;
+    check_local_grads(seed, 3);
 }

@@ -250,3 +250,59 @@ Test(trace_file, a_value_beyond_a_float_is_refused) {
     unlink(good);
     unlink(bad);
 }
+
+/* Each GPU's own gradients before the average ("local_grads") round-trip exactly beside the
+ * values; a file written before they were recorded (the fuzz corpus's toy trace, as the
+ * writer then wrote it) still loads, without them; and a list of the wrong length is refused. */
+Test(trace_file, each_gpus_own_gradients_round_trip_and_old_files_load) {
+    static float local[2 * 3 * 9];
+    ToyRun run;
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    toy_train_recording(&run, &c, 3, 2, 1, local);
+    Trace *t = &run.trace;
+    t->params = run.step_params;
+    t->grads = run.step_grads;
+    t->local_grads = local;
+    t->steps = 2;
+    t->numel = 9;
+    char path[256], bad[256];
+    temp_path(path, sizeof path, "local");
+    temp_path(bad, sizeof bad, "local_bad");
+    TraceMeta m = toy_meta();
+    write_file(path, t, &m);
+    Trace back;
+    TraceMeta mb;
+    Err err = {0};
+    cr_assert_eq(trace_file_read(path, &back, &mb, &err), 0, "%s", err.msg);
+    cr_assert_not_null(back.local_grads);
+    cr_expect_eq(memcmp(back.local_grads, local, sizeof local), 0, "bit for bit");
+    trace_free(&back);
+    trace_meta_free(&mb);
+    write_edited(path, bad, "\"local_grads\":[", "\"local_grads\":[1,");
+    expect_refused(bad, "\"local_grads\" must hold 54 values");
+    /* without them (what every trace file before them holds) */
+    t->local_grads = NULL;
+    write_file(path, t, &m);
+    char *text = read_text_file(path, NULL);
+    cr_assert_null(strstr(text, "local_grads"), "none written");
+    free(text);
+    cr_assert_eq(trace_file_read(path, &back, &mb, &err), 0, "%s", err.msg);
+    cr_expect_null(back.local_grads);
+    cr_expect_eq(memcmp(back.grads, run.step_grads, 18 * sizeof(float)), 0);
+    trace_free(&back);
+    trace_meta_free(&mb);
+    const char *old = "tests/fuzz/corpus/toy_2ranks.trace.json";
+    text = read_text_file(old, NULL);
+    cr_assert_null(strstr(text, "local_grads"), "%s is from before", old);
+    free(text);
+    cr_assert_eq(trace_file_read(old, &back, &mb, &err), 0, "%s", err.msg);
+    cr_expect_null(back.local_grads);
+    cr_expect_not_null(back.params);
+    cr_expect_eq(back.steps, 1);
+    trace_free(&back);
+    trace_meta_free(&mb);
+    t->params = t->grads = NULL; /* the run owns them */
+    toy_run_free(&run);
+    unlink(path);
+    unlink(bad);
+}

@@ -1,9 +1,12 @@
 /* The visualizer's frame model on real traces of the toy at 3 ranks: what each rank holds at a
  * given event, and memory replayed against the ranks' accounting. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sim/viz/frame.h"
+#include "sim/viz/plain.h"
 #include "tests/util.h"
 
 /* What each rank holds under zero3 (parameters freed after each unit's forward), zero2 (kept until
@@ -167,9 +170,12 @@ Test(frame, narration_names_who_sends_what) {
                              "a₀ a₁ a₂");
     frame_of(&f, &run, find(&run.trace, EV_REDUCE_SCATTER, 2, 2, PHASE_BACKWARD));
     cr_expect_str_eq(f.narration,
-                     "∂c₀ ∂c₁ ∂c₂ of Lc are summed over the 3 GPUs and divided by 3: averaged, so "
-                     "the step equals one GPU's on the global batch; GPU 2 keeps ∂c₂ (DDP "
-                     "all-reduces instead: every GPU keeps all of them)");
+                     "Lc's parameters are freed already (FSDP2 reshards first: the reduce-scatter "
+                     "needs only gradients); it runs while Lb's backward computes. ∂c₀ ∂c₁ ∂c₂ of "
+                     "Lc are summed over the 3 GPUs and divided by 3: averaged, so the step equals "
+                     "one GPU's on the global batch; GPU 2 keeps ∂c₂ (DDP all-reduces instead: "
+                     "every GPU keeps all of them)",
+                     "without each GPU's own values, the average in symbols");
     cr_expect_str_eq(f.flow, "∂c₀ ∂c₁ ∂c₂ summed over GPUs 0-2 and averaged; GPU 0 keeps ∂c₀, "
                              "GPU 1 ∂c₁, GPU 2 ∂c₂");
     frame_of(&f, &run, find(&run.trace, EV_FORWARD, 1, 1, PHASE_FORWARD));
@@ -417,4 +423,196 @@ Test(frame, narration_says_what_bf16_keeps_in_16_bits) {
                      f.narration);
         toy_frame_free(&run, &f);
     }
+}
+
+/* ---- the order of a unit's frees and its reduce-scatter, and the values around it */
+
+/* A traced toy run at 3 ranks that keeps its values in the trace as fsdp viz records them: the
+ * parameters, the averaged gradients and each GPU's own gradients before the average. */
+static float local_grads[2 * 3 * 9];
+static void toy_frame_with_values(ToyRun *run, Frame *f, FsdpConfig c, long steps) {
+    toy_train_recording(run, &c, 3, steps, 1, local_grads);
+    Err err = {0};
+    cr_assert_eq(frame_init(f, &run->plan, &err), 0, "%s", err.msg);
+    run->trace.params = run->step_params;
+    run->trace.grads = run->step_grads;
+    run->trace.local_grads = local_grads;
+    run->trace.steps = (int)steps;
+    run->trace.numel = 9;
+}
+
+static void toy_frame_with_values_free(ToyRun *run, Frame *f) {
+    run->trace.params = run->trace.grads = run->trace.local_grads = NULL; /* not the trace's */
+    toy_frame_free(run, f);
+}
+
+static const char *cell_text(const Frame *f, const ToyRun *run, int r, int u) {
+    static char text[8][400];
+    static int next;
+    char *out = text[next++ % 8];
+    plain_cell_text(f, &run->plan, r, u, out, 400);
+    return out;
+}
+
+/* The seed's order of the workshop (--seed-order: no prefetch, free_after_reduce): the frames
+ * say it, and the default frames say FSDP2's: a unit's parameters are freed before its
+ * reduce-scatter, which needs only the gradients and runs behind the next unit's backward. */
+Test(frame, the_frees_and_the_reduce_scatter_say_whose_order) {
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, toy_config(STRAT_ZERO3, 4), 3, 1);
+    const Trace *t = &run.trace;
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 1, PHASE_BACKWARD, MEM_PARAM_UNSHARDED));
+    cr_expect_str_eq(f.narration,
+                     "GPU 1 frees Lb's unsharded parameters (12 B): its backward is done with "
+                     "them, and FSDP2's post-backward reshards the unit before its reduce-scatter, "
+                     "which needs only the gradients and runs later on the comm stream; the GPU "
+                     "keeps only its shard");
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 1, PHASE_BACKWARD, MEM_GRAD_UNSHARDED));
+    cr_expect(strstr(f.narration, "they are packed into the buffer its reduce-scatter sends, "
+                                  "which runs later on the comm stream"),
+              "%s", f.narration);
+    frame_of(&f, &run, find(t, EV_REDUCE_SCATTER, 1, 1, PHASE_BACKWARD));
+    cr_expect(strstr(f.narration, "Lb's parameters are freed already (FSDP2 reshards first") &&
+                  strstr(f.narration, "it runs while La's backward computes"),
+              "%s", f.narration);
+    toy_frame_free(&run, &f);
+
+    FsdpConfig seed = toy_config(STRAT_ZERO3, 4);
+    seed.prefetch_forward = seed.prefetch_backward = 0;
+    seed.free_after_reduce = 1;
+    toy_frame(&run, &f, seed, 3, 1);
+    t = &run.trace;
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 1, PHASE_BACKWARD, MEM_PARAM_UNSHARDED));
+    cr_expect_str_eq(f.narration,
+                     "GPU 1 frees Lb's unsharded parameters (12 B) after its reduce-scatter, in "
+                     "the seed's order (--seed-order): backward, reduce-scatter, free; FSDP2 frees "
+                     "them before it, so that it runs behind the next unit's backward. The GPU "
+                     "keeps only its shard");
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 1, PHASE_BACKWARD, MEM_GRAD_UNSHARDED));
+    cr_expect(strstr(f.narration, "its reduce-scatter has averaged them"), "%s", f.narration);
+    frame_of(&f, &run, find(t, EV_REDUCE_SCATTER, 1, 1, PHASE_BACKWARD));
+    cr_expect(strstr(f.narration, "In the seed's order the reduce-scatter comes before Lb's "
+                                  "parameters are freed (FSDP2 frees them first). "),
+              "%s", f.narration);
+    cr_expect(!strstr(f.narration, "runs while"), "nothing computes beside it: %s", f.narration);
+    toy_frame_free(&run, &f);
+}
+
+/* While a unit's gradients are unsharded each GPU's cell shows its own value of them, before
+ * the average, once its backward has computed it: the element of its shard (what it keeps once
+ * reduced), "⋯" for those it sends on, in the column's width (a toy's columns stay 22 wide, so
+ * 80 columns hold all three units); freed into the reduce-scatter's send buffer (FSDP2's order)
+ * they stay, "packed" once the parameters are freed too, until the reduce-scatter, whose
+ * narration and flow show each GPU's value, their sum divided by 3, and what each GPU keeps. */
+Test(frame, each_gpus_own_gradients_show_until_the_reduce_scatter) {
+    ToyRun run;
+    Frame f;
+    toy_frame_with_values(&run, &f, toy_config(STRAT_ZERO3, 4), 1);
+    const Trace *t = &run.trace;
+    char want[400];
+    const float *own = local_grads + 1 * 9 + 6; /* GPU 1's, c₀ c₁ c₂ */
+    /* allocated but not computed yet: no value to show */
+    size_t backward = find(t, EV_BACKWARD, 1, 2, PHASE_BACKWARD);
+    frame_of(&f, &run, backward - 1);
+    cr_expect(frame_cell(&f, 1, 2)->grads_full && !frame_cell(&f, 1, 2)->grads_computed);
+    cr_expect_str_eq(cell_text(&f, &run, 1, 2),
+                     fmt_text("c₁=%+.3f +c₀ c₂ +∂all", (double)run.step_params[7]));
+    /* Lc's backward on GPU 1: its own ∂c₁, and more it sends */
+    frame_of(&f, &run, backward);
+    cr_expect_str_eq(cell_text(&f, &run, 1, 2), fmt_text("c₁ +c₀ c₂ ∂c₁=%+.3f⋯", (double)own[1]));
+    cr_expect_eq(plain_cell_width(&f, &run.plan), 22, "the columns of the toy are as wide as ever");
+    /* freed into the send buffer: still there, and packed once the parameters are freed too */
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 2, PHASE_BACKWARD, MEM_GRAD_UNSHARDED));
+    cr_expect(frame_cell(&f, 1, 2)->grads_packed && frame_cell(&f, 1, 2)->gathered);
+    cr_expect_str_eq(cell_text(&f, &run, 1, 2), fmt_text("c₁ +c₀ c₂ ∂c₁=%+.3f⋯", (double)own[1]),
+                     "no room for \"packed\" beside the gathered parameters");
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 2, PHASE_BACKWARD, MEM_PARAM_UNSHARDED));
+    cr_expect(frame_cell(&f, 1, 2)->grads_packed && !frame_cell(&f, 1, 2)->grads_full);
+    snprintf(want, sizeof want, "c₁ packed ∂c₁=%+.3f⋯", (double)own[1]);
+    cr_expect_str_eq(cell_text(&f, &run, 1, 2), want);
+    /* GPU 1's reduce-scatter: each GPU's ∂c₁ summed and divided, GPU 1 keeps the average */
+    size_t rs = find(t, EV_REDUCE_SCATTER, 1, 2, PHASE_BACKWARD);
+    frame_of(&f, &run, rs);
+    double sum = 0;
+    for (int r = 0; r < 3; r++) sum += local_grads[r * 9 + 7];
+    cr_expect_leq(fabs(sum / 3 - run.step_grads[7]), 1e-6);
+    snprintf(want, sizeof want, "GPU 1 keeps ∂c₁=(%+.3f %+.3f %+.3f)/3=%+.3f",
+             (double)local_grads[7], (double)local_grads[9 + 7], (double)local_grads[18 + 7],
+             (double)run.step_grads[7]);
+    cr_expect(strstr(f.narration, want), "'%s' in: %s", want, f.narration);
+    cr_expect(strstr(f.flow, fmt_text("∂c₁=(%+.3f %+.3f %+.3f)/3=%+.3f to GPU 1",
+                                      (double)local_grads[7], (double)local_grads[9 + 7],
+                                      (double)local_grads[18 + 7], (double)run.step_grads[7])),
+              "%s", f.flow);
+    cr_expect_str_eq(
+        cell_text(&f, &run, 1, 2),
+        fmt_text("c₁=%+.3f ∂c₁=%+.3f", (double)run.step_params[7], (double)run.step_grads[7]),
+        "reduced: the shard of the average");
+    cr_expect(!frame_cell(&f, 1, 2)->grads_packed);
+    /* GPU 2's has not run yet at GPU 1's: its gradients are still packed */
+    if (find(t, EV_REDUCE_SCATTER, 2, 2, PHASE_BACKWARD) > rs)
+        cr_expect(strstr(cell_text(&f, &run, 2, 2), "packed ∂c₂="), "%s",
+                  cell_text(&f, &run, 2, 2));
+    /* without each GPU's values (a trace from before them) the cell says +∂all, packed or not,
+     * so that a ViT's columns stay as narrow as they were */
+    run.trace.local_grads = NULL;
+    frame_of(&f, &run, find(t, EV_BACKWARD, 1, 2, PHASE_BACKWARD));
+    cr_expect(strstr(cell_text(&f, &run, 1, 2), " +∂all"), "%s", cell_text(&f, &run, 1, 2));
+    frame_of(&f, &run, find_memory(t, EV_FREE, 1, 2, PHASE_BACKWARD, MEM_PARAM_UNSHARDED));
+    cr_expect(frame_cell(&f, 1, 2)->grads_packed);
+    cr_expect_str_eq(cell_text(&f, &run, 1, 2),
+                     fmt_text("c₁=%+.3f +∂all", (double)run.step_params[7]));
+    toy_frame_with_values_free(&run, &f);
+
+    /* in the seed's order the gradients are freed after the reduce-scatter: never packed */
+    FsdpConfig seed = toy_config(STRAT_ZERO3, 4);
+    seed.prefetch_forward = seed.prefetch_backward = 0;
+    seed.free_after_reduce = 1;
+    toy_frame_with_values(&run, &f, seed, 1);
+    for (size_t i = 0; i < run.trace.n; i++) {
+        frame_of(&f, &run, i);
+        for (int r = 0; r < 3; r++)
+            for (int u = 0; u < 3; u++) cr_assert(!frame_cell(&f, r, u)->grads_packed);
+    }
+    cr_expect(!f.ever_packed);
+    toy_frame_with_values_free(&run, &f);
+}
+
+/* A GPU shows a shard (its value, or its symbol) only once the shard is allocated on it: at
+ * event 1 only GPU 0 has anything, La's shard, and every cell of a GPU whose memory reads 0 B
+ * is "·"; a shard freed at the teardown goes back to "·". */
+Test(frame, a_gpu_shows_a_shard_only_once_it_is_allocated) {
+    ToyRun run;
+    Frame f;
+    toy_frame_with_values(&run, &f, toy_config(STRAT_ZERO3, 4), 1);
+    frame_of(&f, &run, 0);
+    cr_expect_str_eq(cell_text(&f, &run, 0, 0), fmt_text("a₀=%+.3f", (double)run.step_params[0]));
+    cr_expect_str_eq(cell_text(&f, &run, 0, 1), "·", "Lb's shard is not allocated yet");
+    for (int r = 1; r < 3; r++) {
+        size_t bytes = 0;
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) bytes += frame_mem(&f, r, (MemCategory)c);
+        cr_expect_eq(bytes, 0);
+        for (int u = 0; u < 3; u++)
+            cr_expect_str_eq(cell_text(&f, &run, r, u), "·", "GPU %d has 0 B: no value of unit %d",
+                             r, u);
+    }
+    /* every event of the run: a cell shows a value exactly when its shard is allocated */
+    for (size_t i = 0; i < run.trace.n; i++) {
+        frame_of(&f, &run, i);
+        for (int r = 0; r < 3; r++)
+            for (int u = 0; u < 3; u++) {
+                size_t held = 0;
+                for (size_t j = 0; j <= i; j++) {
+                    const TraceEvent *e = &run.trace.ev[j];
+                    if (e->rank == r && e->unit == u && e->category == MEM_PARAM_SHARD)
+                        held += e->kind == EV_ALLOC ? 1 : e->kind == EV_FREE ? (size_t)-1 : 0;
+                }
+                cr_assert_eq(frame_cell(&f, r, u)->resident, held != 0, "event %zu", i + 1);
+                cr_assert_eq(strchr(cell_text(&f, &run, r, u), '=') != NULL, held != 0,
+                             "event %zu, GPU %d, unit %d: '%s'", i + 1, r, u,
+                             cell_text(&f, &run, r, u));
+            }
+    }
+    toy_frame_with_values_free(&run, &f);
 }
