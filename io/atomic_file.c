@@ -3,25 +3,59 @@
 #include "io/atomic_file.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "io/output_path.h"
 
+/* An unnamed file in path's folder, open for writing (NULL where O_TMPFILE is not had: an old
+ * kernel, a file system without it). */
+static FILE *open_unnamed(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + (slash == path)), path);
+    int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) close(fd);
+    return f;
+}
+
+/* Gives the unnamed file its temporary name, to be renamed onto the path: through /proc (linkat
+ * with AT_EMPTY_PATH needs a privilege; this needs none). */
+static int name_unnamed(AtomicFile *o) {
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fileno(o->f));
+    unlink(o->tmp); /* one an earlier process of this pid left */
+    return linkat(AT_FDCWD, self, AT_FDCWD, o->tmp, AT_SYMLINK_FOLLOW);
+}
+
 AtomicStatus atomic_create(AtomicFile *o, const char *path) {
     o->path = path;
     o->f = NULL;
+    o->unnamed = 0;
     if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof o->tmp) {
         errno = ENAMETOOLONG;
         return ATOMIC_PATH_TOO_LONG;
     }
     if (output_path_obstacle(path)) return ATOMIC_NOT_REGULAR;
+    if ((o->f = open_unnamed(path))) {
+        o->unnamed = 1;
+        return ATOMIC_OK;
+    }
     o->f = fopen(o->tmp, "w");
     return o->f ? ATOMIC_OK : ATOMIC_CANNOT_CREATE;
 }
 
 AtomicStatus atomic_finish(AtomicFile *o, int sync) {
     int bad = ferror(o->f) != 0;
-    if (sync) bad = fflush(o->f) != 0 || fsync(fileno(o->f)) != 0 || bad;
+    if (sync || o->unnamed) bad = fflush(o->f) != 0 || bad; /* every byte in before it is named */
+    if (sync) bad = fsync(fileno(o->f)) != 0 || bad;
+    if (!bad && o->unnamed) bad = name_unnamed(o) != 0;
     bad = fclose(o->f) != 0 || bad;
     o->f = NULL;
     AtomicStatus status = bad                             ? ATOMIC_CANNOT_WRITE

@@ -13,6 +13,9 @@ typedef struct AtomicFile {
     const char *path;
     char tmp[4096];
     FILE *f;
+    /* The file has no name while it is written (O_TMPFILE), so a process killed meanwhile leaves
+     * nothing behind; it is linked as tmp only to be renamed. 0 where the file system cannot. */
+    int unnamed;
 } AtomicFile;
 
 /* Opens path's temporary sibling for writing (path NULL: nothing to write, f stays NULL). */

@@ -3,6 +3,7 @@
  * and node that was there before unchanged. A device is a symbolic link to /dev/null (stat
  * follows it: what an output would replace is the device, and no root is needed for it). */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,4 +202,33 @@ Test(outputs, a_failed_save_leaves_nothing_behind, .init = setup_dir, .fini = te
     pclose(ls);
     cr_expect(n == 0, "the checkpoint folder is empty, not:\n%s", left ? left : "");
     free(left);
+}
+
+/* A writer killed while it writes (SIGTERM during viz --html left page.html.tmp.PID, issue 39,
+ * case 14) leaves nothing: the file has no name until it is whole. */
+Test(outputs, a_writer_killed_mid_write_leaves_no_file, .init = setup_dir, .fini = teardown_dir) {
+    const char *page = in_dir("page.html");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        AtomicFile o;
+        Err err = {0};
+        if (atomic_open(&o, page, &err) != 0) _exit(3);
+        if (!o.unnamed) _exit(4); /* a file system without O_TMPFILE */
+        fputs("half a page", o.f);
+        fflush(o.f);
+        raise(SIGKILL);
+        _exit(5);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 4)
+        cr_skip_test("this file system has no O_TMPFILE");
+    cr_assert(WIFSIGNALED(status), "the writer was killed");
+    FILE *ls = popen(fmt_text("ls -A %s", dir), "r");
+    char line[256] = "";
+    int entries = 0;
+    while (fgets(line, sizeof line, ls)) entries++;
+    pclose(ls);
+    cr_expect_eq(entries, 0, "nothing left in the folder (%s)", line);
 }
