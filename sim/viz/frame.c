@@ -127,7 +127,11 @@ static void apply_progress(Frame *f, const TraceEvent *e) {
     if (e->kind == EV_ALLOC && e->category == MEM_GRAD_UNSHARDED)
         cell->grads_packed = cell->grads_computed = 0;
     if (e->kind == EV_BACKWARD && e->micro == f->last_micro) cell->grads_computed = 1;
-    if (is_reduction(e)) cell->reduced = 1, cell->grads_packed = 0;
+    if (is_reduction(e)) cell->grads_packed = 0;
+    if (e->kind == EV_REDUCE_SCATTER && f->reduce_in_two)
+        cell->group_reduced = 1;
+    else if (is_reduction(e))
+        cell->reduced = 1;
     if (e->kind == EV_OPTIMIZER) cell->stepped = 1;
 }
 
@@ -865,6 +869,7 @@ static int replay(Frame *f, const Trace *t, const Plan *p, size_t index, const s
     if (t->n && index >= t->n)
         return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, t->n);
     reset(f, p);
+    f->reduce_in_two = p->strategy == STRAT_HSDP && p->grads_sharded && p->replicas > 1;
     scan_trace(f, t, p);
     f->count = t->n;
     f->index = index;

@@ -26,6 +26,9 @@ typedef struct FrameCell {
      * hold what the trace's local_grads say */
     int grads_computed;
     int reduced; /* this step's gradients of the unit have reached this rank (reduced) */
+    /* hsdp: the reduce-scatter inside the shard group is done, the all-reduce across the
+     * replicas, which makes the shard the final average, is not yet */
+    int group_reduced;
     int stepped; /* this rank has stepped Adam on the unit in this step */
 } FrameCell;
 
@@ -82,6 +85,9 @@ typedef struct Frame {
     /* Bytes an element of the gathered parameters, so of what the units compute in (4: fp32;
      * 2: --param-dtype bf16 or fp16); 0 before the trace gathers any. */
     int compute_bytes;
+    /* hsdp's sharded gradients: each reduce-scatter is followed by an all-reduce across the
+     * replicas, and only that one gives a shard its final value (frame_at sets it) */
+    int reduce_in_two;
     const Trace *scanned;
     size_t scanned_n;
     /* [nranks * nunits], from the scan: the trace records the allocation of the rank's shard

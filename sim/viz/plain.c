@@ -106,6 +106,12 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
         int gr = plan_shard_rank(p, r);
         text_unit_values(p, u, p->shard_size, gr, "\u2202", grads, shard + 1, sizeof shard - 1);
         if (shard[1]) shard[0] = ' ';
+    } else if (p->grads_sharded && c.group_reduced && !c.grads_full) {
+        /* hsdp between its two reductions: the shard group's average, not yet the final one,
+         * which the trace holds alone: the symbols, no values */
+        text_unit_symbols(p, u, p->shard_size, plan_shard_rank(p, r), "\u2202", shard + 1,
+                          sizeof shard - 1);
+        if (shard[1]) shard[0] = ' ';
     }
     snprintf(buf, n, "%s%s%s%s%s", mine, c.gathered ? " +" : "",
              c.gathered && !others[0] ? "all" : others, full, shard);

@@ -45,6 +45,13 @@ Test(viz, plain_frames_match_the_golden_files) {
                   "tests/golden/viz_toy_zero3_seed_order_169-171.txt");
     expect_golden("viz --model toy --ranks 3 --strategy zero3 --seed-order --events 178-181",
                   "tests/golden/viz_toy_zero3_seed_order_178-181.txt");
+    /* the presenter's frames: La's all-gather on every GPU with its unpacking folded in, then
+     * its forward; hsdp's reduce-scatter inside each shard group, then the all-reduce across
+     * the replicas with Lb's post-backward folded in */
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --frames 2-3",
+                  "tests/golden/viz_toy_zero3_frames_2-3.txt");
+    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --frames 13-14",
+                  "tests/golden/viz_toy_hsdp_frames_13-14.txt");
 }
 
 /* GPU 0's all-gathers, computes, reduce-scatters and frees of gathered parameters in the text
