@@ -1,9 +1,11 @@
 /* launch: starting, watching and stopping the ranks of `fsdp launch` (runtime/launch.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -144,19 +146,101 @@ static int rank_env_build(RankEnv *e, const Group *g, int local) {
 
 /* ---------------------------------------------------------------- starting and stopping */
 
-/* In the child: the launcher's handlers gone before any signal gets through (they were all
- * blocked across fork), its own process group, gone with the launcher, then the command. */
-static void exec_rank(const Group *g, int local, char **envp, pid_t launcher,
-                      const sigset_t *mask) {
-    drop_handlers();
-    pthread_sigmask(SIG_SETMASK, mask, NULL);
-    setpgid(0, 0);
 #ifdef __linux__
-    prctl(PR_SET_PDEATHSIG, SIGTERM); /* the launcher died, even by SIGKILL: stop too */
-    if (getppid() != launcher) _exit(1);
-#else
-    (void)launcher;
+/* ---------------------------------------------------------------- the keeper
+ *
+ * Each rank is a small keeper process and the command under it, in the keeper's process group.
+ * The keeper goes when the launcher goes (even by SIGKILL: a parent-death signal) and it adopts
+ * what the command leaves (a child subreaper), so a process the command started that left the
+ * group (setsid) comes back to the keeper once the command is gone. When the command ends, or
+ * the keeper is told to stop, it stops what is left: SIGTERM, a grace, then SIGKILL, and ends
+ * as the command ended. */
+
+static volatile sig_atomic_t keeper_stop; /* a signal handler can reach nothing but a global */
+
+static void on_keeper_signal(int sig) {
+    keeper_stop = sig;
+}
+
+/* Signals what is left of the rank: the keeper's group and every process it adopted (whose
+ * parent it now is); whether any is left. */
+static int signal_leftovers(int sig) {
+    pid_t self = getpid();
+    int any = 0;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *end, path[300], line[512];
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1 || pid == self) continue;
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        char *paren = fgets(line, sizeof line, f) ? strrchr(line, ')') : NULL;
+        fclose(f);
+        long ppid = 0, pgrp = 0;
+        if (!paren || sscanf(paren + 1, " %*c %ld %ld", &ppid, &pgrp) != 2) continue;
+        if (ppid == self || pgrp == self) {
+            kill((pid_t)pid, sig);
+            any = 1;
+        }
+    }
+    if (d) closedir(d);
+    return any;
+}
+
+/* Reaps every child that has ended; the command's status into *status when it is among them. */
+static int reap_kept(pid_t command, int *status) {
+    int done = 0, st;
+    for (pid_t pid; (pid = waitpid(-1, &st, WNOHANG)) > 0;)
+        if (pid == command) *status = st, done = 1;
+    return done;
+}
+
+/* The keeper's life: start the command, wait for it (passing on a stop), stop what it left,
+ * end as it ended. */
+static void exec_command(const Group *g, int local, char **envp);
+
+static void keep_rank(const Group *g, int local, char **envp, const sigset_t *mask) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    struct sigaction sa = {.sa_handler = on_keeper_signal};
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < NFORWARDED; i++) sigaction(FORWARDED[i], &sa, NULL);
+    pthread_sigmask(SIG_SETMASK, mask, NULL); /* signals blocked since the fork: caught now */
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (int i = 0; i < NFORWARDED; i++) signal(FORWARDED[i], SIG_DFL);
+        exec_command(g, local, envp);
+    }
+    if (pid < 0) _exit(126);
+    double grace_s = g->a->kill_after_s;
+    int status = 0, ended = 0, passed = 0;
+    while (!ended) {
+        if (keeper_stop && !passed) { /* the launcher's word, or its death: to the whole rank */
+            signal_leftovers(keeper_stop);
+            passed = 1;
+        }
+        ended = reap_kept(pid, &status);
+        if (!ended) usleep(20 * 1000);
+    }
+    /* the command is gone: what it left gets SIGTERM, the grace, then SIGKILL */
+    double waited = 0;
+    for (int sig = SIGTERM; signal_leftovers(sig) && waited < grace_s + 2;) {
+        usleep(50 * 1000);
+        waited += 0.05;
+        reap_kept(pid, &status);
+        sig = waited < grace_s ? 0 : SIGKILL; /* 0: only whether any is left */
+    }
+    if (WIFSIGNALED(status)) {
+        signal(WTERMSIG(status), SIG_DFL);
+        raise(WTERMSIG(status));
+    }
+    _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
 #endif
+
+/* Runs the rank's command in this process; one line and exit 127 or 126 where it cannot. */
+static void exec_command(const Group *g, int local, char **envp) {
     char **command = g->a->command;
     execvpe(command[0], command, envp);
     int e = errno;
@@ -167,6 +251,24 @@ static void exec_rank(const Group *g, int local, char **envp, pid_t launcher,
     ssize_t ignored = write(2, msg, n > 0 && (size_t)n < sizeof msg ? (size_t)n : 0);
     (void)ignored;
     _exit(e == ENOENT ? 127 : 126);
+}
+
+/* In the child: the launcher's handlers gone before any signal gets through (they were all
+ * blocked across fork), its own process group, gone with the launcher, then (under the keeper,
+ * on Linux) the command. */
+static void exec_rank(const Group *g, int local, char **envp, pid_t launcher,
+                      const sigset_t *mask) {
+    drop_handlers();
+    setpgid(0, 0);
+#ifdef __linux__
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* the launcher died, even by SIGKILL: stop too */
+    if (getppid() != launcher) _exit(1);
+    keep_rank(g, local, envp, mask);
+#else
+    (void)launcher;
+    pthread_sigmask(SIG_SETMASK, mask, NULL);
+    exec_command(g, local, envp);
+#endif
 }
 
 static int start_rank(Group *g, int local, Err *err) {

@@ -251,7 +251,7 @@ static void draw_header(const Viewer *v) {
     const Side *s = &v->run;
     const TraceEvent *e = s->f.event;
     const Moment *m = &s->moments.m[s->moment];
-    char line[320], where[96], who[32];
+    char line[512], where[96], who[32];
     int work = v->by_event || m->anchor != MOMENT_NO_ANCHOR;
     if (v->by_event)
         snprintf(where, sizeof where, "event %zu/%zu", s->index + 1, s->t->n);

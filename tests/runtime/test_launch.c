@@ -297,6 +297,37 @@ Test(launch, the_launchers_signals_reach_every_rank, .init = make_dir, .fini = r
     cr_expect_eq(expect_pids_gone(), 2);
 }
 
+/* What a rank started and left (issue 39, case 15) goes with the job: a child that left the
+ * rank's process group (setsid), when the launcher gets SIGINT, and every rank's children, when
+ * the launcher itself is SIGKILLed (no handler of its own runs: each rank's keeper goes with it,
+ * a parent-death signal, and stops what it adopted). */
+Test(launch, what_ranks_leave_goes_with_the_launcher, .init = make_dir, .fini = remove_dir,
+     .timeout = 60) {
+    char cmd[512], log[128], pids[128];
+    snprintf(log, sizeof log, "%s/log", dir);
+    snprintf(pids, sizeof pids, "%s/pids", dir);
+    snprintf(cmd, sizeof cmd, "setsid sleep 30 & echo $! >> %s; sleep 30 & echo $! >> %s; wait",
+             pids, pids);
+    char *argv[] = {"fsdp", "launch", "--nproc-per-node", "2", "--", "sh", "-c", cmd, NULL};
+    for (int sig = 0; sig < 2; sig++) {
+        unlink(pids);
+        pid_t launcher = start_launcher(argv, log);
+        wait_for_lines(pids, 4);
+        kill(launcher, sig ? SIGKILL : SIGINT);
+        int status;
+        cr_assert_eq(waitpid(launcher, &status, 0), launcher);
+        double until = now() + 5.0; /* the keepers' grace */
+        FILE *f = fopen(pids, "r");
+        for (int pid; f && fscanf(f, "%d", &pid) == 1;) {
+            while (!process_gone(pid) && now() < until) usleep(20 * 1000);
+            cr_expect(process_gone(pid), "%s: process %d was left running",
+                      sig ? "SIGKILL" : "SIGINT", pid);
+            if (!process_gone(pid)) kill(pid, SIGKILL);
+        }
+        if (f) fclose(f);
+    }
+}
+
 /* On GPUs a process started as one of many runs one rank: --ranks must be the world. Every
  * process finds a bad flag alike, and rank 0 alone says so. */
 Test(launch, train_on_gpus_is_one_rank_of_the_processes) {
