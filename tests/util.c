@@ -552,3 +552,12 @@ size_t trace_seek(const Trace *t, size_t from, int dir, int (*is)(const TraceEve
         if (is(&t->ev[i])) return (size_t)i;
     return from;
 }
+
+void expect_fsdp_refused(const char *args, const char *want) {
+    int code;
+    char *out = fsdp_run(&code, "2>&1 >/dev/null", "%s", args);
+    cr_expect_eq(code, 2, "%s: exit %d\n%s", args, code, out);
+    cr_expect(strstr(out, want), "%s says '%s':\n%s", args, want, out);
+    cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "%s: one line\n%s", args, out);
+    free(out);
+}

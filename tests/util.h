@@ -138,6 +138,8 @@ void skip_without_mpi(void);
  * (caller frees); *code is mpirun's exit status, -1 when a signal ended it. */
 char *mpi_fsdp_run(int *code, int ranks, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* `fsdp ARGS` refused as bad input: exit 2 and one line (stderr) holding `want`. */
+void expect_fsdp_refused(const char *args, const char *want);
 /* The whole file at path, NUL-terminated (asserted to open; free it); *len, when given, its
  * size. */
 char *read_text_file(const char *path, size_t *len);

