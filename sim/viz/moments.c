@@ -291,11 +291,14 @@ static void write_moment_header(Frame *f, const Trace *t, const Plan *p, const M
  * sentence ("frees La's unsharded parameters (reshard after forward)"); 0 for an event told in
  * a sentence of its own (a copy, a pack). A free after the unit's reduce-scatter is the seed's
  * order (viz --seed-order) and says so. */
-static int change_clause(const Trace *t, size_t i, const Plan *p, char *out, size_t n) {
+static int change_clause(const Trace *t, size_t i, const Plan *p, int same_unit, char *out,
+                         size_t n) {
     const TraceEvent *e = &t->ev[i];
     if ((e->kind != EV_ALLOC && e->kind != EV_FREE) || e->unit < 0 || e->unit >= p->nunits)
         return 0;
     int after = e->kind == EV_FREE && frame_after_reduction(t, i);
+    char name[160]; /* "La's", or "its" where the clause before named the same unit */
+    snprintf(name, sizeof name, same_unit ? "its" : "%s's", p->units[e->unit].name);
     const char *u = p->units[e->unit].name;
     char bytes[32];
     format_bytes((size_t)e->bytes, bytes, sizeof bytes);
@@ -303,14 +306,14 @@ static int change_clause(const Trace *t, size_t i, const Plan *p, char *out, siz
     if (e->category == MEM_PARAM_UNSHARDED && alloc)
         snprintf(out, n, "unpacks %s into %s of unsharded parameters", u, bytes);
     else if (e->category == MEM_PARAM_UNSHARDED)
-        snprintf(out, n, "frees %s's unsharded parameters (%s)", u,
+        snprintf(out, n, "frees %s unsharded parameters (%s)", name,
                  fwd     ? "reshard after forward"
                  : after ? "after its reduce-scatter, in the seed's order"
                          : "its backward is done");
     else if (e->category == MEM_GRAD_UNSHARDED && alloc)
-        snprintf(out, n, "allocates %s's full gradients (%s)", u, bytes);
+        snprintf(out, n, "allocates %s full gradients (%s)", name, bytes);
     else if (e->category == MEM_GRAD_UNSHARDED)
-        snprintf(out, n, "frees %s's full gradients (%s)", u,
+        snprintf(out, n, "frees %s full gradients (%s)", name,
                  after ? "their reduce-scatter has averaged them"
                        : "packed for their reduce-scatter");
     else
@@ -338,13 +341,14 @@ static void tell_changes(Frame *f, const Trace *t, const Plan *p, const Moment *
                          char *text, size_t n) {
     char clause[320];
     char kept[32][320];
-    int count = 0, before_anchor = 0, alike = 1;
+    int count = 0, before_anchor = 0, alike = 1, last_unit = -2;
     for (int q = 0; q < t->nranks && alike; q++) alike = same_changes(t, m, rank, q);
     for (size_t i = m->first; i <= m->last; i++) {
         const TraceEvent *e = &t->ev[i];
         if (e->rank != rank || is_work(e) || !told_alone(e)) continue;
-        if (change_clause(t, i, p, clause, sizeof clause)) {
+        if (change_clause(t, i, p, e->unit == last_unit, clause, sizeof clause)) {
             if (count < 32) snprintf(kept[count++], sizeof kept[0], "%s", clause);
+            last_unit = e->unit;
             before_anchor |= m->anchor != MOMENT_NO_ANCHOR && i < m->anchor;
             continue;
         }

@@ -115,7 +115,7 @@ Test(viz, seed_order_is_the_seeds_list) {
                              "2>&1", &status);
     cr_expect(strstr(seed, "reduce_scatter Lc --") &&
                   strstr(seed, "Then each GPU frees Lc's full gradients (their reduce-scatter has "
-                               "averaged them) and frees Lc's unsharded parameters (after its "
+                               "averaged them) and frees its unsharded parameters (after its "
                                "reduce-scatter, in the seed's order)."),
               "%s", seed);
     free(seed);
@@ -123,7 +123,7 @@ Test(viz, seed_order_is_the_seeds_list) {
         fsdp_output("viz --model toy --ranks 3 --strategy zero3 --frames 13", "2>&1", &status);
     cr_expect(strstr(fsdp2, "reduce_scatter Lc --") &&
                   strstr(fsdp2, "Then each GPU frees Lb's full gradients (packed for their "
-                                "reduce-scatter) and frees Lb's unsharded parameters (its backward "
+                                "reduce-scatter) and frees its unsharded parameters (its backward "
                                 "is done)."),
               "%s", fsdp2);
     free(fsdp2);
