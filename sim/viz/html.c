@@ -252,13 +252,12 @@ typedef struct DdpSide {
     const Trace *t; /* NULL: none */
     const Plan *p;
     Frame f;
-    size_t at;  /* the event of t that f shows */
-    long state; /* its entry of P; -1 none yet */
+    long *state_of; /* [t->n]: the entry of P made for each of its events, -1 none yet */
 } DdpSide;
 
 /* The entry of P for DDP at the same point as event `index` of t, [header, [memory of each
- * rank]] (*state -1 without a DDP side). Neighbouring events mostly match the same DDP event:
- * its frame is made once for them. */
+ * rank]] (*state -1 without a DDP side). Many events match the same DDP event (those between
+ * two computes, every GPU's part of a collective): its frame is made once for all of them. */
 static int ddp_state(Tables *tb, DdpSide *d, const Trace *t, size_t index, long *memory,
                      long *state, Err *err) {
     *state = -1;
@@ -266,8 +265,8 @@ static int ddp_state(Tables *tb, DdpSide *d, const Trace *t, size_t index, long 
     size_t j;
     int rc = compare_match(t, index, d->t, &j, err);
     if (rc) return rc;
-    if (d->state >= 0 && j == d->at) {
-        *state = d->state;
+    if (d->state_of[j] >= 0) {
+        *state = d->state_of[j];
         return 0;
     }
     if ((rc = frame_at(&d->f, d->t, d->p, j, err))) return rc;
@@ -280,9 +279,8 @@ static int ddp_state(Tables *tb, DdpSide *d, const Trace *t, size_t index, long 
     buf_add(v, "[%ld,[", header);
     for (int r = 0; r < d->f.nranks; r++) buf_add(v, "%s%ld", r ? "," : "", memory[r]);
     buf_add(v, "]]");
-    if ((d->state = value_index(tb, &tb->ddp)) < 0) return ERR_NOMEM;
-    d->at = j;
-    *state = d->state;
+    if ((d->state_of[j] = value_index(tb, &tb->ddp)) < 0) return ERR_NOMEM;
+    *state = d->state_of[j];
     return 0;
 }
 
@@ -835,11 +833,13 @@ static int write_charts(Writer *w, Err *err) {
 }
 
 static int writer_open(Writer *w, const Trace *t, const Plan *p, const HtmlPage *page, Err *err) {
-    w->ddp = (DdpSide){
-        .t = page->ddp && page->ddp->n ? page->ddp : NULL, .p = page->ddp_plan, .state = -1};
+    w->ddp = (DdpSide){.t = page->ddp && page->ddp->n ? page->ddp : NULL, .p = page->ddp_plan};
     int rc = frame_init(&w->f, p, err);
     if (!rc) rc = frame_init(&w->fm, p, err);
     if (!rc && w->ddp.t) rc = frame_init(&w->ddp.f, w->ddp.p, err);
+    if (!rc && w->ddp.t && !(w->ddp.state_of = malloc(w->ddp.t->n * sizeof *w->ddp.state_of)))
+        rc = err_set(err, ERR_NOMEM, "out of memory for the page's DDP side");
+    for (size_t j = 0; !rc && w->ddp.t && j < w->ddp.t->n; j++) w->ddp.state_of[j] = -1;
     if (!rc) rc = moments_build(&w->ms, t, err);
     if (!rc) rc = charts_build(&w->charts, t, err);
     int ranks = p->world;
@@ -865,6 +865,7 @@ static void writer_close(Writer *w) {
     frame_free(&w->f);
     frame_free(&w->fm);
     if (w->ddp.t) frame_free(&w->ddp.f);
+    free(w->ddp.state_of);
 }
 
 int html_write(FILE *out, const Trace *t, const Plan *p, const HtmlPage *page, Err *err) {
