@@ -201,11 +201,14 @@ static long memory_index(Tables *tb, const Frame *f, int r) {
     return value_index(tb, &tb->memory);
 }
 
-/* ["timeline of step 1 (...)", [row of each rank's each stream...]]: the same for every event
- * of a step, so written once per step. */
+/* ["timeline of step 1 (...)", [row of each rank's each stream...], phases' row, time axis,
+ * "time (us)"]: the same for every event of a step, so written once per step. */
 static long timeline_index(Tables *tb, const Frame *f) {
-    char title[96];
+    char title[96], phases[FRAME_TIMELINE_MAX + 1], axis[FRAME_TIMELINE_MAX + 1], unit[24];
     plain_timeline_title(f, title, sizeof title);
+    plain_timeline_phases(f, -1, phases, sizeof phases);
+    plain_timeline_axis(f, axis, sizeof axis);
+    snprintf(unit, sizeof unit, "time (%s)", plain_timeline_unit(f));
     Buf *v = &tb->value;
     v->n = 0;
     buf_add(v, "[");
@@ -215,7 +218,13 @@ static long timeline_index(Tables *tb, const Frame *f) {
         if (row) buf_add(v, ",");
         buf_json(v, f->timeline[row]);
     }
-    buf_add(v, "]]");
+    buf_add(v, "],");
+    buf_json(v, phases);
+    buf_add(v, ",");
+    buf_json(v, axis);
+    buf_add(v, ",");
+    buf_json(v, unit);
+    buf_add(v, "]");
     return value_index(tb, &tb->timelines);
 }
 
@@ -566,10 +575,12 @@ static const char page_script[] =
     "  }\n"
     "  return html;\n"
     "}\n"
+    "// As the text frames draw it: [title, rows, phases, axis, unit] (timeline_index).\n"
     "function drawTimeline(t, cursor) {\n"
     "  const names = ['compute', 'comm', 'copy'];\n"
     "  let html = esc(t[0]) + '  <span class=c>#</span> compute  <span class=m>=</span> comm' +\n"
-    "             '  <span class=y>~</span> copy\\n' + ' '.repeat(16 + cursor) + 'v\\n';\n"
+    "             '  <span class=y>~</span> copy\\n' + 'phases'.padEnd(16) + esc(t[2]) + '\\n' +\n"
+    "             ' '.repeat(16 + cursor) + 'v\\n';\n"
     "  for (let r = 0; r < D.ranks; r++) {\n"
     "    for (let s = 0; s < D.streams; s++) {\n"
     "      const row = t[1][r * D.streams + s];\n"
@@ -578,7 +589,7 @@ static const char page_script[] =
     "      html += label + paint(row, cursor) + '\\n';\n"
     "    }\n"
     "  }\n"
-    "  $('timeline').innerHTML = html;\n"
+    "  $('timeline').innerHTML = html + esc(t[4]).padEnd(16) + esc(t[3]);\n"
     "}\n"
     "// The step's chart, its cursor at the frame's event.\n"
     "function drawChart(f) {\n"

@@ -353,9 +353,7 @@ static char *plain_frame_as_page(char **lines, int n, int nranks) {
     memcpy(out + len, memory, mlen + 1);
     len += mlen;
     free(memory);
-    for (; at < n; at++) /* the page has no phases' row or time axis (yet) */
-        if (strncmp(lines[at], "  phases ", 9) && strncmp(lines[at], "  time (", 8))
-            add_line(&out, &len, lines[at] + 2, strlen(lines[at] + 2));
+    for (; at < n; at++) add_line(&out, &len, lines[at] + 2, strlen(lines[at] + 2));
     out[len - 1] = 0; /* no newline after the last line */
     return out;
 }
