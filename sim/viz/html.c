@@ -1,8 +1,9 @@
 /* html: a whole trace as one self-contained HTML page: every event's frame (frame_at, as plain.c
  * draws one) and every presenter's frame (moments_frame) as compact data, DDP's memory at the
- * same point of the same step (compare_match), each step's streams and memory over time as an
- * SVG (html_chart.c), and a small script that draws one frame and moves between frames on the
- * viewer's keys. Nothing in it is loaded from elsewhere. */
+ * same point of the same step (compare.h: each GPU at its own, as the viewer's key d shows it),
+ * each step's streams and memory over time as an SVG (html_chart.c), and a small script that
+ * draws one frame and moves between frames on the viewer's keys. Nothing in it is loaded from
+ * elsewhere. */
 #include "sim/viz/html.h"
 
 #include <stdarg.h>
@@ -256,40 +257,54 @@ static void charts_free(Charts *c) {
     free(c->ok);
 }
 
-/* The DDP side: its frame at the event that compare_match puts at the same point. */
+/* The DDP side as the viewer's key d shows it: each GPU at its own point of the same computation
+ * (compare_points, frame_at_points), named by the event compare_match puts beside the run's. */
 typedef struct DdpSide {
     const Trace *t; /* NULL: none */
     const Plan *p;
     Frame f;
-    long *state_of; /* [t->n]: the entry of P made for each of its events, -1 none yet */
+    size_t *ends, *last_ends; /* [ranks]: each GPU's point, now and at the previous call */
+    size_t last_j;
+    long last_state; /* the previous call's entry of P; -1 none yet */
 } DdpSide;
 
-/* The entry of P for DDP at the same point as event `index` of t, [header, [memory of each
- * rank]] (*state -1 without a DDP side). Many events match the same DDP event (those between
- * two computes, every GPU's part of a collective): its frame is made once for all of them. */
+/* The entry of P for DDP at the same point as event `index` of t, ["event J of N, GPU r kind
+ * unit", [memory of each rank at its point]] (*state -1 without a DDP side). Neighbouring
+ * events often leave every GPU where it was (what folds into a frame, the steps of a compute):
+ * then the entry is the previous one, without a frame made again. */
 static int ddp_state(Tables *tb, DdpSide *d, const Trace *t, size_t index, long *memory,
                      long *state, Err *err) {
     *state = -1;
     if (!d->t) return 0;
-    size_t j;
+    size_t j, nranks = (size_t)d->t->nranks;
     int rc = compare_match(t, index, d->t, &j, err);
+    if (!rc) rc = compare_points(t, index, d->t, d->ends, err);
     if (rc) return rc;
-    if (d->state_of[j] >= 0) {
-        *state = d->state_of[j];
+    if (d->last_state >= 0 && j == d->last_j &&
+        !memcmp(d->ends, d->last_ends, nranks * sizeof *d->ends)) {
+        *state = d->last_state;
         return 0;
     }
-    if ((rc = frame_at(&d->f, d->t, d->p, j, err))) return rc;
+    if ((rc = frame_at_points(&d->f, d->t, d->p, j, d->ends, err))) return rc;
     for (int r = 0; r < d->f.nranks; r++)
         if ((memory[r] = memory_index(tb, &d->f, r)) < 0) return ERR_NOMEM;
-    long header = string_index(tb, d->f.header);
-    if (header < 0) return ERR_NOMEM;
+    const TraceEvent *e = &d->t->ev[j];
+    char title[256];
+    int unit = e->unit >= 0 && e->unit < d->p->nunits;
+    snprintf(title, sizeof title, "event %zu of %zu, GPU %d %s%s%s", j + 1, d->t->n, e->rank,
+             event_kind_name((EventKind)e->kind), unit ? " " : "",
+             unit ? d->p->units[e->unit].name : "");
+    long named = string_index(tb, title);
+    if (named < 0) return ERR_NOMEM;
     Buf *v = &tb->value;
     v->n = 0;
-    buf_add(v, "[%ld,[", header);
+    buf_add(v, "[%ld,[", named);
     for (int r = 0; r < d->f.nranks; r++) buf_add(v, "%s%ld", r ? "," : "", memory[r]);
     buf_add(v, "]]");
-    if ((d->state_of[j] = value_index(tb, &tb->ddp)) < 0) return ERR_NOMEM;
-    *state = d->state_of[j];
+    if ((d->last_state = value_index(tb, &tb->ddp)) < 0) return ERR_NOMEM;
+    d->last_j = j;
+    memcpy(d->last_ends, d->ends, nranks * sizeof *d->ends);
+    *state = d->last_state;
     return 0;
 }
 
@@ -646,7 +661,7 @@ static const char page_script[] =
     "  for (let r = 0; r < D.ranks; r++) fill(bars[r * per], M[f[MEMORY][r]]);\n"
     "  if (D.ddpRanks && f[DDP] >= 0) {\n"
     "    const d = P[f[DDP]];\n"
-    "    $('ddpline').textContent = 'DDP at the same point: ' + S[d[0]];\n"
+    "    $('ddpline').textContent = 'DDP at the same point, each GPU at its own: ' + S[d[0]];\n"
     "    for (let r = 0; r < D.ddpRanks; r++) fill(bars[r * 2 + 1], M[d[1][r]]);\n"
     "  }\n"
     "  drawTimeline(T[f[TIMELINE]], f[CURSOR]);\n"
@@ -844,13 +859,16 @@ static int write_charts(Writer *w, Err *err) {
 }
 
 static int writer_open(Writer *w, const Trace *t, const Plan *p, const HtmlPage *page, Err *err) {
-    w->ddp = (DdpSide){.t = page->ddp && page->ddp->n ? page->ddp : NULL, .p = page->ddp_plan};
+    w->ddp = (DdpSide){
+        .t = page->ddp && page->ddp->n ? page->ddp : NULL, .p = page->ddp_plan, .last_state = -1};
     int rc = frame_init(&w->f, p, err);
     if (!rc) rc = frame_init(&w->fm, p, err);
     if (!rc && w->ddp.t) rc = frame_init(&w->ddp.f, w->ddp.p, err);
-    if (!rc && w->ddp.t && !(w->ddp.state_of = malloc(w->ddp.t->n * sizeof *w->ddp.state_of)))
+    size_t ddp_ranks = w->ddp.t ? (size_t)w->ddp.t->nranks + 1 : 1;
+    w->ddp.ends = calloc(ddp_ranks, sizeof *w->ddp.ends);
+    w->ddp.last_ends = calloc(ddp_ranks, sizeof *w->ddp.last_ends);
+    if (!rc && (!w->ddp.ends || !w->ddp.last_ends))
         rc = err_set(err, ERR_NOMEM, "out of memory for the page's DDP side");
-    for (size_t j = 0; !rc && w->ddp.t && j < w->ddp.t->n; j++) w->ddp.state_of[j] = -1;
     if (!rc) rc = moments_build(&w->ms, t, err);
     if (!rc) rc = charts_build(&w->charts, t, err);
     int ranks = p->world;
@@ -876,7 +894,8 @@ static void writer_close(Writer *w) {
     frame_free(&w->f);
     frame_free(&w->fm);
     if (w->ddp.t) frame_free(&w->ddp.f);
-    free(w->ddp.state_of);
+    free(w->ddp.ends);
+    free(w->ddp.last_ends);
 }
 
 int html_write(FILE *out, const Trace *t, const Plan *p, const HtmlPage *page, Err *err) {

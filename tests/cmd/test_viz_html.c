@@ -2,7 +2,7 @@
  * DevTools protocol, opens the page, is sent key presses and reads back the frame the page shows,
  * which must be the plain frame (`viz --frames K`, or `--events N` after e) of where the key leads
  * in the terminal viewer (moments_move, nav_move), with the grid's column of the unit in play on
- * screen, DDP's memory at the same point (compare_match) and the chart's cursor at the frame's
+ * screen, DDP's memory at the same point (compare.h) and the chart's cursor at the frame's
  * event. Skipped only where no chromium exists. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -389,26 +389,53 @@ static void free_frames(char **frames, size_t n) {
     free(frames);
 }
 
-/* What the page's DDP side says for DDP's frame `frame` (as plain_frame_as_page has it: the
- * header, narration, flow, the grid's rows, then each rank's memory): "DDP at the same point: "
- * and its header, then each rank's memory line. */
-static char *ddp_as_page(const char *frame, int nranks) {
+/* Line k (0-based) of a frame as plain_frame_as_page has it (the header, narration, flow, the
+ * grid's rows, then each rank's memory), into buf. */
+static void frame_line(const char *frame, int k, char *buf, size_t n) {
+    const char *line = frame;
+    for (int i = 0; line && i < k; i++) line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL;
+    cr_assert(line, "no line %d in\n%s", k, frame);
+    snprintf(buf, n, "%.*s", (int)strcspn(line, "\n"), line);
+}
+
+/* What the page should show, made from the run's trace without the page. */
+typedef struct Expected {
+    Trace t, ddp;
+    Moments ms;
+    char **events, **frames, **ddp_frames; /* plain frames, as the page shows them */
+    size_t nevents, nframes, nddp;
+    MemoryTimeline *mt; /* [nsteps]: each step's, where mt_ok */
+    char *mt_ok;
+    int nsteps, nranks;
+    TraceMeta ddp_meta; /* the DDP trace file's: its units' names */
+} Expected;
+
+/* What the page's DDP side says at the same point as event `index` of the run, as the viewer's
+ * key d shows it: the DDP event compare_match puts beside it, then each GPU's memory at its own
+ * point (compare_points), which is that GPU's line in DDP's plain frame of the last event it has
+ * run by then ("0 B (peak 0 B)" before any). */
+static char *ddp_as_page(const Expected *x, size_t index) {
+    size_t j, ends[64];
+    Err err = {0};
+    cr_assert_leq(x->nranks, 64);
+    cr_assert_eq(compare_match(&x->t, index, &x->ddp, &j, &err), 0, "%s", err.msg);
+    cr_assert_eq(compare_points(&x->t, index, &x->ddp, ends, &err), 0, "%s", err.msg);
+    const TraceEvent *e = &x->ddp.ev[j];
+    char line[600];
+    snprintf(line, sizeof line,
+             "DDP at the same point, each GPU at its own: event %zu of %zu, GPU %d %s%s%s", j + 1,
+             x->ddp.n, e->rank, event_kind_name((EventKind)e->kind), e->unit >= 0 ? " " : "",
+             e->unit >= 0 ? x->ddp_meta.units[e->unit] : "");
     char *out = NULL;
     size_t len = 0;
-    const char *line = frame;
-    for (int k = 0; line && k < 3 + 2 * nranks; k++) {
-        const char *end = strchr(line, '\n');
-        size_t n = end ? (size_t)(end - line) : strlen(line);
-        if (k == 0) {
-            char head[600];
-            snprintf(head, sizeof head, "DDP at the same point: %.*s", (int)n, line);
-            add_line(&out, &len, head, strlen(head));
-        } else if (k >= 3 + nranks) {
-            add_line(&out, &len, line, n);
-        }
-        line = end ? end + 1 : NULL;
+    add_line(&out, &len, line, strlen(line));
+    for (int r = 0; r < x->nranks; r++) {
+        if (ends[r])
+            frame_line(x->ddp_frames[ends[r] - 1], 3 + x->nranks + r, line, sizeof line);
+        else
+            snprintf(line, sizeof line, "0 B (peak 0 B)");
+        add_line(&out, &len, line, strlen(line));
     }
-    cr_assert(out && len, "no DDP frame in\n%s", frame);
     out[len - 1] = 0;
     return out;
 }
@@ -493,17 +520,6 @@ static size_t focus_event(const Moments *ms, Where w) {
     return w.by_event ? w.event : m->anchor != MOMENT_NO_ANCHOR ? m->anchor : m->last;
 }
 
-/* What the page should show, made from the run's trace without the page. */
-typedef struct Expected {
-    Trace t, ddp;
-    Moments ms;
-    char **events, **frames, **ddp_frames; /* plain frames, as the page shows them */
-    size_t nevents, nframes, nddp;
-    MemoryTimeline *mt; /* [nsteps]: each step's, where mt_ok */
-    char *mt_ok;
-    int nsteps, nranks;
-} Expected;
-
 /* The page's value of `js` is `want` (asked again for up to 2 s: a key's effect, or a hash's,
  * may land after the protocol's reply). */
 static void expect_eval(Browser *b, const char *js, const char *want, const char *what,
@@ -556,10 +572,7 @@ static void expect_unit_on_screen(Browser *b, int u, const char *after) {
 static void expect_page(Browser *b, const Expected *x, Where w, const char *after) {
     expect_eval(b, frame_js, w.by_event ? x->events[w.event] : x->frames[w.frame], "its frame",
                 after);
-    size_t j;
-    Err err = {0};
-    cr_assert_eq(compare_match(&x->t, state_event(&x->ms, w), &x->ddp, &j, &err), 0, "%s", err.msg);
-    char *ddp = ddp_as_page(x->ddp_frames[j], x->nranks);
+    char *ddp = ddp_as_page(x, state_event(&x->ms, w));
     expect_eval(b, ddp_js, ddp, "DDP", after);
     free(ddp);
     const TraceEvent *e = &x->t.ev[focus_event(&x->ms, w)];
@@ -608,8 +621,7 @@ static void expected_load(Expected *x, const char *trace, const char *ddp_trace,
     Err err = {0};
     cr_assert_eq(trace_file_read(trace, &x->t, &meta, &err), 0, "%s", err.msg);
     trace_meta_free(&meta);
-    cr_assert_eq(trace_file_read(ddp_trace, &x->ddp, &meta, &err), 0, "%s", err.msg);
-    trace_meta_free(&meta);
+    cr_assert_eq(trace_file_read(ddp_trace, &x->ddp, &x->ddp_meta, &err), 0, "%s", err.msg);
     cr_assert_eq(moments_build(&x->ms, &x->t, &err), 0, "%s", err.msg);
     char frames[64];
     snprintf(frames, sizeof frames, "--frames 1-%zu", x->ms.n);
@@ -638,6 +650,7 @@ static void expected_free(Expected *x) {
     moments_free(&x->ms);
     trace_free(&x->t);
     trace_free(&x->ddp);
+    trace_meta_free(&x->ddp_meta);
 }
 
 /* ---------------------------------------------------------------- the cases */
