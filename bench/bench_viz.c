@@ -158,7 +158,7 @@ int main(void) {
            "3 (target < 1000)\n",
            (double)bytes / 1e6, file_s[1] * 1e3);
     /* the page of every event, alone and beside a DDP side of as many events (the same trace:
-     * compare_match and DDP's frames cost what a DDP run's would) */
+     * compare_match, compare_points and DDP's frames cost what a DDP run's would) */
     for (int side = 0; side < 2; side++) {
         HtmlPage opts = {
             .title = "bench", .ddp = side ? &trace : NULL, .ddp_plan = &p, .no_ddp = "none"};
