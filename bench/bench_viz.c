@@ -2,12 +2,14 @@
  * and a trace of 100,000 events. Targets: open < 1 s, frame < 5 ms. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench/bench_util.h"
 #include "io/trace_file.h"
 #include "models/vit.h"
 #include "sim/viz/frame.h"
+#include "sim/viz/html.h"
 #include "sim/viz/plain.h"
 
 /* A training step of that model is too big to simulate for a benchmark, so the trace is synthetic
@@ -155,6 +157,23 @@ int main(void) {
     printf("bench_viz: the same trace from a %.1f MB file (viz --trace): open %.0f ms, median of "
            "3 (target < 1000)\n",
            (double)bytes / 1e6, file_s[1] * 1e3);
+    /* the page of every event, alone and beside a DDP side of as many events (the same trace:
+     * compare_match, compare_points and DDP's frames cost what a DDP run's would) */
+    for (int side = 0; side < 2; side++) {
+        HtmlPage opts = {
+            .title = "bench", .ddp = side ? &trace : NULL, .ddp_plan = &p, .no_ddp = "none"};
+        FILE *page = fopen(path, "w");
+        double h0 = clock_seconds();
+        clock_t cpu0 = clock(); /* the machine may be shared: its CPU seconds say more */
+        if (!page || html_write(page, &trace, &p, &opts, &err)) die("writing the page", &err);
+        double h_s = clock_seconds() - h0, cpu_s = (double)(clock() - cpu0) / CLOCKS_PER_SEC;
+        long page_bytes = ftell(page);
+        fclose(page);
+        remove(path);
+        printf("bench_viz: the page of all %zu events (viz --html)%s: %.1f s (%.1f s of CPU), "
+               "%.1f MB\n",
+               trace.n, side ? " beside DDP's" : "", h_s, cpu_s, (double)page_bytes / 1e6);
+    }
     fclose(sink);
     frame_free(&f);
     trace_free(&trace);

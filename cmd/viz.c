@@ -77,8 +77,9 @@ static const Flag viz_rows[] = {
              "switches between the two"},
     {"--html", FLAG_STRING, offsetof(VizArgs, html), .arg = "FILE",
      .missing = "--html needs a file",
-     .help = "write every event as one self-contained HTML page (the viewer's\n"
-             "keys work in it) instead of showing them"},
+     .help = "write the step as one self-contained HTML page instead of showing\n"
+             "it: the presenter's frames and every event (the viewer's keys work\n"
+             "in it), DDP's memory at the same point, the step over time"},
     {"--plain", FLAG_SWITCH, offsetof(VizArgs, plain),
      .help = "text frames even on a terminal (they are the default when stdout\n"
              "is not one)"},
@@ -210,24 +211,6 @@ static int check_html_path(const char *path, Err *err) {
                        errno == ENOENT ? "does not exist" : strerror(errno));
     if (!S_ISDIR(st.st_mode))
         return err_set(err, ERR_USAGE, "--html '%s': '%s' is not a directory", path, dir);
-    return 0;
-}
-
-/* The page of every event into the file opened before the run, renamed into place when whole;
- * one line says where and how big. */
-static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *page, Err *err) {
-    char title[200];
-    snprintf(title, sizeof title, "fsdp viz: %s, %s, %d ranks%s", t->args.model,
-             strategy_name(t->args.fsdp.strategy), t->args.ranks,
-             trace->accounting_only ? ", accounting only" : ""); /* a replay's too */
-    int rc = html_write(page->f, trace, &t->plan, title, err);
-    if (rc) return rc;
-    fflush(page->f);
-    long size = ftell(page->f);
-    if ((rc = atomic_commit(page, err))) return rc;
-    char bytes[32];
-    printf("wrote %s: %zu events, %s\n", page->path, trace->n,
-           format_bytes(size > 0 ? (size_t)size : 0, bytes, sizeof bytes));
     return 0;
 }
 
@@ -385,10 +368,12 @@ static int viz_record(TrainRun *t, ClusterResult *res, Err *err) {
 }
 
 /* The side-by-side view's peer: the same flags under DDP, run the first time it is asked for;
- * accounting only, for the memory bars' marks. */
+ * accounting only, for the memory bars' marks and the page's DDP side. */
 typedef struct DdpPeer {
     const TrainArgs *args; /* the viewed run's */
     int accounting_only;   /* run it accounting only, whatever the viewed run is */
+    long steps;            /* this many steps (0: the run's): the page's, from its trace */
+    int seed_order;        /* in the seed's order (the page's, from its trace; else the run's) */
     TrainRun run;
     ClusterResult res;
     int state; /* 0 not run, 1 ready, -1 failed (msg says why) */
@@ -418,11 +403,20 @@ static int ddp_peer_run(DdpPeer *d, Err *err) {
     c->reshard_after_forward = -1;
     c->offload = OFFLOAD_NONE;
     d->run.args.backend = BACKEND_SIM; /* the peer is always simulated: DDP's memory, modelled */
-    d->run.args.trace_out = d->run.args.dump_params = NULL;
+    d->run.args.trace_out = d->run.args.dump_params = d->run.args.memory_svg = NULL;
+    d->run.args.owned = NULL; /* the viewed run's args own what a --config allocated */
     if (d->accounting_only) { /* what needs values goes (accounting_only_fits) */
         d->run.args.accounting_only = 1;
         d->run.args.init_from = NULL;
         d->run.args.check_streams = 0;
+    }
+    if (d->steps) {
+        d->run.args.steps = d->steps;
+        d->run.args.epochs = 0;
+    }
+    if (d->seed_order) { /* as seed_order_apply sets it */
+        c->prefetch_forward = c->prefetch_backward = 0;
+        c->free_after_reduce = 1;
     }
     int rc = run_prepare(&d->run, err);
     if (!rc) rc = ddp_peer_fits(&d->run, err);
@@ -462,6 +456,71 @@ static void ddp_peer_free(DdpPeer *d) {
     if (d->state == 0) return;
     cluster_result_free(&d->res);
     run_cleanup(&d->run);
+}
+
+/* The number of steps a trace holds: up to its last step that reached the optimizer (a ViT's
+ * evaluation after the last step runs forward under the next step's number), else up to its last
+ * with any work. */
+static long trace_steps(const Trace *t) {
+    int last_optimizer = -1, last_any = -1;
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->phase == PHASE_NONE) continue;
+        if (e->step > last_any) last_any = e->step;
+        if (e->phase == PHASE_OPTIMIZER && e->step > last_optimizer) last_optimizer = e->step;
+    }
+    return (last_optimizer >= 0 ? last_optimizer : last_any) + 1;
+}
+
+/* Whether t ran in the workshop seed's order (--seed-order): a unit's unsharded parameters or
+ * gradients freed in backward after its reduction, where FSDP2 frees them before. The flag is
+ * viz's own, not among the flags a trace file keeps, so the page's DDP run takes the order from
+ * the events, alike for a run and for its replay. */
+static int trace_in_seed_order(const Trace *t) {
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->kind == EV_FREE && e->phase == PHASE_BACKWARD &&
+            (e->category == MEM_PARAM_UNSHARDED || e->category == MEM_GRAD_UNSHARDED) &&
+            frame_after_reduction(t, i))
+            return 1;
+    }
+    return 0;
+}
+
+/* The page of every event into the file opened before the run, renamed into place when whole;
+ * one line says where and how big. Beside the run's memory the page shows DDP's at the same
+ * point: the same flags, steps and order under DDP, accounting-only (the same bytes, nothing
+ * computed, so it costs little and fits wherever the run did), made the same way from a run's
+ * flags or a replayed file's, so that both pages are the same. */
+static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *page, Err *err) {
+    char title[200], why[600] = "";
+    snprintf(title, sizeof title, "fsdp viz: %s, %s, %d ranks%s", t->args.model,
+             strategy_name(t->args.fsdp.strategy), t->args.ranks,
+             trace->accounting_only ? ", accounting only" : ""); /* a replay's too */
+    DdpPeer peer = {.args = &t->args,
+                    .accounting_only = 1,
+                    .steps = trace_steps(trace),
+                    .seed_order = trace_in_seed_order(trace)};
+    const Trace *ddp = NULL;
+    const Plan *ddp_plan = NULL;
+    Err failed = {0};
+    if (t->plan.strategy == STRAT_DDP)
+        snprintf(why, sizeof why, "this run is DDP");
+    else if (!trace->n || peer.steps < 1)
+        snprintf(why, sizeof why, "the trace has no training step");
+    else if (ddp_peer_get(&peer, &ddp, &ddp_plan, &failed))
+        snprintf(why, sizeof why, "running it failed: %s", failed.msg);
+    HtmlPage opts = {.title = title, .ddp = ddp, .ddp_plan = ddp_plan, .no_ddp = why};
+    int rc = html_write(page->f, trace, &t->plan, &opts, err);
+    ddp_peer_free(&peer);
+    if (rc) return rc;
+    fflush(page->f);
+    long size = ftell(page->f);
+    if ((rc = atomic_commit(page, err))) return rc;
+    char bytes[32];
+    printf("wrote %s: %zu events, %s\n", page->path, trace->n,
+           format_bytes(size > 0 ? (size_t)size : 0, bytes, sizeof bytes));
+    return 0;
 }
 
 /* --accounting-only runs the step on devices that hold nothing, so flags that read, write or

@@ -289,6 +289,10 @@ static const char *const category_colour[] = {
 _Static_assert(sizeof category_colour / sizeof *category_colour == MEM_CATEGORY_COUNT,
                "every memory category needs a colour");
 
+const char *memory_category_colour(MemCategory c) {
+    return (int)c >= 0 && (int)c < MEM_CATEGORY_COUNT ? category_colour[c] : "#999";
+}
+
 /* Layout in px. */
 enum {
     SVG_WIDTH = 960,

@@ -47,6 +47,10 @@ typedef struct MemoryTimeline {
 int memory_timeline_build(MemoryTimeline *mt, const Trace *t, int step, Err *err);
 void memory_timeline_free(MemoryTimeline *mt);
 
+/* The fixed colour of a memory category ("#4e79a7": param shard's blue) in memory.svg, which
+ * every picture of memory uses, so that the same thing looks the same wherever it is shown. */
+const char *memory_category_colour(MemCategory c);
+
 /* Ranks the renderers draw; the rest are summed up as "+N more". */
 #define MEMORY_TIMELINE_MAX_RANKS 16
 
