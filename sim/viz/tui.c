@@ -720,8 +720,13 @@ static int side_by_side(const Viewer *v) {
 static void draw_compare(Viewer *v) {
     char left[256], right[256];
     const TraceEvent *e = v->ddp.f.event;
-    snprintf(left, sizeof left, "%s, this run: event %zu/%zu", strategy_name(v->run.p->strategy),
-             v->run.index + 1, v->run.t->n);
+    if (v->by_event)
+        snprintf(left, sizeof left, "%s, this run: event %zu/%zu",
+                 strategy_name(v->run.p->strategy), v->run.index + 1, v->run.t->n);
+    else /* the frame's state is after its last event, where DDP is put beside it */
+        snprintf(left, sizeof left, "%s, this run: frame %zu/%zu, after event %zu",
+                 strategy_name(v->run.p->strategy), v->run.moment + 1, v->run.moments.n,
+                 v->run.index + 1);
     snprintf(right, sizeof right, "DDP at the same point: event %zu/%zu, GPU %d %s %s",
              v->ddp.index + 1, v->ddp.t->n, e->rank, event_kind_name((EventKind)e->kind),
              e->unit >= 0 && e->unit < v->ddp.p->nunits ? v->ddp.p->units[e->unit].name : "");
