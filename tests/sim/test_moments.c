@@ -13,6 +13,13 @@ static void build(Moments *ms, const Trace *t) {
     cr_assert_eq(moments_build(ms, t, &err), 0, "%s", err.msg);
 }
 
+/* The toy's one step under zero3 at 3 GPUs, traced, and its moments. */
+static void toy_zero3_moments(ToyRun *run, Moments *ms) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    toy_train(run, &c, 3, 1, 1);
+    build(ms, &run->trace);
+}
+
 /* The moments tile the trace: contiguous, in order, each event in one, each anchor inside its
  * moment and a collective or compute. */
 static void expect_tiling(const Moments *ms, const Trace *t) {
@@ -58,12 +65,10 @@ static const char *work_name(const Trace *t, const Plan *p, const Moment *m) {
  * forward), the loss, backward's gathers, computes and reduce-scatters, then 3 Adam updates;
  * every allocation and free is folded into one of them. */
 Test(moments, toy_zero3_is_the_workshop_list_one_frame_each) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     ToyRun run;
-    toy_train(&run, &c, 3, 1, 1);
-    const Trace *t = &run.trace;
     Moments ms;
-    build(&ms, t);
+    toy_zero3_moments(&run, &ms);
+    const Trace *t = &run.trace;
     expect_tiling(&ms, t);
     static const char *const want[] = {
         "-",
@@ -119,12 +124,10 @@ Test(moments, toy_zero3_is_the_workshop_list_one_frame_each) {
 /* A moment's frame: the state after its last event, its work's narration first, then what was
  * folded in (here La's unpacking after its all-gather), and a header naming both. */
 Test(moments, frame_tells_the_work_and_what_was_folded_in) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
     ToyRun run;
-    toy_train(&run, &c, 3, 1, 1);
-    const Trace *t = &run.trace;
     Moments ms;
-    build(&ms, t);
+    toy_zero3_moments(&run, &ms);
+    const Trace *t = &run.trace;
     Frame f, g;
     Err err = {0};
     cr_assert_eq(frame_init(&f, &run.plan, &err), 0);
