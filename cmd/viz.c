@@ -458,20 +458,6 @@ static void ddp_peer_free(DdpPeer *d) {
     run_cleanup(&d->run);
 }
 
-/* The number of steps a trace holds: up to its last step that reached the optimizer (a ViT's
- * evaluation after the last step runs forward under the next step's number), else up to its last
- * with any work. */
-static long trace_steps(const Trace *t) {
-    int last_optimizer = -1, last_any = -1;
-    for (size_t i = 0; i < t->n; i++) {
-        const TraceEvent *e = &t->ev[i];
-        if (e->phase == PHASE_NONE) continue;
-        if (e->step > last_any) last_any = e->step;
-        if (e->phase == PHASE_OPTIMIZER && e->step > last_optimizer) last_optimizer = e->step;
-    }
-    return (last_optimizer >= 0 ? last_optimizer : last_any) + 1;
-}
-
 /* Whether t ran in the workshop seed's order (--seed-order): a unit's unsharded parameters or
  * gradients freed in backward after its reduction, where FSDP2 frees them before. The flag is
  * viz's own, not among the flags a trace file keeps, so the page's DDP run takes the order from
@@ -499,7 +485,7 @@ static int viz_write_html(const TrainRun *t, const Trace *trace, AtomicFile *pag
              trace->accounting_only ? ", accounting only" : ""); /* a replay's too */
     DdpPeer peer = {.args = &t->args,
                     .accounting_only = 1,
-                    .steps = trace_steps(trace),
+                    .steps = trace_last_trained_step(trace) + 1, /* its training steps */
                     .seed_order = trace_in_seed_order(trace)};
     const Trace *ddp = NULL;
     const Plan *ddp_plan = NULL;

@@ -210,6 +210,17 @@ int trace_last_step(const Trace *t) {
     return last;
 }
 
+int trace_last_trained_step(const Trace *t) {
+    int last_optimizer = -1, last_any = -1;
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        if (e->phase == PHASE_NONE) continue;
+        if (e->step > last_any) last_any = e->step;
+        if (e->phase == PHASE_OPTIMIZER && e->step > last_optimizer) last_optimizer = e->step;
+    }
+    return last_optimizer >= 0 ? last_optimizer : last_any;
+}
+
 void trace_free(Trace *t) {
     free(t->ev);
     free(t->params);

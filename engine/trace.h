@@ -140,6 +140,10 @@ typedef struct StepTimes {
 void trace_step_times(const Trace *t, int rank, int step, StepTimes *out);
 /* The last step any event of t belongs to (-1 for an empty trace). */
 int trace_last_step(const Trace *t);
+/* The last training step of t: the last that reached its optimizer (an evaluation after the last
+ * step runs forward tagged with the next step's number, and is not a training step), else, for
+ * a trace cut short, the last with any phased work; -1 for none. */
+int trace_last_trained_step(const Trace *t);
 
 /* Merges per-rank buffers into one list ordered by (start, seq, rank): at equal times the
  * ranks take turns, event by event. */

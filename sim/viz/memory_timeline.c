@@ -33,14 +33,7 @@ static int resolve_step(const Trace *t, int *step, Err *err) {
         return err_set(err, ERR_USAGE, "step %d is not a step (0-based, or -1 for the last)",
                        *step);
     if (*step >= 0) return 0;
-    int last_optimizer = -1, last_any = -1;
-    for (size_t i = 0; i < t->n; i++) {
-        const TraceEvent *e = &t->ev[i];
-        if (e->phase == PHASE_NONE) continue;
-        if (e->step > last_any) last_any = e->step;
-        if (e->phase == PHASE_OPTIMIZER && e->step > last_optimizer) last_optimizer = e->step;
-    }
-    *step = last_optimizer >= 0 ? last_optimizer : last_any;
+    *step = trace_last_trained_step(t);
     if (*step < 0)
         return err_set(err, ERR_USAGE,
                        "the trace has no training step (no forward, backward or optimizer work)");
