@@ -373,11 +373,7 @@ static int check_output(const char *out, const CkptMeta *m, Err *err) {
     int rc = output_paths_check(&o, 1, NULL, 0, err); /* a device or a FIFO: never replaced */
     if (rc) return rc;
     char parent[PATH_MAX_LEN];
-    const char *slash = strrchr(out, '/');
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else
-        snprintf(parent, sizeof parent, "%.*s", (int)(slash - out + (slash == out)), out);
+    path_folder(out, parent, sizeof parent);
     char *a = realpath(parent, NULL), *b = realpath(m->path, NULL);
     int inside = a && b && !strcmp(a, b);
     free(a);

@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "io/output_path.h"
@@ -13,11 +12,7 @@
  * kernel, a file system without it). */
 static FILE *open_unnamed(const char *path) {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path + (slash == path)), path);
+    path_folder(path, dir, sizeof dir);
     int fd = open(dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "w");

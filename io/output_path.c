@@ -19,6 +19,14 @@ const char *output_path_obstacle(const char *path) {
     return "not a regular file";
 }
 
+void path_folder(const char *path, char *out, size_t n) {
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, n, ".");
+    else
+        snprintf(out, n, "%.*s", (int)(slash - path + (slash == path)), path);
+}
+
 /* The name a path will have: its real path where it exists, else its folder's real path and its
  * last component (the folder may be missing too: then the path as given). Caller frees. */
 static char *canonical_name(const char *path) {
@@ -26,10 +34,7 @@ static char *canonical_name(const char *path) {
     if (real) return real;
     const char *slash = strrchr(path, '/');
     char parent[PATH_MAX];
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else
-        snprintf(parent, sizeof parent, "%.*s", (int)(slash - path + (slash == path)), path);
+    path_folder(path, parent, sizeof parent);
     char *dir = realpath(parent, NULL);
     char *out = NULL;
     if (dir && asprintf(&out, "%s/%s", dir, slash ? slash + 1 : path) < 0) out = NULL;

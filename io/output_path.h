@@ -14,6 +14,9 @@ typedef struct NamedPath {
     const char *path;
 } NamedPath;
 
+/* The folder path names a file in: "." for a bare name, "/" for one in the root. */
+void path_folder(const char *path, char *out, size_t n);
+
 /* What kind of thing stands at path, when it is not a regular file: "a character device", "a
  * FIFO", "a directory", ... (following symbolic links); NULL for a regular file or nothing. */
 const char *output_path_obstacle(const char *path);
