@@ -201,15 +201,24 @@ static int reap_kept(pid_t command, int *status) {
  * end as it ended. */
 static void exec_command(const Group *g, int local, char **envp);
 
+static void on_keeper_child(int sig) {
+    (void)sig; /* only to wake sigsuspend: the loop reaps */
+}
+
 static void keep_rank(const Group *g, int local, char **envp, const sigset_t *mask) {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
-    struct sigaction sa = {.sa_handler = on_keeper_signal};
+    struct sigaction sa = {.sa_handler = on_keeper_signal}, child = {.sa_handler = on_keeper_child};
     sigemptyset(&sa.sa_mask);
+    sigemptyset(&child.sa_mask);
     for (int i = 0; i < NFORWARDED; i++) sigaction(FORWARDED[i], &sa, NULL);
-    pthread_sigmask(SIG_SETMASK, mask, NULL); /* signals blocked since the fork: caught now */
+    sigaction(SIGCHLD, &child, NULL);
+    /* every signal is still blocked (since the launcher's fork): the keeper lets them in only
+     * inside sigsuspend, so none comes between looking at keeper_stop and waiting */
     pid_t pid = fork();
     if (pid == 0) {
         for (int i = 0; i < NFORWARDED; i++) signal(FORWARDED[i], SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        pthread_sigmask(SIG_SETMASK, mask, NULL);
         exec_command(g, local, envp);
     }
     if (pid < 0) _exit(126);
@@ -221,8 +230,9 @@ static void keep_rank(const Group *g, int local, char **envp, const sigset_t *ma
             passed = 1;
         }
         ended = reap_kept(pid, &status);
-        if (!ended) usleep(20 * 1000);
+        if (!ended) sigsuspend(mask); /* until a child ends or a stop comes */
     }
+    pthread_sigmask(SIG_SETMASK, mask, NULL);
     /* the command is gone: what it left gets SIGTERM, the grace, then SIGKILL */
     double waited = 0;
     for (int sig = SIGTERM; signal_leftovers(sig) && waited < grace_s + 2;) {
