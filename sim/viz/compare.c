@@ -4,6 +4,7 @@
 #include "sim/viz/compare.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int compare_is_compute(const TraceEvent *e) {
     return e->kind == EV_FORWARD || e->kind == EV_BACKWARD || e->kind == EV_RECOMPUTE ||
@@ -16,44 +17,134 @@ int compare_is_shared(const TraceEvent *e) {
            (e->category == MEM_ACTIVATIONS || e->category == MEM_AC_INPUT);
 }
 
-/* A rank, as compare_points walks a and then b. */
-typedef struct Walk {
-    size_t want;   /* a: shared events run (b runs up to the want-th), or one more (to before it) */
-    int on_shared; /* a: the rank's last event is a shared one */
-    size_t seen;   /* b: shared events so far */
-    size_t at;     /* b: just past the rank's last event so far */
-    int done;      /* b: ends[rank] is set */
-} Walk;
+static int walk_alloc(CompareWalk *w, size_t nshared) {
+    size_t n = (size_t)w->nranks + 1;
+    w->first = calloc(n, sizeof *w->first);
+    w->shared = calloc(nshared + 1, sizeof *w->shared);
+    w->before = calloc(nshared + 1, sizeof *w->before);
+    w->tail = calloc(n, sizeof *w->tail);
+    w->head = calloc(n, sizeof *w->head);
+    w->count = calloc(n, sizeof *w->count);
+    w->on_shared = calloc(n, sizeof *w->on_shared);
+    return w->first && w->shared && w->before && w->tail && w->head && w->count && w->on_shared;
+}
+
+/* b's shared events rank by rank (a counting sort: how many each rank has, then where each is). */
+int compare_walk_init(CompareWalk *w, const Trace *a, const Trace *b, Err *err) {
+    *w = (CompareWalk){.a = a, .b = b, .nranks = a->nranks > 0 ? a->nranks : 0};
+    int n = w->nranks;
+    size_t nshared = 0;
+    for (size_t j = 0; j < b->n; j++)
+        nshared += b->ev[j].rank >= 0 && b->ev[j].rank < n && compare_is_shared(&b->ev[j]);
+    if (!walk_alloc(w, nshared)) {
+        compare_walk_free(w);
+        return err_set(err, ERR_NOMEM, "out of memory for %d ranks", n);
+    }
+    for (size_t j = 0; j < b->n; j++) {
+        const TraceEvent *e = &b->ev[j];
+        if (e->rank >= 0 && e->rank < n && compare_is_shared(e)) w->first[e->rank + 1]++;
+    }
+    for (int r = 0; r < n; r++) {
+        w->first[r + 1] += w->first[r];
+        w->count[r] = w->first[r]; /* scratch: where the rank's next shared event goes */
+        w->head[r] = b->n;
+    }
+    for (size_t j = 0; j < b->n; j++) {
+        const TraceEvent *e = &b->ev[j];
+        if (e->rank < 0 || e->rank >= n) continue;
+        if (w->head[e->rank] == b->n) w->head[e->rank] = j;
+        if (compare_is_shared(e)) {
+            size_t k = w->count[e->rank]++;
+            w->shared[k] = j;
+            w->before[k] = w->tail[e->rank];
+        }
+        w->tail[e->rank] = j + 1;
+    }
+    memset(w->count, 0, (size_t)(n + 1) * sizeof *w->count);
+    return 0;
+}
+
+void compare_walk_free(CompareWalk *w) {
+    free(w->first);
+    free(w->shared);
+    free(w->before);
+    free(w->tail);
+    free(w->head);
+    free(w->count);
+    free(w->on_shared);
+    memset(w, 0, sizeof *w);
+}
+
+/* a's counts up to and including event `index`, on from the previous call's when it is later. */
+static void walk_a(CompareWalk *w, size_t index) {
+    if (index + 1 < w->next) { /* counted past it: count again */
+        memset(w->count, 0, (size_t)w->nranks * sizeof *w->count);
+        memset(w->on_shared, 0, (size_t)w->nranks * sizeof *w->on_shared);
+        w->next = 0;
+    }
+    for (; w->next <= index; w->next++) {
+        const TraceEvent *e = &w->a->ev[w->next];
+        if (e->rank < 0 || e->rank >= w->nranks) continue;
+        w->on_shared[e->rank] = compare_is_shared(e);
+        w->count[e->rank] += (size_t)w->on_shared[e->rank];
+    }
+}
+
+/* Rank r's point in b (compare_rank_point's definition): up to and including its m-th shared
+ * event when a's last is its m-th shared one, else up to just before its (m+1)-th; all of its
+ * events when b has fewer. */
+static size_t rank_end(const CompareWalk *w, int r) {
+    size_t k = w->count[r] + (size_t)!w->on_shared[r] - 1; /* the shared event wanted, from 0 */
+    if (w->first[r] + k >= w->first[r + 1]) return w->tail[r];
+    size_t at = w->first[r] + k;
+    return w->on_shared[r] ? w->shared[at] + 1 : w->before[at];
+}
+
+int compare_walk_points(CompareWalk *w, size_t index, size_t *ends, Err *err) {
+    if (index >= w->a->n)
+        return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, w->a->n);
+    if (w->a->nranks != w->b->nranks)
+        return err_set(err, ERR_USAGE, "the traces have %d and %d ranks", w->a->nranks,
+                       w->b->nranks);
+    walk_a(w, index);
+    for (int r = 0; r < w->nranks; r++) ends[r] = rank_end(w, r);
+    return 0;
+}
+
+int compare_walk_match(CompareWalk *w, size_t index, size_t *out, Err *err) {
+    const Trace *a = w->a, *b = w->b;
+    if (index >= a->n)
+        return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, a->n);
+    if (!b->n) return err_set(err, ERR_USAGE, "the trace to compare with has no events");
+    int rank = a->ev[index].rank;
+    if (rank < 0 || rank >= a->nranks || rank >= b->nranks)
+        return err_set(err, ERR_USAGE, "rank %d is not in both traces (%d and %d ranks)", rank,
+                       a->nranks, b->nranks);
+    if (a->nranks != b->nranks)
+        return err_set(err, ERR_USAGE, "the traces have %d and %d ranks", a->nranks, b->nranks);
+    walk_a(w, index);
+    size_t end = rank_end(w, rank);
+    if (end) {
+        *out = end - 1; /* the rank's last event run: the point computes it is at */
+        return 0;
+    }
+    if (w->head[rank] < b->n) {
+        *out = w->head[rank];
+        return 0;
+    }
+    return err_set(err, ERR_USAGE, "the trace to compare with has no events of rank %d", rank);
+}
 
 int compare_points(const Trace *a, size_t index, const Trace *b, size_t *ends, Err *err) {
     if (index >= a->n)
         return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, a->n);
     if (a->nranks != b->nranks)
         return err_set(err, ERR_USAGE, "the traces have %d and %d ranks", a->nranks, b->nranks);
-    int n = a->nranks;
-    Walk *w = calloc(n > 0 ? (size_t)n : 1, sizeof *w);
-    if (!w) return err_set(err, ERR_NOMEM, "out of memory for %d ranks", n);
-    for (size_t i = 0; i <= index; i++) {
-        const TraceEvent *e = &a->ev[i];
-        if (e->rank < 0 || e->rank >= n) continue;
-        w[e->rank].on_shared = compare_is_shared(e);
-        w[e->rank].want += (size_t)w[e->rank].on_shared;
-    }
-    for (int r = 0; r < n; r++) w[r].want += !w[r].on_shared;
-    for (size_t j = 0; j < b->n; j++) {
-        const TraceEvent *e = &b->ev[j];
-        if (e->rank < 0 || e->rank >= n || w[e->rank].done) continue;
-        Walk *x = &w[e->rank];
-        if (compare_is_shared(e) && ++x->seen == x->want) {
-            ends[e->rank] = x->on_shared ? j + 1 : x->at;
-            x->done = 1;
-        }
-        x->at = j + 1;
-    }
-    for (int r = 0; r < n; r++)
-        if (!w[r].done) ends[r] = w[r].at; /* b has fewer: all of the rank's events */
-    free(w);
-    return 0;
+    CompareWalk w;
+    int rc = compare_walk_init(&w, a, b, err);
+    if (!rc) rc = compare_walk_points(&w, index, ends, err);
+    compare_walk_free(&w);
+    return rc;
 }
 
 int compare_rank_point(const Trace *a, size_t index, const Trace *b, int rank, size_t *end,
@@ -72,21 +163,9 @@ int compare_rank_point(const Trace *a, size_t index, const Trace *b, int rank, s
 }
 
 int compare_match(const Trace *a, size_t index, const Trace *b, size_t *out, Err *err) {
-    if (index >= a->n)
-        return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, a->n);
-    if (!b->n) return err_set(err, ERR_USAGE, "the trace to compare with has no events");
-    int rank = a->ev[index].rank;
-    size_t end = 0;
-    int rc = compare_rank_point(a, index, b, rank, &end, err);
-    if (rc) return rc;
-    if (end) {
-        *out = end - 1; /* the rank's last event run: the point computes it is at */
-        return 0;
-    }
-    for (size_t j = 0; j < b->n; j++)
-        if (b->ev[j].rank == rank) {
-            *out = j;
-            return 0;
-        }
-    return err_set(err, ERR_USAGE, "the trace to compare with has no events of rank %d", rank);
+    CompareWalk w;
+    int rc = compare_walk_init(&w, a, b, err);
+    if (!rc) rc = compare_walk_match(&w, index, out, err);
+    compare_walk_free(&w);
+    return rc;
 }

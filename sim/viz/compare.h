@@ -50,4 +50,28 @@ int compare_points(const Trace *a, size_t index, const Trace *b, size_t *ends, E
  * or a rank b does not have. */
 int compare_match(const Trace *a, size_t index, const Trace *b, size_t *out, Err *err);
 
+/* compare_points and compare_match at many events of a (the HTML page asks at every one): b
+ * indexed once (each rank's shared events, where each comes in b), a's counts carried on from the
+ * previous event asked when this one is later. The one-shot functions above are this walk made
+ * and freed for one event. */
+typedef struct CompareWalk {
+    const Trace *a, *b;
+    int nranks;    /* a's */
+    size_t *first; /* [nranks + 1]: rank r's shared events of b are the k in first[r]..first[r+1] */
+    size_t *shared; /* [b's shared events]: where the k-th is in b */
+    size_t *before; /* [the same]: one past the rank's event before it in b (0: none) */
+    size_t *tail;   /* [nranks]: one past the rank's last event in b (0: none) */
+    size_t *head;   /* [nranks]: the rank's first event in b (b->n: none) */
+    size_t next;    /* a's events before next are counted */
+    size_t *count;  /* [nranks]: a's shared events of the rank among them */
+    int *on_shared; /* [nranks]: the rank's last event among them is a shared one */
+} CompareWalk;
+
+/* Fails only out of memory. */
+int compare_walk_init(CompareWalk *w, const Trace *a, const Trace *b, Err *err);
+/* compare_points(a, index, b, ends) and compare_match(a, index, b, out), with their failures. */
+int compare_walk_points(CompareWalk *w, size_t index, size_t *ends, Err *err);
+int compare_walk_match(CompareWalk *w, size_t index, size_t *out, Err *err);
+void compare_walk_free(CompareWalk *w);
+
 #endif

@@ -20,7 +20,11 @@ int frame_init(Frame *f, const Plan *p, Err *err) {
     f->timeline_cols = FRAME_TIMELINE_COLS;
     f->shard_traced = calloc((size_t)p->world * (size_t)p->nunits + 1, 1);
     f->scan_reduced = calloc((size_t)p->world * (size_t)p->nunits + 1, sizeof *f->scan_reduced);
-    if (!f->cells || !f->mem || !f->peak || !f->timeline || !f->shard_traced || !f->scan_reduced) {
+    f->state = calloc((size_t)p->world * (size_t)p->nunits + 1, sizeof *f->state);
+    f->done = calloc((size_t)p->world + 1, sizeof *f->done);
+    f->want = calloc((size_t)p->world + 1, sizeof *f->want);
+    if (!f->cells || !f->mem || !f->peak || !f->timeline || !f->shard_traced || !f->scan_reduced ||
+        !f->state || !f->done || !f->want) {
         frame_free(f);
         return err_set(err, ERR_NOMEM, "out of memory for a frame of %d ranks", p->world);
     }
@@ -34,15 +38,29 @@ void frame_free(Frame *f) {
     free(f->timeline);
     free(f->shard_traced);
     free(f->scan_reduced);
+    free(f->by_step);
+    free(f->grads_emptied);
+    free(f->state);
+    free(f->done);
+    free(f->want);
     memset(f, 0, sizeof *f);
 }
 
-static void reset(Frame *f, const Plan *p) {
+static FrameCell *state_cell(const Frame *f, int rank, int unit) {
+    return &f->state[(size_t)rank * (size_t)f->nunits + (size_t)unit];
+}
+
+/* The replay from the trace's first event: nothing applied, nothing allocated. */
+static void restart(Frame *f, const Plan *p) {
     memset(f->mem, 0, (size_t)f->nranks * MEM_CATEGORY_COUNT * sizeof *f->mem);
     memset(f->peak, 0, (size_t)f->nranks * sizeof *f->peak);
+    memset(f->done, 0, (size_t)f->nranks * sizeof *f->done);
     for (int r = 0; r < f->nranks; r++)
         for (int u = 0; u < f->nunits; u++)
-            *frame_cell(f, r, u) = (FrameCell){.kept = plan_param_numel(p, u, r)};
+            *state_cell(f, r, u) = (FrameCell){.kept = plan_param_numel(p, u, r)};
+    f->checked = 0;
+    f->replayed = p;
+    f->progress_step = 0;
 }
 
 static size_t rank_total(const Frame *f, int r) {
@@ -60,7 +78,7 @@ static int apply_memory(Frame *f, const TraceEvent *e, size_t index, Err *err) {
     if (rc) return rc;
     int delta = e->kind == EV_ALLOC ? 1 : -1;
     if (e->unit >= 0 && e->unit < f->nunits) {
-        FrameCell *cell = frame_cell(f, e->rank, e->unit);
+        FrameCell *cell = state_cell(f, e->rank, e->unit);
         if (e->category == MEM_PARAM_SHARD) cell->resident += delta;
         if (e->category == MEM_PARAM_UNSHARDED) cell->gathered += delta;
         if (e->category == MEM_GRAD_UNSHARDED) cell->grads_full += delta;
@@ -88,13 +106,61 @@ static int frees_unsharded_grads(const TraceEvent *e) {
     return e->kind == EV_FREE && e->category == MEM_GRAD_UNSHARDED && e->phase == PHASE_BACKWARD;
 }
 
+/* An event's place in the trace by step: the order of Frame.by_step. */
+typedef struct StepKey {
+    int step;
+    size_t index;
+} StepKey;
+
+static int by_step_then_index(const void *a, const void *b) {
+    const StepKey *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Frame.by_step and Frame.grads_emptied for t (the scan has sized nothing else). */
+static int index_trace(Frame *f, const Trace *t, Err *err) {
+    size_t n = t->n ? t->n : 1, cells = (size_t)f->nranks * (size_t)f->nunits;
+    StepKey *keys = malloc(n * sizeof *keys);
+    int *grads = calloc(cells + 1, sizeof *grads); /* each cell's unsharded gradient blocks */
+    free(f->by_step);
+    free(f->grads_emptied);
+    f->by_step = malloc(n * sizeof *f->by_step);
+    f->grads_emptied = calloc(n, 1);
+    if (!keys || !grads || !f->by_step || !f->grads_emptied) {
+        free(keys);
+        free(grads);
+        return err_set(err, ERR_NOMEM, "out of memory to index a trace of %zu events", t->n);
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        const TraceEvent *e = &t->ev[i];
+        keys[i] = (StepKey){e->step, i};
+        int in_plan = e->rank >= 0 && e->rank < f->nranks && e->unit >= 0 && e->unit < f->nunits;
+        if (!in_plan || e->category != MEM_GRAD_UNSHARDED) continue;
+        int *blocks = &grads[(size_t)e->rank * (size_t)f->nunits + (size_t)e->unit];
+        if (e->kind == EV_ALLOC) *blocks += 1;
+        if (e->kind == EV_FREE) *blocks -= 1;
+        f->grads_emptied[i] = frees_unsharded_grads(e) && *blocks <= 0;
+    }
+    qsort(keys, t->n, sizeof *keys, by_step_then_index);
+    for (size_t i = 0; i < t->n; i++) f->by_step[i] = keys[i].index;
+    free(keys);
+    free(grads);
+    return 0;
+}
+
 /* Scans the whole trace once for what it ever holds unsharded, and in how many bytes; which
  * ranks' shards it records the allocation of; whether it ever frees gradients packed for a
- * reduction still to come (scan_reduced: the step, from 1, of each cell's last reduction). */
-static void scan_trace(Frame *f, const Trace *t, const Plan *p) {
-    if (f->scanned == t && f->scanned_n == t->n) return;
+ * reduction still to come (scan_reduced: the step, from 1, of each cell's last reduction); and
+ * indexes it (index_trace). A new trace starts the replay and the timeline over. */
+static int scan_trace(Frame *f, const Trace *t, const Plan *p, Err *err) {
+    if (f->scanned == t && f->scanned_ev == t->ev && f->scanned_n == t->n) return 0;
+    f->scanned = NULL;
+    f->replayed = NULL;
+    f->drawn = NULL;
     f->ever_gathered = f->ever_grads_full = f->ever_packed = f->compute_bytes = 0;
     f->last_micro = 0;
+    f->last_phased = 0;
     size_t cells = (size_t)f->nranks * (size_t)f->nunits;
     memset(f->shard_traced, 0, cells);
     memset(f->scan_reduced, 0, cells * sizeof *f->scan_reduced);
@@ -105,6 +171,7 @@ static void scan_trace(Frame *f, const Trace *t, const Plan *p) {
         int in_plan = e->rank >= 0 && e->rank < f->nranks && e->unit >= 0 && e->unit < f->nunits;
         if (in_plan && is_reduction(e)) f->scan_reduced[cell] = e->step + 1;
         if (e->phase == PHASE_BACKWARD && e->micro > f->last_micro) f->last_micro = e->micro;
+        if (e->phase != PHASE_NONE) f->last_phased = i + 1;
         if (in_plan && frees_unsharded_grads(e) && f->scan_reduced[cell] != e->step + 1)
             f->ever_packed = 1;
         if (e->kind != EV_ALLOC) continue;
@@ -113,17 +180,44 @@ static void scan_trace(Frame *f, const Trace *t, const Plan *p) {
         f->ever_grads_full |= e->category == MEM_GRAD_UNSHARDED;
         if (!f->compute_bytes) f->compute_bytes = element_bytes(p, e);
     }
+    int rc = index_trace(f, t, err);
+    if (rc) return rc;
     f->scanned = t;
+    f->scanned_ev = t->ev;
     f->scanned_n = t->n;
+    return 0;
+}
+
+/* The indices of the events of `step`, *count of them in trace order (none when the frame has
+ * not scanned t). */
+/* The first position of by_step whose event's step is at least `step` (by_step is sorted). */
+static size_t first_of_step(const Frame *f, const Trace *t, long step) {
+    size_t lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->ev[f->by_step[mid]].step < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static const size_t *step_events(const Frame *f, const Trace *t, int step, size_t *count) {
+    *count = 0;
+    if (f->scanned != t || !f->by_step) return NULL;
+    size_t lo = first_of_step(f, t, step);
+    *count = first_of_step(f, t, (long)step + 1) - lo;
+    return f->by_step + lo;
 }
 
 /* How far each rank is through the current step: gradients computed (by the backward of the
  * last micro-step, which they then hold), packed for their reduction (freed before it, once
  * apply_memory has counted the free), reduced, Adam stepped. */
-static void apply_progress(Frame *f, const TraceEvent *e) {
+static void apply_progress(Frame *f, const TraceEvent *e, size_t index) {
     if (e->unit < 0) return;
-    FrameCell *cell = frame_cell(f, e->rank, e->unit);
-    if (frees_unsharded_grads(e) && cell->grads_full <= 0 && !cell->reduced) cell->grads_packed = 1;
+    FrameCell *cell = state_cell(f, e->rank, e->unit);
+    if (f->grads_emptied[index] && !cell->reduced) cell->grads_packed = 1;
     if (e->kind == EV_ALLOC && e->category == MEM_GRAD_UNSHARDED)
         cell->grads_packed = cell->grads_computed = 0;
     if (e->kind == EV_BACKWARD && e->micro == f->last_micro) cell->grads_computed = 1;
@@ -158,25 +252,27 @@ static int is_compute(const TraceEvent *e) {
 /* Whether the event at `index` is of a phase other than none, or one of its step is before it
  * (then a phase-less event is after the step's work), or one of any step after it (then it is
  * not the run's teardown). */
-static const char *phase_label(const Trace *t, size_t index) {
+static const char *phase_label(const Frame *f, const Trace *t, size_t index) {
     const TraceEvent *e = &t->ev[index];
     if (e->phase != PHASE_NONE) return phase_name((Phase)e->phase);
+    size_t n;
+    const size_t *step = step_events(f, t, e->step, &n);
     int worked = 0;
-    for (size_t i = 0; i < index && !worked; i++)
-        worked = t->ev[i].step == e->step && t->ev[i].phase != PHASE_NONE;
+    for (size_t k = 0; k < n && step[k] < index && !worked; k++)
+        worked = t->ev[step[k]].phase != PHASE_NONE;
     if (!worked) return "setup";
-    for (size_t i = index + 1; i < t->n; i++)
-        if (t->ev[i].phase != PHASE_NONE) return "between steps";
-    return "teardown";
+    return f->last_phased > index + 1 ? "between steps" : "teardown";
 }
 
 /* A compute span of another unit on the same rank that runs while e does: what a prefetched
  * all-gather overlaps. NULL when none does. */
-static const TraceEvent *compute_beside(const Trace *t, const TraceEvent *e) {
-    for (size_t i = 0; i < t->n; i++) {
-        const TraceEvent *c = &t->ev[i];
-        if (c->rank == e->rank && c->step == e->step && is_compute(c) && c->unit != e->unit &&
-            c->unit >= 0 && c->start < e->end && c->end > e->start)
+static const TraceEvent *compute_beside(const Frame *f, const Trace *t, const TraceEvent *e) {
+    size_t n;
+    const size_t *step = step_events(f, t, e->step, &n);
+    for (size_t k = 0; k < n; k++) {
+        const TraceEvent *c = &t->ev[step[k]];
+        if (c->rank == e->rank && is_compute(c) && c->unit != e->unit && c->unit >= 0 &&
+            c->start < e->end && c->end > e->start)
             return c;
     }
     return NULL;
@@ -288,7 +384,7 @@ static void gather_reason(Frame *f, const Trace *t, const TraceEvent *e, const P
                           const char *name) {
     const char *pass = e->phase == PHASE_BACKWARD ? "backward" : "forward";
     if (e->flags & EVENT_PREFETCH) {
-        const TraceEvent *c = compute_beside(t, e);
+        const TraceEvent *c = compute_beside(f, t, e);
         tell(f, "Prefetch: %s's all-gather is issued ahead, before %s's %s needs it", name, name,
              pass);
         if (c)
@@ -406,7 +502,7 @@ static void reduction_order(Frame *f, const Trace *t, size_t index, const Plan *
              reduction_name(e), name);
     else
         return;
-    const TraceEvent *c = compute_beside(t, e);
+    const TraceEvent *c = compute_beside(f, t, e);
     if (c)
         tell(f, "; it runs while %s's %s computes", p->units[c->unit].name,
              event_kind_name((EventKind)c->kind));
@@ -796,11 +892,17 @@ static char phase_mark(int phase) {
  * span's phase (zero3's first all-gather is forward's). */
 static void draw_timeline(Frame *f, const Trace *t) {
     int step = f->event->step, cols = f->timeline_cols;
+    if (f->drawn == t && f->drawn_step == step && f->drawn_cols == cols) {
+        frame_cursor_at(f, f->event->start); /* the step's rows are drawn already */
+        return;
+    }
+    size_t n;
+    const size_t *events = step_events(f, t, step, &n);
     double lo = 0.0, hi = 0.0;
     int any = 0;
-    for (size_t i = 0; i < t->n; i++) {
-        const TraceEvent *e = &t->ev[i];
-        if (e->step != step || !is_span(e)) continue;
+    for (size_t k = 0; k < n; k++) {
+        const TraceEvent *e = &t->ev[events[k]];
+        if (!is_span(e)) continue;
         if (!any || e->start < lo) lo = e->start;
         if (!any || e->end > hi) hi = e->end;
         any = 1;
@@ -816,9 +918,9 @@ static void draw_timeline(Frame *f, const Trace *t) {
     double latest[FRAME_TIMELINE_MAX], first = 0;
     char lead = ' '; /* the first phased span's phase */
     for (int c = 0; c < cols; c++) latest[c] = -1, f->phases[c] = 0;
-    for (size_t i = 0; any && i < t->n; i++) {
-        const TraceEvent *e = &t->ev[i];
-        if (e->step != step || !is_span(e) || e->stream < 0 || e->stream >= STREAM_COUNT) continue;
+    for (size_t k = 0; any && k < n; k++) {
+        const TraceEvent *e = &t->ev[events[k]];
+        if (!is_span(e) || e->stream < 0 || e->stream >= STREAM_COUNT) continue;
         int a = column(e->start, lo, width, cols), b = column(e->end, lo, width, cols);
         if (b == a) b = a + 1;
         for (int c = a; c < b && c < cols; c++)
@@ -834,6 +936,10 @@ static void draw_timeline(Frame *f, const Trace *t) {
     for (int c = 0; c < cols; c++)
         if (!f->phases[c]) f->phases[c] = c ? f->phases[c - 1] : lead;
     f->phases[cols] = 0;
+    f->drawn = f->scanned == t ? t : NULL;
+    f->drawn_step = step;
+    f->drawn_cols = cols;
+    f->timelines_drawn++;
     frame_cursor_at(f, f->event->start);
 }
 
@@ -860,53 +966,116 @@ static void write_header(Frame *f, const Plan *p) {
         snprintf(f->header + n, sizeof f->header - (size_t)n, " | accounting only");
 }
 
+/* Events outside the plan are refused, the first one named. */
+static int check_event(const Frame *f, const TraceEvent *e, size_t i, Err *err) {
+    if (e->rank < 0 || e->rank >= f->nranks)
+        return err_set(err, ERR_USAGE, "trace event %zu is on rank %d; the plan has %d", i, e->rank,
+                       f->nranks);
+    if (e->unit >= f->nunits)
+        return err_set(err, ERR_USAGE, "trace event %zu names unit %d; the plan has %d", i, e->unit,
+                       f->nunits);
+    return 0;
+}
+
+/* Whether the replay so far is a prefix of the one asked for: the same trace (scan_trace starts
+ * it over for another) and plan, and no rank asked back from where it is. */
+static int carries_on(const Frame *f, const Plan *p) {
+    if (f->replayed != p) return 0;
+    for (int r = 0; r < f->nranks; r++)
+        if (f->want[r] < f->done[r]) return 0;
+    return 1;
+}
+
+/* Applies each rank r's events from done[r] up to want[r], in trace order, checking every event
+ * up to `last` once; progress only of events of `step` when the replay's progress is of it. */
+static int advance(Frame *f, const Trace *t, size_t last, int step, Err *err) {
+    size_t lo = last;
+    for (int r = 0; r < f->nranks; r++) {
+        if (f->done[r] < lo) lo = f->done[r];
+        if (f->want[r] > last) last = f->want[r];
+    }
+    int progress = f->progress_step == step;
+    for (size_t i = lo; i < last; i++) {
+        const TraceEvent *e = &t->ev[i];
+        int rc = i >= f->checked ? check_event(f, e, i, err) : 0;
+        if (rc) return rc;
+        if (i < f->done[e->rank] || i >= f->want[e->rank]) continue;
+        if (e->kind == EV_ALLOC || e->kind == EV_FREE) {
+            rc = apply_memory(f, e, i, err);
+            if (rc) return rc;
+        }
+        if (progress && e->step == step) apply_progress(f, e, i);
+    }
+    f->walked += last - lo;
+    if (last > f->checked) f->checked = last;
+    memcpy(f->done, f->want, (size_t)f->nranks * sizeof *f->done);
+    return 0;
+}
+
+/* The progress of `step` replayed anew from its events alone (apply_progress reads no memory). */
+static void replay_progress(Frame *f, const Trace *t, int step) {
+    for (int r = 0; r < f->nranks; r++)
+        for (int u = 0; u < f->nunits; u++) {
+            FrameCell *c = state_cell(f, r, u);
+            c->grads_packed = c->grads_computed = c->reduced = c->group_reduced = c->stepped = 0;
+        }
+    size_t n;
+    const size_t *events = step_events(f, t, step, &n);
+    for (size_t k = 0; k < n; k++) {
+        const TraceEvent *e = &t->ev[events[k]];
+        if (events[k] < f->checked && events[k] < f->done[e->rank]) apply_progress(f, e, events[k]);
+    }
+    f->progress_step = step;
+    f->progress_replays++;
+}
+
+/* The cells as renderers read them: counts of blocks as yes or no, a shard the trace does not
+ * record as allocated as resident. */
+static void read_cells(Frame *f) {
+    for (int r = 0; r < f->nranks; r++)
+        for (int u = 0; u < f->nunits; u++) {
+            FrameCell c = *state_cell(f, r, u);
+            c.resident = c.resident > 0 || !f->shard_traced[(size_t)r * (size_t)f->nunits + u];
+            c.gathered = c.gathered > 0;
+            c.grads_full = c.grads_full > 0;
+            *frame_cell(f, r, u) = c;
+        }
+}
+
 /* frame_at and frame_at_points: each rank's state after its events before ends[rank] (ends
- * NULL: every event up to and including index), then the current event's texts and timeline. */
+ * NULL: every event up to and including index), then the current event's texts and timeline.
+ * The replay goes on from the previous call's when that one is a prefix of this one. */
 static int replay(Frame *f, const Trace *t, const Plan *p, size_t index, const size_t *ends,
                   Err *err) {
     if (f->nranks != p->world || f->nunits != p->nunits)
         return err_set(err, ERR_INTERNAL, "frame sized for another plan");
     if (t->n && index >= t->n)
         return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, t->n);
-    reset(f, p);
+    int rc = scan_trace(f, t, p, err);
+    if (rc) return rc;
     f->reduce_in_two = p->strategy == STRAT_HSDP && p->grads_sharded && p->replicas > 1;
-    scan_trace(f, t, p);
     f->count = t->n;
     f->index = index;
     f->event = t->n ? &t->ev[index] : NULL;
     size_t last = t->n ? index + 1 : 0; /* events [0, last) are looked at */
-    for (int r = 0; ends && r < f->nranks; r++)
-        if (ends[r] > last) last = ends[r] < t->n ? ends[r] : t->n;
-    for (size_t i = 0; i < last; i++) {
-        const TraceEvent *e = &t->ev[i];
-        if (e->rank < 0 || e->rank >= f->nranks)
-            return err_set(err, ERR_USAGE, "trace event %zu is on rank %d; the plan has %d", i,
-                           e->rank, f->nranks);
-        if (e->unit >= f->nunits)
-            return err_set(err, ERR_USAGE, "trace event %zu names unit %d; the plan has %d", i,
-                           e->unit, f->nunits);
-        if (ends ? i >= ends[e->rank] : i > index) continue;
-        if (e->kind == EV_ALLOC || e->kind == EV_FREE) {
-            int rc = apply_memory(f, e, i, err);
-            if (rc) return rc;
-        }
-        if (f->event && e->step == f->event->step) apply_progress(f, e);
+    for (int r = 0; r < f->nranks; r++) f->want[r] = !ends ? last : ends[r] < t->n ? ends[r] : t->n;
+    if (!carries_on(f, p)) restart(f, p);
+    int step = f->event ? f->event->step : 0;
+    if ((rc = advance(f, t, last, step, err))) {
+        f->replayed = NULL; /* half applied: the next call starts over */
+        return rc;
     }
+    if (f->progress_step != step) replay_progress(f, t, step);
+    if (!f->event) restart(f, p); /* an empty trace: no progress of any step */
+    read_cells(f);
     point_values(f, t);
     f->accounting_only = t->accounting_only;
-    for (int r = 0; r < f->nranks; r++)
-        for (int u = 0; u < f->nunits; u++) {
-            FrameCell *c = frame_cell(f, r, u);
-            c->resident = c->resident > 0 || !f->shard_traced[(size_t)r * (size_t)f->nunits + u];
-            c->gathered = c->gathered > 0;
-            c->grads_full = c->grads_full > 0;
-        }
     f->narration[0] = 0;
     f->flow[0] = 0;
     f->header[0] = 0;
     f->phase = "none";
     if (f->event) {
-        f->phase = phase_label(t, index);
+        f->phase = phase_label(f, t, index);
         write_header(f, p);
         narrate(f, t, index, p);
         values_not_computed(f, p, f->event);
@@ -928,7 +1097,8 @@ int frame_at_points(Frame *f, const Trace *t, const Plan *p, size_t index, const
 void frame_narrate(Frame *f, const Trace *t, const Plan *p, size_t index) {
     f->narration[0] = f->flow[0] = 0;
     if (index >= t->n) return;
-    scan_trace(f, t, p); /* once per trace: what the run gathers, in which dtype */
+    Err ignored = {0}; /* out of memory to index it: the texts leave out what overlaps */
+    scan_trace(f, t, p, &ignored); /* once per trace: what the run gathers, in which dtype */
     f->index = index;
     f->event = &t->ev[index];
     f->accounting_only = t->accounting_only;

@@ -89,11 +89,35 @@ typedef struct Frame {
      * replicas, and only that one gives a shard its final value (frame_at sets it) */
     int reduce_in_two;
     const Trace *scanned;
+    const TraceEvent *scanned_ev;
     size_t scanned_n;
     /* [nranks * nunits], from the scan: the trace records the allocation of the rank's shard
      * of the unit (so the cell shows values only once it is allocated), and scratch for it */
     char *shard_traced;
     int *scan_reduced;
+    /* [scanned_n], from the scan: the events' indices ordered by step, then by index, so that a
+     * step's events are found without walking the whole trace; and per event whether it is the
+     * free that leaves its unit's unsharded gradients all freed on its rank (what a replay
+     * would count), so that a step's progress is replayed without its memory. */
+    size_t *by_step;
+    unsigned char *grads_emptied;
+    size_t last_phased; /* one past the last event of a phase other than none (0: none) */
+    /* The replay carried from one call to the next, so that frames made walking forward (the
+     * HTML page, the viewer's next key) cost the events between them, not the trace before them:
+     * each rank r's events before done[r] are applied to state (the cells with counts, before
+     * they are read as yes or no), whose progress is that of step progress_step. replayed:
+     * the plan they were replayed for (NULL: nothing to carry on from). want: scratch. */
+    FrameCell *state;
+    size_t *done, *want, checked;
+    const Plan *replayed;
+    int progress_step;
+    /* The step whose timeline is drawn, at drawn_cols columns, from trace drawn (NULL: none),
+     * so that the frames of one step paint it once. */
+    const Trace *drawn;
+    int drawn_step, drawn_cols;
+    /* What the replays have cost, all calls together (what a page of every event grows with):
+     * events walked, steps whose progress was replayed anew, timelines drawn. */
+    size_t walked, progress_replays, timelines_drawn;
 } Frame;
 
 /* Sizes a frame for a plan's ranks and units. */

@@ -44,33 +44,53 @@ static int buf_reserve(Buf *b, size_t more) {
     return 1;
 }
 
+/* Appends len bytes of s. */
+static void buf_put(Buf *b, const char *s, size_t len) {
+    if (!buf_reserve(b, len)) return;
+    memcpy(b->s + b->n, s, len);
+    b->n += len;
+    b->s[b->n] = 0;
+}
+
+/* Formats into the room left, once, and again only when it did not fit (a page is millions of
+ * these: formatting twice each time was a third of writing it). */
 __attribute__((format(printf, 2, 3))) static void buf_add(Buf *b, const char *fmt, ...) {
+    if (!buf_reserve(b, 64)) return;
     va_list ap;
     va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
+    int len = vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
     va_end(ap);
-    if (len < 0 || !buf_reserve(b, (size_t)len)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
-    va_end(ap);
+    if (len < 0) return;
+    if ((size_t)len >= b->cap - b->n) {
+        if (!buf_reserve(b, (size_t)len)) return;
+        va_start(ap, fmt);
+        vsnprintf(b->s + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+    }
     b->n += (size_t)len;
 }
 
 /* s as a JSON string that is also safe inside a <script> element: '<' is escaped, so no text
  * can end the script ("</script>") or open a comment in it. UTF-8 is kept as it is. */
+static int json_escaped(unsigned char c) {
+    return c == '"' || c == '\\' || c < 0x20 || c == '<';
+}
+
 static void buf_json(Buf *b, const char *s) {
-    buf_add(b, "\"");
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
+    buf_put(b, "\"", 1);
+    while (*s) {
+        size_t plain = 0; /* the run of characters kept as they are, appended at once */
+        while (s[plain] && !json_escaped((unsigned char)s[plain])) plain++;
+        buf_put(b, s, plain);
+        s += plain;
+        if (!*s) break;
+        unsigned char c = (unsigned char)*s++;
         if (c == '"' || c == '\\')
             buf_add(b, "\\%c", c);
-        else if (c < 0x20 || c == '<')
+        else
             buf_add(b, "\\u%04x", c);
-        else if (buf_reserve(b, 1))
-            b->s[b->n++] = (char)c;
     }
-    buf_add(b, "\"");
-    if (b->s) b->s[b->n] = 0;
+    buf_put(b, "\"", 1);
 }
 
 /* ---------------------------------------------------------------- tables of shared values */
@@ -173,10 +193,11 @@ static long grid_index(Tables *tb, const Frame *f, const Plan *p) {
     Buf *v = &tb->value;
     v->n = 0;
     buf_add(v, "[");
+    size_t width = 0; /* found by the first cell that needs it */
     for (int r = 0; r < f->nranks; r++)
         for (int u = 0; u < f->nunits; u++) {
             char text[200];
-            plain_cell_text(f, p, r, u, text, sizeof text);
+            plain_cell_text(f, p, r, u, &width, text, sizeof text);
             long s = string_index(tb, text);
             if (s < 0) return -1;
             const FrameCell *c = frame_cell(f, r, u);
@@ -258,11 +279,13 @@ static void charts_free(Charts *c) {
 }
 
 /* The DDP side as the viewer's key d shows it: each GPU at its own point of the same computation
- * (compare_points, frame_at_points), named by the event compare_match puts beside the run's. */
+ * (compare_points, frame_at_points), named by the event compare_match puts beside the run's; the
+ * page asks at every event in order, so both walk on from the event before. */
 typedef struct DdpSide {
     const Trace *t; /* NULL: none */
     const Plan *p;
     Frame f;
+    CompareWalk walk;
     size_t *ends, *last_ends; /* [ranks]: each GPU's point, now and at the previous call */
     size_t last_j;
     long last_state; /* the previous call's entry of P; -1 none yet */
@@ -272,13 +295,12 @@ typedef struct DdpSide {
  * unit", [memory of each rank at its point]] (*state -1 without a DDP side). Neighbouring
  * events often leave every GPU where it was (what folds into a frame, the steps of a compute):
  * then the entry is the previous one, without a frame made again. */
-static int ddp_state(Tables *tb, DdpSide *d, const Trace *t, size_t index, long *memory,
-                     long *state, Err *err) {
+static int ddp_state(Tables *tb, DdpSide *d, size_t index, long *memory, long *state, Err *err) {
     *state = -1;
     if (!d->t) return 0;
     size_t j, nranks = (size_t)d->t->nranks;
-    int rc = compare_match(t, index, d->t, &j, err);
-    if (!rc) rc = compare_points(t, index, d->t, d->ends, err);
+    int rc = compare_walk_match(&d->walk, index, &j, err);
+    if (!rc) rc = compare_walk_points(&d->walk, index, d->ends, err);
     if (rc) return rc;
     if (d->last_state >= 0 && j == d->last_j &&
         !memcmp(d->ends, d->last_ends, nranks * sizeof *d->ends)) {
@@ -822,7 +844,7 @@ static int write_rows(Writer *w, Err *err) {
     for (size_t i = 0; i < t->n; i++) {
         long ddp;
         int rc = frame_at(&w->f, t, w->p, i, err);
-        if (!rc) rc = ddp_state(&w->tb, &w->ddp, t, i, w->memory, &ddp, err);
+        if (!rc) rc = ddp_state(&w->tb, &w->ddp, i, w->memory, &ddp, err);
         if (!rc) rc = build_row(&w->tb, &w->f, w->p, &w->charts, ddp, w->memory);
         if (rc == ERR_NOMEM) return err_set(err, ERR_NOMEM, "out of memory for the page's frames");
         if (rc) return rc;
@@ -864,6 +886,7 @@ static int writer_open(Writer *w, const Trace *t, const Plan *p, const HtmlPage 
     int rc = frame_init(&w->f, p, err);
     if (!rc) rc = frame_init(&w->fm, p, err);
     if (!rc && w->ddp.t) rc = frame_init(&w->ddp.f, w->ddp.p, err);
+    if (!rc && w->ddp.t) rc = compare_walk_init(&w->ddp.walk, t, w->ddp.t, err);
     size_t ddp_ranks = w->ddp.t ? (size_t)w->ddp.t->nranks + 1 : 1;
     w->ddp.ends = calloc(ddp_ranks, sizeof *w->ddp.ends);
     w->ddp.last_ends = calloc(ddp_ranks, sizeof *w->ddp.last_ends);
@@ -894,6 +917,7 @@ static void writer_close(Writer *w) {
     frame_free(&w->f);
     frame_free(&w->fm);
     if (w->ddp.t) frame_free(&w->ddp.f);
+    compare_walk_free(&w->ddp.walk);
     free(w->ddp.ends);
     free(w->ddp.last_ends);
 }

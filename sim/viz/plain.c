@@ -117,7 +117,8 @@ static void cell_state(const Plan *p, int r, int u, FrameCell c, const float *va
              c.gathered && !others[0] ? "all" : others, full, shard);
 }
 
-void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n) {
+void plain_cell_text(const Frame *f, const Plan *p, int r, int u, size_t *width, char *buf,
+                     size_t n) {
     FrameCell c = *frame_cell(f, r, u);
     const float *local = frame_local_grads(f, r);
     if (!shows_own_grads(p, u, c, local)) {
@@ -125,11 +126,11 @@ void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, siz
                    GRADS_NONE, buf, n);
         return;
     }
-    size_t width = plain_cell_width(f, p); /* the richest form the column holds */
     for (GradsForm form = GRADS_ALL; form <= GRADS_NONE; form++) {
         cell_state(p, r, u, c, frame_values(f, r, u), f->grads, local, f->accounting_only, form,
                    buf, n);
-        if (text_display_width(buf) <= width) return;
+        if (!*width) *width = plain_cell_width(f, p); /* the richest form the column holds */
+        if (text_display_width(buf) <= *width) return;
     }
 }
 
@@ -193,7 +194,7 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
         snprintf(label, sizeof label, "GPU %d", r);
         fprintf(out, "  %-7s", label);
         for (int u = 0; u < p->nunits; u++) {
-            plain_cell_text(f, p, r, u, text, CELL);
+            plain_cell_text(f, p, r, u, &width, text, CELL);
             pad(out, text, width + 2);
         }
         plain_memory_text(f, r, memory, sizeof memory);

@@ -11,9 +11,13 @@ void plain_render(FILE *out, const Frame *f, const Plan *p);
 
 /* What rank r holds of unit u, as a grid cell: its shard once allocated, "+all" while the unit
  * is gathered, while its full gradients exist the rank's own values of them ("+∂all" without
- * values), "packed" before the values while they wait in a reduction's send buffer. Shared with the
- * terminal viewer and the page; their buffers hold 200 bytes, enough for the toy's. */
-void plain_cell_text(const Frame *f, const Plan *p, int r, int u, char *buf, size_t n);
+ * values), "packed" before the values while they wait in a reduction's send buffer, each in the
+ * richest form that *width (the frame's plain_cell_width; 0: not found yet, then found where a
+ * cell needs it, so that a grid finds it once and only if it needs it) holds.
+ * Shared with the terminal viewer and the page; their buffers hold 200 bytes, enough for the
+ * toy's. */
+void plain_cell_text(const Frame *f, const Plan *p, int r, int u, size_t *width, char *buf,
+                     size_t n);
 /* The widest such cell can get in this trace, so columns stay put between frames. */
 size_t plain_cell_width(const Frame *f, const Plan *p);
 

@@ -339,7 +339,8 @@ static int draw_grid(const Viewer *v, Side *s, const Region *r, int y, int rows)
         snprintf(text, sizeof text, " GPU %d", rank);
         put(r, y + 1 + rank, 0, text);
         for (int i = 0; i < shown; i++) {
-            plain_cell_text(&s->f, s->p, rank, first + i, text, CELL);
+            size_t width = (size_t)col - 2;
+            plain_cell_text(&s->f, s->p, rank, first + i, &width, text, CELL);
             int gathered = frame_cell(&s->f, rank, first + i)->gathered;
             if (gathered) attron(v->colour ? COLOR_PAIR(1) : A_BOLD);
             put(r, y + 1 + rank, GRID_LABEL + col * i, text);

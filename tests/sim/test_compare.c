@@ -367,3 +367,36 @@ Test(compare, a_backward_comes_before_the_frees_of_what_it_reads) {
     }
     free_pair(&p);
 }
+
+/* The walk the HTML page asks at every event carries its counts on from the event before; asked
+ * in any order (on, back to an earlier event, again at the same one), it gives what the one-shot
+ * functions give at that event. */
+static void expect_walk_as_one_shot(const Trace *a, const Trace *b) {
+    CompareWalk w;
+    Err err = {0};
+    cr_assert_eq(compare_walk_init(&w, a, b, &err), 0, "%s", err.msg);
+    size_t ends[64], fresh[64];
+    cr_assert_leq(a->nranks, 64);
+    size_t order[] = {0, 1, 2, a->n / 2, a->n / 2, a->n / 3, a->n - 1, 5, a->n - 1};
+    for (size_t k = 0; k < a->n + sizeof order / sizeof *order; k++) {
+        size_t i = k < a->n ? k : order[k - a->n];
+        size_t j = 0;
+        cr_assert_eq(compare_walk_points(&w, i, ends, &err), 0, "%s", err.msg);
+        cr_assert_eq(compare_points(a, i, b, fresh, &err), 0, "%s", err.msg);
+        for (int q = 0; q < a->nranks; q++)
+            cr_assert_eq(ends[q], fresh[q], "event %zu, rank %d: walked %zu, fresh %zu", i, q,
+                         ends[q], fresh[q]);
+        cr_assert_eq(compare_walk_match(&w, i, &j, &err), 0, "%s", err.msg);
+        cr_assert_eq(j, match(a, i, b), "event %zu", i);
+    }
+    cr_expect_neq(compare_walk_points(&w, a->n, ends, &err), 0);
+    compare_walk_free(&w);
+}
+
+Test(compare, a_walk_carried_on_gives_what_each_event_alone_gives) {
+    Pair p;
+    train_pair(&p, STRAT_ZERO3, 2);
+    expect_walk_as_one_shot(&p.fsdp.trace, &p.ddp.trace);
+    expect_walk_as_one_shot(&p.ddp.trace, &p.fsdp.trace);
+    free_pair(&p);
+}

@@ -450,7 +450,8 @@ static const char *cell_text(const Frame *f, const ToyRun *run, int r, int u) {
     static char text[8][400];
     static int next;
     char *out = text[next++ % 8];
-    plain_cell_text(f, &run->plan, r, u, out, 400);
+    size_t width = 0;
+    plain_cell_text(f, &run->plan, r, u, &width, out, 400);
     return out;
 }
 
@@ -615,4 +616,106 @@ Test(frame, a_gpu_shows_a_shard_only_once_it_is_allocated) {
             }
     }
     toy_frame_with_values_free(&run, &f);
+}
+
+/* What a renderer reads of a frame is the same in a and b: every cell, each rank's bytes and
+ * peak, the texts and the timeline. */
+static void expect_same_frame(const Frame *a, const Frame *b, size_t index) {
+    cr_assert_eq(a->index, b->index);
+    for (int r = 0; r < a->nranks; r++) {
+        for (int u = 0; u < a->nunits; u++)
+            cr_assert(!memcmp(frame_cell(a, r, u), frame_cell(b, r, u), sizeof(FrameCell)),
+                      "event %zu: rank %d unit %d differs", index, r, u);
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            cr_assert_eq(frame_mem(a, r, (MemCategory)c), frame_mem(b, r, (MemCategory)c),
+                         "event %zu: rank %d %s", index, r, mem_category_name((MemCategory)c));
+        cr_assert_eq(a->peak[r], b->peak[r], "event %zu: rank %d's peak", index, r);
+        for (int s = 0; s < STREAM_COUNT; s++)
+            cr_assert_str_eq(a->timeline[r * STREAM_COUNT + s], b->timeline[r * STREAM_COUNT + s],
+                             "event %zu", index);
+    }
+    cr_assert_str_eq(a->header, b->header);
+    cr_assert_str_eq(a->narration, b->narration, "event %zu", index);
+    cr_assert_str_eq(a->flow, b->flow);
+    cr_assert_str_eq(a->phases, b->phases, "event %zu", index);
+    cr_assert_eq(a->cursor, b->cursor, "event %zu", index);
+    cr_assert_eq(a->before, b->before);
+}
+
+/* A frame filled at one event after another carries its replay on; it must be the frame made
+ * fresh at each, walking forward, jumping back and on, and with each rank at its own point. */
+static void expect_carried_as_fresh(ToyRun *run) {
+    Frame carried, fresh;
+    Err err = {0};
+    const Trace *t = &run->trace;
+    cr_assert_eq(frame_init(&carried, &run->plan, &err), 0, "%s", err.msg);
+    size_t jumps[] = {t->n - 1, 3, t->n / 2, t->n / 2, t->n / 3, t->n - 1, 0};
+    for (size_t k = 0; k < t->n + sizeof jumps / sizeof *jumps; k++) {
+        size_t i = k < t->n ? k : jumps[k - t->n];
+        cr_assert_eq(frame_init(&fresh, &run->plan, &err), 0, "%s", err.msg);
+        cr_assert_eq(frame_at(&carried, t, &run->plan, i, &err), 0, "%s", err.msg);
+        cr_assert_eq(frame_at(&fresh, t, &run->plan, i, &err), 0, "%s", err.msg);
+        expect_same_frame(&carried, &fresh, i);
+        frame_free(&fresh);
+    }
+    /* each rank at its own point: rank r behind the others by r events of the trace */
+    size_t ends[8];
+    cr_assert_leq(run->plan.world, 8);
+    for (size_t i = 0; i < t->n; i += 7) {
+        for (int r = 0; r < run->plan.world; r++) ends[r] = i > (size_t)r ? i - (size_t)r : 0;
+        cr_assert_eq(frame_init(&fresh, &run->plan, &err), 0, "%s", err.msg);
+        cr_assert_eq(frame_at_points(&carried, t, &run->plan, i, ends, &err), 0, "%s", err.msg);
+        cr_assert_eq(frame_at_points(&fresh, t, &run->plan, i, ends, &err), 0, "%s", err.msg);
+        expect_same_frame(&carried, &fresh, i);
+        frame_free(&fresh);
+    }
+    frame_free(&carried);
+}
+
+Test(frame, a_frame_carried_on_from_the_last_is_the_frame_made_fresh) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    c.grad_accum = 2;
+    ToyRun run;
+    toy_train(&run, &c, 3, 2, 1);
+    expect_carried_as_fresh(&run);
+    toy_run_free(&run);
+    FsdpConfig h = toy_config(STRAT_HSDP, 4);
+    h.replicas = 2;
+    toy_train(&run, &h, 4, 2, 1);
+    expect_carried_as_fresh(&run);
+    toy_run_free(&run);
+    FsdpConfig seed = toy_config(STRAT_ZERO3, 4);
+    seed.prefetch_forward = seed.prefetch_backward = 0;
+    seed.free_after_reduce = 1;
+    toy_train(&run, &seed, 3, 2, 1);
+    expect_carried_as_fresh(&run);
+    toy_run_free(&run);
+}
+
+/* The HTML page makes a frame at every event in order: that walks each event once, replays each
+ * step's progress once and draws each step's timeline once (before, every frame replayed the
+ * trace from its first event and painted its step from the whole trace). */
+Test(frame, frames_at_every_event_in_order_walk_each_event_once) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, c, 3, 3);
+    const Trace *t = &run.trace;
+    int steps = 0, seen[8] = {0};
+    for (size_t i = 0; i < t->n; i++) {
+        cr_assert(t->ev[i].step >= 0 && t->ev[i].step < 8);
+        steps += !seen[t->ev[i].step];
+        seen[t->ev[i].step] = 1;
+        if (i) cr_assert_geq(t->ev[i].step, t->ev[i - 1].step, "the engine's steps come in order");
+    }
+    cr_assert_eq(steps, 3);
+    for (size_t i = 0; i < t->n; i++) frame_of(&f, &run, i);
+    cr_expect_eq(f.walked, t->n);
+    cr_expect_leq(f.progress_replays, (size_t)steps);
+    cr_expect_eq(f.timelines_drawn, (size_t)steps);
+    /* going back starts over: the replay walks up to that event again */
+    size_t before = f.walked;
+    frame_of(&f, &run, 10);
+    cr_expect_eq(f.walked - before, 11);
+    toy_frame_free(&run, &f);
 }
