@@ -313,7 +313,7 @@ static const Flag train_rows[] = {
     {"--ranks", FLAG_INT, ARG(ranks), 1, CLI_MAX_RANKS, .arg = "N",
      .help = "simulated GPUs, 1 to 1024 (default 3)"},
     {"--profile", FLAG_WORD, ARG(profile), .size = sizeof((TrainArgs *)0)->profile, .arg = "P",
-     .help = "cost model: h100-nvlink, a100-nvlink, l4-pcie"},
+     .help = "cost model: h100-nvlink, h200-nvlink, a100-nvlink, l4-pcie"},
     {"--checkpoint-dir", FLAG_STRING, ARG(ckpt_dir), .arg = "D",
      .help = "save sharded checkpoints into D (each epoch's end)", .get = get_output_path},
     {"--checkpoint-every", FLAG_LONG, ARG(ckpt_every), 1, 1L << 40, .arg = "N",

@@ -86,7 +86,7 @@ static const Flag plan_rows[] = {
      .help = "GPUs, 1 to 1,048,576 (default 3); above one node,\na whole number of nodes"},
     {"--gpus-per-node", FLAG_COUNT, ARG(gpus_per_node), 1, PLANNER_MAX_GPUS, .arg = "G",
      .help = "default: the profile's"},
-    {"--profile", FLAG_FORWARD, .arg = "P", .help = "h100-nvlink (default), a100-nvlink, l4-pcie"},
+    {"--profile", FLAG_FORWARD, .arg = "P", .help = "h100-nvlink (default), h200-nvlink, a100-nvlink,\nl4-pcie"},
     {"--gpu-mem", FLAG_POSITIVE, ARG(gpu_mem_gb), .hi = 1e6,
      .usage = "--gpu-mem GB --flops TFLOPS --link-bw GBPS --inter-node-bw GBPS",
      .help = "\noverride the profile (decimal GB, bf16 TFLOP/s)"},

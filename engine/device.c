@@ -93,3 +93,23 @@ void device_follow(Device *d, StreamId waiter, StreamId source) {
 Device device_on_host(const DeviceOps *ops, int rank, void *impl) {
     return (Device){.ops = ops, .rank = rank, .impl = impl, .host_addressable = 1};
 }
+
+void work_begin(Work *w, WorkKind kind) {
+    w->kind = kind;
+    w->flops = w->bytes = w->attention_flops = 0;
+    w->ngemms = w->kernels = 0;
+}
+
+static void add_gemm(Work *w, double m, double n, double k) {
+    w->flops += 2.0 * m * n * k;
+    if (w->ngemms < WORK_MAX_GEMMS) w->gemm[w->ngemms++] = (WorkGemm){m, n, k};
+}
+
+void work_linear(Work *w, WorkKind kind, double m, double in, double out) {
+    if (kind != WORK_BACKWARD) {
+        add_gemm(w, m, out, in);
+        return;
+    }
+    add_gemm(w, m, in, out); /* dX = dY . W */
+    add_gemm(w, out, in, m); /* dW = dY^T . X */
+}

@@ -63,15 +63,39 @@ typedef enum {
     WORK_NVME_WRITE, /* ... and written back */
 } WorkKind;
 
+/* One GEMM of a piece of work: an [m x k] by [k x n] product, 2mnk flops. A GPU runs it as
+ * tiles of its output in waves over its SMs, so its time depends on its shape (sim/cost.c). */
+typedef struct WorkGemm {
+    double m, n, k;
+} WorkGemm;
+
+enum { WORK_MAX_GEMMS = 16 }; /* a Llama block's backward: 7 Linears, two GEMMs each */
+
 /* Work handed to the clock: the sim turns flops and bytes into modelled seconds. */
 typedef struct Work {
     WorkKind kind;
     int unit;          /* FSDP unit index, -1 for none */
-    double flops;      /* floating point operations */
-    double bytes;      /* bytes read+written (memory-bound estimate) or copied */
+    double flops;      /* floating point operations, all of them (the GEMMs' among them) */
+    double bytes;      /* bytes read+written by the memory-bound kernels, or copied */
     int low_precision; /* 1 if the math runs in bf16/fp16 */
     int on_host;       /* 1 if it runs on the host CPU (offloaded optimizer step) */
+    /* The GEMMs among the flops (work_linear adds a Linear's), and attention's score and value
+     * products (what flash attention's kernel computes); the rest of the flops run in
+     * memory-bound kernels. kernels: the launches it takes (0: one). */
+    int ngemms;
+    WorkGemm gemm[WORK_MAX_GEMMS];
+    double attention_flops;
+    int kernels;
 } Work;
+
+/* Starts w's estimate of a pass `kind` afresh (no flops, bytes, GEMMs or kernels yet), keeping
+ * what the engine set (unit, dtype, host): what a model's work function does first. */
+void work_begin(Work *w, WorkKind kind);
+
+/* Adds a Linear of `in` to `out` features over m rows to w as the pass `kind` runs it: forward
+ * one GEMM [m x in] . [in x out]; backward two, the input's gradient [m x out] . [out x in] and
+ * the weight's [out x m] . [m x in]; recompute as forward. Counts their flops into w->flops. */
+void work_linear(Work *w, WorkKind kind, double m, double in, double out);
 
 /* One part of the accounting (the GPU's own memory, or what offload keeps off it): its bytes
  * now, their peak since the last reset and every category's bytes at that moment. */

@@ -38,17 +38,27 @@ static size_t kv_width(const TBlock *t) {
     return t->kv_heads * (t->H / t->heads);
 }
 
+/* Kernels: lblock's forward op calls (15) and its backward's (24, a Linear's backward two
+ * GEMMs). */
 static void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
     double KV = (double)kv_width(t), T = (double)t->T, B = (double)t->B;
-    double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
-    double flops = 2 * M * H * (2 * H + 2 * KV + 3 * F) + 2 * scores;
+    double probs = 2 * B * (double)t->heads * T * T;
     double bytes =
         (double)dtype_size(t->dtype) * (M * (10 * H + 2 * KV + 4 * F) + (t->flash ? 0 : probs));
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
-    w->kind = kind;
-    w->flops = flops * passes + (kind == WORK_BACKWARD && t->flash ? scores : 0);
+    work_begin(w, kind);
+    work_linear(w, kind, M, H, H);  /* q */
+    work_linear(w, kind, M, H, KV); /* k */
+    work_linear(w, kind, M, H, KV); /* v */
+    work_linear(w, kind, M, H, H);  /* o */
+    work_linear(w, kind, M, H, F);  /* gate */
+    work_linear(w, kind, M, H, F);  /* up */
+    work_linear(w, kind, M, F, H);  /* down */
+    w->attention_flops = tblock_attention_flops(t, kind);
+    w->flops += w->attention_flops;
     w->bytes = bytes * passes;
+    w->kernels = kind == WORK_BACKWARD ? 24 : 15;
 }
 
 /* ---------------------------------------------------------------- forward */

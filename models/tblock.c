@@ -84,18 +84,30 @@ AttnShape tblock_attn_shape(const TBlock *t, size_t q_stride, size_t kv_stride) 
 
 /* ---------------------------------------------------------------- work estimates */
 
+double tblock_attention_flops(const TBlock *t, WorkKind kind) {
+    double T = (double)t->T, scores = 2 * (double)t->B * T * T * (double)t->H;
+    double products = kind == WORK_BACKWARD ? (t->flash ? 5 : 4) * scores : 2 * scores;
+    return t->flash && t->causal ? products / 2 : products;
+}
+
 /* Eager attention writes and reads its probabilities; flash keeps them on chip but computes
- * the scores once more in backward. */
+ * the scores once more in backward. Kernels: the op calls of gpt_forward (9) and gpt_backward
+ * (18, a Linear's backward two GEMMs and its bias). */
 static void gpt_work(const TBlock *t, Work *w, WorkKind kind) {
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
     double T = (double)t->T, B = (double)t->B;
-    double scores = 2 * B * T * T * H, probs = 2 * B * (double)t->heads * T * T;
-    double flops = 2 * M * H * (3 * H + H + 2 * F) + 2 * scores;
+    double probs = 2 * B * (double)t->heads * T * T;
     double bytes = (double)dtype_size(t->dtype) * (M * (12 * H + 3 * F) + (t->flash ? 0 : probs));
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
-    w->kind = kind;
-    w->flops = flops * passes + (kind == WORK_BACKWARD && t->flash ? scores : 0);
+    work_begin(w, kind);
+    work_linear(w, kind, M, H, 3 * H); /* qkv */
+    work_linear(w, kind, M, H, H);     /* the output projection */
+    work_linear(w, kind, M, H, F);     /* fc1 */
+    work_linear(w, kind, M, F, H);     /* fc2 */
+    w->attention_flops = tblock_attention_flops(t, kind);
+    w->flops += w->attention_flops;
     w->bytes = bytes * passes;
+    w->kernels = kind == WORK_BACKWARD ? 18 : 9;
 }
 
 /* ---------------------------------------------------------------- forward */

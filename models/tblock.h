@@ -127,9 +127,13 @@ struct BlockKind {
 /* GPT's (and the ViT's) pre-LayerNorm block. */
 extern const BlockKind gpt_block;
 
-/* Roughly what the cost model charges for one block's forward or backward: GEMM flops and
- * activation traffic in the compute dtype. */
+/* Roughly what the cost model charges for one block's forward or backward: its Linears' GEMMs
+ * by shape, attention's products, activation traffic in the compute dtype, its kernels. */
 void tblock_work(const TBlock *t, Work *w, WorkKind kind);
+/* Attention's score and value products in that pass (QK^T and PV, with backward's three and
+ * flash's recompute of the scores): 4BT^2H a forward, half of it with flash under a causal
+ * mask, whose kernel skips the masked half (eager computes every score, then masks). */
+double tblock_attention_flops(const TBlock *t, WorkKind kind);
 /* Forward on full parameters p from input x[B*T, H]: takes the activations into a and the
  * output into *out (the next module's input); fills w. */
 int tblock_forward(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,

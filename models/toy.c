@@ -89,7 +89,7 @@ static int toy_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t
 
 /* ~8 flops per element for tanh, 3 for the affine parts. */
 static void toy_work(Work *w, WorkKind kind, size_t n, double passes) {
-    w->kind = kind;
+    work_begin(w, kind);
     w->flops = 11.0 * (double)n * passes;
     w->bytes = 8.0 * (double)n * passes;
 }

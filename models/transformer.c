@@ -441,14 +441,15 @@ static int tf_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t 
  * tblock_work, the loss the stack's. */
 static void small_work(const ModelRun *r, Work *w, WorkKind kind, double flops, double elems) {
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
-    w->kind = kind;
-    w->flops = flops * passes;
+    w->flops += flops * passes;
     w->bytes = (double)dtype_size(r->dtype) * elems * passes;
+    w->kernels = kind == WORK_BACKWARD ? 3 : 2;
 }
 
 /* x = wte[tokens] + wpe: one add an element; a row of each table read, x written. */
 static void embed_work(const ModelRun *r, Work *w, WorkKind kind) {
     double n = (double)(r->B * r->T * r->H);
+    work_begin(w, kind);
     small_work(r, w, kind, n, 3 * n);
 }
 
@@ -457,7 +458,9 @@ static void embed_work(const ModelRun *r, Work *w, WorkKind kind) {
 static void head_work(const ModelRun *r, Work *w, WorkKind kind) {
     const TransformerConfig *c = r->config;
     double M = (double)(r->B * r->T), H = (double)r->H, V = (double)c->vocab;
-    small_work(r, w, kind, 2.0 * M * H * V, M * (2 * H + V) + V * H);
+    work_begin(w, kind);
+    work_linear(w, kind, M, H, V); /* the GEMM's flops, by its shape */
+    small_work(r, w, kind, 0, M * (2 * H + V) + V * H);
 }
 
 /* ---------------------------------------------------------------- forward */

@@ -136,7 +136,7 @@ float tstack_loss(ModelRun *r, float grad_scale, Work *w) {
     size_t n = r->B * r->shape.outputs;
     run_release(r, &r->dlogits);
     r->dlogits = run_take(r, n);
-    w->kind = WORK_FORWARD;
+    work_begin(w, WORK_FORWARD);
     w->flops = 8.0 * (double)n;
     w->bytes = 8.0 * (double)n;
     if (!r->ends->loss || !r->B || !r->dlogits) return 0.0f;

@@ -223,12 +223,14 @@ static int vit_set_batch(ModelRun *r, const Dataset *ds, const long *idx, size_t
 
 /* ---------------------------------------------------------------- work estimates */
 
-/* What the embedding and the head charge the clock (the blocks: tblock_work). */
-static void small_work(const ModelRun *r, Work *w, WorkKind kind, double flops) {
+/* What the embedding and the head charge the clock, each one Linear of `in` to `out` features
+ * over m rows and a few memory-bound kernels (the blocks: tblock_work). */
+static void small_work(const ModelRun *r, Work *w, WorkKind kind, double m, double in, double out) {
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
-    w->kind = kind;
-    w->flops = flops * passes;
+    work_begin(w, kind);
+    work_linear(w, kind, m, in, out);
     w->bytes = (double)dtype_size(r->dtype) * (double)(r->B * r->T * r->H) * 3 * passes;
+    w->kernels = kind == WORK_BACKWARD ? 4 : 3;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -249,7 +251,7 @@ static int embed_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     }
     run_release(r, &pout);
     run_release(r, &v->images); /* the patches are all backward needs */
-    small_work(r, w, WORK_FORWARD, 2.0 * (double)(M * P * P * r->H));
+    small_work(r, w, WORK_FORWARD, (double)M, (double)(P * P), (double)r->H);
     return rc;
 }
 
@@ -263,7 +265,7 @@ static int head_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     r->logits = run_take(r, B * K);
     int rc = act_check_taken((void *[]){v->cls, v->head_ln, v->head_mean, v->head_rstd, r->logits},
                              5, B, err);
-    small_work(r, w, WORK_FORWARD, 2.0 * (double)(B * H * K));
+    small_work(r, w, WORK_FORWARD, (double)B, (double)H, (double)K);
     if (rc || !B) return rc;
     /* torchvision normalises every token and then keeps the class token's row; only that row
      * reaches the loss, so normalising it alone is the same function and the same gradient */
@@ -310,7 +312,7 @@ static int head_backward(ModelRun *r, void *const *p, float *const *g, Work *w, 
     run_release(r, &dln);
     run_release(r, &dcls);
     tstack_release_head(r);
-    small_work(r, w, WORK_BACKWARD, 2.0 * (double)(B * H * K));
+    small_work(r, w, WORK_BACKWARD, (double)B, (double)H, (double)K);
     return rc;
 }
 
@@ -327,7 +329,7 @@ static int embed_backward(ModelRun *r, void *const *p, float *const *g, Work *w,
                            M, P * P, r->H);
     }
     run_release(r, &dpout);
-    small_work(r, w, WORK_BACKWARD, 2.0 * (double)(M * P * P * r->H));
+    small_work(r, w, WORK_BACKWARD, (double)M, (double)(P * P), (double)r->H);
     return rc;
 }
 

@@ -2,11 +2,23 @@
  * work or a collective into modelled seconds. */
 #include "sim/cost.h"
 
+#include <math.h>
 #include <string.h>
 
-/* Figures are vendor datasheet numbers for dense math (no sparsity) and per-direction link
- * bandwidth, rounded; latencies are typical small-message figures. They are a model, good
- * for comparing schedules, not a promise about any one machine. */
+/* Peaks are vendor datasheet numbers for dense math (no sparsity) and per-direction link
+ * bandwidth, rounded. What a GPU achieves of them, each with its source:
+ * - gemm_eff: the best GEMM shape's share of the bf16 peak, measured with torch.matmul
+ *   (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
+ *   comparison table": H100 SXM 794.5 of 989 TFLOPS, A100 SXM 271.2 of 312), taken for fp32 too;
+ * - attn_eff: flash attention's share of the peak in training (FlashAttention-2's paper: 50 to
+ *   73% of an A100's; FlashAttention-3's: FlashAttention-2 reaches 35% of an H100's);
+ * - bus_eff: NCCL's bus bandwidth as a share of a link's (NVIDIA/nccl-tests issue 326, NCCL's
+ *   maintainer: "360 GB/s is exactly what we'd expect on H100", of NVLink's 450; NCCL's tuning
+ *   model caps an A100's at 235 GB/s of 300);
+ * - mem_eff: a memory-bound kernel's share of the bandwidth, 0.9: an assumption (no
+ *   measurement here yet) that `fsdp plan --calibrate` replaces from a GPU trace;
+ * - launch_overhead: what a kernel costs however small, 4 to 5 us (a launch from eager code).
+ * The L4's figures beyond its datasheet are the A100's: nothing measured one. */
 static const Profile profiles[] = {
     {
         .name = "h100-nvlink",
@@ -17,14 +29,40 @@ static const Profile profiles[] = {
         .mem_bytes = 80e9,
         .gpus_per_node = 8,
         .intra_bw = 450e9,
-        .intra_lat = 3e-6,
+        .intra_nvlink = 1,
         .inter_bw = 50e9,
-        .inter_lat = 8e-6,
         .pcie_bw = 55e9,
         .host_flops = 2e12,
         .host_mem_bw = 200e9,
         .disk_bw = 6e9,
         .launch_overhead = 4e-6,
+        .sms = 132,
+        .gemm_eff = 0.803,
+        .attn_eff = 0.35,
+        .mem_eff = 0.9,
+        .bus_eff = 0.8,
+    },
+    {
+        .name = "h200-nvlink",
+        .description = "8x H200 SXM 141 GB per node, NVLink 4 inside, 400 Gb/s InfiniBand per GPU",
+        .flops_fp32 = 67e12,
+        .flops_low = 989e12,
+        .mem_bw = 4.8e12,
+        .mem_bytes = 141e9,
+        .gpus_per_node = 8,
+        .intra_bw = 450e9,
+        .intra_nvlink = 1,
+        .inter_bw = 50e9,
+        .pcie_bw = 55e9,
+        .host_flops = 2e12,
+        .host_mem_bw = 200e9,
+        .disk_bw = 6e9,
+        .launch_overhead = 4e-6,
+        .sms = 132,
+        .gemm_eff = 0.803,
+        .attn_eff = 0.35,
+        .mem_eff = 0.9,
+        .bus_eff = 0.8,
     },
     {
         .name = "a100-nvlink",
@@ -35,14 +73,18 @@ static const Profile profiles[] = {
         .mem_bytes = 80e9,
         .gpus_per_node = 8,
         .intra_bw = 300e9,
-        .intra_lat = 4e-6,
+        .intra_nvlink = 1,
         .inter_bw = 25e9,
-        .inter_lat = 10e-6,
         .pcie_bw = 25e9,
         .host_flops = 1e12,
         .host_mem_bw = 150e9,
         .disk_bw = 4e9,
         .launch_overhead = 5e-6,
+        .sms = 108,
+        .gemm_eff = 0.869,
+        .attn_eff = 0.6,
+        .mem_eff = 0.9,
+        .bus_eff = 0.78,
     },
     {
         /* The live workshop's cluster: two nodes with one L4 (sm_89) each, joined by a
@@ -55,14 +97,18 @@ static const Profile profiles[] = {
         .mem_bytes = 24e9,
         .gpus_per_node = 1,
         .intra_bw = 25e9,
-        .intra_lat = 5e-6,
+        .intra_nvlink = 0,
         .inter_bw = 3.1e9,
-        .inter_lat = 30e-6,
         .pcie_bw = 25e9,
         .host_flops = 0.5e12,
         .host_mem_bw = 50e9,
         .disk_bw = 2e9,
         .launch_overhead = 5e-6,
+        .sms = 58,
+        .gemm_eff = 0.869,
+        .attn_eff = 0.6,
+        .mem_eff = 0.9,
+        .bus_eff = 0.78,
     },
 };
 
@@ -75,7 +121,7 @@ const Profile *profile_find(const char *name) {
 }
 
 const char *profile_names(void) {
-    return "h100-nvlink, a100-nvlink, l4-pcie";
+    return "h100-nvlink, h200-nvlink, a100-nvlink, l4-pcie";
 }
 
 const Profile *profile_default(void) {
@@ -90,6 +136,33 @@ static double max2(double a, double b) {
     return a > b ? a : b;
 }
 
+enum { TILE = 128 }; /* a GEMM's output tile, rows and columns (cuBLAS's on Ampere and Hopper) */
+
+double cost_gemm(const Profile *p, double rate, double m, double n, double k) {
+    if (m <= 0 || n <= 0 || k <= 0) return 0.0;
+    double tiles = ceil(m / TILE) * ceil(n / TILE);
+    double waves = ceil(tiles / p->sms);
+    double tile_seconds = 2.0 * TILE * TILE * k / (rate / p->sms * p->gemm_eff);
+    return waves * tile_seconds;
+}
+
+/* A kernel's math and memory: its GEMMs by shape, attention's products at flash attention's
+ * rate, and the memory-bound kernels (norms, activations, adds, casts, Adam) at the achieved
+ * bandwidth or their own flops, whichever binds. They run one after another on the stream, so
+ * their times add. */
+static double compute_seconds(const Profile *p, const Work *w) {
+    double rate = w->low_precision ? p->flops_low : p->flops_fp32;
+    double t = 0.0, gemm_flops = 0.0;
+    for (int i = 0; i < w->ngemms; i++) {
+        const WorkGemm *g = &w->gemm[i];
+        t += cost_gemm(p, rate, g->m, g->n, g->k);
+        gemm_flops += 2.0 * g->m * g->n * g->k;
+    }
+    t += w->attention_flops / (rate * p->attn_eff);
+    double rest = w->flops - gemm_flops - w->attention_flops;
+    return t + max2(rest > 0 ? rest / rate : 0.0, w->bytes / (p->mem_bw * p->mem_eff));
+}
+
 double cost_work(const Profile *p, const Work *w, int offloaded_to_host) {
     switch (w->kind) {
     case WORK_COPY_H2D:
@@ -102,9 +175,8 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host) {
         break;
     }
     if (offloaded_to_host) return max2(w->flops / p->host_flops, w->bytes / p->host_mem_bw);
-    double rate = w->low_precision ? p->flops_low : p->flops_fp32;
-    /* roofline: a kernel is bound by its math or by its memory traffic */
-    return p->launch_overhead + max2(w->flops / rate, w->bytes / p->mem_bw);
+    int kernels = w->kernels > 0 ? w->kernels : 1;
+    return kernels * p->launch_overhead + compute_seconds(p, w);
 }
 
 double cost_sent_bytes(CollKind k, double bytes, int nranks) {
@@ -122,32 +194,90 @@ double cost_sent_bytes(CollKind k, double bytes, int nranks) {
     }
 }
 
-/* A ring's latency: NCCL's own tuning model (src/graph/tuning.cc). A ring of N ranks over M
- * nodes takes N-1 steps a pass; M-1 of them cross from one node to the next and pay the
- * network's latency, the other N-M stay inside a node and pay NVLink's (PCIe's). */
-static double ring_latency(const Profile *p, int nranks, int nnodes) {
-    int inter_hops = nnodes > 1 ? nnodes - 1 : 0;
-    int intra_hops = nranks - 1 - inter_hops;
-    return (double)intra_hops * p->intra_lat + (double)inter_hops * p->inter_lat;
+double cost_bus_bw(const Profile *p, int nranks, int nnodes) {
+    (void)nranks;
+    double link = p->intra_bw;
+    double nics = p->gpus_per_node * p->inter_bw; /* a node's NICs, one ring each */
+    if (nnodes > 1 && nics < link) link = nics;
+    return link * p->bus_eff;
+}
+
+/* NCCL's tuning model (src/graph/tuning.cc in NVIDIA/nccl): for each protocol, the latency of
+ * a collective and of each of its steps over NVLink, PCIe and the network, in microseconds, and
+ * the share of the bus bandwidth it moves data at (LL sends half of each 8-byte word as a flag,
+ * and its model takes a quarter; LL128 loses 8 bytes of each 128). Small buffers go fastest in
+ * LL, large ones in Simple. */
+typedef struct Protocol {
+    double base, nvlink, pcie, net; /* us */
+    double share;
+} Protocol;
+
+enum { PROTOCOLS = 3 };
+static const Protocol ring_protocols[PROTOCOLS] = {
+    {3.6, 0.47, 1.0, 2.7, 0.25}, /* LL */
+    {10.0, 1.9, 2.5, 4.0, 0.92}, /* LL128 */
+    {8.4, 3.4, 5.7, 9.6, 1.0},   /* Simple */
+};
+/* A tree's (all-reduce only): its chunks' latencies, and 0.9 of the bus bandwidth (LL: of that
+ * again 1/3.8); data goes up the tree and back down, so at half the rate a ring moves it. */
+static const Protocol tree_protocols[PROTOCOLS] = {
+    {4.4, 0.52, 1.0, 5.0, 0.9 / 3.8},
+    {4.4, 1.2, 1.9, 8.5, 0.9 * 7.0 / 9.0},
+    {0.0, 28.0, 28.0, 50.0, 0.9},
+};
+
+static double hop_latency(const Profile *p, const Protocol *pr) {
+    return (p->intra_nvlink ? pr->nvlink : pr->pcie) * 1e-6;
+}
+
+/* A ring of `steps` steps, `inter` of them crossing between nodes, moving bytes x steps / N. */
+static double ring_seconds(const Profile *p, double bytes, int nranks, int nnodes, int steps,
+                           int inter) {
+    double busbw = cost_bus_bw(p, nranks, nnodes), best = -1;
+    for (int i = 0; i < PROTOCOLS; i++) {
+        const Protocol *pr = &ring_protocols[i];
+        double intra_hop = hop_latency(p, pr) * (nnodes > 1 && i == 0 ? 1.8 : 1.0);
+        double lat = pr->base * 1e-6 + (steps - inter) * intra_hop + inter * pr->net * 1e-6;
+        double t = lat + bytes * steps / nranks / (busbw * pr->share);
+        if (best < 0 || t < best) best = t;
+    }
+    return best;
+}
+
+/* An all-reduce as NCCL's tree: up to the root and back, inside each node along its GPUs and
+ * between nodes in log2 of them. */
+static double tree_seconds(const Profile *p, double bytes, int nranks, int nnodes) {
+    double busbw = cost_bus_bw(p, nranks, nnodes), best = -1;
+    double per_node = (double)nranks / nnodes - 1, levels = floor(log2(nnodes));
+    for (int i = 0; i < PROTOCOLS; i++) {
+        const Protocol *pr = &tree_protocols[i];
+        double lat =
+            pr->base * 1e-6 + 2 * (per_node * hop_latency(p, pr) + levels * pr->net * 1e-6);
+        double t = lat + bytes / (0.5 * busbw * pr->share);
+        if (best < 0 || t < best) best = t;
+    }
+    return best;
 }
 
 double cost_collective(const Profile *p, CollKind k, double bytes, int nranks, int nnodes) {
-    if (nranks <= 1) return 0.0; /* one rank talks to nobody */
-    /* every link of a ring carries the same bytes at once, so the slowest one sets the pace:
-     * a ring that leaves its node runs at the network's per-GPU bandwidth */
-    double bw = nnodes > 1 ? p->inter_bw : p->intra_bw;
-    double lat = ring_latency(p, nranks, nnodes);
-    double ring = (double)(nranks - 1) / nranks * bytes / bw + lat; /* one pass around */
+    if (nranks <= 1) /* one rank: NCCL copies the send buffer into the receive buffer */
+        return p->launch_overhead +
+               (k == COLL_BARRIER ? 0.0 : 2.0 * bytes / (p->mem_bw * p->mem_eff));
+    if (nnodes < 1) nnodes = 1;
+    int n = nranks, m = nnodes;
     switch (k) {
     case COLL_ALL_GATHER:
     case COLL_REDUCE_SCATTER:
-        return ring;
-    case COLL_ALL_REDUCE:
-        return 2.0 * ring; /* reduce-scatter, then all-gather */
-    case COLL_BROADCAST:
-        return bytes / bw + lat; /* pipelined along the ring */
-    case COLL_BARRIER:
-        return 2.0 * lat;
+        return ring_seconds(p, bytes, n, m, n - 1, m - 1);
+    case COLL_ALL_REDUCE: {
+        double ring = ring_seconds(p, bytes, n, m, 2 * (n - 1), 2 * (m - 1));
+        double tree = tree_seconds(p, bytes, n, m);
+        return tree < ring ? tree : ring;
+    }
+    case COLL_BROADCAST: /* pipelined along the ring: each byte crosses every link once */
+        return ring_seconds(p, bytes, n, m, n, m);
+    case COLL_BARRIER: /* NCCL has none: an all-reduce of one word */
+        return cost_collective(p, COLL_ALL_REDUCE, 4.0, n, m);
     case COLL_KIND_COUNT:
         break;
     }

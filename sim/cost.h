@@ -1,9 +1,9 @@
-/* cost: the simulator's clock. Named hardware profiles (GPU FLOP/s per dtype, memory
- * bandwidth and size, NVLink/PCIe/network links) and the formulas that turn a piece of work
- * or a collective into modelled seconds. Ring all-gather and reduce-scatter move
- * (N-1)/N of the bytes over the slowest link the group spans (the network's per-GPU bandwidth
- * once it spans nodes), plus N-1 latency steps: M-1 between the M nodes it spans at the
- * network's latency, the rest inside nodes at NVLink's (NCCL's ring model). */
+/* cost: the simulator's clock. Named hardware profiles (what a GPU's datasheet promises and
+ * what it achieves: a large GEMM's share of the peak, flash attention's, memory-bound kernels'
+ * share of the bandwidth, a launch's cost; links inside and between nodes) and the formulas
+ * that turn a piece of work or a collective into modelled seconds: a GEMM from its shape (its
+ * tiles in waves over the SMs), a collective as NCCL runs it (ring, or tree for an all-reduce,
+ * each of NCCL's three protocols, the fastest taken; across nodes at the node's NICs together). */
 #ifndef FSDP_COST_H
 #define FSDP_COST_H
 
@@ -20,13 +20,20 @@ typedef struct Profile {
     double mem_bw;     /* device memory bytes/s */
     double mem_bytes;  /* device memory capacity */
     int gpus_per_node;
-    double intra_bw, intra_lat; /* per-GPU bytes/s and seconds per hop inside a node */
-    double inter_bw, inter_lat; /* between nodes */
-    double pcie_bw;             /* host<->device bytes/s */
-    double host_flops;          /* CPU FLOP/s for offloaded optimizer steps */
-    double host_mem_bw;         /* CPU memory bytes/s, for offloaded optimizer steps */
-    double disk_bw;             /* bytes/s to local NVMe */
-    double launch_overhead;     /* seconds a kernel or copy costs however small it is */
+    double intra_bw;        /* per-GPU bytes/s each way inside a node (NVLink, or PCIe) */
+    int intra_nvlink;       /* 1: the GPUs of a node talk over NVLink (NCCL's latencies differ) */
+    double inter_bw;        /* per-GPU bytes/s each way between nodes: its NIC's (one a GPU) */
+    double pcie_bw;         /* host<->device bytes/s */
+    double host_flops;      /* CPU FLOP/s for offloaded optimizer steps */
+    double host_mem_bw;     /* CPU memory bytes/s, for offloaded optimizer steps */
+    double disk_bw;         /* bytes/s to local NVMe */
+    double launch_overhead; /* seconds a kernel or copy costs however small it is */
+    /* What the GPU achieves of its datasheet (sim/cost.c gives each its source): */
+    int sms; /* streaming multiprocessors: a GEMM's output tiles run in waves of this many */
+    double gemm_eff; /* a large GEMM's share of the dtype's peak (the best shape's, measured) */
+    double attn_eff; /* flash attention's share of the peak, forward and backward */
+    double mem_eff;  /* memory-bound kernels' share of mem_bw */
+    double bus_eff;  /* NCCL's bus bandwidth as a share of the slowest link's (nccl-tests) */
 } Profile;
 
 /* NULL if name is unknown. */
@@ -40,9 +47,24 @@ const Profile *profile_at(int i);
 /* Modelled seconds of compute/copy work on a stream (roofline: max of math and memory). */
 double cost_work(const Profile *p, const Work *w, int offloaded_to_host);
 
+/* Modelled seconds of one GEMM of that shape at `rate` FLOP/s of peak (flops_low or
+ * flops_fp32): its [m x n] output in 128 x 128 tiles, each tile's 2 x 128 x 128 x k flops on
+ * one SM at its share of the peak times gemm_eff, the tiles in waves of p->sms; a shape that
+ * leaves a wave part empty, or a tile part full, pays for the whole. */
+double cost_gemm(const Profile *p, double rate, double m, double n, double k);
+
+/* The bus bandwidth NCCL reaches among `nranks` ranks over `nnodes` nodes: the slowest link's
+ * times bus_eff, the link being a GPU's NVLink inside one node and, across nodes, the lesser of
+ * that and the node's NICs together (NCCL runs one ring a NIC, each crossing every node
+ * boundary once: nccl-tests' busbw). */
+double cost_bus_bw(const Profile *p, int nranks, int nnodes);
+
 /* Modelled seconds of a collective among `nranks` ranks whose ranks span `nnodes` nodes;
  * bytes is each rank's full buffer: the gathered output for all-gather, the input for
- * reduce-scatter, the buffer for all-reduce and broadcast. */
+ * reduce-scatter, the buffer for all-reduce and broadcast. The fastest of NCCL's algorithms
+ * and protocols (its tuning model's latencies): a ring pass is (N-1)/N of the bytes at the bus
+ * bandwidth plus its steps' latencies, an all-reduce two passes or a tree. One rank copies its
+ * buffer (NCCL's send to its own receive buffer), as a kernel does. */
 double cost_collective(const Profile *p, CollKind k, double bytes, int nranks, int nnodes);
 /* The bytes one rank sends in that collective (same `bytes`): (N-1)/N of it for a ring
  * all-gather or reduce-scatter, twice that for an all-reduce, (N-1)/N for a pipelined

@@ -187,21 +187,6 @@ Test(comm, a_failing_rank_stops_the_others) {
     cr_expect_str_eq(err.msg, "rank 2 could not read its data", "the root cause is reported");
 }
 
-Test(comm, ring_cost_formula) {
-    const Profile *p = profile_find("l4-pcie");
-    cr_assert_not_null(p);
-    double bytes = 1e9;
-    /* 2 nodes over the network: (N-1)/N of the bytes plus one latency hop */
-    double want = 0.5 * bytes / p->inter_bw + p->inter_lat;
-    cr_expect_float_eq(cost_collective(p, COLL_ALL_GATHER, bytes, 2, 2), want, 1e-12);
-    cr_expect_float_eq(cost_collective(p, COLL_ALL_REDUCE, bytes, 2, 2), 2 * want, 1e-12);
-    cr_expect_eq(cost_collective(p, COLL_REDUCE_SCATTER, bytes, 1, 1), 0.0);
-    const Profile *h = profile_find("h100-nvlink");
-    cr_expect_lt(cost_collective(h, COLL_ALL_GATHER, bytes, 8, 1),
-                 cost_collective(h, COLL_ALL_GATHER, bytes, 16, 2), "leaving the node is slower");
-    cr_expect_null(profile_find("tpu"));
-}
-
 /* Inputs above the staging threshold are read in place (no copy) and the ranks meet twice;
  * an in-place all-reduce of that size is copied. Same answers as the loops either way. */
 #define BIG 40000 /* floats: 160 KB a rank */

@@ -343,22 +343,6 @@ Test(planner, a_plan_of_131072_gpus_runs_a_handful_of_ranks) {
     model_desc_free(&m);
 }
 
-/* A ring that leaves its node runs at the network's per-GPU bandwidth, and of its N-1 steps the
- * M-1 that cross between M nodes pay the network's latency, the rest NVLink's. */
-Test(planner, a_ring_across_nodes_runs_at_the_networks_pace) {
-    const Profile *h = profile_find("h100-nvlink");
-    double bytes = 1e9;
-    double one_node = cost_collective(h, COLL_ALL_GATHER, bytes, 8, 1);
-    cr_expect_float_eq(one_node, 7.0 / 8 * bytes / h->intra_bw + 7 * h->intra_lat, 1e-12);
-    double nodes = cost_collective(h, COLL_ALL_GATHER, bytes, 16384, 2048);
-    cr_expect_float_eq(nodes,
-                       16383.0 / 16384 * bytes / h->inter_bw + 2047 * h->inter_lat +
-                           (16383 - 2047) * h->intra_lat,
-                       1e-12);
-    cr_expect_float_eq(cost_collective(h, COLL_ALL_REDUCE, bytes, 16384, 2048), 2 * nodes, 1e-12);
-    cr_expect_gt(nodes, 8 * one_node, "the network is 9x slower than NVLink per GPU");
-}
-
 /* Traffic as the engine issues it: under zero3 every unit's gradient is reduce-scattered once
  * a step, a padded block per rank; under ddp every gradient is all-reduced once. */
 Test(planner, traffic_is_what_the_engine_sends) {
