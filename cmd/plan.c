@@ -31,6 +31,8 @@ typedef struct PlanArgs {
     int gpus, gpus_per_node;
     int replicas;                                     /* --replicas (hsdp); 0: not given */
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
+    /* what a GPU holds beside its tensors (decimal GB; a share of the peak); -1: not given */
+    float context_gb, workspace_gb, nccl_gb, fragmentation;
     int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
     int compare, json;
     int search, top, global_batch; /* --search, its --top N and --global-batch G */
@@ -94,6 +96,15 @@ static const Flag plan_rows[] = {
     {"--flops", FLAG_POSITIVE, ARG(tflops), .hi = 1e6, .arg = "TFLOPS"},
     {"--link-bw", FLAG_POSITIVE, ARG(link_gbps), .hi = 1e6, .arg = "GBPS"},
     {"--inter-node-bw", FLAG_POSITIVE, ARG(inter_gbps), .hi = 1e6, .arg = "GBPS"},
+    {"--context-mem", FLAG_FLOAT, ARG(context_gb), 0, 1e6,
+     .usage = "--context-mem GB --workspace-mem GB --nccl-mem GB",
+     .help = "\nwhat a GPU holds beside its tensors: the CUDA\ncontext, cuBLAS's workspaces, "
+             "NCCL's buffers a\ncommunicator (0 drops a row; default: the profile's)"},
+    {"--workspace-mem", FLAG_FLOAT, ARG(workspace_gb), 0, 1e6, .arg = "GB"},
+    {"--nccl-mem", FLAG_FLOAT, ARG(nccl_gb), 0, 1e6, .arg = "GB"},
+    {"--fragmentation", FLAG_FLOAT, ARG(fragmentation), 0, 1, .arg = "F",
+     .help = "room for the caching allocator's fragmentation, a\nshare of the tensors' peak "
+             "(default 0.05)"},
     {.kind = FLAG_NAMES, .help = "training (as ./fsdp train)"},
     {.name = "--strategy", .kind = FLAG_FORWARD},
     /* plan's own: train's bound is the threads a simulated run can take */
@@ -215,6 +226,7 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     memset(a, 0, sizeof *a);
     train_args_defaults(&a->train);
     a->gpus = 3;
+    a->context_gb = a->workspace_gb = a->nccl_gb = a->fragmentation = -1;
     char **fwd = calloc((size_t)argc + 4, sizeof *fwd);
     if (!fwd) return err_set(err, ERR_NOMEM, "out of memory reading the flags");
     int n = 0, rc = 0;
@@ -275,7 +287,9 @@ static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
         return err_set(err, ERR_USAGE, "--profile must be one of %s (got '%s')", profile_names(),
                        a->train.profile);
     s->profile = *base;
-    int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps;
+    int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps ||
+                 a->context_gb >= 0 || a->workspace_gb >= 0 || a->nccl_gb >= 0 ||
+                 a->fragmentation >= 0;
     snprintf(s->profile_name, sizeof s->profile_name, "%s%s", base->name,
              custom ? " with overrides" : "");
     s->profile.name = s->profile_name;
@@ -287,6 +301,10 @@ static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
     }
     if (a->link_gbps) s->profile.intra_bw = a->link_gbps * 1e9;
     if (a->inter_gbps) s->profile.inter_bw = a->inter_gbps * 1e9;
+    if (a->context_gb >= 0) s->profile.context_bytes = a->context_gb * 1e9;
+    if (a->workspace_gb >= 0) s->profile.workspace_bytes = a->workspace_gb * 1e9;
+    if (a->nccl_gb >= 0) s->profile.nccl_bytes = a->nccl_gb * 1e9;
+    if (a->fragmentation >= 0) s->profile.fragmentation = a->fragmentation;
     return 0;
 }
 
@@ -401,18 +419,26 @@ static size_t gpu_peak(const PlannerResult *r) {
     return planner_top_memory(r)->on_gpu.peak;
 }
 
-static int fits(const PlanSetup *s, const PlannerResult *r) {
-    return (double)planner_top_memory(r)->on_gpu.peak <= s->profile.mem_bytes;
+/* What the fullest GPU holds at its peak: its tensors and, beside them, what every real job
+ * pays (cost_overhead; rows by OVERHEAD_*, where rows is not NULL). */
+static double gpu_total(const PlanSetup *s, const PlannerResult *r, double *rows) {
+    double scratch[OVERHEAD_ROWS], peak = (double)gpu_peak(r);
+    return peak + cost_overhead(&s->profile, r->communicators, peak, rows ? rows : scratch);
 }
 
-/* Plans batch b: its peak GPU bytes at *peak, and whether they fit the GPU. */
+static int fits(const PlanSetup *s, const PlannerResult *r) {
+    return gpu_total(s, r, NULL) <= s->profile.mem_bytes;
+}
+
+/* Plans batch b: the fullest GPU's bytes at its peak at *peak (gpu_total), and whether they
+ * fit the GPU. */
 static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replicas, int b, int *fit,
-                 size_t *peak, Err *err) {
+                 double *peak, Err *err) {
     PlannerResult r;
     int rc = plan_once(a, s, st, replicas, b, &r, err);
     if (rc) return rc;
     *fit = fits(s, &r);
-    *peak = planner_top_memory(&r)->on_gpu.peak;
+    *peak = gpu_total(s, &r, NULL);
     planner_result_free(&r);
     return 0;
 }
@@ -420,12 +446,12 @@ static int probe(const PlanArgs *a, const PlanSetup *s, Strategy st, int replica
 /* The largest batch per GPU whose peak fits the GPU: doubling, then bisecting. 0 when even
  * one sample does not fit; *peak1 is the GPU peak at batch 1 (the first batch tried). */
 static int max_batch(const PlanArgs *a, const PlanSetup *s, Strategy st, int replicas, int *out,
-                     size_t *peak1, Err *err) {
+                     double *peak1, Err *err) {
     /* the flag's bound, and the planner's per GPU at this --grad-accum */
     long planner_cap = PLANNER_MAX_GPU_SAMPLES / a->train.fsdp.grad_accum;
     int CAP = planner_cap < (1 << 20) ? (int)planner_cap : 1 << 20;
     int good = 0, bad = 0, fit;
-    size_t peak;
+    double peak;
     for (int b = 1; !bad && b <= CAP; b *= 2) {
         int rc = probe(a, s, st, replicas, b, &fit, &peak, err);
         if (rc) return rc;
@@ -498,6 +524,25 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
     fputc('\n', f);
 }
 
+/* "NCCL buffers, 2 communicators": the row of what a GPU holds beside its tensors. */
+static void overhead_label(const PlanSetup *s, const PlannerResult *r, int row, char *out,
+                           size_t n) {
+    switch (row) {
+    case OVERHEAD_CONTEXT:
+        snprintf(out, n, "CUDA context");
+        return;
+    case OVERHEAD_WORKSPACE:
+        snprintf(out, n, "cuBLAS workspaces");
+        return;
+    case OVERHEAD_NCCL:
+        snprintf(out, n, "NCCL buffers, %d communicator%s", r->communicators,
+                 r->communicators == 1 ? "" : "s");
+        return;
+    default:
+        snprintf(out, n, "allocator fragmentation, %.0f%%", 100 * s->profile.fragmentation);
+    }
+}
+
 static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
     const RankMemory *m = planner_top_memory(r);
     const size_t *gpu = m->on_gpu.at_peak; /* the breakdown at the GPU's own peak */
@@ -510,10 +555,19 @@ static void print_memory(FILE *f, const PlanSetup *s, const PlannerResult *r) {
                 report_si_bytes((double)gpu[c], b, sizeof b));
     }
     size_t peak = m->on_gpu.peak;
-    char cap[32];
+    char cap[32], label[48];
+    fprintf(f, "  %-34s %11s  %11s\n", "tensors",
+            report_si_bytes((double)gpu_bytes(m->rest), a, sizeof a),
+            report_si_bytes((double)peak, b, sizeof b));
+    double rows[OVERHEAD_ROWS], total = gpu_total(s, r, rows);
+    for (int i = 0; i < OVERHEAD_ROWS; i++) {
+        if (!rows[i]) continue;
+        overhead_label(s, r, i, label, sizeof label);
+        fprintf(f, "  %-34s %11s  %11s\n", label, "", report_si_bytes(rows[i], b, sizeof b));
+    }
     fprintf(f, "  %-34s %11s  %11s  %s %s\n", "GPU total",
             report_si_bytes((double)gpu_bytes(m->rest), a, sizeof a),
-            report_si_bytes((double)peak, b, sizeof b), fits(s, r) ? "fits in" : "does NOT fit in",
+            report_si_bytes(total, b, sizeof b), fits(s, r) ? "fits in" : "does NOT fit in",
             report_si_bytes(s->profile.mem_bytes, cap, sizeof cap));
     if (off_gpu_bytes(m->rest) || m->off_gpu.peak)
         fprintf(f, "  %-34s %11s  %11s\n", "off the GPU (host memory, NVMe)",
@@ -700,7 +754,7 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
     char peak[32], part[32], why[256];
     fprintf(f, "\nnothing fits at batch %d per GPU: %s%s%s peaks at %s, of which\n",
             a->train.fsdp.batch_size, compare ? "the closest, " : "", name, compare ? "," : "",
-            report_si_bytes((double)m->on_gpu.peak, peak, sizeof peak));
+            report_si_bytes(gpu_total(s, r, NULL), peak, sizeof peak));
     for (int i = 0; i < FILL_COUNT; i++) {
         int k = order[i];
         big[k] = by[k] >= 0.2 * (double)m->on_gpu.peak;
@@ -710,6 +764,11 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
         fprintf(f, "  %-16s %10s  %s\n", fill_names[k], report_si_bytes(by[k], part, sizeof part),
                 k == FILL_ACTIVATIONS ? why : fill_meaning[k]);
     }
+    double beside = gpu_total(s, r, NULL) - (double)m->on_gpu.peak;
+    if (beside > 0)
+        fprintf(f, "  %-16s %10s  %s\n", "beside them", report_si_bytes(beside, part, sizeof part),
+                "the CUDA context, cuBLAS's workspaces, NCCL's buffers, the allocator's "
+                "fragmentation");
     Lever levers[MAX_LEVERS];
     int n = levers_for(big, a, st, replicas, compare, s->profile.gpus_per_node, levers);
     if (n) fprintf(f, "what would change it:\n");
@@ -729,7 +788,7 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
         snprintf(who, sizeof who, "%s", l->strategy == st ? name : strategy_name(l->strategy));
         one_fits |= fits(s, &with);
         fprintf(f, "  %-28s %s would peak at %s: %s %s\n", l->flags, who,
-                report_si_bytes((double)planner_top_memory(&with)->on_gpu.peak, peak, sizeof peak),
+                report_si_bytes(gpu_total(s, &with, NULL), peak, sizeof peak),
                 fits(s, &with) ? "fits in" : "still over",
                 report_si_bytes(s->profile.mem_bytes, cap, sizeof cap));
         planner_result_free(&with);
@@ -760,6 +819,12 @@ static void json_result(FILE *f, const PlanArgs *a, const PlanSetup *s, Strategy
             layout_name(a->train.fsdp.layout), a->train.fsdp.batch_size, a->train.fsdp.grad_accum,
             s->profile.mem_bytes, r->top, gpu_bytes(m->rest), m->on_gpu.peak,
             fits(s, r) ? "true" : "false");
+    double rows[OVERHEAD_ROWS], total = gpu_total(s, r, rows);
+    fprintf(f,
+            "\"gpu_total\":%.0f,\"beside_tensors\":{\"cuda_context\":%.0f,\"workspaces\":%.0f,"
+            "\"nccl\":%.0f,\"communicators\":%d,\"fragmentation\":%.0f},",
+            total, rows[OVERHEAD_CONTEXT], rows[OVERHEAD_WORKSPACE], rows[OVERHEAD_NCCL],
+            r->communicators, rows[OVERHEAD_FRAGMENTATION]);
     json_categories(f, "rest", m->rest);
     fputc(',', f);
     json_categories(f, "at_peak", m->on_gpu.at_peak);
@@ -814,7 +879,7 @@ static void print_compare_row(const PlanSetup *s, const CompareRowPlan *row) {
                       (double)at[MEM_OPTIM_STATE],
                       (double)(at[MEM_ACTIVATIONS] + at[MEM_AC_INPUT]),
                       (double)at[MEM_COMM_BUFFER],
-                      (double)gpu_bytes(at)};
+                      gpu_total(s, r, NULL)};
     for (int c = 0; c < 6; c++) report_si_bytes(cols[c], b[c], sizeof b[c]);
     report_si_bytes((double)gpu_bytes(planner_top_memory(r)->rest), rest, sizeof rest);
     printf("%-12s %10s %10s %10s %11s %10s %10s %10s %5s %11s %11s\n", name, b[0], b[1], b[2], b[3],
@@ -872,7 +937,7 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
     int rc = plan_once(a, s, c->strategy, c->replicas, c->batch_size, &r, err);
     if (rc) return rc;
     int best = 0;
-    size_t peak1 = 0;
+    double peak1 = 0;
     rc = max_batch(a, s, c->strategy, c->replicas, &best, &peak1, err);
     if (!rc && a->json) {
         json_result(stdout, a, s, c->strategy, &r, best);
@@ -903,7 +968,7 @@ static int run_single(const PlanArgs *a, const PlanSetup *s, Err *err) {
                      "%s does not fit on %d GPU%s of %s even at batch 1 per GPU (peak %s)",
                      a->model, a->gpus, a->gpus == 1 ? "" : "s",
                      report_si_bytes(s->profile.mem_bytes, have, sizeof have),
-                     report_si_bytes((double)peak1, need, sizeof need));
+                     report_si_bytes(peak1, need, sizeof need));
     }
     return rc;
 }

@@ -17,7 +17,17 @@
  *   model caps an A100's at 235 GB/s of 300);
  * - mem_eff: a memory-bound kernel's share of the bandwidth, 0.9: an assumption (no
  *   measurement here yet) that `fsdp plan --calibrate` replaces from a GPU trace;
- * - launch_overhead: what a kernel costs however small, 4 to 5 us (a launch from eager code).
+ * - launch_overhead: what a kernel costs however small, 4 to 5 us (a launch from eager code);
+ * - workspace_bytes: cuBLAS's and cuBLASLt's, one each, at the size the cuBLAS reference
+ *   recommends (cublasSetWorkspace: 32 MiB on Hopper, 4 MiB before), as PyTorch sizes them
+ *   (pytorch/pytorch#120925);
+ * - context_bytes and nccl_bytes: 0.5 GB and 0.55 GB a communicator on Hopper, from a user's 8
+ *   H100s holding 1.06 GB before their first collective but after the communicator's setup
+ *   (NVIDIA/nccl#1685); NCCL's buffers grow with its channels (NVIDIA/nccl#986), fewer on
+ *   Ampere (24 of Hopper's 32) and over PCIe. Assumptions until a GPU session reads them;
+ * - fragmentation: 5% of the tensors' peak for the caching allocator's rounding and its
+ *   blocks freed but not yet reused: an assumption (a trace of reserved against allocated
+ *   bytes sets it).
  * The L4's figures beyond its datasheet are the A100's: nothing measured one. */
 static const Profile profiles[] = {
     {
@@ -41,6 +51,10 @@ static const Profile profiles[] = {
         .attn_eff = 0.35,
         .mem_eff = 0.9,
         .bus_eff = 0.8,
+        .context_bytes = 0.5e9,
+        .workspace_bytes = 2 * 32 * 1048576.0,
+        .nccl_bytes = 0.55e9,
+        .fragmentation = 0.05,
     },
     {
         .name = "h200-nvlink",
@@ -63,6 +77,10 @@ static const Profile profiles[] = {
         .attn_eff = 0.35,
         .mem_eff = 0.9,
         .bus_eff = 0.8,
+        .context_bytes = 0.5e9,
+        .workspace_bytes = 2 * 32 * 1048576.0,
+        .nccl_bytes = 0.55e9,
+        .fragmentation = 0.05,
     },
     {
         .name = "a100-nvlink",
@@ -85,6 +103,10 @@ static const Profile profiles[] = {
         .attn_eff = 0.6,
         .mem_eff = 0.9,
         .bus_eff = 0.78,
+        .context_bytes = 0.5e9,
+        .workspace_bytes = 2 * 4 * 1048576.0,
+        .nccl_bytes = 0.41e9,
+        .fragmentation = 0.05,
     },
     {
         /* The live workshop's cluster: two nodes with one L4 (sm_89) each, joined by a
@@ -109,6 +131,10 @@ static const Profile profiles[] = {
         .attn_eff = 0.6,
         .mem_eff = 0.9,
         .bus_eff = 0.78,
+        .context_bytes = 0.5e9,
+        .workspace_bytes = 2 * 4 * 1048576.0,
+        .nccl_bytes = 0.1e9,
+        .fragmentation = 0.05,
     },
 };
 
@@ -177,6 +203,21 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host) {
     if (offloaded_to_host) return max2(w->flops / p->host_flops, w->bytes / p->host_mem_bw);
     int kernels = w->kernels > 0 ? w->kernels : 1;
     return kernels * p->launch_overhead + compute_seconds(p, w);
+}
+
+double cost_overhead(const Profile *p, int communicators, double peak, double rows[OVERHEAD_ROWS]) {
+    rows[OVERHEAD_CONTEXT] = p->context_bytes;
+    rows[OVERHEAD_WORKSPACE] = p->workspace_bytes;
+    rows[OVERHEAD_NCCL] = communicators * p->nccl_bytes;
+    rows[OVERHEAD_FRAGMENTATION] = p->fragmentation * peak;
+    double sum = 0;
+    for (int i = 0; i < OVERHEAD_ROWS; i++) sum += rows[i];
+    return sum;
+}
+
+double cost_usable_bytes(const Profile *p, int communicators) {
+    double fixed = p->context_bytes + p->workspace_bytes + communicators * p->nccl_bytes;
+    return (p->mem_bytes - fixed) / (1.0 + p->fragmentation);
 }
 
 double cost_sent_bytes(CollKind k, double bytes, int nranks) {

@@ -34,7 +34,19 @@ typedef struct Profile {
     double attn_eff; /* flash attention's share of the peak, forward and backward */
     double mem_eff;  /* memory-bound kernels' share of mem_bw */
     double bus_eff;  /* NCCL's bus bandwidth as a share of the slowest link's (nccl-tests) */
+    /* What every real job holds on a GPU beside its tensors: the CUDA context, cuBLAS's
+     * workspaces, NCCL's buffers for each communicator, and room for the caching allocator's
+     * fragmentation as a share of the tensors' peak (cost_overhead). */
+    double context_bytes, workspace_bytes, nccl_bytes, fragmentation;
 } Profile;
+
+/* The bytes beside the tensors on a GPU at a tensor peak of `peak` with `communicators` NCCL
+ * communicators (0 on one GPU, 2 under hsdp), by row: context, workspaces, NCCL, fragmentation;
+ * returns their sum. */
+enum { OVERHEAD_CONTEXT, OVERHEAD_WORKSPACE, OVERHEAD_NCCL, OVERHEAD_FRAGMENTATION, OVERHEAD_ROWS };
+double cost_overhead(const Profile *p, int communicators, double peak, double rows[OVERHEAD_ROWS]);
+/* The largest tensor peak that fits the GPU with its overhead: what "fits" compares with. */
+double cost_usable_bytes(const Profile *p, int communicators);
 
 /* NULL if name is unknown. */
 const Profile *profile_find(const char *name);

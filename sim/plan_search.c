@@ -206,14 +206,17 @@ static int peak_at(Search *s, const Plan *p, FsdpConfig cfg, int b, int accum, s
     return 0;
 }
 
-static int fits(const Search *s, size_t peak) {
-    return (double)peak <= s->job->profile->mem_bytes;
+/* A tensor peak fits with what the GPU holds beside it (cost_usable_bytes). */
+static int fits(const Search *s, const Plan *p, size_t peak) {
+    return (double)peak <= cost_usable_bytes(s->job->profile, planner_communicators(p));
 }
 
 /* Where the line through (a, pa) and (b, pb) reaches the GPU's size, clamped into (lo, hi). */
-static int line_estimate(const Search *s, int a, size_t pa, int b, size_t pb, int lo, int hi) {
+static int line_estimate(const Search *s, const Plan *p, int a, size_t pa, int b, size_t pb, int lo,
+                         int hi) {
     double slope = ((double)pb - (double)pa) / (double)(b - a);
-    double at = slope > 0 ? b + (s->job->profile->mem_bytes - (double)pb) / slope : 2.0 * hi;
+    double room = cost_usable_bytes(s->job->profile, planner_communicators(p));
+    double at = slope > 0 ? b + (room - (double)pb) / slope : 2.0 * hi;
     long est = at < (double)hi ? (long)at : hi - 1;
     if (est <= lo) est = lo + 1;
     if (est >= hi) est = hi - 1;
@@ -241,15 +244,15 @@ static int largest_batch(Search *s, const Plan *p, const FsdpConfig *cfg, int ac
         else if (check_next)
             b = lo + 1;
         else if (tries++ < ESTIMATES)
-            b = last_fit ? line_estimate(s, a, pa, lo, plo, lo, hi)    /* at or past the answer */
-                         : line_estimate(s, lo, plo, hi, phi, lo, hi); /* at or under it */
+            b = last_fit ? line_estimate(s, p, a, pa, lo, plo, lo, hi) /* at or past the answer */
+                         : line_estimate(s, p, lo, plo, hi, phi, lo, hi); /* at or under it */
         else
             b = lo + (hi - lo) / 2;
         int rc = peak_at(s, p, *cfg, b, accum, &pb, err);
         if (rc) return rc;
         /* after an estimate from above fits, the batch after it decides */
-        check_next = !check_next && lo >= 2 && last_fit && fits(s, pb);
-        last_fit = fits(s, pb);
+        check_next = !check_next && lo >= 2 && last_fit && fits(s, p, pb);
+        last_fit = fits(s, p, pb);
         if (!last_fit) {
             hi = b, phi = pb;
             continue;
@@ -277,7 +280,7 @@ static int global_micro_batch(Search *s, const Plan *p, const FsdpConfig *cfg, l
         }
         /* accumulating keeps gradients between micro-steps: check the peak with them */
         rc = peak_at(s, p, *cfg, b, (int)(share / b), peak, err);
-        if (!rc && fits(s, *peak)) {
+        if (!rc && fits(s, p, *peak)) {
             *micro = b;
             break;
         }
@@ -289,7 +292,7 @@ static int global_micro_batch(Search *s, const Plan *p, const FsdpConfig *cfg, l
  * over the GPU before a step starts needs no probe. */
 static int rest_fits(const Search *s, const Plan *p, const FsdpConfig *cfg) {
     RestBytes b = plan_rest_bytes(p, 0, cfg->offload);
-    return fits(s, b.param + b.grad + b.optim);
+    return fits(s, p, b.param + b.grad + b.optim);
 }
 
 /* Sets c's batch (and micro-steps) to the largest that fits, or the given one, or the micro-batch
@@ -308,7 +311,7 @@ static int size_batch(Search *s, Candidate *c, Err *err) {
         if (batch) accum = (int)(job->global_batch / job->gpus / batch);
     } else if (job->batch) {
         rc = peak_at(s, &p, c->cfg, job->batch, accum, &peak, err);
-        batch = !rc && fits(s, peak) ? job->batch : 0;
+        batch = !rc && fits(s, &p, peak) ? job->batch : 0;
     } else {
         long cap = PLANNER_MAX_GPU_SAMPLES / accum;
         rc = largest_batch(s, &p, &c->cfg, accum, cap < MAX_BATCH ? (int)cap : MAX_BATCH, &batch,
@@ -384,6 +387,7 @@ static int time_candidate(Search *s, const Candidate *c, Err *err) {
     PlannerJob j = {.model = job->model, .plan = &p, .cfg = c->cfg, .profile = job->profile};
     PlannerResult r;
     rc = planner_run(&j, &r, err);
+    int communicators = planner_communicators(&p);
     plan_free(&p);
     if (rc) return rc;
     s->out->timed++;
@@ -396,7 +400,7 @@ static int time_candidate(Search *s, const Candidate *c, Err *err) {
         .peak = peak,
         .throughput = r.step_time > 0 ? samples * (double)job->tokens_per_sample / r.step_time : 0};
     planner_result_free(&r);
-    if (fits(s, peak)) rank(s, &e);
+    if ((double)peak <= cost_usable_bytes(job->profile, communicators)) rank(s, &e);
     return 0;
 }
 

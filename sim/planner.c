@@ -186,8 +186,14 @@ static void index_representatives(const int *rep, int n, int *memory_of, unsigne
     for (int r = 0; r < n; r++) memory_of[r] = memory_of[rep[r]];
 }
 
+int planner_communicators(const Plan *p) {
+    if (p->world <= 1) return 0;
+    return p->strategy == STRAT_HSDP && p->replicas > 1 && p->shard_size > 1 ? 2 : 1;
+}
+
 int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     memset(out, 0, sizeof *out);
+    out->communicators = planner_communicators(job->plan);
     long samples = (long)job->cfg.batch_size * job->cfg.grad_accum;
     if (samples > PLANNER_MAX_GPU_SAMPLES)
         return err_set(err, ERR_USAGE,

@@ -43,6 +43,7 @@ typedef struct PlannerResult {
      * and NVMe under offload); the comm and copy streams' busy times */
     double step_time, compute_time, waiting, comm_time, copy_time;
     PlannerTraffic traffic[COLL_KIND_COUNT];
+    int communicators; /* NCCL communicators a GPU holds (planner_communicators) */
 } PlannerResult;
 
 /* The most GPUs a plan takes: 2^20, eight times the largest clusters built (2024: 16,384 to
@@ -54,6 +55,10 @@ typedef struct PlannerResult {
  * indices (8 bytes each), so 2^24 of them are 128 MiB a planned GPU; no batch near it fits a
  * GPU anyway. */
 #define PLANNER_MAX_GPU_SAMPLES (1L << 24)
+
+/* The NCCL communicators each GPU of plan p holds: none alone, hsdp's shard group and replica
+ * group, else the world's one. */
+int planner_communicators(const Plan *p);
 
 /* Runs the job. Failures are the engine's (out of memory is not one: accounting-only devices
  * charge past their capacity, and the result says whether it fits), and a job past

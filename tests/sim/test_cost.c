@@ -119,3 +119,16 @@ Test(cost, one_rank_copies_its_buffer) {
     cr_expect_null(profile_find("tpu"));
     cr_expect_not_null(profile_find("h200-nvlink"));
 }
+
+/* The usable bytes are the largest tensor peak whose total with the overhead is the GPU. */
+Test(cost, the_usable_bytes_leave_room_for_what_is_beside_the_tensors) {
+    const Profile *p = h100();
+    for (int comms = 0; comms <= 2; comms++) {
+        double usable = cost_usable_bytes(p, comms), rows[OVERHEAD_ROWS];
+        double total = usable + cost_overhead(p, comms, usable, rows);
+        cr_expect_float_eq(total, p->mem_bytes, 1, "%d communicators", comms);
+        cr_expect_float_eq(rows[OVERHEAD_NCCL], comms * p->nccl_bytes, 1e-6);
+        cr_expect_float_eq(rows[OVERHEAD_FRAGMENTATION], p->fragmentation * usable, 1e-3);
+    }
+    cr_expect_float_eq(p->workspace_bytes, 2 * 32 * 1048576.0, 0, "cuBLAS's Hopper workspaces");
+}

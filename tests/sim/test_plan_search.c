@@ -77,11 +77,13 @@ Test(plan_search, hsdp_shards_over_whole_nodes) {
 
 /* ---------------------------------------------------------------- the search, in process */
 
-/* vit-tiny with 2 layers on 4 GPUs of `mem_mb` MB. */
+/* vit-tiny with 2 layers on 4 GPUs of `mem_mb` MB, all of it for tensors (no CUDA context,
+ * workspaces, NCCL buffers or fragmentation beside them: more than the whole GPU here). */
 static PlanSearchResult search_small(ModelDesc *m, Profile *prof, double mem_mb, int top) {
     vit_small_create(m, 2);
     *prof = *profile_default();
     prof->mem_bytes = mem_mb * 1e6;
+    prof->context_bytes = prof->workspace_bytes = prof->nccl_bytes = prof->fragmentation = 0;
     FsdpConfig base;
     fsdp_config_defaults(&base);
     PlanSearchJob job = {
@@ -157,6 +159,9 @@ static cJSON *search_json(const char *args) {
     return doc;
 }
 
+/* A GPU of a few MB holds nothing beside its tensors (the defaults take over a GB). */
+#define NO_OVERHEAD "--context-mem 0 --workspace-mem 0 --nccl-mem 0 --fragmentation 0"
+
 /* The ranked rows of a search's JSON ("search": {"best": [...]}). */
 static const cJSON *search_rows(const cJSON *doc) {
     return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(doc, "search"),
@@ -178,7 +183,8 @@ static const char *text(const cJSON *o, const char *key) {
 /* Each row's printed command, run: `./fsdp plan ...` plans that job alone with the same peak and
  * step time, fits, and says its largest batch is the row's. */
 Test(plan_cli, each_searched_row_plans_alone_with_its_printed_flags) {
-    cJSON *doc = search_json("plan --model vit-tiny --gpus 4 --gpu-mem 0.05 --search --top 6");
+    cJSON *doc = search_json("plan --model vit-tiny --gpus 4 --gpu-mem 0.05 " NO_OVERHEAD
+                             " --search --top 6");
     const cJSON *best = search_rows(doc);
     cr_assert_eq(cJSON_GetArraySize(best), 6);
     double first = 0;
@@ -222,8 +228,9 @@ Test(plan_cli, searched_train_flags_run) {
 
 /* Knobs given are kept: the search varies only the others. */
 Test(plan_cli, given_knobs_are_kept) {
-    cJSON *doc = search_json("plan --model vit-tiny --gpus 8 --gpu-mem 0.05 --search --top 50 "
-                             "--strategy hsdp --offload none --param-dtype bf16");
+    cJSON *doc =
+        search_json("plan --model vit-tiny --gpus 8 --gpu-mem 0.05 " NO_OVERHEAD
+                    " --search --top 50 --strategy hsdp --offload none --param-dtype bf16");
     const cJSON *best = search_rows(doc);
     cr_assert_gt(cJSON_GetArraySize(best), 2);
     const cJSON *row;

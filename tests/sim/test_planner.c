@@ -538,14 +538,15 @@ Test(plan_cli, shows_the_shape_it_assumed) {
     free(out);
 }
 
-/* `plan ARGS --json`'s GPU peak, in decimal GB as the text shows it ("28.25"). */
+/* `plan ARGS --json`'s GPU total at its peak (its tensors and what is beside them), in decimal GB
+ * as the text shows it ("28.25"). */
 static char *gpu_peak_text(const char *args) {
     int status;
     char *json = fsdp_output(fmt_text("%s --json", args), "2>/dev/null", &status);
     static char text[4][32];
     static int next;
     char *t = text[next++ % 4];
-    snprintf(t, 32, "%.2f GB", json_number(json, "gpu_peak") / 1e9);
+    snprintf(t, 32, "%.2f GB", json_number(json, "gpu_total") / 1e9);
     free(json);
     return t;
 }
@@ -558,7 +559,7 @@ static char *gpu_peak_text(const char *args) {
 Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_it) {
     char *out = fsdp_ok("plan --params 70e9 --gpus 1024 --compare --attention eager");
     cr_expect(strstr(out, "\nnothing fits at batch 1 per GPU: the closest, zero3, peaks at "
-                          "203.01 GB, of which\n"
+                          "214.27 GB, of which\n"
                           "  activations       183.14 GB  1 sequence of 2048 tokens per GPU "
                           "through 86 layers of hidden 8192, the attention keeping 64 heads' "
                           "2048x2048 probabilities a layer\n"),
@@ -577,7 +578,7 @@ Test(plan_cli, where_nothing_fits_it_says_what_dominates_and_what_would_change_i
     out = fsdp_run(&code, "2>/dev/null", "plan --params 70e9 --gpus 8 --attention eager");
     cr_expect_eq(code, 2, "%s", out);
     cr_expect(
-        strstr(out, "\nnothing fits at batch 1 per GPU: zero3 peaks at 342.71 GB, of which\n"),
+        strstr(out, "\nnothing fits at batch 1 per GPU: zero3 peaks at 360.96 GB, of which\n"),
         "%s", out);
     cr_expect(strstr(out, "\n  resting state     140.00 GB  parameters, gradients and optimizer "
                           "state kept between steps"),
@@ -674,5 +675,47 @@ Test(plan_cli, a_million_gpus_plan_in_little_memory) {
                                          "--param-dtype bf16 --activation-checkpointing --compare");
     cr_expect(strstr(out, "cluster: 1048576 GPUs, h100-nvlink (8 per node"), "%s", out);
     cr_expect(strstr(out, "\nhsdp x131072 "), "one replica a node: %s", out);
+    free(out);
+}
+
+/* "Fits" means fits: a GPU holds beside its tensors the CUDA context, cuBLAS's workspaces,
+ * NCCL's buffers for each communicator (none alone, hsdp's two) and room for fragmentation, each
+ * its own row and each a flag; a job whose tensors fit but whose total does not is refused. */
+Test(plan_cli, the_gpu_total_is_its_tensors_and_what_is_beside_them) {
+    const Profile *h = profile_find("h100-nvlink");
+    const char *jobs[][2] = {{"plan --params 7e9 --gpus 8", "1"},
+                             {"plan --params 7e9 --gpus 8 --strategy hsdp --replicas 2", "2"},
+                             {"plan --params 1e9 --gpus 1", "0"}};
+    for (int i = 0; i < 3; i++) {
+        int status, comms = atoi(jobs[i][1]);
+        char *json = fsdp_output(fmt_text("%s --json", jobs[i][0]), "2>/dev/null", &status);
+        double peak = json_number(json, "gpu_peak"), total = json_number(json, "gpu_total");
+        double want = peak + h->context_bytes + h->workspace_bytes + comms * h->nccl_bytes +
+                      h->fragmentation * peak;
+        cr_expect(fabs(total - want) < 1, "%s: %.0f against %.0f", jobs[i][0], total, want);
+        cr_expect_eq(json_number(json, "communicators"), comms, "%s", jobs[i][0]);
+        free(json);
+    }
+    char *out = fsdp_ok("plan --params 7e9 --gpus 8 --param-dtype bf16");
+    cr_expect(strstr(out, "\n  CUDA context                                      500.00 MB\n"),
+              "%s", out);
+    cr_expect(strstr(out, "\n  cuBLAS workspaces                                  67.11 MB\n"),
+              "%s", out);
+    cr_expect(strstr(out, "\n  NCCL buffers, 1 communicator                      550.00 MB\n"),
+              "%s", out);
+    cr_expect(strstr(out, "\n  allocator fragmentation, 5%"), "%s", out);
+    free(out);
+    out = fsdp_ok("plan --params 7e9 --gpus 8 --context-mem 0 --fragmentation 0");
+    cr_expect(!strstr(out, "CUDA context") && !strstr(out, "fragmentation"), "%s", out);
+    free(out);
+    /* a GPU just over the tensors' peak but under the total: the job does not fit */
+    int status;
+    char *json = fsdp_output("plan --params 7e9 --gpus 8 --json", "2>/dev/null", &status);
+    double peak = json_number(json, "gpu_peak");
+    free(json);
+    out =
+        fsdp_run(&status, "2>&1", "plan --params 7e9 --gpus 8 --gpu-mem %.3f", (peak + 1e8) / 1e9);
+    cr_expect_eq(status, 2, "%s", out);
+    cr_expect(strstr(out, "does NOT fit in"), "%s", out);
     free(out);
 }
