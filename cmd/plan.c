@@ -12,9 +12,12 @@
 #include "cmd/cli.h"
 #include "cmd/plan_search.h"
 #include "cmd/report.h"
+#include "cmd/run.h"
+#include "io/trace_file.h"
 #include "models/toy.h"
 #include "models/transformer.h"
 #include "models/vit.h"
+#include "sim/calibrate.h"
 #include "sim/planner.h"
 
 typedef enum { MODEL_TOY = 0, MODEL_VIT, MODEL_TRANSFORMER } PlanModel;
@@ -36,6 +39,10 @@ typedef struct PlanArgs {
     int activation_checkpointing; /* --activation-checkpointing: every block unless --ac-every */
     int compare, json;
     int search, top, global_batch; /* --search, its --top N and --global-batch G */
+    /* the profile's achieved efficiencies (-1: the profile's), and --calibrate's traces */
+    float gemm_eff, attn_eff, mem_eff, launch_us, bus_eff;
+    const char *calibrate[CALIBRATE_MAX_JOBS];
+    int ncalibrate;
 } PlanArgs;
 
 /* ---------------------------------------------------------------- flags */
@@ -46,6 +53,14 @@ static int set_model(void *args, const char *flag, const char *v, Err *err) {
     if (strlen(v) >= sizeof a->model)
         return err_set(err, ERR_USAGE, "%s is too long (got '%s')", flag, v);
     snprintf(a->model, sizeof a->model, "%s", v);
+    return 0;
+}
+
+static int add_calibrate(void *args, const char *flag, const char *v, Err *err) {
+    PlanArgs *a = args;
+    if (a->ncalibrate == CALIBRATE_MAX_JOBS)
+        return err_set(err, ERR_USAGE, "%s takes at most %d traces", flag, CALIBRATE_MAX_JOBS);
+    a->calibrate[a->ncalibrate++] = v;
     return 0;
 }
 
@@ -105,6 +120,18 @@ static const Flag plan_rows[] = {
     {"--fragmentation", FLAG_FLOAT, ARG(fragmentation), 0, 1, .arg = "F",
      .help = "room for the caching allocator's fragmentation, a\nshare of the tensors' peak "
              "(default 0.05)"},
+    {"--gemm-eff", FLAG_FLOAT, ARG(gemm_eff), 0.001f, 1,
+     .usage = "--gemm-eff F --attn-eff F --mem-eff F --bus-eff F",
+     .help = "\nwhat the GPU achieves of its peaks: a large GEMM's,\nflash attention's, "
+             "memory-bound kernels', NCCL's\nshares (--calibrate prints them)"},
+    {"--attn-eff", FLAG_FLOAT, ARG(attn_eff), 0.001f, 1, .arg = "F"},
+    {"--mem-eff", FLAG_FLOAT, ARG(mem_eff), 0.001f, 1, .arg = "F"},
+    {"--bus-eff", FLAG_FLOAT, ARG(bus_eff), 0.001f, 1, .arg = "F"},
+    {"--launch-us", FLAG_FLOAT, ARG(launch_us), 0, 1e6, .arg = "US",
+     .help = "what a kernel costs however small, microseconds"},
+    {"--calibrate", FLAG_SET, .set = add_calibrate, .arg = "TRACE",
+     .help = "fit the efficiencies above to a GPU run's trace\n(train --trace-out; up to 8, each "
+             "its own flag)\nand print the fitted profile"},
     {.kind = FLAG_NAMES, .help = "training (as ./fsdp train)"},
     {.name = "--strategy", .kind = FLAG_FORWARD},
     /* plan's own: train's bound is the threads a simulated run can take */
@@ -227,6 +254,7 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     train_args_defaults(&a->train);
     a->gpus = 3;
     a->context_gb = a->workspace_gb = a->nccl_gb = a->fragmentation = -1;
+    a->gemm_eff = a->attn_eff = a->mem_eff = a->launch_us = a->bus_eff = -1;
     char **fwd = calloc((size_t)argc + 4, sizeof *fwd);
     if (!fwd) return err_set(err, ERR_NOMEM, "out of memory reading the flags");
     int n = 0, rc = 0;
@@ -289,7 +317,8 @@ static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
     s->profile = *base;
     int custom = a->gpu_mem_gb || a->tflops || a->link_gbps || a->inter_gbps ||
                  a->context_gb >= 0 || a->workspace_gb >= 0 || a->nccl_gb >= 0 ||
-                 a->fragmentation >= 0;
+                 a->fragmentation >= 0 || a->gemm_eff > 0 || a->attn_eff > 0 || a->mem_eff > 0 ||
+                 a->bus_eff > 0 || a->launch_us >= 0;
     snprintf(s->profile_name, sizeof s->profile_name, "%s%s", base->name,
              custom ? " with overrides" : "");
     s->profile.name = s->profile_name;
@@ -305,6 +334,11 @@ static int make_profile(const PlanArgs *a, PlanSetup *s, Err *err) {
     if (a->workspace_gb >= 0) s->profile.workspace_bytes = a->workspace_gb * 1e9;
     if (a->nccl_gb >= 0) s->profile.nccl_bytes = a->nccl_gb * 1e9;
     if (a->fragmentation >= 0) s->profile.fragmentation = a->fragmentation;
+    if (a->gemm_eff > 0) s->profile.gemm_eff = a->gemm_eff;
+    if (a->attn_eff > 0) s->profile.attn_eff = a->attn_eff;
+    if (a->mem_eff > 0) s->profile.mem_eff = a->mem_eff;
+    if (a->bus_eff > 0) s->profile.bus_eff = a->bus_eff;
+    if (a->launch_us >= 0) s->profile.launch_overhead = a->launch_us * 1e-6;
     return 0;
 }
 
@@ -1017,6 +1051,104 @@ static int run_search(const PlanArgs *a, const PlanSetup *s, int argc, char **ar
     return rc;
 }
 
+/* ---------------------------------------------------------------- --calibrate */
+
+/* A trace's job: its model and plan rebuilt from the flags the file keeps (as viz --trace does),
+ * and the seconds of each kind of work rank 0 spent on its last training step. */
+static int calibrate_job(const char *path, TrainRun *t, CalibrateJob *job, int *step, Err *err) {
+    Trace trace;
+    TraceMeta meta;
+    int rc = trace_file_read(path, &trace, &meta, err);
+    if (rc) return rc;
+    Err why = {0};
+    train_args_defaults(&t->args);
+    if (train_args_parse(&t->args, meta.nargs, meta.args, &why))
+        rc = err_set(err, ERR_USAGE, "trace '%s' records flags this fsdp rejects: %s", path,
+                     why.msg);
+    if (!rc) rc = run_plan_only(t, err);
+    if (!rc && trace.nranks != t->plan.world)
+        rc = err_set(err, ERR_USAGE, "trace '%s' has %d ranks but its flags make %d", path,
+                     trace.nranks, t->plan.world);
+    *step = trace_last_trained_step(&trace);
+    if (!rc && *step < 0)
+        rc = err_set(err, ERR_USAGE, "trace '%s' has no training step to fit", path);
+    if (!rc) {
+        *job = (CalibrateJob){.model = &t->model, .plan = &t->plan, .cfg = t->args.fsdp};
+        trace_step_times(&trace, 0, *step, &job->measured);
+    }
+    trace_free(&trace);
+    trace_meta_free(&meta);
+    return rc;
+}
+
+static void print_fitted_terms(const Profile *base, const CalibrateResult *r) {
+    const Profile *f = &r->fitted;
+    double was[FIT_COUNT] = {base->gemm_eff, base->attn_eff, base->mem_eff,
+                             base->launch_overhead * 1e6, base->bus_eff};
+    double now[FIT_COUNT] = {f->gemm_eff, f->attn_eff, f->mem_eff, f->launch_overhead * 1e6,
+                             f->bus_eff};
+    printf("\n%-18s %10s %10s\n", "term", "profile", "fitted");
+    for (int t = 0; t < FIT_COUNT; t++) {
+        printf("  %-16s %10.4g ", t == FIT_LAUNCH ? "launch (us)" : fit_term_name((FitTerm)t),
+               was[t]);
+        if (r->moved[t])
+            printf("%10.4g\n", now[t]);
+        else
+            printf("%10s  (no work of these steps depends on it)\n", "-");
+    }
+}
+
+static void print_fitted_kinds(const char *const *paths, int n, const CalibrateResult *r) {
+    char m[32], b[32], a[32];
+    printf("\n%-34s %11s %11s %11s  %s\n", "trace, kind of work", "measured", "modelled", "fitted",
+           "fitted/measured");
+    for (int j = 0; j < n; j++)
+        for (int k = 0; k < EV_KIND_COUNT; k++) {
+            if (!calibrate_kind_fitted(k) || (!r->measured[j][k] && !r->before[j][k])) continue;
+            char label[64];
+            const char *base = strrchr(paths[j], '/');
+            snprintf(label, sizeof label, "%s %s", base ? base + 1 : paths[j],
+                     event_kind_name((EventKind)k));
+            printf("  %-32s %11s %11s %11s", label, report_seconds(r->measured[j][k], m, sizeof m),
+                   report_seconds(r->before[j][k], b, sizeof b),
+                   report_seconds(r->after[j][k], a, sizeof a));
+            if (r->measured[j][k] > 0) printf("  %.2f", r->after[j][k] / r->measured[j][k]);
+            putchar('\n');
+        }
+}
+
+/* --calibrate: the profile fitted to each trace's last training step, the terms before and
+ * after, each kind of work measured beside the model's before and after, and the flags that
+ * plan with the fitted profile. */
+static int run_calibrate(const PlanArgs *a, const PlanSetup *s, Err *err) {
+    TrainRun runs[CALIBRATE_MAX_JOBS];
+    CalibrateJob jobs[CALIBRATE_MAX_JOBS];
+    int steps[CALIBRATE_MAX_JOBS], made = 0, rc = 0;
+    memset(runs, 0, sizeof runs);
+    for (; !rc && made < a->ncalibrate; made++)
+        rc = calibrate_job(a->calibrate[made], &runs[made], &jobs[made], &steps[made], err);
+    CalibrateResult *r = rc ? NULL : malloc(sizeof *r);
+    if (!rc && !r) rc = err_set(err, ERR_NOMEM, "out of memory for the fit");
+    if (!rc) rc = calibrate_fit(jobs, a->ncalibrate, &s->profile, r, err);
+    if (!rc) {
+        printf("fsdp plan --calibrate: %s fitted to %d trace%s\n", s->profile.name, a->ncalibrate,
+               a->ncalibrate == 1 ? "" : "s");
+        for (int j = 0; j < a->ncalibrate; j++)
+            printf("  %s: step %d of %s on %d GPU%s\n", a->calibrate[j], steps[j] + 1,
+                   runs[j].args.model, runs[j].plan.world, runs[j].plan.world == 1 ? "" : "s");
+        print_fitted_terms(&s->profile, r);
+        print_fitted_kinds(a->calibrate, a->ncalibrate, r);
+        const Profile *f = &r->fitted;
+        printf("\nplan with it: ./fsdp plan --profile %s --gemm-eff %.4g --attn-eff %.4g "
+               "--mem-eff %.4g --launch-us %.4g --bus-eff %.4g\n",
+               a->train.profile[0] ? a->train.profile : profile_default()->name, f->gemm_eff,
+               f->attn_eff, f->mem_eff, f->launch_overhead * 1e6, f->bus_eff);
+    }
+    free(r);
+    for (int j = 0; j < made; j++) run_cleanup(&runs[j]);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
     PlanArgs a;
     Err err = {0};
@@ -1028,7 +1160,9 @@ int cmd_plan(int argc, char **argv) {
     if (!rc) rc = check_cluster(&a, &s, &err);
     if (!rc) rc = check_search(&a, &err);
     if (!rc) rc = make_model(&a, &s, &err);
-    if (!rc && a.search)
+    if (!rc && a.ncalibrate)
+        rc = run_calibrate(&a, &s, &err);
+    else if (!rc && a.search)
         rc = run_search(&a, &s, argc, argv, &err);
     else if (!rc)
         rc = a.compare ? run_compare(&a, &s, &err) : run_single(&a, &s, &err);

@@ -167,8 +167,10 @@ enum { TILE = 128 }; /* a GEMM's output tile, rows and columns (cuBLAS's on Ampe
 double cost_gemm(const Profile *p, double rate, double m, double n, double k) {
     if (m <= 0 || n <= 0 || k <= 0) return 0.0;
     double tiles = ceil(m / TILE) * ceil(n / TILE);
-    double waves = ceil(tiles / p->sms);
-    double tile_seconds = 2.0 * TILE * TILE * k / (rate / p->sms * p->gemm_eff);
+    /* split-K: fewer tiles than SMs share the depth out, in slices of at least a tile's */
+    double splits = tiles >= p->sms ? 1 : fmin(floor(p->sms / tiles), ceil(k / TILE));
+    double waves = ceil(tiles * splits / p->sms);
+    double tile_seconds = 2.0 * TILE * TILE * (k / splits) / (rate / p->sms * p->gemm_eff);
     return waves * tile_seconds;
 }
 

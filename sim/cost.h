@@ -62,7 +62,9 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host);
 /* Modelled seconds of one GEMM of that shape at `rate` FLOP/s of peak (flops_low or
  * flops_fp32): its [m x n] output in 128 x 128 tiles, each tile's 2 x 128 x 128 x k flops on
  * one SM at its share of the peak times gemm_eff, the tiles in waves of p->sms; a shape that
- * leaves a wave part empty, or a tile part full, pays for the whole. */
+ * leaves a wave part empty, or a tile part full, pays for the whole. Fewer tiles than SMs (a
+ * weight's gradient: a small output, a long k) split k over as many SMs as they can, as
+ * cuBLAS's split-K kernels do, each slice at least 128 deep. */
 double cost_gemm(const Profile *p, double rate, double m, double n, double k);
 
 /* The bus bandwidth NCCL reaches among `nranks` ranks over `nnodes` nodes: the slowest link's

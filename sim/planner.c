@@ -246,6 +246,7 @@ int planner_run(const PlannerJob *job, PlannerResult *out, Err *err) {
     if (!rc && !job->memory_only) {
         out->top = top_rank(out);
         read_step(&res.trace, rep[out->top], (int)steps - 1, out);
+        trace_step_times(&res.trace, rep[out->top], (int)steps - 1, &out->kinds);
     }
     cluster_result_free(&res);
     if (data.owned) dataset_free(&data);

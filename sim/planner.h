@@ -44,6 +44,7 @@ typedef struct PlannerResult {
     double step_time, compute_time, waiting, comm_time, copy_time;
     PlannerTraffic traffic[COLL_KIND_COUNT];
     int communicators; /* NCCL communicators a GPU holds (planner_communicators) */
+    StepTimes kinds;   /* the top rank's last step: seconds of each kind of event (trace.h) */
 } PlannerResult;
 
 /* The most GPUs a plan takes: 2^20, eight times the largest clusters built (2024: 16,384 to

@@ -13,7 +13,7 @@ static const Profile *h100(void) {
 }
 
 /* One full wave of 128 x 128 tiles is one tile's time; a tile more takes a second wave; a row
- * or a column short of a tile pays for the whole tile. */
+ * or a column short of a tile pays for the whole tile; fewer tiles than SMs split k. */
 Test(cost, a_gemm_runs_in_tiles_and_waves) {
     const Profile *p = h100();
     double k = 4096, rate = p->flops_low;
@@ -22,7 +22,14 @@ Test(cost, a_gemm_runs_in_tiles_and_waves) {
                        "132 tiles, one wave");
     cr_expect_float_eq(cost_gemm(p, rate, 128 * 12, 128 * 11 + 1, k), 2 * tile, 1e-15,
                        "144 tiles: two waves");
-    cr_expect_float_eq(cost_gemm(p, rate, 1, 1, k), tile, 1e-15, "one element is one tile");
+    /* one tile splits its k over min(132 SMs, 4096 / 128 = 32) slices: a 32nd of a tile's time */
+    cr_expect_float_eq(cost_gemm(p, rate, 1, 1, k), tile / 32, 1e-15, "one element, split-K");
+    /* a weight's gradient, 128 x 128 over k = 65536: 132 slices of 496.5 deep, one wave */
+    double wk = 65536, slices = 132;
+    cr_expect_float_eq(cost_gemm(p, rate, 128, 128, wk),
+                       2.0 * 128 * 128 * (wk / slices) / (rate / p->sms * p->gemm_eff), 1e-15);
+    /* 66 tiles split 2 ways fill the 132 SMs */
+    cr_expect_float_eq(cost_gemm(p, rate, 128 * 6, 128 * 11, k), tile / 2, 1e-15);
     cr_expect_eq(cost_gemm(p, rate, 0, 4096, k), 0.0);
     /* a large GEMM reaches gemm_eff of the peak, less its last wave's empty share */
     double m = 16384, n = 4096, ideal = 2 * m * n * k / (rate * p->gemm_eff);
