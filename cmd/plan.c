@@ -26,7 +26,8 @@ typedef struct PlanArgs {
     TrainArgs train; /* the knobs of `fsdp train` (strategy, wrap, dtypes, offload, batch...) */
     PlanModel kind;
     char model[32];
-    double params;                              /* --params; 0: none */
+    int model_given; /* --model was given (model is the toy's or the transformer's else) */
+    double params;   /* --params; 0: none */
     int layers, hidden, heads, mlp, seq, vocab; /* shape overrides; 0: not given */
     int kv_heads;                               /* --kv-heads (Llama-shaped); 0: not given */
     int llama;                                  /* a Llama-shaped transformer */
@@ -53,6 +54,7 @@ static int set_model(void *args, const char *flag, const char *v, Err *err) {
     if (strlen(v) >= sizeof a->model)
         return err_set(err, ERR_USAGE, "%s is too long (got '%s')", flag, v);
     snprintf(a->model, sizeof a->model, "%s", v);
+    a->model_given = 1;
     return 0;
 }
 
@@ -395,6 +397,21 @@ static int check_search(const PlanArgs *a, Err *err) {
         return err_set(err, ERR_USAGE, "--top and --global-batch go with --search");
     if (a->search && a->compare)
         return err_set(err, ERR_USAGE, "give --search or --compare, not both");
+    /* a trace's job is its own flags': plan's would go unused */
+    const char *job_flag = a->search                                      ? "--search"
+                           : a->compare                                   ? "--compare"
+                           : a->json                                      ? "--json"
+                           : a->model_given                               ? "--model"
+                           : a->params                                    ? "--params"
+                           : a->layers || a->hidden || a->heads || a->mlp ? "a shape flag"
+                           : a->gpus != 3                                 ? "--gpus"
+                           : a->train.batch_given                         ? "--batch-size"
+                                                                          : NULL;
+    if (a->ncalibrate && job_flag)
+        return err_set(err, ERR_USAGE,
+                       "--calibrate plans each trace's job from the flags it records; give only "
+                       "the profile's flags with it (got %s)",
+                       job_flag);
     if (a->search && a->global_batch && a->train.batch_given)
         return err_set(err, ERR_USAGE,
                        "give --global-batch or --batch-size, not both (the search splits a global "

@@ -97,6 +97,8 @@ Test(calibrate, the_command_fits_a_simulated_trace_to_itself) {
     const UsageCase bad[] = {
         {"plan --calibrate /nonexistent.json", "/nonexistent.json"},
         {nine, "--calibrate takes at most 8 traces"},
+        {"plan --calibrate x.json --gpus 8", "give only the profile's flags with it (got --gpus)"},
+        {"plan --calibrate x.json --search", "(got --search)"},
     };
     expect_usage_errors(bad, sizeof bad / sizeof *bad);
     remove(path);
