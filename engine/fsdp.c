@@ -433,7 +433,8 @@ static int complete_reduce(Engine *e, int u, Err *err) {
     }
     dev_free(e, us->reduce_buf, u);
     us->reduce_buf = NULL;
-    if (e->cfg.offload == OFFLOAD_CPU || nvme_on(e)) { /* the reduced shard goes to the host */
+    if (e->cfg.offload == OFFLOAD_CPU || nvme_on(e) || grads_stream_to_host(e)) {
+        /* the reduced shard goes to the host */
         e->dev->ops->stream_wait(e->dev, STREAM_COPY, &done);
         run_work(e, STREAM_COPY,
                  (Work){.kind = WORK_COPY_D2H,
@@ -744,11 +745,13 @@ static void copy_between_compute(Engine *e, int u, WorkKind kind, double bytes) 
 }
 
 /* The time unit u's optimizer step takes, on the host under any offload. Under ZeRO-Offload
- * the gradient rows first cross to the host's Adam, and the updated rows come back after it. */
+ * the gradient rows are on the host already (they streamed there in backward; ddp's and zero1's
+ * whole gradients stay on the GPU, so their optimizer rows cross first), and the updated rows
+ * come back after it. */
 static void optimizer_work(Engine *e, int u) {
     size_t n = e->units[u].optim_n; /* the rows adam_unit updated */
     int zero_offload = e->cfg.offload == OFFLOAD_OPTIMIZER;
-    if (zero_offload)
+    if (zero_offload && !grads_stream_to_host(e))
         copy_between_compute(e, u, WORK_COPY_D2H, (double)(dtype_size(e->plan->grad_store) * n));
     run_work(e, STREAM_COMPUTE,
              (Work){.kind = WORK_OPTIMIZER,

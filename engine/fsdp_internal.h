@@ -100,11 +100,20 @@ static inline void dev_free(Engine *e, void *p, int unit) {
     if (p) e->dev->ops->free(e->dev, p, unit);
 }
 
+/* ZeRO-Offload's layout (--offload optimizer with sharded gradients): each reduced gradient
+ * shard streams to the host as its reduction completes, where the host's Adam reads it, so the
+ * GPU keeps no gradient shard (ddp and zero1 keep their whole gradients on the GPU and copy the
+ * optimizer's rows at its step). */
+static inline int grads_stream_to_host(const Engine *e) {
+    return e->cfg.offload == OFFLOAD_OPTIMIZER && e->plan->grads_sharded;
+}
+
 /* Where resting state of category `cat` lives under the offload tier (the NVMe tier's
  * param and optimizer state are host buffers only while a unit is loaded). */
 static inline MemCategory resting(const Engine *e, MemCategory cat) {
     if (e->cfg.offload == OFFLOAD_CPU || e->cfg.offload == OFFLOAD_NVME) return MEM_HOST_OFFLOAD;
     if (e->cfg.offload == OFFLOAD_OPTIMIZER && cat == MEM_OPTIM_STATE) return MEM_HOST_OFFLOAD;
+    if (cat == MEM_GRAD_SHARD && grads_stream_to_host(e)) return MEM_HOST_OFFLOAD;
     return cat;
 }
 

@@ -290,9 +290,10 @@ RestBytes plan_rest_bytes(const Plan *p, int world_rank, OffloadKind offload) {
     if (offload == OFFLOAD_CPU) {
         b.host = b.param + b.grad + b.optim;
         b.param = b.grad = b.optim = 0;
-    } else if (offload == OFFLOAD_OPTIMIZER) {
-        b.host = b.optim;
+    } else if (offload == OFFLOAD_OPTIMIZER) { /* ZeRO-Offload: sharded gradients rest there too */
+        b.host = b.optim + (p->grads_sharded ? b.grad : 0);
         b.optim = 0;
+        if (p->grads_sharded) b.grad = 0;
     } else if (offload == OFFLOAD_NVME) { /* params and Adam on disk, grads in host memory */
         b.nvme = b.param + b.optim;
         b.host = b.grad;

@@ -27,9 +27,9 @@ PcieBytes cpu_offload_bytes(const UnitInfo *units, int nunits, int world, int ra
     return traffic;
 }
 
-/* --offload optimizer (ZeRO-Offload): parameters and gradients stay on the GPU, Adam's state
- * and its step live on the host. The bytes rank `rank` copies over PCIe in one step, each
- * way; its optimizer updates exactly its shard's rows. */
+/* --offload optimizer (ZeRO-Offload): parameters stay on the GPU; each reduced gradient shard
+ * goes to the host, where Adam's state and its step live. The bytes rank `rank` copies over
+ * PCIe in one step, each way; its optimizer updates exactly its shard's rows. */
 PcieBytes optimizer_offload_bytes(const UnitInfo *units, int nunits, int world, int rank,
                                   size_t param_bytes, size_t grad_bytes) {
     /* TODO: delete the next line when you use them */

@@ -719,3 +719,25 @@ Test(plan_cli, the_gpu_total_is_its_tensors_and_what_is_beside_them) {
     cr_expect(strstr(out, "does NOT fit in"), "%s", out);
     free(out);
 }
+
+/* ZeRO-Offload's layout: under --offload optimizer a sharded gradient streams to the host as its
+ * reduction completes, so the GPU keeps no gradient shard at rest (13B parameters on one GPU in
+ * fp16 rest as their 26 GB of parameters alone, the ZeRO-Offload paper's case), while ddp's whole
+ * gradients stay on the GPU and only the optimizer's rows cross at its step. */
+Test(plan_cli, zero_offload_streams_sharded_gradients_to_the_host) {
+    int status;
+    char *json = fsdp_output("plan --params 13e9 --gpus 1 --offload optimizer --param-dtype fp16 "
+                             "--reduce-dtype fp16 --layout deepspeed --activation-checkpointing "
+                             "--json",
+                             "2>/dev/null", &status);
+    cr_expect_eq(rest_of(json, "grad_shard"), 0, "%s", json);
+    cr_expect_float_eq(json_number(json, "gpu_rest"), rest_of(json, "param_shard"), 0.5);
+    cr_expect_float_eq(rest_of(json, "param_shard"), 2.0 * 12999997440.0, 0.5, "fp16");
+    /* on the host: fp16 gradients, fp32 master and both moments, 2 + 12 bytes a parameter */
+    cr_expect_float_eq(rest_of(json, "host_offload"), 14.0 * 12999997440.0, 0.5, "%s", json);
+    free(json);
+    json = fsdp_output("plan --model vit-tiny --gpus 3 --strategy ddp --offload optimizer --json",
+                       "2>/dev/null", &status);
+    cr_expect_gt(rest_of(json, "grad_shard"), 0, "ddp keeps its gradients: %s", json);
+    free(json);
+}
