@@ -1,5 +1,6 @@
-/* device: the names of memory categories, and the memory accounting every device keeps alike
- * (charges by category, the peak and the breakdown at it). */
+/* device: the names of memory categories, the memory accounting every device keeps alike
+ * (charges by category, the peak and the breakdown at it), and the helpers models describe
+ * their Work with (a Linear's GEMMs by shape). */
 #include "engine/device.h"
 
 #include <string.h>
