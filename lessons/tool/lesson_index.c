@@ -21,7 +21,7 @@ static const Lesson lessons[] = {
     {8, "08-wrap-policy", "Wrap policy: units, collectives, memory", 0x87cbb3deu},
     {9, "09-mixed-precision", "Mixed precision: bf16 and fp32 sums", 0x2274618cu},
     {10, "10-prefetch-overlap", "Prefetch: exposed communication", 0x942ded85u},
-    {11, "11-cpu-offload", "CPU offload: what crosses PCIe", 0x6841c49bu},
+    {11, "11-cpu-offload", "CPU offload: what crosses PCIe", 0xa712a1d2u},
     {12, "12-checkpoint-resharding", "Checkpoint resharding: N to M ranks", 0x2f8ceed5u},
 };
 
