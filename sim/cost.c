@@ -237,8 +237,7 @@ double cost_sent_bytes(CollKind k, double bytes, int nranks) {
     }
 }
 
-double cost_bus_bw(const Profile *p, int nranks, int nnodes) {
-    (void)nranks;
+double cost_bus_bw(const Profile *p, int nnodes) {
     double link = p->intra_bw;
     double nics = p->gpus_per_node * p->inter_bw; /* a node's NICs, one ring each */
     if (nnodes > 1 && nics < link) link = nics;
@@ -276,7 +275,7 @@ static double hop_latency(const Profile *p, const Protocol *pr) {
 /* A ring of `steps` steps, `inter` of them crossing between nodes, moving bytes x steps / N. */
 static double ring_seconds(const Profile *p, double bytes, int nranks, int nnodes, int steps,
                            int inter) {
-    double busbw = cost_bus_bw(p, nranks, nnodes), best = -1;
+    double busbw = cost_bus_bw(p, nnodes), best = -1;
     for (int i = 0; i < PROTOCOLS; i++) {
         const Protocol *pr = &ring_protocols[i];
         double intra_hop = hop_latency(p, pr) * (nnodes > 1 && i == 0 ? 1.8 : 1.0);
@@ -290,7 +289,7 @@ static double ring_seconds(const Profile *p, double bytes, int nranks, int nnode
 /* An all-reduce as NCCL's tree: up to the root and back, inside each node along its GPUs and
  * between nodes in log2 of them. */
 static double tree_seconds(const Profile *p, double bytes, int nranks, int nnodes) {
-    double busbw = cost_bus_bw(p, nranks, nnodes), best = -1;
+    double busbw = cost_bus_bw(p, nnodes), best = -1;
     double per_node = (double)nranks / nnodes - 1, levels = floor(log2(nnodes));
     for (int i = 0; i < PROTOCOLS; i++) {
         const Protocol *pr = &tree_protocols[i];

@@ -67,11 +67,11 @@ double cost_work(const Profile *p, const Work *w, int offloaded_to_host);
  * cuBLAS's split-K kernels do, each slice at least 128 deep. */
 double cost_gemm(const Profile *p, double rate, double m, double n, double k);
 
-/* The bus bandwidth NCCL reaches among `nranks` ranks over `nnodes` nodes: the slowest link's
+/* The bus bandwidth NCCL reaches over `nnodes` nodes (however many ranks): the slowest link's
  * times bus_eff, the link being a GPU's NVLink inside one node and, across nodes, the lesser of
  * that and the node's NICs together (NCCL runs one ring a NIC, each crossing every node
  * boundary once: nccl-tests' busbw). */
-double cost_bus_bw(const Profile *p, int nranks, int nnodes);
+double cost_bus_bw(const Profile *p, int nnodes);
 
 /* Modelled seconds of a collective among `nranks` ranks whose ranks span `nnodes` nodes;
  * bytes is each rank's full buffer: the gathered output for all-gather, the input for

@@ -206,9 +206,14 @@ static int peak_at(Search *s, const Plan *p, FsdpConfig cfg, int b, int accum, s
     return 0;
 }
 
-/* A tensor peak fits with what the GPU holds beside it (cost_usable_bytes). */
+/* A tensor peak fits with what the GPU holds beside it (cost_usable_bytes), for a plan of
+ * `communicators` (planner_communicators). */
+static int fits_with(const Search *s, int communicators, size_t peak) {
+    return (double)peak <= cost_usable_bytes(s->job->profile, communicators);
+}
+
 static int fits(const Search *s, const Plan *p, size_t peak) {
-    return (double)peak <= cost_usable_bytes(s->job->profile, planner_communicators(p));
+    return fits_with(s, planner_communicators(p), peak);
 }
 
 /* Where the line through (a, pa) and (b, pb) reaches the GPU's size, clamped into (lo, hi). */
@@ -400,7 +405,7 @@ static int time_candidate(Search *s, const Candidate *c, Err *err) {
         .peak = peak,
         .throughput = r.step_time > 0 ? samples * (double)job->tokens_per_sample / r.step_time : 0};
     planner_result_free(&r);
-    if ((double)peak <= cost_usable_bytes(job->profile, communicators)) rank(s, &e);
+    if (fits_with(s, communicators, peak)) rank(s, &e);
     return 0;
 }
 

@@ -136,10 +136,6 @@ int compare_walk_match(CompareWalk *w, size_t index, size_t *out, Err *err) {
 }
 
 int compare_points(const Trace *a, size_t index, const Trace *b, size_t *ends, Err *err) {
-    if (index >= a->n)
-        return err_set(err, ERR_USAGE, "event %zu is past the trace's %zu events", index, a->n);
-    if (a->nranks != b->nranks)
-        return err_set(err, ERR_USAGE, "the traces have %d and %d ranks", a->nranks, b->nranks);
     CompareWalk w;
     int rc = compare_walk_init(&w, a, b, err);
     if (!rc) rc = compare_walk_points(&w, index, ends, err);

@@ -188,8 +188,6 @@ static int scan_trace(Frame *f, const Trace *t, const Plan *p, Err *err) {
     return 0;
 }
 
-/* The indices of the events of `step`, *count of them in trace order (none when the frame has
- * not scanned t). */
 /* The first position of by_step whose event's step is at least `step` (by_step is sorted). */
 static size_t first_of_step(const Frame *f, const Trace *t, long step) {
     size_t lo = 0, hi = t->n;
@@ -203,6 +201,8 @@ static size_t first_of_step(const Frame *f, const Trace *t, long step) {
     return lo;
 }
 
+/* The indices of the events of `step`, *count of them in trace order (none when the frame has
+ * not scanned t). */
 static const size_t *step_events(const Frame *f, const Trace *t, int step, size_t *count) {
     *count = 0;
     if (f->scanned != t || !f->by_step) return NULL;
