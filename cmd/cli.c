@@ -261,6 +261,10 @@ static const Flag train_rows[] = {
      .help = "keep attention's probabilities (eager: the ViT's\n"
              "default) or only each row's log-sum-exp (flash:\n"
              "the transformer's and llama's)"},
+    {"--loss", FLAG_WORD, ARG(loss), .size = sizeof((TrainArgs *)0)->loss, .arg = "fused|eager",
+     .help = "transformer: the loss in one pass (fused, the\n"
+             "default) or as PyTorch's cross_entropy over fp32\n"
+             "logits, keeping each step's fp32 tensor (eager)"},
     {"--data", FLAG_STRING, ARG(data), .arg = "DIR",
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
              "/usr/share/datasets/fashion-mnist)",
@@ -313,7 +317,8 @@ static const Flag train_rows[] = {
     {"--ranks", FLAG_INT, ARG(ranks), 1, CLI_MAX_RANKS, .arg = "N",
      .help = "simulated GPUs, 1 to 1024 (default 3)"},
     {"--profile", FLAG_WORD, ARG(profile), .size = sizeof((TrainArgs *)0)->profile, .arg = "P",
-     .help = "cost model: h100-nvlink, h200-nvlink, a100-nvlink, l4-pcie"},
+     .help = "cost model: h100-nvlink, h200-nvlink, h100-gt,\n"
+             "a100-nvlink, v100-nvlink, l4-pcie"},
     {"--checkpoint-dir", FLAG_STRING, ARG(ckpt_dir), .arg = "D",
      .help = "save sharded checkpoints into D (each epoch's end)", .get = get_output_path},
     {"--checkpoint-every", FLAG_LONG, ARG(ckpt_every), 1, 1L << 40, .arg = "N",
@@ -490,6 +495,12 @@ static int check_model_flags(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--attention applies to the transformer, llama and the ViT; the toy has "
                        "no attention");
+    if (a->loss[0] && loss_from_name(a->loss) < 0)
+        return err_set(err, ERR_USAGE, "--loss must be fused or eager (got '%s')", a->loss);
+    if (a->loss[0] && !tf)
+        return err_set(err, ERR_USAGE,
+                       "--loss applies to the transformer and llama; the %s's loss is fused",
+                       vit ? "ViT" : "toy");
     if (a->kv_heads && !train_args_is_llama(a))
         return err_set(err, ERR_USAGE,
                        "--kv-heads applies to --model llama; %s has one K,V head per head",

@@ -48,6 +48,7 @@ typedef struct TrainArgs {
     int seq;                        /* transformer: --seq N tokens a sequence; 0: the default */
     int kv_heads;                   /* llama: --kv-heads N; 0: the default */
     char attention[8];              /* transformer, llama: eager|flash; "": flash */
+    char loss[8];                   /* transformer, llama: fused|eager; "": fused */
     char split[8];                  /* training split: train or test */
     int ranks;
     long steps;

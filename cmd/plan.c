@@ -32,6 +32,7 @@ typedef struct PlanArgs {
     int kv_heads;                               /* --kv-heads (Llama-shaped); 0: not given */
     int llama;                                  /* a Llama-shaped transformer */
     char attention[8];                          /* --attention; "": flash */
+    char loss[8];                               /* --loss; "": fused */
     int gpus, gpus_per_node;
     int replicas;                                     /* --replicas (hsdp); 0: not given */
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
@@ -74,6 +75,14 @@ static int set_attention(void *args, const char *flag, const char *v, Err *err) 
     return 0;
 }
 
+static int set_loss(void *args, const char *flag, const char *v, Err *err) {
+    PlanArgs *a = args;
+    if (loss_from_name(v) < 0)
+        return err_set(err, ERR_USAGE, "%s must be fused or eager (got '%s')", flag, v);
+    snprintf(a->loss, sizeof a->loss, "%s", v);
+    return 0;
+}
+
 #define ARG(field) offsetof(PlanArgs, field)
 
 /* plan's flags in the order --help lists them. A training knob is train's own row: plan hands
@@ -100,13 +109,18 @@ static const Flag plan_rows[] = {
      .help = "keep attention's probabilities (eager: the ViT's\n"
              "default) or only each row's log-sum-exp (flash:\n"
              "the transformers')"},
+    {"--loss", FLAG_SET, .set = set_loss, .arg = "fused|eager",
+     .help = "the transformers' loss in one pass (fused) or as\n"
+             "PyTorch's cross_entropy over fp32 logits, each\n"
+             "step's fp32 tensor kept (eager: torchtitan's)"},
     {.kind = FLAG_SECTION, .help = "cluster"},
     {"--gpus", FLAG_COUNT, ARG(gpus), 1, PLANNER_MAX_GPUS, .arg = "N",
      .help = "GPUs, 1 to 1,048,576 (default 3); above one node,\na whole number of nodes"},
     {"--gpus-per-node", FLAG_COUNT, ARG(gpus_per_node), 1, PLANNER_MAX_GPUS, .arg = "G",
      .help = "default: the profile's"},
     {"--profile", FLAG_FORWARD, .arg = "P",
-     .help = "h100-nvlink (default), h200-nvlink, a100-nvlink,\nl4-pcie"},
+     .help = "h100-nvlink (default), h200-nvlink, h100-gt,\n"
+             "a100-nvlink, v100-nvlink, l4-pcie"},
     {"--gpu-mem", FLAG_POSITIVE, ARG(gpu_mem_gb), .hi = 1e6,
      .usage = "--gpu-mem GB --flops TFLOPS --link-bw GBPS --inter-node-bw GBPS",
      .help = "\noverride the profile (decimal GB, bf16 TFLOP/s)"},
@@ -219,6 +233,9 @@ static int choose_model(PlanArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--attention applies to the transformers and the ViT; the toy has no "
                        "attention");
+    if (a->loss[0] && a->kind != MODEL_TRANSFORMER)
+        return err_set(err, ERR_USAGE, "--loss applies to the transformers; the %s's loss is fused",
+                       a->kind == MODEL_VIT ? "ViT" : "toy");
     if (a->params && (a->kind != MODEL_TRANSFORMER || a->llama))
         return err_set(err, ERR_USAGE, "--params sizes a generic transformer, not --model %s",
                        a->model);
@@ -431,6 +448,7 @@ static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     int rc = a->llama ? llama_config(a, &c) : gpt_config(a, &c, err);
     c.attention =
         a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;
+    c.loss = a->loss[0] ? (LossKind)loss_from_name(a->loss) : LOSS_FUSED;
     if (!rc) rc = transformer_config_check(&c, err);
     return rc ? rc : transformer_model_create(&s->model, &c, err);
 }
@@ -531,10 +549,11 @@ static void print_shape(FILE *f, const PlanArgs *a, const PlanSetup *s) {
         if (c->arch == TRANSFORMER_LLAMA) snprintf(kv, sizeof kv, " and %d KV heads", c->kv_heads);
         fprintf(f,
                 "shape: %d layers, hidden %d, %d heads%s, %sMLP %d, sequence %d, vocabulary %s, "
-                "%s attention%s\n",
+                "%s attention%s%s\n",
                 c->layers, c->hidden, c->heads, kv, c->arch == TRANSFORMER_LLAMA ? "SwiGLU " : "",
                 c->mlp, c->seq, with_commas((size_t)c->vocab, v, sizeof v),
                 attention_name(c->attention),
+                c->loss == LOSS_EAGER ? ", eager loss (fp32 log-probabilities)" : "",
                 a->params ? " (chosen for --params from published widths; --seq sets the sequence)"
                           : "");
     } else if (a->kind == MODEL_VIT) {

@@ -61,6 +61,7 @@ static TransformerConfig transformer_config(const TrainArgs *a) {
     if (llama && !c.kv_heads) c.kv_heads = c.heads % 2 == 0 ? c.heads / 2 : c.heads;
     c.attention =
         a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;
+    c.loss = a->loss[0] ? (LossKind)loss_from_name(a->loss) : LOSS_FUSED;
     return c;
 }
 

@@ -239,6 +239,21 @@ typedef struct Kernels {
     void (*flash_attention_backward)(DType t, void *dq, void *dk, void *dv, const void *dout,
                                      const void *q, const void *k, const void *v, const void *out,
                                      const float *lse, float *work, const AttnShape *s);
+
+    /* ---- the eager loss: PyTorch's cross_entropy(logits.float()) step by step, in fp32, each
+     * step's output its own tensor (what --loss eager holds; cross_entropy above is the fused
+     * pass). Rows of `classes` values. */
+
+    /* logp[i, j] = x[i, j] - max_j x[i] - log(sum_j exp(x[i, j] - max_j x[i])); logp != x. */
+    void (*log_softmax)(float *logp, const float *x, size_t rows, size_t classes);
+    /* The mean over rows of -logp[i, label[i]] (accumulated in double; NaN for a label outside
+     * [0, classes)), and its gradient, dense: dlogp = -grad_scale / rows at each row's label, 0
+     * elsewhere. */
+    float (*nll_loss)(float *dlogp, const float *logp, const int32_t *labels, size_t rows,
+                      size_t classes, float grad_scale);
+    /* dx = dlogp - exp(logp) * sum_j dlogp[i, j] (the row's sum in double); dx != dlogp. */
+    void (*log_softmax_backward)(float *dx, const float *dlogp, const float *logp, size_t rows,
+                                 size_t classes);
 } Kernels;
 
 /* Every op of the table in its order, for building a table from functions named after the ops:
@@ -254,7 +269,8 @@ typedef struct Kernels {
     X(token_embed_backward) X(bias_gelu_forward) X(bias_gelu_backward) X(residual_layernorm_forward)     \
     X(rmsnorm_forward) X(rmsnorm_backward) X(swiglu_forward) X(swiglu_backward) X(rope_forward)    \
     X(rope_backward) X(gqa_attention_forward) X(gqa_attention_backward)                            \
-    X(flash_attention_forward) X(flash_attention_backward)
+    X(flash_attention_forward) X(flash_attention_backward) X(log_softmax) X(nll_loss)              \
+    X(log_softmax_backward)
 /* clang-format on */
 /* The type of op `op`'s function: `KERNEL_OP_TYPE(add) cpu_add;` declares cpu_add exactly as the
  * table holds it, so an implementation's header declares every op from the one list above

@@ -124,6 +124,16 @@ int attention_from_name(const char *name) {
     return -1;
 }
 
+const char *loss_name(LossKind l) {
+    return l == LOSS_EAGER ? "eager" : "fused";
+}
+
+int loss_from_name(const char *name) {
+    if (!strcmp(name, "fused")) return LOSS_FUSED;
+    if (!strcmp(name, "eager")) return LOSS_EAGER;
+    return -1;
+}
+
 /* ---------------------------------------------------------------- Llama 3's shapes */
 
 typedef struct LlamaPreset {
@@ -516,11 +526,37 @@ static int head_forward(ModelRun *r, void *const *p, Work *w, Err *err) {
     return 0;
 }
 
+/* --loss eager: the logits' fp32 copy, the log-probabilities forward keeps (the logits are
+ * dropped, as torchtitan's `del pred` drops them), then backward's NLL gradient, dense, and
+ * log-softmax's, cast to the compute dtype as the logits' gradient: three fp32 [B, T, vocab] at
+ * once at its fullest, each step a tensor of its own as in PyTorch. NaN when one is not there. */
+static float eager_loss(ModelRun *r, float grad_scale) {
+    const TransformerConfig *c = r->config;
+    const Kernels *k = r->k;
+    const int32_t *targets = ((TfActs *)r->own)->targets;
+    size_t rows = r->B * r->T, V = (size_t)c->vocab, n = rows * V;
+    float *lf = run_take_fp32(r, n), *logp = NULL, *dlogp = NULL, *dlf = NULL;
+    if (lf) k->cast(lf, DTYPE_FP32, r->logits, r->dtype, n);
+    run_release(r, &r->logits);
+    if (lf && (logp = run_take_fp32(r, n))) k->log_softmax(logp, lf, rows, V);
+    run_release(r, (void **)&lf);
+    float loss = NAN;
+    if (logp && (dlogp = run_take_fp32(r, n)))
+        loss = k->nll_loss(dlogp, logp, targets, rows, V, grad_scale);
+    if (dlogp && (dlf = run_take_fp32(r, n))) k->log_softmax_backward(dlf, dlogp, logp, rows, V);
+    run_release(r, (void **)&dlogp);
+    run_release(r, (void **)&logp);
+    if (dlf && (r->dlogits = run_take(r, n))) k->cast(r->dlogits, r->dtype, dlf, DTYPE_FP32, n);
+    run_release(r, (void **)&dlf);
+    return r->dlogits ? loss : NAN;
+}
+
 /* Next-token cross-entropy, the mean over every position of every sequence (so a rank's mean
  * over its B x T tokens, averaged over ranks, is the global batch's). */
 static float tf_loss(ModelRun *r, float grad_scale) {
     const TransformerConfig *c = r->config;
     TfActs *a = r->own;
+    if (c->loss == LOSS_EAGER) return eager_loss(r, grad_scale);
     return r->k->cross_entropy(r->dtype, r->dlogits, r->logits, a->targets, r->B * r->T,
                                (size_t)c->vocab, grad_scale);
 }
@@ -636,7 +672,8 @@ static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DTyp
                          .flash = c->attention == ATTENTION_FLASH,
                          .llama = c->arch == TRANSFORMER_LLAMA,
                          .kv_heads = (size_t)c->kv_heads,
-                         .outputs = (size_t)c->seq * (size_t)c->vocab};
+                         .outputs = (size_t)c->seq * (size_t)c->vocab,
+                         .eager_loss = c->loss == LOSS_EAGER};
     return tstack_run_create(ends_of(c), &shape, c, dev, k, compute, out, err);
 }
 

@@ -22,6 +22,11 @@ typedef enum {
  * flash only each row's log-sum-exp [B, heads, T] and recomputes the rest in backward. */
 typedef enum { ATTENTION_EAGER = 0, ATTENTION_FLASH } AttentionKind;
 
+/* How the loss runs: fused, one pass from the logits to their gradient in the compute dtype
+ * (llm.c's); eager, PyTorch's cross_entropy(logits.float()) step by step, each step's fp32
+ * output its own tensor [B, T, vocab] (torchtitan's, and what it costs at a 128k vocabulary). */
+typedef enum { LOSS_FUSED = 0, LOSS_EAGER } LossKind;
+
 typedef struct TransformerConfig {
     int layers; /* blocks */
     int hidden; /* width of the residual stream */
@@ -32,11 +37,15 @@ typedef struct TransformerConfig {
     TransformerArch arch;
     int kv_heads; /* Llama: K,V heads, dividing heads; GPT: 0 (each head has its own) */
     AttentionKind attention;
+    LossKind loss;
 } TransformerConfig;
 
 /* "eager", "flash"; and back (-1: neither). */
 const char *attention_name(AttentionKind a);
 int attention_from_name(const char *name);
+/* "fused", "eager"; and back (-1: neither). */
+const char *loss_name(LossKind l);
+int loss_from_name(const char *name);
 
 /* A Llama 3 shape by its published name (llama3-8b, llama3-70b, llama3-405b: layers, hidden,
  * heads, K,V heads, MLP and vocabulary as published, sequence 8192, eager attention). Returns

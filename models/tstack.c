@@ -130,13 +130,28 @@ int tstack_forward(ModelRun *r, int module, void *const *params, Work *w, Err *e
                           err);
 }
 
+/* The eager loss's five kernels over its n logits, in bytes an element: the fp32 cast (the
+ * compute dtype's read, 4 written), log-softmax (three passes read 4, one writes 4), the NLL's
+ * gradient (4 written), log-softmax's backward (dlogp read twice, logp once, 4 written) and the
+ * cast back (4 read, the compute dtype's written). */
+static void eager_loss_work(const ModelRun *r, Work *w, double n) {
+    double low = (double)dtype_size(r->dtype);
+    w->flops = 12.0 * n;
+    w->bytes = n * ((low + 4) + 16 + 4 + 16 + (4 + low));
+    w->kernels = 5;
+}
+
 /* Cross-entropy work over every logit, whether or not the model computes it: the gradient of
  * the logits is what it leaves. */
 float tstack_loss(ModelRun *r, float grad_scale, Work *w) {
     size_t n = r->B * r->shape.outputs;
     run_release(r, &r->dlogits);
-    r->dlogits = run_take(r, n);
     work_begin(w, WORK_FORWARD);
+    if (r->shape.eager_loss) {
+        eager_loss_work(r, w, (double)n);
+        return r->ends->loss && r->B ? r->ends->loss(r, grad_scale) : 0.0f;
+    }
+    r->dlogits = run_take(r, n);
     w->flops = 8.0 * (double)n;
     w->bytes = 8.0 * (double)n;
     if (!r->ends->loss || !r->B || !r->dlogits) return 0.0f;

@@ -25,6 +25,7 @@ typedef struct TStackShape {
     int llama;     /* Llama's blocks (llama_block), with kv_heads K,V heads */
     size_t kv_heads;
     size_t outputs; /* logits of one sequence: classes, or tokens x vocabulary */
+    int eager_loss; /* the ends' loss takes dlogits itself, last, after fp32 steps of its own */
 } TStackShape;
 
 /* A run of a stacked model: the stack's state, and the model's own in `own`. */
@@ -59,8 +60,9 @@ struct TStackEnds {
     /* The embedding's forward fills x[1]; the head's reads x[layers + 1] and fills logits. */
     int (*embed_forward)(ModelRun *r, void *const *p, Work *w, Err *err);
     int (*head_forward)(ModelRun *r, void *const *p, Work *w, Err *err);
-    /* The loss of the logits, its gradient written into dlogits (taken, the batch not empty);
-     * NULL: the model computes none (0). */
+    /* The loss of the logits, its gradient written into dlogits (taken, the batch not empty;
+     * shape.eager_loss: taken by the loss, NaN if it cannot be); NULL: the model computes none
+     * (0). */
     float (*loss)(ModelRun *r, float grad_scale);
     /* NULL: the model does not classify. */
     size_t (*correct)(ModelRun *r);

@@ -28,7 +28,13 @@
  * - fragmentation: 5% of the tensors' peak for the caching allocator's rounding and its
  *   blocks freed but not yet reused: an assumption (a trace of reserved against allocated
  *   bytes sets it).
- * The L4's figures beyond its datasheet are the A100's: nothing measured one. */
+ * The L4's and the V100's figures beyond their datasheets are the A100's: nothing measured
+ * one. h100-gt is the H100 torchtitan's benchmarks ran on (pytorch/torchtitan,
+ * benchmarks/llama3_h100_202412_torchtitan.md, "Hardware" and footnote 2): Meta's Grand Teton,
+ * 96 GB of HBM2e at 2.4 TB/s, the default 500 W power limit, 400 Gb/s of RDMA a GPU, and a
+ * bf16 peak "between SXM and NVL" whose exact value its authors do not know: taken as the
+ * midpoint of the SXM's 989 and the NVL's 835 TFLOPS (NVIDIA's H100 datasheet), the SXM's
+ * share of it achieved and the fp32 peak scaled with it. */
 static const Profile profiles[] = {
     {
         .name = "h100-nvlink",
@@ -83,6 +89,33 @@ static const Profile profiles[] = {
         .fragmentation = 0.05,
     },
     {
+        .name = "h100-gt",
+        .description = "8x H100 96 GB HBM2e at 500 W per node (Grand Teton: torchtitan's "
+                       "benchmarks), NVLink 4 inside, 400 Gb/s RDMA per GPU",
+        .flops_fp32 = 61e12,
+        .flops_low = 912e12,
+        .mem_bw = 2.4e12,
+        .mem_bytes = 96e9,
+        .gpus_per_node = 8,
+        .intra_bw = 450e9,
+        .intra_nvlink = 1,
+        .inter_bw = 50e9,
+        .pcie_bw = 55e9,
+        .host_flops = 2e12,
+        .host_mem_bw = 200e9,
+        .disk_bw = 6e9,
+        .launch_overhead = 4e-6,
+        .sms = 132,
+        .gemm_eff = 0.803,
+        .attn_eff = 0.35,
+        .mem_eff = 0.9,
+        .bus_eff = 0.8,
+        .context_bytes = 0.5e9,
+        .workspace_bytes = 2 * 32 * 1048576.0,
+        .nccl_bytes = 0.55e9,
+        .fragmentation = 0.05,
+    },
+    {
         .name = "a100-nvlink",
         .description = "8x A100 SXM 80 GB per node, NVLink 3 inside, 200 Gb/s InfiniBand per GPU",
         .flops_fp32 = 19.5e12,
@@ -99,6 +132,34 @@ static const Profile profiles[] = {
         .disk_bw = 4e9,
         .launch_overhead = 5e-6,
         .sms = 108,
+        .gemm_eff = 0.869,
+        .attn_eff = 0.6,
+        .mem_eff = 0.9,
+        .bus_eff = 0.78,
+        .context_bytes = 0.5e9,
+        .workspace_bytes = 2 * 4 * 1048576.0,
+        .nccl_bytes = 0.41e9,
+        .fragmentation = 0.05,
+    },
+    {
+        /* DGX-2's GPU, where the ZeRO papers measured: no bf16 (flops_low is fp16's tensor
+         * cores), NVLink 2 at 150 GB/s each way, PCIe 3 to the host. */
+        .name = "v100-nvlink",
+        .description = "8x V100 SXM2 32 GB per node, NVLink 2 inside, 100 Gb/s InfiniBand per GPU",
+        .flops_fp32 = 15.7e12,
+        .flops_low = 125e12,
+        .mem_bw = 0.9e12,
+        .mem_bytes = 32e9,
+        .gpus_per_node = 8,
+        .intra_bw = 150e9,
+        .intra_nvlink = 1,
+        .inter_bw = 12.5e9,
+        .pcie_bw = 16e9,
+        .host_flops = 1e12,
+        .host_mem_bw = 150e9,
+        .disk_bw = 3e9,
+        .launch_overhead = 5e-6,
+        .sms = 80,
         .gemm_eff = 0.869,
         .attn_eff = 0.6,
         .mem_eff = 0.9,
@@ -147,7 +208,7 @@ const Profile *profile_find(const char *name) {
 }
 
 const char *profile_names(void) {
-    return "h100-nvlink, h200-nvlink, a100-nvlink, l4-pcie";
+    return "h100-nvlink, h200-nvlink, h100-gt, a100-nvlink, v100-nvlink, l4-pcie";
 }
 
 const Profile *profile_default(void) {

@@ -125,8 +125,8 @@ static void sim_stream_wait(Device *d, StreamId st, const DevEvent *ev) {
 
 /* The ops whose result the host reads: on a GPU they wait for the compute stream. */
 static int returns_to_host(const char *op) {
-    static const char *const ops[] = {"sum_squares", "all_finite", "mse_loss", "cross_entropy",
-                                      "count_correct"};
+    static const char *const ops[] = {"sum_squares",   "all_finite",    "mse_loss",
+                                      "cross_entropy", "count_correct", "nll_loss"};
     for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
         if (!strcmp(op, ops[i])) return 1;
     return 0;

@@ -626,6 +626,33 @@ static void flash_attention_backward(DType t, void *dq, void *dk, void *dv, cons
     report(__func__, &l)->flash_attention_backward(t, dq, dk, dv, dout, q, k, v, out, lse, work, s);
 }
 
+static void log_softmax(float *logp, const float *x, size_t rows, size_t classes) {
+    Accesses l = {0};
+    writes(&l, logp, floats(rows * classes));
+    reads(&l, x, floats(rows * classes));
+    report(__func__, &l)->log_softmax(logp, x, rows, classes);
+}
+
+static float nll_loss(float *dlogp, const float *logp, const int32_t *labels, size_t rows,
+                      size_t classes, float grad_scale) {
+    Accesses l = {0};
+    if (rows > 0 && classes > 0) {
+        writes(&l, dlogp, floats(rows * classes));
+        reads(&l, logp, floats(rows * classes));
+        reads(&l, labels, rows * sizeof *labels);
+    }
+    return report(__func__, &l)->nll_loss(dlogp, logp, labels, rows, classes, grad_scale);
+}
+
+static void log_softmax_backward(float *dx, const float *dlogp, const float *logp, size_t rows,
+                                 size_t classes) {
+    Accesses l = {0};
+    writes(&l, dx, floats(rows * classes));
+    reads(&l, dlogp, floats(rows * classes));
+    reads(&l, logp, floats(rows * classes));
+    report(__func__, &l)->log_softmax_backward(dx, dlogp, logp, rows, classes);
+}
+
 /* Every dtype and no limits: t and T pass through to the bound table (kernels_cpu or
  * kernels_none, neither of which limits T), whose own .dtypes say what it computes in. */
 #define SAME_NAME(op) .op = op,

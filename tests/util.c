@@ -240,6 +240,14 @@ const char *fmt_text(const char *fmt, ...) {
     return t;
 }
 
+double json_number(const char *json, const char *key) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *at = strstr(json, pat);
+    cr_assert_not_null(at, "no %s in %.300s", key, json);
+    return strtod(at + strlen(pat), NULL);
+}
+
 const char *fsdp_bin(void) {
     const char *b = getenv("FSDP_BIN");
     return b ? b : "./fsdp";

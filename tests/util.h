@@ -112,6 +112,9 @@ double *dump_read(const char *path, size_t *n);
  * expect_x(..., fmt_text("out (M %zu)", M)). */
 const char *fmt_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* The number after the first "key": in a JSON text (asserted to be there). */
+double json_number(const char *json, const char *key);
+
 /* The fsdp binary the CLI tests run: $FSDP_BIN, else ./fsdp. */
 const char *fsdp_bin(void);
 /* Runs `fsdp ARGS` through the shell with `redirect` appended ("2>/dev/null", "2>&1"), and

@@ -374,6 +374,40 @@ Test(cuda_vit_ops, cross_entropy_bad_label) {
     free(logits);
 }
 
+/* --loss eager's three ops against the CPU's on the loss's shapes: log-softmax, the NLL and its
+ * dense gradient, log-softmax's backward; their end is the fused pass's gradient. */
+Test(cuda_vit_ops, the_eager_loss) {
+    for (size_t s = 0; s < N_LOSS_SHAPES; s++) {
+        const size_t B = LOSS_SHAPES[s].B, K = LOSS_SHAPES[s].classes, n = B * K;
+        const float scale = LOSS_SHAPES[s].grad_scale;
+        const unsigned seed = 2300 + 10 * (unsigned)s;
+        float *x = host_random(n, -5.0f, 5.0f, seed);
+        int32_t *labels = host_labels(B, K, seed + 1);
+        float *logp = host_floats(n), *dlogp = host_floats(n), *dx = host_floats(n);
+        CPU->log_softmax(logp, x, B, K);
+        const float want = CPU->nll_loss(dlogp, logp, labels, B, K, scale);
+        CPU->log_softmax_backward(dx, dlogp, logp, B, K);
+
+        float *d_x = gpu_floats(x, n), *d_logp = gpu_poisoned_floats(n);
+        float *d_dlogp = gpu_poisoned_floats(n), *d_dx = gpu_poisoned_floats(n);
+        int32_t *d_labels = gpu_labels(labels, B);
+        char what[80];
+        snprintf(what, sizeof what, "the eager loss (B %zu, classes %zu, scale %g)", B, K,
+                 (double)scale);
+        GPU->log_softmax(d_logp, d_x, B, K);
+        const float got = GPU->nll_loss(d_dlogp, d_logp, d_labels, B, K, scale);
+        GPU->log_softmax_backward(d_dx, d_dlogp, d_logp, B, K);
+        gpu_check();
+        gpu_expect_close_dev(d_logp, logp, n, REL, what);
+        expect_loss_close(got, want, what);
+        gpu_expect_close_dev(d_dlogp, dlogp, n, REL, what);
+        gpu_expect_close_dev(d_dx, dx, n, REL, what);
+
+        gpu_free(d_x), gpu_free(d_logp), gpu_free(d_dlogp), gpu_free(d_dx), gpu_free(d_labels);
+        free(x), free(labels), free(logp), free(dlogp), free(dx);
+    }
+}
+
 /* ---- accuracy ---- */
 
 /* The count with the last maximum winning ties: what a wrong kernel would give. */

@@ -590,6 +590,50 @@ Test(vit_kernels, cross_entropy_gradient_finite_differences) {
                               fd);
 }
 
+/* The eager loss's three steps by hand on cross_entropy_by_hand's rows: log-softmax, the NLL
+ * with its dense gradient, log-softmax's backward; end to end they give the fused pass's loss
+ * and gradient. */
+Test(vit_kernels, the_eager_loss_by_hand_is_the_fused_one) {
+    const float logits[6] = {1, 2, 3, 0, 0, 0};
+    const int32_t labels[2] = {2, 1};
+    float logp[6], dlogp[6], dx[6], fused[6];
+    K->log_softmax(logp, logits, 2, 3);
+    const double lse0 = 3.40760596444438; /* log(e + e^2 + e^3) */
+    for (int j = 0; j < 3; j++) {
+        EXPECT_NEAR(logp[j], logits[j] - lse0, 1e-6, "logp[0][%d] %g", j, logp[j]);
+        EXPECT_NEAR(logp[3 + j], -log(3.0), 1e-6, "logp[1][%d] %g", j, logp[3 + j]);
+    }
+    const float loss = K->nll_loss(dlogp, logp, labels, 2, 3, 3.0f);
+    EXPECT_NEAR(loss, 0.753109126556245, 1e-6, "loss %.9g", loss);
+    const float want_dlogp[6] = {0, 0, -1.5f, 0, -1.5f, 0}; /* -grad_scale / rows at the labels */
+    for (int i = 0; i < 6; i++) cr_expect_float_eq(dlogp[i], want_dlogp[i], 0, "dlogp[%d]", i);
+    K->log_softmax_backward(dx, dlogp, logp, 2, 3);
+    const float fused_loss = K->cross_entropy(DTYPE_FP32, fused, logits, labels, 2, 3, 3.0f);
+    EXPECT_NEAR(loss, fused_loss, 1e-6, "eager %.9g, fused %.9g", loss, fused_loss);
+    for (int i = 0; i < 6; i++) EXPECT_NEAR(dx[i], fused[i], 1e-6, "dx[%d] %g", i, dx[i]);
+    /* large logits do not overflow; a label outside the row is NaN and leaves its row 0 */
+    const float big[3] = {1000, 1000, 1000};
+    K->log_softmax(logp, big, 1, 3);
+    for (int j = 0; j < 3; j++) EXPECT_NEAR(logp[j], -log(3.0), 1e-6, "big logp[%d]", j);
+    const int32_t bad = 3;
+    for (int j = 0; j < 3; j++) dlogp[j] = 7.0f;
+    cr_expect(isnan(K->nll_loss(dlogp, logp, &bad, 1, 3, 1.0f)));
+    for (int j = 0; j < 3; j++) cr_expect_float_eq(dlogp[j], 0.0f, 0, "bad row dlogp[%d]", j);
+}
+
+/* On random rows, the three steps' gradient is the fused pass's (and its finite differences). */
+Test(vit_kernels, the_eager_loss_gradient_finite_differences) {
+    CrossEntropyCtx c = {.labels = {4, 0, 2}};
+    fill_uniform(c.logits, XB * XK, -2, 2, 101);
+    float logp[XB * XK], dlogp[XB * XK], dx[XB * XK];
+    K->log_softmax(logp, c.logits, XB, XK);
+    const float loss = K->nll_loss(dlogp, logp, c.labels, XB, XK, 2.5f);
+    EXPECT_NEAR(loss, cross_entropy_loss(&c) / 2.5, 1e-6, "loss %g", loss);
+    K->log_softmax_backward(dx, dlogp, logp, XB, XK);
+    expect_finite_differences("the eager loss's dx", cross_entropy_loss, &c, c.logits, dx, XB * XK,
+                              fd);
+}
+
 Test(vit_kernels, count_correct_first_maximum_wins) {
     const float logits[12] = {1, 3,  3, /* tie: index 1 */ 2, 1, 0, 0, 0, 0, /* all tie: 0 */
                               5, -1, 5 /* tie: index 0 */};

@@ -460,6 +460,53 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     model_desc_free(&m);
 }
 
+/* --loss eager on an accounting-only device in bf16, n = B x T x vocab logits: the loss drops
+ * the logits (2n bytes) and holds at its fullest the log-probabilities, the NLL's gradient and
+ * log-softmax's (4n each), then leaves the logits' gradient (2n): 10n above the end of forward
+ * where the fused pass holds 2n more, and five kernels over 48 bytes a logit. */
+Test(transformer, the_eager_loss_holds_three_fp32_tensors_of_the_logits_at_its_fullest) {
+    const size_t n = 2 * 32 * 2000;
+    for (int eager = 0; eager < 2; eager++) {
+        TransformerConfig c = small_config();
+        c.loss = eager ? LOSS_EAGER : LOSS_FUSED;
+        ModelDesc m;
+        SimDevice dev;
+        SimClock clock = {0};
+        small_model(&m, &c);
+        device_sim_init(&dev, 0, &clock, NULL, profile_default());
+        device_sim_accounting_only(&dev);
+        ModelRun *run = NULL;
+        Err err = {0};
+        cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, DTYPE_BF16, 2, &run, &err), 0,
+                     "%s", err.msg);
+        Dataset data = {.n = 2};
+        long idx[2] = {0, 1};
+        cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
+        float *none[16] = {0};
+        Work w;
+        for (int mod = 0; mod < m.nmodules; mod++)
+            cr_assert_eq(m.ops->forward(run, mod, (void *const *)none, &w, &err), 0, "%s", err.msg);
+        const size_t end_of_forward = dev.base.memory.total;
+        cr_expect_lt(dev.base.memory.peak, end_of_forward + 2 * n);
+        Work loss;
+        m.ops->loss(run, 1.0f, &loss);
+        cr_expect_eq(dev.base.memory.peak, end_of_forward + (eager ? 10 : 2) * n, "%s loss",
+                     eager ? "eager" : "fused");
+        cr_expect_eq(dev.base.memory.total, end_of_forward + (eager ? 0 : 2) * n);
+        if (eager) {
+            cr_expect_eq(loss.kernels, 5);
+            cr_expect_eq(loss.bytes, 48.0 * n);
+        }
+        for (int mod = m.nmodules - 1; mod >= 0; mod--)
+            cr_assert_eq(m.ops->backward(run, mod, (void *const *)none, none, &w, &err), 0, "%s",
+                         err.msg);
+        cr_expect_eq(dev.base.memory.total, 0, "every activation was released");
+        m.ops->run_destroy(run);
+        device_sim_release(&dev);
+        model_desc_free(&m);
+    }
+}
+
 /* ---------------------------------------------------------------- computed runs */
 
 /* The tiny language model the gradient tests run alone on a simulated device that holds data:
@@ -476,9 +523,10 @@ typedef struct Lm {
     long idx[2];
 } Lm;
 
-static void lm_open(Lm *l) {
+static void lm_open_with(Lm *l, LossKind loss) {
     memset(l, 0, sizeof *l);
-    TransformerConfig c = {.layers = 2, .hidden = 8, .heads = 2, .mlp = 12, .seq = 6, .vocab = 256};
+    TransformerConfig c = {
+        .layers = 2, .hidden = 8, .heads = 2, .mlp = 12, .seq = 6, .vocab = 256, .loss = loss};
     small_model(&l->m, &c);
     device_sim_init(&l->dev, 0, &l->clock, NULL, profile_default());
     Err err = {0};
@@ -500,6 +548,10 @@ static void lm_open(Lm *l) {
     /* LayerNorms away from 1 and 0, biases away from 0: every term of the backward counts */
     for (size_t i = 0; i < l->m.total_numel; i++)
         if (l->params[i] == 1.0f || l->params[i] == 0.0f) l->params[i] += 0.1f * sinf((float)i);
+}
+
+static void lm_open(Lm *l) {
+    lm_open_with(l, LOSS_FUSED);
 }
 
 static void lm_close(Lm *l) {
@@ -586,6 +638,29 @@ Test(transformer, every_gradient_matches_finite_differences) {
 
 /* The logits at positions 0..3 are the same bits whatever bytes follow them: each position
  * predicts the next byte from those before it only. */
+/* --loss eager computes what the fused pass does: the same loss and every gradient, to fp32's
+ * rounding (its log-softmax and exponentials round differently). */
+Test(transformer, the_eager_loss_gives_the_fused_loss_and_gradients) {
+    Lm fused, eager;
+    lm_open(&fused);
+    lm_open_with(&eager, LOSS_EAGER);
+    const float want = lm_forward(&fused), got = lm_forward(&eager);
+    cr_expect(fabsf(got - want) <= 1e-6f * want, "eager loss %.9g, fused %.9g", got, want);
+    lm_backward(&fused);
+    lm_backward(&eager);
+    float largest = 0;
+    for (size_t i = 0; i < fused.m.total_numel; i++)
+        largest = fmaxf(largest, fabsf(fused.grads[i]));
+    cr_assert_gt(largest, 0.0f);
+    size_t off = 0;
+    for (size_t i = 0; i < fused.m.total_numel; i++)
+        off += fabsf(eager.grads[i] - fused.grads[i]) > 1e-5f * largest;
+    cr_expect_eq(off, 0, "%zu of %zu gradients differ by more than 1e-5 of the largest", off,
+                 fused.m.total_numel);
+    lm_close(&fused);
+    lm_close(&eager);
+}
+
 Test(transformer, a_position_sees_only_the_bytes_before_it) {
     Lm l;
     lm_open(&l);

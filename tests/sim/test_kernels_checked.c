@@ -331,6 +331,20 @@ static double call_cross_entropy(const Kernels *k, DType t, void *const *p) {
 static double call_cross_entropy_loss_only(const Kernels *k, DType t, void *const *p) {
     return k->cross_entropy(t, NULL, p[0], p[1], XB, XK, 0.5f);
 }
+static double call_log_softmax(const Kernels *k, DType t, void *const *p) {
+    (void)t;
+    k->log_softmax(p[0], p[1], XB, XK);
+    return 0;
+}
+static double call_nll_loss(const Kernels *k, DType t, void *const *p) {
+    (void)t;
+    return k->nll_loss(p[0], p[1], p[2], XB, XK, 0.5f);
+}
+static double call_log_softmax_backward(const Kernels *k, DType t, void *const *p) {
+    (void)t;
+    k->log_softmax_backward(p[0], p[1], p[2], XB, XK);
+    return 0;
+}
 static double call_count_correct(const Kernels *k, DType t, void *const *p) {
     return (double)k->count_correct(t, p[0], p[1], XB, XK);
 }
@@ -569,6 +583,13 @@ static const Case cases[] = {
     {"cross_entropy", "dlogits NULL: loss only", SIZES(F(X_LOGITS), XB * sizeof(int32_t)),
      WANTS(RD(0, F(X_LOGITS)), RD(1, XB * sizeof(int32_t))), call_cross_entropy_loss_only,
      init_labels_1},
+    {"log_softmax", "", SIZES(F(X_LOGITS), F(X_LOGITS)),
+     WANTS(WR(0, F(X_LOGITS)), RD(1, F(X_LOGITS))), call_log_softmax},
+    {"nll_loss", "", SIZES(F(X_LOGITS), F(X_LOGITS), XB * sizeof(int32_t)),
+     WANTS(WR(0, F(X_LOGITS)), RD(1, F(X_LOGITS)), RD(2, XB * sizeof(int32_t))), call_nll_loss,
+     init_labels_2},
+    {"log_softmax_backward", "", SIZES(F(X_LOGITS), F(X_LOGITS), F(X_LOGITS)),
+     WANTS(WR(0, F(X_LOGITS)), RD(1, F(X_LOGITS)), RD(2, F(X_LOGITS))), call_log_softmax_backward},
     {"count_correct", "", SIZES(F(X_LOGITS), XB * sizeof(int32_t)),
      WANTS(RD(0, F(X_LOGITS)), RD(1, XB * sizeof(int32_t))), call_count_correct, init_labels_1},
     {"add", "", SIZES(F(NE), F(NE), F(NE)), WANTS(WR(0, F(NE)), RD(1, F(NE)), RD(2, F(NE))),
@@ -847,10 +868,10 @@ Test(kernels_checked, every_op_reports_exactly_what_it_touches) {
 
 /* ---- names ---- */
 
-_Static_assert(sizeof(Kernels) - offsetof(Kernels, cast) == 45 * sizeof(void (*)(void)),
+_Static_assert(sizeof(Kernels) - offsetof(Kernels, cast) == 48 * sizeof(void (*)(void)),
                "kernels.h changed: list the new op below and give it cases");
 
-static const char *const op_names[45] = {
+static const char *const op_names[48] = {
     "cast",
     "zero",
     "copy_bytes",
@@ -896,13 +917,16 @@ static const char *const op_names[45] = {
     "gqa_attention_backward",
     "flash_attention_forward",
     "flash_attention_backward",
+    "log_softmax",
+    "nll_loss",
+    "log_softmax_backward",
 };
 
 /* Every entry has cases, and every case's call reported the entry's own name (so no wrapper is
  * wired to another entry, which would report that entry's name). */
 Test(kernels_checked, every_entry_is_covered_and_reports_its_name) {
     cr_expect_str_eq(kernels_checked.name, "checked");
-    for (int k = 0; k < 45; k++) {
+    for (int k = 0; k < 48; k++) {
         int found = 0;
         for (int i = 0; i < NCASES; i++) found += strcmp(cases[i].op, op_names[k]) == 0;
         cr_expect(found > 0, "no case calls %s", op_names[k]);

@@ -3,6 +3,7 @@
  * docs/plan.md (Korthikanti et al. 2022's count for what our layers keep), and the command's
  * Llama presets and flags. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,8 @@ Test(llama_plan, the_llama_plan_equals_a_real_run_eager_and_flash) {
     expect_plan_equals_run(&c, "llama flash");
     c.attention = ATTENTION_EAGER;
     expect_plan_equals_run(&c, "llama eager");
+    c.attention = ATTENTION_FLASH, c.loss = LOSS_EAGER;
+    expect_plan_equals_run(&c, "llama flash, eager loss");
 }
 
 Test(llama_plan, the_gpt_plan_with_flash_equals_a_real_run) {
@@ -202,6 +205,47 @@ Test(llama_plan, the_header_shows_the_llama_shape) {
                           "sequence 128, vocabulary 1,000, eager attention"),
               "%s", out);
     free(out);
+    out = fsdp_ok("plan --model llama3-8b --gpus 8 --param-dtype bf16 "
+                  "--activation-checkpointing --loss eager");
+    cr_expect(strstr(out, "vocabulary 128,256, flash attention, eager loss (fp32 "
+                          "log-probabilities)\n"),
+              "%s", out);
+    free(out);
+}
+
+/* Where the logits dominate (one small block, Llama 3's vocabulary, n = 4096 x 128,256 logits):
+ * the eager loss's peak is at the loss, 10n bytes above the end of forward (three fp32 tensors,
+ * the bf16 logits dropped), the fused pass's in the head's backward, 2n above it (the logits'
+ * gradient) and two bf16 [4096, 256] more (the head's input gradient and the stream's): the
+ * activations at the peaks differ by 8n less those. */
+Test(llama_plan, the_eager_loss_holds_eight_bytes_a_logit_more) {
+    const char *job = "plan --model llama --layers 1 --hidden 256 --heads 4 --kv-heads 2 --mlp 512 "
+                      "--seq 4096 --vocab 128256 --batch-size 1 --param-dtype bf16 --gpus 1 --json";
+    char *fused = fsdp_ok("%s", job), *eager = fsdp_ok("%s --loss eager", job);
+    const char *f = strstr(fused, "\"at_peak\":"), *e = strstr(eager, "\"at_peak\":");
+    cr_assert(f && e);
+    const double n = 4096.0 * 128256, stream = 4096.0 * 256 * 2;
+    cr_expect_eq(json_number(e, "activations") - json_number(f, "activations"), 8 * n - 2 * stream);
+    free(fused), free(eager);
+}
+
+/* torchtitan's table 2 job (8B, 8 GPUs, seq 32,768, batch 1, full checkpointing) with its eager
+ * loss fits the 96 GB of the H100s it ran on (h100-gt), not an H100 SXM's 80 GB; fused, it fits
+ * both. */
+Test(llama_plan, the_eager_loss_at_a_long_sequence_fits_only_torchtitans_96_gb) {
+    const char *job = "plan --model llama3-8b --gpus 8 --seq 32768 --batch-size 1 "
+                      "--param-dtype bf16 --activation-checkpointing --json";
+    char *ok[3] = {fsdp_ok("%s --profile h100-gt --loss eager", job),
+                   fsdp_ok("%s --profile h100-gt", job), fsdp_ok("%s", job)};
+    for (int i = 0; i < 3; i++) {
+        cr_expect(strstr(ok[i], "\"fits\":true"), "%s", ok[i]);
+        free(ok[i]);
+    }
+    int code;
+    char *out = fsdp_run(&code, "2>&1", "%s --loss eager", job);
+    cr_expect_eq(code, 2, "%s", out);
+    cr_expect(strstr(out, "does not fit on 8 GPUs of 80.00 GB"), "%s", out);
+    free(out);
 }
 
 Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
@@ -220,6 +264,10 @@ Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
         {"train --model transformer --attention garbage", "--attention must be eager or flash"},
         {"train --model transformer --kv-heads 2", "--kv-heads applies to --model llama"},
         {"train --attention flash", "--attention applies to the transformer, llama and the ViT"},
+        {"plan --model llama3-8b --loss late", "--loss must be fused or eager (got 'late')"},
+        {"plan --model vit-tiny --loss eager", "--loss applies to the transformers"},
+        {"train --model llama --loss late", "--loss must be fused or eager (got 'late')"},
+        {"train --model vit-tiny --loss eager", "--loss applies to the transformer and llama"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }

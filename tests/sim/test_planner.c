@@ -382,14 +382,6 @@ Test(planner, traffic_is_what_the_engine_sends) {
 
 /* ---------------------------------------------------------------- the command line */
 
-static double json_number(const char *json, const char *key) {
-    char pat[64];
-    snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *at = strstr(json, pat);
-    cr_assert_not_null(at, "no %s in %.300s", key, json);
-    return strtod(at + strlen(pat), NULL);
-}
-
 /* The rest bytes of one category inside "rest":{...}. */
 static double rest_of(const char *json, const char *category) {
     const char *rest = strstr(json, "\"rest\":{");
