@@ -74,6 +74,13 @@ static int set_optim(void *args, const char *flag, const char *v, Err *err) {
     return 0;
 }
 
+static int set_ac_policy(void *args, const char *flag, const char *v, Err *err) {
+    int p = ac_policy_from_name(v);
+    if (p < 0) return not_one_of(flag, "block or ops", v, err);
+    ((TrainArgs *)args)->fsdp.ac_policy = (AcPolicy)p;
+    return 0;
+}
+
 /* output_dtype is an int: -1 (its default) leaves each unit's output as computed. */
 static int set_output_dtype(void *args, const char *flag, const char *v, Err *err) {
     DType t;
@@ -177,6 +184,11 @@ static FlagValue get_offload(const Flag *row, const void *args, char *buf, size_
 static FlagValue get_optim(const Flag *row, const void *args, char *buf, size_t n) {
     (void)row;
     return text_value(buf, n, ARGS(args)->fsdp.optim == OPTIM_ADAMW ? "adamw" : "adam");
+}
+
+static FlagValue get_ac_policy(const Flag *row, const void *args, char *buf, size_t n) {
+    (void)row;
+    return text_value(buf, n, ac_policy_name(ARGS(args)->fsdp.ac_policy));
 }
 
 static FlagValue get_output_dtype(const Flag *row, const void *args, char *buf, size_t n) {
@@ -408,6 +420,12 @@ static const Flag train_rows[] = {
              "forward and recompute the block before its backward"},
     {"--ac-every", FLAG_INT, ARG(fsdp.ac_every), 1, 1000000, .arg = "K",
      .help = "... only every K-th block (implies the above)"},
+    {"--ac-policy", FLAG_SET, .set = set_ac_policy, .arg = "block|ops",
+     .help = "what a checkpointed block keeps: its input (block,\n"
+             "the default) or also every other GEMM's output and\n"
+             "attention's (ops: torchtitan's selective op\n"
+             "checkpointing; Llama-shaped blocks)",
+     .get = get_ac_policy},
     {.kind = FLAG_SECTION, .help = "optimizer"},
     {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)",
      .get = get_optim},
@@ -534,6 +552,7 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "--activation-checkpointing and --ac-every apply to blocks (the ViT's, "
                        "the transformer's); "
                        "the toy saves only each layer's input, so there is nothing to drop");
+    if ((rc = ac_policy_check(c, train_args_is_llama(a), err))) return rc;
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
     if (a->reshard_given && c->reshard_after_forward &&

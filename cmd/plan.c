@@ -83,6 +83,13 @@ static int set_loss(void *args, const char *flag, const char *v, Err *err) {
     return 0;
 }
 
+static int set_ac_policy(void *args, const char *flag, const char *v, Err *err) {
+    int p = ac_policy_from_name(v);
+    if (p < 0) return err_set(err, ERR_USAGE, "%s must be block or ops (got '%s')", flag, v);
+    ((PlanArgs *)args)->train.fsdp.ac_policy = (AcPolicy)p;
+    return 0;
+}
+
 #define ARG(field) offsetof(PlanArgs, field)
 
 /* plan's flags in the order --help lists them. A training knob is train's own row: plan hands
@@ -171,6 +178,7 @@ static const Flag plan_rows[] = {
      .kind = FLAG_SWITCH,
      .field = ARG(activation_checkpointing)},
     {"--ac-every", FLAG_COUNT, ARG(train.fsdp.ac_every), 1, 1 << 20, .arg = "K"},
+    {"--ac-policy", FLAG_SET, .set = set_ac_policy, .arg = "block|ops"},
     {.kind = FLAG_SECTION, .help = "output"},
     {"--compare", FLAG_SWITCH, ARG(compare),
      .help = "one table across ddp, zero1, zero2, zero3 and hsdp"},
@@ -308,11 +316,16 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
         fwd[n++] = "(none)";
     }
     int ac_every = a->train.fsdp.ac_every;
+    AcPolicy ac_policy = a->train.fsdp.ac_policy;
     a->train.fsdp.ac_every = 0; /* train's parser takes the model for the toy and refuses it */
+    a->train.fsdp.ac_policy = AC_BLOCK;
     if (!rc) rc = train_args_parse(&a->train, n, fwd, err);
     a->train.fsdp.ac_every = ac_every;
+    a->train.fsdp.ac_policy = ac_policy;
     free(fwd);
     if (rc == WANTS_HELP || rc == 1) return 1; /* 1: train's parser saw --help */
+    if (rc) return rc;
+    rc = ac_policy_check(&a->train.fsdp, a->kind == MODEL_TRANSFORMER && a->llama, err);
     if (rc) return rc;
     if (a->replicas) a->train.fsdp.replicas = a->replicas;
     if (!a->train.batch_given)
@@ -591,6 +604,7 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
             dtype_name(c->param_dtype), dtype_name(c->reduce_dtype), layout_name(c->layout),
             offload_name(c->offload));
     if (c->ac_every) fprintf(f, ", activation checkpointing every %d block(s)", c->ac_every);
+    if (c->ac_every && c->ac_policy == AC_OPS) fprintf(f, " keeping GEMM outputs (ops)");
     fputc('\n', f);
 }
 

@@ -23,6 +23,7 @@ static const KnobFlag knob_flags[] = {
     {"--reshard-after-forward", SEARCH_FIX_RESHARD, 1},
     {"--activation-checkpointing", SEARCH_FIX_AC, 0},
     {"--ac-every", SEARCH_FIX_AC, 1},
+    {"--ac-policy", SEARCH_FIX_AC, 1},
     {"--offload", SEARCH_FIX_OFFLOAD, 1},
     {"--param-dtype", SEARCH_FIX_DTYPE, 1},
     {"--reduce-dtype", SEARCH_FIX_DTYPE, 1},
@@ -71,7 +72,7 @@ static void ac_label(const FsdpConfig *c, char *buf, size_t n) {
     if (!c->ac_every)
         snprintf(buf, n, "off");
     else
-        snprintf(buf, n, "every %d", c->ac_every);
+        snprintf(buf, n, "every %d%s", c->ac_every, c->ac_policy == AC_OPS ? ", ops" : "");
 }
 
 /* The knobs of a row as train's flags (plan takes the same ones). */
@@ -86,6 +87,7 @@ static void knob_flags_of(const FsdpConfig *c, char *buf, size_t n) {
         PUT(" --reshard-after-forward %s", c->reshard_after_forward ? "true" : "false");
     if (c->ac_every) PUT(" --activation-checkpointing");
     if (c->ac_every > 1) PUT(" --ac-every %d", c->ac_every);
+    if (c->ac_every && c->ac_policy == AC_OPS) PUT(" --ac-policy ops");
     if (c->offload != OFFLOAD_NONE) PUT(" --offload %s", offload_name(c->offload));
     PUT(" --param-dtype %s", dtype_name(c->param_dtype));
     if (c->reduce_dtype != DTYPE_FP32) PUT(" --reduce-dtype %s", dtype_name(c->reduce_dtype));
@@ -192,15 +194,16 @@ static void print_json(FILE *f, const PlanSearchCommand *c, const PlanSearchResu
         command_of(c, cfg, cmd, sizeof cmd);
         fprintf(f,
                 "%s{\"rank\":%d,\"strategy\":\"%s\",\"replicas\":%d,\"wrap\":\"%s\","
-                "\"reshard_after_forward\":%s,\"ac_every\":%d,\"offload\":\"%s\","
+                "\"reshard_after_forward\":%s,\"ac_every\":%d,\"ac_policy\":\"%s\","
+                "\"offload\":\"%s\","
                 "\"param_dtype\":\"%s\",\"reduce_dtype\":\"%s\",\"batch\":%d,\"grad_accum\":%d,"
                 "\"gpu_peak\":%zu,\"step_time_s\":%.9g,\"waiting_s\":%.9g,\"throughput\":%.9g,"
                 "\"flags\":\"",
                 i ? "," : "", i + 1, strategy_name(cfg->strategy), cfg->replicas, wrap,
                 fsdp_reshard_after_forward(cfg) ? "true" : "false", cfg->ac_every,
-                offload_name(cfg->offload), dtype_name(cfg->param_dtype),
-                dtype_name(cfg->reduce_dtype), cfg->batch_size, cfg->grad_accum, e->peak,
-                e->step_time, e->waiting, e->throughput);
+                ac_policy_name(cfg->ac_policy), offload_name(cfg->offload),
+                dtype_name(cfg->param_dtype), dtype_name(cfg->reduce_dtype), cfg->batch_size,
+                cfg->grad_accum, e->peak, e->step_time, e->waiting, e->throughput);
         json_text(f, knobs);
         fputs("\",\"command\":\"", f);
         json_text(f, cmd);

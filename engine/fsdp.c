@@ -50,6 +50,19 @@ int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module
     return nth % c->ac_every == 0;
 }
 
+int ac_policy_check(const FsdpConfig *c, int blocks_take_ops, Err *err) {
+    if (c->ac_policy != AC_OPS) return 0;
+    if (!c->ac_every)
+        return err_set(err, ERR_USAGE,
+                       "--ac-policy ops says what a checkpointed block keeps: it needs "
+                       "--activation-checkpointing or --ac-every");
+    if (!blocks_take_ops)
+        return err_set(err, ERR_USAGE,
+                       "--ac-policy ops applies to Llama-shaped blocks (llama, llama-125m, "
+                       "llama3-*); the others' checkpointed blocks keep their input alone");
+    return 0;
+}
+
 int fsdp_uses_loss_scaling(const FsdpConfig *c) {
     return c->param_dtype == DTYPE_FP16 || c->reduce_dtype == DTYPE_FP16;
 }
@@ -534,7 +547,8 @@ static int forward_pass(Engine *e, int micro, int training, float grad_scale, fl
         if (e->unit_exit[m] && casts_outputs(e) &&
             (rc = round_boundary(e, m, BOUNDARY_OUTPUT, (DType)e->cfg.output_dtype, err)))
             return rc;
-        if (training && e->checkpointed[m] && (rc = e->model->ops->checkpoint(e->run, m, err)))
+        if (training && e->checkpointed[m] &&
+            (rc = e->model->ops->checkpoint(e->run, m, e->cfg.ac_policy, err)))
             return rc;
         if (m == last_module_of(e, u) && e->reshard && !e->plan->units[u].is_root) reshard(e, u);
         prev = u;
@@ -572,8 +586,8 @@ static int backward_done(Engine *e, Err *err) {
 static int recompute(Engine *e, int m, int u, Err *err) {
     Work w = {.unit = u, .low_precision = e->cfg.param_dtype != DTYPE_FP32};
     compute_call_begin(e);
-    int rc = e->model->ops->recompute(e->run, m, e->units[u].param_ptrs + e->module_first_up[m], &w,
-                                      err);
+    int rc = e->model->ops->recompute(e->run, m, e->cfg.ac_policy,
+                                      e->units[u].param_ptrs + e->module_first_up[m], &w, err);
     if (rc) return rc;
     w.unit = u;
     w.kind = WORK_RECOMPUTE;

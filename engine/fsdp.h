@@ -48,7 +48,8 @@ typedef struct FsdpConfig {
     const char *nvme_dir; /* --offload nvme: where each rank's file goes */
     int batch_size;       /* per rank, per micro-step */
     uint64_t seed;
-    int ac_every; /* activation checkpointing of every K-th block (1: all of them; 0: off) */
+    int ac_every;       /* activation checkpointing of every K-th block (1: all of them; 0: off) */
+    AcPolicy ac_policy; /* what a checkpointed block keeps (AC_BLOCK: its input) */
 } FsdpConfig;
 
 void fsdp_config_defaults(FsdpConfig *c);
@@ -59,6 +60,9 @@ int fsdp_reshard_after_forward(const FsdpConfig *c);
 /* 1 if activation checkpointing applies to module m: it is the K-th, 2K-th, ... block of the
  * model (counting blocks from 1, as torchtitan's ac_freq does). */
 int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module);
+/* AC_OPS needs checkpointing on and blocks that take it (ModelDesc.checkpoints_ops): one line,
+ * ERR_USAGE, else 0. */
+int ac_policy_check(const FsdpConfig *c, int blocks_take_ops, Err *err);
 /* 1 if this config uses fp16 loss scaling. */
 int fsdp_uses_loss_scaling(const FsdpConfig *c);
 /* The casts a job computing in `compute` can make: a unit computing in bf16 or fp16 takes its

@@ -8,6 +8,16 @@
 
 #include "engine/rng.h"
 
+const char *ac_policy_name(AcPolicy p) {
+    return p == AC_OPS ? "ops" : "block";
+}
+
+int ac_policy_from_name(const char *name) {
+    if (!strcmp(name, "block")) return AC_BLOCK;
+    if (!strcmp(name, "ops")) return AC_OPS;
+    return -1;
+}
+
 int model_desc_alloc(ModelDesc *m, const char *name, int nparams, int nmodules, const void *config,
                      size_t config_size, Err *err) {
     memset(m, 0, sizeof *m);

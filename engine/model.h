@@ -68,6 +68,16 @@ typedef enum {
     BOUNDARY_INPUT_GRAD,  /* the gradient it passes to its input, after its backward */
 } BoundaryKind;
 
+/* What a checkpointed block keeps (--ac-policy): AC_BLOCK its input alone, recomputing all of
+ * it (torchtitan's full checkpointing); AC_OPS also every other GEMM's output and attention's,
+ * recomputing its norms, RoPE, SwiGLU, residual add and the other GEMMs (torchtitan's selective
+ * op checkpointing). */
+typedef enum { AC_BLOCK = 0, AC_OPS } AcPolicy;
+
+/* "block", "ops"; and back (-1: neither). */
+const char *ac_policy_name(AcPolicy p);
+int ac_policy_from_name(const char *name);
+
 typedef struct ModelOps {
     /* The run computes in dtype `compute` (FSDP2's param_dtype; k computes in it): its
      * parameters, activations and activation gradients are arrays of it. */
@@ -91,12 +101,13 @@ typedef struct ModelOps {
     /* Frees what forward saved for backward: evaluation runs forward alone. */
     void (*discard)(ModelRun *run);
     /* Activation checkpointing of a block module (NULL: the model has nothing to checkpoint).
-     * checkpoint, right after the block's forward: frees everything the forward saved for
-     * backward except the block's input, which moves to MEM_AC_INPUT. recompute, right before
-     * the block's backward: runs its forward again from that input on the same parameters, so
-     * backward finds exactly the values it would have found. */
-    int (*checkpoint)(ModelRun *run, int module, Err *err);
-    int (*recompute)(ModelRun *run, int module, void *const *params, Work *w, Err *err);
+     * checkpoint, right after the block's forward: frees what the forward saved for backward
+     * but the block's input, which moves to MEM_AC_INPUT, and under AC_OPS what that policy
+     * keeps. recompute, right before the block's backward: runs again from them on the same
+     * parameters what was freed, so backward finds exactly the values it would have found. */
+    int (*checkpoint)(ModelRun *run, int module, AcPolicy policy, Err *err);
+    int (*recompute)(ModelRun *run, int module, AcPolicy policy, void *const *params, Work *w,
+                     Err *err);
     /* The current micro-batch's buffer at a boundary of module m and its length in elements of
      * the compute dtype; NULL when there is none (the gradient of the images). */
     void *(*boundary)(ModelRun *run, int module, BoundaryKind which, size_t *n);
@@ -109,6 +120,7 @@ struct ModelDesc {
     ModuleSpec *modules;
     size_t total_numel;
     const ModelOps *ops;
+    int checkpoints_ops; /* its blocks take AC_OPS (Llama's) */
     void *config; /* the model's own description (a VitConfig, ...); model_desc_free frees it */
 };
 

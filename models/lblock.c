@@ -210,5 +210,61 @@ static int lblock_backward(const TBlock *t, BlockActs *a, void *const *p, float 
     return rc;
 }
 
-const BlockKind llama_block = {
-    .work = lblock_work, .forward = lblock_forward, .backward = lblock_backward, .grouped_kv = 1};
+/* ---------------------------------------------------------------- selective checkpointing */
+
+/* AC_OPS keeps, beside the input, the outputs of the block's 1st, 3rd and 5th GEMMs (q, v,
+ * gate) and attention's (its output and statistics), as torchtitan's op policy saves every
+ * other matmul's and SDPA's; the 7th's (down) is in the next block's input. q is kept after
+ * RoPE, which it rotates in place: the same bytes, one rotation less to redo. The rest, norms,
+ * the k, o and up GEMMs, RoPE on k, the residual add and SwiGLU, is recomputed before backward,
+ * by the forward's kernels on the forward's inputs: the same bits. */
+static void release_recomputed(const TBlock *t, BlockActs *a) {
+    void **all[] = {&a->ln1, &a->ln1_rstd, &a->k,  &a->mid,
+                    &a->ln2, &a->ln2_rstd, &a->up, &a->swiglu};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
+}
+
+/* Three GEMMs, and the traffic of the two norms (x, mid read, their outputs written), RoPE on k,
+ * the add (three tensors) and SwiGLU (three): eight kernels. */
+static void recompute_ops_work(const TBlock *t, Work *w) {
+    double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F, KV = (double)kv_width(t);
+    work_begin(w, WORK_FORWARD);
+    work_linear(w, WORK_FORWARD, M, H, KV); /* k */
+    work_linear(w, WORK_FORWARD, M, H, H);  /* o */
+    work_linear(w, WORK_FORWARD, M, H, F);  /* up */
+    w->bytes = (double)dtype_size(t->dtype) * M * (7 * H + 2 * KV + 3 * F);
+    w->kernels = 8;
+}
+
+static int recompute_ops(const TBlock *t, BlockActs *a, void *const *p, const void *x, Work *w,
+                         Err *err) {
+    Device *d = t->dev;
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, F = t->F, KV = kv_width(t), D = H / t->heads;
+    a->ln1 = act_take(d, t->dtype, M * H), a->ln1_rstd = act_take(d, DTYPE_FP32, M);
+    a->k = act_take(d, t->dtype, M * KV), a->mid = act_take(d, t->dtype, M * H);
+    a->ln2 = act_take(d, t->dtype, M * H), a->ln2_rstd = act_take(d, DTYPE_FP32, M);
+    a->up = act_take(d, t->dtype, M * F), a->swiglu = act_take(d, t->dtype, M * F);
+    recompute_ops_work(t, w);
+    int rc = act_check_taken(
+        (void *[]){a->ln1, a->ln1_rstd, a->k, a->mid, a->ln2, a->ln2_rstd, a->up, a->swiglu}, 8, M,
+        err);
+    if (rc || M == 0) return rc;
+    k->rmsnorm_forward(t->dtype, a->ln1, a->ln1_rstd, x, p[LBLOCK_ATTN_NORM_W], M, H, t->ln_eps);
+    k->linear_forward(t->dtype, a->k, a->ln1, p[LBLOCK_K_W], NULL, M, H, KV);
+    k->rope_forward(t->dtype, a->k, t->B, t->T, t->kv_heads, D, TBLOCK_ROPE_THETA);
+    k->linear_forward(t->dtype, a->mid, a->attn, p[LBLOCK_O_W], NULL, M, H, H);
+    k->add(t->dtype, a->mid, a->mid, x, M * H);
+    k->rmsnorm_forward(t->dtype, a->ln2, a->ln2_rstd, a->mid, p[LBLOCK_MLP_NORM_W], M, H,
+                       t->ln_eps);
+    k->linear_forward(t->dtype, a->up, a->ln2, p[LBLOCK_UP_W], NULL, M, H, F);
+    k->swiglu_forward(t->dtype, a->swiglu, a->gate, a->up, M * F);
+    return 0;
+}
+
+const BlockKind llama_block = {.work = lblock_work,
+                               .forward = lblock_forward,
+                               .backward = lblock_backward,
+                               .release_recomputed = release_recomputed,
+                               .recompute_ops = recompute_ops,
+                               .grouped_kv = 1};

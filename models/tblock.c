@@ -285,8 +285,11 @@ void tblock_release(const TBlock *t, BlockActs *a) {
 
 /* The kept input moves to its own category so the memory panel shows what checkpointing
  * keeps apart from what it frees. */
-int tblock_checkpoint(const TBlock *t, BlockActs *a, void **input, Err *err) {
-    tblock_release(t, a);
+int tblock_checkpoint(const TBlock *t, BlockActs *a, AcPolicy policy, void **input, Err *err) {
+    if (policy == AC_OPS)
+        t->kind->release_recomputed(t, a);
+    else
+        tblock_release(t, a);
     size_t n = t->B * t->T * t->H;
     if (!*input || !n) return 0;
     void *kept = t->dev->ops->alloc(t->dev, n * dtype_size(t->dtype), MEM_AC_INPUT, -1);
@@ -297,10 +300,15 @@ int tblock_checkpoint(const TBlock *t, BlockActs *a, void **input, Err *err) {
     return 0;
 }
 
-int tblock_recompute(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
-                     Work *w, Err *err) {
-    int rc = tblock_forward(t, a, p, x, out, w, err);
-    act_release(t->dev, out);
+int tblock_recompute(const TBlock *t, BlockActs *a, AcPolicy policy, void *const *p, const void *x,
+                     void **out, Work *w, Err *err) {
+    int rc;
+    if (policy == AC_OPS) {
+        rc = t->kind->recompute_ops(t, a, p, x, w, err);
+    } else {
+        rc = tblock_forward(t, a, p, x, out, w, err);
+        act_release(t->dev, out);
+    }
     w->kind = WORK_RECOMPUTE;
     return rc;
 }

@@ -121,6 +121,11 @@ struct BlockKind {
                    Work *w, Err *err);
     int (*backward)(const TBlock *t, BlockActs *a, void *const *p, float *const *g, void **input,
                     void *dy, Work *w, Err *err);
+    /* AC_OPS (NULL: the kind keeps its input alone): release what the policy recomputes, and
+     * recompute it from the input x and what was kept, charging w. */
+    void (*release_recomputed)(const TBlock *t, BlockActs *a);
+    int (*recompute_ops)(const TBlock *t, BlockActs *a, void *const *p, const void *x, Work *w,
+                         Err *err);
     int grouped_kv; /* 1: attention has kv_heads K,V heads (grouped-query); 0: one per head */
 };
 
@@ -144,12 +149,13 @@ int tblock_backward(const TBlock *t, BlockActs *a, void *const *p, float *const 
                     void *dy, Work *w, Err *err);
 /* Releases whatever a holds. */
 void tblock_release(const TBlock *t, BlockActs *a);
-/* Activation checkpointing, right after the forward: releases a and moves the input *input
- * to MEM_AC_INPUT, all the block keeps. */
-int tblock_checkpoint(const TBlock *t, BlockActs *a, void **input, Err *err);
-/* Right before the backward: the forward again from x, whose output *out (the next block's
- * input, already done with and freed) is released at once. w is charged as WORK_RECOMPUTE. */
-int tblock_recompute(const TBlock *t, BlockActs *a, void *const *p, const void *x, void **out,
-                     Work *w, Err *err);
+/* Activation checkpointing, right after the forward: moves the input *input to MEM_AC_INPUT
+ * and releases a (AC_BLOCK) or what AC_OPS recomputes (the kind's release_recomputed). */
+int tblock_checkpoint(const TBlock *t, BlockActs *a, AcPolicy policy, void **input, Err *err);
+/* Right before the backward: AC_BLOCK, the forward again from x, whose output *out (the next
+ * block's input, already done with and freed) is released at once; AC_OPS, the kind's
+ * recompute_ops. w is charged as WORK_RECOMPUTE. */
+int tblock_recompute(const TBlock *t, BlockActs *a, AcPolicy policy, void *const *p, const void *x,
+                     void **out, Work *w, Err *err);
 
 #endif

@@ -18,6 +18,7 @@ int tstack_model_create(ModelDesc *m, const TStackEnds *ends, const ModelOps *op
     for (int l = 0; l < layers; l++) ends->describe_block(&pm, config, l);
     ends->describe_head(&pm, config);
     m->ops = ops;
+    m->checkpoints_ops = ends->checkpoints_ops;
     return 0;
 }
 
@@ -185,22 +186,23 @@ static int check_is_block(const ModelRun *r, int module, Err *err) {
                    r->shape.layers);
 }
 
-/* A block keeps only its input x[module] (tblock_checkpoint). */
-int tstack_checkpoint(ModelRun *r, int module, Err *err) {
+/* A block keeps its input x[module] and what the policy keeps (tblock_checkpoint). */
+int tstack_checkpoint(ModelRun *r, int module, AcPolicy policy, Err *err) {
     int rc = check_is_block(r, module, err);
     if (rc) return rc;
     TBlock t = block_of(r);
-    return tblock_checkpoint(&t, &r->blocks[module - 1], &r->x[module], err);
+    return tblock_checkpoint(&t, &r->blocks[module - 1], policy, &r->x[module], err);
 }
 
 /* The block's output is the next block's input, whose backward is done and freed it, so the
  * copy made here is dropped at once. */
-int tstack_recompute(ModelRun *r, int module, void *const *params, Work *w, Err *err) {
+int tstack_recompute(ModelRun *r, int module, AcPolicy policy, void *const *params, Work *w,
+                     Err *err) {
     int rc = check_is_block(r, module, err);
     if (rc) return rc;
     TBlock t = block_of(r);
-    return tblock_recompute(&t, &r->blocks[module - 1], params, r->x[module], &r->x[module + 1], w,
-                            err);
+    return tblock_recompute(&t, &r->blocks[module - 1], policy, params, r->x[module],
+                            &r->x[module + 1], w, err);
 }
 
 /* ---------------------------------------------------------------- unit boundaries */

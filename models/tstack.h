@@ -50,6 +50,7 @@ struct TStackEnds {
     const char *name;  /* ModelDesc.name: "vit" */
     const char *label; /* for messages: "ViT" */
     int embed_params, block_params, head_params;
+    int checkpoints_ops; /* its blocks take AC_OPS (ModelDesc.checkpoints_ops) */
     size_t own_size;
     /* Each describes its module into pm (param_maker_begin, then its parameters). */
     void (*describe_embed)(ParamMaker *pm, const void *config);
@@ -110,8 +111,9 @@ int tstack_backward(ModelRun *r, int module, void *const *params, float *const *
                     Err *err);
 size_t tstack_correct(ModelRun *r);
 void tstack_discard(ModelRun *r);
-int tstack_checkpoint(ModelRun *r, int module, Err *err);
-int tstack_recompute(ModelRun *r, int module, void *const *params, Work *w, Err *err);
+int tstack_checkpoint(ModelRun *r, int module, AcPolicy policy, Err *err);
+int tstack_recompute(ModelRun *r, int module, AcPolicy policy, void *const *params, Work *w,
+                     Err *err);
 void *tstack_boundary(ModelRun *r, int module, BoundaryKind which, size_t *n);
 
 /* The ModelOps of a stacked model whose run_create is `create` (which calls tstack_run_create

@@ -71,18 +71,26 @@ static int offload_tiers(const PlanSearchJob *job, Strategy s, OffloadKind *tier
     return n;
 }
 
-/* Activation checkpointing: off, every 2nd block, every block (where the model has blocks). */
-static int ac_choices(const PlanSearchJob *job, int *every) {
+/* A choice of activation checkpointing: which blocks, and what each keeps. */
+typedef struct AcChoice {
+    int every;
+    AcPolicy policy;
+} AcChoice;
+
+/* Activation checkpointing: off, every 2nd block, every block keeping its GEMMs' outputs (where
+ * the blocks can), every block (where the model has blocks). */
+static int ac_choices(const PlanSearchJob *job, AcChoice *ac) {
     if (job->fixed & SEARCH_FIX_AC) {
-        every[0] = job->base.ac_every;
+        ac[0] = (AcChoice){job->base.ac_every, job->base.ac_policy};
         return 1;
     }
     /* a model without a checkpointed forward (the toy) keeps its inputs anyway */
     int blocks = job->model->ops && job->model->ops->checkpoint ? model_blocks(job->model) : 0;
     int n = 0;
-    every[n++] = 0;
-    if (blocks >= 4) every[n++] = 2;
-    if (blocks) every[n++] = 1;
+    ac[n++] = (AcChoice){0, AC_BLOCK};
+    if (blocks >= 4) ac[n++] = (AcChoice){2, AC_BLOCK};
+    if (blocks && job->model->checkpoints_ops) ac[n++] = (AcChoice){1, AC_OPS};
+    if (blocks) ac[n++] = (AcChoice){1, AC_BLOCK};
     return n;
 }
 
@@ -104,7 +112,8 @@ static int add_family(Search *s, FsdpConfig cfg, int family, Err *err) {
     const PlanSearchJob *job = s->job;
     OffloadKind tiers[4];
     int ntiers = offload_tiers(job, cfg.strategy, tiers);
-    int ac[3], nac = ac_choices(job, ac);
+    AcChoice ac[4];
+    int nac = ac_choices(job, ac);
     int fixed_dtype = (job->fixed & SEARCH_FIX_DTYPE) != 0;
     static const DType dtypes[] = {DTYPE_BF16, DTYPE_FP32};
     int rc = 0;
@@ -116,7 +125,8 @@ static int add_family(Search *s, FsdpConfig cfg, int family, Err *err) {
                     cfg.param_dtype = dtypes[d];
                     cfg.reduce_dtype = DTYPE_FP32;
                 }
-                cfg.ac_every = ac[a];
+                cfg.ac_every = ac[a].every;
+                cfg.ac_policy = ac[a].policy;
                 rc = add(s, &cfg, family, err);
             }
     return rc;
@@ -338,14 +348,17 @@ static int offload_cost(OffloadKind k) {
     return k == OFFLOAD_NONE ? 0 : k == OFFLOAD_OPTIMIZER ? 1 : k == OFFLOAD_CPU ? 2 : 3;
 }
 
-static int ac_cost(int every) {
-    return every == 0 ? 0 : every == 1 ? 2 : 1;
+/* Every block keeping its GEMMs' outputs recomputes three of seven GEMMs and no attention,
+ * every 2nd block all of half: neither is cheaper than the other. */
+static int ac_cost(const FsdpConfig *c) {
+    if (c->ac_every == 0) return 0;
+    return c->ac_every == 1 && c->ac_policy == AC_BLOCK ? 2 : 1;
 }
 
 /* 1 if x costs no more than y in every knob and less in one. */
 static int cheaper(const FsdpConfig *x, const FsdpConfig *y) {
-    int dx[3] = {offload_cost(x->offload), ac_cost(x->ac_every), x->param_dtype == DTYPE_FP32};
-    int dy[3] = {offload_cost(y->offload), ac_cost(y->ac_every), y->param_dtype == DTYPE_FP32};
+    int dx[3] = {offload_cost(x->offload), ac_cost(x), x->param_dtype == DTYPE_FP32};
+    int dy[3] = {offload_cost(y->offload), ac_cost(y), y->param_dtype == DTYPE_FP32};
     int less = 0;
     for (int i = 0; i < 3; i++) {
         if (dx[i] > dy[i]) return 0;

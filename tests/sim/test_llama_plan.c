@@ -27,8 +27,9 @@ static void create(ModelDesc *m, const TransformerConfig *c) {
     cr_assert_eq(transformer_model_create(m, c, &err), 0, "%s", err.msg);
 }
 
-/* A real run of the model on a text against its plan, per rank and category. */
-static void expect_plan_equals_run(const TransformerConfig *c, const char *what) {
+/* A real run of the model on a text against its plan, per rank and category; the checkpointed
+ * case's blocks keep what `ac` keeps. */
+static void expect_plan_equals_run_ac(const TransformerConfig *c, AcPolicy ac, const char *what) {
     ModelDesc m;
     create(&m, c);
     Dataset text;
@@ -39,6 +40,7 @@ static void expect_plan_equals_run(const TransformerConfig *c, const char *what)
                           {"zero3 ac bf16", vit_config(STRAT_ZERO3, 2), 3},
                           {"hsdp offload", vit_config(STRAT_HSDP, 2), 4}};
     cases[3].cfg.ac_every = 1;
+    cases[3].cfg.ac_policy = ac;
     cases[3].cfg.param_dtype = DTYPE_BF16;
     cases[4].cfg.replicas = 2;
     cases[4].cfg.offload = OFFLOAD_CPU;
@@ -56,6 +58,10 @@ static void expect_plan_equals_run(const TransformerConfig *c, const char *what)
     model_desc_free(&m);
 }
 
+static void expect_plan_equals_run(const TransformerConfig *c, const char *what) {
+    expect_plan_equals_run_ac(c, AC_BLOCK, what);
+}
+
 Test(llama_plan, the_llama_plan_equals_a_real_run_eager_and_flash) {
     TransformerConfig c = lm_small_config();
     c.arch = TRANSFORMER_LLAMA, c.kv_heads = 2, c.mlp = 48;
@@ -65,6 +71,8 @@ Test(llama_plan, the_llama_plan_equals_a_real_run_eager_and_flash) {
     expect_plan_equals_run(&c, "llama eager");
     c.attention = ATTENTION_FLASH, c.loss = LOSS_EAGER;
     expect_plan_equals_run(&c, "llama flash, eager loss");
+    c.loss = LOSS_FUSED;
+    expect_plan_equals_run_ac(&c, AC_OPS, "llama flash, checkpointed by operator");
 }
 
 Test(llama_plan, the_gpt_plan_with_flash_equals_a_real_run) {
@@ -105,17 +113,23 @@ Test(llama_plan, the_vit_with_flash_equals_its_plan_and_trains_as_eager) {
  * whose peak comes in backward at batch 2 and 3, with every layer's activations held (activations
  * outweigh parameters there), so the peak's activations grow by exactly one layer's with a layer.
  */
-static double peak_activations(const TransformerConfig *c, int batch, DType dtype) {
+static double peak_kept(const TransformerConfig *c, int batch, DType dtype, AcPolicy ac) {
     ModelDesc m;
     create(&m, c);
     FsdpConfig cfg = vit_config(STRAT_ZERO3, batch);
     cfg.param_dtype = dtype;
+    if (ac == AC_OPS) cfg.ac_every = 1, cfg.ac_policy = AC_OPS;
     PlannerResult r;
     plan_run(&m, cfg, 1, &r);
-    double bytes = (double)planner_top_memory(&r)->on_gpu.at_peak[MEM_ACTIVATIONS];
+    const size_t *at = planner_top_memory(&r)->on_gpu.at_peak;
+    double bytes = (double)at[MEM_ACTIVATIONS] + (double)at[MEM_AC_INPUT];
     planner_result_free(&r);
     model_desc_free(&m);
     return bytes;
+}
+
+static double peak_activations(const TransformerConfig *c, int batch, DType dtype) {
+    return peak_kept(c, batch, dtype, AC_BLOCK);
 }
 
 /* One layer's bytes: a plan of L + 1 layers less one of L. */
@@ -123,6 +137,13 @@ static double layer_activations(TransformerConfig c, int batch, DType dtype) {
     double less = peak_activations(&c, batch, dtype);
     c.layers++;
     return peak_activations(&c, batch, dtype) - less;
+}
+
+/* The same with every block checkpointed by operator (its input and what AC_OPS keeps). */
+static double layer_kept_by_ops(TransformerConfig c, int batch, DType dtype) {
+    double less = peak_kept(&c, batch, dtype, AC_OPS);
+    c.layers++;
+    return peak_kept(&c, batch, dtype, AC_OPS) - less;
 }
 
 /* docs/plan.md's formulas: s b tokens, h hidden, a heads, F the MLP's width, k the K,V
@@ -170,6 +191,27 @@ Test(llama_plan, one_layers_activations_are_the_formula) {
                         got, want, "shape %zu %s %s batch %d: %.0f bytes a layer, not %.0f", i,
                         attention_name(c.attention), dtype_name(dtypes[d]), batch, got, want);
                 }
+}
+
+/* A Llama layer checkpointed by operator keeps its input, q, v, attention's output, gate and
+ * attention's statistics: e (3h + k + F) bytes a token and the scores, where the whole layer
+ * holds e (6h + 2k + 3F) and both norms' statistics. At batch 8, where activations outweigh
+ * the parameters and the peak holds every layer's. */
+Test(llama_plan, a_layer_checkpointed_by_operator_keeps_the_formula) {
+    const DType dtypes[] = {DTYPE_FP32, DTYPE_BF16};
+    for (int shape = 0; shape < 2; shape++)
+        for (int att = 0; att < 2; att++)
+            for (int d = 0; d < 2; d++) {
+                TransformerConfig c = llama_shape(shape ? 192 : 160, shape ? 1 : 2);
+                c.attention = (AttentionKind)att;
+                double sb = (double)c.seq * 8, h = c.hidden, e = (double)dtype_size(dtypes[d]);
+                double k = (double)c.kv_heads * (c.hidden / c.heads);
+                double scores = att == ATTENTION_FLASH ? 4.0 * c.heads : e * c.heads * c.seq;
+                double want = sb * (e * (3 * h + k + c.mlp) + scores);
+                double got = layer_kept_by_ops(c, 8, dtypes[d]);
+                cr_expect_eq(got, want, "shape %d %s %s: %.0f bytes a layer, not %.0f", shape,
+                             attention_name(c.attention), dtype_name(dtypes[d]), got, want);
+            }
 }
 
 /* The done-when figure: llama3-70b at sequence 8192 in bf16, flash: 8192 * (2 * (6 * 8192 + 2 *
@@ -268,6 +310,14 @@ Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
         {"plan --model vit-tiny --loss eager", "--loss applies to the transformers"},
         {"train --model llama --loss late", "--loss must be fused or eager (got 'late')"},
         {"train --model vit-tiny --loss eager", "--loss applies to the transformer and llama"},
+        {"plan --model llama3-8b --ac-policy some", "--ac-policy must be block or ops"},
+        {"plan --model llama3-8b --ac-policy ops", "--ac-policy ops says what a checkpointed"},
+        {"plan --model vit-tiny --activation-checkpointing --ac-policy ops",
+         "--ac-policy ops applies to Llama-shaped blocks"},
+        {"train --model llama --ac-policy some", "--ac-policy must be block or ops"},
+        {"train --model llama --ac-policy ops", "--ac-policy ops says what a checkpointed"},
+        {"train --model transformer --activation-checkpointing --ac-policy ops",
+         "--ac-policy ops applies to Llama-shaped blocks"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
