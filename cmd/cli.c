@@ -424,7 +424,7 @@ static const Flag train_rows[] = {
      .help = "what a checkpointed block keeps: its input (block,\n"
              "the default) or also every other GEMM's output and\n"
              "attention's (ops: torchtitan's selective op\n"
-             "checkpointing; Llama-shaped blocks)",
+             "checkpointing)",
      .get = get_ac_policy},
     {.kind = FLAG_SECTION, .help = "optimizer"},
     {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)",
@@ -552,7 +552,7 @@ static int check_combination(const TrainArgs *a, Err *err) {
                        "--activation-checkpointing and --ac-every apply to blocks (the ViT's, "
                        "the transformer's); "
                        "the toy saves only each layer's input, so there is nothing to drop");
-    if ((rc = ac_policy_check(c, train_args_is_llama(a), err))) return rc;
+    if ((rc = ac_policy_check(c, err))) return rc;
     if (a->steps_given && a->epochs)
         return err_set(err, ERR_USAGE, "give --steps or --epochs, not both");
     if (a->reshard_given && c->reshard_after_forward &&

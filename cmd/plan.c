@@ -325,7 +325,7 @@ static int plan_args_parse(PlanArgs *a, int argc, char **argv, Err *err) {
     free(fwd);
     if (rc == WANTS_HELP || rc == 1) return 1; /* 1: train's parser saw --help */
     if (rc) return rc;
-    rc = ac_policy_check(&a->train.fsdp, a->kind == MODEL_TRANSFORMER && a->llama, err);
+    rc = ac_policy_check(&a->train.fsdp, err);
     if (rc) return rc;
     if (a->replicas) a->train.fsdp.replicas = a->replicas;
     if (!a->train.batch_given)

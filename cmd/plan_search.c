@@ -143,7 +143,7 @@ static void print_table(FILE *f, const PlanSearchCommand *c, const PlanSearchRes
                 report_si_bytes(c->job.profile->mem_bytes, mem, sizeof mem));
         return;
     }
-    fprintf(f, "\n%-3s %-11s %-8s %-7s %-8s %-9s %-6s %9s %10s %11s %14s\n", "#", "strategy",
+    fprintf(f, "\n%-3s %-11s %-8s %-7s %-12s %-9s %-6s %9s %10s %11s %14s\n", "#", "strategy",
             "wrap", "reshard", "AC", "offload", "params", "batch", "peak", "step", rate_unit(c));
     for (int i = 0; i < r->nbest; i++) {
         const PlanSearchEntry *e = &r->best[i];
@@ -156,7 +156,7 @@ static void print_table(FILE *f, const PlanSearchCommand *c, const PlanSearchRes
             snprintf(batch, sizeof batch, "%dx%d", cfg->batch_size, cfg->grad_accum);
         else
             snprintf(batch, sizeof batch, "%d", cfg->batch_size);
-        fprintf(f, "%-3d %-11s %-8s %-7s %-8s %-9s %-6s %9s %10s %11s %14.1f\n", i + 1, st, wrap,
+        fprintf(f, "%-3d %-11s %-8s %-7s %-12s %-9s %-6s %9s %10s %11s %14.1f\n", i + 1, st, wrap,
                 reshard_label(cfg), ac, offload_name(cfg->offload), dtype_name(cfg->param_dtype),
                 batch, report_si_bytes((double)e->peak, peak, sizeof peak),
                 report_seconds(e->step_time, step, sizeof step), e->throughput);

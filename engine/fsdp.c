@@ -50,17 +50,11 @@ int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module
     return nth % c->ac_every == 0;
 }
 
-int ac_policy_check(const FsdpConfig *c, int blocks_take_ops, Err *err) {
-    if (c->ac_policy != AC_OPS) return 0;
-    if (!c->ac_every)
-        return err_set(err, ERR_USAGE,
-                       "--ac-policy ops says what a checkpointed block keeps: it needs "
-                       "--activation-checkpointing or --ac-every");
-    if (!blocks_take_ops)
-        return err_set(err, ERR_USAGE,
-                       "--ac-policy ops applies to Llama-shaped blocks (llama, llama-125m, "
-                       "llama3-*); the others' checkpointed blocks keep their input alone");
-    return 0;
+int ac_policy_check(const FsdpConfig *c, Err *err) {
+    if (c->ac_policy != AC_OPS || c->ac_every) return 0;
+    return err_set(err, ERR_USAGE,
+                   "--ac-policy ops says what a checkpointed block keeps: it needs "
+                   "--activation-checkpointing or --ac-every");
 }
 
 int fsdp_uses_loss_scaling(const FsdpConfig *c) {

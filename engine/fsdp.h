@@ -60,9 +60,9 @@ int fsdp_reshard_after_forward(const FsdpConfig *c);
 /* 1 if activation checkpointing applies to module m: it is the K-th, 2K-th, ... block of the
  * model (counting blocks from 1, as torchtitan's ac_freq does). */
 int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module);
-/* AC_OPS needs checkpointing on and blocks that take it (ModelDesc.checkpoints_ops): one line,
- * ERR_USAGE, else 0. */
-int ac_policy_check(const FsdpConfig *c, int blocks_take_ops, Err *err);
+/* AC_OPS says what a checkpointed block keeps: it needs checkpointing on (one line, ERR_USAGE;
+ * else 0). */
+int ac_policy_check(const FsdpConfig *c, Err *err);
 /* 1 if this config uses fp16 loss scaling. */
 int fsdp_uses_loss_scaling(const FsdpConfig *c);
 /* The casts a job computing in `compute` can make: a unit computing in bf16 or fp16 takes its

@@ -449,7 +449,7 @@ int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const M
                        "--activation-checkpointing: the %s model has no blocks to checkpoint "
                        "(it saves only each layer's input); use a ViT",
                        model->name);
-    if (ac_policy_check(cfg, model->checkpoints_ops, err)) return ERR_USAGE;
+    if (ac_policy_check(cfg, err)) return ERR_USAGE;
     int rc = create_tables(e, err);
     if (!rc && nvme_on(e)) { /* the file first: each unit goes there as it is created */
         for (int u = 0; u < plan->nunits; u++) unit_sizes(e, u);

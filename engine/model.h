@@ -70,7 +70,7 @@ typedef enum {
 
 /* What a checkpointed block keeps (--ac-policy): AC_BLOCK its input alone, recomputing all of
  * it (torchtitan's full checkpointing); AC_OPS also every other GEMM's output and attention's,
- * recomputing its norms, RoPE, SwiGLU, residual add and the other GEMMs (torchtitan's selective
+ * recomputing its norms, activations, residual adds and the other GEMMs (torchtitan's selective
  * op checkpointing). */
 typedef enum { AC_BLOCK = 0, AC_OPS } AcPolicy;
 
@@ -120,7 +120,6 @@ struct ModelDesc {
     ModuleSpec *modules;
     size_t total_numel;
     const ModelOps *ops;
-    int checkpoints_ops; /* its blocks take AC_OPS (Llama's) */
     void *config; /* the model's own description (a VitConfig, ...); model_desc_free frees it */
 };
 

@@ -256,8 +256,60 @@ static int gpt_backward(const TBlock *t, BlockActs *a, void *const *p, float *co
     return rc;
 }
 
-const BlockKind gpt_block = {
-    .work = gpt_work, .forward = gpt_forward, .backward = gpt_backward, .grouped_kv = 0};
+/* ---------------------------------------------------------------- selective checkpointing */
+
+/* AC_OPS keeps, beside the input, the outputs of the block's 1st and 3rd GEMMs (qkv, and fc1
+ * before its bias) and attention's (its output and scores), as torchtitan's op policy saves
+ * every other matmul's and SDPA's; the 4th's (fc2) is in the next block's input. The rest, ln_1,
+ * the output projection, the residual with ln_2 and bias + GELU, is recomputed before backward
+ * by the forward's kernels on the forward's inputs: the same bits. */
+static void gpt_release_recomputed(const TBlock *t, BlockActs *a) {
+    void **all[] = {&a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->mid,
+                    &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->gelu};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
+}
+
+/* One GEMM, and the traffic of ln_1 (x read, its output written), the residual with ln_2 (three
+ * tensors and its output) and bias + GELU (two): four kernels. */
+static void gpt_recompute_ops_work(const TBlock *t, Work *w) {
+    double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
+    work_begin(w, WORK_FORWARD);
+    work_linear(w, WORK_FORWARD, M, H, H); /* the output projection */
+    w->bytes = (double)dtype_size(t->dtype) * M * (6 * H + 2 * F);
+    w->kernels = 4;
+}
+
+static int gpt_recompute_ops(const TBlock *t, BlockActs *a, void *const *p, const void *x, Work *w,
+                             Err *err) {
+    Device *d = t->dev;
+    const Kernels *k = t->k;
+    size_t M = t->B * t->T, H = t->H, F = t->F;
+    a->ln1 = act_take(d, t->dtype, M * H), a->ln1_mean = act_take(d, DTYPE_FP32, M),
+    a->ln1_rstd = act_take(d, DTYPE_FP32, M);
+    a->mid = act_take(d, t->dtype, M * H);
+    a->ln2 = act_take(d, t->dtype, M * H), a->ln2_mean = act_take(d, DTYPE_FP32, M),
+    a->ln2_rstd = act_take(d, DTYPE_FP32, M);
+    a->gelu = act_take(d, t->dtype, M * F);
+    gpt_recompute_ops_work(t, w);
+    int rc = act_check_taken((void *[]){a->ln1, a->ln1_mean, a->ln1_rstd, a->mid, a->ln2,
+                                        a->ln2_mean, a->ln2_rstd, a->gelu},
+                             8, M, err);
+    if (rc || !M) return rc;
+    k->layernorm_forward(t->dtype, a->ln1, a->ln1_mean, a->ln1_rstd, x, p[TBLOCK_LN1_W],
+                         p[TBLOCK_LN1_B], M, H, t->ln_eps);
+    k->linear_forward(t->dtype, a->mid, a->attn, p[TBLOCK_OUT_W], p[TBLOCK_OUT_B], M, H, H);
+    k->residual_layernorm_forward(t->dtype, a->mid, a->ln2, a->ln2_mean, a->ln2_rstd, a->mid, x,
+                                  p[TBLOCK_LN2_W], p[TBLOCK_LN2_B], M, H, t->ln_eps);
+    k->bias_gelu_forward(t->dtype, a->gelu, a->fc1, p[TBLOCK_FC1_B], M, F);
+    return 0;
+}
+
+const BlockKind gpt_block = {.work = gpt_work,
+                             .forward = gpt_forward,
+                             .backward = gpt_backward,
+                             .release_recomputed = gpt_release_recomputed,
+                             .recompute_ops = gpt_recompute_ops,
+                             .grouped_kv = 0};
 
 void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
     t->kind->work(t, w, kind);

@@ -121,8 +121,8 @@ struct BlockKind {
                    Work *w, Err *err);
     int (*backward)(const TBlock *t, BlockActs *a, void *const *p, float *const *g, void **input,
                     void *dy, Work *w, Err *err);
-    /* AC_OPS (NULL: the kind keeps its input alone): release what the policy recomputes, and
-     * recompute it from the input x and what was kept, charging w. */
+    /* AC_OPS: release what the policy recomputes, and recompute it from the input x and what
+     * was kept, charging w. */
     void (*release_recomputed)(const TBlock *t, BlockActs *a);
     int (*recompute_ops)(const TBlock *t, BlockActs *a, void *const *p, const void *x, Work *w,
                          Err *err);

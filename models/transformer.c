@@ -637,7 +637,6 @@ static const TStackEnds llama_ends = {
     .describe_embed = add_llama_embed,
     .describe_block = add_llama_block,
     .describe_head = add_llama_head,
-    .checkpoints_ops = 1,
     TRANSFORMER_ENDS_COMPUTE,
 };
 

@@ -18,7 +18,6 @@ int tstack_model_create(ModelDesc *m, const TStackEnds *ends, const ModelOps *op
     for (int l = 0; l < layers; l++) ends->describe_block(&pm, config, l);
     ends->describe_head(&pm, config);
     m->ops = ops;
-    m->checkpoints_ops = ends->checkpoints_ops;
     return 0;
 }
 

@@ -50,7 +50,6 @@ struct TStackEnds {
     const char *name;  /* ModelDesc.name: "vit" */
     const char *label; /* for messages: "ViT" */
     int embed_params, block_params, head_params;
-    int checkpoints_ops; /* its blocks take AC_OPS (ModelDesc.checkpoints_ops) */
     size_t own_size;
     /* Each describes its module into pm (param_maker_begin, then its parameters). */
     void (*describe_embed)(ParamMaker *pm, const void *config);

@@ -77,8 +77,8 @@ typedef struct AcChoice {
     AcPolicy policy;
 } AcChoice;
 
-/* Activation checkpointing: off, every 2nd block, every block keeping its GEMMs' outputs (where
- * the blocks can), every block (where the model has blocks). */
+/* Activation checkpointing (where the model has blocks): off, every 2nd block, every block
+ * keeping its GEMMs' outputs, every block. */
 static int ac_choices(const PlanSearchJob *job, AcChoice *ac) {
     if (job->fixed & SEARCH_FIX_AC) {
         ac[0] = (AcChoice){job->base.ac_every, job->base.ac_policy};
@@ -89,7 +89,7 @@ static int ac_choices(const PlanSearchJob *job, AcChoice *ac) {
     int n = 0;
     ac[n++] = (AcChoice){0, AC_BLOCK};
     if (blocks >= 4) ac[n++] = (AcChoice){2, AC_BLOCK};
-    if (blocks && job->model->checkpoints_ops) ac[n++] = (AcChoice){1, AC_OPS};
+    if (blocks) ac[n++] = (AcChoice){1, AC_OPS};
     if (blocks) ac[n++] = (AcChoice){1, AC_BLOCK};
     return n;
 }

@@ -34,25 +34,32 @@ static void expect_refused(const char *args, const char *want) {
 }
 
 /* Bit-identical parameters with and without checkpointing, for several strategies, every
- * block or every second one, and with gradient accumulation. */
+ * block or every second one, with gradient accumulation, whole blocks or by operator. */
 Test(activation_checkpointing, trains_to_the_same_bits) {
     ModelDesc m;
     vit_small_create(&m, 3);
     struct {
         Strategy s;
         int ranks, ac_every, grad_accum;
-    } cases[] = {{STRAT_ZERO3, 2, 1, 1}, {STRAT_ZERO2, 3, 2, 2}, {STRAT_DDP, 2, 1, 1}};
+        AcPolicy policy;
+    } cases[] = {{STRAT_ZERO3, 2, 1, 1, AC_BLOCK},
+                 {STRAT_ZERO2, 3, 2, 2, AC_BLOCK},
+                 {STRAT_DDP, 2, 1, 1, AC_BLOCK},
+                 {STRAT_ZERO3, 2, 1, 2, AC_OPS},
+                 {STRAT_HSDP, 4, 2, 1, AC_OPS}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         FsdpConfig off = vit_config(cases[i].s, 4), on;
         off.grad_accum = cases[i].grad_accum;
+        if (cases[i].s == STRAT_HSDP) off.replicas = 2;
         on = off;
         on.ac_every = cases[i].ac_every;
+        on.ac_policy = cases[i].policy;
         VitRun a, b;
         vit_train(&a, &m, off, cases[i].ranks, 4, 0);
         vit_train(&b, &m, on, cases[i].ranks, 4, 0);
         cr_expect(memcmp(a.params, b.params, m.total_numel * sizeof(float)) == 0,
-                  "%s, every %d-th block: parameters differ", strategy_name(cases[i].s),
-                  cases[i].ac_every);
+                  "%s, every %d-th block (%s): parameters differ", strategy_name(cases[i].s),
+                  cases[i].ac_every, ac_policy_name(cases[i].policy));
         cr_expect_eq(a.last_loss, b.last_loss);
         vit_run_free(&a);
         vit_run_free(&b);

@@ -131,42 +131,46 @@ static unsigned long long forward_high_water(const Trace *t) {
 
 /* Checkpointing by operator recomputes what it dropped with the forward's kernels on the
  * forward's inputs: 20 steps train to the same bits as no checkpointing and as checkpointing
- * whole blocks, eager or flash, every block or every 2nd, in bf16 too; and it keeps, beside
- * each checkpointed block's input, its q, v, gate and attention output, so forward ends holding
- * more than with whole blocks and less than with none. */
+ * whole blocks, GPT's blocks and Llama's, eager or flash, every block or every 2nd (in bf16);
+ * and it keeps, beside each checkpointed block's input, some GEMMs' outputs and attention's, so
+ * forward ends holding more than with whole blocks and less than with none. */
 Test(llama, checkpointing_by_operator_trains_to_the_same_bits) {
-    for (int flash = 0; flash <= 1; flash++)
-        for (int every = 1; every <= 2; every++) {
-            TransformerConfig c = llama_small(flash ? ATTENTION_FLASH : ATTENTION_EAGER);
-            c.layers = 3;
-            ModelDesc m;
-            create(&m, &c);
-            Dataset text;
-            text_test_data(&text, c.seq);
-            FsdpConfig cfg;
-            fsdp_config_defaults(&cfg);
-            cfg.lr = 3e-3f, cfg.batch_size = 4;
-            cfg.param_dtype = every == 2 ? DTYPE_BF16 : DTYPE_FP32;
-            FsdpConfig block = cfg, ops = cfg;
-            block.ac_every = ops.ac_every = every;
-            ops.ac_policy = AC_OPS;
-            VitRun none, whole, byop;
-            model_train(&none, &m, &text, cfg, 2, STEPS, 1);
-            model_train(&whole, &m, &text, block, 2, STEPS, 1);
-            model_train(&byop, &m, &text, ops, 2, STEPS, 1);
-            const char *what = fmt_text("%s, every %d", flash ? "flash" : "eager", every);
-            cr_expect(memcmp(byop.params, none.params, m.total_numel * sizeof(float)) == 0,
-                      "%s: parameters differ from no checkpointing", what);
-            cr_expect(memcmp(byop.params, whole.params, m.total_numel * sizeof(float)) == 0,
-                      "%s: parameters differ from whole blocks'", what);
-            unsigned long long held[3] = {forward_high_water(&whole.trace),
-                                          forward_high_water(&byop.trace),
-                                          forward_high_water(&none.trace)};
-            cr_expect(held[0] < held[1] && held[1] < held[2], "%s: %llu, %llu, %llu", what, held[0],
-                      held[1], held[2]);
-            vit_run_free(&none), vit_run_free(&whole), vit_run_free(&byop);
-            model_desc_free(&m);
-        }
+    for (int llama = 0; llama <= 1; llama++)
+        for (int flash = 0; flash <= 1; flash++)
+            for (int every = 1; every <= 2; every++) {
+                TransformerConfig c = llama ? llama_small(flash ? ATTENTION_FLASH : ATTENTION_EAGER)
+                                            : lm_small_config();
+                if (!llama) c.attention = flash ? ATTENTION_FLASH : ATTENTION_EAGER;
+                c.layers = 3;
+                ModelDesc m;
+                create(&m, &c);
+                Dataset text;
+                text_test_data(&text, c.seq);
+                FsdpConfig cfg;
+                fsdp_config_defaults(&cfg);
+                cfg.lr = 3e-3f, cfg.batch_size = 4;
+                cfg.param_dtype = every == 2 ? DTYPE_BF16 : DTYPE_FP32;
+                FsdpConfig block = cfg, ops = cfg;
+                block.ac_every = ops.ac_every = every;
+                ops.ac_policy = AC_OPS;
+                VitRun none, whole, byop;
+                model_train(&none, &m, &text, cfg, 2, STEPS, 1);
+                model_train(&whole, &m, &text, block, 2, STEPS, 1);
+                model_train(&byop, &m, &text, ops, 2, STEPS, 1);
+                const char *what = fmt_text("%s %s, every %d", llama ? "llama" : "gpt",
+                                            flash ? "flash" : "eager", every);
+                cr_expect(memcmp(byop.params, none.params, m.total_numel * sizeof(float)) == 0,
+                          "%s: parameters differ from no checkpointing", what);
+                cr_expect(memcmp(byop.params, whole.params, m.total_numel * sizeof(float)) == 0,
+                          "%s: parameters differ from whole blocks'", what);
+                unsigned long long held[3] = {forward_high_water(&whole.trace),
+                                              forward_high_water(&byop.trace),
+                                              forward_high_water(&none.trace)};
+                cr_expect(held[0] < held[1] && held[1] < held[2], "%s: %llu, %llu, %llu", what,
+                          held[0], held[1], held[2]);
+                vit_run_free(&none), vit_run_free(&whole), vit_run_free(&byop);
+                model_desc_free(&m);
+            }
 }
 
 Test(llama, bad_shapes_are_one_line) {

@@ -73,12 +73,15 @@ Test(llama_plan, the_llama_plan_equals_a_real_run_eager_and_flash) {
     expect_plan_equals_run(&c, "llama flash, eager loss");
     c.loss = LOSS_FUSED;
     expect_plan_equals_run_ac(&c, AC_OPS, "llama flash, checkpointed by operator");
+    c.attention = ATTENTION_EAGER;
+    expect_plan_equals_run_ac(&c, AC_OPS, "llama eager, checkpointed by operator");
 }
 
 Test(llama_plan, the_gpt_plan_with_flash_equals_a_real_run) {
     TransformerConfig c = lm_small_config();
     c.attention = ATTENTION_FLASH;
     expect_plan_equals_run(&c, "gpt flash");
+    expect_plan_equals_run_ac(&c, AC_OPS, "gpt flash, checkpointed by operator");
 }
 
 /* The ViT's blocks take flash attention too (not causal): its plan equals a real run, and it
@@ -193,21 +196,24 @@ Test(llama_plan, one_layers_activations_are_the_formula) {
                 }
 }
 
-/* A Llama layer checkpointed by operator keeps its input, q, v, attention's output, gate and
- * attention's statistics: e (3h + k + F) bytes a token and the scores, where the whole layer
- * holds e (6h + 2k + 3F) and both norms' statistics. At batch 8, where activations outweigh
- * the parameters and the peak holds every layer's. */
+/* A layer checkpointed by operator keeps its input and attention's output and scores, and
+ * Llama's q, v and gate, e (3h + k + F) bytes a token and the scores, where the whole layer
+ * holds e (6h + 2k + 3F) and both norms' statistics; GPT's qkv and fc1, e (5h + F) where the
+ * whole holds e (8h + 2F). At batch 8, where activations outweigh the parameters and the peak
+ * holds every layer's. */
 Test(llama_plan, a_layer_checkpointed_by_operator_keeps_the_formula) {
     const DType dtypes[] = {DTYPE_FP32, DTYPE_BF16};
-    for (int shape = 0; shape < 2; shape++)
+    for (int shape = 0; shape < 3; shape++)
         for (int att = 0; att < 2; att++)
             for (int d = 0; d < 2; d++) {
                 TransformerConfig c = llama_shape(shape ? 192 : 160, shape ? 1 : 2);
+                if (shape == 2) c.arch = TRANSFORMER_GPT, c.kv_heads = 0, c.mlp = 256;
                 c.attention = (AttentionKind)att;
                 double sb = (double)c.seq * 8, h = c.hidden, e = (double)dtype_size(dtypes[d]);
                 double k = (double)c.kv_heads * (c.hidden / c.heads);
                 double scores = att == ATTENTION_FLASH ? 4.0 * c.heads : e * c.heads * c.seq;
-                double want = sb * (e * (3 * h + k + c.mlp) + scores);
+                double kept = shape == 2 ? 5 * h + c.mlp : 3 * h + k + c.mlp;
+                double want = sb * (e * kept + scores);
                 double got = layer_kept_by_ops(c, 8, dtypes[d]);
                 cr_expect_eq(got, want, "shape %d %s %s: %.0f bytes a layer, not %.0f", shape,
                              attention_name(c.attention), dtype_name(dtypes[d]), got, want);
@@ -312,12 +318,8 @@ Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
         {"train --model vit-tiny --loss eager", "--loss applies to the transformer and llama"},
         {"plan --model llama3-8b --ac-policy some", "--ac-policy must be block or ops"},
         {"plan --model llama3-8b --ac-policy ops", "--ac-policy ops says what a checkpointed"},
-        {"plan --model vit-tiny --activation-checkpointing --ac-policy ops",
-         "--ac-policy ops applies to Llama-shaped blocks"},
         {"train --model llama --ac-policy some", "--ac-policy must be block or ops"},
         {"train --model llama --ac-policy ops", "--ac-policy ops says what a checkpointed"},
-        {"train --model transformer --activation-checkpointing --ac-policy ops",
-         "--ac-policy ops applies to Llama-shaped blocks"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
