@@ -1,5 +1,6 @@
 /* context: the per-thread context of kernels_cuda: binding to a stream, the sticky error, the
  * probe. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -46,6 +47,18 @@ void cuda_refuse(DType t, const char *where) {
         current->refused = name;
         current->where = where;
     }
+}
+
+float cuda_mean_of_partials(unsigned blocks, size_t rows, const char *where) {
+    if (cuda_note(cudaMemcpyAsync(current->host, current->scratch, blocks * sizeof(double),
+                                  cudaMemcpyDeviceToHost, current->stream),
+                  where) ||
+        cuda_note(cudaStreamSynchronize(current->stream), where))
+        return NAN;
+    const double *host = (const double *)current->host;
+    double total = 0.0;
+    for (unsigned k = 0; k < blocks; k++) total += host[k];
+    return (float)(total / (double)rows);
 }
 
 extern "C" void kernels_cuda_allow_tf32(int on) {

@@ -38,6 +38,11 @@ CudaContext *cuda_ctx();
 int cuda_note(cudaError_t e, const char *where);
 int cuda_note_cublas(cublasStatus_t s, const char *where);
 
+// The mean over `rows` of the `blocks` doubles a loss kernel left in the context's scratch, one a
+// block: copied to the host when the stream gets there and added in block order. NaN (the error
+// kept under `where`) if the copy fails.
+float cuda_mean_of_partials(unsigned blocks, size_t rows, const char *where);
+
 // An op asked for a DType outside fp32, bf16 and fp16 keeps that as its error (cuda_dispatch).
 void cuda_refuse(DType t, const char *where);
 

@@ -103,15 +103,7 @@ float cuda_nll_loss(float *dlogp, const float *logp, const int32_t *labels, size
     nll_loss_kernel<<<blocks, ROW_WARPS * 32, 0, ctx->stream>>>(dlogp, logp, labels, rows, classes,
                                                                 g, partials);
     if (CUDA_LAUNCHED("nll_loss")) return NAN;
-    if (cuda_note(cudaMemcpyAsync(ctx->host, partials, blocks * sizeof(double),
-                                  cudaMemcpyDeviceToHost, ctx->stream),
-                  "nll_loss") ||
-        cuda_note(cudaStreamSynchronize(ctx->stream), "nll_loss"))
-        return NAN;
-    const double *host = (const double *)ctx->host;
-    double total = 0.0;
-    for (unsigned k = 0; k < blocks; k++) total += host[k];
-    return (float)(total / (double)rows);
+    return cuda_mean_of_partials(blocks, rows, "nll_loss");
 }
 
 void cuda_log_softmax_backward(float *dx, const float *dlogp, const float *logp, size_t rows,

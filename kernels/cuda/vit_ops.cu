@@ -503,15 +503,7 @@ float cuda_cross_entropy(DType t, void *dlogits, const void *logits, const int32
         }))
         return NAN;
     if (CUDA_LAUNCHED("cross_entropy")) return NAN;
-    if (cuda_note(cudaMemcpyAsync(ctx->host, partials, blocks * sizeof(double),
-                                  cudaMemcpyDeviceToHost, ctx->stream),
-                  "cross_entropy") ||
-        cuda_note(cudaStreamSynchronize(ctx->stream), "cross_entropy"))
-        return NAN;
-    const double *host = (const double *)ctx->host;
-    double total = 0.0;
-    for (unsigned k = 0; k < blocks; k++) total += host[k];
-    return (float)(total / (double)B);
+    return cuda_mean_of_partials(blocks, B, "cross_entropy");
 }
 
 size_t cuda_count_correct(DType t, const void *logits, const int32_t *labels, size_t B,
