@@ -90,6 +90,41 @@ Test(lm_train, the_presets_learn_alike_at_one_rank_and_four) {
     }
 }
 
+/* --loss eager and --ac-policy ops from the command line, in bf16 and in fp32 over 4 ranks:
+ * each learns what the fused loss and no checkpointing learn. The eager loss rounds its
+ * log-softmax apart from the fused pass (to within 1e-5 of the parameters in fp32; bf16's
+ * gradient is rounded once either way, so 1e-3 there); op checkpointing recomputes the same
+ * bits (0). */
+Test(lm_train, the_eager_loss_and_op_checkpointing_learn_what_the_defaults_learn) {
+    const char *dtypes[] = {"fp32", "bf16"};
+    const double loss_tol[] = {1e-5, 1e-3};
+    for (int d = 0; d < 2; d++) {
+        char dir[256], text[300], base[300], eager[300], ops[300];
+        fresh_test_dir(dir, sizeof dir, "lm_train", dtypes[d]);
+        write_text(dir, "text.txt", text, sizeof text);
+        snprintf(base, sizeof base, "%s/base.txt", dir);
+        snprintf(eager, sizeof eager, "%s/eager.txt", dir);
+        snprintf(ops, sizeof ops, "%s/ops.txt", dir);
+        const char *job = fmt_text("train --model llama --layers 2 --hidden 32 --heads 4 --mlp 64 "
+                                   "--seq 32 --steps 10 --ranks 4 --batch-size 2 --text %s "
+                                   "--param-dtype %s --dump-params",
+                                   text, dtypes[d]);
+        int code;
+        char *a = fsdp_run(&code, "2>&1", "%s %s", job, base);
+        cr_assert_eq(code, 0, "%s", a);
+        char *b = fsdp_run(&code, "2>&1", "%s %s --loss eager", job, eager);
+        cr_assert_eq(code, 0, "%s", b);
+        char *c =
+            fsdp_run(&code, "2>&1", "%s %s --activation-checkpointing --ac-policy ops", job, ops);
+        cr_assert_eq(code, 0, "%s", c);
+        double de = dump_rel_diff(eager, base), dop = dump_rel_diff(ops, base);
+        cr_expect_leq(de, loss_tol[d], "%s: the eager loss is %.3g from the fused", dtypes[d], de);
+        cr_expect_eq(dop, 0.0, "%s: op checkpointing is %.3g from none", dtypes[d], dop);
+        free(a), free(b), free(c);
+        remove_test_dir(dir);
+    }
+}
+
 /* Without --text, the text the README names (the fortunes package's cookies, which .ci/deps.sh
  * installs): its text files counted, its index files left out, gathered into a token file in the
  * cache ($FSDP_CACHE, which make test points into the build), then mapped by the next run. */
