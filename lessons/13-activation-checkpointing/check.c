@@ -1,7 +1,7 @@
 /* Lesson 13's check: the learner's bytes a block keeps and FLOPs it recomputes against the
  * engine's: planned Llama models one block apart under each policy, and one block's recompute. */
-#include "exercise.h"
 #include "lessons/tool/check.h"
+#include "exercise.h"
 #include "models/transformer.h"
 #include "sim/device_sim.h"
 #include "sim/kernels_none.h"
@@ -42,8 +42,9 @@ static const char *shape_text(const BlockShape *s) {
 }
 
 static const char *keep_name(Keep k) {
-    return k == KEEP_EVERYTHING ? "KEEP_EVERYTHING" : k == KEEP_INPUT ? "KEEP_INPUT"
-                                                                      : "KEEP_GEMM_OUTPUTS";
+    return k == KEEP_EVERYTHING ? "KEEP_EVERYTHING"
+           : k == KEEP_INPUT    ? "KEEP_INPUT"
+                                : "KEEP_GEMM_OUTPUTS";
 }
 
 static void config_for(FsdpConfig *cfg, Keep keep, DType dtype) {

@@ -1,6 +1,7 @@
 /* Lesson 13: activation checkpointing. What does a Llama block keep between its forward and its
  * backward, and what must it compute again before its backward, under each policy?
- * The reference solution: ./fsdp lessons check 13 --file lessons/solutions/13-activation-checkpointing.c */
+ * The reference solution: ./fsdp lessons check 13 --file
+ * lessons/solutions/13-activation-checkpointing.c */
 #include "exercise.h"
 
 /* Attention's scores: flash's log-sum-exp a (sequence, head, query) row in fp32, or eager's

@@ -683,6 +683,9 @@ static const Misconception misconceptions[] = {
      "        return 1;\n"
      "    }\n",
      "Rank r's file holds rank r's rows at the saved world size"},
+    {13, "        return M * (e * (6 * H + 2 * KV + 3 * F) + 2 * 4) + score_bytes(s);",
+     "        return M * e * (6 * H + 2 * KV + 3 * F) + score_bytes(s);",
+     "The two norms keep their rstd in fp32"},
 };
 
 /* `text` with its one `old` replaced by `mistake` (caller frees); asserts `old` is there once. */
