@@ -99,17 +99,36 @@ static int claim_the_report(int first_alive) {
     return 1;
 }
 
-static void on_sigterm(int sig) {
-    if (peer_said_why) _exit(128 + sig);
-    int gone = -1, first_alive = -1;
+/* The first rank of this node that is gone, or -1; *first_alive the first that is not. */
+static int first_gone(int *first_alive) {
+    int gone = -1;
+    *first_alive = -1;
     for (int r = 0; r < peers.world; r++) {
         if (peer_gone(r)) {
             if (gone < 0) gone = r;
-        } else if (first_alive < 0) {
-            first_alive = r;
+        } else if (*first_alive < 0) {
+            *first_alive = r;
         }
     }
-    if (claim_the_report(first_alive) && gone >= 0) {
+    return gone;
+}
+
+/* The rank that reports waits up to REPORT_WAIT_TICKS x 20 ms for the rank that ended to be
+ * gone (its process reaped: until then kill(pid, 0) still finds it), and stays 300 ms after its
+ * line so that mpirun reads it from the pipe before the process ends (both seen under load: a
+ * job ended on SIGKILL with no line at all). */
+enum { REPORT_WAIT_TICKS = 25 };
+
+static void on_sigterm(int sig) {
+    if (peer_said_why) _exit(128 + sig);
+    int first_alive, gone = first_gone(&first_alive);
+    if (!claim_the_report(first_alive)) _exit(128 + sig);
+    struct timespec tick = {0, 20000000}, pause = {0, 300000000};
+    for (int i = 0; gone < 0 && i < REPORT_WAIT_TICKS; i++) {
+        nanosleep(&tick, NULL);
+        gone = first_gone(&first_alive);
+    }
+    if (gone >= 0) {
         char line[160], *at = line;
         put_text(&at, "fsdp: rank ");
         put_number(&at, gone);
@@ -117,10 +136,7 @@ static void on_sigterm(int sig) {
         put_number(&at, peers.pid[gone]);
         put_text(&at, ") has ended: mpirun stops the job\n");
         if (write(STDERR_FILENO, line, (size_t)(at - line)) < 0) _exit(128 + sig);
-        /* without a claim, stay a moment so that the others see this rank alive and keep
-         * quiet */
-        struct timespec pause = {0, 300000000};
-        if (!peers.claim_path[0]) nanosleep(&pause, NULL);
+        nanosleep(&pause, NULL); /* without a claim, the others also see this rank alive */
     }
     _exit(128 + sig);
 }
