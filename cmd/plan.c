@@ -717,9 +717,13 @@ static void activations_because(const PlanArgs *a, const PlanSetup *s, int batch
         else
             snprintf(kept, sizeof kept, "the attention keeping %d heads' %dx%d probabilities",
                      c->heads, c->seq, c->seq);
+        char loss[96] = "", vocab[32];
+        if (c->loss == LOSS_EAGER)
+            snprintf(loss, sizeof loss, ", and the eager loss's three fp32 [%d, %s] at the loss",
+                     batch * c->seq, with_commas((size_t)c->vocab, vocab, sizeof vocab));
         snprintf(buf, n,
-                 "%d sequence%s of %d tokens per GPU through %d layers of hidden %d, %s a layer",
-                 batch, batch == 1 ? "" : "s", c->seq, c->layers, c->hidden, kept);
+                 "%d sequence%s of %d tokens per GPU through %d layers of hidden %d, %s a layer%s",
+                 batch, batch == 1 ? "" : "s", c->seq, c->layers, c->hidden, kept, loss);
     } else if (a->kind == MODEL_VIT) {
         const VitConfig *c = s->model.config;
         snprintf(buf, n, "%d image%s of %d tokens per GPU through %d layers of hidden %d", batch,
@@ -735,7 +739,8 @@ static void activations_because(const PlanArgs *a, const PlanSetup *s, int batch
 typedef struct Lever {
     char flags[128];
     const char *words;
-    int together; /* the planned ones at once: shown only when none fits alone */
+    int together;  /* the planned ones at once: shown only when none fits alone */
+    int new_model; /* args describe another model (--loss): planned on one made for them */
     PlanArgs args;
     Strategy strategy;
     int replicas;
@@ -756,6 +761,15 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
     if (big[FILL_ACTIVATIONS] && a->kind != MODEL_TOY && c->ac_every != 1) {
         LEVER("%s", c->ac_every ? "--ac-every 1" : "--activation-checkpointing");
         out[n++].args.train.fsdp.ac_every = 1;
+    }
+    if (big[FILL_ACTIVATIONS] && c->ac_every && c->ac_policy == AC_OPS) {
+        LEVER("--ac-policy block");
+        out[n++].args.train.fsdp.ac_policy = AC_BLOCK;
+    }
+    if (big[FILL_ACTIVATIONS] && a->kind == MODEL_TRANSFORMER && !strcmp(a->loss, "eager")) {
+        LEVER("--loss fused");
+        snprintf(out[n].args.loss, sizeof out[n].args.loss, "fused");
+        out[n++].new_model = 1;
     }
     if (big[FILL_ACTIVATIONS] && c->batch_size > 1) {
         LEVER("--batch-size 1");
@@ -799,6 +813,11 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
             const FsdpConfig *l = &out[i].args.train.fsdp;
             FsdpConfig *all = &out[n].args.train.fsdp;
             if (l->ac_every != c->ac_every) all->ac_every = l->ac_every;
+            if (l->ac_policy != c->ac_policy) all->ac_policy = l->ac_policy;
+            if (out[i].new_model) {
+                memcpy(out[n].args.loss, out[i].args.loss, sizeof out[n].args.loss);
+                out[n].new_model = 1;
+            }
             if (l->batch_size != c->batch_size) all->batch_size = l->batch_size;
             if (l->offload != c->offload) all->offload = l->offload;
             if (l->param_dtype != c->param_dtype) all->param_dtype = l->param_dtype;
@@ -864,9 +883,13 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
             continue;
         }
         if (l->together && one_fits) continue;
+        PlanSetup other = *s; /* the profile; the model too unless the lever makes another */
+        int rc = l->new_model ? make_model(&l->args, &other, err) : 0;
         PlannerResult with;
-        int rc = plan_once(&l->args, s, l->strategy, l->replicas, l->args.train.fsdp.batch_size,
-                           &with, err);
+        if (!rc)
+            rc = plan_once(&l->args, &other, l->strategy, l->replicas,
+                           l->args.train.fsdp.batch_size, &with, err);
+        if (l->new_model && !rc) model_desc_free(&other.model);
         if (rc) return rc;
         char cap[32], who[32];
         snprintf(who, sizeof who, "%s", l->strategy == st ? name : strategy_name(l->strategy));

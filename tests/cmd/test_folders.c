@@ -4,6 +4,7 @@
  * auto does not start a finished run over because its checkpoints were deleted. Every refusal is
  * one line, exit 2, with the folder's files as they were. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,8 +73,27 @@ static int holds_lock(pid_t pid, const char *path) {
     return held;
 }
 
+/* Whether a checkpoint (a step-N folder) is in `folder` or in its checkpoints/. */
+static int has_checkpoint(const char *folder) {
+    char sub[320];
+    snprintf(sub, sizeof sub, "%s/checkpoints", folder);
+    const char *where[] = {folder, sub};
+    for (int i = 0; i < 2; i++) {
+        DIR *d = opendir(where[i]);
+        for (struct dirent *e; d && (e = readdir(d));)
+            if (!strncmp(e->d_name, "step-", 5)) {
+                closedir(d);
+                return 1;
+            }
+        if (d) closedir(d);
+    }
+    return 0;
+}
+
 /* Starts a long run on `folder` in the background and returns its pid once it holds the folder's
- * lock (at most 20 s: a sanitizer build starts slowly). */
+ * lock and has saved its first checkpoint (at most 20 s each: a sanitizer build starts slowly).
+ * Killed before that, a run directory would hold a run's metrics and no checkpoint, which
+ * --resume auto refuses to start over on (seen under load). */
 static pid_t start_long_run(const char *folder_flag, const char *folder) {
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
@@ -81,12 +101,14 @@ static pid_t start_long_run(const char *folder_flag, const char *folder) {
         freopen("/dev/null", "w", stdout);
         freopen("/dev/null", "w", stderr);
         execl(fsdp_bin(), fsdp_bin(), "train", "--model", "toy", "--ranks", "2", "--steps",
-              "200000", folder_flag, folder, "--checkpoint-every", "100000", "--resume", "auto",
-              (char *)NULL);
+              "200000", folder_flag, folder, "--checkpoint-every", "20", "--keep", "2", "--resume",
+              "auto", (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 800 && !holds_lock(pid, folder); i++) usleep(25 * 1000);
     cr_assert(holds_lock(pid, folder), "the first job holds %s's lock", folder);
+    for (int i = 0; i < 800 && !has_checkpoint(folder); i++) usleep(25 * 1000);
+    cr_assert(has_checkpoint(folder), "the first job saved a checkpoint in %s", folder);
     return pid;
 }
 
@@ -108,7 +130,7 @@ static void one_job_at_a_time(const char *flag, const char *sub) {
                          strcmp(flag, "--run-dir") ? "" : "/checkpoints");
     const char *at = strstr(out, "\nstep        ");
     long step = at ? strtol(at + strlen("\nstep        "), NULL, 10) : 0;
-    free(out); /* step 0: killed before its first save (a busy machine) */
+    free(out);
     out = fsdp_run(&code, "2>&1", "train --model toy --ranks 2 --steps %ld %s %s --resume auto",
                    step + 4, flag, folder_copy);
     cr_expect_eq(code, 0, "the lock went with the killed job:\n%s", out);

@@ -296,6 +296,30 @@ Test(llama_plan, the_eager_loss_at_a_long_sequence_fits_only_torchtitans_96_gb) 
     free(out);
 }
 
+/* Where nothing fits, the plan names the eager loss among the activations and plans the lever
+ * that drops it (--loss fused), and, for a job checkpointed by operator, --ac-policy block. */
+Test(llama_plan, nothing_fits_names_the_eager_loss_and_op_checkpointing_as_levers) {
+    const char *job = "plan --model llama3-8b --gpus 8 --seq 32768 --batch-size 1 "
+                      "--param-dtype bf16 --activation-checkpointing";
+    int code;
+    char *out = fsdp_run(&code, "2>&1", "%s --loss eager", job);
+    cr_expect_eq(code, 2, "%s", out);
+    cr_expect(strstr(out, "and the eager loss's three fp32 [32768, 128,256] at the loss\n"), "%s",
+              out);
+    const char *lever = strstr(out, "\n  --loss fused ");
+    cr_expect(lever && strstr(lever, ": fits in 80.00 GB\n") &&
+                  strstr(lever, ": fits in 80.00 GB\n") < strchr(lever + 1, '\n') + 1,
+              "%s", out);
+    free(out);
+    out = fsdp_run(&code, "2>&1", "%s --ac-policy ops", job);
+    cr_expect_eq(code, 2, "%s", out);
+    lever = strstr(out, "\n  --ac-policy block ");
+    cr_expect(lever && strstr(lever, ": fits in 80.00 GB\n") &&
+                  strstr(lever, ": fits in 80.00 GB\n") < strchr(lever + 1, '\n') + 1,
+              "%s", out);
+    free(out);
+}
+
 Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
     static const UsageCase cases[] = {
         {"plan --model llama3-8b --kv-heads 5", "--kv-heads must divide --heads (got 5 and 32)"},
