@@ -3,11 +3,13 @@
 #include "tests/util.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -274,10 +276,34 @@ char *fsdp_output(const char *args, const char *redirect, int *status) {
     return shell_output(cmd, status);
 }
 
+/* Open MPI keeps each job's session files under one folder a user, /tmp/ompi.HOST.UID, and an
+ * mpirun that ends removes it when empty: another starting at that moment fails to make its own
+ * folder in it ("ORTE_ERROR_LOG: Error in file ../../../orte/util/session_dir.c", seen with two
+ * tests' mpiruns at once). Each test process gives its mpiruns a base of its own, removed as it
+ * exits. */
+static char mpi_tmpdir[64];
+
+static void remove_mpi_tmpdir(void) {
+    if (mpi_tmpdir[0]) remove_test_dir(mpi_tmpdir);
+}
+
+void mpi_private_session_dir(const char *base) {
+    if (base) {
+        setenv("OMPI_MCA_orte_tmpdir_base", base, 1);
+        return;
+    }
+    if (mpi_tmpdir[0]) return;
+    snprintf(mpi_tmpdir, sizeof mpi_tmpdir, "/tmp/fsdp_ompi_%ld", (long)getpid());
+    cr_assert(mkdir(mpi_tmpdir, 0700) == 0 || errno == EEXIST, "cannot make %s", mpi_tmpdir);
+    setenv("OMPI_MCA_orte_tmpdir_base", mpi_tmpdir, 1);
+    atexit(remove_mpi_tmpdir);
+}
+
 void skip_without_mpi(void) {
     const char *check = getenv("FSDP_MPI_CHECK");
     if (!check || !*check)
         cr_skip_test("MPI not built (no mpicc when make ran): nothing to run under mpirun");
+    mpi_private_session_dir(NULL);
 }
 
 char *mpi_fsdp_run(int *code, int ranks, const char *fmt, ...) {

@@ -135,8 +135,11 @@ char *fsdp_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
     "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ASAN_OPTIONS=detect_leaks=0 "       \
     "timeout 120 mpirun -q --oversubscribe --bind-to none --mca btl self,vader"
 /* Skips the test where this build has no MPI (make test sets FSDP_MPI_CHECK only when it
- * built it). */
+ * built it); else gives this process's mpiruns their own session folder (as below, NULL). */
 void skip_without_mpi(void);
+/* The folder under which this process's mpiruns keep their session files: `base`, or with NULL
+ * one of the process's own, removed at its exit (Open MPI's shared one races between jobs). */
+void mpi_private_session_dir(const char *base);
 /* `mpirun -np RANKS fsdp ARGS` (printf-style), stderr folded into stdout: what the ranks printed
  * (caller frees); *code is mpirun's exit status, -1 when a signal ended it. */
 char *mpi_fsdp_run(int *code, int ranks, const char *fmt, ...)

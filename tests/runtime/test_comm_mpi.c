@@ -14,6 +14,7 @@ static void run_mpi_check(int ranks) {
     const char *check = getenv("FSDP_MPI_CHECK");
     if (!check || !*check || access(check, X_OK) != 0)
         cr_skip_test("MPI not built (no mpicc when make ran): no mpi_check to run");
+    mpi_private_session_dir(NULL);
     char cmd[1024], out[4096] = "";
     snprintf(cmd, sizeof cmd, "%s -np %d %s 2>&1", MPIRUN, ranks, check);
     FILE *p = popen(cmd, "r");
