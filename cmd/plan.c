@@ -854,7 +854,7 @@ static int print_why_not(FILE *f, const PlanArgs *a, const PlanSetup *s, const c
             int t = order[k];
             order[k] = order[k - 1], order[k - 1] = t;
         }
-    char peak[32], part[32], why[256];
+    char peak[32], part[32], why[512];
     fprintf(f, "\nnothing fits at batch %d per GPU: %s%s%s peaks at %s, of which\n",
             a->train.fsdp.batch_size, compare ? "the closest, " : "", name, compare ? "," : "",
             report_si_bytes(gpu_total(s, r, NULL), peak, sizeof peak));
