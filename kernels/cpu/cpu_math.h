@@ -17,6 +17,15 @@
 
 /* ---- small helpers: fixed CHUNK-wide bodies so they vectorise at -O2 ---- */
 
+/* The largest of z[0..n) by a strict scan from z[0] (n >= 1): a NaN there stays the maximum, a
+ * NaN elsewhere is passed over. The losses' rows (vit_cpu.c, loss_cpu.c) and the GPU's. */
+static inline float row_max(const float *z, size_t n) {
+    float mx = z[0];
+    for (size_t j = 1; j < n; j++)
+        if (z[j] > mx) mx = z[j];
+    return mx;
+}
+
 /* Sum of the CHUNK partial sums, pairwise, always in the same order. */
 static inline float chunk_total(const float acc[CHUNK]) {
     return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));

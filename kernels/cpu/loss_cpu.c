@@ -5,14 +5,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "kernels/cpu/cpu_math.h"
 #include "kernels/cpu/cpu_ops.h"
-
-static float row_max(const float *z, size_t n) {
-    float mx = z[0];
-    for (size_t j = 1; j < n; j++)
-        if (z[j] > mx) mx = z[j];
-    return mx;
-}
 
 void cpu_log_softmax(float *logp, const float *x, size_t rows, size_t classes) {
     if (classes == 0) return;

@@ -883,9 +883,7 @@ float f32_cross_entropy(float *restrict dlogits, const float *restrict logits,
     for (size_t i = 0; i < B; i++) {
         const float *z = logits + i * classes;
         const size_t y = labels[i] < 0 ? classes : (size_t)labels[i];
-        float mx = z[0];
-        for (size_t j = 1; j < classes; j++)
-            if (z[j] > mx) mx = z[j];
+        const float mx = row_max(z, classes);
         double sum = 0.0;
         if (dlogits) {
             float *d = dlogits + i * classes;

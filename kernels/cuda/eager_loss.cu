@@ -18,17 +18,6 @@ unsigned row_blocks(size_t rows) {
     return cuda_blocks(rows, ROW_WARPS, MAX_BLOCKS);
 }
 
-__device__ float row_max(const float *z, size_t n, unsigned lane) {
-    float mx = -INFINITY;
-    for (size_t j = lane; j < n; j += 32) mx = z[j] > mx ? z[j] : mx;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float other = __shfl_xor_sync(0xffffffffu, mx, o);
-        mx = other > mx ? other : mx;
-    }
-    return mx;
-}
-
 __global__ void __launch_bounds__(ROW_WARPS * 32)
     log_softmax_kernel(float *__restrict__ logp, const float *__restrict__ x, size_t rows,
                        size_t classes) {
@@ -36,7 +25,7 @@ __global__ void __launch_bounds__(ROW_WARPS * 32)
     for (size_t row = (size_t)blockIdx.x * ROW_WARPS + warp; row < rows;
          row += (size_t)gridDim.x * ROW_WARPS) {
         const float *z = x + row * classes;
-        const float mx = row_max(z, classes, lane);
+        const float mx = warp_row_max(z, classes, lane);
         double sum = 0.0;
         for (size_t j = lane; j < classes; j += 32) sum += exp((double)(z[j] - mx));
         const float lse = (float)log(warp_sum(sum)); // apart from mx, as the CPU's

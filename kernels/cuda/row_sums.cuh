@@ -1,9 +1,11 @@
-// row_sums: LayerNorm's row layout and the sums over a row's warp or block that leave the same
-// bits in every thread, for the row kernels of vit_ops.cu (LayerNorm, the loss) and fused.cu
-// (residual + LayerNorm), so the fused and unfused LayerNorm agree. Internal to kernels/cuda.
+// row_sums: LayerNorm's row layout and the sums (and a row's maximum) over a row's warp or block
+// that leave the same bits in every thread, for the row kernels of vit_ops.cu (LayerNorm, the
+// loss), eager_loss.cu and fused.cu (residual + LayerNorm). Internal to kernels/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_common.cuh"
 
 // A row is one warp's up to LN_WARP_MAX_C columns (<= 32 values a lane), LN_THREADS / 32 rows a
 // block; a longer row is a whole block's of LN_THREADS.
@@ -15,6 +17,24 @@ template <typename T> static __device__ __forceinline__ T warp_sum(T v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+}
+
+// The largest of a row's n values, read by one warp, with the CPU's strict scan from z[0]
+// (cpu_math.h's row_max): a NaN there stays the maximum, a NaN elsewhere is passed over. Every
+// lane ends with it.
+template <class T>
+static __device__ __forceinline__ float warp_row_max(const T *z, size_t n, unsigned lane) {
+    float mx = load(z, 0);
+    for (size_t j = lane; j < n; j += 32) {
+        const float zj = load(z, j);
+        mx = zj > mx ? zj : mx;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float other = __shfl_xor_sync(0xffffffffu, mx, o);
+        mx = other > mx ? other : mx;
+    }
+    return mx;
 }
 
 // The sum of v over a row's group of WARPS warps: the warp's butterfly, then with WARPS > 1

@@ -273,18 +273,7 @@ __global__ void __launch_bounds__(LOSS_WARPS * 32)
     for (size_t row = (size_t)blockIdx.x * LOSS_WARPS + warp; row < B;
          row += (size_t)gridDim.x * LOSS_WARPS) {
         const T *z = logits + row * classes;
-        // the largest logit with the CPU's scan semantics: strict >, starting from z[0] (a NaN
-        // there stays the maximum; a NaN elsewhere is passed over)
-        float mx = load(z, 0);
-        for (size_t j = lane; j < classes; j += 32) {
-            const float zj = load(z, j);
-            mx = zj > mx ? zj : mx;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, mx, o);
-            mx = other > mx ? other : mx;
-        }
+        const float mx = warp_row_max(z, classes, lane);
         T *d = dlogits ? dlogits + row * classes : nullptr;
         double sum = 0.0;
         for (size_t j = lane; j < classes; j += 32) sum += (double)expf(load(z, j) - mx);

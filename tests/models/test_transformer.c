@@ -239,11 +239,16 @@ Test(transformer, bad_configs_are_one_line) {
 
 /* The small transformer and a simulated device (the default profile, its clock at 0) to run
  * it on. */
-static void small_model_and_device(ModelDesc *m, SimDevice *dev, SimClock *clock) {
-    TransformerConfig c = small_config();
-    small_model(m, &c);
+static void model_and_device(ModelDesc *m, const TransformerConfig *c, SimDevice *dev,
+                             SimClock *clock) {
+    small_model(m, c);
     *clock = (SimClock){0};
     device_sim_init(dev, 0, clock, NULL, profile_default());
+}
+
+static void small_model_and_device(ModelDesc *m, SimDevice *dev, SimClock *clock) {
+    TransformerConfig c = small_config();
+    model_and_device(m, &c, dev, clock);
 }
 
 /* What a computed run needs beyond a plan's shape: a sequence its kernels' attention takes (a
@@ -471,9 +476,8 @@ Test(transformer, the_eager_loss_holds_three_fp32_tensors_of_the_logits_at_its_f
         c.loss = eager ? LOSS_EAGER : LOSS_FUSED;
         ModelDesc m;
         SimDevice dev;
-        SimClock clock = {0};
-        small_model(&m, &c);
-        device_sim_init(&dev, 0, &clock, NULL, profile_default());
+        SimClock clock;
+        model_and_device(&m, &c, &dev, &clock);
         device_sim_accounting_only(&dev);
         ModelRun *run = NULL;
         Err err = {0};
