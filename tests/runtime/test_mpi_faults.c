@@ -91,14 +91,16 @@ static int job_signalled_while_training(const char *signal, const char *flags, c
                                         double *took) {
     char dir[256], cmd[4096];
     fresh_test_dir(dir, sizeof dir, "mpi_fault", signal);
-    /* the marker in the command line finds the ranks */
+    /* the marker finds the ranks: command lines that start with the binary (the shells,
+     * timeout and mpirun hold the same words further on); the shell says what it signalled */
     snprintf(cmd, sizeof cmd,
              "(for i in $(seq 600); do ls %s/ck 2>/dev/null | grep -q step- && break; sleep 0.1; "
-             "done; pid=$(pgrep -n -f 'fsdp train .*%s/marker'); echo \"signalled $pid\"; "
+             "done; pid=$(pgrep -n -f '^%s train .*%s/marker'); echo \"signalled $pid ($(tr '\\0' "
+             "' ' < /proc/$pid/cmdline | cut -c1-60))\"; "
              "echo $(date +%%s.%%N) > %s/signalled_at; kill -%s $pid) & "
              "%s -np 3 %s train --backend mpi --ranks 3 --model toy --steps 100000000 %s "
              "--checkpoint-dir %s/ck --checkpoint-every 500 --save-full %s/marker.safetensors 2>&1",
-             dir, dir, dir, signal, MPIRUN, fsdp_bin(), flags, dir, dir);
+             dir, fsdp_bin(), dir, dir, signal, MPIRUN, fsdp_bin(), flags, dir, dir);
     FILE *p = popen(cmd, "r");
     cr_assert(p);
     size_t got = fread(said, 1, n - 1, p);
