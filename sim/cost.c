@@ -9,7 +9,12 @@
  * bandwidth, rounded. What a GPU achieves of them, each with its source:
  * - gemm_eff: the best GEMM shape's share of the bf16 peak, measured with torch.matmul
  *   (stas00/ml-engineering, compute/accelerator/README.md, "Maximum Achievable Matmul FLOPS
- *   comparison table": H100 SXM 794.5 of 989 TFLOPS, A100 SXM 271.2 of 312), taken for fp32 too;
+ *   comparison table": A100 SXM 271.2 of 312 TFLOPS), taken for fp32 too. On Hopper, the rate
+ *   a GPU sustains at its power limit, as training runs, not the burst after an idle start:
+ *   the same benchmark's later "Maximum Sustainable Matmul FLOPS" (its accelerator benchmarks'
+ *   README, "alone vs all-8 concurrent"): H200 SXM 702.9 of 989 sustained at about 1.45 GHz,
+ *   against a 828.0 burst; the H100 SXM is the same chip at the same 700 W. h100-gt's 500 W
+ *   limit clocks lower still, by an amount no one has published: there it is an upper bound;
  * - attn_eff: flash attention's share of the peak in training (FlashAttention-2's paper: 50 to
  *   73% of an A100's; FlashAttention-3's: FlashAttention-2 reaches 35% of an H100's);
  * - bus_eff: NCCL's bus bandwidth as a share of a link's (NVIDIA/nccl-tests issue 326, NCCL's
@@ -53,7 +58,7 @@ static const Profile profiles[] = {
         .disk_bw = 6e9,
         .launch_overhead = 4e-6,
         .sms = 132,
-        .gemm_eff = 0.803,
+        .gemm_eff = 0.711,
         .attn_eff = 0.35,
         .mem_eff = 0.9,
         .bus_eff = 0.8,
@@ -79,7 +84,7 @@ static const Profile profiles[] = {
         .disk_bw = 6e9,
         .launch_overhead = 4e-6,
         .sms = 132,
-        .gemm_eff = 0.803,
+        .gemm_eff = 0.711,
         .attn_eff = 0.35,
         .mem_eff = 0.9,
         .bus_eff = 0.8,
@@ -106,7 +111,7 @@ static const Profile profiles[] = {
         .disk_bw = 6e9,
         .launch_overhead = 4e-6,
         .sms = 132,
-        .gemm_eff = 0.803,
+        .gemm_eff = 0.711,
         .attn_eff = 0.35,
         .mem_eff = 0.9,
         .bus_eff = 0.8,
