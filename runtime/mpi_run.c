@@ -3,7 +3,9 @@
 #include "runtime/mpi_run.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,12 +48,14 @@ static int mpi_join(void *self, int *rank, int *world, Err *err) {
 
 /* When a rank ends (an error, a signal, SIGKILL itself), mpirun stops the others with SIGTERM,
  * and with `mpirun -q` says nothing: the rank that failed may have said why, but one that was
- * killed cannot. So each rank knows the pids of its node's ranks, and on SIGTERM the first rank
- * whose handler runs names the first one that is gone. Which handler runs first is the
- * scheduler's choice, and a survivor that has already exited looks gone too: so the first one
- * claims the report by creating a file in mpirun's session folder for the job (removed with it),
- * while every other survivor is still running, and the rest see the claim and stay quiet.
- * Read by the handler only. */
+ * killed cannot. So each rank knows the pids of its node's ranks, and the first survivor to see
+ * one gone names it: a thread of each rank looks every 50 ms (so the line does not wait on
+ * mpirun's SIGTERM, a second after the death, nor on a main thread that a disk write keeps from
+ * its handler), and the SIGTERM handler looks too, in case the thread has not yet. Which rank
+ * sees it first is the scheduler's choice, and a survivor that has already exited looks gone
+ * too: so the first one claims the report by creating a file in mpirun's session folder for the
+ * job (removed with it), while every other survivor is still running, and the rest see the claim
+ * and stay quiet. Read by the thread and the handler only. */
 static struct {
     int rank, world;
     pid_t *pid;           /* [world], 0 for ranks on other nodes */
@@ -73,11 +77,11 @@ static void put_text(char **at, const char *s) {
 
 /* A rank of this node ends with an error it prints itself (it sent SIGUSR1 first): the others
  * then stay quiet when mpirun stops them, so the job's end is that rank's one line. */
-static volatile sig_atomic_t peer_said_why;
+static atomic_int peer_said_why; /* lock-free, so a handler may set it */
 
 static void on_sigusr1(int sig) {
     (void)sig;
-    peer_said_why = 1;
+    atomic_store(&peer_said_why, 1);
 }
 
 static void tell_peers_this_rank_says_why(void) {
@@ -113,32 +117,90 @@ static int first_gone(int *first_alive) {
     return gone;
 }
 
-/* The rank that reports waits up to REPORT_WAIT_TICKS x 20 ms for the rank that ended to be
- * gone (its process reaped: until then kill(pid, 0) still finds it), and stays 300 ms after its
- * line so that mpirun reads it from the pipe before the process ends (both seen under load: a
- * job ended on SIGKILL with no line at all). */
+/* Taken by whichever of this rank's watcher and SIGTERM handler goes to report first (a
+ * lock-free flag: the handler may test it). */
+static atomic_flag report_taken = ATOMIC_FLAG_INIT;
+
+static void say_rank_ended(int gone) {
+    char line[160], *at = line;
+    put_text(&at, "fsdp: rank ");
+    put_number(&at, gone);
+    put_text(&at, " (pid ");
+    put_number(&at, peers.pid[gone]);
+    put_text(&at, ") has ended: mpirun stops the job\n");
+    ssize_t wrote = write(STDERR_FILENO, line, (size_t)(at - line));
+    (void)wrote; /* nothing more a dying rank can do */
+}
+
+/* The rank that reports on SIGTERM waits up to REPORT_WAIT_TICKS x 20 ms for the rank that ended
+ * to be gone (its process reaped: until then kill(pid, 0) still finds it), and stays 300 ms
+ * after its line (or the watcher's) so that mpirun reads it from the pipe before the process
+ * ends (both seen under load: a job ended on SIGKILL with no line at all). */
 enum { REPORT_WAIT_TICKS = 25 };
 
 static void on_sigterm(int sig) {
-    if (peer_said_why) _exit(128 + sig);
+    struct timespec tick = {0, 20000000}, pause = {0, 300000000};
+    if (atomic_load(&peer_said_why)) _exit(128 + sig);
+    if (atomic_flag_test_and_set(&report_taken)) {
+        nanosleep(&pause, NULL); /* the watcher's line, if it wrote one, reaches mpirun */
+        _exit(128 + sig);
+    }
     int first_alive, gone = first_gone(&first_alive);
     if (!claim_the_report(first_alive)) _exit(128 + sig);
-    struct timespec tick = {0, 20000000}, pause = {0, 300000000};
     for (int i = 0; gone < 0 && i < REPORT_WAIT_TICKS; i++) {
         nanosleep(&tick, NULL);
         gone = first_gone(&first_alive);
     }
     if (gone >= 0) {
-        char line[160], *at = line;
-        put_text(&at, "fsdp: rank ");
-        put_number(&at, gone);
-        put_text(&at, " (pid ");
-        put_number(&at, peers.pid[gone]);
-        put_text(&at, ") has ended: mpirun stops the job\n");
-        if (write(STDERR_FILENO, line, (size_t)(at - line)) < 0) _exit(128 + sig);
+        say_rank_ended(gone);
         nanosleep(&pause, NULL); /* without a claim, the others also see this rank alive */
     }
     _exit(128 + sig);
+}
+
+/* The watcher: every WATCH_TICK_MS it looks for a rank of this node that is gone, and once it
+ * sees one, waits WATCH_GRACE_MS (a rank that failed and says why sends SIGUSR1 before it ends:
+ * then this one stays quiet), then reports as the handler would. It runs from the backend's open
+ * to its close, which every rank passes before any ends without an error (mpi_close). */
+enum { WATCH_TICK_MS = 50, WATCH_GRACE_MS = 100 };
+static atomic_int watching;
+static pthread_t watcher;
+static int watcher_started;
+
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static void *watch_peers_for_an_end(void *unused) {
+    (void)unused;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals are the main thread's */
+    while (atomic_load(&watching)) {
+        sleep_ms(WATCH_TICK_MS);
+        int first_alive;
+        if (first_gone(&first_alive) < 0) continue;
+        sleep_ms(WATCH_GRACE_MS);
+        int gone = first_gone(&first_alive);
+        if (!atomic_load(&watching) || atomic_load(&peer_said_why)) break;
+        if (gone < 0) continue;
+        if (!atomic_flag_test_and_set(&report_taken) && claim_the_report(first_alive))
+            say_rank_ended(gone);
+        break;
+    }
+    return NULL;
+}
+
+static void start_watcher(void) {
+    atomic_store(&watching, 1);
+    watcher_started = pthread_create(&watcher, NULL, watch_peers_for_an_end, NULL) == 0;
+}
+
+static void stop_watcher(void) {
+    atomic_store(&watching, 0);
+    if (watcher_started) pthread_join(watcher, NULL);
+    watcher_started = 0;
 }
 
 /* Every rank's pid where it runs on this node (the same host name), then the handler. */
@@ -174,6 +236,7 @@ static int watch_peers(int rank, int world, Err *err) {
     sa.sa_handler = on_sigusr1;
     sa.sa_flags = SA_RESTART; /* MPI's own waits go on */
     sigaction(SIGUSR1, &sa, NULL);
+    start_watcher();
     return 0;
 }
 
@@ -269,6 +332,7 @@ static void mpi_close_comm(void *self, Comm *c) {
 
 static void mpi_close(void *self, RankParts *p) {
     MpiRank *m = self;
+    stop_watcher();
     if (p->world) comm_mpi_destroy(&m->world);
     signal(SIGTERM, SIG_DFL);
     signal(SIGUSR1, SIG_IGN); /* a peer that fails later must not end this process */
@@ -283,6 +347,8 @@ int fsdp_mpi_run(const ClusterOptions *opt, RankMain fn, void *arg, ClusterResul
     RankBackend b = {
         .name = "mpi", .start = "mpirun -np N (or srun)", .self = &m, RANK_BACKEND_NAMED(mpi)};
     int rc = rank_process_run(&b, opt, fn, arg, out, err);
+    /* no rank ends before every rank's watcher has stopped: it would be seen gone */
+    if (!rc) MPI_Barrier(MPI_COMM_WORLD);
     if (!rc) MPI_Finalize();
     return rc;
 }
