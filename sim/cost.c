@@ -13,8 +13,10 @@
  *   a GPU sustains at its power limit, as training runs, not the burst after an idle start:
  *   the same benchmark's later "Maximum Sustainable Matmul FLOPS" (its accelerator benchmarks'
  *   README, "alone vs all-8 concurrent"): H200 SXM 702.9 of 989 sustained at about 1.45 GHz,
- *   against a 828.0 burst; the H100 SXM is the same chip at the same 700 W. h100-gt's 500 W
- *   limit clocks lower still, by an amount no one has published: there it is an upper bound;
+ *   against a 828.0 burst (the H200 lent to this project, 2026-10-28, ran an 8192^3 product
+ *   through PyTorch at 788 TFLOP/s, the mean of ten after three warm-ups: a burst too); the H100
+ *   SXM is the same chip at the same 700 W. h100-gt's 500 W limit clocks lower still, by an
+ *   amount no one has published: there it is an upper bound;
  * - attn_eff: flash attention's share of the peak in training (FlashAttention-2's paper: 50 to
  *   73% of an A100's; FlashAttention-3's: FlashAttention-2 reaches 35% of an H100's);
  * - bus_eff: NCCL's bus bandwidth as a share of a link's (NVIDIA/nccl-tests issue 326, NCCL's
