@@ -24,6 +24,7 @@ static const Lesson lessons[] = {
     {11, "11-cpu-offload", "CPU offload: what crosses PCIe", 0xa712a1d2u},
     {12, "12-checkpoint-resharding", "Checkpoint resharding: N to M ranks", 0x2f8ceed5u},
     {13, "13-activation-checkpointing", "Checkpointing: keep or recompute", 0xf6aa35b2u},
+    {14, "14-gemm-time", "How slow: GEMM tiles, bytes, launches", 0xf367d0aau},
 };
 
 int lesson_count(void) {

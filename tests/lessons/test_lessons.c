@@ -686,6 +686,9 @@ static const Misconception misconceptions[] = {
     {13, "        return M * (e * (6 * H + 2 * KV + 3 * F) + 2 * 4) + score_bytes(s);",
      "        return M * e * (6 * H + 2 * KV + 3 * F) + score_bytes(s);",
      "The two norms keep their rstd in fp32"},
+    {14, "    return waves * 2.0 * TILE * TILE * (k / splits) / per_sm;",
+     "    (void)waves, (void)per_sm;\n    return 2.0 * m * n * k / (g->peak_flops * g->gemm_eff);",
+     "That is its FLOPs at the achieved rate"},
 };
 
 /* `text` with its one `old` replaced by `mistake` (caller frees); asserts `old` is there once. */
