@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh STAGE DIR: the GPU checks from a copied bundle (make gpu-bundle), logs under DIR. Stage 1: CUDA
 # kernel and one-GPU training tests; 2: the NCCL suite; 3: compute-sanitizer and the FSDP2 benchmark;
-# 4: GPU traces, their replay, and each phase's measured time beside the simulator's modelled one.
+# 4: GPU traces, their replay, each phase's measured time beside the simulator's modelled one, and
+# the cost model's efficiencies fitted to the traces (fsdp plan --calibrate).
 set -u
 usage() {
     cat <<'USAGE'
@@ -12,8 +13,9 @@ usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per st
   3  compute-sanitizer memcheck and racecheck on a 2-layer vit-tiny, then the FSDP2 benchmark
      (torch_fsdp2_gpu.py)
   4  --trace-out of vit-tiny (batch 512) and vit-workshop (batch 128) on the GPU and in the
-     simulator (h100-nvlink), the GPU trace replayed (fsdp viz --trace), and each phase's
-     measured seconds beside the modelled ones (fsdp viz --times --against)
+     simulator (the GPU's profile: h200-nvlink on an H200, else h100-nvlink), the GPU trace
+     replayed (fsdp viz --trace), each phase's measured seconds beside the modelled ones (fsdp
+     viz --times --against), then the profile fitted to both GPU traces (fsdp plan --calibrate)
   5  the language models: a llama-125m bf16 step at seq 1,024 against the simulator's loss; the
      --save-hf folders loaded by transformers (hf_vs_transformers.py, its names and shapes kept in
      DIR/hf_shapes.json); Hugging Face's LlamaForCausalLM under FSDP2 beside ours
@@ -130,15 +132,20 @@ case $stage in
     4)
         # the same job on the GPU (measured) and in the simulator (modelled), a few steps so the
         # last is warm; the simulator computes on the CPU, hence its fewer steps
+        profile=h100-nvlink
+        case $gpus in *H200*) profile=h200-nvlink ;; esac
         for job in "vit-tiny 512" "vit-workshop 128"; do
             set -- $job
             run=(--model "$1" --batch-size "$2" --ranks 1)
             step "trace_gpu_$1" 120 ./fsdp train --backend cuda "${run[@]}" --steps 6 --eval false \
                 --trace-out "$dir/gpu-$1.json"
-            step "trace_sim_$1" 240 ./fsdp viz "${run[@]}" --steps 2 --times --trace-out "$dir/sim-$1.json"
+            step "trace_sim_$1" 240 ./fsdp viz "${run[@]}" --profile "$profile" --steps 2 --times \
+                --trace-out "$dir/sim-$1.json"
             step "replay_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --events 1-30
             step "times_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --times --against "$dir/sim-$1.json"
-        done ;;
+        done
+        step calibrate 60 ./fsdp plan --calibrate "$dir/gpu-vit-tiny.json" \
+            --calibrate "$dir/gpu-vit-workshop.json" --profile "$profile" ;;
     5)
         lm=(--model llama-125m --ranks 1 --batch-size 2 --param-dtype bf16 --steps 2 --print-every 1)
         step lm_gpu 120 ./fsdp train --backend cuda "${lm[@]}"
