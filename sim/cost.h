@@ -30,7 +30,7 @@ typedef struct Profile {
     double launch_overhead; /* seconds a kernel or copy costs however small it is */
     /* What the GPU achieves of its datasheet (sim/cost.c gives each its source): */
     int sms; /* streaming multiprocessors: a GEMM's output tiles run in waves of this many */
-    double gemm_eff; /* a large GEMM's share of the dtype's peak (the best shape's, measured) */
+    double gemm_eff; /* a large GEMM's share of the dtype's peak (sustained, best shape) */
     double attn_eff; /* flash attention's share of the peak, forward and backward */
     double mem_eff;  /* memory-bound kernels' share of mem_bw */
     double bus_eff;  /* NCCL's bus bandwidth as a share of the slowest link's (nccl-tests) */
