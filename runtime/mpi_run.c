@@ -75,6 +75,12 @@ static void put_text(char **at, const char *s) {
     while (*s) *(*at)++ = *s++;
 }
 
+/* nanosleep for ms milliseconds (async-signal-safe: the SIGTERM handler waits with it too). */
+static void sleep_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
 /* A rank of this node ends with an error it prints itself (it sent SIGUSR1 first): the others
  * then stay quiet when mpirun stops them, so the job's end is that rank's one line. */
 static atomic_int peer_said_why; /* lock-free, so a handler may set it */
@@ -132,28 +138,27 @@ static void say_rank_ended(int gone) {
     (void)wrote; /* nothing more a dying rank can do */
 }
 
-/* The rank that reports on SIGTERM waits up to REPORT_WAIT_TICKS x 20 ms for the rank that ended
- * to be gone (its process reaped: until then kill(pid, 0) still finds it), and stays 300 ms
- * after its line (or the watcher's) so that mpirun reads it from the pipe before the process
- * ends (both seen under load: a job ended on SIGKILL with no line at all). */
-enum { REPORT_WAIT_TICKS = 25 };
+/* The rank that reports on SIGTERM waits up to REPORT_WAIT_TICKS x REPORT_TICK_MS for the rank
+ * that ended to be gone (its process reaped: until then kill(pid, 0) still finds it), and stays
+ * REPORT_PAUSE_MS after its line (or the watcher's) so that mpirun reads it from the pipe before
+ * the process ends (both seen under load: a job ended on SIGKILL with no line at all). */
+enum { REPORT_WAIT_TICKS = 25, REPORT_TICK_MS = 20, REPORT_PAUSE_MS = 300 };
 
 static void on_sigterm(int sig) {
-    struct timespec tick = {0, 20000000}, pause = {0, 300000000};
     if (atomic_load(&peer_said_why)) _exit(128 + sig);
     if (atomic_flag_test_and_set(&report_taken)) {
-        nanosleep(&pause, NULL); /* the watcher's line, if it wrote one, reaches mpirun */
+        sleep_ms(REPORT_PAUSE_MS); /* the watcher's line, if it wrote one, reaches mpirun */
         _exit(128 + sig);
     }
     int first_alive, gone = first_gone(&first_alive);
     if (!claim_the_report(first_alive)) _exit(128 + sig);
     for (int i = 0; gone < 0 && i < REPORT_WAIT_TICKS; i++) {
-        nanosleep(&tick, NULL);
+        sleep_ms(REPORT_TICK_MS);
         gone = first_gone(&first_alive);
     }
     if (gone >= 0) {
         say_rank_ended(gone);
-        nanosleep(&pause, NULL); /* without a claim, the others also see this rank alive */
+        sleep_ms(REPORT_PAUSE_MS); /* without a claim, the others also see this rank alive */
     }
     _exit(128 + sig);
 }
@@ -166,11 +171,6 @@ enum { WATCH_TICK_MS = 50, WATCH_GRACE_MS = 100 };
 static atomic_int watching;
 static pthread_t watcher;
 static int watcher_started;
-
-static void sleep_ms(long ms) {
-    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
-}
 
 static void *watch_peers_for_an_end(void *unused) {
     (void)unused;
@@ -303,11 +303,11 @@ static int says_why(int rank, int rc) {
  * load). So it waits: for mpirun's SIGTERM, sent once rank 0 has exited (rank 0's SIGUSR1 has
  * told this one to keep quiet then), for rank 0's process to be gone where it shares this node,
  * or at most QUIET_RANK_WAIT_S where neither can come (a launcher that lets the others run). */
-enum { QUIET_RANK_WAIT_S = 30 };
+enum { QUIET_RANK_WAIT_S = 30, QUIET_TICK_MS = 20 };
 
 static void wait_for_rank_0_to_say_why(void) {
-    struct timespec tick = {0, 20000000};
-    for (int i = 0; i < QUIET_RANK_WAIT_S * 50 && !peer_gone(0); i++) nanosleep(&tick, NULL);
+    for (int i = 0; i < QUIET_RANK_WAIT_S * 1000 / QUIET_TICK_MS && !peer_gone(0); i++)
+        sleep_ms(QUIET_TICK_MS);
 }
 
 static int mpi_rank_main(void *self, const RankEnv *env, RankMain fn, void *arg, Err *err) {
