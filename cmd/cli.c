@@ -76,7 +76,7 @@ static int set_optim(void *args, const char *flag, const char *v, Err *err) {
 
 static int set_ac_policy(void *args, const char *flag, const char *v, Err *err) {
     int p = ac_policy_from_name(v);
-    if (p < 0) return not_one_of(flag, "block or ops", v, err);
+    if (p < 0) return not_one_of(flag, "block, ops or torchtitan", v, err);
     ((TrainArgs *)args)->fsdp.ac_policy = (AcPolicy)p;
     return 0;
 }
@@ -420,11 +420,12 @@ static const Flag train_rows[] = {
              "forward and recompute the block before its backward"},
     {"--ac-every", FLAG_INT, ARG(fsdp.ac_every), 1, 1000000, .arg = "K",
      .help = "... only every K-th block (implies the above)"},
-    {"--ac-policy", FLAG_SET, .set = set_ac_policy, .arg = "block|ops",
+    {"--ac-policy", FLAG_SET, .set = set_ac_policy, .arg = "P",
      .help = "what a checkpointed block keeps: its input (block,\n"
              "the default) or also every other GEMM's output and\n"
              "attention's (ops: torchtitan's selective op\n"
-             "checkpointing)",
+             "checkpointing; torchtitan: all it keeps, a Llama\n"
+             "block's last GEMM output too, which nothing reads)",
      .get = get_ac_policy},
     {.kind = FLAG_SECTION, .help = "optimizer"},
     {"--optim", FLAG_SET, .set = set_optim, .arg = "adam|adamw", .help = "(default adam)",

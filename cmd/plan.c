@@ -85,7 +85,8 @@ static int set_loss(void *args, const char *flag, const char *v, Err *err) {
 
 static int set_ac_policy(void *args, const char *flag, const char *v, Err *err) {
     int p = ac_policy_from_name(v);
-    if (p < 0) return err_set(err, ERR_USAGE, "%s must be block or ops (got '%s')", flag, v);
+    if (p < 0)
+        return err_set(err, ERR_USAGE, "%s must be block, ops or torchtitan (got '%s')", flag, v);
     ((PlanArgs *)args)->train.fsdp.ac_policy = (AcPolicy)p;
     return 0;
 }
@@ -178,7 +179,7 @@ static const Flag plan_rows[] = {
      .kind = FLAG_SWITCH,
      .field = ARG(activation_checkpointing)},
     {"--ac-every", FLAG_COUNT, ARG(train.fsdp.ac_every), 1, 1 << 20, .arg = "K"},
-    {"--ac-policy", FLAG_SET, .set = set_ac_policy, .arg = "block|ops"},
+    {"--ac-policy", FLAG_SET, .set = set_ac_policy, .arg = "block|ops|torchtitan"},
     {.kind = FLAG_SECTION, .help = "output"},
     {"--compare", FLAG_SWITCH, ARG(compare),
      .help = "one table across ddp, zero1, zero2, zero3 and hsdp"},
@@ -605,6 +606,8 @@ static void print_header(FILE *f, const PlanArgs *a, const PlanSetup *s) {
             offload_name(c->offload));
     if (c->ac_every) fprintf(f, ", activation checkpointing every %d block(s)", c->ac_every);
     if (c->ac_every && c->ac_policy == AC_OPS) fprintf(f, " keeping GEMM outputs (ops)");
+    if (c->ac_every && c->ac_policy == AC_TORCHTITAN)
+        fprintf(f, " keeping every other GEMM output (torchtitan)");
     fputc('\n', f);
 }
 
@@ -741,12 +744,13 @@ typedef struct Lever {
     const char *words;
     int together;  /* the planned ones at once: shown only when none fits alone */
     int new_model; /* args describe another model (--loss): planned on one made for them */
+    int lesser;    /* a milder form of a later lever, left out of "all at once" */
     PlanArgs args;
     Strategy strategy;
     int replicas;
 } Lever;
 
-enum { MAX_LEVERS = 8 };
+enum { MAX_LEVERS = 12 }; /* levers_for makes at most ten, with "all of them at once" */
 
 /* The levers on what fills a fifth of the peak or more (big[fill]), each a change to the job
  * as given: activation checkpointing, a smaller batch, a shorter sequence for activations;
@@ -762,7 +766,12 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
         LEVER("%s", c->ac_every ? "--ac-every 1" : "--activation-checkpointing");
         out[n++].args.train.fsdp.ac_every = 1;
     }
-    if (big[FILL_ACTIVATIONS] && c->ac_every && c->ac_policy == AC_OPS) {
+    if (big[FILL_ACTIVATIONS] && c->ac_every && c->ac_policy == AC_TORCHTITAN) {
+        LEVER("--ac-policy ops");
+        out[n].lesser = 1;
+        out[n++].args.train.fsdp.ac_policy = AC_OPS;
+    }
+    if (big[FILL_ACTIVATIONS] && c->ac_every && c->ac_policy != AC_BLOCK) {
         LEVER("--ac-policy block");
         out[n++].args.train.fsdp.ac_policy = AC_BLOCK;
     }
@@ -806,10 +815,12 @@ static int levers_for(const int *big, const PlanArgs *a, Strategy st, int replic
         /* joined apart from out[n], which gcc cannot tell from the out[i] it reads */
         char joined[sizeof out[n].flags] = "";
         for (int i = 0, at = 0; i < planned && at < (int)sizeof joined; i++)
-            at += snprintf(joined + at, sizeof joined - (size_t)at, "%s%s", i ? " " : "",
-                           out[i].flags);
+            if (!out[i].lesser)
+                at += snprintf(joined + at, sizeof joined - (size_t)at, "%s%s", at ? " " : "",
+                               out[i].flags);
         memcpy(out[n].flags, joined, sizeof joined);
         for (int i = 0; i < planned; i++) {
+            if (out[i].lesser) continue;
             const FsdpConfig *l = &out[i].args.train.fsdp;
             FsdpConfig *all = &out[n].args.train.fsdp;
             if (l->ac_every != c->ac_every) all->ac_every = l->ac_every;

@@ -51,10 +51,11 @@ int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module
 }
 
 int ac_policy_check(const FsdpConfig *c, Err *err) {
-    if (c->ac_policy != AC_OPS || c->ac_every) return 0;
+    if (c->ac_policy == AC_BLOCK || c->ac_every) return 0;
     return err_set(err, ERR_USAGE,
-                   "--ac-policy ops says what a checkpointed block keeps: it needs "
-                   "--activation-checkpointing or --ac-every");
+                   "--ac-policy %s says what a checkpointed block keeps: it needs "
+                   "--activation-checkpointing or --ac-every",
+                   ac_policy_name(c->ac_policy));
 }
 
 int fsdp_uses_loss_scaling(const FsdpConfig *c) {

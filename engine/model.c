@@ -8,13 +8,15 @@
 
 #include "engine/rng.h"
 
+static const char *const ac_policy_names[] = {"block", "ops", "torchtitan"};
+
 const char *ac_policy_name(AcPolicy p) {
-    return p == AC_OPS ? "ops" : "block";
+    return ac_policy_names[p];
 }
 
 int ac_policy_from_name(const char *name) {
-    if (!strcmp(name, "block")) return AC_BLOCK;
-    if (!strcmp(name, "ops")) return AC_OPS;
+    for (int p = 0; p < (int)(sizeof ac_policy_names / sizeof *ac_policy_names); p++)
+        if (!strcmp(name, ac_policy_names[p])) return p;
     return -1;
 }
 

@@ -69,12 +69,15 @@ typedef enum {
 } BoundaryKind;
 
 /* What a checkpointed block keeps (--ac-policy): AC_BLOCK its input alone, recomputing all of
- * it (torchtitan's full checkpointing); AC_OPS also every other GEMM's output and attention's,
- * recomputing its norms, activations, residual adds and the other GEMMs (torchtitan's selective
- * op checkpointing). */
-typedef enum { AC_BLOCK = 0, AC_OPS } AcPolicy;
+ * it (torchtitan's full checkpointing); AC_OPS also every other GEMM's output that a backward
+ * reads, and attention's, recomputing its norms, activations, residual adds and the other GEMMs
+ * (torchtitan's selective op checkpointing); AC_TORCHTITAN that rule as torchtitan applies it,
+ * every other GEMM's output whether a backward reads it or not: in a block of an odd number of
+ * GEMMs (Llama's seven) the last's too, bytes fsdp holds and never reads, to plan what a
+ * torchtitan job holds. */
+typedef enum { AC_BLOCK = 0, AC_OPS, AC_TORCHTITAN } AcPolicy;
 
-/* "block", "ops"; and back (-1: neither). */
+/* "block", "ops", "torchtitan"; and back (-1: none of them). */
 const char *ac_policy_name(AcPolicy p);
 int ac_policy_from_name(const char *name);
 

@@ -309,7 +309,8 @@ const BlockKind gpt_block = {.work = gpt_work,
                              .backward = gpt_backward,
                              .release_recomputed = gpt_release_recomputed,
                              .recompute_ops = gpt_recompute_ops,
-                             .grouped_kv = 0};
+                             .grouped_kv = 0,
+                             .gemms = 4};
 
 void tblock_work(const TBlock *t, Work *w, WorkKind kind) {
     t->kind->work(t, w, kind);
@@ -329,21 +330,35 @@ void tblock_release(const TBlock *t, BlockActs *a) {
     void **all[] = {&a->ln1,  &a->ln1_mean, &a->ln1_rstd, &a->qkv,      &a->q,
                     &a->k,    &a->v,        &a->probs,    &a->lse,      &a->attn,
                     &a->mid,  &a->ln2,      &a->ln2_mean, &a->ln2_rstd, &a->fc1,
-                    &a->gelu, &a->gate,     &a->up,       &a->swiglu};
+                    &a->gelu, &a->gate,     &a->up,       &a->swiglu,   &a->last_gemm};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) act_release(t->dev, all[i]);
 }
 
 /* ---------------------------------------------------------------- activation checkpointing */
 
+/* torchtitan's policy saves the odd-numbered matmuls' outputs; of a block of an odd number, the
+ * last's too, though its only reader is the residual add, whose backward reads neither input.
+ * fsdp adds it into the block's output in place, so nothing of it is left to keep: the policy
+ * takes the bytes torchtitan holds, to plan the same job, and leaves them unwritten. */
+static int hold_last_gemm(const TBlock *t, BlockActs *a, Err *err) {
+    size_t n = t->B * t->T * t->H;
+    if (t->kind->gemms % 2 == 0 || !n) return 0;
+    a->last_gemm = act_take(t->dev, t->dtype, n);
+    return act_check_taken(&a->last_gemm, 1, n, err);
+}
+
 /* The kept input moves to its own category so the memory panel shows what checkpointing
  * keeps apart from what it frees. */
 int tblock_checkpoint(const TBlock *t, BlockActs *a, AcPolicy policy, void **input, Err *err) {
-    if (policy == AC_OPS)
-        t->kind->release_recomputed(t, a);
-    else
+    int rc = 0;
+    if (policy == AC_BLOCK) {
         tblock_release(t, a);
+    } else {
+        t->kind->release_recomputed(t, a);
+        if (policy == AC_TORCHTITAN) rc = hold_last_gemm(t, a, err);
+    }
     size_t n = t->B * t->T * t->H;
-    if (!*input || !n) return 0;
+    if (rc || !*input || !n) return rc;
     void *kept = t->dev->ops->alloc(t->dev, n * dtype_size(t->dtype), MEM_AC_INPUT, -1);
     if (!kept) return err_set(err, ERR_NOMEM, "out of memory for a checkpointed input");
     t->k->copy_bytes(kept, *input, n * dtype_size(t->dtype));
@@ -355,7 +370,7 @@ int tblock_checkpoint(const TBlock *t, BlockActs *a, AcPolicy policy, void **inp
 int tblock_recompute(const TBlock *t, BlockActs *a, AcPolicy policy, void *const *p, const void *x,
                      void **out, Work *w, Err *err) {
     int rc;
-    if (policy == AC_OPS) {
+    if (policy != AC_BLOCK) {
         rc = t->kind->recompute_ops(t, a, p, x, w, err);
     } else {
         rc = tblock_forward(t, a, p, x, out, w, err);

@@ -69,6 +69,8 @@ typedef struct BlockActs {
     void *fc1;  /* fc1's GEMM output without its bias [B*T, F] (GELU's input: fc1 + bias) */
     void *gelu; /* GELU output [B*T, F] */
     void *gate, *up, *swiglu; /* Llama: the MLP's gate and up projections, silu(gate) * up */
+    void *last_gemm; /* AC_TORCHTITAN, an odd number of GEMMs: the room for the last one's
+                        output [B*T, H], which torchtitan saves; never written, nothing reads it */
 } BlockActs;
 
 /* ---- activations: how both models take and release their buffers (charged to the device as
@@ -127,6 +129,7 @@ struct BlockKind {
     int (*recompute_ops)(const TBlock *t, BlockActs *a, void *const *p, const void *x, Work *w,
                          Err *err);
     int grouped_kv; /* 1: attention has kv_heads K,V heads (grouped-query); 0: one per head */
+    int gemms;      /* GEMMs in a forward, as torchtitan's policy counts its matmuls */
 };
 
 /* GPT's (and the ViT's) pre-LayerNorm block. */

@@ -150,13 +150,14 @@ Test(llama, checkpointing_by_operator_trains_to_the_same_bits) {
                 fsdp_config_defaults(&cfg);
                 cfg.lr = 3e-3f, cfg.batch_size = 4;
                 cfg.param_dtype = every == 2 ? DTYPE_BF16 : DTYPE_FP32;
-                FsdpConfig block = cfg, ops = cfg;
-                block.ac_every = ops.ac_every = every;
-                ops.ac_policy = AC_OPS;
-                VitRun none, whole, byop;
+                FsdpConfig block = cfg, ops = cfg, titan = cfg;
+                block.ac_every = ops.ac_every = titan.ac_every = every;
+                ops.ac_policy = AC_OPS, titan.ac_policy = AC_TORCHTITAN;
+                VitRun none, whole, byop, bytitan;
                 model_train(&none, &m, &text, cfg, 2, STEPS, 1);
                 model_train(&whole, &m, &text, block, 2, STEPS, 1);
                 model_train(&byop, &m, &text, ops, 2, STEPS, 1);
+                model_train(&bytitan, &m, &text, titan, 2, STEPS, 1);
                 const char *what = fmt_text("%s %s, every %d", llama ? "llama" : "gpt",
                                             flash ? "flash" : "eager", every);
                 cr_expect(memcmp(byop.params, none.params, m.total_numel * sizeof(float)) == 0,
@@ -168,7 +169,17 @@ Test(llama, checkpointing_by_operator_trains_to_the_same_bits) {
                                               forward_high_water(&none.trace)};
                 cr_expect(held[0] < held[1] && held[1] < held[2], "%s: %llu, %llu, %llu", what,
                           held[0], held[1], held[2]);
+                /* torchtitan's rule: the same bits, and Llama's 7th GEMM's room held beside */
+                cr_expect(memcmp(bytitan.params, byop.params, m.total_numel * sizeof(float)) == 0,
+                          "%s: torchtitan's rule trains other parameters than ops'", what);
+                unsigned long long titan_held = forward_high_water(&bytitan.trace);
+                if (llama)
+                    cr_expect(titan_held > held[1], "%s: torchtitan's rule holds %llu, ops' %llu",
+                              what, titan_held, held[1]);
+                else
+                    cr_expect_eq(titan_held, held[1], "%s: GPT's four GEMMs keep the same", what);
                 vit_run_free(&none), vit_run_free(&whole), vit_run_free(&byop);
+                vit_run_free(&bytitan);
                 model_desc_free(&m);
             }
 }

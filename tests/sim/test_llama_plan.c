@@ -75,6 +75,7 @@ Test(llama_plan, the_llama_plan_equals_a_real_run_eager_and_flash) {
     expect_plan_equals_run_ac(&c, AC_OPS, "llama flash, checkpointed by operator");
     c.attention = ATTENTION_EAGER;
     expect_plan_equals_run_ac(&c, AC_OPS, "llama eager, checkpointed by operator");
+    expect_plan_equals_run_ac(&c, AC_TORCHTITAN, "llama eager, by torchtitan's rule");
 }
 
 Test(llama_plan, the_gpt_plan_with_flash_equals_a_real_run) {
@@ -121,7 +122,7 @@ static double peak_kept(const TransformerConfig *c, int batch, DType dtype, AcPo
     create(&m, c);
     FsdpConfig cfg = vit_config(STRAT_ZERO3, batch);
     cfg.param_dtype = dtype;
-    if (ac == AC_OPS) cfg.ac_every = 1, cfg.ac_policy = AC_OPS;
+    if (ac != AC_BLOCK) cfg.ac_every = 1, cfg.ac_policy = ac;
     PlannerResult r;
     plan_run(&m, cfg, 1, &r);
     const size_t *at = planner_top_memory(&r)->on_gpu.at_peak;
@@ -142,11 +143,11 @@ static double layer_activations(TransformerConfig c, int batch, DType dtype) {
     return peak_activations(&c, batch, dtype) - less;
 }
 
-/* The same with every block checkpointed by operator (its input and what AC_OPS keeps). */
-static double layer_kept_by_ops(TransformerConfig c, int batch, DType dtype) {
-    double less = peak_kept(&c, batch, dtype, AC_OPS);
+/* The same with every block checkpointed by operator (its input and what the policy keeps). */
+static double layer_kept_by(AcPolicy ac, TransformerConfig c, int batch, DType dtype) {
+    double less = peak_kept(&c, batch, dtype, ac);
     c.layers++;
-    return peak_kept(&c, batch, dtype, AC_OPS) - less;
+    return peak_kept(&c, batch, dtype, ac) - less;
 }
 
 /* docs/plan.md's formulas: s b tokens, h hidden, a heads, F the MLP's width, k the K,V
@@ -214,10 +215,28 @@ Test(llama_plan, a_layer_checkpointed_by_operator_keeps_the_formula) {
                 double scores = att == ATTENTION_FLASH ? 4.0 * c.heads : e * c.heads * c.seq;
                 double kept = shape == 2 ? 5 * h + c.mlp : 3 * h + k + c.mlp;
                 double want = sb * (e * kept + scores);
-                double got = layer_kept_by_ops(c, 8, dtypes[d]);
+                double got = layer_kept_by(AC_OPS, c, 8, dtypes[d]);
                 cr_expect_eq(got, want, "shape %d %s %s: %.0f bytes a layer, not %.0f", shape,
                              attention_name(c.attention), dtype_name(dtypes[d]), got, want);
             }
+}
+
+/* torchtitan's rule keeps the odd GEMMs' outputs: of Llama's seven the last's too, e h bytes a
+ * token more than AC_OPS keeps; of GPT's four the same two as AC_OPS. */
+Test(llama_plan, torchtitans_rule_keeps_llamas_last_gemm_too) {
+    const DType dtypes[] = {DTYPE_FP32, DTYPE_BF16};
+    for (int gpt = 0; gpt < 2; gpt++)
+        for (int d = 0; d < 2; d++) {
+            TransformerConfig c = llama_shape(160, 2);
+            c.attention = ATTENTION_FLASH;
+            if (gpt) c.arch = TRANSFORMER_GPT, c.kv_heads = 0, c.mlp = 256;
+            double e = (double)dtype_size(dtypes[d]);
+            double want = gpt ? 0 : (double)c.seq * 8 * c.hidden * e;
+            double got = layer_kept_by(AC_TORCHTITAN, c, 8, dtypes[d]) -
+                         layer_kept_by(AC_OPS, c, 8, dtypes[d]);
+            cr_expect_eq(got, want, "%s %s: %.0f bytes a layer beyond ops', not %.0f",
+                         gpt ? "gpt" : "llama", dtype_name(dtypes[d]), got, want);
+        }
 }
 
 /* The done-when figure: llama3-70b at sequence 8192 in bf16, flash: 8192 * (2 * (6 * 8192 + 2 *
@@ -340,10 +359,12 @@ Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
         {"plan --model vit-tiny --loss eager", "--loss applies to the transformers"},
         {"train --model llama --loss late", "--loss must be fused or eager (got 'late')"},
         {"train --model vit-tiny --loss eager", "--loss applies to the transformer and llama"},
-        {"plan --model llama3-8b --ac-policy some", "--ac-policy must be block or ops"},
+        {"plan --model llama3-8b --ac-policy some", "--ac-policy must be block, ops or torchtitan"},
         {"plan --model llama3-8b --ac-policy ops", "--ac-policy ops says what a checkpointed"},
-        {"train --model llama --ac-policy some", "--ac-policy must be block or ops"},
+        {"train --model llama --ac-policy some", "--ac-policy must be block, ops or torchtitan"},
         {"train --model llama --ac-policy ops", "--ac-policy ops says what a checkpointed"},
+        {"plan --model llama3-8b --ac-policy torchtitan",
+         "--ac-policy torchtitan says what a checkpointed"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
