@@ -88,7 +88,8 @@ static void knob_flags_of(const FsdpConfig *c, char *buf, size_t n) {
         PUT(" --reshard-after-forward %s", c->reshard_after_forward ? "true" : "false");
     if (c->ac_every) PUT(" --activation-checkpointing");
     if (c->ac_every > 1) PUT(" --ac-every %d", c->ac_every);
-    if (c->ac_every && c->ac_policy != AC_BLOCK) PUT(" --ac-policy %s", ac_policy_name(c->ac_policy));
+    if (c->ac_every && c->ac_policy != AC_BLOCK)
+        PUT(" --ac-policy %s", ac_policy_name(c->ac_policy));
     if (c->offload != OFFLOAD_NONE) PUT(" --offload %s", offload_name(c->offload));
     PUT(" --param-dtype %s", dtype_name(c->param_dtype));
     if (c->reduce_dtype != DTYPE_FP32) PUT(" --reduce-dtype %s", dtype_name(c->reduce_dtype));

@@ -60,8 +60,8 @@ int fsdp_reshard_after_forward(const FsdpConfig *c);
 /* 1 if activation checkpointing applies to module m: it is the K-th, 2K-th, ... block of the
  * model (counting blocks from 1, as torchtitan's ac_freq does). */
 int fsdp_module_checkpointed(const FsdpConfig *c, const ModelDesc *m, int module);
-/* AC_OPS and AC_TORCHTITAN say what a checkpointed block keeps: it needs checkpointing on (one line, ERR_USAGE;
- * else 0). */
+/* AC_OPS and AC_TORCHTITAN say what a checkpointed block keeps: they need checkpointing on
+ * (one line, ERR_USAGE; else 0). */
 int ac_policy_check(const FsdpConfig *c, Err *err);
 /* 1 if this config uses fp16 loss scaling. */
 int fsdp_uses_loss_scaling(const FsdpConfig *c);

@@ -215,10 +215,10 @@ static int lblock_backward(const TBlock *t, BlockActs *a, void *const *p, float 
 /* AC_OPS keeps, beside the input, the outputs of the block's 1st, 3rd and 5th GEMMs (q, v,
  * gate) and attention's (its output and statistics), as torchtitan's op policy saves every
  * other matmul's and SDPA's; the 7th's (down), which torchtitan saves too, no backward reads:
- * the forward adds it into the block's output in place (AC_TORCHTITAN holds its bytes). q is kept after
- * RoPE, which it rotates in place: the same bytes, one rotation less to redo. The rest, norms,
- * the k, o and up GEMMs, RoPE on k, the residual add and SwiGLU, is recomputed before backward,
- * by the forward's kernels on the forward's inputs: the same bits. */
+ * the forward adds it into the block's output in place (AC_TORCHTITAN holds its bytes). q is
+ * kept after RoPE, which it rotates in place: the same bytes, one rotation less to redo. The
+ * rest, norms, the k, o and up GEMMs, RoPE on k, the residual add and SwiGLU, is recomputed
+ * before backward, by the forward's kernels on the forward's inputs: the same bits. */
 static void release_recomputed(const TBlock *t, BlockActs *a) {
     void **all[] = {&a->ln1, &a->ln1_rstd, &a->k,  &a->mid,
                     &a->ln2, &a->ln2_rstd, &a->up, &a->swiglu};
