@@ -69,8 +69,9 @@ typedef struct BlockActs {
     void *fc1;  /* fc1's GEMM output without its bias [B*T, F] (GELU's input: fc1 + bias) */
     void *gelu; /* GELU output [B*T, F] */
     void *gate, *up, *swiglu; /* Llama: the MLP's gate and up projections, silu(gate) * up */
-    void *last_gemm; /* AC_TORCHTITAN, an odd number of GEMMs: the room for the last one's
-                        output [B*T, H], which torchtitan saves; never written, nothing reads it */
+    /* AC_TORCHTITAN, an odd number of GEMMs: the room for the last one's output [B*T, H],
+     * which torchtitan saves; never written, nothing reads it */
+    void *last_gemm;
 } BlockActs;
 
 /* ---- activations: how both models take and release their buffers (charged to the device as
