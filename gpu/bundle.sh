@@ -27,7 +27,8 @@ done
 mkdir -p "$out/data/text"
 find "$text" -maxdepth 1 -type f ! -name '*.dat' -exec cp {} "$out/data/text/" \;
 cp "$src/gpu/run.sh" "$src/gpu/fsdp-env.sh" "$src/bench/torch_fsdp2_gpu.py" \
-    "$src/bench/torch_llama_gpu.py" "$src/tests/hf_vs_transformers.py" "$out/"
+    "$src/bench/torch_llama_gpu.py" "$src/bench/gemm_rate_gpu.py" "$src/tests/hf_vs_transformers.py" \
+    "$out/"
 
 # Every shared library the programs need, as ldd resolves it here, but for the C runtime (glibc,
 # libstdc++, libgcc_s: any Linux has them) and CUDA's and NCCL's (the GPU machine's own, matching its

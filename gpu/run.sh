@@ -2,7 +2,8 @@
 # run.sh STAGE DIR: the GPU checks from a copied bundle (make gpu-bundle), logs under DIR. Stage 1: CUDA
 # kernel and one-GPU training tests; 2: the NCCL suite; 3: compute-sanitizer and the FSDP2 benchmark;
 # 4: GPU traces, their replay, each phase's measured time beside the simulator's modelled one, and
-# the cost model's efficiencies fitted to the traces (fsdp plan --calibrate).
+# the cost model's efficiencies fitted to the traces (fsdp plan --calibrate), and the bf16 rates
+# of a training step's products (gemm_rate_gpu.py).
 set -u
 usage() {
     cat <<'USAGE'
@@ -15,7 +16,8 @@ usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per st
   4  --trace-out of vit-tiny (batch 512) and vit-workshop (batch 128) on the GPU and in the
      simulator (the GPU's profile: h200-nvlink on an H200, else h100-nvlink), the GPU trace
      replayed (fsdp viz --trace), each phase's measured seconds beside the modelled ones (fsdp
-     viz --times --against), then the profile fitted to both GPU traces (fsdp plan --calibrate)
+     viz --times --against), then the profile fitted to both GPU traces (fsdp plan --calibrate),
+     then bf16 GEMM and flash attention rates on a Llama 3 8B block's shapes (gemm_rate_gpu.py)
   5  the language models: a llama-125m bf16 step at seq 1,024 against the simulator's loss; the
      --save-hf folders loaded by transformers (hf_vs_transformers.py, its names and shapes kept in
      DIR/hf_shapes.json); Hugging Face's LlamaForCausalLM under FSDP2 beside ours
@@ -145,7 +147,11 @@ case $stage in
             step "times_$1" 60 ./fsdp viz --trace "$dir/gpu-$1.json" --times --against "$dir/sim-$1.json"
         done
         step calibrate 60 ./fsdp plan --calibrate "$dir/gpu-vit-tiny.json" \
-            --calibrate "$dir/gpu-vit-workshop.json" --profile "$profile" ;;
+            --calibrate "$dir/gpu-vit-workshop.json" --profile "$profile"
+        # what the GPU sustains in bf16 on a Llama 3 8B block's products and attention: the
+        # Hopper profiles' gemm_eff and attn_eff, which no fp32 trace above can set
+        step gemm_rates 120 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
+            python3 gemm_rate_gpu.py --seconds 15 --out "$dir/gemm_rates.json" ;;
     5)
         lm=(--model llama-125m --ranks 1 --batch-size 2 --param-dtype bf16 --steps 2 --print-every 1)
         step lm_gpu 120 ./fsdp train --backend cuda "${lm[@]}"

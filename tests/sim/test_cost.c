@@ -1,10 +1,18 @@
 /* The clock's formulas against what they stand for: a GEMM's time from its shape (tiles in waves
  * over the SMs), a piece of work as its parts' times added, and a collective as NCCL runs it,
- * held to nccl-tests' bus-bandwidth formula at 1, 2 and 16 nodes. */
+ * held to nccl-tests' bus-bandwidth formula at 1, 2 and 16 nodes; and the GPU probe that
+ * measures a step's products against the products the plan charges. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
 
+#include "models/lblock.h"
+#include "models/tblock.h"
 #include "sim/cost.h"
+#include "tests/util.h"
 
 static const Profile *h100(void) {
     const Profile *h = profile_find("h100-nvlink");
@@ -138,4 +146,58 @@ Test(cost, the_usable_bytes_leave_room_for_what_is_beside_the_tensors) {
         cr_expect_float_eq(rows[OVERHEAD_FRAGMENTATION], p->fragmentation * usable, 1e-3);
     }
     cr_expect_float_eq(p->workspace_bytes, 2 * 32 * 1048576.0, 0, "cuBLAS's Hopper workspaces");
+}
+
+/* bench/gemm_rate_gpu.py measures, on a GPU, what a step's products sustain: they must be the
+ * products the plan charges. Its 21 shapes are a Llama 3 8B block's GEMMs at batch 2 x 8,192
+ * tokens, forward and backward, as tblock_work lists them (in any order), and its attention
+ * FLOPs are the block's. */
+static int gemm_order(const void *a, const void *b) {
+    const WorkGemm *x = a, *y = b;
+    double d = x->m != y->m ? x->m - y->m : x->n != y->n ? x->n - y->n : x->k - y->k;
+    return (d > 0) - (d < 0);
+}
+
+Test(cost, the_gpu_gemm_probe_times_the_products_the_plan_charges) {
+    int status;
+    char *out = shell_output("python3 bench/gemm_rate_gpu.py --list --json 2>&1", &status);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 127) cr_skip_test("no python3 here");
+    cr_assert_eq(status, 0, "bench/gemm_rate_gpu.py --list: %s", out);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    TBlock t = {.B = 2,
+                .T = 8192,
+                .H = 4096,
+                .F = 14336,
+                .heads = 32,
+                .kv_heads = 8,
+                .causal = 1,
+                .flash = 1,
+                .kind = &llama_block,
+                .dtype = DTYPE_BF16};
+    Work fwd, bwd;
+    tblock_work(&t, &fwd, WORK_FORWARD);
+    tblock_work(&t, &bwd, WORK_BACKWARD);
+    WorkGemm planned[3 * 7], probed[3 * 7];
+    cr_assert_eq(fwd.ngemms + bwd.ngemms, 21);
+    memcpy(planned, fwd.gemm, 7 * sizeof *planned);
+    memcpy(planned + 7, bwd.gemm, 14 * sizeof *planned);
+    const cJSON *products = cJSON_GetObjectItem(root, "products");
+    cr_assert_eq(cJSON_GetArraySize(products), 21);
+    int i = 0;
+    for (const cJSON *p = products->child; p; p = p->next, i++)
+        probed[i] = (WorkGemm){cJSON_GetObjectItem(p, "m")->valuedouble,
+                               cJSON_GetObjectItem(p, "n")->valuedouble,
+                               cJSON_GetObjectItem(p, "k")->valuedouble};
+    qsort(planned, 21, sizeof *planned, gemm_order);
+    qsort(probed, 21, sizeof *probed, gemm_order);
+    for (i = 0; i < 21; i++)
+        cr_expect(!gemm_order(&planned[i], &probed[i]),
+                  "product %d: planned %g x %g x %g, probed %g x %g x %g", i, planned[i].m,
+                  planned[i].n, planned[i].k, probed[i].m, probed[i].n, probed[i].k);
+    const cJSON *attn = cJSON_GetObjectItem(root, "attention");
+    cr_expect_eq(cJSON_GetObjectItem(attn, "forward")->valuedouble, fwd.attention_flops);
+    cr_expect_eq(cJSON_GetObjectItem(attn, "backward")->valuedouble, bwd.attention_flops);
+    cJSON_Delete(root);
+    free(out);
 }
