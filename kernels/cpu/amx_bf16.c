@@ -227,7 +227,7 @@ __attribute__((target("amx-tile"))) static void gemm_rows(const void *ctx, size_
 }
 
 /* Smallest product worth a pool task, as linear's (vit_cpu.c's LINEAR_MIN_MACS). */
-#define AMX_MIN_MACS ((size_t)1 << 19)
+#define TASK_MIN_MACS ((size_t)1 << 19)
 
 void amx_bf16_gemm(float *c, size_t ldc, const AmxMatrix *a, const AmxMatrix *b, size_t M, size_t N,
                    size_t K, int accumulate) {
@@ -241,6 +241,6 @@ void amx_bf16_gemm(float *c, size_t ldc, const AmxMatrix *a, const AmxMatrix *b,
     uint16_t *pb = scratch_get(npad * kpad * sizeof *pb);
     pack_b(pb, b, K, N);
     GemmArgs g = {c, ldc, M, N, K, *a, pb, accumulate};
-    cpu_parallel_range(M, BLOCK, M * N * K, AMX_MIN_MACS, gemm_rows, &g);
+    cpu_parallel_range(M, BLOCK, M * N * K, TASK_MIN_MACS, gemm_rows, &g);
     scratch_put(pb);
 }

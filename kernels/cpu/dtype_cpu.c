@@ -114,9 +114,9 @@ float cpu_mse_loss(DType t, const void *y, const float *target, void *dy, size_t
 /* ---------------------------------------------------------------- linear, norms, GELU */
 
 /* A bf16 product of M x N x K goes to the AMX tiles where the CPU has them and it is large
- * enough to repay packing its operands into tiles (below, widening and sgemm are faster: 0.15x
- * to 0.6x at a few thousand multiply-adds on a Sapphire Rapids core, 1.5x to 2.5x from vit-tiny's
- * 1088 x 128 x 128 up; bench/RESULTS.md). */
+ * enough to repay packing its operands into tiles: on a Sapphire Rapids core the tiles ran
+ * at 0.1x to 0.9x the speed of widening and sgemm below about 2^16 multiply-adds, and 4.9x
+ * faster at vit-tiny's 1088 x 128 x 128, 3.0x at 2048^3 (bench/RESULTS.md). */
 #define AMX_MIN_MACS ((size_t)1 << 18)
 
 static int on_amx(DType t, size_t M, size_t N, size_t K) {
