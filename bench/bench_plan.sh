@@ -11,14 +11,16 @@ shift
 bin=${FSDP_BIN:-./fsdp}
 "$bin" plan "$@" >/dev/null 2>&1 # the warm-up: the binary and its libraries in the page cache
 walls=() cpus=()
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
 TIMEFORMAT='%R %U %S'
 for ((i = 0; i < runs; i++)); do
-    read -r wall user sys < <({ time "$bin" plan "$@" >/dev/null 2>&1; } 2>&1)
+    { time "$bin" plan "$@" >/dev/null 2>&1; } 2>"$times"
+    status=$? # the command's: `time` passes it on
+    read -r wall user sys <"$times"
     walls+=("$wall")
     cpus+=("$(echo "$user + $sys" | bc -l)")
 done
-"$bin" plan "$@" >/dev/null 2>&1
-status=$?
 median() { printf '%s\n' "$@" | sort -g | awk '{t[NR] = $1} END {
     printf "%.3f", NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2 }'; }
 printf 'fsdp plan %s: median %s s wall, %s s cpu, of %d runs (exit %d)\n' "$*" \

@@ -71,9 +71,10 @@ static const char *reshard_label(const FsdpConfig *c) {
 static void ac_label(const FsdpConfig *c, char *buf, size_t n) {
     if (!c->ac_every)
         snprintf(buf, n, "off");
+    else if (c->ac_policy == AC_BLOCK)
+        snprintf(buf, n, "every %d", c->ac_every);
     else
-        snprintf(buf, n, "every %d%s%s", c->ac_every, c->ac_policy == AC_BLOCK ? "" : ", ",
-                 c->ac_policy == AC_BLOCK ? "" : ac_policy_name(c->ac_policy));
+        snprintf(buf, n, "every %d, %s", c->ac_every, ac_policy_name(c->ac_policy));
 }
 
 /* The knobs of a row as train's flags (plan takes the same ones). */

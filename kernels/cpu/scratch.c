@@ -44,7 +44,8 @@ static void no_memory(size_t bytes) {
 static Cache *this_thread(void) {
     pthread_once(&cache_once, cache_key_create);
     Cache *c = pthread_getspecific(cache_key);
-    if (!c && (!(c = calloc(1, sizeof *c)) || pthread_setspecific(cache_key, c))) no_memory(0);
+    if (!c && (!(c = calloc(1, sizeof *c)) || pthread_setspecific(cache_key, c)))
+        no_memory(sizeof *c);
     return c;
 }
 
