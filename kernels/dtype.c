@@ -2,6 +2,8 @@
  * PyTorch and CUDA do. Pure functions. */
 #include "kernels/dtype.h"
 
+#include "base/vector_clones.h"
+
 #include <string.h>
 
 static const struct {
@@ -52,14 +54,18 @@ float fp32_from_bits(uint32_t u) {
     return x;
 }
 
+/* Without a branch, so the bulk loops below vectorize it. Adding 0x7fff plus the kept LSB rounds
+ * half to even; a carry bumps the exponent, which is right, and the largest finite floats round
+ * up to inf exactly as RNE requires. Rounding could carry a NaN's payload into inf (or wipe it),
+ * so a NaN sets the quiet bit instead. */
+static uint16_t bf16_round_bits(uint32_t u) {
+    uint16_t rounded = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    uint16_t quiet_nan = (uint16_t)((u >> 16) | 0x0040u);
+    return (u & FP32_ABS_MASK) > FP32_INF ? quiet_nan : rounded;
+}
+
 uint16_t fp32_to_bf16(float x) {
-    uint32_t u = fp32_bits(x);
-    /* Rounding could carry a NaN's payload into inf (or wipe it), so set the quiet bit instead. */
-    if ((u & FP32_ABS_MASK) > FP32_INF) return (uint16_t)((u >> 16) | 0x0040u);
-    /* Adding 0x7fff plus the kept LSB rounds half to even; a carry bumps the exponent, which is
-     * right, and the largest finite floats round up to inf exactly as RNE requires. */
-    uint32_t lsb = (u >> 16) & 1u;
-    return (uint16_t)((u + 0x7fffu + lsb) >> 16);
+    return bf16_round_bits(fp32_bits(x));
 }
 
 float bf16_to_fp32(uint16_t h) {
@@ -148,13 +154,22 @@ void dtype_store(void *dst, DType t, size_t i, float x) {
 }
 
 /* The loops with the switch outside them, so each is a straight pass the compiler can inline
- * the conversion into. */
+ * the conversion into. The bf16 ones go in blocks of a fixed count, a trip count GCC's -O2
+ * vectorizes (its cheapest cost model takes no loop whose count may leave a remainder), with the
+ * remainder one at a time: as plain loops the two were 28% of a bf16 vit-tiny step on an AVX2
+ * CPU. */
+enum { BLOCK = 16 };
+VECTOR_CLONES
 void dtype_widen(float *dst, const void *src, DType t, size_t n) {
     const uint16_t *h = src;
     switch (t) {
-    case DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(h[i]);
+    case DTYPE_BF16: {
+        size_t i = 0;
+        for (; i + BLOCK <= n; i += BLOCK)
+            for (size_t j = 0; j < BLOCK; j++) dst[i + j] = bf16_to_fp32(h[i + j]);
+        for (; i < n; i++) dst[i] = bf16_to_fp32(h[i]);
         break;
+    }
     case DTYPE_FP16:
         for (size_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(h[i]);
         break;
@@ -164,12 +179,17 @@ void dtype_widen(float *dst, const void *src, DType t, size_t n) {
     }
 }
 
+VECTOR_CLONES
 void dtype_narrow(void *dst, DType t, const float *src, size_t n) {
     uint16_t *h = dst;
     switch (t) {
-    case DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) h[i] = fp32_to_bf16(src[i]);
+    case DTYPE_BF16: {
+        size_t i = 0;
+        for (; i + BLOCK <= n; i += BLOCK)
+            for (size_t j = 0; j < BLOCK; j++) h[i + j] = fp32_to_bf16(src[i + j]);
+        for (; i < n; i++) h[i] = fp32_to_bf16(src[i]);
         break;
+    }
     case DTYPE_FP16:
         for (size_t i = 0; i < n; i++) h[i] = fp32_to_fp16(src[i]);
         break;

@@ -187,6 +187,32 @@ Test(dtype, random_values_round_to_nearest) {
     }
 }
 
+/* dtype_widen and dtype_narrow go in vectorized blocks with a one-at-a-time remainder: each
+ * element, at every position of a block and of the remainder, gets the scalar conversion's
+ * bits, NaNs (every payload a quiet one), infinities, the largest floats and ties among them. */
+Test(dtype, bulk_conversions_give_the_scalar_bits) {
+    enum { MAX = 67 };
+    const uint32_t special[] = {0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00000u, 0x7fbfffffu,
+                                0x7f7fffffu, 0x7f7f8000u, 0x7f7e8000u, 0x00000001u, 0x80008000u,
+                                0x3f808000u, 0x3f818000u, 0x00000000u, 0x80000000u};
+    const size_t nspecial = sizeof special / sizeof special[0];
+    uint32_t seed = 0x2545f491u;
+    float f[MAX] = {0}, back[MAX] = {0};
+    uint16_t h[MAX] = {0};
+    for (size_t n = 0; n <= MAX; n++) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t r = xorshift32(&seed);
+            f[i] = fp32_from_bits((r & 3) ? special[(r >> 2) % nspecial] : xorshift32(&seed));
+        }
+        dtype_narrow(h, DTYPE_BF16, f, n);
+        dtype_widen(back, h, DTYPE_BF16, n);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_eq(h[i], fp32_to_bf16(f[i]), "n %zu, [%zu] 0x%08x", n, i, fp32_bits(f[i]));
+            cr_assert_eq(fp32_bits(back[i]), fp32_bits(bf16_to_fp32(h[i])), "n %zu, [%zu]", n, i);
+        }
+    }
+}
+
 Test(dtype, round_is_round_trip) {
     float xs[] = {0.1f, -3.14159f, 1e-6f, 70000.0f, 1e-8f, 0x1.fffffep-1f};
     for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
