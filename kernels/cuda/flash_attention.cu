@@ -371,8 +371,8 @@ int flash_empty(const AttnShape *s) {
 // the grids within int); an invalid-value error under `where` otherwise.
 int flash_shape_ok(const AttnShape *s, const char *where) {
     const size_t tiles = (s->T + TILE - 1) / TILE;
-    if (s->head_dim > FLASH_MAX_HEAD_DIM || s->heads % s->kv_heads != 0 || s->T > INT_MAX ||
-        s->B * s->heads > INT_MAX / tiles) {
+    if (s->head_dim > FLASH_MAX_HEAD_DIM || s->heads % s->kv_heads != 0 ||
+        s->T > (size_t)INT_MAX - TILE || s->B * s->heads > INT_MAX / tiles) {
         cuda_note(cudaErrorInvalidValue, where);
         return 0;
     }

@@ -171,6 +171,14 @@ int plan_build(LinearPlan *p, CudaContext *ctx, int op, size_t M, size_t K, size
     if (st == CUBLAS_STATUS_SUCCESS)
         st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                   &align_c, sizeof align_c);
+    // A split-K algorithm may add its slices in D's own type (INPLACE, OUTPUT_TYPE), which for a
+    // 16-bit D rounds the sum more than once; only fp32 slices (or no split) keep D's one rounding.
+    const uint32_t reductions = cd_type == CUDA_R_32F
+                                    ? (uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK
+                                    : (uint32_t)CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                  &reductions, sizeof reductions);
     if (cuda_note_cublas(st, where)) return 1;
 
     cublasLtMatmulHeuristicResult_t result;
@@ -285,7 +293,23 @@ extern "C" void cuda_linear_forward(DType t, void *out, const void *in, const vo
         return;
     }
     if (cuda_refused(t, "linear_forward")) return;
-    run_gemm(t, b ? OP_FORWARD_BIAS : OP_FORWARD, out, w, in, b, 0.0f, M, K, N, "linear_forward");
+    const void *bias = b;
+    // cuBLASLt's bias epilogue has no alignment preference, and a kernel picked for a 16-byte
+    // aligned vector faults on a bias a flat bf16 unit puts at any even address (PyTorch, too,
+    // keeps such a bias off the epilogue: pytorch/pytorch#194497). So a bias off 16 bytes is
+    // copied to the context's scratch (256-byte aligned) first: same stream, so after the last op
+    // that used the scratch and before the GEMM reads it; the sum is still rounded once.
+    const size_t bias_bytes = N * cuda_dtype_bytes(t);
+    if (b && (uintptr_t)b % 16 != 0 && bias_bytes <= CUDA_SCRATCH_BYTES) {
+        CudaContext *ctx = cuda_ctx();
+        if (cuda_note(
+                cudaMemcpyAsync(ctx->scratch, b, bias_bytes, cudaMemcpyDeviceToDevice, ctx->stream),
+                "linear_forward"))
+            return;
+        bias = ctx->scratch;
+    }
+    run_gemm(t, b ? OP_FORWARD_BIAS : OP_FORWARD, out, w, in, bias, 0.0f, M, K, N,
+             "linear_forward");
 }
 
 extern "C" void cuda_linear_backward(DType t, void *din, float *dw, float *db, const void *dout,

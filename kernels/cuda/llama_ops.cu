@@ -2,6 +2,7 @@
  * over grouped, strided operands (semantics in ../kernels.h; flash attention is
  * flash_attention.cu's). Simple kernels that mirror the CPU code: one thread block per row, or a
  * thread per element. */
+#include <limits.h>
 #include <math.h>
 
 #include <type_traits>
@@ -333,6 +334,18 @@ static int attn_empty(const AttnShape *s) {
     return s->B == 0 || s->T == 0 || s->heads == 0 || s->kv_heads == 0 || s->head_dim == 0;
 }
 
+// The shapes these kernels take, as attention.cu's attention_shape_ok has them: a row of
+// probabilities in shared memory (T <= KERNELS_MAX_TOKENS), whole groups of query heads per kv
+// head, and a grid of one block per row. Records an invalid-value error otherwise.
+static int gqa_shape_ok(const AttnShape *s, const char *where) {
+    if (s->T > KERNELS_MAX_TOKENS || s->heads % s->kv_heads != 0 ||
+        s->B * s->heads > (size_t)INT_MAX / KERNELS_MAX_TOKENS) {
+        cuda_note(cudaErrorInvalidValue, where);
+        return 0;
+    }
+    return 1;
+}
+
 template <class E>
 static void attention_forward(E *out, E *probs, const E *q, const E *k, const E *v,
                               const AttnShape *s, const char *where) {
@@ -388,7 +401,7 @@ static void attention_backward(E *dq, E *dk, E *dv, const E *dout, const E *q, c
 
 extern "C" void cuda_gqa_attention_forward(DType t, void *out, void *probs, const void *q,
                                            const void *k, const void *v, const AttnShape *s) {
-    if (attn_empty(s)) return;
+    if (attn_empty(s) || !gqa_shape_ok(s, "gqa_attention_forward")) return;
     cuda_dispatch(t, "gqa_attention_forward", [&](auto e) {
         using E = typename decltype(e)::type;
         attention_forward((E *)out, (E *)probs, (const E *)q, (const E *)k, (const E *)v, s,
@@ -399,7 +412,7 @@ extern "C" void cuda_gqa_attention_forward(DType t, void *out, void *probs, cons
 extern "C" void cuda_gqa_attention_backward(DType t, void *dq, void *dk, void *dv, const void *dout,
                                             const void *q, const void *k, const void *v,
                                             const void *probs, const AttnShape *s) {
-    if (attn_empty(s)) return;
+    if (attn_empty(s) || !gqa_shape_ok(s, "gqa_attention_backward")) return;
     cuda_dispatch(t, "gqa_attention_backward", [&](auto e) {
         using E = typename decltype(e)::type;
         attention_backward((E *)dq, (E *)dk, (E *)dv, (const E *)dout, (const E *)q, (const E *)k,

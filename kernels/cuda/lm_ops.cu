@@ -33,8 +33,10 @@ __global__ void token_embed_forward_kernel(E *__restrict__ x, const int32_t *__r
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t bt = i / C, c = i % C, t = bt % T;
         const int32_t id = tokens[bt];
-        const float pos = wpe ? load(wpe, t * C + c) : 0.0f; // no table: RoPE's models
-        store(x, i, (id < 0 || (size_t)id >= V) ? NAN : load(wte, (size_t)id * C + c) + pos);
+        const float tok = (id < 0 || (size_t)id >= V) ? NAN : load(wte, (size_t)id * C + c);
+        // no table (RoPE's models): the row as it is, as the CPU copies it (+ 0.0f would turn -0
+        // into +0)
+        store(x, i, wpe ? tok + load(wpe, t * C + c) : tok);
     }
 }
 

@@ -253,14 +253,16 @@ Test(cuda_dtypes, bias_gelu_and_bias_grad) {
 
 /* ---- linear (cuBLASLt): A and B in t, out and din in t, dw in fp32 ---- */
 
-enum { LIN_BIAS = 1, LIN_DIN = 2, LIN_DB = 4, LIN_ALL = 7 };
+/* LIN_BIAS_OFFSET: `offset` moves the bias alone, the other operands stay 256-byte aligned. */
+enum { LIN_BIAS = 1, LIN_DIN = 2, LIN_DB = 4, LIN_ALL = 7, LIN_BIAS_OFFSET = 8 };
 
 /* Forward and backward of one Linear; every device pointer starts `offset` elements into its
  * allocation (offset 1: 2-byte alignment, what a packed bf16 buffer can hand out). */
 static void check_linear(const Dt *dt, size_t M, size_t K, size_t N, int flags, unsigned seed,
                          size_t offset) {
     const DType t = dt->t;
-    const size_t e = dtype_size(t), o = offset * e;
+    const size_t e = dtype_size(t), ob = offset * e;
+    const size_t o = (flags & LIN_BIAS_OFFSET) ? 0 : ob;
     Pool p = {0};
     void *in = h_rand(&p, t, M * K, -1, 1, seed), *w = h_rand(&p, t, N * K, -1, 1, seed + 1);
     void *b = (flags & LIN_BIAS) ? h_rand(&p, t, N, -1, 1, seed + 2) : NULL;
@@ -273,12 +275,12 @@ static void check_linear(const Dt *dt, size_t M, size_t K, size_t N, int flags, 
                          in, w, M, K, N);
 
     char *a_in = d_poison(&p, o + M * K * e), *a_w = d_poison(&p, o + N * K * e);
-    char *a_b = d_poison(&p, o + N * e), *a_dout = d_poison(&p, o + M * N * e);
+    char *a_b = d_poison(&p, ob + N * e), *a_dout = d_poison(&p, o + M * N * e);
     char *a_out = d_poison(&p, o + M * N * e), *a_din = d_poison(&p, o + M * K * e);
-    float *a_dw = d_poison(&p, (offset + N * K) * 4), *a_db = d_poison(&p, (offset + N) * 4);
-    void *d_in = a_in + o, *d_w = a_w + o, *d_b = a_b + o, *d_dout = a_dout + o;
+    float *a_dw = d_poison(&p, (o / e + N * K) * 4), *a_db = d_poison(&p, (o / e + N) * 4);
+    void *d_in = a_in + o, *d_w = a_w + o, *d_b = a_b + ob, *d_dout = a_dout + o;
     void *d_out = a_out + o, *d_din = a_din + o;
-    float *d_dw = a_dw + offset, *d_db = a_db + offset;
+    float *d_dw = a_dw + o / e, *d_db = a_db + o / e;
     gpu_put(d_in, in, M * K * e); /* 0 bytes copy nothing */
     gpu_put(d_w, w, N * K * e);
     if (b) gpu_put(d_b, b, N * e);
@@ -313,7 +315,41 @@ Test(cuda_dtypes, linear) {
         for (size_t off = 1; off <= 3; off++) {
             check_linear(dt, 64 * 17, 128, 384, LIN_ALL, 400 + (unsigned)off, off);
             check_linear(dt, 33, 17, 65, LIN_ALL, 410 + (unsigned)off, off);
+            /* a flat bf16 unit puts a bias at any even address, its matrices aligned or not */
+            check_linear(dt, 64 * 17, 128, 384, LIN_ALL | LIN_BIAS_OFFSET, 420 + (unsigned)off,
+                         off);
         }
+    }
+}
+
+/* Few output tiles and a deep K are where cuBLASLt splits K: each output must still be its fp32
+ * sum rounded once, as the CPU's is, so the two differ by at most one unit in the last place
+ * (their fp32 sums differ only by the order of the adds). Slices added in bf16 or fp16 would
+ * round each partial sum again: several units at these sums (about 40). */
+Test(cuda_dtypes, linear_rounds_each_sum_once) {
+    for (size_t k = 0; k < NDTS; k++) {
+        const DType t = DTS[k].t;
+        const size_t M = 8, K = 16384, N = 64, e = dtype_size(t);
+        Pool p = {0};
+        void *in = h_rand(&p, t, M * K, -1, 1, 500), *w = h_rand(&p, t, N * K, -1, 1, 501);
+        void *out = h_zeros(&p, t, M * N), *got = h_zeros(&p, t, M * N);
+        CPU->linear_forward(t, out, in, w, NULL, M, K, N);
+        void *d_in = d_put(&p, in, M * K * e), *d_w = d_put(&p, w, N * K * e);
+        void *d_out = d_poison(&p, M * N * e);
+        GPU->linear_forward(t, d_out, d_in, d_w, NULL, M, K, N);
+        gpu_check();
+        gpu_get(got, d_out, M * N * e);
+        const uint16_t *g = got, *c = out;
+        for (size_t i = 0; i < M * N; i++) {
+            const float gf = dtype_load(got, t, i), cf = dtype_load(out, t, i);
+            const uint16_t up = (uint16_t)(c[i] + 1); /* the next value away from zero */
+            const float ulp = fabsf(dtype_load(&up, t, 0) - cf);
+            /* 1e-4: far above two fp32 orders' difference (about 3e-6 here), which near a zero
+             * sum is more than an ulp of it */
+            cr_expect(fabsf(gf - cf) <= ulp + 1e-4f, "%s [%zu]: 0x%04x against the CPU's 0x%04x",
+                      dtype_name(t), i, g[i], c[i]);
+        }
+        pool_free(&p);
     }
 }
 
@@ -646,12 +682,14 @@ Test(cuda_dtypes, grouped_query_and_flash_attention) {
 }
 
 /* Flash attention past eager's KERNELS_MAX_TOKENS, in bf16 and fp16: causal GQA at T 1,000 (64-row
- * tiles, the last one short) and D 128. The bounds are the file's: both sides round the same fp32
- * values once, so a longer row moves only the last bit of a few more outputs. */
+ * tiles, the last one short) and D 128, and multi-query at T 4,096. The bounds are the file's: both
+ * sides round the same fp32 values once, so a longer row moves only the last bit of a few more
+ * outputs. */
 Test(cuda_dtypes, flash_attention_at_long_sequences) {
     for (size_t k = 0; k < NDTS; k++) {
         check_separate(&DTS[k], 1, 1000, 16, 4, 64, 1, 960, FLASH);
         check_separate(&DTS[k], 1, 1000, 8, 2, 128, 1, 970, FLASH);
+        check_separate(&DTS[k], 1, 4096, 8, 1, 64, 1, 980, FLASH); /* --seq 4096, 8 heads a kv */
     }
 }
 

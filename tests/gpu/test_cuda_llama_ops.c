@@ -168,6 +168,9 @@ Test(cuda_llama_ops, flash_attention_at_long_sequences) {
     check_separate(2, 1000, 4, 2, 64, 0, 170, FLASH);  /* not causal */
     check_separate(1, 1000, 8, 2, 128, 1, 180, FLASH); /* D 128 */
     check_separate(1, 300, 2, 1, 256, 1, 190, FLASH);  /* D 256, the most the kernels take */
+    /* backward keeps dout . out per row in the 32 MiB workspace, heads T floats a sample, as many
+     * samples a round as fit: 65,536 heads of 65 rows take a round each, so 2 samples two */
+    check_separate(2, 65, 65536, 16384, 4, 1, 195, FLASH);
     /* GPT's packed qkv at T 2,048: kv_heads = heads, D 64, rows 3C apart */
     const size_t B = 1, T = 2048, C = 256, heads = 4;
     AttnShape s = {B, T, heads, heads, C / heads, 3 * C, 3 * C, 1};
