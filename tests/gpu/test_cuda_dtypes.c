@@ -119,6 +119,36 @@ static void expect_t(const Dt *dt, const void *d, const void *want, size_t n, co
     free(got), free(g), free(w);
 }
 
+/* GELU's n outputs of t (device `d`) against the CPU's `want` at inputs x (fp32, host): each
+ * within rel of want, plus GELU_ERF_ABS of |x| / 2 for the two erfs, plus t's smallest step for
+ * the two near-equal fp32 values rounding apart among subnormals (fp16's negative tail: at x
+ * -4.19 the CPU and glibc's erf put fp16's GELU two steps apart, relative 2.004e-3). */
+static void expect_gelu_t(const Dt *dt, const void *d, const void *want, const float *x, size_t n,
+                          const char *what) {
+    const size_t bytes = n * dtype_size(dt->t);
+    void *got = malloc(bytes);
+    cr_assert_not_null(got);
+    gpu_get(got, d, bytes);
+    const double step = dt->t == DTYPE_FP16 ? 0x1p-24 : 0x1p-133;
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double g = dtype_load(got, dt->t, i), w = dtype_load(want, dt->t, i);
+        const double bound = dt->rel * fabs(w) + 0.5 * fabs((double)x[i]) * GELU_ERF_ABS + step;
+        if (!(fabs(g - w) <= bound) && !bad++) first = i;
+    }
+    cr_expect_eq(bad, 0, "%s %s: %zu of %zu outside, first [%zu] %a against %a", dtype_name(dt->t),
+                 what, bad, n, first, dtype_load(got, dt->t, first),
+                 dtype_load(want, dt->t, first));
+    free(got);
+}
+
+/* x of GELU: a's n values of t, widened, plus b's (of N, per row) when there is a bias. */
+static float *gelu_inputs(Pool *p, DType t, const void *a, const void *b, size_t n, size_t N) {
+    float *x = keep_host(p, host_floats(n));
+    for (size_t i = 0; i < n; i++) x[i] = dtype_load(a, t, i) + (b ? dtype_load(b, t, i % N) : 0);
+    return x;
+}
+
 static void expect_f32(const Dt *dt, const float *d, const float *want, size_t n,
                        const char *what) {
     gpu_expect_close_dev(d, want, n, REL_F32, fmt_text("%s %s", dtype_name(dt->t), what));
@@ -204,7 +234,8 @@ Test(cuda_dtypes, elementwise) {
             gpu_check();
             const char *c = fmt_text("(n %zu)", n);
             expect_t(dt, d_sum, sum, n, fmt_text("add %s", c));
-            expect_t(dt, d_gf, gf, n, fmt_text("gelu forward %s", c));
+            expect_gelu_t(dt, d_gf, gf, gelu_inputs(&p, t, a, NULL, n, 1), n,
+                          fmt_text("gelu forward %s", c));
             expect_t(dt, d_gb, gb, n, fmt_text("gelu backward %s", c));
             expect_t(dt, d_sf, sf, n, fmt_text("swiglu out %s", c));
             expect_t(dt, d_g2, sdg, n, fmt_text("swiglu dgate %s", c));
@@ -243,7 +274,8 @@ Test(cuda_dtypes, bias_gelu_and_bias_grad) {
             GPU->bias_grad(t, d_bg, d_dout, M, cols, N);
             gpu_check();
             const char *c = fmt_text("(%zu x %zu)", M, N);
-            expect_t(dt, d_out, out, n, fmt_text("bias_gelu out %s", c));
+            expect_gelu_t(dt, d_out, out, gelu_inputs(&p, t, pre, b, n, N), n,
+                          fmt_text("bias_gelu out %s", c));
             expect_t(dt, d_dpre, dpre, n, fmt_text("bias_gelu dpre %s", c));
             expect_f32(dt, d_db, db, N, fmt_text("bias_gelu db %s", c));
             expect_f32(dt, d_bg, bg, N, fmt_text("bias_grad %s", c));

@@ -46,15 +46,8 @@ static const Shape BG_SHAPES[] = {{64 * 17, 128}, {128 * 17, 768}, {1, 1},    {7
                                   {33, 17},       {1, 1000},       {5, 9000}, {5000, 3}};
 #define N_BG_SHAPES (sizeof BG_SHAPES / sizeof BG_SHAPES[0])
 
-/* The CPU's erf is Abramowitz & Stegun 7.1.26, within 1.5e-7 of erf (kernels/cpu/vit_cpu.c, as
- * PyTorch's vectorised CPU GELU), the GPU's CUDA's erff, so GELU = x/2 (1 + erf(x/sqrt 2)) may
- * differ between them by |x|/2 x 1.5e-7, and by |x|/2 x 1.2e-7 more for 1 + erf's rounding. In
- * the negative tail GELU is near 0 (-1.4e-6 at x = -5), so that is far above 1e-5 of the value:
- * the first GPU run (an H100, 2026-11-25) failed relative L2 at a shape of a few elements all in
- * the tail by 1.5e-4, 2e-7 absolute. Each element is held within REL of the CPU's value plus
- * that bound, which is tighter than the L2 check wherever GELU is not near 0. */
-#define GELU_ERF_ABS (1.5e-7 + 1.2e-7)
-
+/* Each element within REL of the CPU's value plus GELU_ERF_ABS of |x| / 2 (gpu_util.h says why),
+ * which is tighter than the L2 check wherever GELU is not near 0. */
 static void expect_gelu_close(const float *d_out, const float *want, const float *x, size_t n,
                               const char *what) {
     float *got = gpu_fetch(d_out, n);
