@@ -98,6 +98,19 @@ void gpu_expect_close(const float *got, const float *want, size_t n, double rel,
 
 /* A parameter off by more than rounding (rel * max|want|) counts against a budget of one in a
  * thousand (at least one): only a gradient within its own rounding error of zero can do that. */
+void gpu_expect_gelu_close(const float *got, const float *want, const float *x, size_t n,
+                           double rel, double step, const char *what) {
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        double bound = rel * fabs((double)want[i]) + 0.5 * fabs((double)x[i]) * GELU_ERF_ABS + step;
+        if (!(fabs((double)got[i] - (double)want[i]) <= bound) && !bad++) first = i;
+    }
+    cr_expect_eq(bad, 0,
+                 "%s: %zu of %zu elements off, the first [%zu]: %.9g against the CPU's %.9g at "
+                 "x = %.9g",
+                 what, bad, n, first, (double)got[first], (double)want[first], (double)x[first]);
+}
+
 void gpu_expect_params_close(const float *got, const float *want, size_t n, double rel,
                              double drift, const char *what) {
     double scale = 0.0, worst = 0.0;

@@ -48,6 +48,11 @@ void gpu_expect_close_devs(const float *a, const float *b, size_t n, double rel,
  * the tail by 1.5e-4, 2e-7 absolute. The fused and the dtype tests hold each GELU output
  * within their relative bound plus that one. */
 #define GELU_ERF_ABS (1.5e-7 + 1.2e-7)
+/* GELU's outputs at inputs x (all host floats): every |got - want| <= rel |want| + GELU_ERF_ABS
+ * |x| / 2 + step, step being the smallest step of the dtype the outputs were rounded to (0 in
+ * fp32). `what` names the output. */
+void gpu_expect_gelu_close(const float *got, const float *want, const float *x, size_t n,
+                           double rel, double step, const char *what);
 /* n floats uniform in [lo, hi) from a seeded generator (the same seed, the same numbers). */
 void gpu_random(float *out, size_t n, float lo, float hi, unsigned seed);
 

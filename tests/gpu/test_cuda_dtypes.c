@@ -106,17 +106,24 @@ static void *d_poison(Pool *p, size_t bytes) {
     return d;
 }
 
-/* n elements of t in device memory `d` against the CPU's `want` (host), both widened. */
-static void expect_t(const Dt *dt, const void *d, const void *want, size_t n, const char *what) {
+/* n elements of t in device memory `d`, widened into host floats (free them). */
+static float *fetch_widened(const Dt *dt, const void *d, size_t n) {
     const size_t bytes = n * dtype_size(dt->t);
     void *got = malloc(bytes ? bytes : 1);
     cr_assert_not_null(got);
     if (bytes) gpu_get(got, d, bytes);
-    float *g = host_floats(n), *w = host_floats(n);
+    float *g = host_floats(n);
     dtype_widen(g, got, dt->t, n);
+    free(got);
+    return g;
+}
+
+/* n elements of t in device memory `d` against the CPU's `want` (host), both widened. */
+static void expect_t(const Dt *dt, const void *d, const void *want, size_t n, const char *what) {
+    float *g = fetch_widened(dt, d, n), *w = host_floats(n);
     dtype_widen(w, want, dt->t, n);
     gpu_expect_close(g, w, n, dt->rel, fmt_text("%s %s", dtype_name(dt->t), what));
-    free(got), free(g), free(w);
+    free(g), free(w);
 }
 
 /* GELU's n outputs of t (device `d`) against the CPU's `want` at inputs x (fp32, host): each
@@ -125,21 +132,11 @@ static void expect_t(const Dt *dt, const void *d, const void *want, size_t n, co
  * -4.19 the CPU and glibc's erf put fp16's GELU two steps apart, relative 2.004e-3). */
 static void expect_gelu_t(const Dt *dt, const void *d, const void *want, const float *x, size_t n,
                           const char *what) {
-    const size_t bytes = n * dtype_size(dt->t);
-    void *got = malloc(bytes);
-    cr_assert_not_null(got);
-    gpu_get(got, d, bytes);
-    const double step = dt->t == DTYPE_FP16 ? 0x1p-24 : 0x1p-133;
-    size_t bad = 0, first = 0;
-    for (size_t i = 0; i < n; i++) {
-        const double g = dtype_load(got, dt->t, i), w = dtype_load(want, dt->t, i);
-        const double bound = dt->rel * fabs(w) + 0.5 * fabs((double)x[i]) * GELU_ERF_ABS + step;
-        if (!(fabs(g - w) <= bound) && !bad++) first = i;
-    }
-    cr_expect_eq(bad, 0, "%s %s: %zu of %zu outside, first [%zu] %a against %a", dtype_name(dt->t),
-                 what, bad, n, first, dtype_load(got, dt->t, first),
-                 dtype_load(want, dt->t, first));
-    free(got);
+    float *g = fetch_widened(dt, d, n), *w = host_floats(n);
+    dtype_widen(w, want, dt->t, n);
+    gpu_expect_gelu_close(g, w, x, n, dt->rel, dt->t == DTYPE_FP16 ? 0x1p-24 : 0x1p-133,
+                          fmt_text("%s %s", dtype_name(dt->t), what));
+    free(g), free(w);
 }
 
 /* x of GELU: a's n values of t, widened, plus b's (of N, per row) when there is a bias. */
@@ -293,8 +290,9 @@ enum { LIN_BIAS = 1, LIN_DIN = 2, LIN_DB = 4, LIN_ALL = 7, LIN_BIAS_OFFSET = 8 }
 static void check_linear(const Dt *dt, size_t M, size_t K, size_t N, int flags, unsigned seed,
                          size_t offset) {
     const DType t = dt->t;
-    const size_t e = dtype_size(t), ob = offset * e;
-    const size_t o = (flags & LIN_BIAS_OFFSET) ? 0 : ob;
+    /* the matrices' offset in elements, and the bias's and the matrices' in bytes */
+    const size_t off = (flags & LIN_BIAS_OFFSET) ? 0 : offset;
+    const size_t e = dtype_size(t), ob = offset * e, o = off * e;
     Pool p = {0};
     void *in = h_rand(&p, t, M * K, -1, 1, seed), *w = h_rand(&p, t, N * K, -1, 1, seed + 1);
     void *b = (flags & LIN_BIAS) ? h_rand(&p, t, N, -1, 1, seed + 2) : NULL;
@@ -309,10 +307,10 @@ static void check_linear(const Dt *dt, size_t M, size_t K, size_t N, int flags, 
     char *a_in = d_poison(&p, o + M * K * e), *a_w = d_poison(&p, o + N * K * e);
     char *a_b = d_poison(&p, ob + N * e), *a_dout = d_poison(&p, o + M * N * e);
     char *a_out = d_poison(&p, o + M * N * e), *a_din = d_poison(&p, o + M * K * e);
-    float *a_dw = d_poison(&p, (o / e + N * K) * 4), *a_db = d_poison(&p, (o / e + N) * 4);
+    float *a_dw = d_poison(&p, (off + N * K) * 4), *a_db = d_poison(&p, (off + N) * 4);
     void *d_in = a_in + o, *d_w = a_w + o, *d_b = a_b + ob, *d_dout = a_dout + o;
     void *d_out = a_out + o, *d_din = a_din + o;
-    float *d_dw = a_dw + o / e, *d_db = a_db + o / e;
+    float *d_dw = a_dw + off, *d_db = a_db + off;
     gpu_put(d_in, in, M * K * e); /* 0 bytes copy nothing */
     gpu_put(d_w, w, N * K * e);
     if (b) gpu_put(d_b, b, N * e);
