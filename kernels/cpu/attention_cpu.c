@@ -70,14 +70,18 @@ static void row_dots(float *restrict out, const float *restrict a, const float *
 
 /* combine: y_i = sum_j c[i * ci + j * cj] x_j for i < ny, j < nx (ci, cj pick c or its
  * transpose); y_i is overwritten, or with `add` added to (a K,V head's gradient summed over
- * the query heads that share it). Blocks of `vecs` vectors of CHUNK columns are summed over j in
- * registers, each element's products added in j's order: the bits of the plain loop. GCC's
- * vector types, because at -O2 it left the plain loop over a float[32] scalar, a ninth of the
- * GEMM's rate (13% of vit-tiny's step in attention's products, perf, 2026-11-26). */
+ * the query heads that share it). Blocks of `vecs` (up to 8) vectors of CHUNK columns are summed
+ * over j in registers, each element's products added in j's order: the bits of the plain loop.
+ * GCC's vector types, because at -O2 it left the plain loop over a float[32] scalar, a ninth of
+ * the GEMM's rate (13% of vit-tiny's step in attention's products, perf, 2026-11-26). A head of
+ * 64 columns is one block of 8, one pass over j: a multiply and an add per vector and j keep
+ * both vector ports busy. It was four 16-float vectors, which AVX-512 holds in four registers
+ * but GCC's AVX2 clone kept on the stack, in 16-byte halves: 29% of a bf16 vit-tiny step on an
+ * AVX2 EPYC (perf), the whole step 0.7x with 8-float vectors (bench/RESULTS.md, 2026-12-02). */
 static inline __attribute__((always_inline)) void
 combine_block(float *restrict yd, const float *restrict crow, size_t cj, const float *restrict xd,
               size_t xstride, size_t nx, int vecs, int add) {
-    ChunkVec acc[4] = {{0}};
+    ChunkVec acc[8] = {{0}};
     for (size_t j = 0; j < nx; j++) {
         const ChunkVec cij = (ChunkVec){0} + crow[j * cj];
         const float *xj = xd + j * xstride;
@@ -97,38 +101,6 @@ combine_block(float *restrict yd, const float *restrict crow, size_t cj, const f
     }
 }
 
-typedef float WideVec __attribute__((vector_size(64)));
-enum { WIDE = 16 };
-
-/* combine_block for 64 columns, as four vectors of 16 floats. A multiply and an add per vector
- * and j keep both of the core's vector ports busy: with 8-float vectors that is 8 columns a
- * cycle, with AVX-512's 16-float ones 16 (the x86-64-v4 clone; AVX2 runs each as two 8-float
- * vectors, as before). Each element's products are added in j's order, as above. vit-tiny (64
- * columns a head): 1.03x images/s (8 interleaved pairs, bench/RESULTS.md). */
-static inline __attribute__((always_inline)) void combine_wide(float *restrict yd,
-                                                               const float *restrict crow,
-                                                               size_t cj, const float *restrict xd,
-                                                               size_t xstride, size_t nx, int add) {
-    WideVec acc[4] = {{0}};
-    for (size_t j = 0; j < nx; j++) {
-        const WideVec cij = (WideVec){0} + crow[j * cj];
-        const float *xj = xd + j * xstride;
-        UNROLL
-        for (int v = 0; v < 4; v++) {
-            WideVec xv;
-            memcpy(&xv, xj + v * WIDE, sizeof xv);
-            acc[v] += cij * xv;
-        }
-    }
-    UNROLL
-    for (int v = 0; v < 4; v++) {
-        WideVec out = {0};
-        if (add) memcpy(&out, yd + v * WIDE, sizeof out);
-        out += acc[v];
-        memcpy(yd + v * WIDE, &out, sizeof out);
-    }
-}
-
 VECTOR_CLONES
 static void combine_into(float *restrict y, size_t ystride, const float *restrict c, size_t ci,
                          size_t cj, const float *restrict x, size_t xstride, size_t ny, size_t nx,
@@ -138,8 +110,8 @@ static void combine_into(float *restrict y, size_t ystride, const float *restric
         float *yi = y + i * ystride;
         const float *crow = c + i * ci;
         size_t d = 0;
-        for (; d + 4 * WIDE <= D; d += 4 * WIDE)
-            combine_wide(yi + d, crow, cj, x + d, xstride, nx, add);
+        for (; d + 8 * CHUNK <= D; d += 8 * CHUNK)
+            combine_block(yi + d, crow, cj, x + d, xstride, nx, 8, add);
         for (; d + LANES <= D; d += LANES)
             combine_block(yi + d, crow, cj, x + d, xstride, nx, VECS, add);
         for (; d + CHUNK <= D; d += CHUNK)

@@ -1,8 +1,8 @@
 /* The Llama-shaped block's CPU ops and attention over grouped, strided operands: RMSNorm, SwiGLU
  * and RoPE forward against hand-computed values and their backwards against finite differences;
  * grouped-query attention against the packed multi-head op with K,V repeated, its backward
- * against finite differences; flash attention against eager (outputs, lse by formula, every
- * gradient). */
+ * against finite differences and, at wide heads, against its formulas in double; flash attention
+ * against eager (outputs, lse by formula, every gradient). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -201,6 +201,82 @@ Test(llama_kernels, gqa_backward_matches_finite_differences) {
         expect_finite_differences("dv", gqa_loss, &c, c.v, dv, c.nkv, fd);
         free_floats((float *[]){dq, dk, dv}, 3);
         gqa_free(&c);
+    }
+}
+
+/* Heads of D 107: every block width of attention's products (64, 32 and 8 columns, and 3 one at
+ * a time), and K,V gradients summed over a group of 2 query heads, against the backward's
+ * formulas in double from the forward's own probabilities. Each element within 1e-5 + 1e-4 of
+ * its size: a wrong block or a wrong sum over the group is off by the size of a gradient. */
+enum { WB = 1, WT = 6, WH = 4, WKV = 2, WD = 107 };
+
+static void wide_gqa_reference(double *dq, double *dk, double *dv, const float *dout,
+                               const float *q, const float *k, const float *v, const float *P) {
+    const size_t qs = WH * WD, ks = WKV * WD, group = WH / WKV;
+    memset(dk, 0, sizeof(double) * WT * ks), memset(dv, 0, sizeof(double) * WT * ks);
+    for (size_t h = 0; h < WH; h++) {
+        const size_t g = h / group;
+        const float *p = P + h * WT * WT;
+        double dS[WT][WT];
+        for (size_t t = 0; t < WT; t++) {
+            double dP[WT], row = 0.0;
+            for (size_t u = 0; u < WT; u++) {
+                dP[u] = 0.0;
+                for (size_t d = 0; d < WD; d++)
+                    dP[u] += (double)dout[t * qs + h * WD + d] * v[u * ks + g * WD + d];
+                row += dP[u] * p[t * WT + u];
+            }
+            for (size_t u = 0; u < WT; u++)
+                dS[t][u] = p[t * WT + u] * (dP[u] - row) / sqrt((double)WD);
+        }
+        for (size_t t = 0; t < WT; t++)
+            for (size_t d = 0; d < WD; d++) {
+                double acc = 0.0;
+                for (size_t u = 0; u < WT; u++) acc += dS[t][u] * k[u * ks + g * WD + d];
+                dq[t * qs + h * WD + d] = acc;
+            }
+        for (size_t u = 0; u < WT; u++)
+            for (size_t d = 0; d < WD; d++)
+                for (size_t t = 0; t < WT; t++) {
+                    dv[u * ks + g * WD + d] += p[t * WT + u] * (double)dout[t * qs + h * WD + d];
+                    dk[u * ks + g * WD + d] += dS[t][u] * q[t * qs + h * WD + d];
+                }
+    }
+}
+
+static void expect_close_elements(const char *what, const float *got, const double *want,
+                                  size_t n) {
+    for (size_t i = 0; i < n; i++)
+        cr_expect(fabs(got[i] - want[i]) <= 1e-5 + 1e-4 * fabs(want[i]), "%s[%zu]: %g vs %g", what,
+                  i, (double)got[i], want[i]);
+}
+
+Test(llama_kernels, gqa_backward_at_wide_heads_matches_the_formulas) {
+    for (int causal = 0; causal <= 1; causal++) {
+        const AttnShape s = {.B = WB,
+                             .T = WT,
+                             .heads = WH,
+                             .kv_heads = WKV,
+                             .head_dim = WD,
+                             .q_stride = WH * WD,
+                             .kv_stride = WKV * WD,
+                             .causal = causal};
+        const size_t nq = WT * WH * WD, nkv = WT * WKV * WD;
+        float *q = host_uniform(nq, -1.5f, 1.5f, 91), *k = host_uniform(nkv, -1.5f, 1.5f, 92);
+        float *v = host_uniform(nkv, -1, 1, 93), *dout = host_uniform(nq, -1, 1, 94);
+        float *out = host_nans(nq), *probs = host_nans(WH * WT * WT);
+        float *dq = host_nans(nq), *dk = host_nans(nkv), *dv = host_nans(nkv);
+        K->gqa_attention_forward(DTYPE_FP32, out, probs, q, k, v, &s);
+        K->gqa_attention_backward(DTYPE_FP32, dq, dk, dv, dout, q, k, v, probs, &s);
+        double *rq = malloc(nq * sizeof(double)), *rk = malloc(nkv * sizeof(double)),
+               *rv = malloc(nkv * sizeof(double));
+        cr_assert(rq && rk && rv);
+        wide_gqa_reference(rq, rk, rv, dout, q, k, v, probs);
+        expect_close_elements("dq", dq, rq, nq);
+        expect_close_elements("dk", dk, rk, nkv);
+        expect_close_elements("dv", dv, rv, nkv);
+        free(rq), free(rk), free(rv);
+        free_floats((float *[]){q, k, v, dout, out, probs, dq, dk, dv}, 9);
     }
 }
 
