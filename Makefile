@@ -96,6 +96,8 @@ TEST_SRCS := $(wildcard tests/*.c tests/engine/*.c tests/models/*.c tests/io/*.c
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
+# built by `make test` too, so a bench that no longer compiles fails the suite
+BENCH_BINS := $(BENCH_SRCS:bench/bench_%.c=$(BUILD)/bench_%)
 include lessons/lessons.mk
 
 .PHONY: mpi-note all run viz viz-seed-order test test-asan test-gpu test-nccl gpu-bundle bench bench-mpi bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
@@ -187,7 +189,7 @@ run: deps $(BIN)
 # Tests run the binary for the CLI cases, so they get its path. Under SANITIZE=1 the test runner's
 # own leak is suppressed (tests/lsan.supp says which and why).
 TEST_LSAN := $(if $(filter 1,$(SANITIZE)),LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp)
-test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) $(NO_BACKENDS_BIN) mpi-note
+test: deps $(BIN) $(TEST_BIN) $(MPI_CHECK) $(NO_BACKENDS_BIN) $(BENCH_BINS) mpi-note
 	$(TEST_LSAN) FSDP_CHECK_STREAMS=1 FSDP_CACHE=$(BUILD)/cache FSDP_BIN=./$(BIN) \
 		FSDP_MPI_CHECK=$(if $(MPI_CHECK),./$(MPI_CHECK)) \
 		FSDP_NO_BACKENDS_BIN=./$(NO_BACKENDS_BIN) ./$(TEST_BIN) --jobs 2

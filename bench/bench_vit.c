@@ -137,10 +137,11 @@ static double time_step_gemms(const LinearShape *lin, int n, GemmBuffers *g) {
     const Kernels *k = &kernels_cpu;
     const double start = clock_seconds();
     for (int i = 0; i < n; i++)
-        k->linear_forward(g[i].out, g[i].in, g[i].w, NULL, lin[i].M, lin[i].K, lin[i].N);
+        k->linear_forward(DTYPE_FP32, g[i].out, g[i].in, g[i].w, NULL, lin[i].M, lin[i].K,
+                          lin[i].N);
     for (int i = n - 1; i >= 0; i--)
-        k->linear_backward(lin[i].has_din ? g[i].din : NULL, g[i].dw, NULL, g[i].out, g[i].in,
-                           g[i].w, lin[i].M, lin[i].K, lin[i].N);
+        k->linear_backward(DTYPE_FP32, lin[i].has_din ? g[i].din : NULL, g[i].dw, NULL, g[i].out,
+                           g[i].in, g[i].w, lin[i].M, lin[i].K, lin[i].N);
     return clock_seconds() - start;
 }
 
