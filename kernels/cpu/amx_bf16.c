@@ -3,9 +3,23 @@
  * the operands to fp32 for OpenBLAS's sgemm). */
 #include "kernels/cpu/amx_bf16.h"
 
+#include <stdlib.h>
+
+/* AMX is x86-64's: elsewhere (an arm64 laptop's Linux) there are no tiles, and the bf16 Linears
+ * take the widening path. */
+#if !defined(__x86_64__)
+int amx_bf16_available(void) {
+    return 0;
+}
+
+void amx_bf16_gemm(float *c, size_t ldc, const AmxMatrix *a, const AmxMatrix *b, size_t M, size_t N,
+                   size_t K, int accumulate) {
+    (void)c, (void)ldc, (void)a, (void)b, (void)M, (void)N, (void)K, (void)accumulate;
+    abort(); /* amx_bf16_available() said 0 */
+}
+#else
 #include <immintrin.h>
 #include <pthread.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -244,3 +258,4 @@ void amx_bf16_gemm(float *c, size_t ldc, const AmxMatrix *a, const AmxMatrix *b,
     cpu_parallel_range(M, BLOCK, M * N * K, TASK_MIN_MACS, gemm_rows, &g);
     scratch_put(pb);
 }
+#endif
