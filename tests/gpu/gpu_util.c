@@ -96,8 +96,6 @@ void gpu_expect_close(const float *got, const float *want, size_t n, double rel,
               MAX_ABS_SLACK, rel, scale);
 }
 
-/* A parameter off by more than rounding (rel * max|want|) counts against a budget of one in a
- * thousand (at least one): only a gradient within its own rounding error of zero can do that. */
 void gpu_expect_gelu_close(const float *got, const float *want, const float *x, size_t n,
                            double rel, double step, const char *what) {
     size_t bad = 0, first = 0;
@@ -111,6 +109,8 @@ void gpu_expect_gelu_close(const float *got, const float *want, const float *x, 
                  what, bad, n, first, (double)got[first], (double)want[first], (double)x[first]);
 }
 
+/* A parameter off by more than rounding (rel * max|want|) counts against a budget of one in a
+ * thousand (at least one): only a gradient within its own rounding error of zero can do that. */
 void gpu_expect_params_close(const float *got, const float *want, size_t n, double rel,
                              double drift, const char *what) {
     double scale = 0.0, worst = 0.0;
