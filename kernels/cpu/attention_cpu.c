@@ -78,10 +78,12 @@ static void row_dots(float *restrict out, const float *restrict a, const float *
  * both vector ports busy. It was four 16-float vectors, which AVX-512 holds in four registers
  * but GCC's AVX2 clone kept on the stack, in 16-byte halves: 29% of a bf16 vit-tiny step on an
  * AVX2 EPYC (perf), the whole step 0.7x with 8-float vectors (bench/RESULTS.md, 2026-12-02). */
+enum { COMBINE_MAX_VECS = 8 }; /* combine_block's widest: 64 columns */
+
 static inline __attribute__((always_inline)) void
 combine_block(float *restrict yd, const float *restrict crow, size_t cj, const float *restrict xd,
               size_t xstride, size_t nx, int vecs, int add) {
-    ChunkVec acc[8] = {{0}};
+    ChunkVec acc[COMBINE_MAX_VECS] = {{0}};
     for (size_t j = 0; j < nx; j++) {
         const ChunkVec cij = (ChunkVec){0} + crow[j * cj];
         const float *xj = xd + j * xstride;
@@ -105,13 +107,13 @@ VECTOR_CLONES
 static void combine_into(float *restrict y, size_t ystride, const float *restrict c, size_t ci,
                          size_t cj, const float *restrict x, size_t xstride, size_t ny, size_t nx,
                          size_t D, int add) {
-    enum { VECS = 4, LANES = VECS * CHUNK };
+    enum { WIDE = COMBINE_MAX_VECS * CHUNK, VECS = 4, LANES = VECS * CHUNK };
     for (size_t i = 0; i < ny; i++) {
         float *yi = y + i * ystride;
         const float *crow = c + i * ci;
         size_t d = 0;
-        for (; d + 8 * CHUNK <= D; d += 8 * CHUNK)
-            combine_block(yi + d, crow, cj, x + d, xstride, nx, 8, add);
+        for (; d + WIDE <= D; d += WIDE)
+            combine_block(yi + d, crow, cj, x + d, xstride, nx, COMBINE_MAX_VECS, add);
         for (; d + LANES <= D; d += LANES)
             combine_block(yi + d, crow, cj, x + d, xstride, nx, VECS, add);
         for (; d + CHUNK <= D; d += CHUNK)
