@@ -98,6 +98,7 @@ TEST_BIN := $(BUILD)/test_fsdp
 BENCH_SRCS := $(wildcard bench/*.c)
 # built by `make test` too, so a bench that no longer compiles fails the suite
 BENCH_BINS := $(BENCH_SRCS:bench/bench_%.c=$(BUILD)/bench_%)
+BENCH_OBJS := $(BENCH_SRCS:%.c=$(BUILD)/%.o)
 include lessons/lessons.mk
 
 .PHONY: mpi-note all run viz viz-seed-order test test-asan test-gpu test-nccl gpu-bundle bench bench-mpi bench-ckpt bench-nvme bench-ac bench-plan bench-vs-torch fuzz bench-viz deps clean format cuda-note
@@ -301,7 +302,9 @@ bench-mpi: deps $(BIN)
 bench-viz: deps $(BUILD)/bench_viz
 	./$(BUILD)/bench_viz
 
-.PRECIOUS: $(BUILD)/bench/%.o
+# Named one by one: a pattern here would have to be the rule's own ($(BUILD)/%.o) to count, so
+# a fresh build deleted them as intermediates and the next `make test` compiled them again.
+.SECONDARY: $(BENCH_OBJS)
 $(BUILD)/bench_%: $(LIB_OBJS) $(BUILD)/bench/bench_%.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
