@@ -43,6 +43,10 @@ typedef struct Kernels {
      * attention uses). */
     size_t max_tokens;
     size_t max_flash_tokens;
+    /* 1: flash_attention_backward recomputes each pair's probabilities into its work tile
+     * (T x T floats the caller takes); 0: it keeps them on chip and work may be NULL, so a model
+     * takes no tile (models/tblock.c's tblock_take_flash_work). */
+    int flash_uses_work;
 
     /* Element-type conversion with round-to-nearest-even; src and dst may not overlap. */
     void (*cast)(void *dst, DType dst_type, const void *src, DType src_type, size_t n);
@@ -231,9 +235,9 @@ typedef struct Kernels {
                                    const AttnShape *s);
     /* Flash attention: the same out, keeping only lse[B, heads, T], each row's log-sum-exp of
      * its scaled scores, in place of the probabilities. Backward recomputes each (sample, head)
-     * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns; the GPU's
-     * recomputes a row at a time on chip and leaves it alone) and needs out for each row's sum
-     * of dout * out. T <= the table's max_flash_tokens. */
+     * pair's probabilities exp(score - lse) into work[T, T] (scratch the caller owns, where the
+     * table's flash_uses_work is 1; the GPU's recomputes a row at a time on chip, and takes NULL)
+     * and needs out for each row's sum of dout * out. T <= the table's max_flash_tokens. */
     void (*flash_attention_forward)(DType t, void *out, float *lse, const void *q, const void *k,
                                     const void *v, const AttnShape *s);
     void (*flash_attention_backward)(DType t, void *dq, void *dk, void *dv, const void *dout,

@@ -142,7 +142,8 @@ static int take_temps(const TBlock *t, LTemps *m, Err *err) {
     m->dv = act_take(d, t->dtype, M * KV);
     m->work = tblock_take_flash_work(t);
     void *taken[] = {m->df1, m->df2, m->dh, m->dh2, m->dq, m->dk, m->dv, m->work};
-    return act_check_taken(taken, t->flash ? 8 : 7, M, err); /* the work tile: flash's only */
+    /* the work tile: flash's only, on a table whose backward uses one */
+    return act_check_taken(taken, tblock_needs_flash_work(t) ? 8 : 7, M, err);
 }
 
 static void release_temps(const TBlock *t, LTemps *m) {

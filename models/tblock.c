@@ -122,8 +122,12 @@ void **tblock_take_scores(const TBlock *t, BlockActs *a) {
     return &a->probs;
 }
 
+int tblock_needs_flash_work(const TBlock *t) {
+    return t->flash && t->k->flash_uses_work;
+}
+
 void *tblock_take_flash_work(const TBlock *t) {
-    return t->flash ? act_take(t->dev, DTYPE_FP32, t->T * t->T) : NULL;
+    return tblock_needs_flash_work(t) ? act_take(t->dev, DTYPE_FP32, t->T * t->T) : NULL;
 }
 
 /* Every buffer the forward saves, and its output, in one order (the trace shows it). */
@@ -241,7 +245,8 @@ static int gpt_backward(const TBlock *t, BlockActs *a, void *const *p, float *co
     void *dmlp = act_take(d, t->dtype, M * F), *dh = act_take(d, t->dtype, M * H),
          *dqkv = act_take(d, t->dtype, M * 3 * H);
     void *work = tblock_take_flash_work(t); /* flash's probabilities, one pair at a time */
-    int rc = act_check_taken((void *[]){dmlp, dh, dqkv, work}, t->flash ? 4 : 3, M, err);
+    int rc = act_check_taken((void *[]){dmlp, dh, dqkv, work}, tblock_needs_flash_work(t) ? 4 : 3,
+                             M, err);
     gpt_work(t, w, WORK_BACKWARD);
     if (!rc && M) {
         mlp_backward(t, a, p, g, dy, dmlp, dh);

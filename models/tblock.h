@@ -87,8 +87,10 @@ int act_check_taken(void *const *ptrs, int n, size_t elems, Err *err);
 
 /* Attention's saved statistics, as the block's kind keeps them: probs [B, heads, T, T] (eager)
  * or lse [B, heads, T] (flash); returns the one taken. And flash backward's work tile [T, T]
- * (NULL for eager), released by the backward that takes it. */
+ * where the op table's backward uses one (tblock_needs_flash_work; NULL otherwise: eager, or a
+ * GPU's flash), released by the backward that takes it. */
 void **tblock_take_scores(const TBlock *t, BlockActs *a);
+int tblock_needs_flash_work(const TBlock *t);
 void *tblock_take_flash_work(const TBlock *t);
 
 /* ---- describing parameters (shared by the models built from these blocks) */

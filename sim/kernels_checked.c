@@ -660,4 +660,5 @@ const Kernels kernels_checked = {.name = "checked",
                                  .dtypes = KERNEL_ALL_DTYPES,
                                  .max_tokens = 0,
                                  .max_flash_tokens = 0,
+                                 .flash_uses_work = 1,
                                  KERNEL_OPS(SAME_NAME)};

@@ -201,4 +201,5 @@ const Kernels kernels_none = {.name = "none (accounting only)",
                               .dtypes = KERNEL_ALL_DTYPES,
                               .max_tokens = 0,
                               .max_flash_tokens = 0,
+                              .flash_uses_work = 1,
                               KERNEL_OPS(SAME_NAME)};

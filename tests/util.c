@@ -232,9 +232,9 @@ double rel_l2(const float *a, const float *b, size_t n) {
 }
 
 const char *fmt_text(const char *fmt, ...) {
-    static char texts[8][512];
+    static char texts[FMT_TEXT_BUFFERS][512];
     static int next;
-    char *t = texts[next++ % 8];
+    char *t = texts[next++ % FMT_TEXT_BUFFERS];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(t, sizeof texts[0], fmt, ap);

@@ -108,8 +108,10 @@ double dump_rel_diff(const char *a, const char *b);
 /* The values of a --dump-params file and how many there are (asserted; caller frees). */
 double *dump_read(const char *path, size_t *n);
 
-/* printf into one of 8 rotating buffers (512 bytes), so that a call can name its case:
- * expect_x(..., fmt_text("out (M %zu)", M)). */
+/* printf into one of FMT_TEXT_BUFFERS rotating buffers (512 bytes), so that a call can name its
+ * case: expect_x(..., fmt_text("out (M %zu)", M)). A case's name stays valid for that many calls
+ * after it: the layernorm checks of tests/gpu/test_cuda_dtypes.c make 15 with one name. */
+#define FMT_TEXT_BUFFERS 32
 const char *fmt_text(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* The number after the first "key": in a JSON text (asserted to be there). */

@@ -261,4 +261,5 @@ const Kernels kernels_cpu = {.name = "cpu",
                              .dtypes = KERNEL_ALL_DTYPES,
                              .max_tokens = 0,
                              .max_flash_tokens = 0,
+                             .flash_uses_work = 1,
                              KERNEL_OPS(CPU_OP)};

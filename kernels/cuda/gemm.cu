@@ -298,9 +298,16 @@ extern "C" void cuda_linear_forward(DType t, void *out, const void *in, const vo
     // aligned vector faults on a bias a flat bf16 unit puts at any even address (PyTorch, too,
     // keeps such a bias off the epilogue: pytorch/pytorch#194497). So a bias off 16 bytes is
     // copied to the context's scratch (256-byte aligned) first: same stream, so after the last op
-    // that used the scratch and before the GEMM reads it; the sum is still rounded once.
+    // that used the scratch and before the GEMM reads it; the sum is still rounded once. A bias
+    // wider than the scratch (N > 32,768 in bf16; no model here is that wide) is refused as an
+    // invalid value, not handed to the epilogue misaligned.
     const size_t bias_bytes = N * cuda_dtype_bytes(t);
-    if (b && (uintptr_t)b % 16 != 0 && bias_bytes <= CUDA_SCRATCH_BYTES) {
+    const int misaligned = b && (uintptr_t)b % 16 != 0;
+    if (misaligned && bias_bytes > CUDA_SCRATCH_BYTES) {
+        cuda_note(cudaErrorInvalidValue, "linear_forward (a misaligned bias over the scratch)");
+        return;
+    }
+    if (misaligned) {
         CudaContext *ctx = cuda_ctx();
         if (cuda_note(
                 cudaMemcpyAsync(ctx->scratch, b, bias_bytes, cudaMemcpyDeviceToDevice, ctx->stream),

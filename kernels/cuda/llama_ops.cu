@@ -1,12 +1,13 @@
 /* llama_ops: the Llama-shaped block's ops on the GPU (RMSNorm, SwiGLU, RoPE) and eager attention
  * over grouped, strided operands (semantics in ../kernels.h; flash attention is
  * flash_attention.cu's). Simple kernels that mirror the CPU code: one thread block per row, or a
- * thread per element. */
+ * thread per element; RMSNorm's dw is bias_grad's column sums. */
 #include <limits.h>
 #include <math.h>
 
 #include <type_traits>
 
+#include "kernels/cuda/column_sums.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -81,16 +82,21 @@ __global__ void rmsnorm_din_kernel(E *din, const E *dout, const E *in, const flo
               load(din, row * C + c) + r * (load(w, c) * load(dy, c) - load(x, c) * k));
 }
 
-// dw: a thread per column sums its rows in order.
+// dw: bias_grad's column sums (column_sums.cuh) of dout * in * rstd over the rows, in double, in
+// up to DW_MAX_GROUPS groups of at least DW_MIN_GROUP_ROWS rows whose partials go through the
+// context's scratch: coalesced, the GPU filled even at a few columns, and bit-identical run to
+// run (no atomics).
+constexpr size_t DW_MAX_GROUPS = 128, DW_MIN_GROUP_ROWS = 32;
+
 template <class E>
-__global__ void rmsnorm_dw_kernel(float *dw, const E *dout, const E *in, const float *rstd,
-                                  size_t M, size_t C) {
-    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < C;
-         c += (size_t)gridDim.x * blockDim.x) {
-        float acc = dw[c];
-        for (size_t i = 0; i < M; i++) acc += load(dout, i * C + c) * load(in, i * C + c) * rstd[i];
-        dw[c] = acc;
-    }
+__global__ void rmsnorm_dw_kernel(float *dw, double *partials, const E *dout, const E *in,
+                                  const float *rstd, size_t M, size_t C, size_t group_rows) {
+    column_sums_block(dw, partials, M, C, group_rows, [&](size_t j, size_t i, size_t end) {
+        double s = 0.0;
+        for (; i < end; i += COLUMN_LANES)
+            s += (double)(load(dout, i * C + j) * load(in, i * C + j) * rstd[i]);
+        return s;
+    });
 }
 
 __device__ float sigmoidf(float x) {
@@ -269,15 +275,20 @@ extern "C" void cuda_rmsnorm_backward(DType t, void *din, float *dw, const void 
                                       const void *in, const float *rstd, const void *w, size_t M,
                                       size_t C) {
     if (M == 0 || C == 0) return;
-    cudaStream_t stream = cuda_ctx()->stream;
+    CudaContext *c = cuda_ctx();
+    const ColumnSumGrid g = column_sum_grid(M, C, DW_MAX_GROUPS, DW_MIN_GROUP_ROWS,
+                                            CUDA_SCRATCH_BYTES / sizeof(double));
+    double *partials = g.groups > 1 ? (double *)c->scratch : nullptr;
     if (cuda_dispatch(t, "rmsnorm_backward", [&](auto e) {
             using E = typename decltype(e)::type;
-            rmsnorm_din_kernel<<<(unsigned)M, ROW_THREADS, 0, stream>>>(
+            rmsnorm_din_kernel<<<(unsigned)M, ROW_THREADS, 0, c->stream>>>(
                 (E *)din, (const E *)dout, (const E *)in, rstd, (const E *)w, C);
-            rmsnorm_dw_kernel<<<cuda_blocks(C, EW_THREADS), EW_THREADS, 0, stream>>>(
-                dw, (const E *)dout, (const E *)in, rstd, M, C);
+            rmsnorm_dw_kernel<<<g.grid, g.block, 0, c->stream>>>(
+                dw, partials, (const E *)dout, (const E *)in, rstd, M, C, g.group_rows);
         }))
         return;
+    if (CUDA_LAUNCHED("rmsnorm_backward") || !partials) return;
+    column_sums_finish(dw, partials, C, g.groups, c->stream);
     CUDA_LAUNCHED("rmsnorm_backward");
 }
 

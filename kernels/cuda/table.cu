@@ -7,10 +7,12 @@
 // Eager attention keeps a row of probabilities in shared memory: KERNELS_MAX_TOKENS. Flash
 // attention (flash_attention.cu) is tiled and takes any T, but no GPU has run it yet: its limit
 // becomes 0 once tests/gpu (test_cuda_llama_ops.c, test_cuda_dtypes.c) pass on a GPU.
-extern "C" const Kernels kernels_cuda = {"cuda", KERNEL_DTYPE_BIT(DTYPE_FP32), KERNELS_MAX_TOKENS,
-                                         KERNELS_MAX_TOKENS, KERNEL_OPS(CUDA_OP)};
+// Flash's backward recomputes its probabilities on chip: no work tile (flash_uses_work 0).
+extern "C" const Kernels kernels_cuda = {
+    "cuda", KERNEL_DTYPE_BIT(DTYPE_FP32), KERNELS_MAX_TOKENS, KERNELS_MAX_TOKENS,
+    0,      KERNEL_OPS(CUDA_OP)};
 
 // The same ops offering what they have that no GPU has validated yet: for the session that runs
 // tests/gpu and, in the same minutes, measures what those forms give (FSDP_CUDA_UNVERIFIED=1).
-extern "C" const Kernels kernels_cuda_unverified = {"cuda (unverified forms)", KERNEL_ALL_DTYPES,
-                                                    KERNELS_MAX_TOKENS, 0, KERNEL_OPS(CUDA_OP)};
+extern "C" const Kernels kernels_cuda_unverified = {
+    "cuda (unverified forms)", KERNEL_ALL_DTYPES, KERNELS_MAX_TOKENS, 0, 0, KERNEL_OPS(CUDA_OP)};

@@ -704,6 +704,10 @@ Test(cuda_dtypes, grouped_query_and_flash_attention) {
         check_separate(dt, 2, 1, 8, 1, 16, 1, 910, both);   /* one token */
         check_separate(dt, 3, 33, 6, 3, 10, 0, 920, both);  /* not causal, odd T */
         check_separate(dt, 1, KERNELS_MAX_TOKENS, 8, 8, 64, 1, 930, both);
+        /* heads of 80 and 200 columns: a short 32-column chunk after full ones, in the 128- and
+         * the 256-column kernels */
+        check_separate(dt, 2, 70, 4, 2, 80, 1, 932, both);
+        check_separate(dt, 2, 45, 2, 1, 200, 0, 934, both);
         /* GPT's packed qkv: q, k, v a row's thirds */
         const size_t B = 4, T = 40, C = 96, heads = 3;
         AttnShape s = {B, T, heads, heads, C / heads, 3 * C, 3 * C, 1};

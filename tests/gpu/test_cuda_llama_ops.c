@@ -149,6 +149,9 @@ Test(cuda_llama_ops, grouped_query_and_flash_attention) {
     check_separate(2, 1, 8, 1, 16, 1, 110, EAGER | FLASH);   /* one token */
     check_separate(3, 33, 6, 3, 10, 0, 120, EAGER | FLASH);  /* not causal, odd T */
     check_separate(1, KERNELS_MAX_TOKENS, 8, 8, 64, 1, 130, EAGER | FLASH);
+    /* heads of 80 and 200 columns: a short 32-column chunk after full ones */
+    check_separate(2, 70, 4, 2, 80, 1, 132, EAGER | FLASH);
+    check_separate(2, 45, 2, 1, 200, 0, 134, EAGER | FLASH);
     /* GPT's packed qkv: q, k, v a row's thirds */
     const size_t B = 4, T = 40, C = 96, heads = 3;
     AttnShape s = {B, T, heads, heads, C / heads, 3 * C, 3 * C, 1};

@@ -465,6 +465,59 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     model_desc_free(&m);
 }
 
+/* The peak a flash block's backward adds over what it starts with, on an accounting-only device
+ * under table k: the whole forward and the loss, the head's backward, then the last block's. */
+static size_t flash_block_backward_peak(TransformerArch arch, const Kernels *k) {
+    TransformerConfig c = small_config();
+    c.arch = arch, c.attention = ATTENTION_FLASH;
+    if (arch == TRANSFORMER_LLAMA) c.kv_heads = 2;
+    ModelDesc m;
+    SimDevice dev;
+    SimClock clock;
+    model_and_device(&m, &c, &dev, &clock);
+    device_sim_accounting_only(&dev);
+    ModelRun *run = NULL;
+    Err err = {0};
+    cr_assert_eq(m.ops->run_create(&m, &dev.base, k, DTYPE_BF16, 2, &run, &err), 0, "%s", err.msg);
+    Dataset data = {.n = 2};
+    long idx[2] = {0, 1};
+    cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
+    float *none[16] = {0};
+    Work w;
+    for (int mod = 0; mod < m.nmodules; mod++)
+        cr_assert_eq(m.ops->forward(run, mod, (void *const *)none, &w, &err), 0, "%s", err.msg);
+    m.ops->loss(run, 1.0f, &w);
+    const int head = m.nmodules - 1, last_block = head - 1;
+    cr_assert_eq(m.ops->backward(run, head, (void *const *)none, none, &w, &err), 0, "%s", err.msg);
+    const size_t before = dev.base.memory.total;
+    dev.base.memory.peak = before; /* the block's own peak from here */
+    cr_assert_eq(m.ops->backward(run, last_block, (void *const *)none, none, &w, &err), 0, "%s",
+                 err.msg);
+    const size_t added = dev.base.memory.peak - before;
+    m.ops->run_destroy(run);
+    device_sim_release(&dev);
+    model_desc_free(&m);
+    return added;
+}
+
+/* Flash attention's backward takes a T x T fp32 work tile only under a table whose backward
+ * recomputes the probabilities into it (the CPU's; kernels_none stands for it here). A GPU's
+ * keeps them on chip (flash_uses_work 0): its blocks, GPT's and Llama's, take T^2 x 4 bytes
+ * less at their backward's peak, and nothing else changes. */
+Test(transformer, flash_backward_takes_a_work_tile_only_where_the_table_uses_one) {
+    Kernels on_chip = kernels_none;
+    on_chip.flash_uses_work = 0;
+    const size_t T = (size_t)small_config().seq;
+    const TransformerArch archs[] = {TRANSFORMER_GPT, TRANSFORMER_LLAMA};
+    for (size_t i = 0; i < 2; i++) {
+        const size_t with_tile = flash_block_backward_peak(archs[i], &kernels_none);
+        const size_t without = flash_block_backward_peak(archs[i], &on_chip);
+        cr_expect_gt(without, 0);
+        cr_expect_eq(with_tile - without, T * T * 4, "arch %d: %zu against %zu bytes",
+                     (int)archs[i], with_tile, without);
+    }
+}
+
 /* --loss eager on an accounting-only device in bf16, n = B x T x vocab logits: the loss drops
  * the logits (2n bytes) and holds at its fullest the log-probabilities, the NLL's gradient and
  * log-softmax's (4n each), then leaves the logits' gradient (2n): 10n above the end of forward
