@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh STAGE DIR: the GPU checks from a copied bundle (make gpu-bundle), logs under DIR. Stage 1: CUDA
+# run.sh STAGE... DIR: the GPU checks from a copied bundle (make gpu-bundle), logs under DIR. Stage 1: CUDA
 # kernel and one-GPU training tests; 2: the NCCL suite; 3: compute-sanitizer and the FSDP2 benchmark;
 # 4: GPU traces, their replay, each phase's measured time beside the simulator's modelled one, and
 # the cost model's efficiencies fitted to the traces (fsdp plan --calibrate), and the bf16 rates
@@ -7,7 +7,8 @@
 set -u
 usage() {
     cat <<'USAGE'
-usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per step)
+usage: run.sh STAGE... DIR    (any order; DIR is created and gets one log per step; several
+                              stages run in the order given, under one time budget)
   1  every CUDA kernel test and the one-GPU training tests (test_gpu without nccl/*), then
      fsdp train --backend cuda --ranks 1 --model vit-tiny --steps 20
   2  the NCCL suite (test_gpu --filter 'nccl/*')
@@ -26,16 +27,18 @@ usage: run.sh STAGE DIR    (either order; DIR is created and gets one log per st
      tests, and only if they pass, with FSDP_CUDA_UNVERIFIED=1: a vit-tiny and a llama-125m bf16
      run beside the simulator's, the FSDP2 benchmark's vit-workshop rows, the Llama benchmark at
      seq 1,024 (flip kernels/cuda/table.cu's limits once these pass)
-Each stage ends within 9 minutes. With no GPU it says so in one line, after checking that the
-bundle loads, and exits 0.
+All the stages given end within RUN_BUDGET seconds (default 540, under a 10-minute device call):
+a step gets at most what is left, and one with under 15 s left is skipped (summary.log names it,
+and the exit status is 1). With no GPU it says so in one line, after checking that the bundle
+loads, and exits 0.
        run.sh libs    unpacks the bundle's libraries and prints their folder
 USAGE
 }
-stage=''
+stages=()
 dir=''
 for a in "$@"; do
     case $a in
-        1|2|3|4|5|6|libs) stage=$a ;;
+        1|2|3|4|5|6|libs) stages+=("$a") ;;
         -h|--help) usage; exit 0 ;;
         *) dir=$a ;;
     esac
@@ -53,8 +56,10 @@ if [ ! -e "$libdir/.unpacked" ]; then
         echo "run.sh: could not unpack lib.tar.gz into $libdir" >&2; exit 1
     fi
 fi
-if [ "$stage" = libs ]; then echo "$libdir"; exit 0; fi
-if [ -z "$stage" ] || [ -z "$dir" ]; then usage >&2; exit 2; fi
+case " ${stages[*]} " in *" libs "*) echo "$libdir"; exit 0 ;; esac
+if [ ${#stages[@]} -eq 0 ] || [ -z "$dir" ]; then usage >&2; exit 2; fi
+case ${RUN_BUDGET:-540} in ''|*[!0-9]*) echo "run.sh: RUN_BUDGET must be whole seconds, not '$RUN_BUDGET'" >&2; exit 2 ;; esac
+deadline=$(( $(date +%s) + ${RUN_BUDGET:-540} ))
 mkdir -p "$dir" && dir=$(cd "$dir" && pwd) || exit 1
 
 gpus=$(nvidia-smi -L 2>&1) && echo "$gpus" | grep -q '^GPU' || gpus=
@@ -88,26 +93,34 @@ export PYTHONUNBUFFERED=1
 if [ -z "$gpus" ]; then
     plan=$(./fsdp train --backend auto --ranks 1 --print-plan 2>&1 | head -1)
     case $plan in
-        "backend: sim (auto: "*) echo "run.sh: no GPU here (nvidia-smi -L lists none); stage $stage not run; the bundle loads: $plan"; exit 0 ;;
+        "backend: sim (auto: "*) echo "run.sh: no GPU here (nvidia-smi -L lists none); stage ${stages[*]} not run; the bundle loads: $plan"; exit 0 ;;
         *) echo "run.sh: no GPU here, and the bundle does not load: $plan" >&2; exit 1 ;;
     esac
 fi
 echo "$gpus"
 
 {
-    echo "stage $stage, $(date -u +%FT%TZ), $(uname -srm)"
+    echo "stages ${stages[*]}, $(date -u +%FT%TZ), $(uname -srm), budget ${RUN_BUDGET:-540} s"
     echo "$gpus"
     echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     for b in fsdp libfsdp_cuda.so test_gpu nccl_check; do echo "== ldd $b"; ldd "./$b"; done
-} > "$dir/env-stage$stage.log" 2>&1
+} > "$dir/env.log" 2>&1
 
 failed=0
-# step NAME SECONDS CMD...: CMD with its output in DIR/NAME.log, killed after SECONDS; prints the rc,
-# the time and the log's last lines.
+# step NAME SECONDS CMD...: CMD with its output in DIR/NAME.log, killed after SECONDS or at the
+# budget's end, whichever is first (skipped when under 15 s are left); prints the rc, the time and
+# the log's last lines, and returns the rc.
 step() {
-    local name=$1 secs=$2 t0 rc
+    local name=$1 secs=$2 t0 rc left
     shift 2
     t0=$(date +%s)
+    left=$(( deadline - t0 ))
+    if [ $left -lt 15 ]; then
+        echo "== $name: skipped, ${left} s of the budget left" | tee -a "$dir/summary.log"
+        failed=1
+        return 1
+    fi
+    [ "$secs" -gt $left ] && secs=$left
     echo "== $name: $*" | tee "$dir/$name.log"
     timeout --kill-after=10 "$secs" "$@" >> "$dir/$name.log" 2>&1
     rc=$?
@@ -115,11 +128,13 @@ step() {
         tee -a "$dir/summary.log"
     tail -n +2 "$dir/$name.log" | tail -n 12
     [ $rc -eq 0 ] || failed=1
+    return $rc
 }
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 short=(./fsdp train --backend cuda --ranks 1 --model vit-tiny --layers 2 --steps 2 --eval false)
 
-case $stage in
+run_stage() {
+case $1 in
     1)
         step test_gpu 420 ./test_gpu --jobs 1 --verbose --filter '!(nccl)/*'
         step train_vit_tiny 90 ./fsdp train --backend cuda --ranks 1 --model vit-tiny --steps 20 ;;
@@ -161,18 +176,25 @@ case $stage in
         step llama_bench 400 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
             python3 torch_llama_gpu.py --fsdp ./fsdp-env.sh --text "$FSDP_TEXT" ;;
     6)
-        step unverified_tests 200 ./test_gpu --jobs 1 --verbose --filter '@(cuda_dtypes|cuda_llama_ops)/*'
-        if [ $failed -eq 0 ]; then
+        if step unverified_tests 200 ./test_gpu --jobs 1 --verbose \
+            --filter '@(cuda_dtypes|cuda_llama_ops)/*'; then
             export FSDP_CUDA_UNVERIFIED=1
             vit=(--model vit-tiny --ranks 1 --param-dtype bf16 --steps 3 --print-every 1 --eval false)
             step bf16_vit_gpu 60 ./fsdp train --backend cuda "${vit[@]}"
             step bf16_vit_sim 120 ./fsdp train "${vit[@]}"
-            step bf16_llama_gpu 90 ./fsdp train --backend cuda --model llama-125m --ranks 1 \
-                --batch-size 4 --param-dtype bf16 --steps 3 --print-every 1
             step bf16_fsdp2_bench 200 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
                 python3 torch_fsdp2_gpu.py --fsdp ./fsdp-env.sh --data "$FSDP_DATA" --configs vit-workshop
+            # issue 37's, after issue 36's above
+            step bf16_llama_gpu 90 ./fsdp train --backend cuda --model llama-125m --ranks 1 \
+                --batch-size 4 --param-dtype bf16 --steps 3 --print-every 1
             step llama_bench_1024 150 env LD_LIBRARY_PATH="$cuda${machine:+:$machine}" \
                 python3 torch_llama_gpu.py --fsdp ./fsdp-env.sh --text "$FSDP_TEXT" --seqs 1024
         fi ;;
 esac
+}
+
+for stage in "${stages[@]}"; do
+    echo "== stage $stage, $(( deadline - $(date +%s) )) s of the budget left" | tee -a "$dir/summary.log"
+    run_stage "$stage"
+done
 exit $failed
