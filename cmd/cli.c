@@ -277,6 +277,12 @@ static const Flag train_rows[] = {
      .help = "transformer: the loss in one pass (fused, the\n"
              "default) or as PyTorch's cross_entropy over fp32\n"
              "logits, keeping each step's fp32 tensor (eager)"},
+    {"--elementwise", FLAG_WORD, ARG(elementwise), .size = sizeof((TrainArgs *)0)->elementwise,
+     .arg = "fused|eager",
+     .help = "llama: time the norms, RoPE, adds and SwiGLU as\n"
+             "fsdp's fused kernels (fused, the default) or as\n"
+             "eager PyTorch's kernel per operator (eager); the\n"
+             "same values are computed either way"},
     {"--data", FLAG_STRING, ARG(data), .arg = "DIR",
      .help = "FashionMNIST's .gz files (default $FSDP_DATA, else\n"
              "/usr/share/datasets/fashion-mnist)",
@@ -520,6 +526,11 @@ static int check_model_flags(const TrainArgs *a, Err *err) {
         return err_set(err, ERR_USAGE,
                        "--loss applies to the transformer and llama; the %s's loss is fused",
                        vit ? "ViT" : "toy");
+    if (a->elementwise[0] && elementwise_from_name(a->elementwise) < 0)
+        return err_set(err, ERR_USAGE, "--elementwise must be fused or eager (got '%s')",
+                       a->elementwise);
+    if (a->elementwise[0] && !train_args_is_llama(a))
+        return err_set(err, ERR_USAGE, "--elementwise applies to --model llama and llama-125m");
     if (a->kv_heads && !train_args_is_llama(a))
         return err_set(err, ERR_USAGE,
                        "--kv-heads applies to --model llama; %s has one K,V head per head",

@@ -49,6 +49,7 @@ typedef struct TrainArgs {
     int kv_heads;                   /* llama: --kv-heads N; 0: the default */
     char attention[8];              /* transformer, llama: eager|flash; "": flash */
     char loss[8];                   /* transformer, llama: fused|eager; "": fused */
+    char elementwise[8];            /* llama: fused|eager; "": fused */
     char split[8];                  /* training split: train or test */
     int ranks;
     long steps;

@@ -33,6 +33,7 @@ typedef struct PlanArgs {
     int llama;                                  /* a Llama-shaped transformer */
     char attention[8];                          /* --attention; "": flash */
     char loss[8];                               /* --loss; "": fused */
+    char elementwise[8];                        /* --elementwise; "": fused */
     int gpus, gpus_per_node;
     int replicas;                                     /* --replicas (hsdp); 0: not given */
     double gpu_mem_gb, tflops, link_gbps, inter_gbps; /* profile overrides; 0: not given */
@@ -83,6 +84,14 @@ static int set_loss(void *args, const char *flag, const char *v, Err *err) {
     return 0;
 }
 
+static int set_elementwise(void *args, const char *flag, const char *v, Err *err) {
+    PlanArgs *a = args;
+    if (elementwise_from_name(v) < 0)
+        return err_set(err, ERR_USAGE, "%s must be fused or eager (got '%s')", flag, v);
+    snprintf(a->elementwise, sizeof a->elementwise, "%s", v);
+    return 0;
+}
+
 static int set_ac_policy(void *args, const char *flag, const char *v, Err *err) {
     int p = ac_policy_from_name(v);
     if (p < 0)
@@ -121,6 +130,11 @@ static const Flag plan_rows[] = {
      .help = "the transformers' loss in one pass (fused) or as\n"
              "PyTorch's cross_entropy over fp32 logits, each\n"
              "step's fp32 tensor kept (eager: torchtitan's)"},
+    {"--elementwise", FLAG_SET, .set = set_elementwise, .arg = "fused|eager",
+     .help = "Llama: charge the norms, RoPE, adds and SwiGLU as\n"
+             "fsdp's fused kernels (fused) or as eager PyTorch's\n"
+             "kernel per operator through fp32 temporaries\n"
+             "(eager: torchtitan's model without torch.compile)"},
     {.kind = FLAG_SECTION, .help = "cluster"},
     {"--gpus", FLAG_COUNT, ARG(gpus), 1, PLANNER_MAX_GPUS, .arg = "N",
      .help = "GPUs, 1 to 1,048,576 (default 3); above one node,\na whole number of nodes"},
@@ -245,6 +259,11 @@ static int choose_model(PlanArgs *a, Err *err) {
     if (a->loss[0] && a->kind != MODEL_TRANSFORMER)
         return err_set(err, ERR_USAGE, "--loss applies to the transformers; the %s's loss is fused",
                        a->kind == MODEL_VIT ? "ViT" : "toy");
+    if (a->elementwise[0] && !a->llama)
+        return err_set(err, ERR_USAGE,
+                       "--elementwise applies to Llama-shaped models (llama, llama-125m, "
+                       "llama3-*); not --model %s",
+                       a->model);
     if (a->params && (a->kind != MODEL_TRANSFORMER || a->llama))
         return err_set(err, ERR_USAGE, "--params sizes a generic transformer, not --model %s",
                        a->model);
@@ -463,6 +482,8 @@ static int make_model(const PlanArgs *a, PlanSetup *s, Err *err) {
     c.attention =
         a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;
     c.loss = a->loss[0] ? (LossKind)loss_from_name(a->loss) : LOSS_FUSED;
+    c.elementwise = a->elementwise[0] ? (ElementwiseKind)elementwise_from_name(a->elementwise)
+                                      : ELEMENTWISE_FUSED;
     if (!rc) rc = transformer_config_check(&c, err);
     return rc ? rc : transformer_model_create(&s->model, &c, err);
 }
@@ -563,11 +584,12 @@ static void print_shape(FILE *f, const PlanArgs *a, const PlanSetup *s) {
         if (c->arch == TRANSFORMER_LLAMA) snprintf(kv, sizeof kv, " and %d KV heads", c->kv_heads);
         fprintf(f,
                 "shape: %d layers, hidden %d, %d heads%s, %sMLP %d, sequence %d, vocabulary %s, "
-                "%s attention%s%s\n",
+                "%s attention%s%s%s\n",
                 c->layers, c->hidden, c->heads, kv, c->arch == TRANSFORMER_LLAMA ? "SwiGLU " : "",
                 c->mlp, c->seq, with_commas((size_t)c->vocab, v, sizeof v),
                 attention_name(c->attention),
                 c->loss == LOSS_EAGER ? ", eager loss (fp32 log-probabilities)" : "",
+                c->elementwise == ELEMENTWISE_EAGER ? ", eager PyTorch's elementwise kernels" : "",
                 a->params ? " (chosen for --params from published widths; --seq sets the sequence)"
                           : "");
     } else if (a->kind == MODEL_VIT) {

@@ -62,6 +62,8 @@ static TransformerConfig transformer_config(const TrainArgs *a) {
     c.attention =
         a->attention[0] ? (AttentionKind)attention_from_name(a->attention) : ATTENTION_FLASH;
     c.loss = a->loss[0] ? (LossKind)loss_from_name(a->loss) : LOSS_FUSED;
+    c.elementwise = a->elementwise[0] ? (ElementwiseKind)elementwise_from_name(a->elementwise)
+                                      : ELEMENTWISE_FUSED;
     return c;
 }
 

@@ -38,14 +38,45 @@ static size_t kv_width(const TBlock *t) {
     return t->kv_heads * (t->H / t->heads);
 }
 
+/* --elementwise eager: the bytes a row (token) of a Llama block's memory-bound ops moves and the
+ * kernels they launch, as eager PyTorch runs torchtitan's model (torchtitan/models/llama/model.py
+ * and models/norms.py at 9dec370, the commit of its H100 benchmark); E bytes an element of the
+ * compute dtype, 4 of an fp32 temporary, each kernel reading its inputs and writing its output:
+ * - each RMSNorm, (x.float() * rsqrt(pow(2).mean(-1) + eps)).type_as(x) * weight, over H:
+ *   x.float() E + 4, pow 4 + 4, mean 4, the product 4 + 4, type_as 4 + E, the weight's E + E;
+ *   8 kernels (+ eps and rsqrt over one value a row among them);
+ * - RoPE on q (H) and k (KV): x.float() E + 4, the complex product 4 + 4, type_as 4 + E; 3
+ *   kernels each;
+ * - repeat_kv (kv_heads < heads): k and v copied to every query head, E over KV read and E over
+ *   H written, each; 2 kernels;
+ * - the two residual adds, 3E over H each; SwiGLU's silu (2E) and product (3E) over F.
+ * SDPA reads q, k and v where they are and writes its output in the layout the transpose back
+ * finds contiguous: no copy. Backward is charged twice the forward, as the fused ops are. */
+typedef struct EagerOps {
+    double bytes_per_row;
+    int kernels;
+} EagerOps;
+
+static EagerOps eager_ops(const TBlock *t) {
+    const double E = (double)dtype_size(t->dtype), H = (double)t->H, F = (double)t->F,
+                 KV = (double)kv_width(t);
+    const int repeats = t->kv_heads < t->heads;
+    return (EagerOps){.bytes_per_row = 2 * (28 + 4 * E) * H + (16 + 2 * E) * (H + KV) +
+                                       (repeats ? 2 * E * (KV + H) : 0) + 2 * 3 * E * H + 5 * E * F,
+                      .kernels = 2 * 8 + 2 * 3 + (repeats ? 2 : 0) + 2 + 2};
+}
+
 /* Kernels: lblock's forward op calls (15) and its backward's (24, a Linear's backward two
- * GEMMs). */
+ * GEMMs); eager, the 7 GEMMs (14 backward) and attention beside eager_ops' kernels (twice those
+ * backward). */
 static void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F;
     double KV = (double)kv_width(t), T = (double)t->T, B = (double)t->B;
-    double probs = 2 * B * (double)t->heads * T * T;
-    double bytes =
-        (double)dtype_size(t->dtype) * (M * (10 * H + 2 * KV + 4 * F) + (t->flash ? 0 : probs));
+    double probs = 2 * B * (double)t->heads * T * T, E = (double)dtype_size(t->dtype);
+    const EagerOps eager = eager_ops(t);
+    double elementwise =
+        t->eager_elementwise ? M * eager.bytes_per_row : E * M * (10 * H + 2 * KV + 4 * F);
+    double bytes = elementwise + (t->flash ? 0 : E * probs);
     double passes = kind == WORK_BACKWARD ? 2.0 : 1.0;
     work_begin(w, kind);
     work_linear(w, kind, M, H, H);  /* q */
@@ -58,7 +89,10 @@ static void lblock_work(const TBlock *t, Work *w, WorkKind kind) {
     w->attention_flops = tblock_attention_flops(t, kind);
     w->flops += w->attention_flops;
     w->bytes = bytes * passes;
-    w->kernels = kind == WORK_BACKWARD ? 24 : 15;
+    if (t->eager_elementwise)
+        w->kernels = kind == WORK_BACKWARD ? 14 + 1 + 2 * eager.kernels : 7 + 1 + eager.kernels;
+    else
+        w->kernels = kind == WORK_BACKWARD ? 24 : 15;
 }
 
 /* ---------------------------------------------------------------- forward */
@@ -227,7 +261,8 @@ static void release_recomputed(const TBlock *t, BlockActs *a) {
 }
 
 /* Three GEMMs, and the traffic of the two norms (x, mid read, their outputs written), RoPE on k,
- * the add (three tensors) and SwiGLU (three): eight kernels. */
+ * the add (three tensors) and SwiGLU (three): eight kernels. Eager (torchtitan's policy saves no
+ * elementwise op's output), every memory-bound op of the forward again, eager_ops' bytes. */
 static void recompute_ops_work(const TBlock *t, Work *w) {
     double M = (double)(t->B * t->T), H = (double)t->H, F = (double)t->F, KV = (double)kv_width(t);
     work_begin(w, WORK_FORWARD);
@@ -236,6 +271,11 @@ static void recompute_ops_work(const TBlock *t, Work *w) {
     work_linear(w, WORK_FORWARD, M, H, F);  /* up */
     w->bytes = (double)dtype_size(t->dtype) * M * (7 * H + 2 * KV + 3 * F);
     w->kernels = 8;
+    if (t->eager_elementwise) {
+        const EagerOps eager = eager_ops(t);
+        w->bytes = M * eager.bytes_per_row;
+        w->kernels = 3 + eager.kernels;
+    }
 }
 
 static int recompute_ops(const TBlock *t, BlockActs *a, void *const *p, const void *x, Work *w,

@@ -45,6 +45,9 @@ typedef struct TBlock {
     const BlockKind *kind; /* gpt_block (here) or llama_block (lblock.c) */
     DType dtype;           /* the compute dtype: parameters, activations and their gradients */
     size_t kv_heads;       /* Llama: K,V heads, dividing heads */
+    /* Llama: the work charges eager PyTorch's unfused norms, RoPE, repeated K,V, adds and SwiGLU
+     * (lblock.c); what is computed and kept is the same */
+    int eager_elementwise;
 } TBlock;
 
 /* Llama's RoPE base (Llama 3's rope_theta). */

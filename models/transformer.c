@@ -87,6 +87,10 @@ int transformer_config_check(const TransformerConfig *c, Err *err) {
     if ((rc = check_kv_heads(c, err))) return rc;
     if (c->attention != ATTENTION_EAGER && c->attention != ATTENTION_FLASH)
         return err_set(err, ERR_INTERNAL, "unknown attention kind %d", (int)c->attention);
+    if (c->elementwise == ELEMENTWISE_EAGER && c->arch != TRANSFORMER_LLAMA)
+        return err_set(err, ERR_USAGE,
+                       "--elementwise eager charges torchtitan's Llama block's unfused kernels; "
+                       "a GPT-shaped model has no such form (use --model llama or llama3-*)");
     size_t params = transformer_param_count(c);
     if ((double)params > 0x1p50)
         return err_set(err, ERR_USAGE,
@@ -131,6 +135,16 @@ const char *loss_name(LossKind l) {
 int loss_from_name(const char *name) {
     if (!strcmp(name, "fused")) return LOSS_FUSED;
     if (!strcmp(name, "eager")) return LOSS_EAGER;
+    return -1;
+}
+
+const char *elementwise_name(ElementwiseKind e) {
+    return e == ELEMENTWISE_EAGER ? "eager" : "fused";
+}
+
+int elementwise_from_name(const char *name) {
+    if (!strcmp(name, "fused")) return ELEMENTWISE_FUSED;
+    if (!strcmp(name, "eager")) return ELEMENTWISE_EAGER;
     return -1;
 }
 
@@ -673,7 +687,8 @@ static int tf_run_create(const ModelDesc *m, Device *dev, const Kernels *k, DTyp
                          .llama = c->arch == TRANSFORMER_LLAMA,
                          .kv_heads = (size_t)c->kv_heads,
                          .outputs = (size_t)c->seq * (size_t)c->vocab,
-                         .eager_loss = c->loss == LOSS_EAGER};
+                         .eager_loss = c->loss == LOSS_EAGER,
+                         .eager_elementwise = c->elementwise == ELEMENTWISE_EAGER};
     return tstack_run_create(ends_of(c), &shape, c, dev, k, compute, out, err);
 }
 

@@ -27,6 +27,11 @@ typedef enum { ATTENTION_EAGER = 0, ATTENTION_FLASH } AttentionKind;
  * output its own tensor [B, T, vocab] (torchtitan's, and what it costs at a 128k vocabulary). */
 typedef enum { LOSS_FUSED = 0, LOSS_EAGER } LossKind;
 
+/* How a Llama block's memory-bound ops are charged (computed the same either way): fsdp's fused
+ * kernels, or eager PyTorch's one kernel per operator through fp32 temporaries, as torchtitan's
+ * model runs them without torch.compile (lblock.c counts them), for planning the job it ran. */
+typedef enum { ELEMENTWISE_FUSED = 0, ELEMENTWISE_EAGER } ElementwiseKind;
+
 typedef struct TransformerConfig {
     int layers; /* blocks */
     int hidden; /* width of the residual stream */
@@ -38,6 +43,7 @@ typedef struct TransformerConfig {
     int kv_heads; /* Llama: K,V heads, dividing heads; GPT: 0 (each head has its own) */
     AttentionKind attention;
     LossKind loss;
+    ElementwiseKind elementwise; /* Llama only: eager charges PyTorch's unfused kernels */
 } TransformerConfig;
 
 /* "eager", "flash"; and back (-1: neither). */
@@ -46,6 +52,9 @@ int attention_from_name(const char *name);
 /* "fused", "eager"; and back (-1: neither). */
 const char *loss_name(LossKind l);
 int loss_from_name(const char *name);
+/* "fused", "eager"; and back (-1: neither). */
+const char *elementwise_name(ElementwiseKind e);
+int elementwise_from_name(const char *name);
 
 /* A Llama 3 shape by its published name (llama3-8b, llama3-70b, llama3-405b: layers, hidden,
  * heads, K,V heads, MLP and vocabulary as published, sequence 8192, eager attention). Returns

@@ -58,6 +58,7 @@ static TBlock block_of(const ModelRun *r) {
                     .flash = r->shape.flash,
                     .kind = r->shape.llama ? &llama_block : &gpt_block,
                     .kv_heads = r->shape.kv_heads,
+                    .eager_elementwise = r->shape.eager_elementwise,
                     .dtype = r->dtype};
 }
 

@@ -26,6 +26,7 @@ typedef struct TStackShape {
     size_t kv_heads;
     size_t outputs; /* logits of one sequence: classes, or tokens x vocabulary */
     int eager_loss; /* the ends' loss takes dlogits itself, last, after fp32 steps of its own */
+    int eager_elementwise; /* TBlock.eager_elementwise */
 } TStackShape;
 
 /* A run of a stacked model: the stack's state, and the model's own in `own`. */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/lblock.h"
 #include "models/transformer.h"
 #include "models/vit.h"
 #include "sim/planner.h"
@@ -339,6 +340,109 @@ Test(llama_plan, nothing_fits_names_the_eager_loss_and_op_checkpointing_as_lever
     free(out);
 }
 
+/* ---- --elementwise eager: eager PyTorch's kernels, charged, not computed ---- */
+
+/* One Llama block of 4 sequences of 96 tokens, hidden 64, 8 heads (kv of them K,V), MLP 160,
+ * flash attention: its work in pass `kind` with the elementwise ops charged fused or eager. */
+static Work llama_block_work(int kv, DType dtype, int eager, WorkKind kind) {
+    TBlock t = {.B = 4,
+                .T = 96,
+                .H = 64,
+                .F = 160,
+                .heads = 8,
+                .kv_heads = (size_t)kv,
+                .causal = 1,
+                .flash = 1,
+                .kind = &llama_block,
+                .dtype = dtype,
+                .eager_elementwise = eager};
+    Work w = {0};
+    llama_block.work(&t, &w, kind);
+    return w;
+}
+
+/* Eager, a row's memory-bound ops move, in bf16: each RMSNorm 36 bytes an element of H (x.float()
+ * 6, pow 8, mean 4, the product 8, type_as 6, the weight 4), RoPE 20 an element of q and k (2 + 4,
+ * 8, 4 + 2), repeat_kv's copies of k and v 4 (KV read and H written, 2 each), the adds 6 each and
+ * SwiGLU 10 an element of F: 108 H + 24 KV + 10 F (104 H + 20 KV + 10 F without the copies,
+ * when every head has its K,V); in fp32 144 H + 32 KV + 20 F. Kernels: 16 for
+ * the norms, 6 RoPE, 2 copies, 2 adds, 2 SwiGLU, beside 7 GEMMs and attention: 36 (34 without the
+ * copies); backward twice the bytes and the elementwise kernels, 14
+ * GEMMs and attention's. The GEMMs and attention are the fused form's. */
+Test(llama_plan, eager_elementwise_charges_torchtitans_unfused_kernels) {
+    const double M = 4 * 96, H = 64, F = 160;
+    const struct {
+        int kv;
+        DType dtype;
+        double per_row;
+        int kernels;
+    } cases[] = {{2, DTYPE_BF16, 108 * H + 24 * 16 + 10 * F, 36},
+                 {8, DTYPE_BF16, 104 * H + 20 * 64 + 10 * F, 36 - 2},
+                 {2, DTYPE_FP32, 144 * H + 32 * 16 + 20 * F, 36}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int kv = cases[i].kv;
+        const DType dt = cases[i].dtype;
+        Work fwd = llama_block_work(kv, dt, 1, WORK_FORWARD);
+        Work bwd = llama_block_work(kv, dt, 1, WORK_BACKWARD);
+        cr_expect_eq(fwd.bytes, M * cases[i].per_row, "case %zu: %.0f bytes", i, fwd.bytes);
+        cr_expect_eq(fwd.kernels, cases[i].kernels, "case %zu", i);
+        cr_expect_eq(bwd.bytes, 2 * fwd.bytes, "case %zu", i);
+        cr_expect_eq(bwd.kernels, 15 + 2 * (cases[i].kernels - 8), "case %zu", i);
+        for (int e = 0; e < 2; e++) {
+            const WorkKind kind = e ? WORK_BACKWARD : WORK_FORWARD;
+            Work fused = llama_block_work(kv, dt, 0, kind), eager = e ? bwd : fwd;
+            cr_expect_eq(eager.flops, fused.flops, "case %zu: the same GEMMs and attention", i);
+            cr_expect_eq(eager.ngemms, fused.ngemms);
+            cr_expect_gt(eager.bytes, 2 * fused.bytes, "case %zu: eager moves far more", i);
+        }
+    }
+}
+
+/* What is computed and kept is the same: two steps of a small Llama on 2 simulated ranks end on
+ * the same parameters, bit for bit, and each rank's memory is the same to the byte. */
+Test(llama_plan, eager_elementwise_computes_and_keeps_what_fused_does) {
+    VitRun runs[2];
+    Dataset text;
+    TransformerConfig c = llama_shape(128, 2);
+    text_test_data(&text, c.seq);
+    for (int eager = 0; eager < 2; eager++) {
+        c.elementwise = eager ? ELEMENTWISE_EAGER : ELEMENTWISE_FUSED;
+        ModelDesc m;
+        create(&m, &c);
+        model_train(&runs[eager], &m, &text, vit_config(STRAT_ZERO3, 2), 2, 2, 0);
+        model_desc_free(&m);
+    }
+    const size_t n = transformer_param_count(&c);
+    cr_expect_eq(memcmp(runs[0].params, runs[1].params, n * sizeof(float)), 0);
+    cr_expect_eq(runs[0].last_loss, runs[1].last_loss);
+    for (int r = 0; r < 2; r++)
+        cr_expect_eq(memcmp(&runs[0].memory[r], &runs[1].memory[r], sizeof runs[0].memory[r]), 0,
+                     "rank %d's memory", r);
+    vit_run_free(&runs[0]), vit_run_free(&runs[1]);
+}
+
+/* torchtitan's table 1 job planned both ways: the same bytes, a longer step, and longer still
+ * under torchtitan's op checkpointing, which recomputes every elementwise op before backward. */
+Test(llama_plan, eager_elementwise_lengthens_the_step_and_its_recompute) {
+    const char *job = "plan --model llama3-8b --profile h100-gt --gpus 8 --batch-size 2 "
+                      "--param-dtype bf16 --reduce-dtype fp32 --json";
+    char *fused = fsdp_ok("%s", job), *eager = fsdp_ok("%s --elementwise eager", job);
+    char *fused_ac = fsdp_ok("%s --activation-checkpointing --ac-policy torchtitan", job);
+    char *eager_ac =
+        fsdp_ok("%s --activation-checkpointing --ac-policy torchtitan --elementwise eager", job);
+    cr_expect_eq(json_number(eager, "gpu_total"), json_number(fused, "gpu_total"));
+    cr_expect_eq(json_number(eager_ac, "gpu_total"), json_number(fused_ac, "gpu_total"));
+    const double added = json_number(eager, "step_time_s") - json_number(fused, "step_time_s");
+    const double added_ac =
+        json_number(eager_ac, "step_time_s") - json_number(fused_ac, "step_time_s");
+    cr_expect_gt(added, 0);
+    cr_expect_gt(added_ac, added, "the recompute's eager ops: %g against %g s", added_ac, added);
+    free(fused), free(eager), free(fused_ac), free(eager_ac);
+    char *out = fsdp_ok("plan --model llama3-8b --gpus 8 --param-dtype bf16 --elementwise eager");
+    cr_expect(strstr(out, "flash attention, eager PyTorch's elementwise kernels\n"), "%s", out);
+    free(out);
+}
+
 Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
     static const UsageCase cases[] = {
         {"plan --model llama3-8b --kv-heads 5", "--kv-heads must divide --heads (got 5 and 32)"},
@@ -365,6 +469,16 @@ Test(llama_plan, bad_requests_are_one_line_and_exit_2) {
         {"train --model llama --ac-policy ops", "--ac-policy ops says what a checkpointed"},
         {"plan --model llama3-8b --ac-policy torchtitan",
          "--ac-policy torchtitan says what a checkpointed"},
+        {"plan --model llama3-8b --elementwise some",
+         "--elementwise must be fused or eager (got 'some')"},
+        {"plan --model transformer --elementwise eager",
+         "--elementwise applies to Llama-shaped models"},
+        {"plan --model gpt2-small --elementwise eager",
+         "--elementwise applies to Llama-shaped models"},
+        {"train --model llama --elementwise some",
+         "--elementwise must be fused or eager (got 'some')"},
+        {"train --model transformer --elementwise eager",
+         "--elementwise applies to --model llama and llama-125m"},
     };
     expect_usage_errors(cases, sizeof cases / sizeof *cases);
 }
