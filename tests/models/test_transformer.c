@@ -465,6 +465,21 @@ Test(transformer, the_model_alone_charges_its_buffers_and_work) {
     model_desc_free(&m);
 }
 
+/* A run of config c's model under table k on an accounting-only device, with a batch of two
+ * sequences set (the data set is only a count: the sampler draws from it). */
+static ModelRun *accounting_run(ModelDesc *m, const TransformerConfig *c, const Kernels *k,
+                                DType dtype, SimDevice *dev, SimClock *clock) {
+    model_and_device(m, c, dev, clock);
+    device_sim_accounting_only(dev);
+    ModelRun *run = NULL;
+    Err err = {0};
+    cr_assert_eq(m->ops->run_create(m, &dev->base, k, dtype, 2, &run, &err), 0, "%s", err.msg);
+    Dataset data = {.n = 2};
+    long idx[2] = {0, 1};
+    cr_assert_eq(m->ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
+    return run;
+}
+
 /* The peak a flash block's backward adds over what it starts with, on an accounting-only device
  * under table k: the whole forward and the loss, the head's backward, then the last block's. */
 static size_t flash_block_backward_peak(TransformerArch arch, const Kernels *k) {
@@ -474,14 +489,8 @@ static size_t flash_block_backward_peak(TransformerArch arch, const Kernels *k) 
     ModelDesc m;
     SimDevice dev;
     SimClock clock;
-    model_and_device(&m, &c, &dev, &clock);
-    device_sim_accounting_only(&dev);
-    ModelRun *run = NULL;
+    ModelRun *run = accounting_run(&m, &c, k, DTYPE_BF16, &dev, &clock);
     Err err = {0};
-    cr_assert_eq(m.ops->run_create(&m, &dev.base, k, DTYPE_BF16, 2, &run, &err), 0, "%s", err.msg);
-    Dataset data = {.n = 2};
-    long idx[2] = {0, 1};
-    cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
     float *none[16] = {0};
     Work w;
     for (int mod = 0; mod < m.nmodules; mod++)
@@ -530,15 +539,8 @@ Test(transformer, the_eager_loss_holds_three_fp32_tensors_of_the_logits_at_its_f
         ModelDesc m;
         SimDevice dev;
         SimClock clock;
-        model_and_device(&m, &c, &dev, &clock);
-        device_sim_accounting_only(&dev);
-        ModelRun *run = NULL;
+        ModelRun *run = accounting_run(&m, &c, &kernels_none, DTYPE_BF16, &dev, &clock);
         Err err = {0};
-        cr_assert_eq(m.ops->run_create(&m, &dev.base, &kernels_none, DTYPE_BF16, 2, &run, &err), 0,
-                     "%s", err.msg);
-        Dataset data = {.n = 2};
-        long idx[2] = {0, 1};
-        cr_assert_eq(m.ops->set_batch(run, &data, idx, 2, &err), 0, "%s", err.msg);
         float *none[16] = {0};
         Work w;
         for (int mod = 0; mod < m.nmodules; mod++)
