@@ -3,6 +3,7 @@
 #include "engine/fsdp_internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,43 +110,84 @@ static int pending_drain(Engine *e, Err *err) {
 
 /* ---------------------------------------------------------------- gathering parameters */
 
-/* Rank q's block of a unit's wire buffer (every rank's padded block, in rank order). */
-static char *wire_block(const Engine *e, int u, const void *buf, int q, DType t) {
-    return (char *)buf + (size_t)q * e->plan->units[u].wire_numel * dtype_size(t);
+/* ---- batched copies: a unit's spans in one copy_spans call */
+
+/* The spans of one copy, in the engine's e->spans. span_add merges a span into the one before it
+ * where both run on in src and in dst, so a unit whose rows lie end to end on both sides (one
+ * rank, or a shard without padding) is one span whatever its parameters. */
+typedef struct SpanList {
+    CopySpan *at;
+    size_t n, cap;
+} SpanList;
+
+static SpanList span_list(Engine *e) {
+    return (SpanList){.at = e->spans, .cap = e->spans_cap};
 }
 
-/* One parameter's rows of src (of type src_t), cast to `t`, into their place in a padded wire
- * block; the padding after them is zero. */
-static void pack_span(Engine *e, const RowSpan *s, char *block, DType t, const void *src,
-                      DType src_t) {
-    size_t ds = dtype_size(t);
-    char *dst = block + s->up->wire_offset * ds;
-    e->k->cast(dst, t, src, src_t, s->n);
-    e->k->zero_bytes(dst + s->n * ds, (s->up->chunk_rows - s->rows) * s->ps->row_elems * ds);
+static void span_add(SpanList *l, size_t dst_at, size_t src_at, size_t n, size_t pad) {
+    if (n == 0 && pad == 0) return;
+    CopySpan *last = l->n ? &l->at[l->n - 1] : NULL;
+    if (last && last->pad == 0 && last->dst_at + last->n == dst_at &&
+        last->src_at + last->n == src_at) {
+        last->n += n;
+        last->pad = pad;
+        return;
+    }
+    if (l->n == l->cap) { /* engine_create sized e->spans for the most a unit makes */
+        fprintf(stderr, "fsdp: more than %zu spans in one copy\n", l->cap);
+        abort();
+    }
+    l->at[l->n++] = (CopySpan){.dst_at = dst_at, .src_at = src_at, .n = n, .pad = pad};
+}
+
+/* The list as one copy_spans call, or, on a table that has no batched form yet (kernels_cuda
+ * until a GPU has run its test), as a cast and a zeroing per span. */
+static void span_copy(Engine *e, void *dst, DType dst_t, const void *src, DType src_t,
+                      const SpanList *l) {
+    if (e->k->copy_spans) {
+        e->k->copy_spans(dst, dst_t, src, src_t, l->at, l->n);
+        return;
+    }
+    size_t ds = dtype_size(dst_t), ss = dtype_size(src_t);
+    for (size_t i = 0; i < l->n; i++) {
+        const CopySpan *c = &l->at[i];
+        char *to = (char *)dst + c->dst_at * ds;
+        e->k->cast(to, dst_t, (const char *)src + c->src_at * ss, src_t, c->n);
+        e->k->zero_bytes(to + c->n * ds, c->pad * ds);
+    }
+}
+
+/* The zeros after a rank's rows of a parameter in its wire block: every block reserves
+ * chunk_rows rows, and the last ranks own fewer. */
+static size_t wire_pad(const RowSpan *s) {
+    return (s->up->chunk_rows - s->rows) * s->ps->row_elems;
 }
 
 /* Copies this rank's rows of src (of type src_t; parameter i's rows at local[i]), cast to `t`,
- * into its padded wire block; padding is zero. */
+ * into its padded wire block; padding is zero. One copy for the unit: FSDP2's copy-in. */
 void pack_rows(Engine *e, int u, const void *src, DType src_t, const size_t *local, DType t,
                char *block) {
+    SpanList l = span_list(e);
     UnitRows it = unit_shard_rows(e, u);
     for (RowSpan s; unit_rows_next(&it, &s);)
-        pack_span(e, &s, block, t, (const char *)src + local[s.i] * dtype_size(src_t), src_t);
+        span_add(&l, s.up->wire_offset, local[s.i], s.n, wire_pad(&s));
+    span_copy(e, block, t, src, src_t, &l);
 }
 
-/* Copies every rank's rows out of the gathered wire blocks into the unit's layout. */
+/* Copies every rank's rows out of the gathered wire blocks into the unit's layout: one copy
+ * over every rank's spans, FSDP2's copy-out. */
 void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
     /* nothing stored, nothing to move: a plan of 1,024 ranks would loop over every rank's
      * rows for nothing */
     if (e->dev->accounting_only) return;
-    size_t ds = dtype_size(t);
+    SpanList l = span_list(e);
+    size_t wire = e->plan->units[u].wire_numel;
     for (int q = 0; q < e->plan->shard_size; q++) {
-        const char *block = wire_block(e, u, recv, q, t);
         UnitRows it = unit_rows(e, u, e->plan->shard_size, q);
         for (RowSpan s; unit_rows_next(&it, &s);)
-            e->k->copy_bytes(dst + (s.up->offset + s.first) * ds, block + s.up->wire_offset * ds,
-                             s.n * ds);
+            span_add(&l, s.up->offset + s.first, (size_t)q * wire + s.up->wire_offset, s.n, 0);
     }
+    span_copy(e, dst, t, recv, t, &l);
 }
 
 /* Unit u's collective of its wire block (a rank's packed rows): send and recv as comm.h's kind
@@ -305,17 +347,19 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
     return 0;
 }
 
-/* Every rank's rows of the unsharded grads, cast, into its padded wire block. */
+/* Every rank's rows of the unsharded grads, cast, into its padded wire block: one copy. */
 static void pack_grads_for_scatter(Engine *e, int u, char *send) {
-    if (e->dev->accounting_only) return; /* as unpack_gathered */
-    const float *ugrad = e->units[u].ugrad;
+    size_t wire = e->plan->units[u].wire_numel;
     DType t = e->cfg.reduce_dtype;
+    if (e->dev->accounting_only) return; /* as unpack_gathered */
+    SpanList l = span_list(e);
     for (int q = 0; q < e->plan->shard_size; q++) {
-        char *block = wire_block(e, u, send, q, t);
         UnitRows it = unit_rows(e, u, e->plan->shard_size, q);
         for (RowSpan s; unit_rows_next(&it, &s);)
-            pack_span(e, &s, block, t, ugrad + s.up->offset + s.first, DTYPE_FP32);
+            span_add(&l, (size_t)q * wire + s.up->wire_offset, s.up->offset + s.first, s.n,
+                     wire_pad(&s));
     }
+    span_copy(e, send, t, e->units[u].ugrad, DTYPE_FP32, &l);
 }
 
 /* The unit's unsharded gradients go, once nothing reads them any more. */
@@ -430,10 +474,11 @@ static int complete_reduce(Engine *e, int u, Err *err) {
             if (rc) return rc;
             e->dev->ops->event_record(e->dev, STREAM_COMM, &done);
         }
+        SpanList l = span_list(e); /* the shard's rows out of the wire block, cast */
         UnitRows it = unit_shard_rows(e, u);
         for (RowSpan s; unit_rows_next(&it, &s);)
-            e->k->cast(grad_at(e, u, us->grad_local[s.i]), e->plan->grad_store,
-                       (char *)us->reduce_buf + s.up->wire_offset * dtype_size(t), t, s.n);
+            span_add(&l, us->grad_local[s.i], s.up->wire_offset, s.n, 0);
+        span_copy(e, us->grad, e->plan->grad_store, us->reduce_buf, t, &l);
         dev_free(e, us->reduce_send, u);
         us->reduce_send = NULL;
     } else if (us->reduce_buf) {
@@ -668,12 +713,12 @@ static int step_grads_create(Engine *e, Err *err) {
         UnitState *us = &e->units[u];
         int rc = dev_alloc(e, (void **)&us->grad32, us->optim_n * sizeof(float), cat, u, err);
         if (rc) return rc;
+        SpanList l = span_list(e);
         UnitRows it = unit_optim_rows(e, u);
-        for (RowSpan s; unit_rows_next(&it, &s);) {
-            size_t at = optim_rows_at(us->grad_local, s.i, e->plan->grads_sharded, s.first);
-            e->k->cast(us->grad32 + us->optim_local[s.i], DTYPE_FP32, grad_at(e, u, at),
-                       e->plan->grad_store, s.n);
-        }
+        for (RowSpan s; unit_rows_next(&it, &s);)
+            span_add(&l, us->optim_local[s.i],
+                     optim_rows_at(us->grad_local, s.i, e->plan->grads_sharded, s.first), s.n, 0);
+        span_copy(e, us->grad32, DTYPE_FP32, us->grad, e->plan->grad_store, &l);
     }
     return 0;
 }
@@ -727,22 +772,45 @@ static void scale_grads(Engine *e, float s) {
     }
 }
 
-/* Adam on one parameter's rows that this rank updates: the fp32 values (FSDP's resting rows;
- * under DeepSpeed's layout the master, whose rows are then rounded back to the resting
- * parameters in param_store), the step's gradients of those rows and this rank's moments. */
-static void adam_span(Engine *e, int u, const RowSpan *s, const AdamHyper *h) {
+/* What one Adam call updates: n fp32 values p (FSDP's resting rows; under DeepSpeed's layout
+ * the master, whose rows are then rounded back to `resting` in param_store), their gradients g
+ * and this rank's moments m and v. */
+typedef struct AdamRun {
+    float *p, *m, *v;
+    const float *g;
+    char *resting;
+    size_t n;
+} AdamRun;
+
+/* One parameter's rows that this rank updates, as a run of their own. */
+static AdamRun adam_span(Engine *e, int u, const RowSpan *s) {
     UnitState *us = &e->units[u];
     const Plan *pl = e->plan;
     size_t mine = us->optim_local[s->i]; /* the rows in the optimizer's own buffers */
-    void *resting =
+    char *resting =
         param_at(e, u, optim_rows_at(us->param_local, s->i, pl->params_sharded, s->first));
-    float *p = pl->master ? us->master + mine : resting;
-    const float *g =
-        pl->layout == LAYOUT_DEEPSPEED
-            ? us->grad32 + mine
-            : grad_at(e, u, optim_rows_at(us->grad_local, s->i, pl->grads_sharded, s->first));
-    e->k->adam_step(p, g, us->m + mine, us->v + mine, s->n, h, e->steps + 1);
-    if (pl->master) e->k->cast(resting, pl->param_store, p, DTYPE_FP32, s->n);
+    return (AdamRun){
+        .p = pl->master ? us->master + mine : (float *)resting,
+        .m = us->m + mine,
+        .v = us->v + mine,
+        .g = pl->layout == LAYOUT_DEEPSPEED
+                 ? us->grad32 + mine
+                 : grad_at(e, u, optim_rows_at(us->grad_local, s->i, pl->grads_sharded, s->first)),
+        .resting = resting,
+        .n = s->n};
+}
+
+/* Span s lies right after run r in every buffer: r can take it in the same call. */
+static int adam_run_continues(const Engine *e, const AdamRun *r, const AdamRun *s) {
+    size_t rest = r->n * dtype_size(e->plan->param_store);
+    return s->p == r->p + r->n && s->g == r->g + r->n && s->m == r->m + r->n &&
+           s->v == r->v + r->n && s->resting == r->resting + rest;
+}
+
+static void adam_run(Engine *e, const AdamRun *r, const AdamHyper *h) {
+    if (r->n == 0) return;
+    e->k->adam_step(r->p, r->g, r->m, r->v, r->n, h, e->steps + 1);
+    if (e->plan->master) e->k->cast(r->resting, e->plan->param_store, r->p, DTYPE_FP32, r->n);
 }
 
 /* A copy on the copy stream between two points of compute: after what compute has done so far,
@@ -772,10 +840,24 @@ static void optimizer_work(Engine *e, int u) {
         copy_between_compute(e, u, WORK_COPY_H2D, (double)(dtype_size(e->plan->param_store) * n));
 }
 
-/* Adam on the rows of unit u this rank updates, then the time it took. */
+/* Adam on the rows of unit u this rank updates, then the time it took. Its parameters' rows
+ * lie end to end in every buffer (a shard packs them; a whole unit is its layout), so the unit
+ * is one Adam call, as PyTorch's foreach Adam makes one launch of many tensors; Adam is
+ * elementwise, so the values are the same as a call per parameter. */
 static void adam_unit(Engine *e, int u, const AdamHyper *h) {
+    AdamRun run = {0};
     UnitRows it = unit_optim_rows(e, u);
-    for (RowSpan s; unit_rows_next(&it, &s);) adam_span(e, u, &s, h);
+    for (RowSpan s; unit_rows_next(&it, &s);) {
+        if (s.n == 0) continue;
+        AdamRun next = adam_span(e, u, &s);
+        if (run.n && adam_run_continues(e, &run, &next)) {
+            run.n += next.n;
+            continue;
+        }
+        adam_run(e, &run, h);
+        run = next;
+    }
+    adam_run(e, &run, h);
     optimizer_work(e, u);
 }
 

@@ -81,6 +81,10 @@ struct Engine {
     long steps;
     float loss_scale;
     int good_steps;
+    /* The spans of one batched copy (copy_spans): room for every rank's spans of the unit with
+     * the most parameters (this rank's only, in accounting-only runs, which unpack nothing) */
+    CopySpan *spans;
+    size_t spans_cap;
     void *tier;         /* --offload nvme: this rank's file (env.tier's) */
     float *local_grads; /* engine_record_local_grads's array; NULL: not recording */
 };

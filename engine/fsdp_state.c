@@ -391,6 +391,18 @@ static void mark_unit_boundaries(Engine *e) {
     }
 }
 
+/* e->spans: one span per parameter and rank of the unit with the most parameters (unpacking
+ * every rank's rows is the longest list); accounting-only runs pack their own rows only. */
+static int create_span_room(Engine *e, Err *err) {
+    size_t most = 1;
+    for (int u = 0; u < e->plan->nunits; u++)
+        if ((size_t)e->plan->units[u].nparams > most) most = (size_t)e->plan->units[u].nparams;
+    e->spans_cap = most * (e->dev->accounting_only ? 1 : (size_t)e->plan->shard_size);
+    e->spans = calloc(e->spans_cap, sizeof *e->spans);
+    if (!e->spans) return err_set(err, ERR_NOMEM, "out of memory creating the engine");
+    return 0;
+}
+
 static int create_tables(Engine *e, Err *err) {
     const ModelDesc *m = e->model;
     e->units = calloc((size_t)e->plan->nunits + 1, sizeof *e->units);
@@ -418,7 +430,7 @@ static int create_tables(Engine *e, Err *err) {
             e->module_first_up[m->params[unit->params[i].param].module] = i;
     }
     entry_sequences(e);
-    return 0;
+    return create_span_room(e, err);
 }
 
 int engine_create(Engine **out, const FsdpConfig *cfg, const Plan *plan, const ModelDesc *model,
@@ -484,8 +496,9 @@ void engine_destroy(Engine *e) {
                            us->grad_ptrs};
         for (size_t i = 0; i < sizeof on_host / sizeof *on_host; i++) free(on_host[i]);
     }
-    void *tables[] = {e->units,      e->fwd_seq,      e->bwd_seq,    e->module_first_up,
-                      e->param_flat, e->checkpointed, e->unit_entry, e->unit_exit};
+    void *tables[] = {e->units,           e->fwd_seq,    e->bwd_seq,
+                      e->module_first_up, e->param_flat, e->checkpointed,
+                      e->unit_entry,      e->unit_exit,  e->spans};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) free(tables[i]);
     if (e->tier) e->env.tier->close(e->tier); /* removes the file */
     free(e);

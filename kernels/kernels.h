@@ -9,6 +9,13 @@
 
 #include "kernels/dtype.h"
 
+/* One piece of a batched copy (copy_spans): n elements from src + src_at to dst + dst_at, cast
+ * to dst's type, then `pad` zero elements after them in dst. Offsets count elements of their own
+ * buffer's type. */
+typedef struct CopySpan {
+    size_t dst_at, src_at, n, pad;
+} CopySpan;
+
 typedef struct AdamHyper {
     float lr, beta1, beta2, eps, weight_decay;
     int decoupled; /* 1: AdamW (decay applied to the parameter), 0: Adam (L2 added to grad) */
@@ -57,6 +64,13 @@ typedef struct Kernels {
      * may not overlap. */
     void (*copy_bytes)(void *dst, const void *src, size_t bytes);
     void (*zero_bytes)(void *dst, size_t bytes);
+    /* Every span of `spans` (an array in host memory) as one op: each is a cast of its n
+     * elements, then zeros in its padding. How the engine packs a unit's rows into its wire
+     * block and unpacks every rank's rows from the gathered blocks in one launch, as FSDP2's
+     * all-gather copy-in and copy-out do. No span's dst overlaps another's, nor src. A table
+     * may leave it NULL: the engine then makes a cast and a zero_bytes per span. */
+    void (*copy_spans)(void *dst, DType dst_type, const void *src, DType src_type,
+                       const CopySpan *spans, size_t nspans);
     /* x[i] *= s */
     void (*scale)(float *x, float s, size_t n);
     /* y[i] += x[i] */
@@ -264,17 +278,17 @@ typedef struct Kernels {
  * the tables of kernels/cpu, kernels/cuda, sim/kernels_none.c and sim/kernels_checked.c. A new
  * op goes into the struct above and here, in the same place. */
 /* clang-format off */
-#define KERNEL_OPS(X) X(cast) X(zero) X(copy_bytes) X(zero_bytes) X(scale) X(accumulate)           \
-    X(sum_squares) X(all_finite) X(adam_step) X(toy_forward) X(toy_backward) X(mse_loss)           \
-    X(linear_forward) X(linear_backward) X(bias_grad) X(layernorm_forward) X(layernorm_backward)   \
-    X(gelu_forward) X(gelu_backward) X(attention_forward) X(attention_backward) X(patchify)        \
-    X(embed_forward) X(embed_backward) X(class_token_select) X(class_token_select_backward)        \
-    X(cross_entropy) X(count_correct) X(add) X(causal_attention_forward) X(token_embed_forward)    \
-    X(token_embed_backward) X(bias_gelu_forward) X(bias_gelu_backward) X(residual_layernorm_forward)     \
-    X(rmsnorm_forward) X(rmsnorm_backward) X(swiglu_forward) X(swiglu_backward) X(rope_forward)    \
-    X(rope_backward) X(gqa_attention_forward) X(gqa_attention_backward)                            \
-    X(flash_attention_forward) X(flash_attention_backward) X(log_softmax) X(nll_loss)              \
-    X(log_softmax_backward)
+#define KERNEL_OPS(X) X(cast) X(zero) X(copy_bytes) X(zero_bytes) X(copy_spans) X(scale)           \
+    X(accumulate) X(sum_squares) X(all_finite) X(adam_step) X(toy_forward) X(toy_backward)         \
+    X(mse_loss) X(linear_forward) X(linear_backward) X(bias_grad) X(layernorm_forward)             \
+    X(layernorm_backward) X(gelu_forward) X(gelu_backward) X(attention_forward)                    \
+    X(attention_backward) X(patchify) X(embed_forward) X(embed_backward) X(class_token_select)     \
+    X(class_token_select_backward) X(cross_entropy) X(count_correct) X(add)                        \
+    X(causal_attention_forward) X(token_embed_forward) X(token_embed_backward)                     \
+    X(bias_gelu_forward) X(bias_gelu_backward) X(residual_layernorm_forward) X(rmsnorm_forward)    \
+    X(rmsnorm_backward) X(swiglu_forward) X(swiglu_backward) X(rope_forward) X(rope_backward)      \
+    X(gqa_attention_forward) X(gqa_attention_backward) X(flash_attention_forward)                  \
+    X(flash_attention_backward) X(log_softmax) X(nll_loss) X(log_softmax_backward)
 /* clang-format on */
 /* The type of op `op`'s function: `KERNEL_OP_TYPE(add) cpu_add;` declares cpu_add exactly as the
  * table holds it, so an implementation's header declares every op from the one list above

@@ -83,8 +83,8 @@ static void updates(Accesses *l, const void *p, size_t bytes) {
     writes(l, p, bytes);
 }
 
-/* Hands op's accesses to the thread's callback and returns the table that runs it. */
-static const Kernels *report(const char *op, const Accesses *l) {
+/* Hands op's n accesses to the thread's callback and returns the table that runs it. */
+static const Kernels *report_array(const char *op, const KernelAccess *a, int n) {
     if (!bound.inner) {
         fprintf(stderr,
                 "kernels_checked: %s called on a thread with no table bound "
@@ -92,8 +92,12 @@ static const Kernels *report(const char *op, const Accesses *l) {
                 op);
         abort();
     }
-    bound.fn(bound.ctx, op, l->a, l->n);
+    bound.fn(bound.ctx, op, a, n);
     return bound.inner;
+}
+
+static const Kernels *report(const char *op, const Accesses *l) {
+    return report_array(op, l->a, l->n);
 }
 
 /* ---- the elementwise ops, Adam, the toy; each wrapper is named as its entry (__func__ is the
@@ -123,6 +127,33 @@ static void zero_bytes(void *dst, size_t bytes) {
     Accesses l = {0};
     writes(&l, dst, bytes);
     report(__func__, &l)->zero_bytes(dst, bytes);
+}
+
+/* Two accesses a span, more than Accesses holds: reported from an array of their own. A span
+ * with no elements and no padding touches nothing. */
+static void copy_spans(void *dst, DType dst_type, const void *src, DType src_type,
+                       const CopySpan *spans, size_t nspans) {
+    const size_t ds = dtype_size(dst_type), ss = dtype_size(src_type);
+    KernelAccess *a = malloc((2 * nspans + 1) * sizeof *a);
+    if (!a) {
+        fprintf(stderr, "kernels_checked: out of memory checking copy_spans\n");
+        abort();
+    }
+    int n = 0;
+    for (size_t i = 0; i < nspans; i++) {
+        const CopySpan *c = &spans[i];
+        if (c->n + c->pad)
+            a[n++] = (KernelAccess){.p = (char *)dst + c->dst_at * ds,
+                                    .bytes = (c->n + c->pad) * ds,
+                                    .count = 1,
+                                    .write = 1};
+        if (c->n)
+            a[n++] = (KernelAccess){
+                .p = (const char *)src + c->src_at * ss, .bytes = c->n * ss, .count = 1};
+    }
+    const Kernels *inner = report_array(__func__, a, n);
+    free(a);
+    inner->copy_spans(dst, dst_type, src, src_type, spans, nspans);
 }
 
 static void scale(float *x, float s, size_t n) {

@@ -16,6 +16,9 @@ static void copy_bytes(void *d, const void *s, size_t n) {
 static void zero_bytes(void *d, size_t n) {
     (void)d, (void)n;
 }
+static void copy_spans(void *d, DType dt, const void *s, DType st, const CopySpan *c, size_t n) {
+    (void)d, (void)dt, (void)s, (void)st, (void)c, (void)n;
+}
 static void scale(float *x, float s, size_t n) {
     (void)x, (void)s, (void)n;
 }

@@ -1,8 +1,8 @@
-/* elementwise: kernels_cuda's elementwise ops (cast, fills, copies, scale, accumulate, add, Adam,
- * the toy layer, MSE, GELU) and reductions (sum of squares, all_finite, the toy's dw, bias_grad);
- * semantics in ../kernels.h. The ops that take a compute dtype run their kernels over its element
- * type T (cuda_common.cuh); Adam, scale, accumulate and the reductions of float tensors are fp32
- * only, as their signatures say. */
+/* elementwise: kernels_cuda's elementwise ops (cast, fills, copies, batched copies, scale,
+ * accumulate, add, Adam, the toy layer, MSE, GELU) and reductions (sum of squares, all_finite, the
+ * toy's dw, bias_grad); semantics in ../kernels.h. The ops that take a compute dtype run their
+ * kernels over its element type T (cuda_common.cuh); Adam, scale, accumulate and the reductions of
+ * float tensors are fp32 only, as their signatures say. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math.h>
@@ -185,6 +185,61 @@ template <DType D> void launch_cast(void *dst, const void *src, DType src_type, 
         break;
     default:
         cast_kernel<D, DTYPE_FP32><<<blocks, THREADS, 0, s>>>(dst, src, n);
+        break;
+    }
+}
+
+// ---- copy_spans: up to SPANS_PER_LAUNCH spans a launch, passed by value (2 KiB of the
+// kernel's 4 KiB of parameters); blockIdx.y is the span, x strides over its elements.
+
+constexpr unsigned SPANS_PER_LAUNCH = 64;
+
+struct SpanBatch {
+    CopySpan span[SPANS_PER_LAUNCH];
+};
+
+// Same type: the element's bits (NaN payloads exact, as cast's copy); else through fp32, once.
+template <DType D, DType S>
+__device__ __forceinline__ void copy_elem(void *dst, size_t to, const void *src, size_t from) {
+    if constexpr (D == S && D == DTYPE_FP32)
+        ((uint32_t *)dst)[to] = ((const uint32_t *)src)[from];
+    else if constexpr (D == S)
+        ((uint16_t *)dst)[to] = ((const uint16_t *)src)[from];
+    else
+        store_elem<D>(dst, to, load_elem<S>(src, from));
+}
+
+template <DType D> __device__ __forceinline__ void zero_elem(void *dst, size_t i) {
+    if constexpr (D == DTYPE_FP32)
+        ((uint32_t *)dst)[i] = 0u;
+    else
+        ((uint16_t *)dst)[i] = 0u;
+}
+
+template <DType D, DType S>
+__global__ void copy_spans_kernel(void *dst, const void *src, const SpanBatch b) {
+    const CopySpan c = b.span[blockIdx.y];
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < c.n + c.pad; i += stride) {
+        if (i < c.n)
+            copy_elem<D, S>(dst, c.dst_at + i, src, c.src_at + i);
+        else
+            zero_elem<D>(dst, c.dst_at + i);
+    }
+}
+
+template <DType D>
+void launch_copy_spans(void *dst, const void *src, DType src_type, const SpanBatch &b, dim3 grid) {
+    cudaStream_t s = cuda_ctx()->stream;
+    switch (src_type) {
+    case DTYPE_BF16:
+        copy_spans_kernel<D, DTYPE_BF16><<<grid, THREADS, 0, s>>>(dst, src, b);
+        break;
+    case DTYPE_FP16:
+        copy_spans_kernel<D, DTYPE_FP16><<<grid, THREADS, 0, s>>>(dst, src, b);
+        break;
+    default:
+        copy_spans_kernel<D, DTYPE_FP32><<<grid, THREADS, 0, s>>>(dst, src, b);
         break;
     }
 }
@@ -408,6 +463,38 @@ extern "C" void cuda_copy_bytes(void *dst, const void *src, size_t bytes) {
 extern "C" void cuda_zero_bytes(void *dst, size_t bytes) {
     if (bytes == 0) return;
     cuda_note(cudaMemsetAsync(dst, 0, bytes, cuda_ctx()->stream), "zero_bytes");
+}
+
+// One launch per SPANS_PER_LAUNCH spans; the grid's x covers the batch's longest span. Two
+// types the CPU would both store as fp32 copy as fp32, as cast does.
+extern "C" void cuda_copy_spans(void *dst, DType dst_type, const void *src, DType src_type,
+                                const CopySpan *spans, size_t nspans) {
+    const DType d = stored_type(dst_type), s = stored_type(src_type);
+    for (size_t first = 0; first < nspans; first += SPANS_PER_LAUNCH) {
+        SpanBatch b;
+        memset(&b, 0, sizeof b);
+        const size_t count =
+            nspans - first < SPANS_PER_LAUNCH ? nspans - first : (size_t)SPANS_PER_LAUNCH;
+        size_t longest = 0;
+        for (size_t i = 0; i < count; i++) {
+            b.span[i] = spans[first + i];
+            if (b.span[i].n + b.span[i].pad > longest) longest = b.span[i].n + b.span[i].pad;
+        }
+        if (longest == 0) continue;
+        const dim3 grid(cuda_blocks(longest, THREADS, 65535u), (unsigned)count);
+        switch (d) {
+        case DTYPE_BF16:
+            launch_copy_spans<DTYPE_BF16>(dst, src, s, b, grid);
+            break;
+        case DTYPE_FP16:
+            launch_copy_spans<DTYPE_FP16>(dst, src, s, b, grid);
+            break;
+        default:
+            launch_copy_spans<DTYPE_FP32>(dst, src, s, b, grid);
+            break;
+        }
+        CUDA_LAUNCHED("copy_spans");
+    }
 }
 
 extern "C" void cuda_scale(float *x, float s, size_t n) {

@@ -269,6 +269,69 @@ Test(cuda_elementwise, zero_and_byte_ops_write_exactly_their_bytes) {
     }
 }
 
+/* ---- copy_spans ---- */
+
+/* 150 spans (past one launch's 64) into a destination with gaps between them: lengths 0 to 40
+ * with pads of 0 to 5, a span of only padding, one of a million elements; in dst order
+ * reversed against src, so a kernel that reads span i's src for span j fails. Returns the count
+ * and each buffer's elements (dst's gaps included). */
+static size_t copy_span_list(CopySpan *c, size_t *src_n, size_t *dst_n) {
+    size_t n = 0, dst_at = 0, src_at = 0;
+    for (; n < 150; n++) {
+        size_t len = n == 77 ? ((size_t)1 << 20) + 3 : (n * 7) % 41, pad = n == 3 ? 9 : n % 6;
+        c[n] = (CopySpan){.dst_at = 0, .src_at = src_at, .n = len, .pad = pad};
+        src_at += len + n % 3; /* src gaps too */
+    }
+    for (size_t i = n; i-- > 0;) { /* dst in reverse order, a gap of 2 after each */
+        c[i].dst_at = dst_at;
+        dst_at += c[i].n + c[i].pad + 2;
+    }
+    *src_n = src_at;
+    *dst_n = dst_at;
+    return n;
+}
+
+/* Every pair of types against the CPU's copy_spans, bit for bit: the gaps stay poisoned. Taken
+ * from the table with every form (kernels_cuda holds it NULL until this passes on a GPU). */
+Test(cuda_elementwise, copy_spans_every_type_pair_bit_exact) {
+    const Kernels *G = &kernels_cuda_unverified;
+    cr_assert_not_null(G->copy_spans);
+    CopySpan spans[150];
+    size_t src_n, dst_n;
+    const size_t nspans = copy_span_list(spans, &src_n, &dst_n);
+    float *h = cast_inputs(src_n);
+    const DType types[] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
+    for (int si = 0; si < 3; si++) {
+        const DType st = types[si];
+        void *src = host_alloc(src_n * dtype_size(st));
+        CPU->cast(src, st, h, DTYPE_FP32, src_n);
+        void *d_src = gpu_alloc(src_n * dtype_size(st));
+        gpu_put(d_src, src, src_n * dtype_size(st));
+        for (int di = 0; di < 3; di++) {
+            const DType dt = types[di];
+            const size_t bytes = dst_n * dtype_size(dt);
+            unsigned char *want = host_alloc(bytes);
+            memset(want, 0xFF, bytes);
+            CPU->copy_spans(want, dt, src, st, spans, nspans);
+            void *d_dst = gpu_poisoned(bytes);
+            G->copy_spans(d_dst, dt, d_src, st, spans, nspans);
+            gpu_check();
+            expect_bits_dev(d_dst, want, dst_n, dtype_size(dt),
+                            fmt_text("copy_spans %s -> %s", dtype_name(st), dtype_name(dt)));
+            gpu_free(d_dst);
+            free(want);
+        }
+        gpu_free(d_src);
+        free(src);
+    }
+    void *d_dst = gpu_poisoned(64);
+    G->copy_spans(d_dst, DTYPE_BF16, NULL, DTYPE_FP32, NULL, 0); /* no spans: nothing written */
+    gpu_check();
+    expect_poisoned_dev(d_dst, 64, "copy_spans of no spans");
+    gpu_free(d_dst);
+    free(h);
+}
+
 /* ---- scale, accumulate, add ---- */
 
 Test(cuda_elementwise, scale_accumulate_add) {

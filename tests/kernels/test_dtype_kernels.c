@@ -695,8 +695,9 @@ static void expect_unowned_untouched(const Case *c, DType t) {
 static const char *const all_ops[] = {KERNEL_OPS(OP_NAME)};
 /* the table's ops that take no compute dtype (fp32 parameters, gradients and bytes) */
 static const char *const fp32_only_ops[] = {
-    "cast",        "zero",       "copy_bytes", "zero_bytes",  "scale",    "accumulate",
-    "sum_squares", "all_finite", "adam_step",  "log_softmax", "nll_loss", "log_softmax_backward"};
+    "cast",        "zero",       "copy_bytes",          "zero_bytes", "copy_spans",
+    "scale",       "accumulate", "sum_squares",         "all_finite", "adam_step",
+    "log_softmax", "nll_loss",   "log_softmax_backward"};
 
 Test(dtype_kernels, a_case_for_every_op_that_takes_a_compute_dtype) {
     size_t covered = 0;

@@ -312,6 +312,34 @@ static double adam_run(const AdamHyper *kh, const AdamHyper *rh) {
     return worst;
 }
 
+/* A batched copy: each span's elements rounded once to dst's type at its own offset, its padding
+ * zero, and the gaps between spans untouched (0xFFFF); spans taken in any order of src. */
+Test(kernels, copy_spans_casts_pads_and_leaves_gaps) {
+    const float src[8] = {1.0f, -2.5f, 3.0f, 1.00390625f, 5.0f, 6.0f, 7.0f, 1e-3f};
+    const CopySpan spans[] = {
+        {.dst_at = 1, .src_at = 5, .n = 3, .pad = 2},  /* 6, 7, 1e-3, then 0, 0 */
+        {.dst_at = 8, .src_at = 0, .n = 4, .pad = 0},  /* 1, -2.5, 3, 1.0039 */
+        {.dst_at = 13, .src_at = 0, .n = 0, .pad = 1}, /* padding only */
+    };
+    uint16_t dst[15];
+    memset(dst, 0xFF, sizeof dst);
+    kernels_cpu.copy_spans(dst, DTYPE_BF16, src, DTYPE_FP32, spans, 3);
+    const int from[15] = {-1, 5, 6, 7, -2, -2, -1, -1, 0, 1, 2, 3, -1, -2, -1};
+    for (int i = 0; i < 15; i++) {
+        uint16_t want = from[i] >= 0 ? fp32_to_bf16(src[from[i]]) : from[i] == -2 ? 0 : 0xFFFF;
+        cr_expect_eq(dst[i], want, "dst[%d]: 0x%04x, want 0x%04x", i, dst[i], want);
+    }
+    cr_expect_eq(dst[11], 0x3f80, "1.00390625 ties to even in bf16: 0x%04x", dst[11]);
+    float back[4];
+    memset(back, 0xFF, sizeof back);
+    const CopySpan widen = {.dst_at = 0, .src_at = 8, .n = 4, .pad = 0};
+    kernels_cpu.copy_spans(back, DTYPE_FP32, dst, DTYPE_BF16, &widen, 1);
+    cr_expect(back[0] == 1.0f && back[1] == -2.5f && back[2] == 3.0f && back[3] == 1.0f,
+              "widened: %g %g %g %g", back[0], back[1], back[2], back[3]);
+    kernels_cpu.copy_spans(back, DTYPE_FP32, src, DTYPE_FP32, spans, 0); /* no spans */
+    cr_expect_eq(back[0], 1.0f);
+}
+
 Test(kernels, adam_and_adamw_match_double_reference) {
     for (int decoupled = 0; decoupled <= 1; decoupled++) {
         AdamHyper h = {.lr = 0.05f,

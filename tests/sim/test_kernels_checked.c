@@ -131,6 +131,23 @@ static double call_zero_bytes(const Kernels *k, DType t, void *const *p) {
     k->zero_bytes(p[0], 37);
     return 0;
 }
+/* Three spans into 13 bf16 elements, out of order against src, with gaps at 5, 6 and 11 that
+ * nothing writes; the last is padding only. */
+static const CopySpan SPANS3[] = {
+    {.dst_at = 0, .src_at = 4, .n = 3, .pad = 2},
+    {.dst_at = 7, .src_at = 0, .n = 4, .pad = 0},
+    {.dst_at = 12, .src_at = 9, .n = 0, .pad = 1},
+};
+static double call_copy_spans(const Kernels *k, DType t, void *const *p) {
+    (void)t;
+    k->copy_spans(p[0], DTYPE_BF16, p[1], DTYPE_FP32, SPANS3, 3);
+    return 0;
+}
+static double call_copy_spans_none(const Kernels *k, DType t, void *const *p) {
+    (void)t;
+    k->copy_spans(p[0], DTYPE_FP32, p[1], DTYPE_FP32, SPANS3, 0);
+    return 0;
+}
 static double call_scale(const Kernels *k, DType t, void *const *p) {
     (void)t;
     k->scale(p[0], 0.75f, NE);
@@ -463,6 +480,12 @@ static const Case cases[] = {
     {"zero", "", SIZES(F(NE)), WANTS(WR(0, F(NE))), call_zero},
     {"copy_bytes", "odd bytes", SIZES(37, 37), WANTS(WR(0, 37), RD(1, 37)), call_copy_bytes},
     {"zero_bytes", "odd bytes", SIZES(37), WANTS(WR(0, 37)), call_zero_bytes},
+    {"copy_spans", "three spans, fp32 to bf16", SIZES(H(13), F(7)),
+     WANTS(BLOCKS(0, H(0), H(5), 1, 0, 1), BLOCKS(1, F(4), F(3), 1, 0, 0),
+           BLOCKS(0, H(7), H(4), 1, 0, 1), BLOCKS(1, F(0), F(4), 1, 0, 0),
+           BLOCKS(0, H(12), H(1), 1, 0, 1)),
+     call_copy_spans},
+    {"copy_spans", "no spans", SIZES(F(1), F(1)), .nwant = 0, call_copy_spans_none},
     {"scale", "", SIZES(F(NE)), WANTS(RW(0, F(NE))), call_scale},
     {"accumulate", "", SIZES(F(NE), F(NE)), WANTS(RW(0, F(NE)), RD(1, F(NE))), call_accumulate},
     {"sum_squares", "", SIZES(F(NE)), WANTS(RD(0, F(NE))), call_sum_squares},
@@ -868,14 +891,15 @@ Test(kernels_checked, every_op_reports_exactly_what_it_touches) {
 
 /* ---- names ---- */
 
-_Static_assert(sizeof(Kernels) - offsetof(Kernels, cast) == 48 * sizeof(void (*)(void)),
+_Static_assert(sizeof(Kernels) - offsetof(Kernels, cast) == 49 * sizeof(void (*)(void)),
                "kernels.h changed: list the new op below and give it cases");
 
-static const char *const op_names[48] = {
+static const char *const op_names[49] = {
     "cast",
     "zero",
     "copy_bytes",
     "zero_bytes",
+    "copy_spans",
     "scale",
     "accumulate",
     "sum_squares",
@@ -926,7 +950,7 @@ static const char *const op_names[48] = {
  * wired to another entry, which would report that entry's name). */
 Test(kernels_checked, every_entry_is_covered_and_reports_its_name) {
     cr_expect_str_eq(kernels_checked.name, "checked");
-    for (int k = 0; k < 48; k++) {
+    for (int k = 0; k < 49; k++) {
         int found = 0;
         for (int i = 0; i < NCASES; i++) found += strcmp(cases[i].op, op_names[k]) == 0;
         cr_expect(found > 0, "no case calls %s", op_names[k]);
