@@ -144,17 +144,10 @@ static void span_add(SpanList *l, size_t dst_at, size_t src_at, size_t n, size_t
  * until a GPU has run its test), as a cast and a zeroing per span. */
 static void span_copy(Engine *e, void *dst, DType dst_t, const void *src, DType src_t,
                       const SpanList *l) {
-    if (e->k->copy_spans) {
+    if (e->k->copy_spans)
         e->k->copy_spans(dst, dst_t, src, src_t, l->at, l->n);
-        return;
-    }
-    size_t ds = dtype_size(dst_t), ss = dtype_size(src_t);
-    for (size_t i = 0; i < l->n; i++) {
-        const CopySpan *c = &l->at[i];
-        char *to = (char *)dst + c->dst_at * ds;
-        e->k->cast(to, dst_t, (const char *)src + c->src_at * ss, src_t, c->n);
-        e->k->zero_bytes(to + c->n * ds, c->pad * ds);
-    }
+    else
+        kernels_copy_spans_each(e->k, dst, dst_t, src, src_t, l->at, l->n);
 }
 
 /* The zeros after a rank's rows of a parameter in its wire block: every block reserves
@@ -349,9 +342,9 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
 
 /* Every rank's rows of the unsharded grads, cast, into its padded wire block: one copy. */
 static void pack_grads_for_scatter(Engine *e, int u, char *send) {
+    if (e->dev->accounting_only) return; /* as unpack_gathered */
     size_t wire = e->plan->units[u].wire_numel;
     DType t = e->cfg.reduce_dtype;
-    if (e->dev->accounting_only) return; /* as unpack_gathered */
     SpanList l = span_list(e);
     for (int q = 0; q < e->plan->shard_size; q++) {
         UnitRows it = unit_rows(e, u, e->plan->shard_size, q);

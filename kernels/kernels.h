@@ -321,4 +321,17 @@ static inline int kernels_computes_in(const Kernels *k, DType t) {
 
 extern const Kernels kernels_cpu;
 
+/* copy_spans as table k's own cast and zero_bytes, span by span: kernels_cpu's copy_spans, and
+ * what the engine does on a table that leaves copy_spans NULL. */
+static inline void kernels_copy_spans_each(const Kernels *k, void *dst, DType dst_type,
+                                           const void *src, DType src_type, const CopySpan *spans,
+                                           size_t nspans) {
+    const size_t ds = dtype_size(dst_type), ss = dtype_size(src_type);
+    for (size_t i = 0; i < nspans; i++) {
+        char *to = (char *)dst + spans[i].dst_at * ds;
+        k->cast(to, dst_type, (const char *)src + spans[i].src_at * ss, src_type, spans[i].n);
+        k->zero_bytes(to + spans[i].n * ds, spans[i].pad * ds);
+    }
+}
+
 #endif

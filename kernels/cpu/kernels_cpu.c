@@ -98,13 +98,7 @@ void cpu_zero_bytes(void *dst, size_t bytes) {
  * to the per-span calls it replaces. */
 void cpu_copy_spans(void *dst, DType dst_type, const void *src, DType src_type,
                     const CopySpan *spans, size_t nspans) {
-    const size_t ds = dtype_size(dst_type), ss = dtype_size(src_type);
-    for (size_t i = 0; i < nspans; i++) {
-        const CopySpan *c = &spans[i];
-        char *to = (char *)dst + c->dst_at * ds;
-        cpu_cast(to, dst_type, (const char *)src + c->src_at * ss, src_type, c->n);
-        split_bytes(to + c->n * ds, NULL, c->pad * ds);
-    }
+    kernels_copy_spans_each(&kernels_cpu, dst, dst_type, src, src_type, spans, nspans);
 }
 
 void cpu_scale(float *x, float s, size_t n) {
