@@ -133,6 +133,10 @@ typedef struct DeviceOps {
     /* Account work done on a stream (after the kernel has run on the CPU, or after it
      * was launched on the GPU): advances the modelled clock / records CUDA events. */
     void (*run)(Device *d, StreamId s, const Work *w);
+    /* Kernels launched on a stream that are no work of their own (the engine's copies, casts and
+     * zeroing between a model's kernels): the stream's time pays for them, and the trace shows
+     * them inside the next work, as a GPU's trace times them, between that work's events. */
+    void (*launched)(Device *d, StreamId s, const Work *w);
     void (*event_record)(Device *d, StreamId s, DevEvent *ev);
     void (*stream_wait)(Device *d, StreamId s, const DevEvent *ev);
     /* Current time of a stream (sim: modelled; cuda: after sync). */
@@ -178,8 +182,8 @@ void device_reset_peak(Device *d);
  * .free = host_free, ... then the memory queries. */
 #define DEVICE_OPS_NAMED(prefix)                                                                   \
     .alloc = prefix##_alloc, .free = prefix##_free, .copy = prefix##_copy, .run = prefix##_run,    \
-    .event_record = prefix##_event_record, .stream_wait = prefix##_stream_wait,                    \
-    .now = prefix##_now, DEVICE_MEMORY_QUERIES
+    .launched = prefix##_launched, .event_record = prefix##_event_record,                          \
+    .stream_wait = prefix##_stream_wait, .now = prefix##_now, DEVICE_MEMORY_QUERIES
 
 /* A device whose memory is the host's (the simulator's, a CPU process's): its pointers may be
  * read and written in place. */

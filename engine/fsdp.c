@@ -140,14 +140,46 @@ static void span_add(SpanList *l, size_t dst_at, size_t src_at, size_t n, size_t
     l->at[l->n++] = (CopySpan){.dst_at = dst_at, .src_at = src_at, .n = n, .pad = pad};
 }
 
+/* The bytes a copy of n elements cast from src_t to dst_t, then pad zeros, reads and writes. */
+static double copy_bytes(size_t n, DType src_t, DType dst_t, size_t pad) {
+    return (double)n * (double)(dtype_size(src_t) + dtype_size(dst_t)) +
+           (double)pad * (double)dtype_size(dst_t);
+}
+
 /* The list as one copy_spans call, or, on a table that has no batched form yet (kernels_cuda
- * until a GPU has run its test), as a cast and a zeroing per span. */
+ * until a GPU has run its test), as a cast and a zeroing per span: the launches it makes and
+ * the bytes they move. */
+typedef struct Launches {
+    int n;
+    double bytes;
+} Launches;
+
+static Launches span_copy_made(Engine *e, void *dst, DType dst_t, const void *src, DType src_t,
+                               const SpanList *l) {
+    Launches made = {0};
+    for (size_t i = 0; i < l->n; i++) {
+        made.bytes += copy_bytes(l->at[i].n, src_t, dst_t, l->at[i].pad);
+        made.n += (l->at[i].n > 0) + (l->at[i].pad > 0);
+    }
+    if (e->k->copy_spans) {
+        e->k->copy_spans(dst, dst_t, src, src_t, l->at, l->n);
+        made.n = 1;
+    } else {
+        kernels_copy_spans_each(e->k, dst, dst_t, src, src_t, l->at, l->n);
+    }
+    return made;
+}
+
+/* span_copy_made on the GPU's compute stream, its launches charged there. */
 static void span_copy(Engine *e, void *dst, DType dst_t, const void *src, DType src_t,
                       const SpanList *l) {
-    if (e->k->copy_spans)
-        e->k->copy_spans(dst, dst_t, src, src_t, l->at, l->n);
-    else
-        kernels_copy_spans_each(e->k, dst, dst_t, src, src_t, l->at, l->n);
+    Launches made = span_copy_made(e, dst, dst_t, src, src_t, l);
+    launched_kernels(e, made.n, made.bytes);
+}
+
+/* A kernel of n elements cast from src_t to dst_t, charged on the compute stream. */
+static void launched_cast(Engine *e, size_t n, DType src_t, DType dst_t) {
+    launched_kernels(e, 1, copy_bytes(n, src_t, dst_t, 0));
 }
 
 /* The zeros after a rank's rows of a parameter in its wire block: every block reserves
@@ -171,8 +203,11 @@ void pack_rows(Engine *e, int u, const void *src, DType src_t, const size_t *loc
  * over every rank's spans, FSDP2's copy-out. */
 void unpack_gathered(Engine *e, int u, const char *recv, DType t, char *dst) {
     /* nothing stored, nothing to move: a plan of 1,024 ranks would loop over every rank's
-     * rows for nothing */
-    if (e->dev->accounting_only) return;
+     * rows for nothing. The copy is still charged: kernels_none's, one call of every row. */
+    if (e->dev->accounting_only) {
+        launched_kernels(e, 1, copy_bytes(e->plan->units[u].numel, t, t, 0));
+        return;
+    }
     SpanList l = span_list(e);
     size_t wire = e->plan->units[u].wire_numel;
     for (int q = 0; q < e->plan->shard_size; q++) {
@@ -237,6 +272,7 @@ static int make_compute_view(Engine *e, int u, const void *src, DType src_t, Err
         int rc = dev_alloc(e, &us->compute, unit->numel * dtype_size(ct), MEM_COMPUTE_COPY, u, err);
         if (rc) return rc;
         e->k->cast(us->compute, ct, src, src_t, unit->numel);
+        launched_cast(e, unit->numel, src_t, ct);
         us->compute_owned = 1;
     }
     for (int i = 0; i < unit->nparams; i++)
@@ -273,6 +309,7 @@ static int replicated_params_ready(Engine *e, int u, Err *err) {
                        MEM_PARAM_UNSHARDED, u, err);
     if (rc) return rc;
     e->k->cast(us->unsharded, e->cfg.param_dtype, us->param, DTYPE_FP32, unit->numel);
+    launched_cast(e, unit->numel, DTYPE_FP32, e->cfg.param_dtype);
     return make_compute_view(e, u, us->unsharded, e->cfg.param_dtype, err);
 }
 
@@ -323,17 +360,24 @@ void reshard(Engine *e, int u) {
 
 /* ---------------------------------------------------------------- reducing gradients */
 
+/* 1 where backward accumulates into the resting gradient itself (whole fp32 gradients: ddp,
+ * zero1). Elsewhere the reduction writes the resting gradient whole, over what it held. */
+static int grads_accumulate_at_rest(const Engine *e) {
+    return !e->plan->grads_sharded && e->plan->grad_store == DTYPE_FP32;
+}
+
 static int ugrad_ready(Engine *e, int u, Err *err) {
     UnitState *us = &e->units[u];
     const Unit *unit = &e->plan->units[u];
     if (us->ugrad) return 0;
-    if (!e->plan->grads_sharded && e->plan->grad_store == DTYPE_FP32) {
-        us->ugrad = us->grad; /* backward accumulates into the resting gradient itself */
+    if (grads_accumulate_at_rest(e)) {
+        us->ugrad = us->grad;
     } else {
         int rc = dev_alloc(e, (void **)&us->ugrad, unit->numel * sizeof(float), MEM_GRAD_UNSHARDED,
                            u, err);
         if (rc) return rc;
         e->k->zero(us->ugrad, unit->numel);
+        launched_kernels(e, 1, (double)(unit->numel * sizeof(float)));
         us->ugrad_owned = 1;
     }
     for (int i = 0; i < unit->nparams; i++) us->grad_ptrs[i] = us->ugrad + unit->params[i].offset;
@@ -342,9 +386,14 @@ static int ugrad_ready(Engine *e, int u, Err *err) {
 
 /* Every rank's rows of the unsharded grads, cast, into its padded wire block: one copy. */
 static void pack_grads_for_scatter(Engine *e, int u, char *send) {
-    if (e->dev->accounting_only) return; /* as unpack_gathered */
-    size_t wire = e->plan->units[u].wire_numel;
+    const Unit *unit = &e->plan->units[u];
+    size_t wire = unit->wire_numel;
     DType t = e->cfg.reduce_dtype;
+    if (e->dev->accounting_only) { /* as unpack_gathered: every row, and the blocks' pads */
+        size_t pads = (size_t)e->plan->shard_size * wire - unit->numel;
+        launched_kernels(e, 1, copy_bytes(unit->numel, DTYPE_FP32, t, pads));
+        return;
+    }
     SpanList l = span_list(e);
     for (int q = 0; q < e->plan->shard_size; q++) {
         UnitRows it = unit_rows(e, u, e->plan->shard_size, q);
@@ -390,6 +439,7 @@ static int reduce_start_replicated(Engine *e, int u, Err *err) {
     void *buf = us->grad;
     if (us->ugrad_owned) { /* DeepSpeed's layout: rounded to the resting gradient, reduced there */
         e->k->cast(us->grad, e->plan->grad_store, us->ugrad, DTYPE_FP32, unit->numel);
+        launched_cast(e, unit->numel, DTYPE_FP32, e->plan->grad_store);
         dev_free(e, us->ugrad, u);
         us->ugrad_owned = 0;
     } else if (t != DTYPE_FP32) {
@@ -397,6 +447,7 @@ static int reduce_start_replicated(Engine *e, int u, Err *err) {
             dev_alloc(e, &us->reduce_buf, unit->numel * dtype_size(t), MEM_COMM_BUFFER, u, err);
         if (rc) return rc;
         e->k->cast(us->reduce_buf, t, us->grad, DTYPE_FP32, unit->numel);
+        launched_cast(e, unit->numel, DTYPE_FP32, t);
         buf = us->reduce_buf;
     }
     us->ugrad = NULL;
@@ -476,6 +527,7 @@ static int complete_reduce(Engine *e, int u, Err *err) {
         us->reduce_send = NULL;
     } else if (us->reduce_buf) {
         e->k->cast(us->grad, DTYPE_FP32, us->reduce_buf, t, unit->numel);
+        launched_cast(e, unit->numel, t, DTYPE_FP32);
     }
     dev_free(e, us->reduce_buf, u);
     us->reduce_buf = NULL;
@@ -531,7 +583,8 @@ static int round_boundary(Engine *e, int m, BoundaryKind which, DType t, Err *er
     run_work(e, STREAM_COMPUTE,
              (Work){.kind = backward ? WORK_BACKWARD : WORK_FORWARD,
                     .unit = e->plan->module_unit[m],
-                    .bytes = 2.0 * (double)n * (double)(dtype_size(ct) + dtype_size(t))});
+                    .bytes = 2.0 * (double)n * (double)(dtype_size(ct) + dtype_size(t)),
+                    .kernels = 2});
     return 0;
 }
 
@@ -692,6 +745,20 @@ static int step_grads_sharded(const Engine *e) {
     return e->plan->layout == LAYOUT_DEEPSPEED ? e->plan->optim_sharded : e->plan->grads_sharded;
 }
 
+/* 1 where the gradients the step reads are in host memory (an offloaded step's own): its passes
+ * over them run on the CPU and charge the GPU no launch. */
+static int step_grads_on_host(const Engine *e) {
+    if (e->plan->layout == LAYOUT_DEEPSPEED) return e->cfg.offload != OFFLOAD_NONE;
+    return !mem_category_on_gpu(resting(e, MEM_GRAD_SHARD));
+}
+
+/* A pass over n fp32 gradients that reads them (and `writes`: writes them back), charged where
+ * they are on the GPU. */
+static void launched_grad_pass(Engine *e, size_t n, int writes) {
+    if (!step_grads_on_host(e))
+        launched_kernels(e, 1, (double)(n * sizeof(float)) * (writes ? 2 : 1));
+}
+
 /* Offset in unit u's resting tensor (local offsets `local`, sharded or whole) of the first of
  * parameter i's rows that this rank's optimizer updates, which start at element row0. */
 static size_t optim_rows_at(const size_t *local, int i, int sharded, size_t row0) {
@@ -701,7 +768,7 @@ static size_t optim_rows_at(const size_t *local, int i, int sharded, size_t row0
 /* DeepSpeed's layout: the fp32 gradients of the optimizer's rows, for this step. They live where
  * the optimizer runs: on the host under ZeRO-Offload. */
 static int step_grads_create(Engine *e, Err *err) {
-    MemCategory cat = e->cfg.offload != OFFLOAD_NONE ? MEM_HOST_OFFLOAD : MEM_GRAD_SHARD;
+    MemCategory cat = step_grads_on_host(e) ? MEM_HOST_OFFLOAD : MEM_GRAD_SHARD;
     for (int u = 0; u < e->plan->nunits; u++) {
         UnitState *us = &e->units[u];
         int rc = dev_alloc(e, (void **)&us->grad32, us->optim_n * sizeof(float), cat, u, err);
@@ -711,7 +778,10 @@ static int step_grads_create(Engine *e, Err *err) {
         for (RowSpan s; unit_rows_next(&it, &s);)
             span_add(&l, us->optim_local[s.i],
                      optim_rows_at(us->grad_local, s.i, e->plan->grads_sharded, s.first), s.n, 0);
-        span_copy(e, us->grad32, DTYPE_FP32, us->grad, e->plan->grad_store, &l);
+        if (step_grads_on_host(e)) /* ZeRO-Offload's upcast, by the host */
+            (void)span_copy_made(e, us->grad32, DTYPE_FP32, us->grad, e->plan->grad_store, &l);
+        else
+            span_copy(e, us->grad32, DTYPE_FP32, us->grad, e->plan->grad_store, &l);
     }
     return 0;
 }
@@ -731,6 +801,7 @@ static int grad_sq_norm(Engine *e, double *out, Err *err) {
         size_t n;
         const float *g = step_grads(e, u, &n);
         local += e->k->sum_squares(g, n);
+        launched_grad_pass(e, n, 0);
     }
     if (!step_grads_sharded(e)) { /* every rank holds identical whole grads */
         *out = local;
@@ -749,6 +820,7 @@ static int grads_found_inf(Engine *e, int *found, Err *err) {
         size_t n;
         const float *g = step_grads(e, u, &n);
         if (!e->k->all_finite(g, n)) flag = 1.0f;
+        launched_grad_pass(e, n, 0);
     }
     int rc = 0;
     if (step_grads_sharded(e))
@@ -762,6 +834,7 @@ static void scale_grads(Engine *e, float s) {
         size_t n;
         float *g = step_grads(e, u, &n);
         e->k->scale(g, s, n);
+        launched_grad_pass(e, n, 1);
     }
 }
 
@@ -800,10 +873,13 @@ static int adam_run_continues(const Engine *e, const AdamRun *r, const AdamRun *
            s->v == r->v + r->n && s->resting == r->resting + rest;
 }
 
-static void adam_run(Engine *e, const AdamRun *r, const AdamHyper *h) {
-    if (r->n == 0) return;
+/* The run's Adam step, and the master's rows rounded to where they rest: the kernels it takes. */
+static int adam_run(Engine *e, const AdamRun *r, const AdamHyper *h) {
+    if (r->n == 0) return 0;
     e->k->adam_step(r->p, r->g, r->m, r->v, r->n, h, e->steps + 1);
-    if (e->plan->master) e->k->cast(r->resting, e->plan->param_store, r->p, DTYPE_FP32, r->n);
+    if (!e->plan->master) return 1;
+    e->k->cast(r->resting, e->plan->param_store, r->p, DTYPE_FP32, r->n);
+    return 2;
 }
 
 /* A copy on the copy stream between two points of compute: after what compute has done so far,
@@ -814,12 +890,15 @@ static void copy_between_compute(Engine *e, int u, WorkKind kind, double bytes) 
     stream_follow(e, STREAM_COMPUTE, STREAM_COPY);
 }
 
-/* The time unit u's optimizer step takes, on the host under any offload. Under ZeRO-Offload
- * the gradient rows are on the host already (they streamed there in backward; ddp's and zero1's
- * whole gradients stay on the GPU, so their optimizer rows cross first), and the updated rows
- * come back after it. */
-static void optimizer_work(Engine *e, int u) {
+/* The time unit u's optimizer step takes (`kernels` the launches adam_unit made), on the host
+ * under any offload. Under ZeRO-Offload the gradient rows are on the host already (they streamed
+ * there in backward; ddp's and zero1's whole gradients stay on the GPU, so their optimizer rows
+ * cross first), and the updated rows come back after it. */
+static void optimizer_work(Engine *e, int u, int kernels) {
     size_t n = e->units[u].optim_n; /* the rows adam_unit updated */
+    /* Adam reads p, g, m and v and writes p, m and v (28 bytes a row); a master's rows are then
+     * rounded to where the parameters rest */
+    double rounding = e->plan->master ? (double)(n * (4 + dtype_size(e->plan->param_store))) : 0;
     int zero_offload = e->cfg.offload == OFFLOAD_OPTIMIZER;
     if (zero_offload && !grads_stream_to_host(e))
         copy_between_compute(e, u, WORK_COPY_D2H, (double)(dtype_size(e->plan->grad_store) * n));
@@ -827,7 +906,8 @@ static void optimizer_work(Engine *e, int u) {
              (Work){.kind = WORK_OPTIMIZER,
                     .unit = u,
                     .flops = 14.0 * n,
-                    .bytes = 28.0 * n,
+                    .bytes = 28.0 * n + rounding,
+                    .kernels = kernels,
                     .on_host = e->cfg.offload != OFFLOAD_NONE});
     if (zero_offload)
         copy_between_compute(e, u, WORK_COPY_H2D, (double)(dtype_size(e->plan->param_store) * n));
@@ -839,6 +919,7 @@ static void optimizer_work(Engine *e, int u) {
  * elementwise, so the values are the same as a call per parameter. */
 static void adam_unit(Engine *e, int u, const AdamHyper *h) {
     AdamRun run = {0};
+    int kernels = 0;
     UnitRows it = unit_optim_rows(e, u);
     for (RowSpan s; unit_rows_next(&it, &s);) {
         if (s.n == 0) continue;
@@ -847,11 +928,11 @@ static void adam_unit(Engine *e, int u, const AdamHyper *h) {
             run.n += next.n;
             continue;
         }
-        adam_run(e, &run, h);
+        kernels += adam_run(e, &run, h);
         run = next;
     }
-    adam_run(e, &run, h);
-    optimizer_work(e, u);
+    kernels += adam_run(e, &run, h);
+    optimizer_work(e, u, kernels);
 }
 
 /* Adam over units whose state rests on NVMe: unit u+1 loads while u steps, and u's writes
@@ -954,12 +1035,18 @@ static int optimizer_step(Engine *e, StepStats *st, Err *err) {
 
 /* ---------------------------------------------------------------- one training step */
 
-/* The resting gradients start each step at zero: its micro-steps accumulate into them. */
+/* The resting gradients start each step at zero where its micro-steps accumulate into them;
+ * elsewhere the step's reduction overwrites them, as FSDP2's does a gradient set to None, and
+ * no kernel runs. */
 static void zero_grads(Engine *e) {
-    for (int u = 0; u < e->plan->nunits; u++) /* an empty shard has no buffer at all */
-        if (e->units[u].grad)
-            e->k->zero_bytes(e->units[u].grad,
-                             e->units[u].grad_n * dtype_size(e->plan->grad_store));
+    if (!grads_accumulate_at_rest(e)) return;
+    int on_gpu = mem_category_on_gpu(resting(e, MEM_GRAD_SHARD));
+    for (int u = 0; u < e->plan->nunits; u++) { /* an empty shard has no buffer at all */
+        size_t bytes = e->units[u].grad_n * dtype_size(e->plan->grad_store);
+        if (!e->units[u].grad) continue;
+        e->k->zero_bytes(e->units[u].grad, bytes);
+        if (on_gpu) launched_kernels(e, 1, (double)bytes);
+    }
 }
 
 /* DESIGN.md's step: forward and backward of each micro-step (forward_pass, backward_pass; a
@@ -1000,6 +1087,7 @@ static int copy_out_fp32(Engine *e, float *out, const void *y, size_t n, Err *er
     int rc = dev_alloc(e, &wide, n * sizeof(float), MEM_ACTIVATIONS, -1, err);
     if (rc) return rc;
     e->k->cast(wide, DTYPE_FP32, y, e->compute_dtype, n);
+    launched_cast(e, n, e->compute_dtype, DTYPE_FP32);
     e->dev->ops->copy(e->dev, out, wide, n * sizeof(float));
     dev_free(e, wide, -1);
     return 0;

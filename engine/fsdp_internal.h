@@ -219,6 +219,16 @@ static inline void run_work(Engine *e, StreamId s, Work w) {
     e->dev->ops->run(e->dev, s, &w);
 }
 
+/* Kernels the engine launches itself on the GPU's compute stream (packing, unpacking, casts,
+ * zeroing, the gradient passes), `bytes` read and written by them all: no work of their own
+ * (DeviceOps.launched), so the step pays for every launch without a trace event for each. */
+static inline void launched_kernels(Engine *e, int launches, double bytes) {
+    if (launches)
+        e->dev->ops->launched(
+            e->dev, STREAM_COMPUTE,
+            &(Work){.kind = WORK_PACK, .unit = -1, .bytes = bytes, .kernels = launches});
+}
+
 /* A model's compute call frees the inputs it has read before its work is accounted (run_work
  * after it returns): the trace keeps those frees back until the work is recorded, so the work
  * comes first, as it does on the device (engine/trace.h, tracebuf_hold). */

@@ -367,6 +367,11 @@ static void cuda_run(Device *base, StreamId s, const Work *w) {
     trace_enqueue(d, s, trace_work_event(w, s, 0, 0, base->memory.total), 0);
 }
 
+/* Nothing to record: the next work's span starts at the stream's last mark, before these. */
+static void cuda_launched(Device *base, StreamId s, const Work *w) {
+    (void)base, (void)s, (void)w;
+}
+
 /* The ring slot is the handle; its ticket and stream say whether the slot was re-recorded
  * since. */
 static void cuda_event_record(Device *base, StreamId s, DevEvent *ev) {

@@ -69,6 +69,11 @@ static void host_run(Device *d, StreamId st, const Work *w) {
     if (h->progress) h->progress(h->progress_ctx);
 }
 
+/* They have run on this thread: the next work's span, from the last mark, holds them. */
+static void host_launched(Device *d, StreamId st, const Work *w) {
+    (void)d, (void)st, (void)w;
+}
+
 /* Work is done when it is handed over, so an event is only a time. */
 static void host_event_record(Device *d, StreamId st, DevEvent *ev) {
     (void)st;

@@ -20,10 +20,14 @@ static SimDevice *sim(Device *d) {
     return (SimDevice *)d->impl;
 }
 
+/* Stamped where the compute stream is, or with kernels launched since its last work, where they
+ * began: the next work's span holds them, and what the host allocates or frees meanwhile comes
+ * before that work, as the host did it. */
 static void trace_memory(SimDevice *s, EventKind kind, size_t bytes, int cat, int unit) {
     if (!s->trace || !s->trace->enabled) return;
-    tracebuf_append(s->trace, trace_memory_event(kind, s->clock->stream_time[STREAM_COMPUTE], bytes,
-                                                 s->base.memory.total, cat, unit));
+    double t = s->launched[STREAM_COMPUTE] ? s->launched_from[STREAM_COMPUTE]
+                                           : s->clock->stream_time[STREAM_COMPUTE];
+    tracebuf_append(s->trace, trace_memory_event(kind, t, bytes, s->base.memory.total, cat, unit));
 }
 
 static SimBlockCache *cache_for(SimDevice *s, size_t bytes) {
@@ -105,21 +109,50 @@ static void sim_run(Device *d, StreamId st, const Work *w) {
     double start = s->clock->stream_time[st];
     double end = start + cost_work(s->profile, w, w->on_host);
     s->clock->stream_time[st] = end;
-    if (s->trace && s->trace->enabled)
-        tracebuf_append(s->trace, trace_work_event(w, st, start, end, d->memory.total));
+    /* the kernels launched just before it are in its span, as in a GPU's */
+    if (s->launched[st]) start = s->launched_from[st];
+    s->launched[st] = 0;
+    if (s->trace && s->trace->enabled &&
+        !tracebuf_append(s->trace, trace_work_event(w, st, start, end, d->memory.total)))
+        s->last_work[st] = (long)s->trace->n - 1;
+}
+
+/* The kernels launched on st since its last work end before what comes now (an event another
+ * stream may start from, a wait that idles st): the last work's span takes them, so that every
+ * launch is inside some work's span and none starts before what it follows. */
+static void end_launched(SimDevice *s, StreamId st) {
+    if (!s->launched[st]) return;
+    s->launched[st] = 0;
+    if (!s->trace || !s->trace->enabled || s->last_work[st] < 0) return;
+    double now = s->clock->stream_time[st];
+    s->trace->ev[s->last_work[st]].end = now;
+    if (st == STREAM_COMPUTE && now > s->trace->compute_end) s->trace->compute_end = now;
+}
+
+/* The stream runs the kernels now: the next work's event covers them, or the last one's where an
+ * event or an idling wait comes first (end_launched). */
+static void sim_launched(Device *d, StreamId st, const Work *w) {
+    SimDevice *s = sim(d);
+    if (!s->launched[st]) s->launched_from[st] = s->clock->stream_time[st];
+    s->launched[st] = 1;
+    s->clock->stream_time[st] += cost_work(s->profile, w, 0);
 }
 
 static void sim_event_record(Device *d, StreamId st, DevEvent *ev) {
     SimDevice *s = sim(d);
     ev->time = s->clock->stream_time[st];
     ev->handle = NULL;
+    end_launched(s, st);
     if (s->checking) stream_check_record_event(&s->check, st, ev);
 }
 
 static void sim_stream_wait(Device *d, StreamId st, const DevEvent *ev) {
     SimDevice *s = sim(d);
     double *t = &s->clock->stream_time[st];
-    if (ev->time > *t) *t = ev->time;
+    if (ev->time > *t) {
+        end_launched(s, st);
+        *t = ev->time;
+    }
     if (s->checking) stream_check_wait_event(&s->check, st, ev);
 }
 
@@ -176,6 +209,7 @@ void device_sim_init(SimDevice *d, int rank, SimClock *clock, TraceBuf *trace,
     d->clock = clock;
     d->trace = trace;
     d->profile = profile;
+    for (int st = 0; st < STREAM_COUNT; st++) d->last_work[st] = -1;
 }
 
 void device_sim_accounting_only(SimDevice *d) {

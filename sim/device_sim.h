@@ -31,6 +31,13 @@ typedef struct SimDevice {
     int ncache;
     size_t cached; /* bytes held in the cache: resident, not charged to any category */
     int checking;  /* the stream checker follows this device's memory (device_sim_check) */
+    /* 1: kernels were launched on the stream (DeviceOps.launched) since its last work, event or
+     * idling wait, from launched_from on: the next work's trace event begins there, as a GPU's
+     * trace times it, or, where an event or a wait comes first, the last one's (last_work: its
+     * index in the trace, -1 none) ends after them */
+    int launched[STREAM_COUNT];
+    double launched_from[STREAM_COUNT];
+    long last_work[STREAM_COUNT];
     StreamCheck check;
 } SimDevice;
 

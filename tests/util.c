@@ -39,8 +39,8 @@ void toy_train(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trac
     toy_train_recording(t, cfg, ranks, steps, trace, NULL);
 }
 
-void toy_train_recording(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trace,
-                         float *local_grads) {
+static void toy_train_run(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trace,
+                          float *local_grads, const Profile *profile) {
     memset(t, 0, sizeof *t);
     Err err = {0};
     Dataset data;
@@ -63,13 +63,22 @@ void toy_train_recording(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps
     cr_assert_leq(steps, 64);
     ClusterOptions opt = {.ranks = ranks,
                           .replicas = cfg->strategy == STRAT_HSDP ? cfg->replicas : 1,
-                          .profile = profile_default(),
+                          .profile = profile,
                           .trace = trace};
     ClusterResult res;
     int rc = cluster_run(&opt, train_rank, &job, &res, &err);
     cr_assert_eq(rc, 0, "training failed: %s", err.msg);
     t->trace = res.trace;
     dataset_free(&data);
+}
+
+void toy_train_recording(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, int trace,
+                         float *local_grads) {
+    toy_train_run(t, cfg, ranks, steps, trace, local_grads, profile_default());
+}
+
+void toy_train_on(ToyRun *t, const FsdpConfig *cfg, int ranks, long steps, const Profile *p) {
+    toy_train_run(t, cfg, ranks, steps, 0, NULL, p);
 }
 
 int run_on_ranks(int ranks, RankMain fn, void *arg, Err *err) {

@@ -30,6 +30,8 @@ void toy_train(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, int tr
  * local_grads ([steps * ranks * 9], TrainJob.step_local_grads) unless it is NULL. */
 void toy_train_recording(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, int trace,
                          float *local_grads);
+/* The same on a GPU of profile p, untraced. */
+void toy_train_on(ToyRun *out, const FsdpConfig *cfg, int ranks, long steps, const Profile *p);
 void toy_run_free(ToyRun *r);
 /* ||a - b|| / ||b|| */
 double rel_l2(const float *a, const float *b, size_t n);

@@ -23,8 +23,8 @@ static void expect_golden(const char *args, const char *golden) {
 Test(viz, plain_frames_match_the_golden_files) {
     expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 55-59",
                   "tests/golden/viz_toy_zero3_55-59.txt");
-    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 208-210",
-                  "tests/golden/viz_toy_zero3_208-210.txt");
+    expect_golden("viz --model toy --ranks 3 --strategy zero3 --events 190-192",
+                  "tests/golden/viz_toy_zero3_190-192.txt");
     expect_golden("viz --model toy --ranks 3 --strategy zero2 --events 55-59",
                   "tests/golden/viz_toy_zero2_55-59.txt");
     expect_golden("viz --model toy --ranks 3 --strategy ddp --events 85-87",
@@ -35,10 +35,10 @@ Test(viz, plain_frames_match_the_golden_files) {
     /* hsdp: the reduce-scatter averages within a shard group (no values yet: the frame knows
      * only the final ones), then the all-reduce over a replica group (GPUs 0 and 2), each
      * keeping its shard */
-    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 277-277",
-                  "tests/golden/viz_toy_hsdp_277.txt");
-    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 289-289",
-                  "tests/golden/viz_toy_hsdp_289.txt");
+    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 253-253",
+                  "tests/golden/viz_toy_hsdp_253.txt");
+    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --events 291-291",
+                  "tests/golden/viz_toy_hsdp_291.txt");
     /* the seed's order: Lc's reduce-scatter with each GPU's own gradients summed and divided,
      * then Lc's frees after it */
     expect_golden("viz --model toy --ranks 3 --strategy zero3 --seed-order --events 169-171",
@@ -46,12 +46,13 @@ Test(viz, plain_frames_match_the_golden_files) {
     expect_golden("viz --model toy --ranks 3 --strategy zero3 --seed-order --events 178-181",
                   "tests/golden/viz_toy_zero3_seed_order_178-181.txt");
     /* the presenter's frames: La's all-gather on every GPU with its unpacking folded in, then
-     * its forward; hsdp's reduce-scatter inside each shard group, then the all-reduce across
-     * the replicas with Lb's post-backward folded in */
+     * its forward; hsdp's reduce-scatter inside each shard group, Lb's backward (which starts
+     * after it: its own all-gather's rows are packed on the compute stream first), then the
+     * all-reduce across the replicas with Lb's post-backward folded in */
     expect_golden("viz --model toy --ranks 3 --strategy zero3 --frames 2-3",
                   "tests/golden/viz_toy_zero3_frames_2-3.txt");
-    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --frames 13-14",
-                  "tests/golden/viz_toy_hsdp_frames_13-14.txt");
+    expect_golden("viz --model toy --ranks 4 --strategy hsdp --replicas 2 --frames 12-14",
+                  "tests/golden/viz_toy_hsdp_frames_12-14.txt");
 }
 
 /* GPU 0's all-gathers, computes, reduce-scatters and frees of gathered parameters in the text
@@ -103,7 +104,7 @@ Test(viz, seed_order_is_the_seeds_list) {
     gpu0_sequence("viz --model toy --ranks 3 --strategy zero3 --seed-order", got, sizeof got);
     cr_expect_str_eq(got, "G0 F0 X0 G1 F1 X1 G2 F2 X2 G2 B2 R2 X2 G1 B1 R1 X1 G0 B0 R0 X0");
     gpu0_sequence("viz --model toy --ranks 3 --strategy zero3", got, sizeof got);
-    cr_expect_str_eq(got, "G0 F0 G1 X0 F1 G2 X1 F2 X2 G2 B2 G1 X2 B1 R2 X1 G0 B0 R1 X0 R0");
+    cr_expect_str_eq(got, "G0 F0 G1 X0 F1 G2 X1 F2 X2 G2 B2 G1 X2 R2 B1 G0 X1 B0 R1 X0 R0");
     gpu0_sequence("viz --model toy --ranks 3 --strategy zero3 --seed-order --prefetch-forward 0",
                   got, sizeof got);
     cr_expect_str_eq(got, "G0 F0 X0 G1 F1 X1 G2 F2 X2 G2 B2 R2 X2 G1 B1 R1 X1 G0 B0 R0 X0",
@@ -120,9 +121,9 @@ Test(viz, seed_order_is_the_seeds_list) {
               "%s", seed);
     free(seed);
     char *fsdp2 =
-        fsdp_output("viz --model toy --ranks 3 --strategy zero3 --frames 13", "2>&1", &status);
-    cr_expect(strstr(fsdp2, "reduce_scatter Lc --") &&
-                  strstr(fsdp2, "Then each GPU frees Lb's full gradients (packed for their "
+        fsdp_output("viz --model toy --ranks 3 --strategy zero3 --frames 16", "2>&1", &status);
+    cr_expect(strstr(fsdp2, "reduce_scatter Lb --") &&
+                  strstr(fsdp2, "Then each GPU frees La's full gradients (packed for their "
                                 "reduce-scatter) and frees its unsharded parameters (its backward "
                                 "is done)."),
               "%s", fsdp2);
@@ -206,11 +207,11 @@ Test(viz, times_are_the_trace_spans_and_against_sets_two_beside) {
                   "%s", out);
     cr_expect_neq(strstr(out, "                        rank 0      rank 1      rank 2\n"), NULL,
                   "%s", out);
-    cr_expect_neq(strstr(out, "  forward            16.000 us   16.000 us   16.000 us\n"), NULL,
+    cr_expect_neq(strstr(out, "  forward            40.000 us   40.000 us   40.000 us\n"), NULL,
                   "%s", out);
     cr_expect_neq(strstr(out, "  all_gather         27.241 us   27.241 us   27.241 us\n"), NULL,
                   "%s", out);
-    cr_expect_neq(strstr(out, "  step (span)        60.861 us   60.861 us   60.861 us\n"), NULL,
+    cr_expect_neq(strstr(out, "  step (span)       129.621 us  129.621 us  129.621 us\n"), NULL,
                   "%s", out);
     cr_expect_eq(strstr(out, "all_reduce"), NULL, "no all-reduce under zero3: %s", out);
     free(out);

@@ -386,10 +386,45 @@ Test(engine, the_seed_order_is_gather_compute_reduce_free) {
     seed_sequence(&run.trace, 0, got, sizeof got);
     cr_expect_str_eq(got,
                      "G0 F0 G1 X0 F1 G2 X1 F2 X2 " /* the next unit gathered ahead */
-                     "G2 B2 G1 X2 B1 R2 X1 G0 B0 R1 X0 R0",
-                     "FSDP2's: a unit freed before its reduce-scatter, which runs behind the next "
-                     "unit's backward");
+                     "G2 B2 G1 X2 R2 B1 G0 X1 B0 R1 X0 R0",
+                     "FSDP2's: a unit freed before its reduce-scatter, which starts once its "
+                     "gradients are packed, before the next unit's backward (which waits for the "
+                     "rows of the unit after it to be packed for their all-gather)");
     toy_run_free(&run);
+}
+
+/* A GPU on which every kernel launch takes a second and nothing else takes any time to speak
+ * of: a step's modelled seconds count the launches on its compute stream. */
+static Profile launch_bound(void) {
+    Profile p = *profile_default();
+    p.flops_fp32 = p.flops_low = p.mem_bw = p.intra_bw = p.inter_bw = 1e30;
+    p.launch_overhead = 1.0;
+    return p;
+}
+
+static long launches_a_step(Strategy s) {
+    Profile p = launch_bound();
+    FsdpConfig c = toy_config(s, BATCH);
+    ToyRun run;
+    toy_train_on(&run, &c, 3, 2, &p);
+    cr_assert_eq(run.nsteps, 2);
+    long n = lround(run.steps[1].step_time);
+    cr_expect_lt(fabs(run.steps[1].step_time - (double)n), 1e-3, "%s: %.6f s", strategy_name(s),
+                 run.steps[1].step_time);
+    toy_run_free(&run);
+    return n;
+}
+
+/* The kernels the engine launches between the model's own are paid for: beside the toy's 10
+ * (3 forwards, the loss, 3 backwards, 3 Adam steps), zero3 copies each unit's rows into and out
+ * of its all-gather's buffers twice (forward, and backward after resharding), zeroes its
+ * unsharded gradients, and copies them into the reduce-scatter's buffer and the result out:
+ * 7 a unit. zero2 gathers once (5 a unit). ddp copies nothing, but its backward sums into the
+ * resting gradients, which start each step at zero: 1 a unit. */
+Test(engine, every_launch_the_engine_makes_is_charged) {
+    cr_expect_eq(launches_a_step(STRAT_ZERO3), 10 + 3 * 7);
+    cr_expect_eq(launches_a_step(STRAT_ZERO2), 10 + 3 * 5);
+    cr_expect_eq(launches_a_step(STRAT_DDP), 10 + 3 * 1);
 }
 
 /* Each rank's own gradients before the reduction (TrainJob.step_local_grads): their mean over

@@ -62,8 +62,9 @@ static const char *work_name(const Trace *t, const Plan *p, const Moment *m) {
 
 /* The toy's step under zero3 at 3 GPUs is the workshop's list, each entry one frame on every
  * GPU: the setup, 3 all-gathers and forwards (prefetch issues the next all-gather right after a
- * forward), the loss, backward's gathers, computes and reduce-scatters, then 3 Adam updates;
- * every allocation and free is folded into one of them. */
+ * forward), the loss, backward's gathers, computes and reduce-scatters (Lc's starts before Lb's
+ * backward, which waits for La's rows to be packed for their prefetched all-gather), then 3 Adam
+ * updates; every allocation and free is folded into one of them. */
 Test(moments, toy_zero3_is_the_workshop_list_one_frame_each) {
     ToyRun run;
     Moments ms;
@@ -82,8 +83,8 @@ Test(moments, toy_zero3_is_the_workshop_list_one_frame_each) {
         "all_gather Lc",
         "backward Lc",
         "all_gather Lb",
-        "backward Lb",
         "reduce_scatter Lc",
+        "backward Lb",
         "all_gather La",
         "backward La",
         "reduce_scatter Lb",

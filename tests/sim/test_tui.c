@@ -301,24 +301,25 @@ static int bar_cells_of(const char *s, const char *heading, char letter) {
     return n;
 }
 
-/* Issue 38's two moments of d, on the toy under zero3: at 80x24, event 208 (GPU 0's
- * reduce-scatter of Lc, after Lb's backward and before the frees of what it read) beside DDP's
- * GPU 0 all-reducing Lc, not GPU 2 past its frees at event 93, DDP holding more (336 B) than
- * zero3 (296 B); at 120x40, event 76 (GPU 0 frees La after its forward) beside DDP's GPU 0
- * forward of La, not event 51. The run's bars mark the same DDP bytes. */
+/* Issue 38's two moments of d, on the toy under zero3: at 80x24, GPU 0's reduce-scatter of Lc
+ * (event 208 then; event 190 since the engine's own kernels take time, before Lb's backward)
+ * beside DDP's GPU 0 just past the frees of what Lc's backward read, not GPU 2 past its frees
+ * at event 93, DDP holding more (304 B) than zero3 (256 B); at 120x40, event 76 (GPU 0 frees
+ * La after its forward) beside DDP's GPU 0 forward of La, not event 51. The run's bars mark the
+ * same DDP bytes. */
 Test(tui, d_is_at_the_same_computation_on_the_same_gpu, .timeout = 60, .fini = stop) {
     start("ddp_same", 80, 24, "--ranks 3 --strategy zero3");
     cr_assert(shows("event 1/339"));
-    keys("g 2 0 8 Enter");
-    cr_assert(shows("event 208/339  step 1  backward  GPU 0  reduce_scatter Lc"));
-    cr_expect(shows("DDP 336 B"), "GPU 0's bar says what DDP holds there");
+    keys("g 1 9 0 Enter");
+    cr_assert(shows("event 190/339  step 1  backward  GPU 0  reduce_scatter Lc"));
+    cr_expect(shows("DDP 304 B"), "GPU 0's bar says what DDP holds there");
     const char *s = settled();
-    cr_expect(strstr(row_of(s, " GPU 0  ["), "] 296 B (peak 312 B) DDP 336 B"), "%s", s);
+    cr_expect(strstr(row_of(s, " GPU 0  ["), "] 256 B (peak 312 B) DDP 304 B"), "%s", s);
     keys("d");
-    cr_assert(shows("DDP at the same point: event 85/159, GPU 0 all_reduce Lc"));
+    cr_assert(shows("DDP at the same point: event 76/159, GPU 0 free"));
     s = settled();
-    cr_expect(strstr(s, "memory max GPU 0: 296 B (peak 312 B), DDP here 336 B"), "%s", s);
-    cr_expect(strstr(s, "memory max GPU 0: 336 B (peak 368 B)"), "DDP's side:\n%s", s);
+    cr_expect(strstr(s, "memory max GPU 0: 256 B (peak 312 B), DDP here 304 B"), "%s", s);
+    cr_expect(strstr(s, "memory max GPU 0: 304 B (peak 368 B)"), "DDP's side:\n%s", s);
     resize(120, 40);
     keys("g 7 6 Enter");
     cr_expect(shows("DDP at the same point: event 46/159, GPU 0 forward La"));
@@ -327,7 +328,7 @@ Test(tui, d_is_at_the_same_computation_on_the_same_gpu, .timeout = 60, .fini = s
 
 /* The bars keep every category that holds anything: the toy at rest (event 295: 12 B of shards,
  * 12 B of gradient shards, 24 B of Adam's moments on each GPU) shows P as often as G and O at
- * least as often, beside DDP's 144 B; at Lc's reduce-scatter all seven categories show, and the
+ * least as often, beside DDP's 144 B; at Lb's backward all seven categories show, and the
  * note says that activations are most of GPU 0's bytes and FSDP does not shard them. */
 Test(tui, bars_show_every_category_and_ddp_at_the_same_point, .timeout = 60, .fini = stop) {
     start("bars", 80, 24, "--ranks 3 --strategy zero3");
