@@ -874,15 +874,31 @@ static void scroll_units(Viewer *v, int by) {
     v->ddp.grid_first += by;
 }
 
+/* A line typed after `prompt` on the bottom row. A resize ends ncurses' getnstr early
+ * (KEY_RESIZE) with what was typed so far: the frame is drawn at the new size, the prompt again
+ * with it, and reading goes on, so that a terminal resized while a number is typed loses none of
+ * it. */
+static void read_line(Viewer *v, const char *prompt, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (;;) {
+        move(LINES - 1, 0);
+        clrtoeol();
+        mvaddstr(LINES - 1, 0, prompt);
+        addstr(buf);
+        if (getnstr(buf + n, (int)(cap - 1 - n)) != KEY_RESIZE) return;
+        n = strlen(buf);
+        Err ignored = {0}; /* the main loop draws again after the line and reports a failure */
+        draw(v, &ignored);
+    }
+}
+
 static void go_to(Viewer *v) {
-    char buf[32] = {0};
-    move(LINES - 1, 0);
-    clrtoeol();
-    mvaddstr(LINES - 1, 0, v->by_event ? " go to event: " : " go to frame: ");
+    char buf[32];
     echo();
     curs_set(1);
     timeout(-1);
-    getnstr(buf, sizeof buf - 1);
+    read_line(v, v->by_event ? " go to event: " : " go to frame: ", buf, sizeof buf);
     noecho();
     curs_set(0);
     unsigned long k = strtoul(buf, NULL, 10);

@@ -252,6 +252,15 @@ Test(tui, keys_move_through_the_frames, .timeout = 60, .fini = stop) {
     cr_expect(shows("too small: 40x10, needs 60x12"));
     resize(100, 30);
     cr_expect(shows("memory"));
+    /* a terminal resized while a number is typed keeps what was typed and what follows */
+    keys("g 7");
+    cr_expect(shows("go to event: 7"), "g asks for a number");
+    resize(110, 30);
+    for (int i = 0; i < 100 && strlen(row_of(screen(), " GPU 0  compute ")) < 16 + 90; i++)
+        usleep(50 * 1000); /* the frame drawn again at 110 columns */
+    cr_expect(strstr(settled(), "\n go to event: 7"), "the prompt outlives the resize:\n%s",
+              settled());
+    cr_expect(shows_after("0 Enter", "event 70/339"), "g 7 (resize) 0 Enter goes to 70");
     quit();
 }
 
