@@ -63,12 +63,6 @@ static void restart(Frame *f, const Plan *p) {
     f->progress_step = 0;
 }
 
-static size_t rank_total(const Frame *f, int r) {
-    size_t t = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) t += frame_mem(f, r, (MemCategory)c);
-    return t;
-}
-
 /* An alloc or free moves the rank's bytes of its category; allocations of unsharded
  * parameters and gradients say whether a unit is gathered (with mixed precision a unit has
  * two such blocks, the low-precision copy and its fp32 view, so these are counts). */
@@ -83,7 +77,7 @@ static int apply_memory(Frame *f, const TraceEvent *e, size_t index, Err *err) {
         if (e->category == MEM_PARAM_UNSHARDED) cell->gathered += delta;
         if (e->category == MEM_GRAD_UNSHARDED) cell->grads_full += delta;
     }
-    size_t total = rank_total(f, e->rank);
+    size_t total = frame_gpu_bytes(f, e->rank);
     if (total > f->peak[e->rank]) f->peak[e->rank] = total;
     return 0;
 }

@@ -44,7 +44,7 @@ typedef struct Frame {
     int nranks, nunits;
     FrameCell *cells; /* [nranks * nunits], rank-major */
     size_t *mem;      /* [nranks * MEM_CATEGORY_COUNT] bytes in use after the event */
-    size_t *peak;     /* [nranks] the largest total so far */
+    size_t *peak;     /* [nranks] the largest GPU total so far (frame_gpu_bytes) */
     /* The current event's phase as a person reads it: "setup" (before its step's forward),
      * "forward", "backward", "optimizer", "between steps", "teardown" (after the last step) */
     const char *phase;
@@ -174,6 +174,16 @@ static inline const float *frame_local_grads(const Frame *f, int rank) {
 
 static inline size_t frame_mem(const Frame *f, int rank, MemCategory c) {
     return f->mem[(size_t)rank * MEM_CATEGORY_COUNT + (size_t)c];
+}
+
+/* What a GPU holds: every category but what offload keeps off it (host memory and NVMe files,
+ * mem_category_off_gpu). A CUDA run's fp32 compute copies, a row apart in the memory table, are
+ * on the GPU too. */
+static inline size_t frame_gpu_bytes(const Frame *f, int rank) {
+    size_t sum = 0;
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        if (!mem_category_off_gpu((MemCategory)c)) sum += frame_mem(f, rank, (MemCategory)c);
+    return sum;
 }
 
 #endif

@@ -209,16 +209,18 @@ static long grid_index(Tables *tb, const Frame *f, const Plan *p) {
     return value_index(tb, &tb->grids);
 }
 
-/* ["232 B (peak 312 B)", bytes of each category...]: rank r's memory as the bars draw it. */
+/* ["232 B (peak 312 B)", bytes of each category...]: rank r's memory as the bars draw it, a GPU's
+ * own (what offload keeps off it is 0 there, and in the text after the GPU's figures). */
 static long memory_index(Tables *tb, const Frame *f, int r) {
-    char text[80];
+    char text[128];
     plain_memory_text(f, r, text, sizeof text);
     Buf *v = &tb->value;
     v->n = 0;
     buf_add(v, "[");
     buf_json(v, text);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        buf_add(v, ",%zu", frame_mem(f, r, (MemCategory)c));
+        buf_add(v, ",%zu",
+                mem_category_off_gpu((MemCategory)c) ? 0 : frame_mem(f, r, (MemCategory)c));
     buf_add(v, "]");
     return value_index(tb, &tb->memory);
 }

@@ -36,12 +36,6 @@ double html_chart_x(const MemoryTimeline *mt, double t) {
     return CHART_LEFT + at * CHART_PLOT;
 }
 
-static size_t stacked(const MemorySample *s, int upto) {
-    size_t sum = 0;
-    for (int c = 0; c < upto; c++) sum += s->bytes[c];
-    return sum;
-}
-
 /* The column (0..CHART_COLS) of time t. */
 static int column_of(const MemoryTimeline *mt, double t, int round_up) {
     double span = mt->end - mt->start;
@@ -59,9 +53,10 @@ static void column_samples(const MemoryTimeline *mt, const MemoryRank *r, size_t
         int lo = column_of(mt, r->samples[i].time, 0), hi = column_of(mt, until, 1) - 1;
         if (lo > CHART_COLS - 1) lo = CHART_COLS - 1;
         if (hi < lo) hi = lo;
-        size_t total = stacked(&r->samples[i], MEM_CATEGORY_COUNT);
+        size_t total = memory_sample_stacked(&r->samples[i], MEM_CATEGORY_COUNT);
         for (int j = lo; j <= hi; j++)
-            if (best[j] == SIZE_MAX || total > stacked(&r->samples[best[j]], MEM_CATEGORY_COUNT))
+            if (best[j] == SIZE_MAX ||
+                total > memory_sample_stacked(&r->samples[best[j]], MEM_CATEGORY_COUNT))
                 best[j] = i;
     }
     /* a column no sample starts in holds what the one before it held */
@@ -92,7 +87,7 @@ static void stack_polygon(FILE *f, const MemoryRank *r, const size_t *best, int 
     if (!outline) edge_point(&e, CHART_LEFT, bottom);
     double last = 0;
     for (int j = 0; j < CHART_COLS; j++) {
-        double y = bottom - (double)stacked(&r->samples[best[j]], upto) * per_byte;
+        double y = bottom - (double)memory_sample_stacked(&r->samples[best[j]], upto) * per_byte;
         y = round(y * 10) / 10;
         if (j == 0 || y != last) {
             if (j) edge_point(&e, CHART_LEFT + 2.0 * j, last);
@@ -220,7 +215,7 @@ int html_chart_write(FILE *out, const MemoryTimeline *mt, const Trace *t, size_t
                 format_bytes((size_t)scale, b, sizeof b), CHART_LEFT - 4, area_bottom);
         column_samples(mt, r, best);
         for (int c = MEM_CATEGORY_COUNT - 1; c >= 0; c--)
-            if (r->max[c])
+            if (r->max[c] && !mem_category_off_gpu((MemCategory)c))
                 stack_polygon(out, r, best, c + 1, area_bottom, per_byte,
                               memory_category_colour((MemCategory)c), 0);
         stack_polygon(out, r, best, MEM_CATEGORY_COUNT, area_bottom, per_byte, NULL, 1);

@@ -76,10 +76,15 @@ static int push_sample(MemoryRank *r, double time, const size_t *bytes, Err *err
     return 0;
 }
 
-static size_t sample_total(const MemorySample *s) {
+size_t memory_sample_stacked(const MemorySample *s, int upto) {
     size_t sum = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += s->bytes[c];
+    for (int c = 0; c < upto; c++)
+        if (!mem_category_off_gpu((MemCategory)c)) sum += s->bytes[c];
     return sum;
+}
+
+static size_t sample_total(const MemorySample *s) {
+    return memory_sample_stacked(s, MEM_CATEGORY_COUNT);
 }
 
 static void summarize(MemoryRank *r) {
@@ -226,6 +231,14 @@ static void text_row(FILE *f, const char *label, int label_width, const size_t *
     fprintf(f, "  %s\n", format_bytes(max, bytes, sizeof bytes));
 }
 
+/* Whether any of the first `shown` ranks keeps memory off its GPU in the step (offload). */
+static int holds_off_gpu(const MemoryTimeline *mt, int shown) {
+    for (int q = 0; q < shown; q++)
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            if (mt->ranks[q].max[c] && mem_category_off_gpu((MemCategory)c)) return 1;
+    return 0;
+}
+
 int memory_text_write(const MemoryTimeline *mt, int width, FILE *f, Err *err) {
     if (width < 8 || width > 1000)
         return err_set(err, ERR_USAGE, "the memory timeline is 8 to 1000 columns wide, not %d",
@@ -242,21 +255,26 @@ int memory_text_write(const MemoryTimeline *mt, int width, FILE *f, Err *err) {
     double span = mt->end - mt->start;
     TimeUnit u = time_unit_for(span);
     char a[32], b[32];
-    fprintf(f, "memory over step %d: %s %s, %d columns of %s; bars scaled to each GPU's peak\n",
+    fprintf(f, "memory over step %d: %s %s, %d columns of %s; bars scaled to each GPU's peak%s\n",
             mt->step + 1, format_time(span, u, a, sizeof a), mt->clock, width,
-            format_time(span / width, u, b, sizeof b));
+            format_time(span / width, u, b, sizeof b),
+            holds_off_gpu(mt, shown) ? " (what offload keeps off the GPU: to its own largest)"
+                                     : "");
     for (int q = 0; q < shown; q++) {
         const MemoryRank *r = &mt->ranks[q];
         fprintf(f, "GPU %d  peak %s at %s\n", q, format_bytes(r->peak, a, sizeof a),
                 format_time(r->peak_time - mt->start, u, b, sizeof b));
-        for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
-            if (!r->max[c]) continue;
-            column_max(mt, r, c, width, cols);
-            text_row(f, mem_category_label((MemCategory)c), label_width, cols, width, r->peak,
-                     r->max[c]);
+        for (int off = 0; off < 2; off++) { /* the GPU's rows, its total, then what is off it */
+            for (int c = 0; c < MEM_CATEGORY_COUNT; c++) {
+                if (!r->max[c] || mem_category_off_gpu((MemCategory)c) != off) continue;
+                column_max(mt, r, c, width, cols);
+                text_row(f, mem_category_label((MemCategory)c), label_width, cols, width,
+                         off ? r->max[c] : r->peak, r->max[c]);
+            }
+            if (off) continue;
+            column_max(mt, r, -1, width, cols);
+            text_row(f, "total", label_width, cols, width, r->peak, r->peak);
         }
-        column_max(mt, r, -1, width, cols);
-        text_row(f, "total", label_width, cols, width, r->peak, r->peak);
     }
     if (mt->nranks > shown) fprintf(f, "+%d more GPUs not shown\n", mt->nranks - shown);
     free(cols);
@@ -348,13 +366,6 @@ static void point(Points *pt, double x, double y) {
     pt->x = ix, pt->y = iy, pt->any = 1;
 }
 
-/* Bytes of categories [0, upto) of sample s: the stack below category `upto`. */
-static size_t stacked(const MemorySample *s, int upto) {
-    size_t sum = 0;
-    for (int c = 0; c < upto; c++) sum += s->bytes[c];
-    return sum;
-}
-
 static double sample_end(const MemoryTimeline *mt, const MemoryRank *r, size_t i) {
     return i + 1 < r->n ? r->samples[i + 1].time : mt->end;
 }
@@ -363,7 +374,7 @@ static double sample_end(const MemoryTimeline *mt, const MemoryRank *r, size_t i
 static void step_edge(Points *pt, const MemoryTimeline *mt, const MemoryRank *r, const Panel *p,
                       int upto) {
     for (size_t i = 0; i < r->n; i++) {
-        double y = px_y(p, (double)stacked(&r->samples[i], upto));
+        double y = px_y(p, (double)memory_sample_stacked(&r->samples[i], upto));
         point(pt, px_x(p, r->samples[i].time), y);
         point(pt, px_x(p, sample_end(mt, r, i)), y);
     }
@@ -376,7 +387,7 @@ static void category_area(FILE *f, const MemoryTimeline *mt, const MemoryRank *r
     fprintf(f, "<polygon fill=\"%s\" points=\"", category_colour[c]);
     step_edge(&pt, mt, r, p, c + 1);
     for (size_t i = r->n; i-- > 0;) {
-        double y = px_y(p, (double)stacked(&r->samples[i], c));
+        double y = px_y(p, (double)memory_sample_stacked(&r->samples[i], c));
         point(&pt, px_x(p, sample_end(mt, r, i)), y);
         point(&pt, px_x(p, r->samples[i].time), y);
     }
@@ -410,6 +421,19 @@ static void time_ticks(FILE *f, const Panel *p, TimeUnit u) {
     }
 }
 
+/* "host 48 B, NVMe 96 B off the GPU": the most of each that offload keeps off rank r's GPU in
+ * the step; 0 (and "") where it keeps nothing there. */
+static int off_gpu_text(const MemoryRank *r, char *out, size_t n) {
+    char a[32], b[32];
+    size_t host = r->max[MEM_HOST_OFFLOAD], nvme = r->max[MEM_NVME];
+    out[0] = 0;
+    if (!host && !nvme) return 0;
+    snprintf(out, n, "%s%s%s%s%s off the GPU", host ? "host " : "",
+             host ? format_bytes(host, a, sizeof a) : "", host && nvme ? ", " : "",
+             nvme ? "NVMe " : "", nvme ? format_bytes(nvme, b, sizeof b) : "");
+    return 1;
+}
+
 static void rank_panel(FILE *f, const MemoryTimeline *mt, int q, const Panel *p, const ByteAxis *a,
                        TimeUnit u, size_t ddp_bytes) {
     const MemoryRank *r = &mt->ranks[q];
@@ -417,9 +441,13 @@ static void rank_panel(FILE *f, const MemoryTimeline *mt, int q, const Panel *p,
     fprintf(f, "<g id=\"gpu%d\">\n", q);
     fprintf(f, "<text x=\"%d\" y=\"%.2f\" font-size=\"13\" font-weight=\"bold\">GPU %d</text>\n",
             SVG_LEFT, p->top - 8, q);
+    char off[96];
+    if (off_gpu_text(r, off, sizeof off))
+        fprintf(f, "<text x=\"%d\" y=\"%.2f\" font-size=\"11\" fill=\"#555\">%s</text>\n",
+                SVG_LEFT + 52, p->top - 8, off);
     byte_ticks(f, p, a);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        if (r->max[c]) category_area(f, mt, r, p, c);
+        if (r->max[c] && !mem_category_off_gpu((MemCategory)c)) category_area(f, mt, r, p, c);
     /* the total as an outline: it also shows a block allocated and freed at one instant,
      * which has no width to fill */
     Points pt = {.f = f};
@@ -480,7 +508,7 @@ static int legend(FILE *f, const MemoryTimeline *mt, int shown, size_t ddp_bytes
         if (item < MEM_CATEGORY_COUNT) {
             int any = 0;
             for (int q = 0; q < shown; q++) any |= mt->ranks[q].max[item] != 0;
-            if (!any) continue;
+            if (!any || mem_category_off_gpu((MemCategory)item)) continue;
             label = mem_category_label((MemCategory)item);
         } else if (item == MEM_CATEGORY_COUNT) {
             if (!ddp_bytes) continue;

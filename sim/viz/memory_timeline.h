@@ -17,12 +17,17 @@ typedef struct MemorySample {
     size_t bytes[MEM_CATEGORY_COUNT];
 } MemorySample;
 
+/* The GPU's bytes of categories [0, upto) of s: the stack a chart draws below category `upto`.
+ * What offload keeps off the GPU (mem_category_off_gpu: host memory, NVMe files) is in no GPU's
+ * stack or total; the text timeline gives it rows of its own after the total. */
+size_t memory_sample_stacked(const MemorySample *s, int upto);
+
 typedef struct MemoryRank {
     /* samples[0] is the state the rank enters the step with, at the step's start; then one
      * sample after each of its allocs and frees in the step, in order */
     MemorySample *samples;
     size_t n, cap;
-    size_t peak;                        /* the largest total in the step */
+    size_t peak;                        /* the largest GPU total in the step */
     double peak_time;                   /* when it was first reached */
     size_t at_peak[MEM_CATEGORY_COUNT]; /* the breakdown then */
     size_t max[MEM_CATEGORY_COUNT];     /* each category's largest bytes in the step */
@@ -66,10 +71,12 @@ typedef struct MemorySvgOptions {
 int memory_svg_write(const MemoryTimeline *mt, const MemorySvgOptions *o, FILE *f, Err *err);
 
 /* The terminal's version: a header with the time span, then per rank a line with its peak, one
- * row per category that is non-zero in the step and a "total" row. A row is `width` columns
- * (8..1000) of equal time; a column shows the most the category held in its time (any moment
- * of it) as one of ▁▂▃▄▅▆▇█ scaled to the rank's peak total (rounded up, so anything non-zero
- * shows), or a space for nothing, then the category's largest bytes in the step. UTF-8. */
+ * row per category on the GPU that is non-zero in the step and a "total" row, then a row for
+ * each of host memory and NVMe files that offload holds. A row is `width` columns (8..1000) of
+ * equal time; a column shows the most the category held in its time (any moment of it) as one
+ * of ▁▂▃▄▅▆▇█ scaled to the rank's peak GPU total (the host's and NVMe's rows: to their own
+ * largest; rounded up, so anything non-zero shows), or a space for nothing, then the category's
+ * largest bytes in the step. UTF-8. */
 int memory_text_write(const MemoryTimeline *mt, int width, FILE *f, Err *err);
 
 #endif

@@ -175,11 +175,17 @@ static void header(FILE *out, const Frame *f) {
 }
 
 void plain_memory_text(const Frame *f, int r, char *buf, size_t n) {
-    char total[32], peak[32];
-    size_t sum = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_mem(f, r, (MemCategory)c);
-    snprintf(buf, n, "%s (peak %s)", format_bytes(sum, total, sizeof total),
-             format_bytes(f->peak[r], peak, sizeof peak));
+    char total[32], peak[32], host[32], nvme[32];
+    int at =
+        snprintf(buf, n, "%s (peak %s)", format_bytes(frame_gpu_bytes(f, r), total, sizeof total),
+                 format_bytes(f->peak[r], peak, sizeof peak));
+    /* what offload keeps off the GPU, after it: the GPU's figures are the GPU's alone */
+    size_t on_host = frame_mem(f, r, MEM_HOST_OFFLOAD), in_file = frame_mem(f, r, MEM_NVME);
+    if (on_host && at > 0 && (size_t)at < n)
+        at += snprintf(buf + at, n - (size_t)at, " + host %s",
+                       format_bytes(on_host, host, sizeof host));
+    if (in_file && at > 0 && (size_t)at < n)
+        snprintf(buf + at, n - (size_t)at, " + NVMe %s", format_bytes(in_file, nvme, sizeof nvme));
 }
 
 static void grid(FILE *out, const Frame *f, const Plan *p) {
@@ -190,7 +196,7 @@ static void grid(FILE *out, const Frame *f, const Plan *p) {
     for (int u = 0; u < p->nunits; u++) pad(out, p->units[u].name, width + 2);
     fprintf(out, "memory\n");
     for (int r = 0; r < f->nranks; r++) {
-        char label[16], memory[80];
+        char label[16], memory[128];
         snprintf(label, sizeof label, "GPU %d", r);
         fprintf(out, "  %-7s", label);
         for (int u = 0; u < p->nunits; u++) {

@@ -21,7 +21,8 @@ void plain_cell_text(const Frame *f, const Plan *p, int r, int u, size_t *width,
 /* The widest such cell can get in this trace, so columns stay put between frames. */
 size_t plain_cell_width(const Frame *f, const Plan *p);
 
-/* What rank r holds now and its peak so far: "232 B (peak 312 B)". */
+/* What GPU r holds now and its peak so far, then what offload keeps off it: "232 B (peak 312 B)",
+ * "184 B (peak 264 B) + host 48 B". */
 void plain_memory_text(const Frame *f, int r, char *buf, size_t n);
 /* The heading of the timeline: "timeline of step 1 (74.0 us modelled)". */
 void plain_timeline_title(const Frame *f, char *buf, size_t n);

@@ -369,9 +369,25 @@ static const char *const bar_word[MEM_CATEGORY_COUNT] = {"shard", "gathered", "g
                                                          "ckpt",  "nvme",     "copy"};
 
 static size_t rank_used(const Frame *f, int r) {
-    size_t used = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) used += frame_mem(f, r, (MemCategory)c);
-    return used;
+    return frame_gpu_bytes(f, r);
+}
+
+/* GPU r's bytes by category as its bar stacks them: what offload keeps off the GPU is not in a
+ * GPU's bar (the line says it after the bar). */
+static void gpu_categories(const Frame *f, int r, size_t *bytes) {
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+        bytes[c] = mem_category_off_gpu((MemCategory)c) ? 0 : frame_mem(f, r, (MemCategory)c);
+}
+
+/* " + host 48 B + NVMe 96 B" after a GPU's figures, or "" where it keeps nothing off the GPU. */
+static void off_gpu_text(const Frame *f, int r, char *out, size_t n) {
+    char a[32], b[32];
+    size_t host = frame_mem(f, r, MEM_HOST_OFFLOAD), nvme = frame_mem(f, r, MEM_NVME);
+    int at = 0;
+    out[0] = 0;
+    if (host) at = snprintf(out, n, " + host %s", format_bytes(host, a, sizeof a));
+    if (nvme && at >= 0 && (size_t)at < n)
+        snprintf(out + at, n - (size_t)at, " + NVMe %s", format_bytes(nvme, b, sizeof b));
 }
 
 /* Whether the bars mark what DDP holds beside them: the run's bars, when the DDP run for the
@@ -390,7 +406,7 @@ static size_t mark_bytes(const Viewer *v, int r) {
 static void bars_legend(const Viewer *v, const Side *s, char *line, size_t n) {
     size_t at = (size_t)snprintf(line, n, "memory:");
     for (int c = 0; c < MEM_CATEGORY_COUNT && at < n; c++)
-        if (s->categories & (1u << c))
+        if (s->categories & (1u << c) && !mem_category_off_gpu((MemCategory)c))
             at += (size_t)snprintf(line + at, n - at, " %c %s", bar_letter[c], bar_word[c]);
     if (at < n && has_marks(v, s)) snprintf(line + at, n - at, " |DDP here");
 }
@@ -483,6 +499,11 @@ static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
     int marks = has_marks(v, s);
     int tail = 2 * (int)strlen(format_bytes(top, a, sizeof a)) + 10;
     if (v->marks.open) tail += 5 + (int)strlen(a); /* both sides: the same length */
+    /* room for what offload keeps off the GPU, the same in every frame and on both sides
+     * ("1023.99 MiB" at most) */
+    unsigned held = v->run.categories | (v->compare ? v->ddp.categories : 0);
+    if (held & (1u << MEM_HOST_OFFLOAD)) tail += (int)strlen(" + host ") + 11;
+    if (held & (1u << MEM_NVME)) tail += (int)strlen(" + NVMe ") + 11;
     int bar = r->w - GRID_LABEL - tail;
     bar = bar < 8 ? 8 : bar > 400 ? 400 : bar;
     bars_legend(v, s, line, sizeof line);
@@ -491,13 +512,16 @@ static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
         : marks                                      ? "memory (letters: see h)  |DDP here"
                                                      : "memory (letters: see h)");
     for (int rank = 0; rank < s->f.nranks; rank++) {
-        const size_t *bytes = &s->f.mem[(size_t)rank * MEM_CATEGORY_COUNT];
+        size_t bytes[MEM_CATEGORY_COUNT];
+        gpu_categories(&s->f, rank, bytes);
         int mark =
             marks ? (int)((double)bar * (double)mark_bytes(v, rank) / (double)top + 0.5) : -1;
         bar_text(bytes, top, bar, mark, bar_line);
-        int at = snprintf(line, sizeof line, " GPU %-2d [%s] %s (peak %s)", rank, bar_line,
+        char off[80];
+        off_gpu_text(&s->f, rank, off, sizeof off);
+        int at = snprintf(line, sizeof line, " GPU %-2d [%s] %s (peak %s)%s", rank, bar_line,
                           format_bytes(rank_used(&s->f, rank), a, sizeof a),
-                          format_bytes(s->f.peak[rank], b, sizeof b));
+                          format_bytes(s->f.peak[rank], b, sizeof b), off);
         if (marks && at > 0 && (size_t)at < sizeof line)
             snprintf(line + at, sizeof line - (size_t)at, " DDP %s",
                      format_bytes(mark_bytes(v, rank), c, sizeof c));
@@ -551,10 +575,11 @@ static int draw_memory_line(const Viewer *v, const Side *s, const Region *r, int
         size_t used = rank_used(&s->f, rank), best = rank_used(&s->f, most);
         if (used > best || (used == best && s->f.peak[rank] > s->f.peak[most])) most = rank;
     }
-    char a[32], b[32], c[32], line[160];
-    int at = snprintf(line, sizeof line, "memory max GPU %d: %s (peak %s)", most,
+    char a[32], b[32], c[32], off[80], line[240];
+    off_gpu_text(&s->f, most, off, sizeof off);
+    int at = snprintf(line, sizeof line, "memory max GPU %d: %s (peak %s)%s", most,
                       format_bytes(rank_used(&s->f, most), a, sizeof a),
-                      format_bytes(s->f.peak[most], b, sizeof b));
+                      format_bytes(s->f.peak[most], b, sizeof b), off);
     if (has_marks(v, s) && at > 0 && (size_t)at < sizeof line)
         snprintf(line + at, sizeof line - (size_t)at, ", DDP here %s",
                  format_bytes(mark_bytes(v, most), c, sizeof c));

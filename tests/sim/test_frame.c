@@ -82,8 +82,39 @@ static void check_strategy(Strategy s, int gathered_after_forward) {
         for (int cat = 0; cat < MEM_CATEGORY_COUNT; cat++)
             cr_expect_eq(frame_mem(&f, r, (MemCategory)cat), 0, "rank %d %s", r,
                          mem_category_name((MemCategory)cat));
-        cr_expect_eq(f.peak[r], run.memory[r].peak, "rank %d peak %zu vs %zu", r, f.peak[r],
-                     run.memory[r].peak);
+        cr_expect_eq(f.peak[r], run.memory[r].on_gpu.peak, "rank %d peak %zu vs %zu", r, f.peak[r],
+                     run.memory[r].on_gpu.peak);
+    }
+    toy_frame_free(&run, &f);
+}
+
+/* Offload keeps the shards, their gradients and Adam's state on the host: a frame's GPU figures
+ * are the GPU's own, as the memory table's, and what the host holds is said after them. */
+Test(frame, offload_keeps_the_host_out_of_the_gpu_figures) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    c.offload = OFFLOAD_CPU;
+    ToyRun run;
+    Frame f;
+    toy_frame(&run, &f, c, 3, 1);
+    frame_of(&f, &run, find(&run.trace, EV_FORWARD, 0, 1, PHASE_FORWARD));
+    char text[128];
+    for (int r = 0; r < 3; r++) {
+        size_t host = frame_mem(&f, r, MEM_HOST_OFFLOAD), all = 0;
+        for (int k = 0; k < MEM_CATEGORY_COUNT; k++) all += frame_mem(&f, r, (MemCategory)k);
+        cr_assert_gt(host, 0, "GPU %d's shards rest on the host", r);
+        cr_expect_eq(frame_gpu_bytes(&f, r), all - host, "GPU %d", r);
+        cr_expect_eq(frame_mem(&f, r, MEM_PARAM_SHARD), 0, "GPU %d keeps no shard", r);
+        plain_memory_text(&f, r, text, sizeof text);
+        char want[64];
+        snprintf(want, sizeof want, " + host %zu B", host);
+        cr_expect(strstr(text, want) != NULL, "GPU %d: %s", r, text);
+    }
+    frame_of(&f, &run, run.trace.n - 1);
+    for (int r = 0; r < 3; r++) {
+        cr_expect_eq(f.peak[r], run.memory[r].on_gpu.peak, "GPU %d peak %zu vs %zu", r, f.peak[r],
+                     run.memory[r].on_gpu.peak);
+        cr_expect_lt(f.peak[r], run.memory[r].peak, "GPU %d: the host's bytes are not the GPU's",
+                     r);
     }
     toy_frame_free(&run, &f);
 }

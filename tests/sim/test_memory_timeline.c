@@ -143,11 +143,12 @@ static void check_step_of_run(FsdpConfig c) {
         for (int k = 0; k < MEM_CATEGORY_COUNT; k++)
             cr_expect_eq(last->bytes[k], run.memory[r].rest[k], "GPU %d leaves with %s", r,
                          mem_category_name((MemCategory)k));
-        /* the peak is the device's accounted peak (one step: nothing before it peaks higher) */
-        cr_expect_eq(m->peak, run.memory[r].peak, "GPU %d peak %zu, device %zu", r, m->peak,
-                     run.memory[r].peak);
+        /* the peak is the device's accounted GPU peak (one step: nothing before it peaks
+         * higher), what offload keeps on the host apart, as the memory table shows it */
+        cr_expect_eq(m->peak, run.memory[r].on_gpu.peak, "GPU %d peak %zu, device %zu", r, m->peak,
+                     run.memory[r].on_gpu.peak);
         for (int k = 0; k < MEM_CATEGORY_COUNT; k++) {
-            cr_expect_eq(m->at_peak[k], run.memory[r].at_peak[k], "GPU %d %s at the peak", r,
+            cr_expect_eq(m->at_peak[k], run.memory[r].on_gpu.at_peak[k], "GPU %d %s at the peak", r,
                          mem_category_name((MemCategory)k));
             cr_expect_geq(m->max[k], m->at_peak[k]);
         }
@@ -321,6 +322,43 @@ Test(memory_timeline, text_rows_of_a_trace_by_hand) {
     free(text);
     Err err = {0};
     cr_assert_eq(memory_text_write(&mt, 7, stdout, &err), ERR_USAGE);
+    memory_timeline_free(&mt);
+    trace_free(&t);
+}
+
+/* What offload keeps off the GPU is no part of a GPU's peak or total: its row comes after the
+ * total, scaled to its own largest. GPU 0 rests 8 KiB on the host (more than it ever holds
+ * itself), gathers 3 KiB at 1.5 us (until 3.5) and keeps 2 KiB of activations from 2.5 (until
+ * 6.5): its peak is 5 KiB, 3 KiB -> ceil(4.8) ▅, 2 KiB -> ceil(3.2) ▄. */
+Test(memory_timeline, text_keeps_what_offload_holds_off_the_gpu_after_the_total) {
+    TraceBuf b;
+    tracebuf_init(&b, 0, 1);
+    put(&b, PHASE_NONE, 0, EV_ALLOC, MEM_HOST_OFFLOAD, 0, 8192);
+    put(&b, PHASE_FORWARD, 0, EV_FORWARD, -1, 0, 0);
+    b.ev[b.n - 1].end = 8e-6;
+    put(&b, PHASE_FORWARD, 0, EV_ALLOC, MEM_PARAM_UNSHARDED, 1.5, 3072);
+    put(&b, PHASE_FORWARD, 0, EV_ALLOC, MEM_ACTIVATIONS, 2.5, 2048);
+    put(&b, PHASE_FORWARD, 0, EV_FREE, MEM_PARAM_UNSHARDED, 3.5, 3072);
+    put(&b, PHASE_BACKWARD, 0, EV_FREE, MEM_ACTIVATIONS, 6.5, 2048);
+    Trace t;
+    Err err = {0};
+    cr_assert_eq(trace_merge(&t, &b, 1, &err), 0, "%s", err.msg);
+    tracebuf_free(&b);
+    MemoryTimeline mt;
+    timeline_of(&mt, &t, -1);
+    cr_expect_eq(mt.ranks[0].peak, 5120, "the GPU's own");
+    cr_expect_eq(mt.ranks[0].at_peak[MEM_HOST_OFFLOAD], 8192, "the breakdown keeps the host's");
+    char *text = text_of(&mt, 8);
+    const char *want =
+        "memory over step 1: 8.00 µs modelled, 8 columns of 1.00 µs; bars scaled to each GPU's "
+        "peak (what offload keeps off the GPU: to its own largest)\n"
+        "GPU 0  peak 5.00 KiB at 2.50 µs\n"
+        "  unsharded params  ▅▅▅      3.00 KiB\n"
+        "  activations        ▄▄▄▄▄   2.00 KiB\n"
+        "  total             ▅██▄▄▄   5.00 KiB\n"
+        "  host (offload)   ████████  8.00 KiB\n";
+    cr_expect_str_eq(text, want);
+    free(text);
     memory_timeline_free(&mt);
     trace_free(&t);
 }

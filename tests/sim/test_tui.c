@@ -365,6 +365,22 @@ Test(tui, bars_show_every_category_and_ddp_at_the_same_point, .timeout = 60, .fi
     quit();
 }
 
+/* Offload keeps each GPU's shards, gradients and Adam's moments on the host: a GPU's bar and its
+ * figures are the GPU's own (no H in the bar, nor in the legend), and the host's 48 B are said
+ * after them, as the memory table shows them apart. */
+Test(tui, offload_keeps_the_host_out_of_the_gpu_bars, .timeout = 60, .fini = stop) {
+    start("offload", 100, 30, "--ranks 3 --strategy zero3 --offload cpu");
+    cr_assert(shows("event 1/366"));
+    keys("g 1 0 0 Enter");
+    cr_assert(shows("event 100/366"));
+    const char *s = settled();
+    cr_expect(strstr(row_of(s, " GPU 0  ["), "] 128 B (peak 128 B) + host 48 B"), "%s", s);
+    cr_expect_eq(bar_cells_of(s, "memory:", 'H'), 0, "no host in GPU 0's bar:\n%s", s);
+    cr_expect_geq(bar_cells_of(s, "memory:", 'A'), 1, "%s", s);
+    cr_expect(!strstr(s, "H host"), "the legend names only what a GPU holds:\n%s", s);
+    quit();
+}
+
 Test(tui, d_on_a_ddp_run_says_so, .timeout = 60, .fini = stop) {
     start("ddp_run", 100, 30, "--ranks 3 --strategy ddp");
     cr_expect(shows("event 1/159"));
