@@ -304,7 +304,10 @@ static int change_clause(const Trace *t, size_t i, const Plan *p, int same_unit,
     format_bytes((size_t)e->bytes, bytes, sizeof bytes);
     int alloc = e->kind == EV_ALLOC, fwd = e->phase == PHASE_FORWARD;
     if (e->category == MEM_PARAM_UNSHARDED && alloc)
-        snprintf(out, n, "unpacks %s into %s of unsharded parameters", u, bytes);
+        snprintf(out, n, "unpacks %s into %s of unsharded parameters%s", u, bytes,
+                 e->bytes == 2 * (unsigned long long)p->units[e->unit].numel
+                     ? " in 16 bits (mixed precision: half of fp32's)"
+                     : "");
     else if (e->category == MEM_PARAM_UNSHARDED)
         snprintf(out, n, "frees %s unsharded parameters (%s)", name,
                  fwd     ? "reshard after forward"

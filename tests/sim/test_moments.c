@@ -122,6 +122,28 @@ Test(moments, toy_zero3_is_the_workshop_list_one_frame_each) {
     toy_run_free(&run);
 }
 
+/* Under mixed precision the frame says what a gather unpacks is 16-bit: La's 3 parameters, 6 B
+ * where fp32's are 12 B. */
+Test(moments, a_16_bit_gather_says_so) {
+    ToyRun run;
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    c.param_dtype = DTYPE_BF16;
+    toy_train(&run, &c, 3, 1, 1);
+    Moments ms;
+    build(&ms, &run.trace);
+    Frame f;
+    Err err = {0};
+    cr_assert_eq(frame_init(&f, &run.plan, &err), 0);
+    size_t k = go(&ms, &run.trace, 0, NAV_FORWARD);
+    cr_assert_eq(moments_frame(&f, &run.trace, &run.plan, &ms, k, &err), 0, "%s", err.msg);
+    cr_expect(strstr(f.narration, "unpacks La into 6 B of unsharded parameters in 16 bits "
+                                  "(mixed precision: half of fp32's)"),
+              "%s", f.narration);
+    frame_free(&f);
+    moments_free(&ms);
+    toy_run_free(&run);
+}
+
 /* A moment's frame: the state after its last event, its work's narration first, then what was
  * folded in (here La's unpacking after its all-gather), and a header naming both. */
 Test(moments, frame_tells_the_work_and_what_was_folded_in) {
@@ -139,7 +161,7 @@ Test(moments, frame_tells_the_work_and_what_was_folded_in) {
     cr_assert_eq(frame_at(&g, t, &run.plan, m->anchor, &err), 0);
     cr_expect(strstr(f.narration, g.narration) == f.narration, "starts with the all-gather's: %s",
               f.narration);
-    cr_expect(strstr(f.narration, "unpacks La into 12 B of unsharded parameters"), "%s",
+    cr_expect(strstr(f.narration, "unpacks La into 12 B of unsharded parameters."), "%s",
               f.narration);
     cr_expect(strstr(f.header, fmt_text("frame %zu of %zu | events %zu-%zu of %zu", k + 1, ms.n,
                                         m->first + 1, m->last + 1, t->n)),
