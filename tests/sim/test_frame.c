@@ -88,14 +88,19 @@ static void check_strategy(Strategy s, int gathered_after_forward) {
     toy_frame_free(&run, &f);
 }
 
+/* The toy's step on 3 GPUs under zero3 with --offload cpu, and a frame of it. */
+static void offload_toy_frame(ToyRun *run, Frame *f) {
+    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
+    c.offload = OFFLOAD_CPU;
+    toy_frame(run, f, c, 3, 1);
+}
+
 /* Offload keeps the shards, their gradients and Adam's state on the host: a frame's GPU figures
  * are the GPU's own, as the memory table's, and what the host holds is said after them. */
 Test(frame, offload_keeps_the_host_out_of_the_gpu_figures) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
-    c.offload = OFFLOAD_CPU;
     ToyRun run;
     Frame f;
-    toy_frame(&run, &f, c, 3, 1);
+    offload_toy_frame(&run, &f);
     frame_of(&f, &run, find(&run.trace, EV_FORWARD, 0, 1, PHASE_FORWARD));
     char text[128];
     for (int r = 0; r < 3; r++) {
@@ -234,11 +239,9 @@ Test(frame, narration_names_who_sends_what) {
 /* The step's timeline: the current all-gather sits on the comm row under the cursor, compute
  * runs elsewhere, and only offload puts copies on the copy stream. */
 Test(frame, timeline_marks_streams_and_the_current_event) {
-    FsdpConfig c = toy_config(STRAT_ZERO3, 4);
-    c.offload = OFFLOAD_CPU;
     ToyRun run;
     Frame f;
-    toy_frame(&run, &f, c, 3, 1);
+    offload_toy_frame(&run, &f);
     frame_of(&f, &run, find(&run.trace, EV_ALL_GATHER, 1, 1, PHASE_FORWARD));
     const char *comm = f.timeline[1 * STREAM_COUNT + STREAM_COMM];
     const char *compute = f.timeline[1 * STREAM_COUNT + STREAM_COMPUTE];
