@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cmd/commands.h"
+#include "kernels/cpu/blas_core.h"
 
 typedef struct Command {
     const char *name;
@@ -78,5 +79,6 @@ static int run_command(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    blas_core_reexec(argv); /* on a CPU newer than OpenBLAS knows, its fast kernels: blas_core.h */
     return stdout_written(run_command(argc, argv));
 }
