@@ -10,6 +10,7 @@
 #include "bench/bench_util.h"
 #include "io/mnist.h"
 #include "jobs/train.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "models/vit.h"
 #include "sim/cluster.h"
@@ -184,6 +185,7 @@ static double median_of(double *v, int n) {
 }
 
 int main(int argc, char **argv) {
+    blas_core_reexec(argv); /* the GEMM kernels ./fsdp runs on this CPU */
     int global = 64, ranks = 4, repeats = 5;
     long steps = 30, warmup = 5;
     for (int i = 1; i + 1 < argc; i += 2) {
