@@ -246,7 +246,7 @@ $(BUILD)/tests/nccl/%.o: tests/nccl/%.c
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(BUILD)/test_gpu: $(LIB_OBJS) $(HOST_RUNTIME_OBJS) $(CUDA_OBJS) $(GPU_TEST_SRCS:%.c=$(BUILD)/%.o) \
-		$(BUILD)/tests/util.o
+		$(BUILD)/tests/util.o $(BUILD)/tests/main.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LDLIBS) -lcriterion
 
 bench: deps $(BUILD)/bench_toy

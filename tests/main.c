@@ -1,6 +1,7 @@
-/* main: the test runner, Criterion's own main with one step first: on a CPU newer than OpenBLAS
- * knows, the runner's GEMMs use the kernels ./fsdp's do (kernels/cpu/blas_core.h), so what a test
- * computes in the runner and what it has ./fsdp compute come from the same kernels. */
+/* main: the test runners' (test_fsdp, test_gpu), Criterion's own main with one step first: on a
+ * CPU newer than OpenBLAS knows, the runner's GEMMs use the kernels ./fsdp's do
+ * (kernels/cpu/blas_core.h), so what a test computes in the runner and what it has ./fsdp compute
+ * come from the same kernels. */
 #include <criterion/criterion.h>
 
 #include "kernels/cpu/blas_core.h"
