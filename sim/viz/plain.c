@@ -174,18 +174,21 @@ static void header(FILE *out, const Frame *f) {
     fprintf(out, "-- %s --\n", f->header);
 }
 
-void plain_memory_text(const Frame *f, int r, char *buf, size_t n) {
-    char total[32], peak[32], host[32], nvme[32];
-    int at =
-        snprintf(buf, n, "%s (peak %s)", format_bytes(frame_gpu_bytes(f, r), total, sizeof total),
-                 format_bytes(f->peak[r], peak, sizeof peak));
-    /* what offload keeps off the GPU, after it: the GPU's figures are the GPU's alone */
+void plain_off_gpu_text(const Frame *f, int r, char *buf, size_t n) {
+    char host[32], nvme[32];
     size_t on_host = frame_mem(f, r, MEM_HOST_OFFLOAD), in_file = frame_mem(f, r, MEM_NVME);
-    if (on_host && at > 0 && (size_t)at < n)
-        at += snprintf(buf + at, n - (size_t)at, " + host %s",
-                       format_bytes(on_host, host, sizeof host));
-    if (in_file && at > 0 && (size_t)at < n)
+    int at = 0;
+    buf[0] = 0;
+    if (on_host) at = snprintf(buf, n, " + host %s", format_bytes(on_host, host, sizeof host));
+    if (in_file && at >= 0 && (size_t)at < n)
         snprintf(buf + at, n - (size_t)at, " + NVMe %s", format_bytes(in_file, nvme, sizeof nvme));
+}
+
+void plain_memory_text(const Frame *f, int r, char *buf, size_t n) {
+    char total[32], peak[32], off[80];
+    plain_off_gpu_text(f, r, off, sizeof off);
+    snprintf(buf, n, "%s (peak %s)%s", format_bytes(frame_gpu_bytes(f, r), total, sizeof total),
+             format_bytes(f->peak[r], peak, sizeof peak), off);
 }
 
 static void grid(FILE *out, const Frame *f, const Plan *p) {

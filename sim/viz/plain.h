@@ -24,6 +24,10 @@ size_t plain_cell_width(const Frame *f, const Plan *p);
 /* What GPU r holds now and its peak so far, then what offload keeps off it: "232 B (peak 312 B)",
  * "184 B (peak 264 B) + host 48 B". */
 void plain_memory_text(const Frame *f, int r, char *buf, size_t n);
+
+/* What offload keeps off GPU r now, as it follows the GPU's figures: " + host 48 B + NVMe 96 B",
+ * or "" where it keeps nothing there. */
+void plain_off_gpu_text(const Frame *f, int r, char *buf, size_t n);
 /* The heading of the timeline: "timeline of step 1 (74.0 us modelled)". */
 void plain_timeline_title(const Frame *f, char *buf, size_t n);
 

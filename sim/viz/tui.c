@@ -368,26 +368,11 @@ static const char *const bar_word[MEM_CATEGORY_COUNT] = {"shard", "gathered", "g
                                                          "optim", "act",      "comm", "host",
                                                          "ckpt",  "nvme",     "copy"};
 
-static size_t rank_used(const Frame *f, int r) {
-    return frame_gpu_bytes(f, r);
-}
-
 /* GPU r's bytes by category as its bar stacks them: what offload keeps off the GPU is not in a
- * GPU's bar (the line says it after the bar). */
+ * GPU's bar (the line says it after the bar: plain_off_gpu_text). */
 static void gpu_categories(const Frame *f, int r, size_t *bytes) {
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
         bytes[c] = mem_category_off_gpu((MemCategory)c) ? 0 : frame_mem(f, r, (MemCategory)c);
-}
-
-/* " + host 48 B + NVMe 96 B" after a GPU's figures, or "" where it keeps nothing off the GPU. */
-static void off_gpu_text(const Frame *f, int r, char *out, size_t n) {
-    char a[32], b[32];
-    size_t host = frame_mem(f, r, MEM_HOST_OFFLOAD), nvme = frame_mem(f, r, MEM_NVME);
-    int at = 0;
-    out[0] = 0;
-    if (host) at = snprintf(out, n, " + host %s", format_bytes(host, a, sizeof a));
-    if (nvme && at >= 0 && (size_t)at < n)
-        snprintf(out + at, n - (size_t)at, " + NVMe %s", format_bytes(nvme, b, sizeof b));
 }
 
 /* Whether the bars mark what DDP holds beside them: the run's bars, when the DDP run for the
@@ -398,7 +383,7 @@ static int has_marks(const Viewer *v, const Side *s) {
 
 /* What DDP holds on GPU r at the same point as the run's (Viewer.marks). */
 static size_t mark_bytes(const Viewer *v, int r) {
-    return rank_used(&v->marks.f, r);
+    return frame_gpu_bytes(&v->marks.f, r);
 }
 
 /* "memory: P shard U gathered ... |DDP here": the letters this run's bars can show (the help
@@ -518,9 +503,9 @@ static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
             marks ? (int)((double)bar * (double)mark_bytes(v, rank) / (double)top + 0.5) : -1;
         bar_text(bytes, top, bar, mark, bar_line);
         char off[80];
-        off_gpu_text(&s->f, rank, off, sizeof off);
+        plain_off_gpu_text(&s->f, rank, off, sizeof off);
         int at = snprintf(line, sizeof line, " GPU %-2d [%s] %s (peak %s)%s", rank, bar_line,
-                          format_bytes(rank_used(&s->f, rank), a, sizeof a),
+                          format_bytes(frame_gpu_bytes(&s->f, rank), a, sizeof a),
                           format_bytes(s->f.peak[rank], b, sizeof b), off);
         if (marks && at > 0 && (size_t)at < sizeof line)
             snprintf(line + at, sizeof line - (size_t)at, " DDP %s",
@@ -532,7 +517,7 @@ static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
 
 /* Activations (and checkpointed inputs) over half of GPU r's bytes: their percentage, else 0. */
 static int activation_share(const Frame *f, int r) {
-    size_t used = rank_used(f, r);
+    size_t used = frame_gpu_bytes(f, r);
     size_t act = frame_mem(f, r, MEM_ACTIVATIONS) + frame_mem(f, r, MEM_AC_INPUT);
     return used && 2 * act > used ? (int)(100.0 * (double)act / (double)used + 0.5) : 0;
 }
@@ -546,7 +531,7 @@ static void draw_note(const Side *s, const Region *r, int y) {
         if (activation_share(&s->f, q) > share) share = activation_share(&s->f, q), gpu = q;
     if (!share) return;
     char used[32], line[4][200];
-    format_bytes(rank_used(&s->f, gpu), used, sizeof used);
+    format_bytes(frame_gpu_bytes(&s->f, gpu), used, sizeof used);
     snprintf(line[0], sizeof line[0],
              "activations are %d%% of GPU %d's %s: FSDP shards parameters, gradients and "
              "optimizer state across the GPUs, not activations (each keeps its own batch's)",
@@ -572,13 +557,13 @@ static void draw_note(const Side *s, const Region *r, int y) {
 static int draw_memory_line(const Viewer *v, const Side *s, const Region *r, int y) {
     int most = 0;
     for (int rank = 1; rank < s->f.nranks; rank++) {
-        size_t used = rank_used(&s->f, rank), best = rank_used(&s->f, most);
+        size_t used = frame_gpu_bytes(&s->f, rank), best = frame_gpu_bytes(&s->f, most);
         if (used > best || (used == best && s->f.peak[rank] > s->f.peak[most])) most = rank;
     }
     char a[32], b[32], c[32], off[80], line[240];
-    off_gpu_text(&s->f, most, off, sizeof off);
+    plain_off_gpu_text(&s->f, most, off, sizeof off);
     int at = snprintf(line, sizeof line, "memory max GPU %d: %s (peak %s)%s", most,
-                      format_bytes(rank_used(&s->f, most), a, sizeof a),
+                      format_bytes(frame_gpu_bytes(&s->f, most), a, sizeof a),
                       format_bytes(s->f.peak[most], b, sizeof b), off);
     if (has_marks(v, s) && at > 0 && (size_t)at < sizeof line)
         snprintf(line + at, sizeof line - (size_t)at, ", DDP here %s",
