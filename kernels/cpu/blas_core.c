@@ -26,13 +26,17 @@ const char *blas_core_pick(const char *loaded, const char *chosen, BlasCpu cpu) 
     return cpu.avx512 ? "SkylakeX" : cpu.avx2_fma ? "Haswell" : NULL;
 }
 
-const char *blas_core_better(void) {
+BlasCpu blas_core_this_cpu(void) {
     __builtin_cpu_init();
-    BlasCpu cpu = {.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                   .avx512 =
-                       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")};
-    return blas_core_pick(openblas_get_corename(), getenv("OPENBLAS_CORETYPE"), cpu);
+    return (BlasCpu){.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                     .avx512 =
+                         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")};
+}
+
+const char *blas_core_better(void) {
+    return blas_core_pick(openblas_get_corename(), getenv("OPENBLAS_CORETYPE"),
+                          blas_core_this_cpu());
 }
 
 void blas_core_reexec(char **argv) {

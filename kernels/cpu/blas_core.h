@@ -17,6 +17,9 @@ typedef struct BlasCpu {
  * the CPU has no more than `loaded` uses, or where OPENBLAS_CORETYPE (`chosen`) said which. */
 const char *blas_core_pick(const char *loaded, const char *chosen, BlasCpu cpu);
 
+/* This CPU's (from CPUID, where the OS saves the registers: GCC's __builtin_cpu_supports). */
+BlasCpu blas_core_this_cpu(void);
+
 /* blas_core_pick for this process: the set OpenBLAS loaded, the variable, this CPU. */
 const char *blas_core_better(void);
 

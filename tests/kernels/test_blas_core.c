@@ -57,10 +57,6 @@ Test(blas_core, fsdp_runs_on_a_set_that_uses_the_cpus_vectors) {
     char core[64];
     last_core(out, core, sizeof core);
     cr_assert_neq(core[0], 0, "OpenBLAS said no core:\n%s", out);
-    __builtin_cpu_init();
-    BlasCpu cpu = {.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-                   .avx512 =
-                       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")};
-    cr_expect_null(blas_core_pick(core, NULL, cpu), "./fsdp ends on %s:\n%s", core, out);
+    cr_expect_null(blas_core_pick(core, NULL, blas_core_this_cpu()), "./fsdp ends on %s:\n%s", core,
+                   out);
 }
