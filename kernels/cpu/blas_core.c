@@ -39,9 +39,20 @@ const char *blas_core_better(void) {
                           blas_core_this_cpu());
 }
 
+/* Whether this process is the program itself, not the dynamic loader running it
+ * (`ld-linux-x86-64.so.2 ./fsdp`), whose exec would not find the program again. */
+static int runs_as_itself(void) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    const char *base = strrchr(exe, '/');
+    return strncmp(base ? base + 1 : exe, "ld-", 3) != 0;
+}
+
 void blas_core_reexec(char **argv) {
     const char *core = blas_core_better();
-    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    if (!core || !runs_as_itself() || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
     execv("/proc/self/exe", argv);
     unsetenv("OPENBLAS_CORETYPE"); /* the exec failed: the kernels loaded are the ones in use */
 }

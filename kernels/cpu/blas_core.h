@@ -25,7 +25,8 @@ const char *blas_core_better(void);
 
 /* What a program's main calls first: where blas_core_better names a set, sets OPENBLAS_CORETYPE to
  * it and runs the program again with the same arguments (OpenBLAS reads the variable only as it
- * loads). Returns where it does not, or where the exec fails (the program goes on as it is). A
+ * loads). Returns where it does not, where the process is the dynamic loader running the program
+ * (it would not find the program again), or where the exec fails (the program goes on as it is). A
  * tool that watches one process (valgrind without --trace-children=yes) loses it at that exec:
  * under one, set OPENBLAS_CORETYPE yourself. */
 void blas_core_reexec(char **argv);
