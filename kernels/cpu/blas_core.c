@@ -34,7 +34,8 @@ BlasCpu blas_core_this_cpu(void) {
                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")};
 }
 
-const char *blas_core_better(void) {
+/* blas_core_pick for this process. */
+static const char *better_core(void) {
     return blas_core_pick(openblas_get_corename(), getenv("OPENBLAS_CORETYPE"),
                           blas_core_this_cpu());
 }
@@ -51,7 +52,7 @@ static int runs_as_itself(void) {
 }
 
 void blas_core_reexec(char **argv) {
-    const char *core = blas_core_better();
+    const char *core = better_core();
     if (!core || !runs_as_itself() || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
     execv("/proc/self/exe", argv);
     unsetenv("OPENBLAS_CORETYPE"); /* the exec failed: the kernels loaded are the ones in use */

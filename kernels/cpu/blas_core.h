@@ -20,15 +20,13 @@ const char *blas_core_pick(const char *loaded, const char *chosen, BlasCpu cpu);
 /* This CPU's (from CPUID, where the OS saves the registers: GCC's __builtin_cpu_supports). */
 BlasCpu blas_core_this_cpu(void);
 
-/* blas_core_pick for this process: the set OpenBLAS loaded, the variable, this CPU. */
-const char *blas_core_better(void);
-
-/* What a program's main calls first: where blas_core_better names a set, sets OPENBLAS_CORETYPE to
- * it and runs the program again with the same arguments (OpenBLAS reads the variable only as it
- * loads). Returns where it does not, where the process is the dynamic loader running the program
- * (it would not find the program again), or where the exec fails (the program goes on as it is). A
- * tool that watches one process (valgrind without --trace-children=yes) loses it at that exec:
- * under one, set OPENBLAS_CORETYPE yourself. */
+/* What a program's main calls first: where blas_core_pick names a set for this process (the set
+ * OpenBLAS loaded, the variable, this CPU), sets OPENBLAS_CORETYPE to it and runs the program
+ * again with the same arguments (OpenBLAS reads the variable only as it loads). Returns where it
+ * names none, where the process is the dynamic loader running the program (it would not find the
+ * program again), or where the exec fails (the program goes on as it is). A tool that watches one
+ * process (valgrind without --trace-children=yes) loses it at that exec: under one, set
+ * OPENBLAS_CORETYPE yourself. */
 void blas_core_reexec(char **argv);
 
 #endif

@@ -176,13 +176,17 @@ static inline size_t frame_mem(const Frame *f, int rank, MemCategory c) {
     return f->mem[(size_t)rank * MEM_CATEGORY_COUNT + (size_t)c];
 }
 
-/* What a GPU holds: every category but what offload keeps off it (host memory and NVMe files,
- * mem_category_off_gpu). A CUDA run's fp32 compute copies, a row apart in the memory table, are
- * on the GPU too. */
+/* What a GPU holds of category c: all of it but what offload keeps off the GPU (host memory and
+ * NVMe files, mem_category_off_gpu: 0 here). A CUDA run's fp32 compute copies, a row apart in the
+ * memory table, are on the GPU too. */
+static inline size_t frame_gpu_mem(const Frame *f, int rank, MemCategory c) {
+    return mem_category_off_gpu(c) ? 0 : frame_mem(f, rank, c);
+}
+
+/* What a GPU holds in all: its frame_gpu_mem of every category. */
 static inline size_t frame_gpu_bytes(const Frame *f, int rank) {
     size_t sum = 0;
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        if (!mem_category_off_gpu((MemCategory)c)) sum += frame_mem(f, rank, (MemCategory)c);
+    for (int c = 0; c < MEM_CATEGORY_COUNT; c++) sum += frame_gpu_mem(f, rank, (MemCategory)c);
     return sum;
 }
 

@@ -219,8 +219,7 @@ static long memory_index(Tables *tb, const Frame *f, int r) {
     buf_add(v, "[");
     buf_json(v, text);
     for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        buf_add(v, ",%zu",
-                mem_category_off_gpu((MemCategory)c) ? 0 : frame_mem(f, r, (MemCategory)c));
+        buf_add(v, ",%zu", frame_gpu_mem(f, r, (MemCategory)c));
     buf_add(v, "]");
     return value_index(tb, &tb->memory);
 }

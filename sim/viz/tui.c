@@ -368,13 +368,6 @@ static const char *const bar_word[MEM_CATEGORY_COUNT] = {"shard", "gathered", "g
                                                          "optim", "act",      "comm", "host",
                                                          "ckpt",  "nvme",     "copy"};
 
-/* GPU r's bytes by category as its bar stacks them: what offload keeps off the GPU is not in a
- * GPU's bar (the line says it after the bar: plain_off_gpu_text). */
-static void gpu_categories(const Frame *f, int r, size_t *bytes) {
-    for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
-        bytes[c] = mem_category_off_gpu((MemCategory)c) ? 0 : frame_mem(f, r, (MemCategory)c);
-}
-
 /* Whether the bars mark what DDP holds beside them: the run's bars, when the DDP run for the
  * marks is there. */
 static int has_marks(const Viewer *v, const Side *s) {
@@ -497,8 +490,9 @@ static int draw_bars(const Viewer *v, const Side *s, const Region *r, int y) {
         : marks                                      ? "memory (letters: see h)  |DDP here"
                                                      : "memory (letters: see h)");
     for (int rank = 0; rank < s->f.nranks; rank++) {
-        size_t bytes[MEM_CATEGORY_COUNT];
-        gpu_categories(&s->f, rank, bytes);
+        size_t bytes[MEM_CATEGORY_COUNT]; /* the bar's; plain_off_gpu_text says the rest after it */
+        for (int c = 0; c < MEM_CATEGORY_COUNT; c++)
+            bytes[c] = frame_gpu_mem(&s->f, rank, (MemCategory)c);
         int mark =
             marks ? (int)((double)bar * (double)mark_bytes(v, rank) / (double)top + 0.5) : -1;
         bar_text(bytes, top, bar, mark, bar_line);
